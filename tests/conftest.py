@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from realmodels import rapidocr_model, silero_model  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def ocr_det() -> Path:
+    return rapidocr_model("det")
+
+
+@pytest.fixture(scope="session")
+def ocr_rec() -> Path:
+    return rapidocr_model("rec")
+
+
+@pytest.fixture(scope="session")
+def ocr_cls() -> Path:
+    return rapidocr_model("cls")
+
+
+@pytest.fixture(scope="session")
+def silero() -> Path:
+    return silero_model()
+
+
+@pytest.fixture
+def copy_model(tmp_path: Path):
+    """Copy a model file into tmp_path so a test may damage it."""
+
+    def _copy(src: Path, name: str | None = None) -> Path:
+        dst = tmp_path / (name or src.name)
+        shutil.copyfile(src, dst)
+        return dst
+
+    return _copy
+
+
+def _has_gpu() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False
+
+
+def _has_tensorrt() -> str | None:
+    """None if TensorRT can build here, else the reason it cannot."""
+    try:
+        import tensorrt  # noqa: F401  (the test tree may probe for it)
+    except Exception as exc:  # ImportError, or OSError from missing native libraries
+        return f"TensorRT not importable ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    if not _has_gpu():
+        return "no CUDA GPU visible"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    trt_reason = None
+    gpu = None
+    for item in items:
+        if "trt" in item.keywords:
+            trt_reason = trt_reason or _has_tensorrt() or ""
+            if trt_reason:
+                item.add_marker(pytest.mark.skip(reason=f"needs TensorRT + GPU: {trt_reason}"))
+        elif "gpu" in item.keywords:
+            gpu = _has_gpu() if gpu is None else gpu
+            if not gpu:
+                item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU (none visible)"))

@@ -1,0 +1,3 @@
+from trtconv.cli.main import main
+
+main()

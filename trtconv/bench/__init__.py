@@ -1,0 +1,1 @@
+"""Stage 7, bench: latency and throughput statistics from raw timings."""

@@ -1,0 +1,121 @@
+"""The ``trtconv`` command group: the one place that turns errors into exit codes.
+
+Commands live in their own modules and are imported only when invoked, so
+``trtconv --help`` stays fast and a missing optional dependency of one command
+cannot break the others.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+import traceback
+from typing import Any
+
+import click
+
+from trtconv import __version__
+from trtconv.errors import ExitCode, TrtconvError
+
+# command name -> "module:attribute". Add a command by adding a line here.
+COMMANDS: dict[str, str] = {
+    "check": "trtconv.cli.check:check",
+}
+
+TRACEBACK_KEY = "trtconv.traceback"
+
+
+class LazyGroup(click.Group):
+    """A click group whose commands are imported on first use, with trtconv's error policy."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(COMMANDS) | set(super().list_commands(ctx)))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in COMMANDS:
+            module, _, attr = COMMANDS[cmd_name].partition(":")
+            cmd = getattr(importlib.import_module(module), attr)
+            assert isinstance(cmd, click.Command)
+            return cmd
+        return super().get_command(ctx, cmd_name)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except TrtconvError as exc:
+            _report_error(ctx, exc)
+            raise click.exceptions.Exit(int(exc.exit_code)) from None
+        except KeyboardInterrupt:
+            click.echo("trtconv: interrupted; no partial output was left behind", err=True)
+            raise click.exceptions.Exit(int(ExitCode.INTERRUPTED)) from None
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except Exception:
+            click.echo(traceback.format_exc(), err=True, nl=False)
+            click.echo(
+                "trtconv: internal error (a bug in trtconv). Please report it with the traceback above.",
+                err=True,
+            )
+            raise click.exceptions.Exit(int(ExitCode.INTERNAL)) from None
+
+
+def _report_error(ctx: click.Context, exc: TrtconvError) -> None:
+    if ctx.meta.get(TRACEBACK_KEY) or exc.exit_code == ExitCode.INTERNAL:
+        click.echo(traceback.format_exc(), err=True, nl=False)
+    click.echo(f"trtconv: error: {exc.message}", err=True)
+    if exc.hint:
+        click.echo(f"  hint: {exc.hint}", err=True)
+
+
+def _version_text() -> str:
+    lines = [f"trtconv {__version__}"]
+    for dist in ("onnx", "onnxruntime", "onnx-graphsurgeon", "tensorrt"):
+        lines.append(f"{dist} {_dist_version(dist) or 'not installed'}")
+    return "\n".join(lines)
+
+
+def _dist_version(dist: str) -> str | None:
+    from importlib import metadata
+
+    names = [dist] if dist != "tensorrt" else ["tensorrt", "tensorrt-cu13", "tensorrt-cu12"]
+    for name in names:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(_version_text())
+        ctx.exit(0)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+    help="Show trtconv, onnx, onnxruntime and TensorRT versions.",
+)
+@click.option("--traceback", "show_traceback", is_flag=True, envvar="TRTCONV_TRACEBACK",
+              help="Show the Python traceback of an error (for bug reports).")
+@click.option("-v", "--verbose", count=True, help="More log output on stderr (-vv for debug).")
+@click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
+@click.pass_context
+def cli(ctx: click.Context, show_traceback: bool, verbose: int, quiet: bool) -> None:
+    """ONNX to TensorRT in one command. Results on stdout, progress and logs on stderr.
+
+    Exit codes are listed in docs/exit-codes.md.
+    """
+    ctx.meta[TRACEBACK_KEY] = show_traceback
+    level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
+    logging.basicConfig(level=level, format="trtconv: %(levelname)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("trtconv").setLevel(level)
+    # onnxruntime logs to stderr from C++; keep it to errors unless -vv
+    os.environ.setdefault("ORT_LOGGING_LEVEL", "3")
+
+
+def main() -> None:
+    cli(prog_name="trtconv")

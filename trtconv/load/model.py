@@ -1,0 +1,309 @@
+"""Read, check and save ONNX models, including external data and models over 2 GB.
+
+A model over 2 GB cannot be one protobuf, so we never serialize it whole: the
+checker and shape inference run on the *path*, and saving always writes weights
+to an external-data file when the model is large. External-data locations come
+from strangers' files, so they are validated before anything is opened.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import external_data_helper
+
+from trtconv.errors import InvalidModelError, UsageError
+from trtconv.outputs import atomic_dir, check_output_path
+
+PROTOBUF_LIMIT = 2**31 - 1
+# Above this we save weights externally: comfortably below the protobuf limit.
+EXTERNAL_DATA_THRESHOLD = 1_800_000_000
+
+
+@dataclass(frozen=True)
+class ExternalRef:
+    tensor: str
+    location: str
+    offset: int
+    length: int | None
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """An ONNX model with where it came from; ``proto`` may hold external data refs only."""
+
+    proto: onnx.ModelProto
+    path: Path
+    weights_loaded: bool
+    external_refs: tuple[ExternalRef, ...] = ()
+    checker_error: str | None = None
+
+    @property
+    def opsets(self) -> dict[str, int]:
+        return {(o.domain or "ai.onnx"): o.version for o in self.proto.opset_import}
+
+    @property
+    def default_opset(self) -> int:
+        return self.opsets.get("ai.onnx", 0)
+
+    @property
+    def external_files(self) -> tuple[Path, ...]:
+        base = self.path.parent
+        return tuple(sorted({(base / r.location) for r in self.external_refs}))
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    ir_version: int
+    opsets: dict[str, int]
+    producer: str
+    nodes: int
+    initializers: int
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    external_files: tuple[str, ...] = field(default_factory=tuple)
+
+
+def iter_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """The graph and every subgraph (If/Loop/Scan bodies), depth first."""
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from iter_graphs(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from iter_graphs(g)
+
+
+def iter_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    """Every TensorProto that may carry data: initializers and tensor attributes, in subgraphs too."""
+    for g in iter_graphs(model.graph):
+        yield from g.initializer
+        for node in g.node:
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.TENSOR:
+                    yield attr.t
+                elif attr.type == onnx.AttributeProto.TENSORS:
+                    yield from attr.tensors
+
+
+def _external_refs(model: onnx.ModelProto) -> list[tuple[onnx.TensorProto, ExternalRef]]:
+    refs = []
+    for t in iter_tensors(model):
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in t.external_data}
+        location = info.get("location", "")
+        try:
+            offset = int(info.get("offset", "0") or 0)
+            length = int(info["length"]) if info.get("length") else None
+        except ValueError as exc:
+            raise InvalidModelError(
+                f"tensor {t.name!r}: external-data offset/length is not a number",
+                hint="the model file is corrupt; re-export it",
+            ) from exc
+        refs.append((t, ExternalRef(t.name, location, offset, length)))
+    return refs
+
+
+def validate_external_refs(refs: list[ExternalRef], base_dir: Path) -> None:
+    """Refuse locations outside the model's folder and refs past the end of their file."""
+    base = base_dir.resolve()
+    sizes: dict[Path, int] = {}
+    for ref in refs:
+        loc = ref.location
+        if not loc:
+            raise InvalidModelError(f"tensor {ref.tensor!r} has external data but no location")
+        if os.path.isabs(loc) or ".." in Path(loc).parts or "\\" in loc:
+            raise InvalidModelError(
+                f"tensor {ref.tensor!r}: external-data location {loc!r} escapes the model's folder",
+                hint="external data must sit in the model's folder; trtconv refuses other paths",
+            )
+        target = (base / loc).resolve()
+        if base not in target.parents:
+            raise InvalidModelError(
+                f"tensor {ref.tensor!r}: external-data location {loc!r} resolves outside the model's folder "
+                "(symbolic link?)",
+                hint="copy the data file into the model's folder",
+            )
+        if target not in sizes:
+            if not target.is_file():
+                raise InvalidModelError(
+                    f"external-data file {loc!r} (tensor {ref.tensor!r}) not found next to the model",
+                    hint=f"copy {loc} into {base_dir}",
+                )
+            sizes[target] = target.stat().st_size
+        size = sizes[target]
+        if ref.offset < 0 or (ref.length is not None and ref.length < 0):
+            raise InvalidModelError(f"tensor {ref.tensor!r}: negative external-data offset or length")
+        end = ref.offset + (ref.length or 0)
+        if ref.offset > size or end > size:
+            raise InvalidModelError(
+                f"tensor {ref.tensor!r}: external data [{ref.offset}, {end}) lies past the end of "
+                f"{loc!r} ({size} bytes)",
+                hint="the data file is truncated or belongs to another model",
+            )
+
+
+def _read_proto(path: Path) -> onnx.ModelProto:
+    if not path.exists():
+        raise UsageError(f"{path}: no such file")
+    if path.is_dir():
+        raise UsageError(f"{path} is a directory, not an ONNX file")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except (DecodeError, RuntimeError, ValueError, TypeError, UnicodeDecodeError) as exc:
+        raise InvalidModelError(
+            f"{path} is not a readable ONNX model ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'decode failed'})",
+            hint="the file may be truncated or not ONNX at all; re-export or re-download it",
+        ) from exc
+    except OSError as exc:
+        raise InvalidModelError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if model.ir_version <= 0 or not model.HasField("graph") or (
+        not model.graph.node and not model.graph.output
+    ):
+        raise InvalidModelError(
+            f"{path} is not an ONNX model (no IR version or empty graph)",
+            hint="check that the file is an .onnx export, not another format",
+        )
+    return model
+
+
+def _checker_error(model: onnx.ModelProto, path: Path, has_external: bool) -> str | None:
+    """onnx.checker's complaint, if any. Kept as data: custom-domain ops fail it legitimately."""
+    try:
+        if has_external or model.ByteSize() > PROTOBUF_LIMIT:
+            onnx.checker.check_model(str(path))
+        else:
+            onnx.checker.check_model(model)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
+        return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    except Exception as exc:  # the checker can raise plain errors on malformed protos
+        return f"{type(exc).__name__}: {exc}".splitlines()[0]
+    return None
+
+
+def load_model(path: str | os.PathLike[str], *, load_weights: bool = True, check: bool = True) -> LoadedModel:
+    """Read ``path``; validate external data; optionally load it into the proto.
+
+    ``load_weights=False`` keeps external tensors as references: analysis needs only
+    the structure, and a 10 GB model then costs no more memory than its graph.
+    """
+    path = Path(path)
+    model = _read_proto(path)
+    pairs = _external_refs(model)
+    refs = [r for _, r in pairs]
+    validate_external_refs(refs, path.parent)
+    err = _checker_error(model, path, bool(refs)) if check else None
+    if load_weights and refs:
+        try:
+            external_data_helper.load_external_data_for_model(model, str(path.parent))
+        except (OSError, ValueError) as exc:
+            raise InvalidModelError(f"cannot load external data of {path}: {exc}") from exc
+    return LoadedModel(model, path, load_weights or not refs, tuple(refs), err)
+
+
+def summarize(loaded: LoadedModel) -> ModelSummary:
+    g = loaded.proto.graph
+    init_names = {i.name for i in g.initializer}
+    producer = " ".join(x for x in (loaded.proto.producer_name, loaded.proto.producer_version) if x)
+    return ModelSummary(
+        ir_version=loaded.proto.ir_version,
+        opsets=loaded.opsets,
+        producer=producer,
+        nodes=sum(len(sg.node) for sg in iter_graphs(g)),
+        initializers=len(g.initializer),
+        inputs=tuple(i.name for i in g.input if i.name not in init_names),
+        outputs=tuple(o.name for o in g.output),
+        external_files=tuple(sorted({r.location for r in loaded.external_refs})),
+    )
+
+
+def file_sha256(path: Path, *, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def model_sha256(loaded: LoadedModel) -> str:
+    """Hash of the model file and its external-data files, in a stable order."""
+    h = hashlib.sha256()
+    for p in (loaded.path, *loaded.external_files):
+        h.update(p.name.encode())
+        h.update(file_sha256(p).encode())
+    return h.hexdigest()
+
+
+def save_model(
+    model: onnx.ModelProto,
+    path: str | os.PathLike[str],
+    *,
+    force: bool = False,
+    external_data: bool | None = None,
+) -> Path:
+    """Write ``model`` atomically; weights go to ``<name>.data`` beside it when large.
+
+    ``external_data=None`` decides by size. Both files are written in a scratch folder
+    in the destination and renamed into place, data first, so a reader never sees an
+    ``.onnx`` whose data file is missing or half-written.
+    """
+    path = Path(path)
+    check_output_path(path, force=force)
+    if external_data is None:
+        external_data = _approx_size(model) > EXTERNAL_DATA_THRESHOLD
+    data_name = path.name + ".data"
+    parent = path.parent if str(path.parent) else Path(".")
+    with atomic_dir(parent) as scratch:
+        tmp_model = scratch / path.name
+        if external_data:
+            model = _with_raw_data(model)  # also a copy: onnx's saver edits the proto it is given
+            onnx.save_model(
+                model,
+                str(tmp_model),
+                save_as_external_data=True,
+                all_tensors_to_one_file=True,
+                location=data_name,
+                size_threshold=1024,
+            )
+        else:
+            onnx.save_model(model, str(tmp_model))
+        for f in (scratch / data_name, tmp_model):
+            if f.exists():
+                with open(f, "rb+") as fh:
+                    os.fsync(fh.fileno())
+                os.replace(f, parent / f.name)
+    return path
+
+
+def _with_raw_data(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy whose tensors keep their bytes in ``raw_data``: onnx externalizes only those."""
+    from onnx import numpy_helper
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for t in iter_tensors(out):
+        if t.data_location == onnx.TensorProto.EXTERNAL or t.HasField("raw_data"):
+            continue
+        if t.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
+            continue
+        arr = numpy_helper.to_array(t)
+        t.CopyFrom(numpy_helper.from_array(arr, t.name))
+    return out
+
+
+def _approx_size(model: onnx.ModelProto) -> int:
+    total = 0
+    for t in iter_tensors(model):
+        total += len(t.raw_data) + 4 * (len(t.float_data) + len(t.int32_data)) + 8 * (
+            len(t.int64_data) + len(t.double_data)
+        )
+    return total

@@ -1,0 +1,169 @@
+"""Shape inference: ONNX's own first, ONNX Runtime's symbolic one where ONNX's leaves dims unknown.
+
+Also parses the ``--shapes NAME:1x3x224x224,...`` vocabulary (trtexec's) used by
+check, rewrite, quantize and build.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+
+import onnx
+
+from trtconv.errors import UsageError
+from trtconv.load.model import PROTOBUF_LIMIT, LoadedModel, iter_graphs
+
+log = logging.getLogger(__name__)
+
+Shape = tuple[int, ...]
+
+
+def parse_shapes(spec: str | None) -> dict[str, Shape]:
+    """``"x:1x3x224x224,mask:1x224x224"`` → ``{"x": (1,3,224,224), ...}``.
+
+    Input names may contain ':' (TensorFlow exports: ``input:0``), so the shape is
+    what follows the *last* colon.
+    """
+    shapes: dict[str, Shape] = {}
+    if not spec:
+        return shapes
+    for item in _split_items(spec):
+        name, sep, dims = item.rpartition(":")
+        if not sep or not name or not re.fullmatch(r"\d+(x\d+)*", dims.strip()):
+            raise UsageError(
+                f"bad shape {item!r}",
+                hint="write NAME:DxDxD, e.g. images:1x3x640x640 (several separated by commas)",
+            )
+        if name in shapes:
+            raise UsageError(f"input {name!r} given twice in shapes")
+        shapes[name.strip()] = tuple(int(d) for d in dims.strip().split("x"))
+    return shapes
+
+
+def _split_items(spec: str) -> list[str]:
+    # Split on commas that are followed by "name:" — names never contain 'x'-digit runs only.
+    return [p.strip() for p in spec.split(",") if p.strip()]
+
+
+def input_dims(model: onnx.ModelProto) -> dict[str, list[int | str | None]]:
+    """Each graph input's dims: int if fixed, the symbol name if symbolic, None if unknown."""
+    inits = {i.name for i in model.graph.initializer}
+    out: dict[str, list[int | str | None]] = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        dims: list[int | str | None] = []
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            for d in vi.type.tensor_type.shape.dim:
+                if d.HasField("dim_value") and d.dim_value > 0:
+                    dims.append(int(d.dim_value))
+                elif d.HasField("dim_param") and d.dim_param:
+                    dims.append(d.dim_param)
+                else:
+                    dims.append(None)
+        out[vi.name] = dims
+    return out
+
+
+def dynamic_inputs(model: onnx.ModelProto) -> dict[str, list[int | str | None]]:
+    """Inputs with at least one non-fixed dim: these need an optimization profile."""
+    return {k: v for k, v in input_dims(model).items() if any(not isinstance(d, int) for d in v)}
+
+
+def override_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Shape]) -> onnx.ModelProto:
+    """A copy of ``model`` whose named inputs have the given static shapes."""
+    dims = input_dims(model)
+    for name, shape in shapes.items():
+        if name not in dims:
+            raise UsageError(
+                f"--shapes names {name!r}, which is not an input of the model",
+                hint=f"inputs are: {', '.join(dims) or '(none)'}",
+            )
+        if len(shape) != len(dims[name]) and dims[name]:
+            raise UsageError(f"input {name!r} has rank {len(dims[name])}, --shapes gives {len(shape)} dims")
+        for have, want in zip(dims[name], shape):
+            if isinstance(have, int) and have != want:
+                raise UsageError(f"input {name!r} has fixed dims {dims[name]}; --shapes gives {list(shape)}")
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for vi in out.graph.input:
+        if vi.name in shapes:
+            shp = vi.type.tensor_type.shape
+            shp.ClearField("dim")
+            for d in shapes[vi.name]:
+                shp.dim.add().dim_value = d
+    return out
+
+
+def _has_unknown_dims(model: onnx.ModelProto) -> bool:
+    for g in iter_graphs(model.graph):
+        for vi in list(g.value_info) + list(g.output):
+            if not vi.type.HasField("tensor_type"):
+                continue
+            tt = vi.type.tensor_type
+            if not tt.HasField("shape"):
+                return True
+            if any(not d.HasField("dim_value") for d in tt.shape.dim):
+                return True
+    return False
+
+
+def infer_shapes(loaded: LoadedModel, model: onnx.ModelProto | None = None) -> onnx.ModelProto:
+    """Shape-inferred copy of the model; never fails: unknown stays unknown.
+
+    Structural analysis needs shapes only, so this runs on the proto whether or not
+    its external weights are loaded; for protos over 2 GB it falls back to the file.
+    """
+    model = model if model is not None else loaded.proto
+    try:
+        if model.ByteSize() > PROTOBUF_LIMIT:
+            import tempfile
+
+            with tempfile.NamedTemporaryFile(suffix=".onnx") as tmp:
+                onnx.shape_inference.infer_shapes_path(str(loaded.path), tmp.name)
+                inferred = onnx.load(tmp.name, load_external_data=False)
+        else:
+            inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception as exc:  # custom ops or malformed parts: keep what we have
+        log.debug("onnx shape inference failed: %s", exc)
+        inferred = model
+    if _has_unknown_dims(inferred) and inferred.ByteSize() < PROTOBUF_LIMIT:
+        try:
+            from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+            sym = SymbolicShapeInference.infer_shapes(inferred, auto_merge=True, guess_output_rank=True)
+            if sym is not None:
+                inferred = sym
+        except Exception as exc:
+            log.debug("symbolic shape inference failed: %s", exc)
+    return inferred
+
+
+def value_shapes(model: onnx.ModelProto) -> dict[str, list[int | str | None]]:
+    """Every known tensor's dims after inference (main graph), by name."""
+    out: dict[str, list[int | str | None]] = {}
+    g = model.graph
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+            continue
+        out[vi.name] = [
+            int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or None)
+            for d in vi.type.tensor_type.shape.dim
+        ]
+    for t in g.initializer:
+        out[t.name] = list(t.dims)
+    return out
+
+
+def value_dtypes(model: onnx.ModelProto) -> dict[str, int]:
+    """Every known tensor's ONNX element type (TensorProto.DataType) after inference."""
+    g = model.graph
+    out: dict[str, int] = {}
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+            out[vi.name] = vi.type.tensor_type.elem_type
+    for t in g.initializer:
+        out[t.name] = t.data_type
+    return out

@@ -1,0 +1,1 @@
+"""Stage 3, rewrite: turn what TensorRT cannot parse into what it can, each rewrite proven numerically."""
