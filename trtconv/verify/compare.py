@@ -1,0 +1,112 @@
+"""Output comparison: the numbers behind every "proven numerically" claim.
+
+One function serves rewrite proofs, FP16/INT8 accuracy reports and engine
+verification, so they all report the same statistics the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class OutputStats:
+    name: str
+    shape: tuple[int, ...]
+    max_abs: float
+    mean_abs: float
+    max_rel: float
+    cosine: float
+    nonfinite: int  # NaN/Inf in the candidate where the reference is finite
+    top1_agreement: float | None = None  # for classifier-like outputs (last axis = classes)
+
+    def to_json(self) -> dict[str, object]:
+        d = asdict(self)
+        d["shape"] = list(self.shape)
+        return d
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Pass/fail limits; None means "not checked"."""
+
+    max_abs: float | None = None
+    max_rel: float | None = None
+    min_cosine: float | None = None
+    min_top1: float | None = None
+    allow_nonfinite: bool = False
+
+
+def cosine_similarity(a: np.ndarray, b: np.ndarray) -> float:
+    a64 = a.astype(np.float64).ravel()
+    b64 = b.astype(np.float64).ravel()
+    na, nb = np.linalg.norm(a64), np.linalg.norm(b64)
+    if na == 0.0 and nb == 0.0:
+        return 1.0
+    if na == 0.0 or nb == 0.0:
+        return 0.0
+    return float(np.dot(a64, b64) / (na * nb))
+
+
+def compare_arrays(name: str, ref: np.ndarray, got: np.ndarray, *, top1: bool = False) -> OutputStats:
+    """Statistics of ``got`` against ``ref`` (computed in float64)."""
+    if ref.shape != got.shape:
+        raise ValueError(f"output {name!r}: shape {got.shape} differs from reference {ref.shape}")
+    if ref.dtype.kind in "biu" and got.dtype.kind in "biu":
+        diff = np.abs(ref.astype(np.int64) - got.astype(np.int64)).astype(np.float64)
+        r64 = ref.astype(np.float64)
+        g64 = got.astype(np.float64)
+    else:
+        r64 = ref.astype(np.float64)
+        g64 = got.astype(np.float64)
+        diff = np.abs(r64 - g64)
+    finite_ref = np.isfinite(r64)
+    bad = int(np.count_nonzero(finite_ref & ~np.isfinite(g64)))
+    mask = finite_ref & np.isfinite(g64)
+    d = diff[mask]
+    denom = np.abs(r64[mask])
+    rel = d / np.maximum(denom, 1e-12) if d.size else d
+    # Relative error only where the reference is not tiny: elsewhere it is noise.
+    big = denom > 1e-6 * (float(denom.max()) if denom.size else 0.0)
+    top = None
+    if top1 and ref.ndim >= 1 and ref.shape[-1] > 1:
+        top = float(np.mean(np.argmax(r64, axis=-1) == np.argmax(g64, axis=-1)))
+    return OutputStats(
+        name=name,
+        shape=tuple(int(s) for s in ref.shape),
+        max_abs=float(d.max()) if d.size else 0.0,
+        mean_abs=float(d.mean()) if d.size else 0.0,
+        max_rel=float(rel[big].max()) if d.size and big.any() else 0.0,
+        cosine=cosine_similarity(np.where(mask, r64, 0), np.where(mask, g64, 0)),
+        nonfinite=bad,
+        top1_agreement=top,
+    )
+
+
+def compare_outputs(
+    ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], *, top1: bool = False
+) -> list[OutputStats]:
+    missing = sorted(set(ref) - set(got))
+    if missing:
+        raise ValueError(f"outputs missing from the candidate: {', '.join(missing)}")
+    return [compare_arrays(k, ref[k], got[k], top1=top1) for k in ref]
+
+
+def violations(stats: list[OutputStats], limits: Thresholds) -> list[str]:
+    """Human-readable reasons the stats fail ``limits``; empty means pass."""
+    out = []
+    for s in stats:
+        if s.nonfinite and not limits.allow_nonfinite:
+            out.append(f"{s.name}: {s.nonfinite} NaN/Inf values where the reference is finite")
+        if limits.max_abs is not None and s.max_abs > limits.max_abs:
+            out.append(f"{s.name}: max abs error {s.max_abs:.3g} > {limits.max_abs:.3g}")
+        if limits.max_rel is not None and s.max_rel > limits.max_rel:
+            out.append(f"{s.name}: max rel error {s.max_rel:.3g} > {limits.max_rel:.3g}")
+        if limits.min_cosine is not None and s.cosine < limits.min_cosine:
+            out.append(f"{s.name}: cosine {s.cosine:.6f} < {limits.min_cosine:.6f}")
+        if limits.min_top1 is not None and s.top1_agreement is not None and s.top1_agreement < limits.min_top1:
+            out.append(f"{s.name}: top-1 agreement {s.top1_agreement:.4f} < {limits.min_top1:.4f}")
+    return out
