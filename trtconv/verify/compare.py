@@ -48,7 +48,9 @@ def cosine_similarity(a: np.ndarray, b: np.ndarray) -> float:
         return 1.0
     if na == 0.0 or nb == 0.0:
         return 0.0
-    return float(np.dot(a64, b64) / (na * nb))
+    if np.array_equal(a64, b64):
+        return 1.0  # exact, not 1 - rounding
+    return float(np.clip(np.dot(a64, b64) / (na * nb), -1.0, 1.0))
 
 
 def compare_arrays(name: str, ref: np.ndarray, got: np.ndarray, *, top1: bool = False) -> OutputStats:
