@@ -3,19 +3,34 @@ PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 PYTEST_ARGS ?=
 
-.PHONY: install test lint typecheck bench clean
+.PHONY: install test lint typecheck bench clean stubs typecheck-trt
 
 install:
 	$(PIP) install -q -e '.[test]'
 	-command -v pyenv >/dev/null 2>&1 && pyenv rehash
 	@command -v trtconv >/dev/null && trtconv --version | head -1
 
-test:
+test: typecheck-trt
 	$(PYTHON) -m ruff check trtconv tests benchmarks
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 
 lint:
 	$(PYTHON) -m ruff check trtconv tests benchmarks
+
+# TensorRT type stubs, generated from NVIDIA's bindings wheels (PyPI) into an ignored cache.
+TRT_STUBS ?= .cache/trt-stubs
+TRT_STUB_VERSIONS ?= 10.16 11.4
+
+stubs:
+	$(PYTHON) tools/trt_stubs/generate.py --out $(TRT_STUBS)
+
+# trtconv/trt against each TensorRT version's real API (docs/build.md, "Type-checking").
+typecheck-trt: stubs
+	@for v in $(TRT_STUB_VERSIONS); do \
+	  echo "mypy trtconv/trt against TensorRT $$v"; \
+	  MYPYPATH=$(TRT_STUBS)/$$v $(PYTHON) -m mypy --config-file tools/trt_stubs/mypy.ini \
+	    --cache-dir .mypy_cache/trt-$$v trtconv/trt || exit 1; \
+	done
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .mypy_cache

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
+import re
+import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +23,60 @@ from typing import Any
 from trtconv.errors import OutputError, UsageError
 
 TMP_PREFIX = ".trtconv-tmp-"
+# Temp names carry host and pid, so a later write can tell a temp left by a killed
+# process (kill -9, OOM killer, power loss) from one a live writer still owns.
+_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:6]
+_OWNED = re.compile(re.escape(TMP_PREFIX) + r"([0-9a-f]{6})-(\d+)-")
+
+
+def _tmp_prefix(name: str = "") -> str:
+    return f"{TMP_PREFIX}{_HOST}-{os.getpid()}-" + (f"{name}." if name else "")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+def sweep_stale_temps(folder: Path) -> list[str]:
+    """Remove temp files and folders that killed trtconv processes on this host left in ``folder``.
+
+    Only names with this host's tag and a pid that no longer runs are touched, so a
+    concurrent writer's temp (or another machine's, on a shared folder) is left alone.
+    """
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        m = _OWNED.match(entry.name)
+        if not m or m.group(1) != _HOST or _pid_alive(int(m.group(2))):
+            continue
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            continue
+        removed.append(entry.name)
+    return removed
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (power loss); best effort where unsupported."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def check_output_path(path: Path, *, force: bool) -> None:
@@ -35,12 +93,18 @@ def check_output_path(path: Path, *, force: bool) -> None:
         raise OutputError(f"output folder {parent} is not writable", hint="choose another -o path")
 
 
-def _os_error(path: Path, exc: OSError) -> OutputError:
-    if exc.errno == errno.ENOSPC:
+def os_error(path: Path, exc: OSError) -> OutputError:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return OutputError(f"no space left writing {path}", hint="free disk space or choose another folder")
+    if exc.errno == errno.EFBIG:
+        return OutputError(f"cannot write {path}: file too large for this folder or process limit (ulimit -f)",
+                           hint="raise the file-size limit or choose another folder")
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return OutputError(f"cannot write {path}: {exc.strerror}", hint="choose a writable folder")
     return OutputError(f"cannot write {path}: {exc.strerror or exc}")
+
+
+_os_error = os_error  # former name, kept for callers
 
 
 @contextlib.contextmanager
@@ -49,19 +113,21 @@ def atomic_path(path: Path, *, force: bool = False, suffix: str = "") -> Iterato
     path = Path(path)
     check_output_path(path, force=force)
     parent = path.parent if str(path.parent) else Path(".")
+    sweep_stale_temps(parent)
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", suffix=suffix, dir=parent)
+        fd, tmp_name = tempfile.mkstemp(prefix=_tmp_prefix(path.name), suffix=suffix, dir=parent)
         os.close(fd)
     except OSError as exc:
-        raise _os_error(path, exc) from exc
+        raise os_error(path, exc) from exc
     tmp = Path(tmp_name)
     try:
         yield tmp
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+        fsync_dir(parent)
     except OSError as exc:
-        raise _os_error(path, exc) from exc
+        raise os_error(path, exc) from exc
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
@@ -70,12 +136,11 @@ def atomic_path(path: Path, *, force: bool = False, suffix: str = "") -> Iterato
 @contextlib.contextmanager
 def atomic_dir(parent: Path) -> Iterator[Path]:
     """A scratch folder inside ``parent`` (same file system), removed afterwards."""
-    import shutil
-
+    sweep_stale_temps(parent)
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=parent))
+        tmp = Path(tempfile.mkdtemp(prefix=_tmp_prefix(), dir=parent))
     except OSError as exc:
-        raise _os_error(parent, exc) from exc
+        raise os_error(parent, exc) from exc
     try:
         yield tmp
     finally:

@@ -22,6 +22,12 @@ from trtconv.errors import ExitCode, TrtconvError
 # command name -> "module:attribute". Add a command by adding a line here.
 COMMANDS: dict[str, str] = {
     "check": "trtconv.cli.check:check",
+    "doctor": "trtconv.cli.doctor:doctor",
+    "build": "trtconv.cli.build:build",
+    "verify": "trtconv.cli.verify:verify",
+    "bench": "trtconv.cli.bench:bench",
+    "quantize": "trtconv.cli.quantize:quantize",
+    "rewrite": "trtconv.cli.rewrite:rewrite",
 }
 
 TRACEBACK_KEY = "trtconv.traceback"

@@ -18,10 +18,13 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import external_data_helper
 
-from trtconv.errors import InvalidModelError, UsageError
-from trtconv.outputs import atomic_dir, check_output_path
+from trtconv.errors import InvalidModelError, OutputError, UsageError
+from trtconv.outputs import atomic_dir, check_output_path, fsync_dir, os_error
 
 PROTOBUF_LIMIT = 2**31 - 1
+# Opset and IR versions are small numbers; anything past int32 is corruption, and
+# onnx's C++ checker cannot even take it as an argument.
+OPSET_LIMIT = 2**31 - 1
 # Above this we save weights externally: comfortably below the protobuf limit.
 EXTERNAL_DATA_THRESHOLD = 1_800_000_000
 
@@ -113,6 +116,146 @@ def _external_refs(model: onnx.ModelProto) -> list[tuple[onnx.TensorProto, Exter
     return refs
 
 
+# Element widths of the sub-byte types (onnx packs them); the rest follow numpy's itemsize.
+_SUB_BYTE_BITS = {
+    onnx.TensorProto.UINT4: 4, onnx.TensorProto.INT4: 4, onnx.TensorProto.FLOAT4E2M1: 4,
+    getattr(onnx.TensorProto, "UINT2", -1): 2, getattr(onnx.TensorProto, "INT2", -2): 2,
+    getattr(onnx.TensorProto, "FLOAT6E2M3", -3): 6, getattr(onnx.TensorProto, "FLOAT6E3M2", -4): 6,
+}
+
+
+def _element_bits(t: onnx.TensorProto) -> int | None:
+    if t.data_type in _SUB_BYTE_BITS:
+        return _SUB_BYTE_BITS[t.data_type]
+    try:
+        return int(onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize) * 8
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def check_tensor_sizes(model: onnx.ModelProto, available: dict[str, int] | None = None) -> None:
+    """Refuse tensors whose declared dims need more bytes than they carry.
+
+    A 16-byte tensor declaring 2**40 elements must fail here, cheaply, rather than
+    make shape inference or numpy try to materialize it. ``available`` maps an
+    external tensor's name to the bytes its data file can supply.
+    """
+    available = available or {}
+    for t in iter_tensors(model):
+        label = t.name or "(unnamed constant)"
+        if any(d < 0 for d in t.dims):
+            raise InvalidModelError(f"tensor {label!r} has negative dims {list(t.dims)}",
+                                    hint="the model file is corrupt; re-export it")
+        n = 1
+        for d in t.dims:
+            n *= d
+        if t.data_type == onnx.TensorProto.STRING:
+            if n > len(t.string_data):
+                raise InvalidModelError(f"tensor {label!r} declares {n} strings but holds {len(t.string_data)}",
+                                        hint="the model file is corrupt; re-export it")
+            continue
+        bits = _element_bits(t)
+        if bits is None:
+            raise InvalidModelError(f"tensor {label!r} has unknown data type {t.data_type}",
+                                    hint="the model file is corrupt, or from a newer ONNX than this onnx package")
+        need_bytes = (n * bits + 7) // 8
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            if t.name not in available:
+                continue
+            ok, have = available[t.name] >= need_bytes, available[t.name]
+        elif t.HasField("raw_data"):
+            # numpy reads raw_data with the declared dtype: the size must match exactly
+            ok, have = len(t.raw_data) == need_bytes, len(t.raw_data)
+        else:
+            entries = len(getattr(t, onnx.helper.tensor_dtype_to_field(t.data_type)))
+            per_entry = 32 // bits if bits < 8 else 1
+            per_element = 2 if t.data_type in (onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128) else 1
+            ok, have = entries * per_entry >= n * per_element, entries
+        if not ok:
+            raise InvalidModelError(
+                f"tensor {label!r} declares {onnx.TensorProto.DataType.Name(t.data_type)} dims {list(t.dims)} "
+                f"({need_bytes} bytes) but carries {have} {'bytes' if t.HasField('raw_data') or t.data_location else 'values'}",
+                hint="the model file is corrupt or truncated; re-export it",
+            )
+
+
+_ATTRIBUTE_TYPES = {v for _, v in onnx.AttributeProto.AttributeType.items() if v}
+
+
+def check_structure(model: onnx.ModelProto) -> None:
+    """Refuse what no consumer can make sense of, whatever the ops: typeless inputs,
+    a tensor produced twice, cycles, attributes without a name or type.
+
+    ``onnx.checker``'s verdict stays advisory (custom ops fail it legitimately); these
+    rules hold for every ONNX graph, and downstream code relies on them.
+    """
+    inits = {t.name for t in model.graph.initializer}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        if not vi.name:
+            raise InvalidModelError("a graph input has no name", hint="the model file is corrupt; re-export it")
+        kind = vi.type.WhichOneof("value")
+        if kind is None:
+            raise InvalidModelError(f"input {vi.name!r} has no type", hint="the model file is corrupt; re-export it")
+        if kind == "tensor_type" and vi.type.tensor_type.elem_type not in onnx.TensorProto.DataType.values():
+            raise InvalidModelError(f"input {vi.name!r} has unknown element type {vi.type.tensor_type.elem_type}",
+                                    hint="the model file is corrupt; re-export it")
+        if kind == "tensor_type" and vi.type.tensor_type.elem_type == onnx.TensorProto.UNDEFINED:
+            raise InvalidModelError(f"input {vi.name!r} has no element type",
+                                    hint="the model file is corrupt; re-export it")
+    for g in iter_graphs(model.graph):
+        _check_graph(g)
+
+
+def _check_graph(g: onnx.GraphProto) -> None:
+    label = f"graph {g.name!r}" if g.name else "the graph"
+    sources = {t.name for t in g.initializer} | {vi.name for vi in g.input}
+    producer: dict[str, int] = {}
+    for i, node in enumerate(g.node):
+        for attr in node.attribute:
+            if not attr.name or attr.type not in _ATTRIBUTE_TYPES:
+                raise InvalidModelError(
+                    f"node {node.name or node.op_type!r} in {label} has an attribute "
+                    f"{attr.name!r} of invalid type {attr.type}",
+                    hint="the model file is corrupt; re-export it",
+                )
+        for out in node.output:
+            if not out:
+                continue  # an omitted optional output
+            if out in producer or out in sources:
+                raise InvalidModelError(
+                    f"invalid graph: node {node.name or node.op_type!r} in {label} produces tensor {out!r}, "
+                    "which already exists (names must be unique)",
+                    hint="the ONNX graph is structurally broken; re-export the model",
+                )
+            producer[out] = i
+    # Kahn over edges inside this graph; names from outer scopes are sources.
+    indegree = [0] * len(g.node)
+    users: dict[int, list[int]] = {}
+    for i, node in enumerate(g.node):
+        for name in set(node.input):
+            j = producer.get(name)
+            if j is not None:
+                indegree[i] += 1
+                users.setdefault(j, []).append(i)
+    ready = [i for i, d in enumerate(indegree) if d == 0]
+    seen = 0
+    while ready:
+        j = ready.pop()
+        seen += 1
+        for i in users.get(j, ()):
+            indegree[i] -= 1
+            if indegree[i] == 0:
+                ready.append(i)
+    if seen != len(g.node):
+        stuck = next(g.node[i] for i, d in enumerate(indegree) if d > 0)
+        raise InvalidModelError(
+            f"invalid graph: node {stuck.name or stuck.op_type!r} in {label} is part of a cycle",
+            hint="the ONNX graph is structurally broken; re-export the model",
+        )
+
+
 def validate_external_refs(refs: list[ExternalRef], base_dir: Path) -> None:
     """Refuse locations outside the model's folder and refs past the end of their file."""
     base = base_dir.resolve()
@@ -126,7 +269,16 @@ def validate_external_refs(refs: list[ExternalRef], base_dir: Path) -> None:
                 f"tensor {ref.tensor!r}: external-data location {loc!r} escapes the model's folder",
                 hint="external data must sit in the model's folder; trtconv refuses other paths",
             )
-        target = (base / loc).resolve()
+        if "\x00" in loc:
+            raise InvalidModelError(f"tensor {ref.tensor!r}: external-data location {loc!r} holds a NUL byte",
+                                    hint="the model file is corrupt; re-export it")
+        try:
+            target = (base / loc).resolve()
+        except (OSError, RuntimeError) as exc:  # name too long, symlink loop
+            raise InvalidModelError(
+                f"tensor {ref.tensor!r}: external-data location {loc!r} cannot be resolved "
+                f"({getattr(exc, 'strerror', None) or exc})"
+            ) from exc
         if base not in target.parents:
             raise InvalidModelError(
                 f"tensor {ref.tensor!r}: external-data location {loc!r} resolves outside the model's folder "
@@ -134,12 +286,20 @@ def validate_external_refs(refs: list[ExternalRef], base_dir: Path) -> None:
                 hint="copy the data file into the model's folder",
             )
         if target not in sizes:
-            if not target.is_file():
+            try:
+                is_file = target.is_file()
+                size = target.stat().st_size if is_file else 0
+            except OSError as exc:  # name too long, permission denied
+                raise InvalidModelError(
+                    f"tensor {ref.tensor!r}: cannot read external-data file {loc!r} "
+                    f"({exc.strerror or exc})"
+                ) from exc
+            if not is_file:
                 raise InvalidModelError(
                     f"external-data file {loc!r} (tensor {ref.tensor!r}) not found next to the model",
                     hint=f"copy {loc} into {base_dir}",
                 )
-            sizes[target] = target.stat().st_size
+            sizes[target] = size
         size = sizes[target]
         if ref.offset < 0 or (ref.length is not None and ref.length < 0):
             raise InvalidModelError(f"tensor {ref.tensor!r}: negative external-data offset or length")
@@ -150,6 +310,17 @@ def validate_external_refs(refs: list[ExternalRef], base_dir: Path) -> None:
                 f"{loc!r} ({size} bytes)",
                 hint="the data file is truncated or belongs to another model",
             )
+
+
+def _external_bytes(refs: list[ExternalRef], base_dir: Path) -> dict[str, int]:
+    """Bytes each external tensor can read: its length, else up to the end of its file."""
+    out: dict[str, int] = {}
+    for r in refs:
+        if r.length is not None:
+            out[r.tensor] = r.length
+        else:
+            out[r.tensor] = max(0, (base_dir / r.location).stat().st_size - r.offset)
+    return out
 
 
 def _read_proto(path: Path) -> onnx.ModelProto:
@@ -173,6 +344,15 @@ def _read_proto(path: Path) -> onnx.ModelProto:
             f"{path} is not an ONNX model (no IR version or empty graph)",
             hint="check that the file is an .onnx export, not another format",
         )
+    for o in model.opset_import:
+        if not 0 <= o.version <= OPSET_LIMIT:
+            raise InvalidModelError(
+                f"{path} imports opset {o.version} of domain {o.domain or 'ai.onnx'!r}, which cannot exist",
+                hint="the model file is corrupt; re-export it",
+            )
+    if model.ir_version > OPSET_LIMIT:
+        raise InvalidModelError(f"{path} declares IR version {model.ir_version}, which cannot exist",
+                                hint="the model file is corrupt; re-export it")
     return model
 
 
@@ -201,6 +381,8 @@ def load_model(path: str | os.PathLike[str], *, load_weights: bool = True, check
     pairs = _external_refs(model)
     refs = [r for _, r in pairs]
     validate_external_refs(refs, path.parent)
+    check_tensor_sizes(model, _external_bytes(refs, path.parent))
+    check_structure(model)
     err = _checker_error(model, path, bool(refs)) if check else None
     if load_weights and refs:
         try:
@@ -264,23 +446,35 @@ def save_model(
     parent = path.parent if str(path.parent) else Path(".")
     with atomic_dir(parent) as scratch:
         tmp_model = scratch / path.name
-        if external_data:
-            model = _with_raw_data(model)  # also a copy: onnx's saver edits the proto it is given
-            onnx.save_model(
-                model,
-                str(tmp_model),
-                save_as_external_data=True,
-                all_tensors_to_one_file=True,
-                location=data_name,
-                size_threshold=1024,
-            )
-        else:
-            onnx.save_model(model, str(tmp_model))
-        for f in (scratch / data_name, tmp_model):
-            if f.exists():
+        try:
+            if external_data:
+                model = _with_raw_data(model)  # also a copy: onnx's saver edits the proto it is given
+                onnx.save_model(
+                    model,
+                    str(tmp_model),
+                    save_as_external_data=True,
+                    all_tensors_to_one_file=True,
+                    location=data_name,
+                    size_threshold=1024,
+                )
+            else:
+                onnx.save_model(model, str(tmp_model))
+            written = [f for f in (scratch / data_name, tmp_model) if f.exists()]
+            for f in written:
                 with open(f, "rb+") as fh:
                     os.fsync(fh.fileno())
+            if len(written) == 2 and path.exists():
+                # The old model must not meet the new data file: if we are killed between
+                # the two renames below, leave no model rather than a mismatched pair.
+                path.unlink()
+            for f in written:
                 os.replace(f, parent / f.name)
+            fsync_dir(parent)
+        except OSError as exc:
+            raise os_error(path, exc) from exc
+        except ValueError as exc:  # onnx refuses a >2 GB proto when told to keep weights inline
+            raise OutputError(f"cannot write {path}: {str(exc).splitlines()[0] if str(exc) else exc}",
+                              hint="large models need external data") from exc
     return path
 
 

@@ -110,11 +110,15 @@ def _has_unknown_dims(model: onnx.ModelProto) -> bool:
     return False
 
 
-def infer_shapes(loaded: LoadedModel, model: onnx.ModelProto | None = None) -> onnx.ModelProto:
+def infer_shapes(
+    loaded: LoadedModel, model: onnx.ModelProto | None = None, *, symbolic: bool = True
+) -> onnx.ModelProto:
     """Shape-inferred copy of the model; never fails: unknown stays unknown.
 
     Structural analysis needs shapes only, so this runs on the proto whether or not
     its external weights are loaded; for protos over 2 GB it falls back to the file.
+    ``symbolic=False`` skips ONNX Runtime's symbolic pass: ONNX's own gives dtypes and
+    ranks, which is all ``check`` needs, and the symbolic pass costs seconds per 1k nodes.
     """
     model = model if model is not None else loaded.proto
     try:
@@ -129,7 +133,7 @@ def infer_shapes(loaded: LoadedModel, model: onnx.ModelProto | None = None) -> o
     except Exception as exc:  # custom ops or malformed parts: keep what we have
         log.debug("onnx shape inference failed: %s", exc)
         inferred = model
-    if _has_unknown_dims(inferred) and inferred.ByteSize() < PROTOBUF_LIMIT:
+    if symbolic and _has_unknown_dims(inferred) and inferred.ByteSize() < PROTOBUF_LIMIT:
         try:
             from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 

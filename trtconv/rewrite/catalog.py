@@ -16,12 +16,13 @@ class RewriteRule:
 
 DCNV2_CENTERNET = RewriteRule("dcnv2-centernet", "CenterNet DCNv2 -> DeformConv (or a DCNv2 plugin node)")
 DCNV2_MMCV = RewriteRule("dcnv2-mmcv", "mmcv MMCVModulatedDeformConv2d -> DeformConv (or a DCNv2 plugin node)")
-DEFORMCONV = RewriteRule("deformconv", "ONNX DeformConv -> symmetric pads / plugin node")
+DEFORMCONV = RewriteRule("deformconv", "ONNX DeformConv with asymmetric pads -> Pad + DeformConv (or a DCNv2 plugin node)")
 
 REWRITABLE: dict[tuple[str, str], RewriteRule] = {
     ("", "DCNv2"): DCNV2_CENTERNET,
     ("mmcv", "MMCVModulatedDeformConv2d"): DCNV2_MMCV,
     ("", "MMCVModulatedDeformConv2d"): DCNV2_MMCV,
+    ("mmdeploy", "MMCVModulatedDeformConv2d"): DCNV2_MMCV,  # mmdeploy's export of the same op
     ("", "DeformConv"): DEFORMCONV,
 }
 

@@ -1,0 +1,170 @@
+"""DCNv2 forward: trtconv's fused kernel against torchvision and cuDNN's dense conv (GPU only).
+
+Runs the PTX the TensorRT plugin embeds (through CuPy) on the three layer shapes of
+docs/dcn-perf.md, in FP16, FP32 I/O with TF32 math (TensorRT's default) and strict FP32.
+Columns: this kernel (best tile, as TensorRT's tactic timing would pick), torchvision
+``deform_conv2d``, cuDNN dense conv2d of the same shape (NCHW), the roofline bound, and the
+relative error of each DCN against float64. Times are medians of CUDA-event timed batches.
+
+    python benchmarks/dcn_bench.py [--json out.json] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+
+SHAPES = {"a": (1, 64, 64, 128), "b": (8, 256, 256, 64), "c": (1, 512, 512, 32)}  # N, C, Cout, H=W
+MODES = ("fp16", "tf32", "fp32")
+# Datasheet ceilings (dcn-perf.md §3.1): HBM bytes/s, and FLOP/s per math mode.
+HBM = {"H100": 3.35e12, "H200": 4.8e12}
+PEAK = {"fp16": 989.4e12, "tf32": 494.7e12, "fp32": 66.9e12}
+
+
+def roofline_us(n: int, c: int, cout: int, h: int, mode: str, gpu: str) -> float:
+    p = n * h * h
+    flops = 2 * p * cout * c * 9
+    elems = n * c * h * h + n * 27 * h * h + cout * c * 9 + cout + n * cout * h * h
+    nbytes = elems * (2 if mode == "fp16" else 4)
+    return max(nbytes / HBM.get(gpu, HBM["H100"]), flops / PEAK[mode]) * 1e6
+
+
+def time_us(torch, fn, iters: int, reps: int) -> float:
+    """Median over `reps` of the mean device time of `iters` back-to-back launches (CUDA events)."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(reps):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        # Keep the GPU busy while the host enqueues the batch, so launch overhead stays out.
+        torch.cuda._sleep(4_000_000)
+        a.record()
+        for _ in range(iters):
+            fn()
+        b.record()
+        torch.cuda.synchronize()
+        samples.append(a.elapsed_time(b) * 1e3 / iters)
+    return statistics.median(samples)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", help="write all numbers here")
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    args = ap.parse_args(argv)
+
+    import torch
+    import torch.nn.functional as F
+    from torchvision.ops import deform_conv2d
+
+    from trtconv.trt.plugins import dcnv2_kernel as dk
+
+    iters, reps = (5, 5) if args.quick else (20, 15)
+    prop = torch.cuda.get_device_properties(0)
+    gpu = "H200" if "H200" in prop.name else "H100"
+    print(f"# {prop.name}, {prop.multi_processor_count} SMs, torch {torch.__version__}", flush=True)
+    torch.backends.cudnn.benchmark = True
+    launch = dk.CupyLauncher()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    rows = []
+
+    for key, (n, c, cout, h) in SHAPES.items():
+        for mode in MODES:
+            dtype = torch.float16 if mode == "fp16" else torch.float32
+            tf32 = mode == "tf32"
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            torch.backends.cudnn.allow_tf32 = tf32
+
+            def rnd(*shape, scale=1.0, dtype=dtype):
+                return (torch.randn(*shape, generator=gen, device="cuda") * scale).to(dtype)
+
+            x = rnd(n, c, h, h)
+            w = rnd(cout, c, 3, 3, scale=(9 * c) ** -0.5)
+            b = rnd(cout)
+            off = rnd(n, 18, h, h, scale=2.0)
+            msk = torch.sigmoid(rnd(n, 9, h, h, dtype=torch.float32)).to(dtype)
+            w_ohwi = w.permute(0, 2, 3, 1).contiguous()
+            attrs = dk.DCNv2Attrs(pads=(1, 1, 1, 1), allow_tf32=mode != "fp32")
+            out = torch.empty(n, cout, h, h, dtype=dtype, device="cuda")
+
+            x_cl = x.permute(0, 2, 3, 1).contiguous()  # what TensorRT's HWC8/HWC format holds
+            tiles: dict[str, float] = {}
+            for layout in dk.LAYOUTS:
+                xin = x_cl if layout == "nhwc" else x
+                for tile in dk.TILES:
+                    if tile[1] == 128 and cout <= 64:
+                        continue
+                    run, _ = launch.prepare(xin, off, msk, w_ohwi, b, attrs, out=out, tile=tile, layout=layout)
+                    tiles[f"{layout} {tile[0]}x{tile[1]}x{tile[2]}"] = time_us(torch, run, iters, reps)
+            best = {lay: min((k for k in tiles if k.startswith(lay)), key=tiles.__getitem__) for lay in dk.LAYOUTS}
+            t_tv = time_us(torch, lambda x=x, off=off, w=w, b=b, msk=msk: deform_conv2d(x, off, w, b, padding=1, mask=msk), iters, reps)
+            t_conv = time_us(torch, lambda x=x, w=w, b=b: F.conv2d(x, w, b, padding=1), iters, reps)
+            t_reformat = time_us(torch, lambda x=x: x.permute(0, 2, 3, 1).contiguous(), iters, reps)
+
+            ref = deform_conv2d(x.double(), off.double(), w.double(), b.double(), padding=1, mask=msk.double())
+            tv = deform_conv2d(x, off, w, b, padding=1, mask=msk)
+            errs = {}
+            for layout in dk.LAYOUTS:
+                tile = tuple(int(v) for v in best[layout].split()[1].split("x"))
+                out.fill_(float("nan"))
+                ours = launch(x_cl if layout == "nhwc" else x, off, msk, w_ohwi, b, attrs, out=out, tile=tile, layout=layout)
+                errs[layout] = float((ours.double() - ref).norm() / ref.norm())
+            e_tv = float((tv.double() - ref).norm() / ref.norm())
+            row = dict(
+                shape=key, n=n, c=c, cout=cout, h=h, mode=mode,
+                ours_nchw_us=tiles[best["nchw"]], ours_nhwc_us=tiles[best["nhwc"]],
+                tile_nchw=best["nchw"], tile_nhwc=best["nhwc"], tiles_us=tiles, torchvision_us=t_tv,
+                cudnn_us=t_conv, reformat_us=t_reformat, roofline_us=roofline_us(n, c, cout, h, mode, gpu),
+                err_nchw=errs["nchw"], err_nhwc=errs["nhwc"], err_torchvision=e_tv,
+            )
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            del x, x_cl, w, b, off, msk, w_ohwi, out, ref, ours, tv
+            torch.cuda.empty_cache()
+
+    # FP16 error against H (sampling coordinates in FP32 vs torchvision's half coordinates).
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    sweep = []
+    for h in (16, 32, 64, 128, 256):
+        x = torch.randn(1, 64, h, h, generator=gen, device="cuda").half()
+        w = (torch.randn(64, 64, 3, 3, generator=gen, device="cuda") / 24).half()
+        b = torch.randn(64, generator=gen, device="cuda").half()
+        off = (2 * torch.randn(1, 18, h, h, generator=gen, device="cuda")).half()
+        msk = torch.sigmoid(torch.randn(1, 9, h, h, generator=gen, device="cuda")).half()
+        ref = deform_conv2d(x.double(), off.double(), w.double(), b.double(), padding=1, mask=msk.double())
+        ours = launch(x, off, msk, w.permute(0, 2, 3, 1).contiguous(), b, dk.DCNv2Attrs(pads=(1, 1, 1, 1)))
+        tv = deform_conv2d(x, off, w, b, padding=1, mask=msk)
+        sweep.append(dict(h=h, err_ours=float((ours.double() - ref).norm() / ref.norm()),
+                          err_torchvision=float((tv.double() - ref).norm() / ref.norm())))
+
+    print(f"\n## DCNv2 forward on {prop.name}: median µs (CUDA events); ×tv = torchvision / ours")
+    print("ours NCHW: x as TensorRT LINEAR; ours NHWC: x channels-last (TensorRT HWC8/HWC), "
+          "`+ref` = a separate NCHW->NHWC copy added.")
+    print("| shape | mode | ours NCHW | ours NHWC | NHWC+ref | torchvision | cuDNN conv | roofline "
+          "| ×tv NCHW | ×tv NHWC | NHWC/conv | err ours | err tv |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| ({r['shape']}) N{r['n']} C{r['c']}→{r['cout']} {r['h']}² | {r['mode']} | {r['ours_nchw_us']:.1f} "
+            f"| {r['ours_nhwc_us']:.1f} | {r['ours_nhwc_us'] + r['reformat_us']:.1f} | {r['torchvision_us']:.1f} "
+            f"| {r['cudnn_us']:.1f} | {r['roofline_us']:.1f} | {r['torchvision_us'] / r['ours_nchw_us']:.2f} "
+            f"| {r['torchvision_us'] / r['ours_nhwc_us']:.2f} | {r['ours_nhwc_us'] / r['cudnn_us']:.2f} "
+            f"| {max(r['err_nchw'], r['err_nhwc']):.1e} | {r['err_torchvision']:.1e} |"
+        )
+    print("\nbest tiles: " + "; ".join(f"({r['shape']}) {r['mode']}: {r['tile_nchw']}, {r['tile_nhwc']}" for r in rows))
+    print("\n| H=W (FP16, C64→64) | " + " | ".join(str(s["h"]) for s in sweep) + " |")
+    print("|---|" + "---|" * len(sweep))
+    print("| ours | " + " | ".join(f"{s['err_ours']:.1e}" for s in sweep) + " |")
+    print("| torchvision | " + " | ".join(f"{s['err_torchvision']:.1e}" for s in sweep) + " |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": prop.name, "rows": rows, "fp16_error_sweep": sweep}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

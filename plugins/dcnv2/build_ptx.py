@@ -1,0 +1,56 @@
+"""Compile plugins/dcnv2/dcnv2.cu to the PTX that trtconv ships, and copy the spec beside it.
+
+`make dcnv2-ptx` runs this; tests/test_dcnv2_build.py runs the same compile and checks the
+shipped files match, so a kernel that does not build -- or PTX that is stale -- cannot land.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+SOURCE = HERE / "dcnv2.cu"
+SPEC = HERE / "spec.json"
+PACKAGE_DIR = ROOT / "trtconv" / "trt" / "plugins"
+SHIPPED_PTX = PACKAGE_DIR / "dcnv2.ptx"
+SHIPPED_SPEC = PACKAGE_DIR / "dcnv2_spec.json"
+NVCC_FLAGS = ("-std=c++17", "-O3")
+
+
+def nvcc() -> str:
+    found = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nvcc").exists() else None)
+    if not found:
+        raise FileNotFoundError("nvcc not found: install the CUDA toolkit (13.0 is what trtconv ships PTX from)")
+    return found
+
+
+def compile_ptx(arch: str, out: Path) -> None:
+    """nvcc -ptx for one virtual architecture, e.g. 'sm_80'."""
+    cmd = [nvcc(), "-ptx", f"-arch={arch}", *NVCC_FLAGS, "-o", str(out), str(SOURCE)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{res.stderr}")
+
+
+def ptx_body(text: str) -> list[str]:
+    """PTX without its '//' comment lines (the header names the exact nvcc build)."""
+    return [ln for ln in text.splitlines() if not ln.lstrip().startswith("//")]
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "dcnv2.ptx"
+        compile_ptx("sm_80", out)
+        shutil.copyfile(out, SHIPPED_PTX)
+    shutil.copyfile(SPEC, SHIPPED_SPEC)
+    print(f"wrote {SHIPPED_PTX.relative_to(ROOT)} and {SHIPPED_SPEC.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

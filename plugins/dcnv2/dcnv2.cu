@@ -1,0 +1,586 @@
+// trtconv DCNv2 (modulated deformable convolution) forward: one fused kernel.
+//
+// Implicit GEMM: M = output pixels (N*Ho*Wo), N = output channels of one conv group,
+// K = taps x input channels of the group, walked in chunks of KC channels (chunk outer, tap inner).
+// Each CTA samples its A tile (BM pixels x KC channels of one tap) straight into shared
+// memory -- bilinear weights and coordinates in FP32, per (pixel, tap, deformable group)
+// held in registers -- and multiplies it on tensor cores (WMMA: FP16/BF16 m16n16k16,
+// TF32 m16n16k8; FP32 accumulators) against the weight tile. No column buffer, no
+// workspace, bias fused into the epilogue. The loads of step t+2 are in flight during the
+// tensor-core work of step t (double-buffered shared memory, one barrier per step).
+//
+// Layouts (see spec.json): x, offset, mask, y NCHW; weight OHWI [Cout, kh, kw, C/group];
+// offset channel ((g*kh+i)*kw+j)*2 + {0: dy, 1: dx}; mask channel (g*kh+i)*kw+j.
+// Border rule (torchvision/mmcv): a sample point with y <= -1, y >= H, x <= -1 or x >= W
+// contributes zero; otherwise each corner outside the image contributes zero.
+//
+// Entry points (extern "C", one per dtype x layout x tile): dcnv2_<dt>_<layout>_m<BM>n<BN>k<KCH>, dt in
+// f32 (FP32 I/O, FP32-accurate 3xTF32 product), tf32 (FP32 I/O, TF32 product),
+// f16, bf16. Block: 256 threads; grid: (ceil(N*Ho*Wo/BM), ceil((Cout/group)/BN), group);
+// no dynamic shared memory. Index arithmetic is int32 (every tensor < 2^31 elements).
+//
+// Regenerate the shipped PTX with `make dcnv2-ptx` after editing this file.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include <type_traits>
+
+using namespace nvcuda;
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+// ---- element types --------------------------------------------------------------------
+// Storage (global) type T, shared-memory operand type S, WMMA shape and conversions.
+struct F16 {
+  using T = __half;
+  using S = __half;
+  using Frag = __half;
+  static constexpr int WK = 16;   // WMMA k
+  static constexpr int PAD = 8;   // row padding in elements (16 bytes)
+  static constexpr int VEC = 8;   // elements per 16-byte weight load
+  static constexpr bool kSplit = false;
+  static __device__ __forceinline__ float ld(const T* p) { return __half2float(__ldg(p)); }
+  static __device__ __forceinline__ float cvt(T v) { return __half2float(v); }
+  static __device__ __forceinline__ S to_s(float v) { return __float2half_rn(v); }
+  static __device__ __forceinline__ T to_t(float v) { return __float2half_rn(v); }
+};
+
+struct BF16 {
+  using T = __nv_bfloat16;
+  using S = __nv_bfloat16;
+  using Frag = __nv_bfloat16;
+  static constexpr int WK = 16;
+  static constexpr int PAD = 8;
+  static constexpr int VEC = 8;
+  static constexpr bool kSplit = false;
+  static __device__ __forceinline__ float ld(const T* p) { return __bfloat162float(__ldg(p)); }
+  static __device__ __forceinline__ float cvt(T v) { return __bfloat162float(v); }
+  static __device__ __forceinline__ S to_s(float v) { return __float2bfloat16_rn(v); }
+  static __device__ __forceinline__ T to_t(float v) { return __float2bfloat16_rn(v); }
+};
+
+template <bool Split>
+struct F32 {
+  using T = float;
+  using S = float;
+  using Frag = wmma::precision::tf32;
+  static constexpr int WK = 8;
+  static constexpr int PAD = 4;
+  static constexpr int VEC = 4;
+  static constexpr bool kSplit = Split;  // true: 3xTF32 (FP32-accurate), false: plain TF32
+  static __device__ __forceinline__ float ld(const T* p) { return __ldg(p); }
+  static __device__ __forceinline__ float cvt(T v) { return v; }
+  static __device__ __forceinline__ S to_s(float v) { return v; }
+  static __device__ __forceinline__ T to_t(float v) { return v; }
+};
+
+struct Params {
+  int N, C, H, W, Cout, Ho, Wo, kh, kw, sh, sw, pt, pl, dh, dw, group, dgroup, xcs;
+};
+
+// Bilinear sampling recipe for one (pixel, tap, deformable group): four in-plane corner
+// indices and four weights with the mask folded in (zero for corners outside the image).
+struct Recipe {
+  int i00, i01, i10, i11;
+  float w00, w01, w10, w11;
+};
+
+// Where the offset/mask values of (pixel, tap, deformable group g) live.
+__device__ __forceinline__ size_t offset_index(const Params& p, int n, int ho, int wo, int tap, int g) {
+  const int KK = p.kh * p.kw;
+  return ((size_t)(n * p.dgroup * KK + g * KK + tap) * 2) * (p.Ho * p.Wo) + ho * p.Wo + wo;
+}
+__device__ __forceinline__ size_t mask_index(const Params& p, int n, int ho, int wo, int tap, int g) {
+  const int KK = p.kh * p.kw;
+  return (size_t)(n * p.dgroup * KK + g * KK + tap) * (p.Ho * p.Wo) + ho * p.Wo + wo;
+}
+
+// The recipe from already-loaded offsets (dy, dx) and mask value m, all in FP32.
+__device__ __forceinline__ Recipe recipe_from(float dy, float dx, float m, const Params& p, int ho, int wo,
+                                              int tap) {
+  Recipe r{0, 0, 0, 0, 0.f, 0.f, 0.f, 0.f};
+  const int ti = tap / p.kw;
+  const int tj = tap - ti * p.kw;
+  const float y = (float)(ho * p.sh - p.pt + ti * p.dh) + dy;
+  const float x = (float)(wo * p.sw - p.pl + tj * p.dw) + dx;
+  if (!(y > -1.f && y < (float)p.H && x > -1.f && x < (float)p.W)) return r;  // also NaN
+  const float yf = floorf(y);
+  const float xf = floorf(x);
+  const int y0 = (int)yf;
+  const int x0 = (int)xf;
+  const float ly = y - yf, lx = x - xf;
+  const float hy = 1.f - ly, hx = 1.f - lx;
+  const bool vy0 = y0 >= 0, vy1 = y0 + 1 <= p.H - 1;
+  const bool vx0 = x0 >= 0, vx1 = x0 + 1 <= p.W - 1;
+  const int cy0 = vy0 ? y0 : 0, cy1 = vy1 ? y0 + 1 : p.H - 1;
+  const int cx0 = vx0 ? x0 : 0, cx1 = vx1 ? x0 + 1 : p.W - 1;
+  r.i00 = cy0 * p.W + cx0;
+  r.i01 = cy0 * p.W + cx1;
+  r.i10 = cy1 * p.W + cx0;
+  r.i11 = cy1 * p.W + cx1;
+  r.w00 = (vy0 && vx0) ? hy * hx * m : 0.f;
+  r.w01 = (vy0 && vx1) ? hy * lx * m : 0.f;
+  r.w10 = (vy1 && vx0) ? ly * hx * m : 0.f;
+  r.w11 = (vy1 && vx1) ? ly * lx * m : 0.f;
+  return r;
+}
+
+template <class E>
+__device__ __forceinline__ Recipe make_recipe(const typename E::T* __restrict__ offset,
+                                              const typename E::T* __restrict__ mask, const Params& p, int n,
+                                              int ho, int wo, int tap, int g) {
+  const size_t oi = offset_index(p, n, ho, wo, tap, g);
+  return recipe_from(E::ld(offset + oi), E::ld(offset + oi + p.Ho * p.Wo),
+                     E::ld(mask + mask_index(p, n, ho, wo, tap, g)), p, ho, wo, tap);
+}
+
+// KCH: channels per K step for 16-bit types (FP32 steps take half as many, same bytes).
+template <class E, int BM, int BN, int KCH, bool NHWC>
+struct Tile {
+  using S = typename E::S;
+  static constexpr int KC = KCH * 2 / (int)sizeof(S);
+  static constexpr int VE = 16 / (int)sizeof(typename E::T);  // elements per 16-byte vector
+  // NCHW sampling: TPP threads per pixel, CPT consecutive channels each.
+  static constexpr int TPP = kThreads / BM;
+  static constexpr int CPT = KC / TPP;
+  // NHWC sampling: XT threads per pixel, one 16-byte channel vector each, NTASK pixels per thread.
+  static constexpr int XT = KC / VE;
+  static constexpr int PPP = kThreads / XT;  // pixels per pass
+  static constexpr int NTASK = (BM + PPP - 1) / PPP;
+  // A tile: NCHW -> column-major As[k][m]; NHWC -> row-major As[m][k].
+  static constexpr int LDA = NHWC ? KC + E::PAD : BM + E::PAD;
+  static constexpr int ASZ = NHWC ? BM * LDA : KC * LDA;
+  static constexpr int LDB = KC + E::PAD;  // Bs[n][k] (column-major B)
+  static constexpr int WM = (BM >= 128) ? 4 : 2;
+  static constexpr int WN = kWarps / WM;
+  static constexpr int TM = BM / WM, TN = BN / WN;
+  static constexpr int FM = TM / 16, FN = TN / 16;
+  static constexpr int BVEC = BN * KC / E::VEC;
+  static constexpr int BV_PER_T = (BVEC + kThreads - 1) / kThreads;
+  static constexpr int SMEM_AB = (2 * ASZ + 2 * BN * LDB) * (int)sizeof(S);
+  static constexpr int SMEM = SMEM_AB > kWarps * 256 * 4 ? SMEM_AB : kWarps * 256 * 4;
+  static_assert(CPT >= 1 && KC % TPP == 0, "tile");
+  static_assert(KC % VE == 0 && kThreads % XT == 0, "vector tile");
+  static_assert(FM >= 1 && FN >= 1 && TM % 16 == 0 && TN % 16 == 0, "warp tile");
+  static_assert(SMEM <= 48 * 1024, "static shared memory");
+};
+
+template <class E, int BM, int BN, int KCH, bool NHWC>
+__device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
+                                            const typename E::T* __restrict__ offset,
+                                            const typename E::T* __restrict__ mask,
+                                            const typename E::T* __restrict__ weight,
+                                            const typename E::T* __restrict__ bias, const Params p,
+                                            typename E::T* __restrict__ y) {
+  using Tl = Tile<E, BM, BN, KCH, NHWC>;
+  using T = typename E::T;
+  using S = typename E::S;
+  constexpr int KC = Tl::KC;
+  constexpr int WK = E::WK;
+  constexpr int VE = Tl::VE;
+
+  __shared__ __align__(128) unsigned char smem[Tl::SMEM];
+  S* const As0 = reinterpret_cast<S*>(smem);
+  S* const Bs0 = As0 + 2 * Tl::ASZ;
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int g = blockIdx.z;
+  const int Cg = p.C / p.group;
+  const int Coutg = p.Cout / p.group;
+  const int cpdg = p.C / p.dgroup;
+  const int KK = p.kh * p.kw;
+  const int HoWo = p.Ho * p.Wo;
+  const int HW = p.H * p.W;
+  const int M = p.N * HoWo;
+  const int m0 = blockIdx.x * BM;
+  const int n0 = blockIdx.y * BN;
+  const int nchunks = (Cg + KC - 1) / KC;
+  const int steps = KK * nchunks;
+  const bool wvec = (Cg % E::VEC) == 0;
+
+  uint4 bvals[Tl::BV_PER_T];
+
+  auto gather_weights = [&](int tap, int c0) {
+#pragma unroll
+    for (int v = 0; v < Tl::BV_PER_T; ++v) {
+      const int idx = tid + v * kThreads;
+      const int nl = idx / (KC / E::VEC);
+      const int kv = (idx - nl * (KC / E::VEC)) * E::VEC;
+      const int on = n0 + nl;
+      const int cl = c0 + kv;
+      bvals[v] = make_uint4(0u, 0u, 0u, 0u);  // all-zero bits are 0.0 in every type
+      if (wvec && idx < Tl::BVEC && on < Coutg && cl < Cg) {
+        bvals[v] = __ldg(reinterpret_cast<const uint4*>(weight + ((size_t)(g * Coutg + on) * KK + tap) * Cg + cl));
+      }
+    }
+  };
+  auto commit_weights = [&](int tap, int c0, S* Bs) {
+    if (wvec) {
+#pragma unroll
+      for (int v = 0; v < Tl::BV_PER_T; ++v) {
+        const int idx = tid + v * kThreads;
+        if (idx < Tl::BVEC) {
+          const int nl = idx / (KC / E::VEC);
+          const int kv = (idx - nl * (KC / E::VEC)) * E::VEC;
+          *reinterpret_cast<uint4*>(&Bs[nl * Tl::LDB + kv]) = bvals[v];
+        }
+      }
+    } else {  // channel counts that are not a multiple of the vector width
+      for (int idx = tid; idx < BN * KC; idx += kThreads) {
+        const int nl = idx / KC;
+        const int k = idx - nl * KC;
+        const int on = n0 + nl;
+        const int cl = c0 + k;
+        S v = E::to_s(0.f);
+        if (on < Coutg && cl < Cg) v = E::to_s(E::ld(weight + ((size_t)(g * Coutg + on) * KK + tap) * Cg + cl));
+        Bs[nl * Tl::LDB + k] = v;
+      }
+    }
+  };
+
+  // ---------------- sampling (A operand) ----------------
+  // NCHW: thread -> (pixel sm, channels [sc0, sc0+CPT)); scalar gathers along W.
+  // NHWC: thread -> (pixels tp[i], channel vector cv); 16-byte gathers along C.
+  int pn[Tl::NTASK], pho[Tl::NTASK], pwo[Tl::NTASK], pm_[Tl::NTASK];
+  bool pv[Tl::NTASK];
+  const int sm = tid % BM;
+  const int sc0 = (tid / BM) * Tl::CPT;
+  const int cv = (tid % Tl::XT) * VE;
+#pragma unroll
+  for (int i = 0; i < Tl::NTASK; ++i) {
+    const int ml = NHWC ? tid / Tl::XT + i * Tl::PPP : (i == 0 ? sm : BM);
+    const int pp = m0 + ml;
+    pm_[i] = ml;
+    pv[i] = ml < BM && pp < M;
+    pn[i] = pv[i] ? pp / HoWo : 0;
+    const int hw = pv[i] ? pp - pn[i] * HoWo : 0;
+    pho[i] = hw / p.Wo;
+    pwo[i] = hw - pho[i] * p.Wo;
+  }
+
+  // Fast paths need whole vectors inside one deformable group (NHWC) / one group (NCHW).
+  const bool xvec = NHWC && (Cg % VE) == 0 && (cpdg % VE) == 0 && (p.xcs % VE) == 0;
+
+  // K walk: channel chunk outer, tap inner, so the taps of one chunk re-read x from L1.
+  // Loads run two steps ahead: gather(s) issues step s's loads and the offset/mask loads of
+  // step s+1; commit(s) consumes them one loop iteration later.
+  T offraw[Tl::NTASK][3];               // dy, dx, mask of the next step to gather
+  T raw[NHWC ? 1 : Tl::CPT][4];         // NCHW fast path: raw corners
+  uint4 rawv[NHWC ? Tl::NTASK : 1][4];  // NHWC fast path: raw corner vectors
+  float cw[Tl::NTASK][4];
+  bool direct = false;                  // slow path: commit samples straight from memory
+
+  auto step_dg = [&](int s) {
+    const int c0 = (s / KK) * KC;
+    return (g * Cg + c0 + (NHWC ? cv : sc0)) / cpdg;
+  };
+  auto load_offsets = [&](int s) {
+    if (s >= steps) return;
+    const int tap = s % KK;
+    const int dg = min(step_dg(s), p.dgroup - 1);
+#pragma unroll
+    for (int i = 0; i < Tl::NTASK; ++i) {
+      if (pv[i]) {
+        const size_t oi = offset_index(p, pn[i], pho[i], pwo[i], tap, dg);
+        offraw[i][0] = offset[oi];
+        offraw[i][1] = offset[oi + HoWo];
+        offraw[i][2] = mask[mask_index(p, pn[i], pho[i], pwo[i], tap, dg)];
+      }
+    }
+  };
+
+  // Slow path: any layout, any channel count; blends one (pixel, channel) at a time.
+  auto sample_scalar = [&](int tap, int cl, int i) -> float {
+    if (!pv[i] || cl >= Cg) return 0.f;
+    const int c = g * Cg + cl;
+    const Recipe r = make_recipe<E>(offset, mask, p, pn[i], pho[i], pwo[i], tap, c / cpdg);
+    const T* base = NHWC ? x + (size_t)pn[i] * HW * p.xcs + c : x + ((size_t)pn[i] * p.C + c) * HW;
+    const int st = NHWC ? p.xcs : 1;
+    return (r.w00 * E::ld(base + (size_t)r.i00 * st) + r.w01 * E::ld(base + (size_t)r.i01 * st)) +
+           (r.w10 * E::ld(base + (size_t)r.i10 * st) + r.w11 * E::ld(base + (size_t)r.i11 * st));
+  };
+
+  // Issue the global loads of step s (weights, corners) and the offsets of step s+1.
+  auto gather = [&](int s) {
+    const int tap = s % KK;
+    const int c0 = (s / KK) * KC;
+    gather_weights(tap, c0);
+    Recipe rc[Tl::NTASK];
+#pragma unroll
+    for (int i = 0; i < Tl::NTASK; ++i) {
+      rc[i] = pv[i] ? recipe_from(E::cvt(offraw[i][0]), E::cvt(offraw[i][1]), E::cvt(offraw[i][2]), p, pho[i],
+                                  pwo[i], tap)
+                    : Recipe{0, 0, 0, 0, 0.f, 0.f, 0.f, 0.f};
+      cw[i][0] = rc[i].w00; cw[i][1] = rc[i].w01; cw[i][2] = rc[i].w10; cw[i][3] = rc[i].w11;
+    }
+    load_offsets(s + 1);
+    if constexpr (NHWC) {
+      const int cl = c0 + cv;
+      direct = !xvec;
+      if (xvec) {
+#pragma unroll
+        for (int i = 0; i < Tl::NTASK; ++i) {
+          if (cl < Cg && pv[i]) {
+            const T* base = x + (size_t)pn[i] * HW * p.xcs + g * Cg + cl;
+            rawv[i][0] = __ldg(reinterpret_cast<const uint4*>(base + (size_t)rc[i].i00 * p.xcs));
+            rawv[i][1] = __ldg(reinterpret_cast<const uint4*>(base + (size_t)rc[i].i01 * p.xcs));
+            rawv[i][2] = __ldg(reinterpret_cast<const uint4*>(base + (size_t)rc[i].i10 * p.xcs));
+            rawv[i][3] = __ldg(reinterpret_cast<const uint4*>(base + (size_t)rc[i].i11 * p.xcs));
+          } else {
+            rawv[i][0] = rawv[i][1] = rawv[i][2] = rawv[i][3] = make_uint4(0u, 0u, 0u, 0u);
+          }
+        }
+      }
+    } else {
+      const int cfirst = c0 + sc0;
+      const int clast = min(cfirst + Tl::CPT, Cg) - 1;
+      const bool any = pv[0] && cfirst < Cg;
+      direct = any && (g * Cg + cfirst) / cpdg != (g * Cg + clast) / cpdg;
+      if (!direct) {
+        const T* base = x + ((size_t)pn[0] * p.C + g * Cg + cfirst) * HW;
+#pragma unroll
+        for (int j = 0; j < Tl::CPT; ++j) {
+          if (any && cfirst + j < Cg) {
+            const T* pl = base + (size_t)j * HW;
+            raw[j][0] = pl[rc[0].i00];
+            raw[j][1] = pl[rc[0].i01];
+            raw[j][2] = pl[rc[0].i10];
+            raw[j][3] = pl[rc[0].i11];
+          } else {
+            raw[j][0] = raw[j][1] = raw[j][2] = raw[j][3] = E::to_t(0.f);
+          }
+        }
+      }
+    }
+  };
+
+  // Blend the gathered corners in FP32 and store step s into shared-memory buffer b.
+  auto commit = [&](int s, int b) {
+    const int tap = s % KK;
+    const int c0 = (s / KK) * KC;
+    S* As = As0 + b * Tl::ASZ;
+    commit_weights(tap, c0, Bs0 + b * BN * Tl::LDB);
+    if constexpr (NHWC) {
+#pragma unroll
+      for (int i = 0; i < Tl::NTASK; ++i) {
+        if (pm_[i] < BM) {
+          alignas(16) S out[VE];
+          if (direct) {
+            for (int e = 0; e < VE; ++e) out[e] = E::to_s(sample_scalar(tap, c0 + cv + e, i));
+          } else {
+            const T* v0 = reinterpret_cast<const T*>(&rawv[i][0]);
+            const T* v1 = reinterpret_cast<const T*>(&rawv[i][1]);
+            const T* v2 = reinterpret_cast<const T*>(&rawv[i][2]);
+            const T* v3 = reinterpret_cast<const T*>(&rawv[i][3]);
+#pragma unroll
+            for (int e = 0; e < VE; ++e) {
+              const float v = (cw[i][0] * E::cvt(v0[e]) + cw[i][1] * E::cvt(v1[e])) +
+                              (cw[i][2] * E::cvt(v2[e]) + cw[i][3] * E::cvt(v3[e]));
+              out[e] = E::to_s(v);
+            }
+          }
+          *reinterpret_cast<uint4*>(&As[pm_[i] * Tl::LDA + cv]) = *reinterpret_cast<const uint4*>(out);
+        }
+      }
+    } else if (direct) {  // a deformable-group boundary inside this thread's channels
+      for (int j = 0; j < Tl::CPT; ++j) As[(sc0 + j) * Tl::LDA + sm] = E::to_s(sample_scalar(tap, c0 + sc0 + j, 0));
+    } else {
+#pragma unroll
+      for (int j = 0; j < Tl::CPT; ++j) {
+        const float v = (cw[0][0] * E::cvt(raw[j][0]) + cw[0][1] * E::cvt(raw[j][1])) +
+                        (cw[0][2] * E::cvt(raw[j][2]) + cw[0][3] * E::cvt(raw[j][3]));
+        As[(sc0 + j) * Tl::LDA + sm] = E::to_s(v);
+      }
+    }
+  };
+
+  // ---------------- tensor cores ----------------
+  using ALayout = typename std::conditional<NHWC, wmma::row_major, wmma::col_major>::type;
+  using FragA = wmma::fragment<wmma::matrix_a, 16, 16, WK, typename E::Frag, ALayout>;
+  using FragB = wmma::fragment<wmma::matrix_b, 16, 16, WK, typename E::Frag, wmma::col_major>;
+  using FragC = wmma::fragment<wmma::accumulator, 16, 16, WK, float>;
+  FragC acc[Tl::FM][Tl::FN];
+#pragma unroll
+  for (int i = 0; i < Tl::FM; ++i)
+#pragma unroll
+    for (int j = 0; j < Tl::FN; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+  // FP32-accurate mode: the tensor cores' accumulation drops low bits over long K, so each
+  // tap's partial sum is folded into a plain FP32 accumulator.
+  constexpr int MF = E::kSplit ? Tl::FM : 1, NF = E::kSplit ? Tl::FN : 1;
+  FragC master[MF][NF];
+  if constexpr (E::kSplit) {
+#pragma unroll
+    for (int i = 0; i < MF; ++i)
+#pragma unroll
+      for (int j = 0; j < NF; ++j) wmma::fill_fragment(master[i][j], 0.f);
+  }
+
+  const int wm = warp % Tl::WM;
+  const int wn = warp / Tl::WM;
+
+  auto mma = [&](int b) {
+    const S* As = As0 + b * Tl::ASZ;
+    const S* Bs = Bs0 + b * BN * Tl::LDB;
+#pragma unroll
+    for (int kk = 0; kk < KC; kk += WK) {
+      FragA fa[Tl::FM];
+      FragB fb[Tl::FN];
+#pragma unroll
+      for (int i = 0; i < Tl::FM; ++i) {
+        const int mr = wm * Tl::TM + i * 16;
+        wmma::load_matrix_sync(fa[i], NHWC ? &As[mr * Tl::LDA + kk] : &As[kk * Tl::LDA + mr], Tl::LDA);
+      }
+#pragma unroll
+      for (int j = 0; j < Tl::FN; ++j)
+        wmma::load_matrix_sync(fb[j], &Bs[(wn * Tl::TN + j * 16) * Tl::LDB + kk], Tl::LDB);
+      if constexpr (E::kSplit) {
+        // 3xTF32: a*b ~= a_lo*b_hi + a_hi*b_lo + a_hi*b_hi, each product exact in TF32.
+        FragA fal[Tl::FM];
+        FragB fbl[Tl::FN];
+#pragma unroll
+        for (int i = 0; i < Tl::FM; ++i)
+#pragma unroll
+          for (int t = 0; t < fa[i].num_elements; ++t) {
+            const float v = fa[i].x[t];
+            const float hi = wmma::__float_to_tf32(v);
+            fa[i].x[t] = hi;
+            fal[i].x[t] = wmma::__float_to_tf32(v - hi);
+          }
+#pragma unroll
+        for (int j = 0; j < Tl::FN; ++j)
+#pragma unroll
+          for (int t = 0; t < fb[j].num_elements; ++t) {
+            const float v = fb[j].x[t];
+            const float hi = wmma::__float_to_tf32(v);
+            fb[j].x[t] = hi;
+            fbl[j].x[t] = wmma::__float_to_tf32(v - hi);
+          }
+#pragma unroll
+        for (int i = 0; i < Tl::FM; ++i)
+#pragma unroll
+          for (int j = 0; j < Tl::FN; ++j) {
+            wmma::mma_sync(acc[i][j], fal[i], fb[j], acc[i][j]);
+            wmma::mma_sync(acc[i][j], fa[i], fbl[j], acc[i][j]);
+            wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+          }
+      } else {
+        if constexpr (sizeof(S) == 4) {
+#pragma unroll
+          for (int i = 0; i < Tl::FM; ++i)
+#pragma unroll
+            for (int t = 0; t < fa[i].num_elements; ++t) fa[i].x[t] = wmma::__float_to_tf32(fa[i].x[t]);
+#pragma unroll
+          for (int j = 0; j < Tl::FN; ++j)
+#pragma unroll
+            for (int t = 0; t < fb[j].num_elements; ++t) fb[j].x[t] = wmma::__float_to_tf32(fb[j].x[t]);
+        }
+#pragma unroll
+        for (int i = 0; i < Tl::FM; ++i)
+#pragma unroll
+          for (int j = 0; j < Tl::FN; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+      }
+    }
+  };
+
+  // Main loop, one barrier per step: commit step s+1 (loads issued one iteration ago),
+  // issue the loads of step s+2, then the tensor-core work of step s.
+  load_offsets(0);
+  gather(0);
+  commit(0, 0);
+  if (steps > 1) gather(1);
+  __syncthreads();
+  for (int s = 0; s < steps; ++s) {
+    const int b = s & 1;
+    if (s + 1 < steps) commit(s + 1, b ^ 1);
+    if (s + 2 < steps) gather(s + 2);
+    mma(b);
+    if constexpr (E::kSplit) {
+      if ((s + 1) % KK == 0) {
+#pragma unroll
+        for (int i = 0; i < MF; ++i)
+#pragma unroll
+          for (int j = 0; j < NF; ++j)
+#pragma unroll
+            for (int t = 0; t < master[i][j].num_elements; ++t) {
+              master[i][j].x[t] += acc[i][j].x[t];
+              acc[i][j].x[t] = 0.f;
+            }
+      }
+    }
+    __syncthreads();
+  }
+
+  // Epilogue: per warp, stage each 16x16 accumulator in shared memory (the A/B buffers are
+  // free now), add the bias, convert, store NCHW.
+  float* cs = reinterpret_cast<float*>(smem) + warp * 256;
+#pragma unroll
+  for (int i = 0; i < Tl::FM; ++i) {
+#pragma unroll
+    for (int j = 0; j < Tl::FN; ++j) {
+      if constexpr (E::kSplit) {
+        wmma::store_matrix_sync(cs, master[i < MF ? i : 0][j < NF ? j : 0], 16, wmma::mem_col_major);
+      } else {
+        wmma::store_matrix_sync(cs, acc[i][j], 16, wmma::mem_col_major);  // cs[o*16 + m]
+      }
+      __syncwarp();
+      const int mb = m0 + wm * Tl::TM + i * 16;
+      const int ob = n0 + wn * Tl::TN + j * 16;
+#pragma unroll
+      for (int r = 0; r < 8; ++r) {
+        const int e = lane + 32 * r;
+        const int pm = mb + (e & 15);
+        const int on = ob + (e >> 4);
+        if (pm < M && on < Coutg) {
+          const int oc = g * Coutg + on;
+          const int n = pm / HoWo;
+          const int hw = pm - n * HoWo;
+          y[((size_t)n * p.Cout + oc) * HoWo + hw] = E::to_t(cs[e] + E::ld(bias + oc));
+        }
+      }
+      __syncwarp();
+    }
+  }
+}
+
+}  // namespace
+
+// x is NCHW for *_nchw_* entries, and channels-last [N, H, W, xcs] for *_nhwc_* entries
+// (xcs >= C: TensorRT's HWC8 pads channels to a multiple of 8). NCHW entries ignore xcs.
+#define DCNV2_ENTRY(NAME, E, BM, BN, KCH, NHWC, MINB)                                                        \
+  extern "C" __global__ void __launch_bounds__(kThreads, MINB) NAME(                                              \
+      const E::T* __restrict__ x, const E::T* __restrict__ offset, const E::T* __restrict__ mask,             \
+      const E::T* __restrict__ weight, const E::T* __restrict__ bias, int N, int C, int H, int W, int Cout,   \
+      int Ho, int Wo, int kh, int kw, int sh, int sw, int pt, int pl, int dh, int dw, int group, int dgroup,  \
+      int xcs, E::T* __restrict__ y) {                                                                        \
+    const Params p{N, C, H, W, Cout, Ho, Wo, kh, kw, sh, sw, pt, pl, dh, dw, group, dgroup, xcs};            \
+    dcn_forward<E, BM, BN, KCH, NHWC>(x, offset, mask, weight, bias, p, y);                                   \
+  }
+
+// Tiles: BM pixels x BN channels x KCH channels per K step (16-bit types; FP32 takes half),
+// with the minimum resident blocks per SM handed to the register allocator.
+#define DCNV2_TILES(DT, E, LAYOUT, NHWC)                                         \
+  DCNV2_ENTRY(dcnv2_##DT##_##LAYOUT##_m128n128k32, E, 128, 128, 32, NHWC, 1)     \
+  DCNV2_ENTRY(dcnv2_##DT##_##LAYOUT##_m128n64k32, E, 128, 64, 32, NHWC, 2)       \
+  DCNV2_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n128k32, E, 64, 128, 32, NHWC, 2)       \
+  DCNV2_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n64k32, E, 64, 64, 32, NHWC, 3)         \
+  DCNV2_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n64k64, E, 64, 64, 64, NHWC, 2)         \
+  DCNV2_ENTRY(dcnv2_##DT##_##LAYOUT##_m32n128k64, E, 32, 128, 64, NHWC, 2)       \
+  DCNV2_ENTRY(dcnv2_##DT##_##LAYOUT##_m32n64k64, E, 32, 64, 64, NHWC, 3)
+
+using F32Exact = F32<true>;
+using F32Tf32 = F32<false>;
+DCNV2_TILES(f16, F16, nchw, false)
+DCNV2_TILES(bf16, BF16, nchw, false)
+DCNV2_TILES(tf32, F32Tf32, nchw, false)
+DCNV2_TILES(f32, F32Exact, nchw, false)
+DCNV2_TILES(f16, F16, nhwc, true)
+DCNV2_TILES(bf16, BF16, nhwc, true)
+DCNV2_TILES(tf32, F32Tf32, nhwc, true)
+DCNV2_TILES(f32, F32Exact, nhwc, true)

@@ -1,0 +1,188 @@
+"""Real(istic) input data for the real models, generated deterministically (nothing binary committed).
+
+OCR: text rendered with a real TrueType font (DejaVu from fonts-dejavu-core, or the
+one Pillow bundles) on paper-like backgrounds, preprocessed the way PaddleOCR
+documents it. Silero VAD: speech-like audio synthesised with numpy — a glottal pulse
+train with jittered pitch through vowel formant resonators, syllable envelopes, pauses
+and background noise — fed chunk by chunk with the recurrent state the model itself
+produces, as silero-vad's own wrapper does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+FONT_DIRS = (Path("/usr/share/fonts/truetype/dejavu"), Path("/usr/share/fonts/TTF"))
+WORDS = (
+    "invoice total amount date street river model engine tensor output quantize calibrate "
+    "station number payment receipt account balance delivery office market coffee window "
+    "garden people weather summer yellow orange purple button license version battery"
+).split()
+
+
+def font_paths() -> list[Path]:
+    found: list[Path] = []
+    for d in FONT_DIRS:
+        if d.is_dir():
+            found += sorted(p for p in d.glob("*.ttf") if "Oblique" not in p.name and "Italic" not in p.name)
+    return found
+
+
+def _font(size: int, idx: int):
+    from PIL import ImageFont
+
+    paths = font_paths()
+    if paths:
+        return ImageFont.truetype(str(paths[idx % len(paths)]), size)
+    return ImageFont.load_default(size=size)  # Pillow >= 10.1 ships a scalable font
+
+
+def _text(rng: np.random.Generator, n_words: int) -> str:
+    words = [WORDS[i] for i in rng.integers(0, len(WORDS), n_words)]
+    if rng.random() < 0.5:
+        words.append(str(int(rng.integers(10, 99999))))
+    return " ".join(w.capitalize() if rng.random() < 0.3 else w for w in words)
+
+
+def _paper(rng: np.random.Generator, h: int, w: int):
+    from PIL import Image
+
+    base = rng.integers(200, 255, size=3)
+    noise = rng.normal(0, 6, size=(h, w, 1))
+    arr = np.clip(base[None, None, :] + noise, 0, 255).astype(np.uint8)
+    return Image.fromarray(arr, "RGB")
+
+
+def text_line_image(seed: int, height: int = 48):
+    """One rendered text line, tightly cropped (recognizer/classifier input)."""
+    from PIL import ImageDraw
+
+    rng = np.random.default_rng(seed)
+    text = _text(rng, int(rng.integers(1, 4)))
+    font = _font(int(height * rng.uniform(0.55, 0.75)), int(rng.integers(0, 100)))
+    left, top, right, bottom = font.getbbox(text)
+    pad = int(height * 0.15)
+    w, h = right - left + 2 * pad, bottom - top + 2 * pad
+    img = _paper(rng, h, w)
+    ink = tuple(int(v) for v in rng.integers(0, 70, size=3))
+    ImageDraw.Draw(img).text((pad - left, pad - top), text, font=font, fill=ink)
+    return img
+
+
+def document_image(seed: int, size: tuple[int, int] = (320, 480)):
+    """A page with several lines of text (detector input); size (H, W), multiples of 32."""
+    from PIL import ImageDraw
+
+    rng = np.random.default_rng(seed)
+    h, w = size
+    img = _paper(rng, h, w)
+    draw = ImageDraw.Draw(img)
+    y = int(rng.integers(8, 30))
+    while y < h - 30:
+        fs = int(rng.integers(14, 30))
+        font = _font(fs, int(rng.integers(0, 100)))
+        x = int(rng.integers(5, w // 3))
+        ink = tuple(int(v) for v in rng.integers(0, 70, size=3))
+        draw.text((x, y), _text(rng, int(rng.integers(2, 5))), font=font, fill=ink)
+        y += int(fs * rng.uniform(1.5, 2.6))
+    return img
+
+
+def save_images(folder: Path, images) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i, img in enumerate(images):
+        p = folder / f"{i:03d}.png"
+        img.save(p)
+        paths.append(p)
+    return paths
+
+
+def ocr_det_images(folder: Path, seeds: range, *, sizes=((320, 480), (256, 352), (384, 320))) -> list[Path]:
+    return save_images(folder, [document_image(s, sizes[s % len(sizes)]) for s in seeds])
+
+
+def ocr_line_images(folder: Path, seeds: range, *, flip_every: int = 0) -> list[Path]:
+    """Text-line crops; with ``flip_every`` k, every k-th is upside down (what the angle classifier detects)."""
+    imgs = []
+    for s in seeds:
+        img = text_line_image(s)
+        if flip_every and s % flip_every == 0:
+            img = img.rotate(180)
+        imgs.append(img)
+    return save_images(folder, imgs)
+
+
+# ----------------------------------------------------------------------------- audio
+
+SR = 16000
+VOWEL_FORMANTS = ((730, 1090, 2440), (530, 1840, 2480), (270, 2290, 3010), (570, 840, 2410), (300, 870, 2240))
+
+
+def _resonator(x: np.ndarray, freq: float, bw: float) -> np.ndarray:
+    """A two-pole resonator (a formant), applied in the frequency domain (numpy only)."""
+    r = np.exp(-np.pi * bw / SR)
+    theta = 2 * np.pi * freq / SR
+    n = 1 << int(np.ceil(np.log2(len(x) + 2048)))
+    z = np.exp(-1j * 2 * np.pi * np.fft.rfftfreq(n))
+    h = (1 - r) / (1 - 2 * r * np.cos(theta) * z + r * r * z * z)
+    return np.fft.irfft(np.fft.rfft(x, n) * h, n)[: len(x)]
+
+
+def speech_like(seed: int, seconds: float = 3.0) -> np.ndarray:
+    """Speech-like audio: voiced syllables with pitch jitter and formants, pauses, noise floor."""
+    rng = np.random.default_rng(seed)
+    n = int(seconds * SR)
+    out = rng.normal(0, 0.003, n)  # room noise
+    t = int(0.3 * SR)
+    while t < n - SR // 5:
+        syl = int(rng.uniform(0.12, 0.3) * SR)
+        f0 = rng.uniform(90, 220)
+        pitch = f0 * (1 + 0.1 * np.sin(np.linspace(0, rng.uniform(1, 3), syl))) * (1 + rng.normal(0, 0.01, syl))
+        phase = np.cumsum(pitch / SR)
+        pulses = (np.diff(np.floor(phase), prepend=0) > 0).astype(np.float64)
+        f1, f2, f3 = VOWEL_FORMANTS[int(rng.integers(0, len(VOWEL_FORMANTS)))]
+        voiced = _resonator(pulses, f1, 80) + 0.6 * _resonator(pulses, f2, 100) + 0.3 * _resonator(pulses, f3, 120)
+        if rng.random() < 0.5:  # a fricative onset
+            k = syl // 4
+            voiced[:k] += _resonator(rng.normal(0, 1, k), 4500, 1500) * 0.3
+        env = np.sin(np.linspace(0, np.pi, syl)) ** 0.6
+        seg = voiced * env
+        seg = seg / (np.abs(seg).max() + 1e-9) * rng.uniform(0.2, 0.6)
+        end = min(n, t + syl)
+        out[t:end] += seg[: end - t]
+        t = end + int(rng.uniform(0.03, 0.12) * SR)
+        if rng.random() < 0.15:
+            t += int(rng.uniform(0.3, 0.6) * SR)  # a pause between phrases
+    return out.astype(np.float32)
+
+
+def silero_samples(
+    model_path: Path, seeds: range, *, seconds: float = 2.0, every: int = 4, sr: int = SR
+) -> list[dict]:
+    """Input dicts for silero_vad.onnx as its wrapper feeds it (context + a 512-sample chunk at
+    16 kHz, 32 + 256 at 8 kHz; the state the FP32 model produced on the preceding chunks);
+    every ``every``-th chunk is kept. 8 kHz audio takes the model's other If branch."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
+    samples = []
+    chunk, ctx = (512, 64) if sr == SR else (256, 32)
+    for seed in seeds:
+        audio = speech_like(seed, seconds)
+        if sr != SR:
+            audio = audio.reshape(-1, SR // sr).mean(axis=1).astype(np.float32)
+        state = np.zeros((2, 1, 128), np.float32)
+        context = np.zeros((1, ctx), np.float32)
+        for i, start in enumerate(range(0, len(audio) - chunk + 1, chunk)):
+            x = np.concatenate([context, audio[None, start:start + chunk]], axis=1).astype(np.float32)
+            feeds = {"input": x, "state": state, "sr": np.array(sr, dtype=np.int64)}
+            if i % every == 0:
+                samples.append({k: v.copy() for k, v in feeds.items()})
+            _, state = sess.run(None, feeds)
+            context = x[:, -ctx:]
+    return samples

@@ -1,0 +1,105 @@
+"""The Python API: docs/api.md's examples run here, on a real model with real(istic) images."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import trtconv
+
+DOC = Path(__file__).parents[1] / "docs" / "api.md"
+
+
+def python_blocks(text: str) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
+
+
+def test_api_doc_examples_run(tmp_path: Path, ocr_cls: Path, monkeypatch: pytest.MonkeyPatch, capsys):
+    from realdata import ocr_line_images
+
+    shutil.copyfile(ocr_cls, tmp_path / "model.onnx")
+    ocr_line_images(tmp_path / "lines", range(4), flip_every=2)
+    monkeypatch.chdir(tmp_path)
+    blocks = python_blocks(DOC.read_text())
+    assert len(blocks) >= 6
+    namespace: dict[str, object] = {}
+    for i, block in enumerate(blocks):
+        try:
+            exec(compile(block, f"docs/api.md block {i + 1}", "exec"), namespace)
+        except Exception as exc:  # say which block, with its text
+            raise AssertionError(f"docs/api.md block {i + 1} failed: {exc!r}\n{block}") from exc
+    out = capsys.readouterr().out
+    assert "ACCURACY" in out and "cosine" in out
+    assert (tmp_path / "model.fp16.onnx").is_file() and (tmp_path / "model.rewritten.onnx").is_file()
+
+
+def test_import_is_light_and_lazy():
+    code = (
+        "import sys, trtconv\n"
+        "heavy = sorted(m for m in ('onnx', 'onnxruntime', 'numpy', 'click', 'rich', 'tensorrt', 'trtconv.api')"
+        " if m in sys.modules)\n"
+        "print(','.join(heavy))\n"
+        "trtconv.check\n"
+        "print('trtconv.api' in sys.modules, 'tensorrt' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "", f"`import trtconv` imported {out[0]}"
+    assert out[1] == "True False"
+
+
+@pytest.mark.parametrize("first", ["attribute", "submodule", "from-import"])
+def test_rewrite_and_build_are_callable_whatever_was_imported_first(first: str):
+    """``trtconv.rewrite`` is a subpackage too: calling it must work in every import order."""
+    setup = {
+        "attribute": "import trtconv; trtconv.rewrite; trtconv.build",
+        "submodule": "import trtconv.rewrite.catalog, trtconv.build.plan; import trtconv",
+        "from-import": "from trtconv import rewrite, build; import trtconv",
+    }[first]
+    code = (
+        f"{setup}\n"
+        "import trtconv.rewrite.catalog as catalog\n"
+        "import trtconv.build.plan\n"
+        "from trtconv.rewrite import RewriteSettings\n"
+        "from trtconv import rewrite\n"
+        "assert callable(trtconv.rewrite) and callable(trtconv.build) and rewrite is trtconv.rewrite\n"
+        "assert trtconv.rewrite.RewriteSettings is RewriteSettings and catalog.REWRITABLE\n"
+        "assert trtconv.build.plan.DEFAULT_OPT_LEVEL >= 0\n"
+        "try:\n"
+        "    trtconv.rewrite('missing.onnx')\n"
+        "except trtconv.TrtconvError as exc:\n"
+        "    print(exc.exit_code.name)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "USAGE"
+
+
+def test_public_names_resolve_and_unknown_names_fail():
+    for name in trtconv.__all__:
+        assert getattr(trtconv, name) is not None, name
+    assert trtconv.__version__ == "0.1.0"
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        trtconv.nope  # noqa: B018
+
+
+def test_build_settings_match_build_defaults():
+    """BuildSettings mirrors BuildRequest/BuildPlan: same defaults, and the build's own file names."""
+    from trtconv.build.pipeline import BuildRequest
+    from trtconv.build.plan import BuildPlan
+
+    req = trtconv.BuildSettings().request("m.onnx", "out/m.engine")
+    bare = BuildRequest(model=Path("m.onnx"), output=Path("out/m.engine"))
+    plan = BuildPlan(onnx_path=Path("m.onnx"), engine_path=Path("out/m.engine"))
+    for f in ("precision", "calib_limit", "verify", "target", "seed", "prepare_only"):
+        assert getattr(req, f) == getattr(bare, f), f
+    assert req.plan is not None
+    for f in ("optimization_level", "hardware_compat", "min_precision_share", "version_compatible"):
+        assert getattr(req.plan, f) == getattr(plan, f), f
+    assert trtconv.BuildSettings().outputs("out/m.engine") == [
+        Path("out/m.prepared.onnx"), Path("out/m.engine.json"), Path("out/m.engine")]
+    assert trtconv.BuildSettings(prepare_only=True).outputs("m.engine") == [Path("m.prepared.onnx")]

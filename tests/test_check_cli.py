@@ -1,0 +1,171 @@
+"""``trtconv check`` through the CLI: exit codes, JSON schema, one-line load errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+from trtconv.cli.main import cli
+from trtconv.errors import ExitCode
+
+F = TensorProto.FLOAT
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def error_lines(res) -> list[str]:
+    return [line for line in res.stderr.splitlines() if line.startswith("trtconv: error:")]
+
+
+def _custom_op_model(tmp_path: Path) -> Path:
+    g = helper.make_graph([helper.make_node("MyOp", ["x"], ["y"], domain="acme", name="[b]mine")], "g",
+                          [helper.make_tensor_value_info("x", F, ["N", 4])], [helper.make_tensor_value_info("y", F, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("acme", 1)])
+    p = tmp_path / "custom.onnx"
+    onnx.save_model(m, str(p))
+    return p
+
+
+def _external_model(tmp_path: Path, location: str) -> Path:
+    w = numpy_helper.from_array(np.ones((64, 64), np.float32), "W")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", F, [1, 64])], [helper.make_tensor_value_info("y", F, [1, 64])],
+                          [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    p = tmp_path / "ext.onnx"
+    onnx.save_model(m, str(p), save_as_external_data=True, location="w.bin", size_threshold=0)
+    m2 = onnx.load(str(p), load_external_data=False)
+    for e in m2.graph.initializer[0].external_data:
+        if e.key == "location":
+            e.value = location
+    onnx.save_model(m2, str(p))
+    return p
+
+
+def test_supported_real_model_exits_0_with_table_and_summary(ocr_cls):
+    res = run("check", str(ocr_cls))
+    assert res.exit_code == ExitCode.OK, res.output
+    assert "SUPPORTED" in res.stdout and "1 dynamic input (1 not covered by --shapes)" in res.stdout
+    assert res.stderr == ""
+
+
+def test_json_schema_on_real_model(ocr_det):
+    res = run("check", str(ocr_det), "--json", "--trt", "10.16", "--shapes", "x:1x3x640x640")
+    assert res.exit_code == ExitCode.OK
+    doc = json.loads(res.stdout)
+    assert doc["schema"] == "trtconv.check/1" and doc["target"] == {"tensorrt": "10.16"}
+    assert doc["verdict"] == "supported" and doc["exit_code"] == 0 and doc["nodes"] == []
+    assert doc["summary"]["supported"] == doc["summary"]["nodes"] > 500
+    assert doc["inputs"] == [{"name": "x", "dtype": "FLOAT", "dims": doc["inputs"][0]["dims"], "dynamic": True,
+                              "shape": [1, 3, 640, 640], "covered": True}]
+
+
+def test_unsupported_real_model_exits_5_with_json_nodes(silero):
+    res = run("check", str(silero), "--json")
+    assert res.exit_code == ExitCode.UNSUPPORTED
+    doc = json.loads(res.stdout)
+    assert doc["verdict"] == "unsupported" and doc["exit_code"] == 5
+    node = doc["nodes"][0]
+    assert set(node) == {"path", "op_type", "domain", "status", "rewrite", "source", "findings"}
+    assert node["findings"][0]["rule"] == "if-branch-rank" and node["findings"][0]["hint"]
+
+
+def test_custom_op_exits_4(tmp_path):
+    res = run("check", str(_custom_op_model(tmp_path)))
+    assert res.exit_code == ExitCode.NEEDS_REWRITE
+    assert "acme::MyOp" in res.stdout and "NEEDS-REWRITE" in res.stdout
+    assert "[b]mine" in res.stdout  # node names are printed literally, not as rich markup
+
+
+def test_bad_flags_are_usage_errors(tmp_path):
+    p = _custom_op_model(tmp_path)
+    assert run("check", str(p), "--trt", "9.0").exit_code == ExitCode.USAGE
+    res = run("check", str(p), "--shapes", "nope:1x4")
+    assert res.exit_code == ExitCode.USAGE and len(error_lines(res)) == 1
+    assert run("check", str(p), "--shapes", "x=1").exit_code == ExitCode.USAGE
+
+
+def _corrupt(tmp_path, src):
+    p = tmp_path / "corrupt.onnx"
+    data = bytearray(src.read_bytes())
+    data[10:4000] = b"\xff" * 3990
+    p.write_bytes(bytes(data))
+    return p
+
+
+def _truncated(tmp_path, src):
+    p = tmp_path / "truncated.onnx"
+    p.write_bytes(src.read_bytes()[: src.stat().st_size // 3])
+    return p
+
+
+def _not_onnx(tmp_path, src):
+    p = tmp_path / "photo.onnx"
+    p.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8)
+    return p
+
+
+@pytest.mark.parametrize("make", [_corrupt, _truncated, _not_onnx])
+def test_damaged_files_give_one_line_and_exit_3(tmp_path, ocr_cls, make):
+    res = run("check", str(make(tmp_path, ocr_cls)))
+    assert res.exit_code == ExitCode.INVALID_MODEL, res.output
+    assert len(error_lines(res)) == 1 and "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("location, words", [("missing.bin", "not found"), ("../outside.bin", "escapes")])
+def test_external_data_problems_give_one_line_and_exit_3(tmp_path, location, words):
+    p = _external_model(tmp_path, location)
+    if location == "missing.bin":
+        (tmp_path / "w.bin").unlink()
+    res = run("check", str(p))
+    assert res.exit_code == ExitCode.INVALID_MODEL
+    (line,) = error_lines(res)
+    assert words in line and "Traceback" not in res.output
+
+
+def test_structural_error_names_the_node(tmp_path):
+    g = helper.make_graph([helper.make_node("Relu", ["ghost"], ["y"], name="relu7")], "g",
+                          [helper.make_tensor_value_info("x", F, [1])], [helper.make_tensor_value_info("y", F, [1])])
+    p = tmp_path / "broken.onnx"
+    p.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    res = run("check", str(p))
+    assert res.exit_code == ExitCode.INVALID_MODEL
+    (line,) = error_lines(res)
+    assert "relu7" in line and "ghost" in line
+
+
+def test_traceback_flag_shows_the_traceback(tmp_path, ocr_cls):
+    p = _truncated(tmp_path, ocr_cls)
+    res = CliRunner().invoke(cli, ["--traceback", "check", str(p)])
+    assert res.exit_code == ExitCode.INVALID_MODEL and "Traceback (most recent call last)" in res.stderr
+    assert "Traceback" not in run("check", str(p)).stderr
+
+
+def test_installed_entry_point_real_subprocess(tmp_path, ocr_cls):
+    exe = shutil.which("trtconv")
+    assert exe, "trtconv entry point not installed: run `make install`"
+    bad = _truncated(tmp_path, ocr_cls)
+    out = subprocess.run([exe, "check", str(bad)], capture_output=True, text=True)
+    assert out.returncode == ExitCode.INVALID_MODEL and out.stdout == ""
+    assert out.stderr.splitlines()[0].startswith("trtconv: error:") and "Traceback" not in out.stderr
+    ok = subprocess.run([exe, "check", "--json", str(ocr_cls)], capture_output=True, text=True)
+    assert ok.returncode == 0 and json.loads(ok.stdout)["verdict"] == "supported"
+
+
+def test_cli_json_is_the_python_api_report(silero):
+    from trtconv.analyze import analyze
+    from trtconv.load import load_model
+
+    res = run("check", str(silero), "--json", "--trt", "10.16", "--shapes", "input:1x512")
+    api = analyze(load_model(silero, load_weights=False), "10.16", {"input": (1, 512)}).to_json()
+    assert json.loads(res.stdout) == json.loads(json.dumps(api))

@@ -1,0 +1,132 @@
+"""``trtconv quantize``: exit codes, JSON schema, atomic output, wiring of fp16 and int8."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from realdata import ocr_line_images
+
+from trtconv.cli.main import cli
+from trtconv.errors import ExitCode
+
+
+def _invoke(*args: object):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def line_images(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("lines")
+    ocr_line_images(folder, range(3), flip_every=2)
+    return folder
+
+
+def test_fp16_json_report_and_output(ocr_cls, line_images, tmp_path):
+    out = tmp_path / "cls.fp16.onnx"
+    res = _invoke("quantize", ocr_cls, "-o", out, "--precision", "fp16", "--calib-data", line_images,
+                  "--preprocess", "preset=ppocr-cls", "--exclude-op", "Softmax", "--min-cosine", "0.999", "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["schema"] == "trtconv.quantize/1"
+    assert doc["precision"] == "fp16" and doc["written"] is True and doc["passed"] is True
+    assert doc["int8"] is None and doc["samples"]["count"] == 3
+    assert doc["samples"]["source"]["kind"] == "images"
+    fp16 = doc["fp16"]
+    assert fp16["kept_by_rule"] == {"excluded-op": 1}
+    assert fp16["kept"][0]["op_type"] == "Softmax" and fp16["kept"][0]["rule"] == "excluded-op"
+    assert fp16["converted"] == fp16["float_nodes"] - 1 and fp16["casts_inserted"] >= 2
+    assert doc["accuracy"] and doc["accuracy"][0]["cosine"] > 0.999
+    model = onnx.load(str(out))
+    assert any(t.data_type == onnx.TensorProto.FLOAT16 for t in model.graph.initializer)
+    assert model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    assert "checking accuracy" in res.stderr  # progress goes to stderr, never into the JSON
+
+
+def test_fp16_human_summary_groups_kept_nodes_by_rule(ocr_cls, line_images, tmp_path):
+    out = tmp_path / "cls.onnx"
+    res = _invoke("quantize", ocr_cls, "-o", out, "--precision", "fp16", "--calib-data", line_images,
+                  "--preprocess", "preset=ppocr-cls", "--exclude", "Conv@0,Conv@1", "--max-activation", "20")
+    assert res.exit_code == 0, res.output
+    text = res.stdout
+    assert "kept in FP32, by rule:" in text
+    assert "excluded-name" in text and "activation-range" in text and "reaches" in text
+    assert "error against FP32 on 3 sample(s)" in text and f"wrote {out}" in text
+
+
+def test_accuracy_threshold_exits_7_and_writes_nothing(ocr_cls, line_images, tmp_path):
+    out = tmp_path / "cls.onnx"
+    res = _invoke("quantize", ocr_cls, "-o", out, "--precision", "fp16", "--calib-data", line_images,
+                  "--preprocess", "preset=ppocr-cls", "--max-abs", "1e-12", "--json")
+    assert res.exit_code == ExitCode.ACCURACY
+    assert not out.exists() and not list(tmp_path.glob(".trtconv-tmp-*"))
+    doc = json.loads(res.stdout)
+    assert doc["written"] is False and doc["passed"] is False
+    assert any("max abs error" in v for v in doc["fp16"]["violations"])
+    assert "trtconv: error: FP16 model fails the accuracy check" in res.stderr
+
+
+def test_without_data_fp16_warns_and_still_converts(ocr_cls, tmp_path):
+    out = tmp_path / "cls.onnx"
+    res = _invoke("quantize", ocr_cls, "-o", out, "--precision", "fp16", "--fp16-io")
+    assert res.exit_code == 0, res.output
+    assert "no sample data" in res.stderr and "accuracy: not checked" in res.stdout
+    model = onnx.load(str(out))
+    assert model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
+    # a second run without --force refuses to overwrite; with --force it replaces the file
+    again = _invoke("quantize", ocr_cls, "-o", out, "--precision", "fp16")
+    assert again.exit_code == ExitCode.USAGE and "--force" in again.stderr
+    forced = _invoke("quantize", ocr_cls, "-o", out, "--precision", "fp16", "--force")
+    assert forced.exit_code == 0
+    assert onnx.load(str(out)).graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+
+
+@pytest.mark.parametrize(
+    "extra, code, message",
+    [
+        (["--precision", "int8"], ExitCode.USAGE, "int8 needs calibration data"),
+        (["--precision", "fp16", "--random-data", "2", "--calib-data", "x"], ExitCode.USAGE, "mutually exclusive"),
+        (["--precision", "fp16", "--preprocess", "preset=ppocr-cls"], ExitCode.USAGE, "preprocess applies"),
+        (["--precision", "fp16", "--calib-data", "missing-folder"], ExitCode.BAD_DATA, "no such file"),
+        (["--precision", "fp16", "--random-data", "1"], ExitCode.USAGE, "dynamic dims"),
+    ],
+)
+def test_bad_flags_and_data_have_documented_exit_codes(ocr_cls, tmp_path, extra, code, message):
+    res = _invoke("quantize", ocr_cls, "-o", tmp_path / "o.onnx", *extra)
+    assert res.exit_code == code, res.output
+    assert message in res.stderr
+    assert "Traceback" not in res.output
+
+
+def test_wrong_sample_dtype_is_bad_data(ocr_cls, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    np.save(data / "0.npy", np.zeros((1, 3, 48, 192), np.float64))
+    res = _invoke("quantize", ocr_cls, "-o", tmp_path / "o.onnx", "--precision", "fp16", "--calib-data", data)
+    assert res.exit_code == ExitCode.BAD_DATA
+    assert "float64" in res.stderr and not (tmp_path / "o.onnx").exists()
+
+
+def test_random_data_with_shapes_for_a_dynamic_model(ocr_cls, tmp_path):
+    out = tmp_path / "o.onnx"
+    res = _invoke("quantize", ocr_cls, "-o", out, "--precision", "fp16", "--random-data", "2",
+                  "--shapes", "x:1x3x48x192", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["samples"]["count"] == 2
+
+
+def test_int8_is_wired_through_the_same_command(ocr_cls, line_images, tmp_path):
+    out = tmp_path / "cls.int8.onnx"
+    res = _invoke("quantize", ocr_cls, "-o", out, "--precision", "int8", "--calib-data", line_images,
+                  "--preprocess", "preset=ppocr-cls", "--calib-method", "minmax", "--held-out", "1", "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["schema"] == "trtconv.quantize/1" and doc["fp16"] is None
+    assert doc["int8"]["method"] == "minmax" and doc["int8"]["placed"]
+    assert doc["samples"]["accuracy_samples"] == 1
+    ops = {n.op_type for n in onnx.load(str(out)).graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops

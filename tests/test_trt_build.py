@@ -1,0 +1,165 @@
+"""End to end with TensorRT: build, deserialize, run, compare with ONNX Runtime.
+
+Marked ``trt``: they run wherever TensorRT and a GPU exist and skip elsewhere with the
+reason (tests/conftest.py). Real models (PP-OCR), real calibration data (rendered text
+lines, tests/realdata.py), fp32/fp16/int8, static and dynamic shapes, and a DCNv2 graph.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+from trtconv.cli.main import cli
+from trtconv.errors import ExitCode, PrecisionNotAchievedError
+from trtconv.verify import ort
+from trtconv.verify.compare import compare_outputs
+
+pytestmark = pytest.mark.trt
+
+CLS_SHAPES = "x:1x3x48x192"
+
+
+@pytest.fixture(autouse=True)
+def private_timing_cache(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("TRTCONV_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _build(*args) -> tuple[int, str]:
+    res = CliRunner().invoke(cli, ["build", *[str(a) for a in args]])
+    return res.exit_code, res.output
+
+
+def _manifest(engine: Path) -> dict:
+    return json.loads(Path(str(engine) + ".json").read_text())
+
+
+def _engine_vs_ort(engine: Path, model: Path, shapes: dict[str, tuple[int, ...]], seed: int = 0) -> float:
+    from trtconv.trt.engine import EngineRunner
+
+    proto = onnx.load(str(model))
+    feeds = ort.random_feeds(proto, shapes, seed=seed)
+    got = EngineRunner(engine).infer(feeds)
+    want = ort.run_model(model, feeds)
+    return min(s.cosine for s in compare_outputs(want, got))
+
+
+@pytest.mark.parametrize("precision, min_cosine", [("fp32", 0.9999), ("fp16", 0.999)])
+def test_static_cls_engine_matches_onnxruntime(ocr_cls, tmp_path, precision, min_cosine):
+    engine = tmp_path / f"cls-{precision}.engine"
+    code, out = _build(ocr_cls, "-o", engine, "--shapes", CLS_SHAPES, "--precision", precision)
+    assert code == 0, out
+    m = _manifest(engine)
+    assert m["environment"]["tensorrt"] and m["environment"]["gpu"] and m["environment"]["compute_capability"]
+    assert m["verify"]["passed"] is True
+    assert m["precision"]["requested"] == precision
+    if precision == "fp16":
+        assert m["precision"]["achieved"]["share"] >= 0.5
+    assert _engine_vs_ort(engine, ocr_cls, {"x": (1, 3, 48, 192)}) >= min_cosine
+    timing = list((tmp_path / "cache" / "timing-cache").glob("*.cache"))
+    assert len(timing) == 1 and timing[0].stat().st_size > 0  # persisted per GPU + TensorRT version
+
+
+def test_int8_cls_engine_with_real_calibration(ocr_cls, tmp_path):
+    from test_build_cli import cls_calibration
+
+    calib = cls_calibration(tmp_path / "calib", n=24)
+    engine = tmp_path / "cls-int8.engine"
+    code, out = _build(ocr_cls, "-o", engine, "--shapes", CLS_SHAPES, "--precision", "int8", "--calib-data", calib)
+    assert code == 0, out
+    m = _manifest(engine)
+    assert m["calibration"]["data_sha256"] and m["calibration"]["samples"] > 0
+    assert m["precision"]["achieved"]["by_dtype"].get("int8", 0) > 0
+    assert _engine_vs_ort(engine, ocr_cls, {"x": (1, 3, 48, 192)}) >= 0.99
+
+
+def test_dynamic_det_engine_at_every_profile_corner(ocr_det, tmp_path):
+    engine = tmp_path / "det.engine"
+    code, out = _build(ocr_det, "-o", engine, "--min-shapes", "x:1x3x64x64", "--opt-shapes", "x:1x3x320x320",
+                       "--max-shapes", "x:2x3x640x640")
+    assert code == 0, out
+    assert _manifest(engine)["profiles"][0]["x"]["max"] == [2, 3, 640, 640]
+    for shape in ((1, 3, 64, 64), (1, 3, 320, 320), (2, 3, 640, 640), (1, 3, 96, 480)):
+        assert _engine_vs_ort(engine, ocr_det, {"x": shape}) >= 0.9999, shape
+
+
+def dcn_model(path: Path) -> Path:
+    """conv → offsets/mask conv → CenterNet DCNv2 → ReLU, seeded weights."""
+    rng = np.random.default_rng(0)
+    c, co, k = 8, 16, 3
+    F = TensorProto.FLOAT
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((3 * k * k, c, 3, 3)) * 0.05).astype(np.float32), "om_w"),
+        numpy_helper.from_array(np.zeros(3 * k * k, np.float32), "om_b"),
+        numpy_helper.from_array((rng.standard_normal((co, c, k, k)) * 0.2).astype(np.float32), "dcn_w"),
+        numpy_helper.from_array(rng.standard_normal(co).astype(np.float32), "dcn_b"),
+        numpy_helper.from_array(np.array([0], np.int64), "split_at"),
+        numpy_helper.from_array(np.array([2 * k * k], np.int64), "split_mid"),
+        numpy_helper.from_array(np.array([3 * k * k], np.int64), "split_end"),
+        numpy_helper.from_array(np.array([1], np.int64), "axis1"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "om_w", "om_b"], ["om"], name="offset_mask", pads=[1, 1, 1, 1]),
+        helper.make_node("Slice", ["om", "split_at", "split_mid", "axis1"], ["offset"], name="offset_slice"),
+        helper.make_node("Slice", ["om", "split_mid", "split_end", "axis1"], ["mask_logits"], name="mask_slice"),
+        helper.make_node("Sigmoid", ["mask_logits"], ["mask"], name="mask_sigmoid"),
+        helper.make_node("DCNv2", ["x", "offset", "mask", "dcn_w", "dcn_b"], ["dcn"], name="dcn0",
+                         stride=[1, 1], padding=[1, 1], dilation=[1, 1], deformable_groups=1),
+        helper.make_node("Relu", ["dcn"], ["y"], name="relu"),
+    ]
+    g = helper.make_graph(nodes, "dcn", [helper.make_tensor_value_info("x", F, [1, c, 32, 32])],
+                          [helper.make_tensor_value_info("y", F, None)], initializer=inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+    return path
+
+
+@pytest.mark.parametrize("dcn_target", ["deformconv", "trt-plugin", "trtconv-plugin"])
+def test_dcn_model_builds_through_rewrite(tmp_path, dcn_target):
+    model = dcn_model(tmp_path / "dcn.onnx")
+    engine = tmp_path / f"dcn-{dcn_target}.engine"
+    code, out = _build(model, "-o", engine, "--dcn-target", dcn_target)
+    assert code == 0, out
+    m = _manifest(engine)
+    assert any("dcn" in r.get("rule", "") for r in m["rewrites"]), m["rewrites"]
+    assert m["verify"]["passed"] is True
+    prepared = tmp_path / f"dcn-{dcn_target}.prepared.onnx"
+    if dcn_target == "deformconv":  # ORT runs DeformConv: compare the engine with the prepared graph too
+        assert _engine_vs_ort(engine, prepared, {}) >= 0.9999
+
+
+def test_fp32_graph_asked_as_fp16_is_refused_and_not_written(ocr_cls, tmp_path):
+    """The assertion itself, against a real engine: an FP32 ONNX built 'as fp16' must fail."""
+    from trtconv.build.plan import BuildPlan, TimingCacheChoice
+    from trtconv.build.profiles import build_profiles
+    from trtconv.trt.builder import build_engine
+
+    profiles = build_profiles(onnx.load(str(ocr_cls)), shapes=CLS_SHAPES)
+    plan = BuildPlan(ocr_cls, tmp_path / "x.engine", precision="fp16", profiles=profiles,
+                     timing_cache=TimingCacheChoice(enabled=False))
+    with pytest.raises(PrecisionNotAchievedError) as info:
+        build_engine(plan, timing_cache=None)
+    assert info.value.exit_code == ExitCode.PRECISION_NOT_ACHIEVED
+    assert not plan.engine_path.exists()
+
+
+def test_verify_and_bench_cli(ocr_cls, tmp_path):
+    engine = tmp_path / "cls.engine"
+    assert _build(ocr_cls, "-o", engine, "--shapes", CLS_SHAPES, "--no-verify")[0] == 0
+    res = CliRunner().invoke(cli, ["verify", str(engine), "--onnx", str(ocr_cls), "--shapes", CLS_SHAPES, "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["passed"] is True
+    res = CliRunner().invoke(cli, ["verify", str(engine), "--onnx", str(ocr_cls), "--shapes", CLS_SHAPES,
+                                   "--atol", "0"])
+    assert res.exit_code in (0, ExitCode.ACCURACY)  # exact equality is not promised
+    res = CliRunner().invoke(cli, ["bench", str(engine), "--iterations", "50", "--warmup", "5", "--json",
+                                   "--update-manifest"])
+    assert res.exit_code == 0, res.output
+    stats = json.loads(res.stdout)
+    assert 0 < stats["min_ms"] <= stats["median_ms"] <= stats["p90_ms"] <= stats["p99_ms"] <= stats["max_ms"]
+    assert _manifest(engine)["bench"]["iterations"] == 50

@@ -1,0 +1,191 @@
+"""``analyze(loaded, target, shapes) -> CheckReport``: the pure function behind ``trtconv check``."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Mapping
+
+import onnx
+
+from trtconv.analyze.graph import STANDARD_DOMAINS, GraphIndex, NodeRef, build_index, int64_out_of_range
+from trtconv.analyze.report import (
+    ERROR,
+    PLUGIN,
+    REWRITABLE,
+    SUPPORTED,
+    UNSUPPORTED,
+    WARNING,
+    CheckReport,
+    Finding,
+    InputReport,
+    NodeReport,
+)
+from trtconv.analyze.rules import NodeContext, dtype_name, run_rules
+from trtconv.analyze.support import SupportTable, load_table
+from trtconv.errors import InvalidModelError
+from trtconv.load import LoadedModel, infer_shapes, input_dims, override_input_shapes
+from trtconv.load.shapes import Shape
+from trtconv.rewrite.catalog import rewrite_rule_for
+
+log = logging.getLogger(__name__)
+
+NO_PLUGIN_DOMAINS = ("ai.onnx.ml", "ai.onnx.preview.training")
+# Inputs where ONNX exporters write INT64_MAX/MIN to mean "to the end"; the parser clamps them.
+SENTINEL_INPUTS = {"Slice": (1, 2, 4)}
+CUSTOM_OP = "custom-op"
+
+
+def analyze(loaded: LoadedModel, target: str, shapes: Mapping[str, Shape] | None = None) -> CheckReport:
+    """What TensorRT ``target``'s ONNX parser will reject in ``loaded``, node by node.
+
+    Raises InvalidModelError for a structurally broken graph, UsageError for --shapes
+    that do not fit the model's inputs.
+    """
+    table = load_table(target)
+    shapes = dict(shapes or {})
+    model = loaded.proto
+    if shapes:
+        model = override_input_shapes(model, shapes)
+    inferred = infer_shapes(loaded, model, symbolic=False)  # adds value_info only; never fails
+    index = build_index(inferred)  # raises on broken structure (dangling input, cycle, duplicate)
+    if loaded.checker_error:
+        _attribute_checker_error(inferred, index)
+
+    reports: list[NodeReport] = []
+    counts: Counter[str] = Counter()
+    int64_wide = _wide_int64(index)
+    for ref in index.nodes:
+        report = _node_report(ref, table, index, int64_wide)
+        if report is None:
+            counts[SUPPORTED] += 1
+        else:
+            counts[report.status] += 1
+            reports.append(report)
+    warnings = list(index.warnings)
+    if loaded.checker_error:
+        warnings.append(f"onnx.checker: {loaded.checker_error} (every standard node passes its schema check, "
+                        "so this is left as a note: custom or unregistered ops, or graph-level metadata)")
+    return CheckReport(
+        model=str(loaded.path),
+        target=table.version,
+        node_count=len(index.nodes),
+        counts=dict(counts),
+        nodes=tuple(reports),
+        inputs=_inputs(loaded.proto, inferred, shapes),
+        warnings=tuple(warnings),
+        checker_error=loaded.checker_error,
+    )
+
+
+def _attribute_checker_error(model: onnx.ModelProto, index: GraphIndex) -> None:
+    """Find the standard-op node that fails its schema; custom/unregistered ops fail legitimately."""
+    ctx = onnx.checker.C.CheckerContext()
+    ctx.ir_version = model.ir_version
+    ctx.opset_imports = {o.domain: o.version for o in model.opset_import}
+    for ref in index.nodes:
+        node = ref.node
+        domain = node.domain or ""
+        if domain not in STANDARD_DOMAINS or not onnx.defs.has(node.op_type, domain):
+            continue
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+            continue  # its body's nodes are checked one by one
+        try:
+            onnx.checker.check_node(node, ctx)
+        except onnx.checker.ValidationError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else "fails its schema"
+            raise InvalidModelError(
+                f"invalid node {ref.path!r} ({node.op_type}): {first}",
+                hint="the node does not match the ONNX operator schema; re-export the model",
+            ) from exc
+
+
+def _wide_int64(index: GraphIndex) -> dict[str, int]:
+    out = {}
+    for name, t in index.tensors.items():
+        if t.data_type == onnx.TensorProto.INT64:
+            v = int64_out_of_range(t)
+            if v is not None:
+                out[name] = v
+    return out
+
+
+def _node_report(ref: NodeRef, table: SupportTable, index: GraphIndex, int64_wide: dict[str, int]) -> NodeReport | None:
+    """The node's report, or None when it has no findings (the common case, kept cheap)."""
+    node = ref.node
+    domain = node.domain
+    op_type = node.op_type
+    row = table.lookup(domain, op_type)
+    findings: list[Finding] = []
+    opset = ref.opset
+    if row is None and domain not in NO_PLUGIN_DOMAINS and op_type in table.ops:
+        # The parser picks built-in importers by op type alone (trt-facts §2.3), with the default opset.
+        row = table.ops[op_type]
+        opset = index.opsets.get("ai.onnx", opset)
+        findings.append(Finding("domain-ignored", WARNING, f"domain {domain!r} is ignored: the parser imports this "
+                                                           f"node as the ONNX operator {op_type}",
+                                "check that the custom op has the ONNX operator's semantics, or rename it"))
+    if row is None:
+        findings.append(_unknown_op(node, domain, table))
+    elif row.status == "unsupported":
+        findings.append(Finding("op-unsupported", ERROR, f"{op_type} is not supported by the TensorRT "
+                                                         f"{table.version} ONNX parser"))
+    elif row.status == "removed-plugin":
+        findings.append(Finding("plugin-removed", ERROR, f"plugin {op_type} is not in TensorRT "
+                                                         f"{table.version}'s libnvinfer_plugin", row.restrictions))
+    elif row.status == "deprecated-plugin":
+        findings.append(Finding("plugin-deprecated", WARNING, f"plugin {op_type} is deprecated",
+                                row.restrictions))
+    if row is not None and row.status != "unsupported":
+        findings.extend(run_rules(NodeContext(node, ref.path, opset, row, index)))
+    if int64_wide:
+        skip = SENTINEL_INPUTS.get(op_type, ())
+        for i, name in enumerate(node.input):
+            if name in int64_wide and i not in skip:
+                findings.append(Finding("int64-range", WARNING, f"input {i} {name!r} holds INT64 value "
+                                                                f"{int64_wide[name]} outside the INT32 range; "
+                                                                "it is clamped wherever TensorRT narrows it to INT32"))
+    if not findings:
+        return None
+    findings.sort(key=lambda f: f.severity != ERROR)  # errors first; stable otherwise
+    return NodeReport(ref.path, op_type, domain, _status(domain, op_type, findings), tuple(findings),
+                      _rewrite_name(domain, op_type, findings), row.source if row else "")
+
+
+def _unknown_op(node: onnx.NodeProto, domain: str, table: SupportTable) -> Finding:
+    if domain in STANDARD_DOMAINS and onnx.defs.has(node.op_type):
+        return Finding("op-unsupported", ERROR, f"{node.op_type} is not in the TensorRT {table.version} ONNX "
+                                                "parser's operator table")
+    if domain in NO_PLUGIN_DOMAINS:
+        return Finding("op-unsupported", ERROR, f"{domain} operator {node.op_type} is not supported by TensorRT")
+    where = f"domain {domain!r}" if domain else "the default domain, but not an ONNX operator"
+    return Finding(CUSTOM_OP, ERROR, f"custom op {node.op_type} ({where}): no built-in importer",
+                   "the parser looks for a plugin of that name: supply its library (--plugins)")
+
+
+def _status(domain: str, op_type: str, findings: list[Finding]) -> str:
+    errors = [f for f in findings if f.severity == ERROR]
+    if not errors:
+        return SUPPORTED
+    if rewrite_rule_for(domain, op_type) is not None:
+        return REWRITABLE
+    if all(f.rule == CUSTOM_OP for f in errors):
+        return PLUGIN
+    return UNSUPPORTED
+
+
+def _rewrite_name(domain: str, op_type: str, findings: list[Finding]) -> str | None:
+    if not any(f.severity == ERROR for f in findings):
+        return None
+    rule = rewrite_rule_for(domain, op_type)
+    return rule.name if rule else None
+
+
+def _inputs(original: onnx.ModelProto, inferred: onnx.ModelProto, shapes: Mapping[str, Shape]) -> tuple[InputReport, ...]:
+    dtypes = {vi.name: vi.type.tensor_type.elem_type for vi in original.graph.input}
+    out = []
+    for name, dims in input_dims(original).items():
+        dynamic = any(not isinstance(d, int) for d in dims)
+        out.append(InputReport(name, dtype_name(dtypes.get(name, 0)), tuple(dims), dynamic,
+                               tuple(shapes[name]) if name in shapes else None))
+    return tuple(out)

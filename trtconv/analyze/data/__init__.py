@@ -1,0 +1,1 @@
+"""Support tables (package data): one TSV per TensorRT version, made by ``trtconv.analyze.maketables``."""

@@ -1,0 +1,352 @@
+"""Restriction rules: small functions keyed by op type, like onnx-tensorrt's importer table.
+
+Each rule gets a :class:`NodeContext` (the node, its support-table row, the graph index)
+and yields :class:`Finding`s. Version differences live in the table's ``params`` column
+(e.g. GridSample ``ranks=4`` on 10.16, ``ranks=4|5`` on 11.4), never in the code.
+Generic rules (dtype, constant inputs, ranks, unsupported optional I/O, data-dependent
+shapes) run for every row that sets the parameter they read.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import onnx
+from onnx import TensorProto, helper
+
+from trtconv.analyze.graph import GraphIndex
+from trtconv.analyze.report import ERROR, WARNING, Finding
+from trtconv.analyze.support import OpSupport
+
+Rule = Callable[["NodeContext"], Iterator[Finding]]
+RULES: dict[str, list[Rule]] = {}  # op type -> its restriction rules
+GENERIC_RULES: list[tuple[str, Rule]] = []  # (table parameter that switches it on, rule)
+_APPLICABLE: dict[int, tuple[Rule, ...]] = {}  # id(row) -> rules for that row; tables live for the process
+
+
+@dataclass(slots=True)
+class NodeContext:
+    """What a rule sees. Not frozen: one is made per node, and frozen init is 3x slower."""
+
+    node: onnx.NodeProto
+    path: str
+    opset: int
+    row: OpSupport
+    index: GraphIndex
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        for a in self.node.attribute:
+            if a.name == name:
+                value = helper.get_attribute_value(a)
+                return value.decode() if isinstance(value, bytes) else value
+        return default
+
+    def has_attr(self, name: str) -> bool:
+        return any(a.name == name for a in self.node.attribute)
+
+    def input(self, i: int) -> str:
+        return self.node.input[i] if i < len(self.node.input) else ""
+
+    def output(self, i: int) -> str:
+        return self.node.output[i] if i < len(self.node.output) else ""
+
+    def input_label(self, i: int) -> str:
+        return f"input {i} ({_input_name(self.node.op_type, self.node.domain, self.opset, i)!r})"
+
+    def output_label(self, i: int) -> str:
+        return f"output {i} ({_output_name(self.node.op_type, self.node.domain, self.opset, i)!r})"
+
+
+def restriction(*op_types: str) -> Callable[[Rule], Rule]:
+    def register(fn: Rule) -> Rule:
+        for op in op_types:
+            RULES.setdefault(op, []).append(fn)
+        return fn
+
+    return register
+
+
+def generic(param: str) -> Callable[[Rule], Rule]:
+    """A rule for every row that sets ``param`` ("types" = the row lists input dtypes)."""
+
+    def register(fn: Rule) -> Rule:
+        GENERIC_RULES.append((param, fn))
+        return fn
+
+    return register
+
+
+@functools.lru_cache(maxsize=4096)
+def _schema(op: str, domain: str, opset: int) -> onnx.defs.OpSchema | None:
+    try:
+        return onnx.defs.get_schema(op, max(opset, 1), domain if domain != "ai.onnx" else "")
+    except Exception:
+        return None
+
+
+def _formal(params: list[Any], i: int) -> str:
+    if not params:
+        return "?"
+    if i < len(params):
+        return str(params[i].name)
+    last = params[-1]
+    return str(last.name) if last.option == onnx.defs.OpSchema.FormalParameterOption.Variadic else "?"
+
+
+def _input_name(op: str, domain: str, opset: int, i: int) -> str:
+    s = _schema(op, domain, opset)
+    return _formal(list(s.inputs), i) if s else "?"
+
+
+def _output_name(op: str, domain: str, opset: int, i: int) -> str:
+    s = _schema(op, domain, opset)
+    return _formal(list(s.outputs), i) if s else "?"
+
+
+def dtype_name(code: int) -> str:
+    try:
+        return str(TensorProto.DataType.Name(code))
+    except ValueError:
+        return str(code)
+
+
+def _error(rule: str, msg: str, hint: str = "") -> Finding:
+    return Finding(rule, ERROR, msg, hint)
+
+
+def _warn(rule: str, msg: str, hint: str = "") -> Finding:
+    return Finding(rule, WARNING, msg, hint)
+
+
+# ---------------------------------------------------------------- generic rules
+
+
+@generic("types")
+def input_dtype(ctx: NodeContext) -> Iterator[Finding]:
+    """The first (data) input's dtype must be one the table lists for the op."""
+    name = ctx.input(0)
+    codes = ctx.row.type_codes()
+    if not name or not codes:
+        return
+    dt = ctx.index.dtypes.get(name)
+    if dt is None or dt in codes:
+        return
+    if dt == TensorProto.DOUBLE and ctx.index.is_constant(name):
+        yield _warn("dtype", f"{ctx.input_label(0)} is a DOUBLE constant; TensorRT casts it down to FLOAT")
+        return
+    yield _error("dtype", f"{ctx.input_label(0)} has dtype {dtype_name(dt)}; TensorRT {ctx.node.op_type} "
+                          f"accepts {', '.join(ctx.row.types)}")
+
+
+@generic("const_inputs")
+def constant_inputs(ctx: NodeContext) -> Iterator[Finding]:
+    """Inputs the parser needs at build time (axes, K, depth, ...) must be initializers or Constants."""
+    for idx in ctx.row.param("const_inputs"):
+        i = int(idx)
+        name = ctx.input(i)
+        if name and not ctx.index.is_constant(name):
+            yield _error("constant-input", f"{ctx.input_label(i)} must be an initializer or Constant for "
+                                           f"TensorRT, but {name!r} is computed at run time",
+                         "fold constants (polygraphy surgeon sanitize --fold-constants) or export with fixed values")
+
+
+@generic("ranks")
+def input_rank(ctx: NodeContext) -> Iterator[Finding]:
+    ranks = ctx.row.param("ranks")
+    r = ctx.index.rank(ctx.input(0)) if ranks and ctx.input(0) else None
+    if r is not None and str(r) not in ranks:
+        yield _error("rank", f"{ctx.input_label(0)} has rank {r}; TensorRT {ctx.node.op_type} supports rank "
+                             f"{' or '.join(ranks)}")
+
+
+@generic("unsupported_")
+def unsupported_io(ctx: NodeContext) -> Iterator[Finding]:
+    for idx in ctx.row.param("unsupported_inputs"):
+        if ctx.input(int(idx)):
+            yield _error("unsupported-input", f"{ctx.input_label(int(idx))} is not supported by TensorRT")
+    for idx in ctx.row.param("unsupported_outputs"):
+        if ctx.output(int(idx)):
+            yield _error("unsupported-output", f"{ctx.output_label(int(idx))} is not supported by TensorRT")
+
+
+@generic("data_dependent")
+def data_dependent(ctx: NodeContext) -> Iterator[Finding]:
+    if ctx.row.param("data_dependent"):
+        yield _warn("data-dependent-shape", f"{ctx.node.op_type} has a data-dependent output shape: TensorRT "
+                                            "parses it, but outputs that depend on it need an output allocator "
+                                            "at run time and cannot be profiled ahead")
+
+
+@generic("plugin")
+def nvinfer_plugin(ctx: NodeContext) -> Iterator[Finding]:
+    """Ops the parser imports as a libnvinfer_plugin plugin: that library must be loaded."""
+    for name in ctx.row.param("plugin"):
+        yield _warn("needs-nvinfer-plugin", f"imported as the {name} plugin of libnvinfer_plugin",
+                    "libnvinfer_plugin must be loaded at build and run time (trtconv build does it)")
+
+
+# ---------------------------------------------------------------- op-specific rules
+
+
+@restriction("TopK")
+def topk(ctx: NodeContext) -> Iterator[Finding]:
+    limit = int((ctx.row.param("max_k") or ("3840",))[0])
+    if int(ctx.attr("sorted", 1)) != 1:
+        yield _error("topk-sorted", "TensorRT TopK requires sorted=1")
+    if ctx.opset < 10:
+        k: int | None = int(ctx.attr("k", 0))
+    else:
+        value = ctx.index.constant_value(ctx.input(1))
+        k = int(value.reshape(-1)[0]) if value is not None and value.size else None
+        if value is None:
+            yield _warn("topk-k", f"K is computed at run time; TensorRT requires K < {limit}, which cannot be "
+                                  "checked before the build")
+    if k is not None and k >= limit:
+        yield _error("topk-k", f"K = {k}, but TensorRT TopK requires K < {limit}")
+
+
+def _allowed(ctx: NodeContext, rule: str, attr: str, default: str) -> Iterator[Finding]:
+    allowed = ctx.row.param(attr)
+    value = ctx.attr(attr, default)
+    if allowed and value not in allowed:
+        yield _error(rule, f"{attr}={value!r} is not supported by TensorRT (supported: {', '.join(allowed)})")
+
+
+@restriction("Resize")
+def resize(ctx: NodeContext) -> Iterator[Finding]:
+    yield from _allowed(ctx, "resize-coordinate-mode", "coordinate_transformation_mode", "half_pixel")
+    yield from _allowed(ctx, "resize-mode", "mode", "nearest")
+    if ctx.attr("mode", "nearest") == "nearest":
+        yield from _allowed(ctx, "resize-nearest-mode", "nearest_mode", "round_prefer_floor")
+    yield from _allowed(ctx, "resize-aspect-ratio", "keep_aspect_ratio_policy", "stretch")
+    if int(ctx.attr("antialias", 0)) != 0:
+        yield _error("resize-antialias", "antialias=1 is not supported by TensorRT Resize")
+    axes = ctx.attr("axes")
+    scales = ctx.input(2)
+    if axes is not None and scales and not ctx.index.is_constant(scales):
+        rank = ctx.index.rank(ctx.input(0))
+        want = list(range(rank)) if rank is not None else sorted(axes)
+        if list(axes) != want or (rank is not None and len(axes) != rank):
+            yield _error("resize-axes", f"axes={list(axes)} with run-time scales: TensorRT needs axes to be "
+                                        "0..rank-1 in order")
+
+
+@restriction("DeformConv")
+def deform_conv(ctx: NodeContext) -> Iterator[Finding]:
+    pads = list(ctx.attr("pads", []) or [])
+    half = len(pads) // 2
+    if pads and pads[:half] != pads[half:]:
+        yield _error("deformconv-pads", f"pads={pads} are asymmetric; TensorRT DeformConv needs equal begin and "
+                                        "end pads on each axis")
+
+
+@restriction("LSTM", "GRU", "RNN")
+def recurrent(ctx: NodeContext) -> Iterator[Finding]:
+    if int(ctx.attr("layout", 0)) != 0:
+        yield _error("rnn-layout", f"{ctx.node.op_type} layout=1 is not supported by TensorRT (layout must be 0)")
+    if ctx.node.op_type == "LSTM" and int(ctx.attr("input_forget", 0)) != 0:
+        yield _error("lstm-input-forget", "LSTM input_forget=1 is not supported by TensorRT")
+    acts = [a.decode() if isinstance(a, bytes) else a for a in (ctx.attr("activations") or [])]
+    if ctx.attr("direction", "forward") == "bidirectional" and acts and acts[: len(acts) // 2] != acts[len(acts) // 2:]:
+        yield _error("rnn-activations", f"bidirectional {ctx.node.op_type} with different forward/reverse "
+                                        f"activations {acts} is not supported by TensorRT")
+
+
+@restriction("ScatterND")
+def scatter_nd(ctx: NodeContext) -> Iterator[Finding]:
+    yield from _allowed(ctx, "scatternd-reduction", "reduction", "none")
+
+
+@restriction("MaxPool", "AveragePool", "LpPool")
+def pool_dilations(ctx: NodeContext) -> Iterator[Finding]:
+    dil = list(ctx.attr("dilations", []) or [])
+    if any(d != 1 for d in dil):
+        yield _error("pool-dilations", f"dilations={dil}: TensorRT {ctx.node.op_type} needs them empty or all ones")
+
+
+@restriction("QuantizeLinear", "DequantizeLinear")
+def zero_point(ctx: NodeContext) -> Iterator[Finding]:
+    name = ctx.input(2)
+    if not name:
+        return
+    value = ctx.index.constant_value(name)
+    if not ctx.index.is_constant(name):
+        yield _error("zero-point", f"{ctx.input_label(2)} must be a constant zero for TensorRT")
+    elif value is not None and value.size and bool((value.astype("float64") != 0).any()):
+        yield _error("zero-point", f"{ctx.input_label(2)} is non-zero; TensorRT supports symmetric quantization only")
+
+
+@restriction("Dropout")
+def dropout(ctx: NodeContext) -> Iterator[Finding]:
+    value = ctx.index.constant_value(ctx.input(2)) if ctx.input(2) else None
+    if value is not None and value.size and bool(value.reshape(-1)[0]):
+        yield _error("dropout-training", "training_mode is True; TensorRT needs it to be False")
+
+
+@restriction("Constant")
+def constant(ctx: NodeContext) -> Iterator[Finding]:
+    for name in ("sparse_value", "value_string", "value_strings"):
+        if ctx.has_attr(name):
+            yield _error("constant-attr", f"Constant with {name} is not supported by TensorRT")
+
+
+@restriction("Cast", "CastLike")
+def cast_target(ctx: NodeContext) -> Iterator[Finding]:
+    to = ctx.attr("to") if ctx.node.op_type == "Cast" else ctx.index.dtypes.get(ctx.input(1))
+    codes = ctx.row.type_codes()
+    if to is not None and codes and int(to) not in codes:
+        yield _error("dtype", f"cast to {dtype_name(int(to))} is not supported by TensorRT "
+                              f"(supported: {', '.join(ctx.row.types)})")
+
+
+@restriction("If")
+def if_branches(ctx: NodeContext) -> Iterator[Finding]:
+    branches = {a.name: a.g for a in ctx.node.attribute if a.type == onnx.AttributeProto.GRAPH}
+    then_g, else_g = branches.get("then_branch"), branches.get("else_branch")
+    if then_g is None or else_g is None or ctx.index.is_constant(ctx.input(0)):
+        return  # a constant condition: the parser imports only the branch taken
+    for a, b in zip(then_g.output, else_g.output):
+        ra, rb = ctx.index.rank(a.name), ctx.index.rank(b.name)
+        if ra is not None and rb is not None and ra != rb:
+            yield _error("if-branch-rank", f"branch outputs {a.name!r} (rank {ra}) and {b.name!r} (rank {rb}) "
+                                           "differ in rank; TensorRT needs equal ranks",
+                         "with static input shapes the condition becomes a constant and the parser imports one "
+                         "branch: fix the shapes and fold constants (polygraphy surgeon sanitize --fold-constants)")
+        if a.name == b.name:
+            yield _error("if-branch-names", f"both branches name their output {a.name!r}; TensorRT needs "
+                                            "different names")
+
+
+@restriction("TensorScatter")
+def tensor_scatter(ctx: NodeContext) -> Iterator[Finding]:
+    if int(ctx.attr("axis", -2)) != -2:
+        yield _error("tensorscatter-axis", "TensorRT TensorScatter requires axis=-2")
+
+
+@restriction("ModulatedDeformConv2d")
+def mdcn_plugin_version(ctx: NodeContext) -> Iterator[Finding]:
+    if ctx.attr("plugin_version", "1") != "2":
+        yield _warn("plugin-version", "no plugin_version=\"2\": the parser binds the deprecated version-1 plugin")
+
+
+def _applicable(row: OpSupport) -> tuple[Rule, ...]:
+    rules = _APPLICABLE.get(id(row))
+    if rules is None:
+        def wanted(param: str) -> bool:
+            if param == "types":
+                return bool(row.codes)
+            return any(k.startswith(param) for k in row.params)
+
+        rules = tuple(fn for param, fn in GENERIC_RULES if wanted(param)) + tuple(RULES.get(row.op_type, ()))
+        _APPLICABLE[id(row)] = rules
+    return rules
+
+
+def run_rules(ctx: NodeContext) -> list[Finding]:
+    findings: list[Finding] = []
+    for rule in _applicable(ctx.row):
+        findings.extend(rule(ctx))
+    return findings

@@ -1,0 +1,175 @@
+"""What to build, as plain data: the ``BuildPlan`` that ``trtconv.trt`` executes.
+
+Everything a TensorRT build depends on is decided here, before TensorRT is imported,
+so a bad flag fails in milliseconds and the plan can be written into the manifest.
+Names (memory pools, compatibility levels) are TensorRT's enum member names in
+lower case: enum *integers* were renumbered between 10.x and 11.x, names were not.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from trtconv.errors import UsageError
+
+Precision = Literal["fp32", "fp16", "int8"]
+PRECISIONS: tuple[Precision, ...] = ("fp32", "fp16", "int8")
+HardwareCompat = Literal["none", "ampere+", "same-cc"]
+HARDWARE_COMPAT: tuple[HardwareCompat, ...] = ("none", "ampere+", "same-cc")
+# TensorRT MemoryPoolType members (both 10.16 and 11.4), lower case.
+MEMORY_POOLS = (
+    "workspace",
+    "tactic_dram",
+    "tactic_shared_memory",
+    "dla_managed_sram",
+    "dla_local_dram",
+    "dla_global_dram",
+)
+DEFAULT_OPT_LEVEL = 3
+DEFAULT_MIN_PRECISION_SHARE = 0.5
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class InputRange:
+    """One input's min/opt/max shapes inside an optimization profile."""
+
+    min: Shape
+    opt: Shape
+    max: Shape
+
+    def to_json(self) -> dict[str, list[int]]:
+        return {"min": list(self.min), "opt": list(self.opt), "max": list(self.max)}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """An optimization profile: every dynamic input's range (static inputs are not listed)."""
+
+    inputs: tuple[tuple[str, InputRange], ...]
+
+    def as_dict(self) -> dict[str, InputRange]:
+        return dict(self.inputs)
+
+    def corner(self, which: Literal["min", "opt", "max"]) -> dict[str, Shape]:
+        return {name: getattr(rng, which) for name, rng in self.inputs}
+
+    def to_json(self) -> dict[str, dict[str, list[int]]]:
+        return {name: rng.to_json() for name, rng in self.inputs}
+
+
+def default_cache_dir() -> Path:
+    """Where persistent timing caches live: $TRTCONV_CACHE_DIR, else $XDG_CACHE_HOME/trtconv."""
+    if os.environ.get("TRTCONV_CACHE_DIR"):
+        return Path(os.environ["TRTCONV_CACHE_DIR"])
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "trtconv"
+
+
+def timing_cache_path(cache_dir: Path, gpu_name: str, compute_capability: str, trt_version: str) -> Path:
+    """One timing cache per GPU model and exact TensorRT build: caches do not transfer across either."""
+    slug = re.sub(r"[^A-Za-z0-9.]+", "-", gpu_name).strip("-").lower() or "gpu"
+    return cache_dir / "timing-cache" / f"{slug}-sm{compute_capability.replace('.', '')}-trt{trt_version}.cache"
+
+
+@dataclass(frozen=True)
+class TimingCacheChoice:
+    """The user's choice, resolved to a file by ``trtconv.trt`` once GPU and version are known."""
+
+    path: Path | None = None  # explicit --timing-cache FILE
+    enabled: bool = True
+    cache_dir: Path = field(default_factory=default_cache_dir)
+
+    def resolve(self, gpu_name: str, compute_capability: str, trt_version: str) -> Path | None:
+        if not self.enabled:
+            return None
+        if self.path is not None:
+            return self.path
+        return timing_cache_path(self.cache_dir, gpu_name, compute_capability, trt_version)
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """Everything the TensorRT builder is told, and nothing it is not."""
+
+    onnx_path: Path
+    engine_path: Path
+    precision: Precision = "fp32"
+    profiles: tuple[Profile, ...] = ()
+    memory_pools: tuple[tuple[str, int], ...] = ()  # (pool name, bytes)
+    timing_cache: TimingCacheChoice = field(default_factory=lambda: TimingCacheChoice())
+    optimization_level: int = DEFAULT_OPT_LEVEL
+    hardware_compat: HardwareCompat = "none"
+    version_compatible: bool = False
+    exclude_lean_runtime: bool = False
+    plugin_libraries: tuple[Path, ...] = ()
+    min_precision_share: float = DEFAULT_MIN_PRECISION_SHARE
+    max_aux_streams: int | None = None
+    force: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        d = asdict(self)
+        d["onnx_path"] = str(self.onnx_path)
+        d["engine_path"] = str(self.engine_path)
+        d["profiles"] = [p.to_json() for p in self.profiles]
+        d["memory_pools"] = {name: size for name, size in self.memory_pools}
+        d["timing_cache"] = {
+            "enabled": self.timing_cache.enabled,
+            "path": str(self.timing_cache.path) if self.timing_cache.path else None,
+        }
+        d["plugin_libraries"] = [str(p) for p in self.plugin_libraries]
+        return d
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """``"4G"``, ``"512MiB"``, ``"1048576"`` → bytes (binary units: memory pools are powers of two)."""
+    m = _SIZE.match(text)
+    if not m:
+        raise UsageError(f"bad size {text!r}", hint="write e.g. 4G, 512M, 1048576")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+def parse_memory_pools(specs: tuple[str, ...] | list[str]) -> tuple[tuple[str, int], ...]:
+    """``("workspace:4G", "tactic_shared_memory:48K")`` → sorted ((pool, bytes), ...)."""
+    pools: dict[str, int] = {}
+    for spec in specs:
+        for item in (s for s in spec.split(",") if s.strip()):
+            name, sep, size = item.partition(":")
+            if not sep and "=" in item:
+                name, _, size = item.partition("=")
+            name = name.strip().lower().replace("-", "_")
+            if name not in MEMORY_POOLS:
+                raise UsageError(
+                    f"unknown memory pool {name!r}", hint=f"pools are: {', '.join(MEMORY_POOLS)}"
+                )
+            if name in pools:
+                raise UsageError(f"memory pool {name!r} given twice")
+            pools[name] = parse_size(size)
+    return tuple(sorted(pools.items()))
+
+
+def validate_plan(plan: BuildPlan) -> None:
+    """Checks that need no model: levels, shares, plugin files present."""
+    if plan.precision not in PRECISIONS:
+        raise UsageError(f"unknown precision {plan.precision!r}", hint="use fp32, fp16 or int8")
+    if not 0 <= plan.optimization_level <= 5:
+        raise UsageError(f"optimization level {plan.optimization_level} is outside 0..5")
+    if plan.hardware_compat not in HARDWARE_COMPAT:
+        raise UsageError(f"unknown hardware compatibility {plan.hardware_compat!r}",
+                         hint=f"use one of {', '.join(HARDWARE_COMPAT)}")
+    if not 0.0 <= plan.min_precision_share <= 1.0:
+        raise UsageError("--min-precision-share must lie between 0 and 1")
+    if plan.exclude_lean_runtime and not plan.version_compatible:
+        raise UsageError("--exclude-lean-runtime needs --version-compatible")
+    for lib in plan.plugin_libraries:
+        if not lib.is_file():
+            raise UsageError(f"plugin library {lib} not found", hint="give the path of a .so file")

@@ -1,0 +1,136 @@
+"""``trtconv build``: ONNX to a verified TensorRT engine plus its manifest, in one command."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import click
+
+from trtconv.build.plan import DEFAULT_MIN_PRECISION_SHARE, DEFAULT_OPT_LEVEL, HARDWARE_COMPAT, PRECISIONS
+from trtconv.cli.options import force_option, json_option, model_argument, output_option, trt_version_option
+from trtconv.cli.output import print_json, progress, stderr_console
+
+
+class BarSink:
+    """TensorRT's progress monitor → a rich progress bar on stderr (one task per build phase)."""
+
+    def __init__(self) -> None:
+        self.bar = progress()
+        self.tasks: dict[str, Any] = {}
+        self.lock = threading.Lock()
+
+    def phase_start(self, name: str, parent: str | None, steps: int) -> None:
+        with self.lock:
+            label = ("  " if parent else "") + name
+            self.tasks[name] = self.bar.add_task(label, total=max(steps, 1))
+
+    def step(self, name: str, step: int) -> None:
+        with self.lock:
+            if name in self.tasks:
+                self.bar.update(self.tasks[name], completed=step + 1)
+
+    def phase_finish(self, name: str) -> None:
+        with self.lock:
+            task = self.tasks.pop(name, None)
+            if task is not None:
+                self.bar.remove_task(task)
+
+
+def _say(quiet: bool) -> Any:
+    console = stderr_console()
+
+    def say(stage: str, status: str) -> None:
+        if quiet or status == "running":
+            return
+        console.print(f"trtconv: {stage}: {status}", markup=False, highlight=False)
+
+    return say
+
+
+@click.command("build")
+@model_argument
+@output_option(help="The engine file to write (its manifest goes to ENGINE.json).")
+@click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
+              help="Made explicit in the ONNX (FP16 casts / INT8 Q-DQ), then built strongly typed.")
+@click.option("--calib-data", type=click.Path(path_type=Path),
+              help="Calibration samples (folder of .npy/.npz or images): required for int8, optional for fp16.")
+@click.option("--calib-limit", type=int, default=0, help="Use at most this many calibration samples (0: all).")
+@click.option("--shapes", metavar="NAME:DxD,...", help="One profile with min = opt = max (trtexec --shapes).")
+@click.option("--min-shapes", multiple=True, metavar="NAME:DxD,...", help="Profile minimum; repeat per profile.")
+@click.option("--opt-shapes", multiple=True, metavar="NAME:DxD,...", help="Profile optimum; repeat per profile.")
+@click.option("--max-shapes", multiple=True, metavar="NAME:DxD,...", help="Profile maximum; repeat per profile.")
+@click.option("--workspace", metavar="SIZE", help="Workspace memory pool limit, e.g. 4G.")
+@click.option("--memory-pool", "memory_pools", multiple=True, metavar="POOL:SIZE",
+              help="Any memory pool limit, e.g. tactic_shared_memory:48K (repeatable).")
+@click.option("--timing-cache", type=click.Path(path_type=Path, dir_okay=False),
+              help="Timing cache file (default: one per GPU and TensorRT version under ~/.cache/trtconv).")
+@click.option("--no-timing-cache", is_flag=True, help="Neither load nor save a timing cache.")
+@click.option("--opt-level", "--builder-optimization-level", "opt_level", type=click.IntRange(0, 5),
+              default=DEFAULT_OPT_LEVEL, show_default=True, help="TensorRT builder optimization level.")
+@click.option("--hardware-compat", type=click.Choice(HARDWARE_COMPAT), default="none", show_default=True,
+              help="Build for other GPUs too (ampere+ or same compute capability); may be slower.")
+@click.option("--version-compatible", is_flag=True, help="Engine runs on later TensorRT versions (lean runtime).")
+@click.option("--exclude-lean-runtime", is_flag=True, help="With --version-compatible: do not embed the runtime.")
+@click.option("--plugins", "plugins", multiple=True, type=click.Path(path_type=Path, dir_okay=False),
+              help="Extra TensorRT plugin library to load (repeatable).")
+@click.option("--min-precision-share", type=click.FloatRange(0, 1), default=DEFAULT_MIN_PRECISION_SHARE,
+              show_default=True, help="fp16/int8: fail (exit 8) if fewer compute layers run in that precision.")
+@click.option("--dcn-target", type=click.Choice(["deformconv", "trt-plugin", "trtconv-plugin"]),
+              help="How rewrite turns DCNv2 nodes into parseable ones (default: rewrite's default).")
+@click.option("--prepared", type=click.Path(path_type=Path, dir_okay=False),
+              help="Where to write the prepared ONNX (default: ENGINE stem + .prepared.onnx).")
+@click.option("--prepare-only", is_flag=True, help="Stop after writing the prepared ONNX (no TensorRT needed).")
+@click.option("--no-verify", is_flag=True, help="Skip comparing the engine with ONNX Runtime.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for proofs and verification inputs.")
+@trt_version_option
+@force_option
+@json_option
+def build(model: Path, output: Path, precision: str, calib_data: Path | None, calib_limit: int, shapes: str | None,
+          min_shapes: tuple[str, ...], opt_shapes: tuple[str, ...], max_shapes: tuple[str, ...],
+          workspace: str | None, memory_pools: tuple[str, ...], timing_cache: Path | None, no_timing_cache: bool,
+          opt_level: int, hardware_compat: str, version_compatible: bool, exclude_lean_runtime: bool,
+          plugins: tuple[Path, ...], min_precision_share: float, dcn_target: str | None, prepared: Path | None,
+          prepare_only: bool, no_verify: bool, seed: int, trt_version: str, force: bool, as_json: bool) -> None:
+    """Build MODEL into a TensorRT engine: check, rewrite, precision, build, verify.
+
+    Writes ENGINE, ENGINE.json (manifest) and the prepared ONNX TensorRT parsed. Exit 0: built
+    and verified; 9: TensorRT or GPU missing (prepared ONNX left behind); 8: precision not
+    reached; 7: engine differs from ONNX Runtime; 6: TensorRT failed; 5: unsupported nodes.
+    """
+    from trtconv.api import BuildSettings
+    from trtconv.build.pipeline import BuildOutcome, run_build
+    from trtconv.errors import TrtconvError
+
+    settings = BuildSettings(
+        precision=precision,  # type: ignore[arg-type]
+        calib_data=calib_data, calib_limit=calib_limit, shapes=shapes, min_shapes=min_shapes,
+        opt_shapes=opt_shapes, max_shapes=max_shapes, workspace=workspace, memory_pools=memory_pools,
+        timing_cache=timing_cache, use_timing_cache=not no_timing_cache, opt_level=opt_level,
+        hardware_compat=hardware_compat,  # type: ignore[arg-type]
+        version_compatible=version_compatible, exclude_lean_runtime=exclude_lean_runtime, plugins=plugins,
+        min_precision_share=min_precision_share, dcn_target=dcn_target, prepared=prepared,
+        prepare_only=prepare_only, verify=not no_verify, seed=seed, trt=trt_version,
+    )
+    req = settings.request(model, output, force=force)
+    sink = BarSink()
+    outcome = BuildOutcome(prepared=req.prepared_path())
+    try:
+        with sink.bar:
+            # Always installed: it draws only on a terminal, and lets Ctrl-C cancel a build cleanly.
+            run_build(req, say=_say(as_json), progress=sink, outcome=outcome)
+    except TrtconvError as exc:
+        if as_json:  # CI still gets the stages and where it stopped; the error goes to stderr as usual
+            if outcome.stopped is None:
+                outcome.stopped = "error"
+            print_json({**outcome.to_json(), "manifest_data": outcome.manifest,
+                        "error": {"exit_code": int(exc.exit_code), "message": exc.message, "hint": exc.hint}})
+        raise
+    if as_json:
+        print_json({**outcome.to_json(), "manifest_data": outcome.manifest, "error": None})
+        return
+    if outcome.stopped == "prepare-only":
+        click.echo(f"prepared ONNX written to {outcome.prepared} (--prepare-only: TensorRT not run)")
+    elif outcome.engine is not None:
+        click.echo(f"engine written to {outcome.engine} (manifest {outcome.engine}.json)")

@@ -1,0 +1,84 @@
+"""``trtconv check``: what the target TensorRT parser will reject, per node, before any GPU is touched."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+from trtconv.analyze import CheckReport, analyze
+from trtconv.cli.options import json_option, model_argument, shapes_option, trt_version_option
+from trtconv.cli.output import finish, print_json, stdout_console
+from trtconv.load import load_model, parse_shapes
+
+STATUS_STYLE = {"supported": "green", "rewritable": "yellow", "plugin": "yellow", "unsupported": "red"}
+
+
+@click.command("check")
+@model_argument
+@trt_version_option
+@shapes_option
+@json_option
+def check(model: Path, trt_version: str, shapes: str | None, as_json: bool) -> None:
+    """Say which nodes TensorRT's ONNX parser will reject, why, and what trtconv can rewrite.
+
+    Exit 0: all supported; 4: every rejected node is rewritable or needs a plugin;
+    5: some node is unsupported; 3: invalid model.
+    """
+    shape_map = parse_shapes(shapes)  # usage errors before reading a large file
+    loaded = load_model(model, load_weights=False)
+    report = analyze(loaded, trt_version, shape_map)
+    if as_json:
+        print_json(report.to_json())
+    else:
+        _print_human(report)
+    if report.exit_code:
+        finish(report.exit_code)
+
+
+def summary_line(report: CheckReport) -> str:
+    c = report.counts
+    dyn = [i for i in report.inputs if i.dynamic]
+    uncovered = [i.name for i in dyn if not i.covered]
+    parts = [
+        f"{report.node_count} nodes: {c.get('supported', 0)} supported, {c.get('rewritable', 0)} rewritable, "
+        f"{c.get('plugin', 0)} need a plugin, {c.get('unsupported', 0)} unsupported",
+        f"{report.warning_count} warning{'' if report.warning_count == 1 else 's'}",
+    ]
+    if dyn:
+        parts.append(f"{len(dyn)} dynamic input{'' if len(dyn) == 1 else 's'} "
+                     f"({len(uncovered)} not covered by --shapes)")
+    return f"TensorRT {report.target}: {report.verdict.upper()} - " + "; ".join(parts)
+
+
+def _print_human(report: CheckReport) -> None:
+    console = stdout_console()
+    console.print(f"[bold]{escape(report.model)}[/bold] against TensorRT {report.target}")
+    if report.nodes:
+        table = Table(show_lines=False, expand=False)
+        for col in ("node", "op", "status", "reason"):
+            table.add_column(col, overflow="fold")
+        for n in report.nodes:
+            reasons = "\n".join(f"{'' if f.severity == 'error' else 'warning: '}{f.message}" for f in n.findings)
+            status = n.status + (f" ({n.rewrite})" if n.rewrite else "")
+            op = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}"
+            table.add_row(escape(n.path), escape(op), f"[{STATUS_STYLE[n.status]}]{escape(status)}[/]", escape(reasons))
+        console.print(table)
+        hints = {f.rule: f.hint for n in report.nodes for f in n.findings if f.hint}
+        for rule, hint in hints.items():
+            console.print(f"hint ({rule}): {hint}", markup=False)
+    dynamic = [i for i in report.inputs if i.dynamic]
+    if dynamic:
+        inputs = Table(title="dynamic inputs (need an optimization profile)")
+        for col in ("input", "dims", "--shapes"):
+            inputs.add_column(col)
+        for i in dynamic:
+            dims = "x".join("?" if d is None else str(d) for d in i.dims)
+            given = "x".join(map(str, i.shape)) if i.shape else "[red]not given[/]"
+            inputs.add_row(escape(i.name), escape(dims), given)
+        console.print(inputs)
+    for w in report.warnings:
+        console.print(f"note: {w}", markup=False)
+    console.print(summary_line(report), markup=False)

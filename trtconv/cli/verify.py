@@ -1,0 +1,95 @@
+"""``trtconv verify``: an engine against ONNX Runtime on the same inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from trtconv.cli.options import json_option, shapes_option
+from trtconv.cli.output import finish, print_json, stdout_console
+from trtconv.errors import ExitCode, UsageError
+from trtconv.verify.compare import Thresholds
+from trtconv.verify.engine import DEFAULT_THRESHOLDS, VerifyReport
+
+
+def thresholds_from_flags(precision: str, atol: float | None, rtol: float | None, min_cosine: float | None,
+                          min_top1: float | None) -> Thresholds:
+    """Explicit flags win; unset ones take the default for the engine's precision."""
+    base = DEFAULT_THRESHOLDS[precision]
+    return Thresholds(
+        max_abs=atol if atol is not None else base.max_abs,
+        max_rel=rtol if rtol is not None else base.max_rel,
+        min_cosine=min_cosine if min_cosine is not None else base.min_cosine,
+        min_top1=min_top1 if min_top1 is not None else base.min_top1,
+    )
+
+
+def engine_precision(engine: Path, given: str | None) -> str:
+    """--precision, else the manifest's requested precision, else fp32."""
+    if given:
+        return given
+    from trtconv.build.manifest import manifest_path, read_manifest
+
+    path = manifest_path(engine)
+    if path.is_file():
+        return str(read_manifest(path).get("precision", {}).get("requested") or "fp32")
+    return "fp32"
+
+
+def print_report(report: VerifyReport) -> None:
+    console = stdout_console()
+    table = Table()
+    for col in ("output", "shape", "max abs", "mean abs", "max rel", "cosine", "NaN/Inf"):
+        table.add_column(col)
+    for s in report.stats:
+        table.add_row(s.name, "x".join(map(str, s.shape)), f"{s.max_abs:.3g}", f"{s.mean_abs:.3g}",
+                      f"{s.max_rel:.3g}", f"{s.cosine:.6f}", str(s.nonfinite))
+    console.print(table)
+    if report.passed:
+        console.print("[green]PASS[/]: every output within the thresholds")
+    else:
+        console.print("[red]FAIL[/]:")
+        for f in report.failures:
+            console.print(f"  - {f}", markup=False)
+
+
+@click.command("verify")
+@click.argument("engine", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--onnx", "onnx_path", type=click.Path(path_type=Path, dir_okay=False), required=True,
+              help="The reference ONNX (run on ONNX Runtime, CPU).")
+@click.option("--inputs", type=click.Path(path_type=Path, dir_okay=False),
+              help=".npz of input arrays keyed by input name (default: seeded random inputs).")
+@shapes_option
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "int8"]),
+              help="Default thresholds for this precision (default: from model.engine.json, else fp32).")
+@click.option("--atol", type=float, help="Max absolute error allowed per output.")
+@click.option("--rtol", type=float, help="Max relative error allowed per output.")
+@click.option("--min-cosine", type=float, help="Min cosine similarity per output.")
+@click.option("--min-top1", type=float, help="Min top-1 agreement (last axis = classes).")
+@click.option("--plugins", "plugins", multiple=True, type=click.Path(path_type=Path, dir_okay=False),
+              help="Plugin library the engine needs (repeatable).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
+@json_option
+def verify(engine: Path, onnx_path: Path, inputs: Path | None, shapes: str | None, precision: str | None,
+           atol: float | None, rtol: float | None, min_cosine: float | None, min_top1: float | None,
+           plugins: tuple[Path, ...], seed: int, as_json: bool) -> None:
+    """Run ENGINE and the ONNX on the same inputs and compare every output.
+
+    Exit 0: within the thresholds; 7: outside; 11: bad --inputs; 9: TensorRT or GPU missing.
+    """
+    from trtconv.load import parse_shapes
+    from trtconv.verify.engine import verify_engine
+
+    if not engine.is_file():
+        raise UsageError(f"{engine}: no such file")
+    thresholds = thresholds_from_flags(engine_precision(engine, precision), atol, rtol, min_cosine, min_top1)
+    report = verify_engine(engine, onnx_path, inputs=inputs, shapes=parse_shapes(shapes), thresholds=thresholds,
+                           plugin_libraries=tuple(plugins), seed=seed, top1=min_top1 is not None)
+    if as_json:
+        print_json(report.to_json())
+    else:
+        print_report(report)
+    if not report.passed:
+        finish(ExitCode.ACCURACY)

@@ -1,0 +1,133 @@
+"""Fold inference-mode BatchNormalization into the Conv before it.
+
+Why FP16 needs this: a BatchNormalization's running variance can exceed FP16's
+range (PP-OCRv4's detector has one near 1e8), and the Conv feeding it produces
+activations of the same order. Folded, the pair becomes one Conv whose output is
+already normalized, so neither the huge variance nor the huge activation exists any
+more. The fold is exact algebra in float64, applied before any precision decision.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from trtconv.load.model import iter_graphs
+
+
+@dataclass(frozen=True)
+class FoldedBatchNorm:
+    batchnorm: str  # node name (or its output if unnamed)
+    conv: str
+    graph: str
+
+
+def _const_arrays(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
+    """Initializers and Constant-node values of one graph, by tensor name."""
+    inputs = {i.name for i in graph.input}
+    out = {t.name: numpy_helper.to_array(t) for t in graph.initializer if t.name not in inputs}
+    for node in graph.node:
+        if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
+            out[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+    return out
+
+
+def _attr(node: onnx.NodeProto, name: str, default: float | int) -> float | int:
+    for a in node.attribute:
+        if a.name == name:
+            return a.f if a.type == onnx.AttributeProto.FLOAT else a.i
+    return default
+
+
+def _uses(model: onnx.ModelProto) -> dict[str, int]:
+    """How often each tensor name is read, in any graph (subgraphs read outer names too)."""
+    count: dict[str, int] = {}
+    for g in iter_graphs(model.graph):
+        for n in g.node:
+            for i in n.input:
+                count[i] = count.get(i, 0) + 1
+        for o in g.output:
+            count[o.name] = count.get(o.name, 0) + 1
+    return count
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    cand, k = name, 0
+    while cand in taken:
+        k += 1
+        cand = f"{name}_{k}"
+    taken.add(cand)
+    return cand
+
+
+def fold_batchnorms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, tuple[FoldedBatchNorm, ...]]:
+    """A copy of ``model`` with every foldable Conv→BatchNormalization pair folded.
+
+    Foldable: the Conv's output feeds only that BatchNormalization, Conv weights/bias and
+    all BN parameters are constants, and the BN runs in inference mode.
+    """
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    uses = _uses(out)
+    taken = {t.name for g in iter_graphs(out.graph) for t in g.initializer}
+    taken |= {o for g in iter_graphs(out.graph) for n in g.node for o in n.output}
+    folded: list[FoldedBatchNorm] = []
+    for gi, graph in enumerate(iter_graphs(out.graph)):
+        consts = _const_arrays(graph)
+        producer = {o: n for n in graph.node for o in n.output}
+        drop: list[onnx.NodeProto] = []
+        for bn in graph.node:
+            if bn.op_type != "BatchNormalization" or len(bn.output) != 1 or _attr(bn, "training_mode", 0):
+                continue
+            if _attr(bn, "spatial", 1) != 1 or len(bn.input) != 5:
+                continue
+            conv = producer.get(bn.input[0])
+            if conv is None or conv.op_type != "Conv" or uses.get(bn.input[0], 0) != 1:
+                continue
+            params = [consts.get(n) for n in bn.input[1:]]
+            w = consts.get(conv.input[1]) if len(conv.input) > 1 else None
+            b = consts.get(conv.input[2]) if len(conv.input) > 2 and conv.input[2] else None
+            if w is None or any(p is None for p in params) or (len(conv.input) > 2 and conv.input[2] and b is None):
+                continue
+            scale, beta, mean, var = (np.asarray(p, dtype=np.float64) for p in params)  # type: ignore[arg-type]
+            if w.dtype != np.float32 or scale.shape != (w.shape[0],):
+                continue
+            eps = float(_attr(bn, "epsilon", 1e-5))
+            factor = scale / np.sqrt(var + eps)
+            w_new = (w.astype(np.float64) * factor.reshape((-1,) + (1,) * (w.ndim - 1))).astype(np.float32)
+            b_old = np.zeros(w.shape[0]) if b is None else b.astype(np.float64)
+            b_new = ((b_old - mean) * factor + beta).astype(np.float32)
+            w_name = _fresh(conv.input[1] + "_bnfold", taken)
+            b_name = _fresh((conv.input[2] if b is not None else conv.output[0]) + "_bias_bnfold", taken)
+            graph.initializer.append(numpy_helper.from_array(w_new, w_name))
+            graph.initializer.append(numpy_helper.from_array(b_new, b_name))
+            conv.input[1] = w_name
+            if len(conv.input) > 2:
+                conv.input[2] = b_name
+            else:
+                conv.input.append(b_name)
+            conv.output[0] = bn.output[0]
+            drop.append(bn)
+            folded.append(FoldedBatchNorm(bn.name or bn.output[0], conv.name or conv.output[0],
+                                          "main" if gi == 0 else f"subgraph {gi}"))
+        for n in drop:
+            graph.node.remove(n)
+    _drop_unused_constants(out)
+    return out, tuple(folded)
+
+
+def _drop_unused_constants(model: onnx.ModelProto) -> None:
+    """Remove initializers and Constant nodes nobody reads (the BN parameters just folded away)."""
+    uses = _uses(model)
+    for g in iter_graphs(model.graph):
+        inputs = {i.name for i in g.input}
+        keep = [t for t in g.initializer if t.name in uses or t.name in inputs]
+        if len(keep) != len(g.initializer):
+            del g.initializer[:]
+            g.initializer.extend(keep)
+        dead = [n for n in g.node if n.op_type == "Constant" and not any(o in uses for o in n.output)]
+        for n in dead:
+            g.node.remove(n)

@@ -1,0 +1,355 @@
+"""FP16 made explicit in the ONNX, with the nodes that cannot take it kept in FP32.
+
+TensorRT 11 builds strongly typed networks only, so "FP16" means an ONNX whose
+tensors already are FP16 (trt-facts §1). This module is that conversion: fold
+BatchNorms that would overflow, ask the rules in :mod:`trtconv.precision.fp16_rules`
+which nodes must stay FP32, rewrite the graph (:mod:`trtconv.precision.fp16_graph`),
+then prove the result with ONNX Runtime on sample data: it loads, has no NaN/Inf, and
+its error against the FP32 model is reported per output.
+
+``convert_fp16`` is pure: model and settings in, new model and report out; nothing is
+written. ``trtconv quantize`` and ``trtconv build --precision fp16`` both call it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from trtconv.errors import AccuracyError, InternalError, InvalidModelError
+from trtconv.precision import fp16_rules as rules
+from trtconv.precision.bn_fold import FoldedBatchNorm, fold_batchnorms
+from trtconv.precision.fp16_graph import Decision, Rewriter, emulate_half
+from trtconv.precision.peaks import activation_peaks
+from trtconv.verify import ort
+from trtconv.verify.compare import OutputStats, Thresholds, compare_arrays, violations
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_ACTIVATION = 4096.0
+# progress(stage, done, total), as in trtconv.precision.int8: stages "fold", "peaks", "convert", "accuracy"
+ProgressFn = Callable[[str, int, "int | None"], None]
+
+
+@dataclass(frozen=True)
+class Fp16Settings:
+    """How to convert. Frozen: the same settings always give the same model."""
+
+    keep_io_types: bool = True  # graph inputs/outputs stay FP32; Casts at the edges
+    fold_batchnorm: bool = True  # fold Conv→BatchNormalization first (PP-OCR det's 1e8 variance)
+    max_initializer: float | None = rules.FP16_MAX  # keep nodes whose constants exceed this; None: off
+    max_activation: float | None = DEFAULT_MAX_ACTIVATION  # keep nodes whose tensors exceed this on samples
+    exclude_ops: frozenset[str] = frozenset()  # op types kept in FP32
+    exclude_nodes: tuple[str, ...] = ()  # node-name glob patterns kept in FP32
+    check_accuracy: bool = True  # with samples: run both models in ONNX Runtime and compare
+    thresholds: Thresholds = field(default_factory=Thresholds)  # NaN/Inf always fails unless allowed
+
+    def rules(self) -> tuple[rules.Rule, ...]:
+        """The rules in the order they are asked; the first that answers names the reason."""
+        out = []
+        if self.exclude_ops:
+            out.append(rules.excluded_op(frozenset(self.exclude_ops)))
+        if self.exclude_nodes:
+            out.append(rules.excluded_name(tuple(self.exclude_nodes)))
+        out += [rules.no_fp16_variant(), rules.trt_fp32_only(), rules.shape_computation()]
+        if self.max_initializer is not None:
+            out.append(rules.initializer_range(self.max_initializer))
+        if self.max_activation is not None:
+            out.append(rules.activation_range(self.max_activation))
+        return tuple(out)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["exclude_ops"] = sorted(self.exclude_ops)
+        d["exclude_nodes"] = list(self.exclude_nodes)
+        return d
+
+
+def rule_summaries() -> dict[str, str]:
+    """Rule id → one-line summary, for reports (every rule, whatever the settings)."""
+    every = Fp16Settings(exclude_ops=frozenset({"-"}), exclude_nodes=("-",)).rules()
+    return {r.id: r.summary for r in every}
+
+
+@dataclass(frozen=True)
+class KeptNode:
+    graph: str
+    name: str
+    op_type: str
+    rule: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Fp16Report:
+    float_nodes: int  # nodes computing float32 in the input model (after BN folding)
+    converted: int
+    converted_by_graph: dict[str, int]  # "main" or a subgraph path such as "If_0/then_branch"
+    kept: tuple[KeptNode, ...]
+    casts_inserted: int
+    constants_converted: int
+    folded_batchnorms: tuple[FoldedBatchNorm, ...]
+    samples: int  # samples used for activation peaks and accuracy (0: none given)
+    activation_check: bool  # whether activation peaks were measured
+    accuracy: tuple[OutputStats, ...]
+    violations: tuple[str, ...]
+    settings: Fp16Settings
+
+    def kept_by_rule(self) -> dict[str, list[KeptNode]]:
+        out: dict[str, list[KeptNode]] = {}
+        for k in self.kept:
+            out.setdefault(k.rule, []).append(k)
+        return out
+
+    @property
+    def passed(self) -> bool:
+        return not self.violations
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "float_nodes": self.float_nodes,
+            "converted": self.converted,
+            "converted_by_graph": dict(self.converted_by_graph),
+            "kept_fp32": len(self.kept),
+            "kept": [asdict(k) for k in self.kept],
+            "kept_by_rule": {r: len(v) for r, v in sorted(self.kept_by_rule().items())},
+            "casts_inserted": self.casts_inserted,
+            "constants_converted": self.constants_converted,
+            "folded_batchnorms": [asdict(f) for f in self.folded_batchnorms],
+            "samples": self.samples,
+            "activation_check": self.activation_check,
+            "accuracy": [s.to_json() for s in self.accuracy],
+            "violations": list(self.violations),
+            "passed": self.passed,
+            "settings": self.settings.to_json(),
+        }
+
+
+@dataclass(frozen=True)
+class Fp16Result:
+    model: onnx.ModelProto
+    report: Fp16Report
+
+
+class Fp16AccuracyError(AccuracyError):
+    """The FP16 model misses the thresholds; ``result`` still holds the model and the full report."""
+
+    def __init__(self, message: str, result: Fp16Result, hint: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.result = result
+
+
+def convert_fp16(
+    model: onnx.ModelProto,
+    settings: Fp16Settings | None = None,
+    samples: Iterable[Mapping[str, np.ndarray]] | None = None,
+    *,
+    progress: ProgressFn | None = None,
+) -> Fp16Result:
+    """FP16 copy of ``model`` (weights loaded) and the report of what was kept in FP32 and why.
+
+    ``samples`` (re-iterable: a list, a :class:`~trtconv.precision.samples.SampleSet`)
+    enables the activation-range rule and the accuracy check. Raises
+    :class:`Fp16AccuracyError` (exit 7) when the FP16 model has NaN/Inf or misses
+    ``settings.thresholds``.
+    """
+    settings = settings or Fp16Settings()
+    total = _length(samples)
+
+    def say(stage: str, done: int = 0) -> None:
+        if progress is not None:
+            progress(stage, done, total if stage in ("peaks", "accuracy") else None)
+
+    if samples is not None and not hasattr(samples, "__len__"):
+        samples = list(samples)  # a generator: we need two passes
+    work = onnx.ModelProto()
+    work.CopyFrom(model)
+    folded: tuple[FoldedBatchNorm, ...] = ()
+    if settings.fold_batchnorm:
+        work, folded = fold_batchnorms(work)
+        say("fold", len(folded))
+    work = _with_types(work)
+    peak_of: Callable[[str], float | None] = lambda _n: None  # noqa: E731
+    n_samples = 0
+    measured = False
+    if samples is not None and settings.max_activation is not None:
+        say("peaks")
+        peaks, n_samples = activation_peaks(work, samples, progress=lambda k: say("peaks", k))
+        peak_of = peaks.get
+        measured = True
+    say("convert")
+    rw = Rewriter(work, settings.rules(), keep_io_types=settings.keep_io_types, activation_peak=peak_of)
+    out = rw.run()
+    _check_valid(out, model)
+    if samples is None or not settings.check_accuracy:
+        _check_loads(out, model)
+    stats: tuple[OutputStats, ...] = ()
+    problems: tuple[str, ...] = ()
+    if samples is not None and settings.check_accuracy:
+        say("accuracy")
+        stats, n = fp16_accuracy(model, out, rw.half_tensors, samples, progress=progress, total=total,
+                                 top1=settings.thresholds.min_top1 is not None)
+        n_samples = max(n_samples, n)
+        problems = tuple(violations(list(stats), settings.thresholds))
+    report = _report(rw.decisions, rw, folded, n_samples, measured, stats, problems, settings)
+    result = Fp16Result(out, report)
+    if problems:
+        raise Fp16AccuracyError(
+            "FP16 model fails the accuracy check: " + "; ".join(problems),
+            result,
+            hint="keep the offending nodes in FP32 (--exclude NAME / --exclude-op OP), lower "
+            "--max-activation, or relax the thresholds",
+        )
+    return result
+
+
+def fp16_accuracy(
+    reference: onnx.ModelProto,
+    fp16_model: onnx.ModelProto,
+    half_tensors: set[str],
+    samples: Iterable[Mapping[str, np.ndarray]],
+    *,
+    progress: ProgressFn | None = None,
+    total: int | None = None,
+    top1: bool = False,
+) -> tuple[tuple[OutputStats, ...], int]:
+    """Per output, the worse of: the FP16 model as ONNX Runtime runs it, and its exact-rounding twin.
+
+    The first proves the model loads, runs and stays finite; the second measures the
+    rounding ONNX Runtime's CPU provider skips (see :func:`emulate_half`). Statistics
+    are the worst over samples (max errors, min cosine, summed NaN/Inf).
+    """
+    half_inputs = {vi.name for vi in fp16_model.graph.input if vi.type.tensor_type.elem_type == TensorProto.FLOAT16}
+    ref_sess = ort.session(reference)
+    try:
+        cand_sess = ort.session(fp16_model)
+    except InvalidModelError as exc:
+        raise InternalError(f"ONNX Runtime refuses the FP16 model although it runs the FP32 one: {exc}") from exc
+    emu_sess = ort.session(emulate_half(fp16_model, half_tensors))
+    per_output: dict[str, list[OutputStats]] = {}
+    n = 0
+    for sample in samples:
+        ref = ort.run(ref_sess, sample)
+        half = {k: np.asarray(v).astype(np.float16) for k, v in sample.items() if k in half_inputs}
+        got = ort.run(cand_sess, {**sample, **half})
+        emu = ort.run(emu_sess, {**sample, **{k: v.astype(np.float32) for k, v in half.items()}})
+        for name, r in ref.items():
+            if r.dtype.kind != "f":
+                continue
+            a = compare_arrays(name, r, got[name], top1=top1)
+            b = compare_arrays(name, r, emu[name], top1=top1)
+            per_output.setdefault(name, []).append(_worse(a, b))
+        n += 1
+        if progress is not None:
+            progress("accuracy", n, total)
+    return tuple(_worst(v) for v in per_output.values()), n
+
+
+def _worst(stats: list[OutputStats]) -> OutputStats:
+    return OutputStats(
+        name=stats[0].name,
+        shape=stats[0].shape,
+        max_abs=max(s.max_abs for s in stats),
+        mean_abs=float(np.mean([s.mean_abs for s in stats])),
+        max_rel=max(s.max_rel for s in stats),
+        cosine=min(s.cosine for s in stats),
+        nonfinite=sum(s.nonfinite for s in stats),
+        top1_agreement=_mean_or_none([s.top1_agreement for s in stats]),
+    )
+
+
+def _mean_or_none(values: list[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def _worse(a: OutputStats, b: OutputStats) -> OutputStats:
+    return OutputStats(
+        name=a.name, shape=a.shape, max_abs=max(a.max_abs, b.max_abs), mean_abs=max(a.mean_abs, b.mean_abs),
+        max_rel=max(a.max_rel, b.max_rel), cosine=min(a.cosine, b.cosine), nonfinite=max(a.nonfinite, b.nonfinite),
+        top1_agreement=None if a.top1_agreement is None or b.top1_agreement is None
+        else min(a.top1_agreement, b.top1_agreement),
+    )
+
+
+def _count_by_graph(decisions: Iterable[Decision]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for d in decisions:
+        out[d.graph] = out.get(d.graph, 0) + 1
+    return out
+
+
+def _length(samples: Any) -> int | None:
+    if samples is None:
+        return None
+    source = getattr(samples, "source", None)
+    if getattr(source, "kind", None) == "loader":
+        return None  # counting would run user code
+    try:
+        return len(samples)
+    except TypeError:
+        return None
+
+
+def _check_loads(out: onnx.ModelProto, original: onnx.ModelProto) -> None:
+    """ONNX Runtime must load the FP16 model wherever it loads the FP32 one (else: our bug)."""
+    try:
+        ort.session(out)
+    except InvalidModelError as exc:
+        try:
+            ort.session(original)
+        except InvalidModelError as orig_exc:  # custom ops: nothing here can run it, before or after
+            log.warning("ONNX Runtime cannot load the input model either (%s); the FP16 model was not run", orig_exc)
+            return
+        raise InternalError(f"ONNX Runtime refuses the FP16 model although it runs the FP32 one: {exc}") from exc
+
+
+def _report(decisions: list[Decision], rw: Rewriter, folded, n_samples, measured, stats, problems, settings):
+    kept = tuple(KeptNode(d.graph, d.name, d.op_type, d.rule or "", d.detail or "") for d in decisions if not d.fp16)
+    return Fp16Report(
+        float_nodes=len(decisions),
+        converted=sum(d.fp16 for d in decisions),
+        converted_by_graph=_count_by_graph(d for d in decisions if d.fp16),
+        kept=kept,
+        casts_inserted=rw.stats.casts,
+        constants_converted=rw.stats.constants_converted,
+        folded_batchnorms=folded,
+        samples=n_samples,
+        activation_check=measured,
+        accuracy=stats,
+        violations=problems,
+        settings=settings,
+    )
+
+
+def _with_types(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Types for every tensor we can know, subgraphs included (ONNX's inference; never fails)."""
+    try:
+        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
+    except Exception as exc:  # custom ops or inconsistent exports: keep what the file declares
+        log.debug("shape inference failed: %s", exc)
+        return model
+
+
+def _check_valid(out: onnx.ModelProto, original: onnx.ModelProto) -> None:
+    """The converted model must pass onnx.checker wherever the original does (else: our bug)."""
+    from trtconv.load.model import PROTOBUF_LIMIT
+
+    if out.ByteSize() > PROTOBUF_LIMIT:
+        log.warning("the FP16 model is over 2 GB: onnx.checker runs on the saved file only")
+        return
+    try:
+        onnx.checker.check_model(out)
+    except onnx.checker.ValidationError as exc:
+        try:
+            onnx.checker.check_model(original)
+        except onnx.checker.ValidationError:
+            log.warning("the input model fails onnx.checker too; the FP16 model inherits that")
+            return
+        raise InternalError(f"FP16 conversion produced an invalid model: {str(exc).splitlines()[0]}") from exc

@@ -1,0 +1,156 @@
+"""Why a node stays in FP32: one small rule per reason, each returning its reason or None.
+
+The converter asks every rule, in order, about every float node; the first rule that
+answers keeps the node in FP32 and its id and detail go into the report. Adding a
+reason means adding one rule here, nothing else.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import defs
+
+FP16_MAX = 65504.0
+
+# Ops TensorRT's ONNX parser runs in FP32 only (onnx-tensorrt operator table: no FP16 listed).
+TRT_FP32_ONLY = frozenset({"STFT"})
+# Ops whose output dtype comes from an attribute, not from their inputs: converting them
+# means rewriting that attribute, which trtconv does for Cast and ConstantOfShape only.
+DTYPE_FROM_ATTRIBUTE = frozenset({
+    "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+    "Bernoulli", "EyeLike",
+})
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What a rule may look at: the node, its place, its schema and the facts gathered about it."""
+
+    node: onnx.NodeProto
+    graph: str  # "main" or the path of the subgraph
+    schema: defs.OpSchema | None
+    in_shape_computation: bool
+    const_peak: Callable[[str], float | None]  # |max| of a constant input, None if not constant
+    activation_peak: Callable[[str], float | None]  # |max| on sample data, None if not observed
+
+    @property
+    def label(self) -> str:
+        return self.node.name or (self.node.output[0] if self.node.output else self.node.op_type)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``check`` returns a detail string when the rule keeps the node in FP32."""
+
+    id: str
+    summary: str
+    check: Callable[[NodeView], str | None]
+
+
+def excluded_op(op_types: frozenset[str]) -> Rule:
+    def check(v: NodeView) -> str | None:
+        return f"op type {v.node.op_type} excluded by the user" if v.node.op_type in op_types else None
+
+    return Rule("excluded-op", "op types the user excluded", check)
+
+
+def excluded_name(patterns: tuple[str, ...]) -> Rule:
+    def check(v: NodeView) -> str | None:
+        for p in patterns:
+            if fnmatch.fnmatchcase(v.label, p):
+                return f"node name matches excluded pattern {p!r}"
+        return None
+
+    return Rule("excluded-name", "node-name patterns the user excluded", check)
+
+
+def _fp16_allowed(schema: defs.OpSchema) -> str | None:
+    """None if every float type variable of the schema admits float16, else why not."""
+    allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+    for p in list(schema.inputs) + list(schema.outputs):
+        ts = p.type_str
+        if ts in allowed:
+            types = allowed[ts]
+            if "tensor(float)" in types and "tensor(float16)" not in types:
+                return f"{schema.name}-{schema.since_version} has no float16 variant in ONNX"
+            if any(t.startswith(("seq(", "optional(", "map(")) for t in types) and not any(
+                t.startswith("tensor(") for t in types
+            ):
+                return f"{schema.name} works on sequences/optionals, which trtconv does not convert"
+    return None
+
+
+def no_fp16_variant() -> Rule:
+    def check(v: NodeView) -> str | None:
+        if v.schema is None:
+            dom = v.node.domain or "ai.onnx"
+            return f"custom op {dom}::{v.node.op_type}: its FP16 support is unknown"
+        if v.node.op_type in DTYPE_FROM_ATTRIBUTE:
+            return f"{v.node.op_type}'s output dtype is set by an attribute"
+        return _fp16_allowed(v.schema)
+
+    return Rule("no-fp16-variant", "ops without an FP16 form in ONNX (or custom ops)", check)
+
+
+def trt_fp32_only() -> Rule:
+    def check(v: NodeView) -> str | None:
+        return f"TensorRT runs {v.node.op_type} in FP32 only" if v.node.op_type in TRT_FP32_ONLY else None
+
+    return Rule("trt-fp32-only", "ops TensorRT runs only in FP32", check)
+
+
+def shape_computation() -> Rule:
+    def check(v: NodeView) -> str | None:
+        return "computes a shape, size, scale or index" if v.in_shape_computation else None
+
+    return Rule("shape-computation", "float math feeding shapes, scales or indices", check)
+
+
+def initializer_range(limit: float) -> Rule:
+    def check(v: NodeView) -> str | None:
+        for name in v.node.input:
+            if not name:
+                continue
+            peak = v.const_peak(name)
+            if peak is not None and peak > limit:
+                return f"constant {name!r} reaches {peak:.4g} (limit {limit:.4g})"
+        return None
+
+    return Rule("initializer-range", "weights or constants beyond the FP16 range", check)
+
+
+def activation_range(limit: float) -> Rule:
+    def check(v: NodeView) -> str | None:
+        worst: tuple[float, str] | None = None
+        for name in list(v.node.input) + list(v.node.output):
+            if not name:
+                continue
+            peak = v.activation_peak(name)
+            if peak is not None and peak > limit and (worst is None or peak > worst[0]):
+                worst = (peak, name)
+        if worst is None:
+            return None
+        return f"tensor {worst[1]!r} reaches {worst[0]:.4g} on sample data (limit {limit:.4g})"
+
+    return Rule("activation-range", "activations that get large on sample data", check)
+
+
+def const_peak_lookup(get: Callable[[str], np.ndarray | None]) -> Callable[[str], float | None]:
+    """|max| of float constants (``get`` returns a constant's value or None), each computed once."""
+    cache: dict[str, float | None] = {}
+
+    def peak(name: str) -> float | None:
+        if name not in cache:
+            a = get(name)
+            if a is None or a.dtype.kind != "f" or a.size == 0:
+                cache[name] = None
+            else:
+                cache[name] = float(np.nanmax(np.abs(a.astype(np.float64))))
+        return cache[name]
+
+    return peak

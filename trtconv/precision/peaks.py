@@ -1,0 +1,94 @@
+"""Activation peaks: the largest finite magnitude each float tensor reaches on sample data.
+
+FP16 overflows at 65504 and loses resolution long before; a tensor that gets big on
+real inputs is the best predictor of an FP16 failure that weights alone cannot show.
+ONNX Runtime returns only graph outputs, so values inside If/Loop bodies are routed out
+as extra outputs by the INT8 stage's ``expose_tensors`` (the branch not taken yields an
+empty tensor; a Loop stacks its iterations).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from trtconv.verify import ort
+
+log = logging.getLogger(__name__)
+
+
+def float_tensors(model: onnx.ModelProto) -> list[str]:
+    """Names of float32 node outputs in every graph (types from inference), in graph order."""
+    from trtconv.load.model import iter_graphs
+    from trtconv.precision.fp16_graph import graph_types
+
+    out: list[str] = []
+    # subgraph outputs are left out: their values leave through the If/Loop outputs anyway, and
+    # expose_tensors mis-wires an If when asked for a value that already is a branch output.
+    # Their producers are still judged by their inputs.
+    seen: set[str] = {o.name for g in list(iter_graphs(model.graph))[1:] for o in g.output}
+    for g in iter_graphs(model.graph):
+        types = graph_types(g)
+        for node in g.node:
+            for o in node.output:
+                if o and o not in seen and types.get(o) == onnx.TensorProto.FLOAT:
+                    seen.add(o)
+                    out.append(o)
+    return out
+
+
+def _probe(model: onnx.ModelProto, names: list[str]) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """The model with ``names`` as extra outputs (subgraph values too); output name → tensor name."""
+    from trtconv.precision.qdq import expose_tensors
+
+    try:
+        return expose_tensors(model, names)
+    except Exception as exc:  # never let observation break conversion: fall back to the main graph
+        log.debug("cannot expose subgraph values (%s); measuring the main graph only", exc)
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    existing = {o.name for o in probe.graph.output}
+    main = {o for n in probe.graph.node for o in n.output}
+    for n in names:
+        if n in main and n not in existing:
+            probe.graph.output.append(helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None))
+    return probe, {n: n for n in names if n in main}
+
+
+def activation_peaks(
+    model: onnx.ModelProto,
+    samples: Iterable[Mapping[str, np.ndarray]],
+    *,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[dict[str, float], int]:
+    """(peak |x| per float tensor, in any graph, and per float input; number of samples run)."""
+    probe, mapping = _probe(model, float_tensors(model))
+    sess = ort.session(probe)
+    wanted = [o.name for o in sess.get_outputs()]
+    peaks: dict[str, float] = {}
+    count = 0
+    for feeds in samples:
+        count += 1
+        for k, v in feeds.items():
+            _update(peaks, k, np.asarray(v))
+        values = ort.run(sess, feeds, wanted)
+        for k, v in values.items():
+            _update(peaks, mapping.get(k, k), v)
+        if progress is not None:
+            progress(count)
+    return peaks, count
+
+
+
+def _update(peaks: dict[str, float], name: str, value: np.ndarray) -> None:
+    if value.dtype.kind != "f" or value.size == 0:
+        return
+    a = np.abs(value)
+    finite = np.isfinite(a)
+    m = float(a[finite].max()) if finite.any() else 0.0
+    if m > peaks.get(name, -1.0):
+        peaks[name] = m

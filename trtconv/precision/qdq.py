@@ -1,0 +1,495 @@
+"""Where Q/DQ pairs go for TensorRT, and putting them there (subgraphs included).
+
+TensorRT's explicit quantization runs a layer in INT8 when its inputs come through
+QuantizeLinear → DequantizeLinear; it fuses the pair into the consumer. So the pairs go
+on the *inputs* of the layers TensorRT computes in INT8 — Conv, ConvTranspose, Gemm,
+MatMul — with per-channel symmetric weights and per-tensor symmetric activations
+(zero point 0), plus the skip input of a residual Add so TensorRT can fuse the Add into
+the Conv before it. Everything else computes in floating point; numerically sensitive
+ops (sigmoid/softmax heads, normalisations, Resize) get no Q/DQ by design.
+
+Unlike ONNX Runtime's and ModelOpt's quantizers, this walks into ``If``/``Loop``/``Scan``
+bodies: the placement, the calibration outputs and the inserted nodes all reach
+subgraphs, with weights that live in ``Constant`` nodes there.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+QUANTIZABLE = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+SHAPE_ONLY = ("Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity")
+SENSITIVE = {
+    "Sigmoid": "sigmoid output head",
+    "Softmax": "softmax",
+    "LogSoftmax": "softmax",
+    "BatchNormalization": "normalization",
+    "LayerNormalization": "normalization",
+    "InstanceNormalization": "normalization",
+    "GroupNormalization": "normalization",
+    "RMSNormalization": "normalization",
+    "Resize": "Resize interpolation",
+    "Upsample": "Resize interpolation",
+}
+FLOAT_TYPES = (TensorProto.FLOAT,)
+Q_DOMAIN = ""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One Q/DQ on one input of one node (scale filled in once known)."""
+
+    graph: str  # "main" or the path of a subgraph, e.g. "If_0/then_branch"
+    node: str
+    op_type: str
+    input_index: int
+    tensor: str
+    kind: str  # "activation" | "weight"
+    reason: str
+    axis: int | None = None  # per-channel axis of a weight
+    scale: float | None = None  # activation scale (weights: per channel, not listed)
+
+    def to_json(self) -> dict[str, object]:
+        return {k: v for k, v in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class Skip:
+    graph: str
+    node: str
+    op_type: str
+    reason: str
+
+    def to_json(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Plan:
+    placements: tuple[Placement, ...]
+    skips: tuple[Skip, ...]
+
+    def activation_tensors(self) -> list[str]:
+        return sorted({p.tensor for p in self.placements if p.kind == "activation"})
+
+
+# ----------------------------------------------------------------------------- model index
+
+
+def iter_graphs_with_path(graph: onnx.GraphProto, path: str = "main") -> Iterator[tuple[str, onnx.GraphProto]]:
+    yield path, graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from iter_graphs_with_path(attr.g, f"{path}/{node.name or node.op_type}/{attr.name}")
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for i, g in enumerate(attr.graphs):
+                    yield from iter_graphs_with_path(g, f"{path}/{node.name or node.op_type}/{attr.name}[{i}]")
+
+
+def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
+    for attr in node.attribute:
+        if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
+            return numpy_helper.to_array(attr.t)
+    return None
+
+
+@dataclass
+class ModelIndex:
+    """Lookups over the whole model, subgraphs included (ONNX names are model-wide)."""
+
+    model: onnx.ModelProto
+    graphs: list[tuple[str, onnx.GraphProto]] = field(default_factory=list)
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
+    producer: dict[str, tuple[str, onnx.NodeProto]] = field(default_factory=dict)
+    dtypes: dict[str, int] = field(default_factory=dict)
+    graph_inputs: set[str] = field(default_factory=set)  # main-graph inputs (fed, never computed)
+
+    @classmethod
+    def build(cls, model: onnx.ModelProto) -> ModelIndex:
+        idx = cls(model)
+        idx.graphs = list(iter_graphs_with_path(model.graph))
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model)
+        except Exception:
+            inferred = model
+        for _, g in iter_graphs_with_path(inferred.graph):
+            for vi in list(g.input) + list(g.value_info) + list(g.output):
+                if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+                    idx.dtypes.setdefault(vi.name, vi.type.tensor_type.elem_type)
+        inits = {i.name for i in model.graph.initializer}
+        idx.graph_inputs = {i.name for i in model.graph.input if i.name not in inits}
+        for path, g in idx.graphs:
+            for t in g.initializer:
+                idx.constants[t.name] = numpy_helper.to_array(t)
+                idx.dtypes[t.name] = t.data_type
+            for n in g.node:
+                for o in n.output:
+                    idx.producer[o] = (path, n)
+                if n.op_type == "Constant" and n.output:
+                    val = _constant_value(n)
+                    if val is not None:
+                        idx.constants[n.output[0]] = val
+        return idx
+
+    def is_float(self, name: str) -> bool | None:
+        dt = self.dtypes.get(name)
+        if dt is None:
+            return None
+        return dt in FLOAT_TYPES
+
+    def producer_op(self, name: str, *, through: tuple[str, ...] = ()) -> str | None:
+        """The op that computes ``name``, looking back through ``through`` ops (e.g. reshapes)."""
+        for _ in range(32):
+            p = self.producer.get(name)
+            if p is None:
+                return None
+            if p[1].op_type not in through or not p[1].input:
+                return p[1].op_type
+            name = p[1].input[0]
+        return None
+
+
+def _attr(node: onnx.NodeProto, name: str, default: int) -> int:
+    for a in node.attribute:
+        if a.name == name:
+            return int(a.i)
+    return default
+
+
+def weight_axis(node: onnx.NodeProto, input_index: int, weight: np.ndarray) -> int | None:
+    """The output-channel axis TensorRT expects for per-channel weights; None means per-tensor."""
+    op = node.op_type
+    if op == "Conv" and input_index == 1 and weight.ndim >= 3:
+        return 0
+    if op == "ConvTranspose" and input_index == 1 and weight.ndim >= 3:
+        return 1 if _attr(node, "group", 1) == 1 else None
+    if op == "Gemm" and input_index == 1 and weight.ndim == 2:
+        return 0 if _attr(node, "transB", 0) else 1
+    if op == "MatMul" and input_index == 1 and weight.ndim == 2:
+        return 1
+    return None
+
+
+# ----------------------------------------------------------------------------- placement
+
+
+def _excluded(node: onnx.NodeProto, patterns: Sequence[str]) -> str | None:
+    for pat in patterns:
+        if fnmatch.fnmatchcase(node.name, pat) or fnmatch.fnmatchcase(node.op_type, pat):
+            return pat
+    return None
+
+
+def _conv_like_producer(idx: ModelIndex, name: str) -> bool:
+    op = idx.producer_op(name)
+    if op in ("Conv", "ConvTranspose"):
+        return True
+    if op == "BatchNormalization":  # Conv -> BN folds into the Conv in TensorRT
+        path_node = idx.producer[name][1]
+        return idx.producer_op(path_node.input[0]) in ("Conv", "ConvTranspose")
+    return False
+
+
+def _node_order(idx: ModelIndex) -> dict[str, int]:
+    order: dict[str, int] = {}
+    for _, g in idx.graphs:
+        for i, n in enumerate(g.node):
+            for o in n.output:
+                order[o] = i
+    return order
+
+
+def plan_qdq(
+    model: onnx.ModelProto,
+    *,
+    exclude: Sequence[str] = (),
+    residual_add: bool = True,
+    index: ModelIndex | None = None,
+) -> Plan:
+    """Decide every Q/DQ (and every deliberate non-Q/DQ) with its reason; touches nothing."""
+    idx = index or ModelIndex.build(model)
+    order = _node_order(idx)
+    placements: list[Placement] = []
+    skips: list[Skip] = []
+    for path, g in idx.graphs:
+        for node in g.node:
+            op = node.op_type
+            name = node.name or f"{op}({', '.join(node.output)})"
+            relevant = op in QUANTIZABLE or op == "Add" or op in SENSITIVE
+            if not relevant or node.domain not in ("", "ai.onnx"):
+                continue
+            pat = _excluded(node, exclude)
+            if pat is not None and (op in QUANTIZABLE or op == "Add"):
+                skips.append(Skip(path, name, op, f"excluded by pattern {pat!r}"))
+                continue
+            if op in SENSITIVE:
+                skips.append(Skip(path, name, op, f"kept in floating point: {SENSITIVE[op]} is numerically sensitive"))
+                continue
+            if op == "Add":
+                if residual_add:
+                    p = _residual_placement(idx, path, node, name, order)
+                    if p is not None:
+                        placements.append(p)
+                continue
+            ins = [i for i in node.input[:2] if i]
+            if len(ins) < 2:
+                continue
+            if all(i in idx.constants for i in ins):
+                skips.append(Skip(path, name, op, "all inputs are constants (TensorRT folds it)"))
+                continue
+            nonfloat = [i for i in ins if idx.is_float(i) is False]
+            if nonfloat:
+                skips.append(Skip(path, name, op, f"input {nonfloat[0]!r} is not float32"))
+                continue
+            if op in ("Conv", "ConvTranspose") and ins[1] not in idx.constants:
+                skips.append(Skip(path, name, op, "weight is computed at run time, not a constant"))
+                continue
+            if op == "MatMul" and any(idx.producer_op(i, through=SHAPE_ONLY) in ("Softmax", "LogSoftmax") for i in ins):
+                skips.append(Skip(path, name, op, "an input is a softmax output: attention probabilities stay in float"))
+                continue
+            if op == "Gemm" and ins[0] in idx.constants:
+                skips.append(Skip(path, name, op, "constant A input: not a TensorRT INT8 pattern"))
+                continue
+            for k, t in enumerate(ins):
+                if t in idx.constants:
+                    w = idx.constants[t]
+                    if w.dtype != np.float32:
+                        break
+                    axis = weight_axis(node, k, w)
+                    why = "weight, per-channel" if axis is not None else "weight, per-tensor"
+                    placements.append(Placement(path, name, op, k, t, "weight", why, axis))
+                else:
+                    placements.append(Placement(path, name, op, k, t, "activation", f"input of {op}"))
+    return Plan(tuple(placements), tuple(skips))
+
+
+def _residual_placement(
+    idx: ModelIndex, path: str, node: onnx.NodeProto, name: str, order: Mapping[str, int]
+) -> Placement | None:
+    if len(node.input) != 2 or any(i in idx.constants or not i for i in node.input):
+        return None
+    a, b = node.input
+    conv_a, conv_b = _conv_like_producer(idx, a), _conv_like_producer(idx, b)
+    if not (conv_a or conv_b):
+        return None
+    if idx.is_float(a) is False or idx.is_float(b) is False:
+        return None
+    if conv_a and conv_b:  # fuse the later conv, quantize the earlier branch (the skip path)
+        k = 0 if order.get(a, -1) <= order.get(b, -1) else 1
+    else:
+        k = 1 if conv_a else 0
+    return Placement(path, name, "Add", k, node.input[k], "activation",
+                     "residual input of Add: lets TensorRT fuse the Add into the Conv")
+
+
+# ----------------------------------------------------------------------------- insertion
+
+
+def _unique(names: set[str], base: str) -> str:
+    cand = base
+    i = 1
+    while cand in names:
+        cand = f"{base}_{i}"
+        i += 1
+    names.add(cand)
+    return cand
+
+
+def _all_names(model: onnx.ModelProto) -> set[str]:
+    names: set[str] = set()
+    for _, g in iter_graphs_with_path(model.graph):
+        names.update(i.name for i in g.input)
+        names.update(i.name for i in g.initializer)
+        for n in g.node:
+            names.update(n.output)
+            names.add(n.name)
+    return names
+
+
+def quantize_weight(w: np.ndarray, axis: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric INT8 (range ±127, as TensorRT uses) → (int8 weights, float32 scales)."""
+    w = w.astype(np.float32)
+    if axis is None:
+        amax = np.array(np.abs(w).max(), dtype=np.float32)
+    else:
+        red = tuple(i for i in range(w.ndim) if i != axis)
+        amax = np.abs(w).max(axis=red).astype(np.float32)
+    scale = np.where(amax > 0, amax / np.float32(127.0), np.float32(1.0)).astype(np.float32)
+    shape = [1] * w.ndim
+    if axis is not None:
+        shape[axis] = -1
+    q = np.clip(np.rint(w / scale.reshape(shape)), -127, 127).astype(np.int8)
+    return q, scale
+
+
+def insert_qdq(
+    model: onnx.ModelProto, placements: Sequence[Placement], scales: Mapping[str, float]
+) -> onnx.ModelProto:
+    """A copy of ``model`` with the placements applied; activations need a scale in ``scales``."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    idx = ModelIndex.build(out)
+    names = _all_names(out)
+    by_graph: dict[str, list[Placement]] = {}
+    for p in placements:
+        by_graph.setdefault(p.graph, []).append(p)
+    for path, g in idx.graphs:
+        todo = by_graph.get(path)
+        if not todo:
+            continue
+        by_node: dict[str, list[Placement]] = {}
+        for p in todo:
+            by_node.setdefault(p.node, []).append(p)
+        made: dict[tuple[str, int | None], str] = {}  # (tensor, axis) -> dequantized name
+        new_nodes: list[onnx.NodeProto] = []
+        for node in g.node:
+            name = node.name or f"{node.op_type}({', '.join(node.output)})"
+            for p in by_node.get(name, ()):
+                if node.input[p.input_index] != p.tensor:
+                    continue
+                key = (p.tensor, p.axis if p.kind == "weight" else -1)
+                if key not in made:
+                    if p.kind == "weight":
+                        made[key] = _add_weight_dq(g, new_nodes, names, p.tensor, idx.constants[p.tensor], p.axis)
+                    else:
+                        made[key] = _add_activation_qdq(g, new_nodes, names, p.tensor, scales[p.tensor])
+                node.input[p.input_index] = made[key]
+            new_nodes.append(node)
+        g.ClearField("node")
+        g.node.extend(new_nodes)
+    remove_unused_constants(out)
+    return out
+
+
+def _add_activation_qdq(g: onnx.GraphProto, nodes: list, names: set[str], tensor: str, scale: float) -> str:
+    s = _unique(names, f"{tensor}_scale")
+    z = _unique(names, f"{tensor}_zero_point")
+    q = _unique(names, f"{tensor}_quantized")
+    dq = _unique(names, f"{tensor}_dequantized")
+    g.initializer.append(numpy_helper.from_array(np.array(scale, dtype=np.float32), s))
+    g.initializer.append(numpy_helper.from_array(np.array(0, dtype=np.int8), z))
+    nodes.append(helper.make_node("QuantizeLinear", [tensor, s, z], [q], name=_unique(names, f"{tensor}_QuantizeLinear")))
+    nodes.append(helper.make_node("DequantizeLinear", [q, s, z], [dq], name=_unique(names, f"{tensor}_DequantizeLinear")))
+    return dq
+
+
+def _add_weight_dq(
+    g: onnx.GraphProto, nodes: list, names: set[str], tensor: str, w: np.ndarray, axis: int | None
+) -> str:
+    q, scale = quantize_weight(w, axis)
+    qn = _unique(names, f"{tensor}_quantized")
+    s = _unique(names, f"{tensor}_scale")
+    z = _unique(names, f"{tensor}_zero_point")
+    dq = _unique(names, f"{tensor}_dequantized")
+    g.initializer.append(numpy_helper.from_array(q, qn))
+    g.initializer.append(numpy_helper.from_array(scale, s))
+    g.initializer.append(numpy_helper.from_array(np.zeros(scale.shape, dtype=np.int8), z))
+    kwargs = {"axis": axis} if axis is not None else {}
+    nodes.append(helper.make_node("DequantizeLinear", [qn, s, z], [dq], name=_unique(names, f"{tensor}_DequantizeLinear"),
+                                  **kwargs))
+    return dq
+
+
+def remove_unused_constants(model: onnx.ModelProto) -> None:
+    """Drop initializers and Constant nodes nothing reads any more (the float weights we replaced)."""
+    while True:
+        used: set[str] = set()
+        for _, g in iter_graphs_with_path(model.graph):
+            for n in g.node:
+                used.update(n.input)
+            used.update(o.name for o in g.output)
+        main_inputs = {i.name for i in model.graph.input}
+        removed = False
+        for _, g in iter_graphs_with_path(model.graph):
+            keep = [t for t in g.initializer if t.name in used or t.name in main_inputs]
+            if len(keep) != len(g.initializer):
+                g.ClearField("initializer")
+                g.initializer.extend(keep)
+                removed = True
+            nodes = [n for n in g.node if not (n.op_type == "Constant" and n.output and n.output[0] not in used)]
+            if len(nodes) != len(g.node):
+                g.ClearField("node")
+                g.node.extend(nodes)
+                removed = True
+        if not removed:
+            return
+
+
+# ----------------------------------------------------------------------------- calibration outputs
+
+
+def expose_tensors(model: onnx.ModelProto, tensors: Sequence[str]) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """A copy whose graph outputs include ``tensors`` (subgraph values too); output name → tensor.
+
+    A value inside an ``If`` branch becomes an extra branch output (the other branch yields
+    an empty tensor in its place), then an extra ``If`` output, up to the main graph; in a
+    ``Loop`` body it becomes an extra scan output (stacked over iterations). ``Scan`` bodies
+    are left alone. Main-graph inputs are not exposed: the caller has their values.
+    """
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    wanted = set(tensors)
+    names = _all_names(out)
+    mapping: dict[str, str] = {}
+    exposed = _expose(out.graph, wanted, names, is_main=True)
+    existing = {o.name for o in out.graph.output}
+    for name, tensor in exposed:
+        if name not in existing:
+            out.graph.output.append(helper.make_empty_tensor_value_info(name))
+            out.graph.output[-1].type.tensor_type.elem_type = TensorProto.FLOAT
+        mapping[name] = tensor
+    return out, mapping
+
+
+def _expose(g: onnx.GraphProto, wanted: set[str], names: set[str], *, is_main: bool) -> list[tuple[str, str]]:
+    here: list[tuple[str, str]] = []
+    produced = {o for n in g.node for o in n.output}
+    if not is_main:
+        produced |= {i.name for i in g.input}
+    for t in sorted(wanted & produced):
+        here.append((t, t))
+    for node in g.node:
+        if node.op_type == "If":
+            branches = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
+            then_g, else_g = branches.get("then_branch"), branches.get("else_branch")
+            if then_g is None or else_g is None:
+                continue
+            t_exp = _expose(then_g, wanted, names, is_main=False)
+            e_exp = _expose(else_g, wanted, names, is_main=False)
+            rows = [(t, True) for t in t_exp] + [(e, False) for e in e_exp]
+            for (inner, tensor), in_then in rows:
+                outer = _unique(names, f"{tensor}__calib")
+                for branch, real in ((then_g, in_then), (else_g, not in_then)):
+                    if real:
+                        _add_output(branch, inner)
+                    else:
+                        empty = _unique(names, f"{tensor}__calib_empty")
+                        branch.node.append(helper.make_node(
+                            "Constant", [], [empty], name=_unique(names, empty + "_Constant"),
+                            value=numpy_helper.from_array(np.zeros(0, dtype=np.float32), empty)))
+                        _add_output(branch, empty)
+                node.output.append(outer)
+                here.append((outer, tensor))
+        elif node.op_type == "Loop":
+            body = next((a.g for a in node.attribute if a.name == "body"), None)
+            if body is None:
+                continue
+            for inner, tensor in _expose(body, wanted, names, is_main=False):
+                _add_output(body, inner)
+                outer = _unique(names, f"{tensor}__calib")
+                node.output.append(outer)
+                here.append((outer, tensor))
+    return here
+
+
+def _add_output(g: onnx.GraphProto, name: str) -> None:
+    vi = helper.make_empty_tensor_value_info(name)
+    vi.type.tensor_type.elem_type = TensorProto.FLOAT
+    g.output.append(vi)

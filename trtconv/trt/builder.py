@@ -1,0 +1,335 @@
+"""Execute a ``BuildPlan`` with TensorRT: parse, configure, build, check precision, serialize.
+
+Works on TensorRT 10.x and 11.x. The differences that matter here (see
+docs/build.md and trtconv.trt.compat): 11.x networks are always strongly typed
+(10.x needs the STRONGLY_TYPED flag, else it would retype our explicit FP16/Q-DQ
+graph); there are no FP16/INT8 builder flags in 11.x, so precision comes from the
+ONNX on both; enum integers were renumbered, so only names are used.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+from trtconv.build.plan import BuildPlan, Profile
+from trtconv.build.precision_check import PrecisionSummary, assert_precision, summarize_inspector
+from trtconv.errors import BackendUnavailableError, BuildError, OutputError
+from trtconv.outputs import write_bytes
+from trtconv.trt import compat
+from trtconv.trt.loader import tensorrt_version
+
+if TYPE_CHECKING:
+    import tensorrt as trt
+
+log = logging.getLogger(__name__)
+
+
+class ProgressSink(Protocol):
+    """What the CLI's progress bar implements; called from TensorRT's builder threads."""
+
+    def phase_start(self, name: str, parent: str | None, steps: int) -> None: ...
+    def step(self, name: str, step: int) -> None: ...
+    def phase_finish(self, name: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class ParserIssue:
+    node_index: int
+    node_name: str
+    op: str
+    code: str
+    description: str
+
+    def describe(self) -> str:
+        name = self.node_name or f"#{self.node_index}"
+        return f"node {name} ({self.op or '?'}): {self.description} [{self.code}]"
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    engine_path: Path
+    engine_bytes: int
+    seconds: float
+    precision: PrecisionSummary
+    precision_share: float
+    plugins_needed: tuple[str, ...]
+    timing_cache: Path | None
+    tensorrt: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _LogBridge:
+    """TensorRT's log → Python logging (TensorRT's INFO is chatty: shown with -v)."""
+
+    @staticmethod
+    def make() -> trt.ILogger:
+        import tensorrt as trt
+
+        levels = {
+            trt.ILogger.Severity.INTERNAL_ERROR: logging.ERROR,
+            trt.ILogger.Severity.ERROR: logging.ERROR,
+            trt.ILogger.Severity.WARNING: logging.WARNING,
+            trt.ILogger.Severity.INFO: logging.INFO,
+            trt.ILogger.Severity.VERBOSE: logging.DEBUG,
+        }
+        trt_log = logging.getLogger("trtconv.tensorrt")
+
+        class Bridge(trt.ILogger):
+            def __init__(self) -> None:
+                trt.ILogger.__init__(self)
+
+            def log(self, severity: trt.ILogger.Severity, msg: str) -> None:
+                trt_log.log(levels.get(severity, logging.INFO), "%s", msg)
+
+        return Bridge()
+
+
+def _progress_monitor(sink: ProgressSink, cancelled: Callable[[], bool], interrupted: list[bool]
+                      ) -> trt.IProgressMonitor:
+    """TensorRT's progress callbacks → ``sink``. Ctrl-C arrives inside these Python callbacks;
+    an exception must not unwind through TensorRT's C++ frames, so it is recorded and the
+    build is cancelled the supported way (``step_complete`` returns False)."""
+    import tensorrt as trt
+
+    class Monitor(trt.IProgressMonitor):
+        def __init__(self) -> None:
+            trt.IProgressMonitor.__init__(self)
+
+        def phase_start(self, phase_name: str, parent_phase: str | None, num_steps: int) -> None:  # type: ignore[override]
+            try:
+                sink.phase_start(phase_name, parent_phase, int(num_steps))
+            except KeyboardInterrupt:
+                interrupted.append(True)
+
+        def step_complete(self, phase_name: str, step: int) -> bool:  # type: ignore[override]
+            try:
+                sink.step(phase_name, int(step))
+            except KeyboardInterrupt:
+                interrupted.append(True)
+            return not (interrupted or cancelled())  # False asks TensorRT to cancel the build
+
+        def phase_finish(self, phase_name: str) -> None:
+            try:
+                sink.phase_finish(phase_name)
+            except KeyboardInterrupt:
+                interrupted.append(True)
+
+    return Monitor()
+
+
+def load_plugins(logger: trt.ILogger, libraries: tuple[Path, ...]) -> list[str]:
+    """TensorRT's own plugin library, extra libraries, and trtconv's plugins, in that order."""
+    import tensorrt as trt
+
+    if not trt.init_libnvinfer_plugins(cast(Any, logger), ""):
+        log.warning("TensorRT's plugin library (libnvinfer_plugin) did not initialise")
+    registry = trt.get_plugin_registry()
+    loaded = []
+    for lib in libraries:
+        handle = registry.load_library(str(lib))
+        if handle is None:
+            raise BackendUnavailableError(
+                f"TensorRT could not load plugin library {lib}",
+                hint="check that it was built for this TensorRT and CUDA version, and that its creators "
+                "are not already registered",
+            )
+        loaded.append(str(lib))
+    return loaded + list(register_trtconv_plugins())
+
+
+TRTCONV_PLUGIN_MODULES = ("trtconv.trt.plugins.dcnv2", "trtconv.trt.dcnv2_plugin")
+
+
+@functools.cache
+def register_trtconv_plugins() -> tuple[str, ...]:
+    """trtconv's own plugins (``tensorrt.plugin`` definitions), registered once per process.
+
+    A plugin module exposes ``ensure_registered()`` (idempotent) and ``PLUGIN_ID``, or
+    ``register_plugins() -> list[str]``. Modules not in this installation are skipped."""
+    import importlib
+    import importlib.util
+
+    names: list[str] = []
+    for mod_name in TRTCONV_PLUGIN_MODULES:
+        try:
+            if importlib.util.find_spec(mod_name) is None:
+                continue
+        except ModuleNotFoundError:
+            continue
+        mod = importlib.import_module(mod_name)
+        register = getattr(mod, "register_plugins", None)
+        ensure = getattr(mod, "ensure_registered", None)
+        if callable(register):
+            names += [str(n) for n in register()]
+        elif callable(ensure):
+            ensure()
+            names.append(str(getattr(mod, "PLUGIN_ID", mod_name)))
+    return tuple(names)
+
+
+def parser_issues(parser: trt.OnnxParser) -> list[ParserIssue]:
+    issues = []
+    for i in range(parser.num_errors):
+        err = parser.get_error(i)
+        issues.append(ParserIssue(
+            node_index=int(err.node()),
+            node_name=str(err.node_name()),
+            op=str(err.node_operator()),
+            code=str(err.code()).rsplit(".", 1)[-1],
+            description=str(err.desc()).strip(),
+        ))
+    return issues
+
+
+def _dims(trt_mod: Any, shape: tuple[int, ...]) -> trt.Dims:
+    return cast("trt.Dims", trt_mod.Dims(list(shape)))
+
+
+def configure(builder: trt.Builder, network: trt.INetworkDefinition, plan: BuildPlan,
+              timing_cache: Path | None) -> trt.IBuilderConfig:
+    import tensorrt as trt
+
+    config = builder.create_builder_config()
+    for pool, size in plan.memory_pools:
+        config.set_memory_pool_limit(getattr(trt.MemoryPoolType, pool.upper()), size)
+    config.builder_optimization_level = plan.optimization_level
+    # DETAILED: the inspector must report each layer's types for the precision check.
+    config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
+    if plan.max_aux_streams is not None:
+        config.max_aux_streams = plan.max_aux_streams
+    config.hardware_compatibility_level = compat.hardware_level(plan.hardware_compat)
+    if plan.version_compatible:
+        config.set_flag(trt.BuilderFlag.VERSION_COMPATIBLE)
+        if plan.exclude_lean_runtime:
+            config.set_flag(trt.BuilderFlag.EXCLUDE_LEAN_RUNTIME)
+        config.plugins_to_serialize = [str(p) for p in plan.plugin_libraries]
+    for index, profile in enumerate(plan.profiles):
+        _add_profile(builder, config, profile, index)
+    if timing_cache is not None:
+        data = b""
+        if timing_cache.is_file():
+            data = timing_cache.read_bytes()
+        cache = config.create_timing_cache(data)
+        if not config.set_timing_cache(cache, ignore_mismatch=False):
+            log.warning("timing cache %s was made by another TensorRT or GPU; starting a new one", timing_cache)
+            config.set_timing_cache(config.create_timing_cache(b""), ignore_mismatch=False)
+    return config
+
+
+def _add_profile(builder: trt.Builder, config: trt.IBuilderConfig, profile: Profile, index: int) -> None:
+    import tensorrt as trt
+
+    p = builder.create_optimization_profile()
+    for name, rng in profile.inputs:
+        try:
+            p.set_shape(name, _dims(trt, rng.min), _dims(trt, rng.opt), _dims(trt, rng.max))
+        except ValueError as exc:
+            raise BuildError(f"profile {index}: TensorRT rejects the shapes of {name!r}: {exc}") from exc
+    if config.add_optimization_profile(p) < 0:
+        raise BuildError(f"profile {index}: TensorRT rejected the optimization profile")
+
+
+def save_timing_cache(config: trt.IBuilderConfig, path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = bytes(cast(Any, config.get_timing_cache().serialize()))
+        write_bytes(path, data, force=True)
+    except (OSError, OutputError) as exc:  # a cache is an optimisation: never fail the build for it
+        log.warning("could not save the timing cache to %s: %s", path, exc)
+
+
+def plugin_layers(network: trt.INetworkDefinition) -> list[str]:
+    """``name/version/namespace`` of every plugin the network uses: needed again at run time.
+
+    ``get_layer`` returns the ILayer base; as Polygraphy does, the Python class is set to the
+    layer's own type before reading its plugin. Reporting never fails a build."""
+    import tensorrt as trt
+
+    found: set[str] = set()
+    for i in range(network.num_layers):
+        layer = network.get_layer(i)
+        try:
+            if layer.type == trt.LayerType.PLUGIN_V2:
+                layer.__class__ = trt.IPluginV2Layer
+                v2 = cast(trt.IPluginV2Layer, layer).plugin
+                found.add(f"{v2.plugin_type}/{v2.plugin_version}/{v2.plugin_namespace}")
+            elif layer.type == trt.LayerType.PLUGIN_V3:
+                layer.__class__ = trt.IPluginV3Layer
+                v3 = cast(trt.IPluginV3Layer, layer).plugin
+                core = cast(trt.IPluginV3OneCore, v3.get_capability_interface(trt.PluginCapabilityType.CORE))
+                found.add(f"{core.plugin_name}/{core.plugin_version}/{core.plugin_namespace}")
+        except Exception as exc:  # a plugin the bindings cannot describe: name the layer instead
+            log.debug("cannot describe plugin layer %s: %s", layer.name, exc)
+            found.add(f"{layer.name} (plugin)")
+    return sorted(found)
+
+
+def build_engine(
+    plan: BuildPlan,
+    *,
+    timing_cache: Path | None,
+    progress: ProgressSink | None = None,
+    cancelled: Callable[[], bool] = lambda: False,
+) -> BuildResult:
+    """Build, check the achieved precision, then write the engine atomically.
+
+    Nothing is written if the parser, builder or precision check fails."""
+    version = tensorrt_version()
+    import tensorrt as trt
+
+    from trtconv.trt.engine import deserialize, inspector_json
+
+    logger = _LogBridge.make()
+    plugins = load_plugins(logger, plan.plugin_libraries)
+    builder = trt.Builder(logger)
+    if builder is None:
+        raise BackendUnavailableError("TensorRT could not create a builder (no usable GPU?)",
+                                      hint="run `trtconv doctor` to see what TensorRT and CUDA can see")
+    # trtconv's Python plugins ship ahead-of-time (PTX) implementations: prefer those, so the
+    # engine runs without Python (a JIT plugin would need trtconv at deserialization).
+    network = builder.create_network(compat.network_flags(prefer_aot=bool(register_trtconv_plugins())))
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse_from_file(str(plan.onnx_path)):
+        issues = parser_issues(parser)
+        lines = "; ".join(i.describe() for i in issues[:10]) or "no details reported"
+        more = f" (and {len(issues) - 10} more)" if len(issues) > 10 else ""
+        raise BuildError(f"TensorRT's ONNX parser rejected {plan.onnx_path.name}: {lines}{more}",
+                         hint="run `trtconv check` for a per-node report; plugin nodes need --plugins")
+    config = configure(builder, network, plan, timing_cache)
+    interrupted: list[bool] = []
+    monitor = _progress_monitor(progress, cancelled, interrupted) if progress is not None else None
+    if monitor is not None:  # TensorRT holds a raw pointer: keep the Python object alive
+        config.progress_monitor = monitor
+    start = time.monotonic()
+    serialized = builder.build_serialized_network(network, config)
+    seconds = time.monotonic() - start
+    if interrupted:
+        raise KeyboardInterrupt  # the build was cancelled cleanly; nothing was written
+    if serialized is None:
+        raise BuildError("TensorRT's builder failed (its log above says why)",
+                         hint="rerun with -v for TensorRT's full log")
+    if timing_cache is not None:
+        save_timing_cache(config, timing_cache)
+    data = bytes(cast(Any, serialized))
+    engine = deserialize(data, logger=logger)
+    summary = summarize_inspector(inspector_json(engine))
+    share = assert_precision(summary, plan.precision, plan.min_precision_share)
+    write_bytes(plan.engine_path, data, force=plan.force)
+    needed = sorted(set(plugin_layers(network)) | set(parser.get_used_vc_plugin_libraries()))
+    log.info("built %s in %.1f s (%d bytes, plugins: %s)", plan.engine_path, seconds, len(data), plugins or "none")
+    return BuildResult(
+        engine_path=plan.engine_path,
+        engine_bytes=len(data),
+        seconds=seconds,
+        precision=summary,
+        precision_share=share,
+        plugins_needed=tuple(needed),
+        timing_cache=timing_cache,
+        tensorrt=version,
+    )

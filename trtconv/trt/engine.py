@@ -1,0 +1,218 @@
+"""Deserialize, inspect and run an engine; time it for ``trtconv bench``.
+
+Device buffers and streams come from ``polygraphy.cuda`` (a ctypes wrapper over
+libcudart that Polygraphy, a TensorRT companion, already ships), so trtconv needs
+neither pycuda nor a compiled extension. CUDA graphs are captured through the same
+libcudart handle; if capture fails (some plugins and data-dependent shapes forbid
+it), timing falls back to plain enqueues and says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from trtconv.errors import BackendUnavailableError, InvalidModelError, UnsupportedModelError
+from trtconv.trt.loader import tensorrt_version
+
+if TYPE_CHECKING:
+    import tensorrt as trt
+
+log = logging.getLogger(__name__)
+
+
+def deserialize(data: bytes, *, logger: trt.ILogger | None = None) -> trt.ICudaEngine:
+    tensorrt_version()
+    import tensorrt as trt
+
+    from trtconv.trt.builder import _LogBridge
+
+    logger = logger or _LogBridge.make()
+    runtime = trt.Runtime(logger)
+    runtime.engine_host_code_allowed = True  # version-compatible engines carry their lean runtime
+    engine = runtime.deserialize_cuda_engine(data)
+    if engine is None:
+        raise InvalidModelError(
+            "TensorRT cannot deserialize this engine",
+            hint="engines run only with the TensorRT build and GPU architecture they were made with "
+            "(see model.engine.json), and need their plugins (--plugins)",
+        )
+    # TensorRT holds raw pointers: the runtime and its logger must outlive the engine.
+    _KEEP.append((runtime, logger))
+    return engine
+
+
+_KEEP: list[Any] = []
+
+
+def inspector_json(engine: trt.ICudaEngine) -> str:
+    import tensorrt as trt
+
+    inspector = engine.create_engine_inspector()
+    return inspector.get_engine_information(trt.LayerInformationFormat.JSON)
+
+
+def dims_tuple(dims: trt.Dims) -> tuple[int, ...]:
+    """Dims supports len() and indexing, not iteration (per the bindings' signatures)."""
+    return tuple(int(dims[i]) for i in range(len(dims)))
+
+
+def _cuda() -> Any:
+    try:
+        from polygraphy import cuda
+    except ImportError as exc:
+        raise BackendUnavailableError("polygraphy is not installed (needed for GPU buffers)",
+                                      hint="pip install 'trtconv[trt]'") from exc
+    return cuda
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dtype: np.dtype
+    shape: tuple[int, ...]  # -1 for dynamic dims
+
+
+class EngineRunner:
+    """One engine, one execution context, one stream; inputs copied in, outputs copied out."""
+
+    def __init__(self, engine_path: Path, plugin_libraries: tuple[Path, ...] = ()) -> None:
+        tensorrt_version()
+        import tensorrt as trt
+
+        from trtconv.trt.builder import _LogBridge, load_plugins
+
+        self._cuda = _cuda()
+        logger = self._logger = _LogBridge.make()
+        load_plugins(logger, plugin_libraries)
+        self.engine = deserialize(Path(engine_path).read_bytes(), logger=logger)
+        self.context = self.engine.create_execution_context()
+        self.stream = self._cuda.Stream()
+        self.inputs: list[TensorInfo] = []
+        self.outputs: list[TensorInfo] = []
+        for i in range(self.engine.num_io_tensors):
+            name = self.engine.get_tensor_name(i)
+            info = TensorInfo(name, np.dtype(trt.nptype(self.engine.get_tensor_dtype(name))),
+                              dims_tuple(self.engine.get_tensor_shape(name)))
+            if self.engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT:
+                self.inputs.append(info)
+            else:
+                self.outputs.append(info)
+        self._buffers: dict[str, Any] = {}
+
+    def _buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+        buf = self._buffers.get(name)
+        if buf is None:
+            buf = self._cuda.DeviceArray(shape=shape, dtype=dtype)
+            self._buffers[name] = buf
+        else:
+            buf.resize(shape)
+        return buf
+
+    def prepare(self, feeds: Mapping[str, np.ndarray]) -> None:
+        """Copy inputs to the GPU and bind every tensor; the next enqueue computes on them."""
+        missing = [t.name for t in self.inputs if t.name not in feeds]
+        if missing:
+            raise UnsupportedModelError(f"no data for engine input(s) {', '.join(missing)}")
+        for t in self.inputs:
+            host = np.ascontiguousarray(feeds[t.name], dtype=t.dtype)
+            if not self.context.set_input_shape(t.name, tuple(host.shape)):
+                raise UnsupportedModelError(
+                    f"input {t.name!r} shape {list(host.shape)} is outside the engine's optimization profile",
+                    hint="see the profiles in model.engine.json",
+                )
+            buf = self._buffer(t.name, tuple(host.shape), t.dtype)
+            buf.copy_from(host, stream=self.stream)
+            self.context.set_tensor_address(t.name, int(buf.ptr))
+        unresolved = self.context.infer_shapes()
+        if unresolved:
+            raise UnsupportedModelError(f"TensorRT cannot infer shapes for {', '.join(unresolved)}")
+        for t in self.outputs:
+            shape = dims_tuple(self.context.get_tensor_shape(t.name))
+            if any(d < 0 for d in shape):
+                raise UnsupportedModelError(
+                    f"output {t.name!r} has a data-dependent shape, which trtconv verify/bench do not support",
+                    hint="use `polygraphy run --trt` for such engines",
+                )
+            buf = self._buffer(t.name, shape, t.dtype)
+            self.context.set_tensor_address(t.name, int(buf.ptr))
+
+    def enqueue(self) -> None:
+        if not self.context.execute_async_v3(int(self.stream.ptr)):
+            raise UnsupportedModelError("TensorRT failed to execute the engine (see the log above)")
+
+    def fetch(self) -> dict[str, np.ndarray]:
+        out = {}
+        for t in self.outputs:
+            buf = self._buffers[t.name]
+            host = np.empty(tuple(buf.shape), dtype=t.dtype)
+            buf.copy_to(host, stream=self.stream)
+            out[t.name] = host
+        self.stream.synchronize()
+        return out
+
+    def infer(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.prepare(feeds)
+        self.enqueue()
+        return self.fetch()
+
+    def time_enqueues(self, *, warmup: int, iterations: int, cuda_graph: bool
+                      ) -> tuple[list[float], list[float], str | None]:
+        """Per iteration: latency in ms (host: launch to stream idle) and GPU time in ms (CUDA
+        events around the work); and why no CUDA graph was used, if none was."""
+        from trtconv.trt.cudart import EventTimer
+
+        for _ in range(max(1, warmup)):
+            self.enqueue()
+        self.stream.synchronize()
+        launch = self.enqueue
+        why_not: str | None = "disabled" if not cuda_graph else None
+        if cuda_graph:
+            graph_launch, why_not = self._capture_graph()
+            if graph_launch is not None:
+                launch = graph_launch
+                launch()
+                self.stream.synchronize()
+        timer = EventTimer(self._cuda.wrapper().handle, int(self.stream.ptr))
+        host, gpu = [], []
+        try:
+            for _ in range(iterations):
+                start = time.perf_counter()
+                gpu.append(timer.time(launch))
+                host.append((time.perf_counter() - start) * 1000.0)
+        finally:
+            timer.close()
+        return host, gpu, why_not
+
+    def _capture_graph(self) -> tuple[Any, str | None]:
+        from trtconv.trt.cudart import capture
+
+        graph, why_not = capture(self._cuda.wrapper().handle, int(self.stream.ptr),
+                                 lambda: self.context.execute_async_v3(int(self.stream.ptr)))
+        if graph is None:
+            return None, why_not
+        _KEEP.append(graph)
+        return graph.launch, None
+
+
+def engine_io(engine_path: Path, plugin_libraries: tuple[Path, ...] = ()) -> dict[str, list[dict[str, object]]]:
+    runner = EngineRunner(engine_path, plugin_libraries)
+    return {
+        "inputs": [{"name": t.name, "dtype": str(t.dtype), "shape": list(t.shape)} for t in runner.inputs],
+        "outputs": [{"name": t.name, "dtype": str(t.dtype), "shape": list(t.shape)} for t in runner.outputs],
+    }
+
+
+def profile_shapes(runner: EngineRunner, profile: int = 0) -> dict[str, list[tuple[int, ...]]]:
+    """Each input's [min, opt, max] in ``profile``; equal for static inputs."""
+    out = {}
+    for t in runner.inputs:
+        shapes = runner.engine.get_tensor_profile_shape(t.name, profile)
+        out[t.name] = [dims_tuple(s) for s in shapes]
+    return out

@@ -1,0 +1,313 @@
+"""Facts about the fused DCNv2 kernel that the TensorRT plugin and the GPU tests share.
+
+No TensorRT here: the plugin definition (``dcnv2``) and the CuPy test launcher both take
+entry names, tile shapes, scalar arguments and grids from this module, so the PTX that
+TensorRT embeds is launched exactly as the tests launch it. The PTX ships as package data
+(``dcnv2.ptx``, generated from ``plugins/dcnv2/dcnv2.cu`` by ``make dcnv2-ptx``).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from trtconv.errors import InvalidModelError, UnsupportedModelError
+
+PLUGIN_NAME = "DCNv2"
+PLUGIN_NAMESPACE = "trtconv"
+PLUGIN_ID = f"{PLUGIN_NAMESPACE}::{PLUGIN_NAME}"
+PLUGIN_VERSION = "1"  # tensorrt.plugin plugins always have version "1"
+
+PTX_FILE = "dcnv2.ptx"
+SPEC_FILE = "dcnv2_spec.json"
+PTX_ARCH = "sm_80"  # compute_80 PTX: the driver compiles it for Ampere, Ada, Hopper and later
+THREADS = 256  # block size every entry point is written for
+
+# Tiles compiled into the PTX: (BM output pixels, BN output channels, KCH channels per K
+# step for 16-bit types; FP32 steps take KCH/2). The TensorRT tactic number is the 1-based
+# index into this tuple.
+TILES: tuple[tuple[int, int, int], ...] = (
+    (128, 128, 32), (128, 64, 32), (64, 128, 32), (64, 64, 32), (64, 64, 64), (32, 128, 64), (32, 64, 64),
+)
+
+# Layouts of x the PTX has entry points for: "nchw" (TensorRT LINEAR) and "nhwc" (channels
+# last with a channel stride >= C: TensorRT HWC8 for FP16/BF16, HWC for FP32). Every other
+# tensor is always NCHW/LINEAR.
+LAYOUTS = ("nchw", "nhwc")
+
+# I/O dtype name -> kernel name stem. FP32 I/O picks 'tf32' or 'f32' by allow_tf32.
+DTYPES = ("float32", "float16", "bfloat16")
+_STEM = {"float16": "f16", "bfloat16": "bf16"}
+
+
+@dataclass(frozen=True)
+class DCNv2Attrs:
+    """The plugin's fields, validated once (names and meaning as in spec.json)."""
+
+    stride: tuple[int, ...] = (1, 1)  # h, w
+    pads: tuple[int, ...] = (0, 0, 0, 0)  # top, left, bottom, right (ONNX order)
+    dilation: tuple[int, ...] = (1, 1)  # h, w
+    group: int = 1
+    deformable_group: int = 1
+    allow_tf32: bool = True
+
+    def __post_init__(self) -> None:
+        bad = []
+        if len(self.stride) != 2 or min(self.stride) < 1:
+            bad.append(f"stride {list(self.stride)} (two values >= 1)")
+        if len(self.pads) != 4 or min(self.pads) < 0:
+            bad.append(f"pads {list(self.pads)} (four values >= 0: top, left, bottom, right)")
+        if len(self.dilation) != 2 or min(self.dilation) < 1:
+            bad.append(f"dilation {list(self.dilation)} (two values >= 1)")
+        if self.group < 1:
+            bad.append(f"group {self.group} (>= 1)")
+        if self.deformable_group < 1:
+            bad.append(f"deformable_group {self.deformable_group} (>= 1)")
+        if bad:
+            raise InvalidModelError(
+                f"{PLUGIN_ID}: invalid field(s): {'; '.join(bad)}",
+                hint="fix the plugin node's attributes; plugins/dcnv2/README.md lists them",
+            )
+
+    @classmethod
+    def from_fields(
+        cls,
+        stride: Iterable[Any],
+        pads: Iterable[Any],
+        dilation: Iterable[Any],
+        group: int,
+        deformable_group: int,
+        allow_tf32: int | bool,
+    ) -> DCNv2Attrs:
+        """Build from plugin fields as TensorRT hands them over (numpy arrays and ints)."""
+        return cls(
+            stride=tuple(int(v) for v in stride),
+            pads=tuple(int(v) for v in pads),
+            dilation=tuple(int(v) for v in dilation),
+            group=int(group),
+            deformable_group=int(deformable_group),
+            allow_tf32=bool(int(allow_tf32)),
+        )
+
+
+def output_hw(h: Any, w: Any, kh: int, kw: int, attrs: DCNv2Attrs) -> tuple[Any, Any]:
+    """Output height and width by the convolution rule.
+
+    ``h``/``w`` may be ints or TensorRT symbolic sizes (anything with ``+`` and ``//``
+    against ints), so the plugin's shape function and the tests share this formula.
+    """
+    sh, sw = attrs.stride
+    pt, pl, pb, pr = attrs.pads
+    dh, dw = attrs.dilation
+    ho = (h + (pt + pb - dh * (kh - 1) - 1)) // sh + 1
+    wo = (w + (pl + pr - dw * (kw - 1) - 1)) // sw + 1
+    return ho, wo
+
+
+def check_shapes(
+    x: Sequence[int], offset: Sequence[int], mask: Sequence[int], weight: Sequence[int], bias: Sequence[int],
+    attrs: DCNv2Attrs,
+) -> tuple[int, int]:
+    """Validate concrete input shapes against each other; return (Ho, Wo)."""
+    n, c, h, w = (int(v) for v in x)
+    cout, kh, kw, cg = (int(v) for v in weight)
+    g, dg = attrs.group, attrs.deformable_group
+    problems = []
+    if c % g or cout % g:
+        problems.append(f"C={c} and Cout={cout} must be divisible by group={g}")
+    if c % dg:
+        problems.append(f"C={c} must be divisible by deformable_group={dg}")
+    if cg * g != c:
+        problems.append(f"weight (OHWI) {list(weight)}: last dim must be C/group = {c // g}")
+    if kh * kw > 64:
+        problems.append(f"kernel {kh}x{kw} has more than 64 taps")
+    ho, wo = output_hw(h, w, kh, kw, attrs)
+    if ho < 1 or wo < 1:
+        problems.append(f"output would be {ho}x{wo}")
+    if list(offset) != [n, 2 * dg * kh * kw, ho, wo]:
+        problems.append(f"offset {list(offset)} != {[n, 2 * dg * kh * kw, ho, wo]}")
+    if list(mask) != [n, dg * kh * kw, ho, wo]:
+        problems.append(f"mask {list(mask)} != {[n, dg * kh * kw, ho, wo]}")
+    if list(bias) != [cout]:
+        problems.append(f"bias {list(bias)} != {[cout]}")
+    big = max(n * c * h * w, n * cout * ho * wo, n * 2 * dg * kh * kw * ho * wo)
+    if big >= 2**31:
+        raise UnsupportedModelError(
+            f"{PLUGIN_ID}: a tensor has {big} elements; the kernel indexes with int32",
+            hint="split the batch",
+        )
+    if problems:
+        raise InvalidModelError(f"{PLUGIN_ID}: {'; '.join(problems)}", hint="see plugins/dcnv2/README.md")
+    return ho, wo
+
+
+def kernel_name(dtype: str, tile: tuple[int, int, int], allow_tf32: bool = True, layout: str = "nchw") -> str:
+    """Entry point in the PTX for an I/O dtype, a tile shape and the layout of x."""
+    if dtype not in DTYPES:
+        raise UnsupportedModelError(f"{PLUGIN_ID}: dtype {dtype} not supported", hint=f"use one of {DTYPES}")
+    if tile not in TILES:
+        raise ValueError(f"no kernel for tile {tile}; compiled tiles: {TILES}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"no kernel for layout {layout}; compiled layouts: {LAYOUTS}")
+    stem = _STEM.get(dtype) or ("tf32" if allow_tf32 else "f32")
+    return f"dcnv2_{stem}_{layout}_m{tile[0]}n{tile[1]}k{tile[2]}"
+
+
+def tactic_tile(tactic: int | None) -> tuple[int, int, int]:
+    """TensorRT tactic (1-based; 0/None = default) -> tile shape."""
+    if not tactic:
+        return TILES[0]
+    return TILES[int(tactic) - 1]
+
+
+def pick_tile(m: int, cout_per_group: int, group: int, sms: int = 132) -> tuple[int, int, int]:
+    """A tile without timing (TensorRT times them all): enough blocks to fill the GPU
+    a few times over, few wasted output channels."""
+    nb64 = -(-cout_per_group // 64) * group
+    if -(-m // 64) * nb64 >= 2 * sms:
+        return (64, 64, 32) if cout_per_group > 64 else (64, 64, 64)
+    return (32, 64, 64)
+
+
+def grid(m: Any, cout_per_group: int, group: int, tile: tuple[int, int, int]) -> tuple[Any, int, int]:
+    """Launch grid (x: pixel tiles, y: channel tiles, z: conv groups); ``m`` may be symbolic."""
+    bm, bn = tile[0], tile[1]
+    return ((m + (bm - 1)) // bm, -(-cout_per_group // bn), group)
+
+
+def scalar_args(
+    n: Any, c: int, h: Any, w: Any, cout: int, ho: Any, wo: Any, kh: int, kw: int, attrs: DCNv2Attrs,
+    x_channel_stride: int | None = None,
+) -> tuple[Any, ...]:
+    """The 18 int32 kernel parameters between the five input pointers and the output pointer.
+
+    ``x_channel_stride``: elements between pixels of channels-last x (C, or C rounded up to 8
+    for HWC8); ignored by the NCHW entry points.
+    """
+    sh, sw = attrs.stride
+    pt, pl, _, _ = attrs.pads
+    dh, dw = attrs.dilation
+    xcs = c if x_channel_stride is None else x_channel_stride
+    return (n, c, h, w, cout, ho, wo, kh, kw, sh, sw, pt, pl, dh, dw, attrs.group, attrs.deformable_group, xcs)
+
+
+def load_ptx() -> str:
+    """The shipped PTX text (package data): every entry point."""
+    return resources.files(__package__).joinpath(PTX_FILE).read_text(encoding="ascii")
+
+
+@lru_cache(maxsize=64)
+def entry_ptx(name: str) -> str:
+    """A self-contained PTX module holding one entry point: what an engine embeds.
+
+    The kernels call no PTX functions and keep their shared memory inside the entry, so
+    the module header plus the ``.entry`` block is complete (TensorRT embeds ~0.2 MB per
+    plugin instead of the whole file).
+    """
+    text = load_ptx()
+    header = [ln for ln in text.splitlines()[:40] if ln.startswith((".version", ".target", ".address_size"))]
+    start = text.find(f".visible .entry {name}(")
+    if start < 0 or len(header) != 3:
+        raise ValueError(f"{PTX_FILE} has no entry point {name}")
+    end = text.find("\n}\n", start)
+    return "\n".join(header) + "\n\n" + text[start : end + 3]
+
+
+@lru_cache(maxsize=1)
+def load_spec() -> dict[str, Any]:
+    """The machine-readable plugin spec (a packaged copy of plugins/dcnv2/spec.json)."""
+    return json.loads(resources.files(__package__).joinpath(SPEC_FILE).read_text(encoding="utf-8"))
+
+
+class CupyLauncher:
+    """Runs the shipped PTX on PyTorch CUDA tensors through CuPy, as TensorRT would launch it.
+
+    For tests, benchmarks and debugging on a GPU without TensorRT. Inputs are NCHW tensors
+    plus the weight in OHWI; all of one dtype (float32, float16 or bfloat16). With
+    ``layout="nhwc"`` x is passed channels-last: a tensor [N, H, W, xcs] with xcs >= C.
+    """
+
+    def __init__(self) -> None:
+        import cupy  # optional dependency (the `gpu` extra); imported only here
+
+        self._cp = cupy
+        self._dir = tempfile.TemporaryDirectory(prefix="trtconv-dcnv2-")
+        self._functions: dict[str, Any] = {}
+
+    def function(self, name: str) -> Any:
+        """The entry point, loaded from exactly the single-entry PTX the plugin embeds."""
+        if name not in self._functions:
+            path = Path(self._dir.name) / f"{name}.ptx"
+            path.write_text(entry_ptx(name), encoding="ascii")
+            self._functions[name] = self._cp.RawModule(path=str(path)).get_function(name)
+        return self._functions[name]
+
+    def _as_cupy(self, t: Any) -> Any:
+        import torch
+
+        if not t.is_contiguous():
+            raise ValueError("DCNv2 kernel tensors must be contiguous")
+        # CuPy has no bfloat16: every tensor travels as raw 16- or 32-bit words.
+        view = t.view(torch.int16) if t.element_size() == 2 else t.view(torch.int32)
+        return self._cp.from_dlpack(view)
+
+    def prepare(
+        self, x: Any, offset: Any, mask: Any, weight_ohwi: Any, bias: Any, attrs: DCNv2Attrs,
+        out: Any = None, tile: tuple[int, int, int] | None = None, layout: str = "nchw",
+    ) -> tuple[Callable[[], None], Any]:
+        """Check shapes once; return (launch, out) where launch() enqueues the kernel."""
+        import numpy as np
+        import torch
+
+        dtype = str(x.dtype).removeprefix("torch.")
+        if layout == "nhwc":
+            n, h, w, xcs = x.shape
+            c = weight_ohwi.shape[3] * attrs.group
+            if xcs < c:
+                raise ValueError(f"channels-last x has {xcs} channels per pixel, needs >= {c}")
+        else:
+            n, c, h, w = x.shape
+            xcs = c
+        ho, wo = check_shapes((n, c, h, w), offset.shape, mask.shape, weight_ohwi.shape, bias.shape, attrs)
+        cout, kh, kw, _ = weight_ohwi.shape
+        for t in (offset, mask, weight_ohwi, bias):
+            if t.dtype != x.dtype:
+                raise ValueError(f"all inputs must be {x.dtype}, got {t.dtype}")
+        if out is None:
+            out = torch.empty((n, cout, ho, wo), dtype=x.dtype, device=x.device)
+        if tuple(out.shape) != (n, cout, ho, wo) or out.dtype != x.dtype:
+            raise ValueError(f"out must be {x.dtype} {[n, cout, ho, wo]}")
+        coutg = cout // attrs.group
+        if tile is None:
+            sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+            tile = pick_tile(n * ho * wo, coutg, attrs.group, sms)
+        fn = self.function(kernel_name(dtype, tile, attrs.allow_tf32, layout))
+        ints = [np.int32(v) for v in scalar_args(n, c, h, w, cout, ho, wo, kh, kw, attrs, xcs)]
+        args = (*(self._as_cupy(t) for t in (x, offset, mask, weight_ohwi, bias)), *ints, self._as_cupy(out))
+        blocks = grid(n * ho * wo, coutg, attrs.group, tile)
+        current = torch.cuda.current_stream(x.device)
+        try:  # CuPy >= 14 reads the stream protocol; older CuPy takes the raw handle
+            stream = self._cp.cuda.Stream.from_external(current)
+        except Exception:
+            stream = self._cp.cuda.ExternalStream(current.cuda_stream)
+
+        def launch() -> None:
+            with stream:
+                fn(blocks, (THREADS,), args)
+
+        return launch, out
+
+    def __call__(
+        self, x: Any, offset: Any, mask: Any, weight_ohwi: Any, bias: Any, attrs: DCNv2Attrs,
+        out: Any = None, tile: tuple[int, int, int] | None = None, layout: str = "nchw",
+    ) -> Any:
+        """Enqueue one forward pass on the current PyTorch stream; returns the output tensor."""
+        launch, out = self.prepare(x, offset, mask, weight_ohwi, bias, attrs, out, tile, layout)
+        launch()
+        return out
