@@ -3,7 +3,7 @@ PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 PYTEST_ARGS ?=
 
-.PHONY: install test lint typecheck bench clean stubs typecheck-trt
+.PHONY: install test lint typecheck bench clean stubs typecheck-trt fuzz
 
 install:
 	$(PIP) install -q -e '.[test]'
@@ -31,6 +31,16 @@ typecheck-trt: stubs
 	  MYPYPATH=$(TRT_STUBS)/$$v $(PYTHON) -m mypy --config-file tools/trt_stubs/mypy.ini \
 	    --cache-dir .mypy_cache/trt-$$v trtconv/trt || exit 1; \
 	done
+
+# 1000+ mutated real models through check, rewrite and quantize (docs/reliability.md); ~5-10 min.
+FUZZ_CASES ?= 1200
+fuzz:
+	$(PYTHON) tests/fuzz/run.py --cases $(FUZZ_CASES) --json .cache/fuzz-report.json
+
+# The DCNv2 plugin's PTX (package data) from plugins/dcnv2/dcnv2.cu; tests/test_dcnv2_build.py checks it is current.
+.PHONY: dcnv2-ptx
+dcnv2-ptx:
+	$(PYTHON) plugins/dcnv2/build_ptx.py
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .mypy_cache

@@ -42,7 +42,7 @@ def test_prepare_only_writes_an_equivalent_onnx_and_no_engine(ocr_cls, tmp_path:
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
     assert report["stopped"] == "prepare-only"
-    assert [s["name"] for s in report["stages"]] == ["check", "rewrite", "precision", "save", "profiles"]
+    assert [s["name"] for s in report["stages"]] == ["check", "rewrite", "precision", "save", "recheck", "profiles"]
     prepared = tmp_path / "cls.prepared.onnx"
     assert Path(report["prepared_onnx"]) == prepared and prepared.is_file()
     assert not out.exists() and not (tmp_path / "cls.engine.json").exists()
@@ -73,7 +73,7 @@ def test_without_tensorrt_build_stops_after_precision_with_exit_9(ocr_cls, tmp_p
     assert res.exit_code == 9
     report = json.loads(res.stdout)
     assert report["stopped"] == "tensorrt-unavailable" and report["error"]["exit_code"] == 9
-    assert [s["status"] for s in report["stages"]] == ["done", "done", "skipped", "done", "done"]
+    assert [s["status"] for s in report["stages"]] == ["done", "done", "skipped", "done", "done", "done"]
 
 
 def test_fp16_prepare_only_makes_precision_explicit(ocr_cls, tmp_path: Path):
@@ -233,5 +233,34 @@ def test_dcn_graph_is_rewritten_for_every_target(tmp_path: Path, dcn_target):
     assert ("", "DCNv2") not in {(n.domain, n.op_type) for n in nodes}  # the CenterNet op is gone
     if dcn_target == "deformconv":  # ONNX Runtime runs it: the profile corners were checked
         assert "DeformConv" in ops and stages["profiles"]["status"] == "done"
-    else:  # a plugin node: ORT cannot run the graph, and says so instead of guessing
-        assert stages["profiles"]["status"] == "skipped"
+        assert stages["recheck"]["verdict"] == "supported"
+    else:  # a plugin node ORT cannot run: the corners run on the model's DeformConv form instead
+        assert stages["profiles"]["status"] == "done"
+        assert stages["profiles"]["graph"] == "original with DCN as DeformConv"
+        # TensorRT's own ModulatedDeformConv2d is known to the parser; trtconv's DCNv2 is a plugin op
+        assert stages["recheck"]["plugin_ops"] == ([] if dcn_target == "trt-plugin" else ["trtconv::DCNv2"])
+
+
+def test_unsupported_node_stops_the_build_with_exit_5(tmp_path: Path):
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+         helper.make_node("Unique", ["r"], ["u"], name="unique_values", sorted=1)],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8])],
+        [helper.make_tensor_value_info("u", TensorProto.FLOAT, None)])
+    model = tmp_path / "unique.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), model)
+    res = run("build", model, "-o", tmp_path / "u.engine", "--prepare-only")
+    assert res.exit_code == ExitCode.UNSUPPORTED, res.output
+    assert "unique_values (Unique)" in res.stderr
+    assert not (tmp_path / "u.prepared.onnx").exists()
+
+
+def test_fp16_with_calibration_data_measures_activations(ocr_cls, tmp_path: Path):
+    calib = cls_calibration(tmp_path / "calib", n=6)
+    res = run("build", ocr_cls, "-o", tmp_path / "h.engine", "--shapes", CLS_SHAPES, "--precision", "fp16",
+              "--calib-data", calib, "--prepare-only", "--json")
+    assert res.exit_code == 0, res.output
+    stage = next(s for s in json.loads(res.stdout)["stages"] if s["name"] == "precision")
+    assert stage["samples"] == 6  # the activation-range rule ran on the real samples

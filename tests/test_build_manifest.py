@@ -81,3 +81,25 @@ def test_foreign_json_is_not_a_manifest(tmp_path: Path):
     bad.write_text('{"hello": 1}')
     with pytest.raises(DataError, match="not a trtconv manifest"):
         read_manifest(bad)
+
+
+@pytest.mark.parametrize("build, here, problem", [
+    ({}, ("11.4.0.106", "9.0"), None),
+    ({}, ("10.16.1.11", "9.0"), "same version unless built with --version-compatible"),
+    ({"version_compatible": True}, ("11.5.0.1", "9.0"), None),
+    ({"version_compatible": True}, ("11.3.0.1", "9.0"), "that version or later"),
+    ({}, ("11.4.0.106", "8.9"), "compute capability 9.0, this GPU has 8.9"),
+    ({"hardware_compat": "same-cc"}, ("11.4.0.106", "8.6"), "compute capability 9.0"),
+    ({"hardware_compat": "ampere+"}, ("11.4.0.106", "8.6"), None),
+    ({"hardware_compat": "ampere+"}, ("11.4.0.106", "7.5"), "Ampere and newer"),
+])
+def test_engine_portability_from_the_manifest(tmp_path: Path, build, here, problem):
+    from trtconv.build.manifest import runtime_mismatches
+
+    m = _manifest(tmp_path)
+    m["build"].update(build)
+    found = runtime_mismatches(m, *here)
+    if problem is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and problem in found[0]

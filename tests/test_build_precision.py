@@ -96,8 +96,58 @@ def test_names_only_inspector_output_is_reported_not_guessed():
         assert_precision(s, "fp16", 0.5)
 
 
-def test_myelin_graph_layers_count():
-    # TensorRT folds whole subgraphs into one Myelin layer; it still counts, by its I/O types.
-    s = summarize_inspector(engine11([layer11("{ForeignNode[/a...]}", "Myelin", "Half", "Half"),
-                                      layer11("r", "Reformat", "Float", "Half")]))
-    assert dict(s.by_dtype) == {"fp16": 1}
+def test_fused_subgraphs_are_counted_apart():
+    # A Myelin layer shows only its boundary tensors: FP32 at the edges of an FP16 graph whose
+    # ONNX keeps FP32 inputs/outputs. It must not count as an FP32 layer...
+    fused = layer11("{ForeignNode[/backbone/conv1.../head/Sigmoid]}", "Myelin", "Float", "Float")
+    s = summarize_inspector(engine11([fused] + [layer11(f"c{i}", "CaskConvolution", "Half", "Half")
+                                                for i in range(3)]))
+    assert s.opaque_layers == 1 and dict(s.by_dtype) == {"fp16": 3}
+    assert assert_precision(s, "fp16", 0.5) == 1.0
+    # ...and when everything is fused the engine cannot show its precision: said, not guessed.
+    # ...and when everything is fused the engine cannot show its precision: the ONNX's explicit
+    # types decide (a strongly typed build follows them), and the answer is "unknown", not a share.
+    only = summarize_inspector(engine11([fused]))
+    assert only.compute_layers == 1 and only.by_dtype == ()
+    assert assert_precision(only, "fp16", 0.5, onnx_reduced=True) is None
+    with pytest.raises(PrecisionNotAchievedError, match="hide their precision"):
+        assert_precision(only, "fp16", 0.5, onnx_reduced=False)
+    assert json.loads(json.dumps(only.to_json()))["opaque_layers"] == 1
+
+
+def test_transparent_fp32_layers_still_fail_next_to_fused_ones():
+    fused = layer11("{ForeignNode[/a...]}", "Myelin", "Half", "Half")
+    layers = [fused] + [layer11(f"c{i}", "CaskConvolution", "Float", "Float") for i in range(4)]
+    with pytest.raises(PrecisionNotAchievedError, match="0%"):
+        assert_precision(summarize_inspector(engine11(layers)), "fp16", 0.5)
+
+
+def test_onnx_evidence_of_reduced_precision(ocr_cls, tmp_path):
+    import onnx
+    from click.testing import CliRunner
+
+    from trtconv.build.precision_check import onnx_has_reduced_precision
+    from trtconv.cli.main import cli
+
+    fp32 = onnx.load(str(ocr_cls), load_external_data=False)
+    assert not onnx_has_reduced_precision(fp32, "fp16") and not onnx_has_reduced_precision(fp32, "int8")
+    res = CliRunner().invoke(cli, ["build", str(ocr_cls), "-o", str(tmp_path / "h.engine"), "--shapes",
+                                   "x:1x3x48x192", "--precision", "fp16", "--prepare-only"])
+    assert res.exit_code == 0, res.output
+    fp16 = onnx.load(str(tmp_path / "h.prepared.onnx"), load_external_data=False)
+    assert onnx_has_reduced_precision(fp16, "fp16") and not onnx_has_reduced_precision(fp16, "int8")
+
+
+def test_parser_errors_name_each_node():
+    from trtconv.trt.builder import ParserIssue, parser_error
+
+    issues = [ParserIssue(12, "/head/dcn0", "DCNv2", "UNSUPPORTED_NODE",
+                          "Plugin not found, are the plugin name, version, and namespace correct?"),
+              ParserIssue(40, "", "TopK", "UNSUPPORTED_NODE_ATTR", "K input must be less than 3840")]
+    err = parser_error("m.prepared.onnx", issues)
+    assert err.exit_code == ExitCode.BUILD_FAILED
+    assert err.message == ("TensorRT's ONNX parser rejected m.prepared.onnx: node /head/dcn0 (DCNv2): Plugin not "
+                           "found, are the plugin name, version, and namespace correct? [UNSUPPORTED_NODE]; "
+                           "node #40 (TopK): K input must be less than 3840 [UNSUPPORTED_NODE_ATTR]")
+    many = parser_error("m.onnx", issues * 6, shown=10)
+    assert many.message.endswith("(and 2 more)")

@@ -181,3 +181,37 @@ def test_every_method_produces_a_valid_model(method):
     res = quantize_int8(m, Int8Settings(method=method), ArraySamples(samples))
     onnx.checker.check_model(res.model)
     assert res.report.method == method and set(res.report.scales) == {"x", "r1"}
+
+
+def test_loop_body_is_calibrated_through_scan_outputs_and_quantized():
+    """A MatMul on a loop-carried value: measured per iteration, quantized inside the body."""
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((4, 4)).astype(np.float32) * 0.5
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep_going"),
+            helper.make_node("MatMul", ["v", "w_body"], ["mm"], name="body_mm"),
+            helper.make_node("Tanh", ["mm"], ["v_next"], name="body_tanh"),
+        ],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_next", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(w, "w_body")],
+    )
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    trip = numpy_helper.from_array(np.array(3, np.int64), "trip")
+    cond = numpy_helper.from_array(np.array(True), "cond")
+    m = _model([helper.make_node("Loop", ["trip", "cond", "x"], ["y"], name="loop", body=body)], [x], [y],
+               [trip, cond])
+    samples = tuple({"x": rng.uniform(-1, 1, (1, 4)).astype(np.float32)} for _ in range(16))
+    res = quantize_int8(m, Int8Settings(method="minmax"), ArraySamples(samples[:12]),
+                        eval_samples=ArraySamples(samples[12:]))
+    assert [(p.graph, p.node, p.tensor, p.kind) for p in res.report.placed] == [
+        ("main/loop/body", "body_mm", "v", "activation"), ("main/loop/body", "body_mm", "w_body", "weight")]
+    body_ops = [n.op_type for n in res.model.graph.node[0].attribute[0].g.node]
+    assert body_ops.count("QuantizeLinear") == 1 and body_ops.count("DequantizeLinear") == 2
+    assert res.report.accuracy[0].cosine > 0.995

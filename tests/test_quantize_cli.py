@@ -130,3 +130,23 @@ def test_int8_is_wired_through_the_same_command(ocr_cls, line_images, tmp_path):
     assert doc["samples"]["accuracy_samples"] == 1
     ops = {n.op_type for n in onnx.load(str(out)).graph.node}
     assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+
+
+def test_fp16_silero_from_npz_samples(silero, tmp_path):
+    """Several inputs (audio, recurrent state, int64 sample rate) from .npz files; the network is in If bodies."""
+    from realdata import silero_samples
+
+    data = tmp_path / "npz"
+    data.mkdir()
+    for i, sample in enumerate(silero_samples(silero, range(1), seconds=1.0, every=8)):
+        np.savez(data / f"{i:02d}.npz", **sample)
+    out = tmp_path / "vad.fp16.onnx"
+    res = _invoke("quantize", silero, "-o", out, "--precision", "fp16", "--calib-data", data,
+                  "--max-abs", "0.05", "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["samples"]["source"]["kind"] == "npy" and doc["samples"]["count"] >= 3
+    assert {s["name"] for s in doc["accuracy"]} == {"output", "stateN"}
+    inside = sum(n for g, n in doc["fp16"]["converted_by_graph"].items() if g != "main")
+    assert inside > 100
+    onnx.checker.check_model(onnx.load(str(out)), full_check=True)

@@ -435,3 +435,24 @@ def test_trtconv_plugin_kernel_limit_from_the_spec():
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("mmcv", 1)])
     with pytest.raises(UnsupportedModelError, match=f"big_kernel.*{k}x{k}.*limit"):
         rewrite(model, RewriteSettings(dcn_target="trtconv-plugin", dcn_plugin=spec, verify=False))
+
+
+def test_trtconv_plugin_with_runtime_weight_gets_a_transpose():
+    """A weight that is not an initializer (computed at run time) is re-laid out by a Transpose node."""
+    spec_path = default_plugin_spec_path()
+    if not spec_path.is_file():
+        pytest.skip(f"trtconv DCNv2 plugin spec not present at {spec_path}")
+    spec = load_plugin_spec(spec_path)
+    if spec.weight_layout != "OHWI":
+        pytest.skip("the spec keeps OIHW weights")
+    node = helper.make_node("DeformConv", ["x", "w", "o", "", "m"], ["y"], name="dc", pads=[1, 1, 1, 1],
+                            kernel_shape=[3, 3])
+    ins = [helper.make_tensor_value_info("x", F, [1, 2, 5, 6]), helper.make_tensor_value_info("w", F, [3, 2, 3, 3]),
+           helper.make_tensor_value_info("o", F, [1, 18, 5, 6]), helper.make_tensor_value_info("m", F, [1, 9, 5, 6])]
+    g = helper.make_graph([node], "g", ins, [helper.make_tensor_value_info("y", F, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+    res = rewrite(model, RewriteSettings(dcn_target="trtconv-plugin", dcn_plugin=spec))
+    ops = [n.op_type for n in res.model.graph.node]
+    assert "Transpose" in ops and ops[-1] == spec.name
+    assert res.report.rewrites[0].proof.passed
+    assert res.report.graph_proof.passed  # cut at the plugin; the rest (Transpose feeds only it) compared

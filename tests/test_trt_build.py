@@ -163,3 +163,19 @@ def test_verify_and_bench_cli(ocr_cls, tmp_path):
     stats = json.loads(res.stdout)
     assert 0 < stats["min_ms"] <= stats["median_ms"] <= stats["p90_ms"] <= stats["p99_ms"] <= stats["max_ms"]
     assert _manifest(engine)["bench"]["iterations"] == 50
+
+
+def test_two_profiles_and_compatibility_flags(ocr_det, tmp_path):
+    """Two optimization profiles (small and large images), checked at all six corners by the
+    build's verify stage, built hardware-compatible (Ampere+)."""
+    engine = tmp_path / "det2.engine"
+    code, out = _build(ocr_det, "-o", engine, "--hardware-compat", "ampere+", "--workspace", "2G",
+                       "--min-shapes", "x:1x3x64x64", "--opt-shapes", "x:1x3x160x160", "--max-shapes", "x:1x3x320x320",
+                       "--min-shapes", "x:1x3x320x320", "--opt-shapes", "x:1x3x640x640", "--max-shapes", "x:2x3x960x960")
+    assert code == 0, out
+    m = _manifest(engine)
+    assert len(m["profiles"]) == 2 and m["build"]["hardware_compat"] == "ampere+"
+    assert m["build"]["memory_pools"] == {"workspace": 2 << 30}
+    corners = [(c["profile"], c["corner"]) for c in m["verify"]["corners"]]
+    assert corners == [(0, "min"), (0, "opt"), (0, "max"), (1, "min"), (1, "opt"), (1, "max")]
+    assert all(c["passed"] for c in m["verify"]["corners"])

@@ -69,3 +69,16 @@ def test_real_bindings_without_native_libraries_are_diagnosed(tmp_path: Path):
     assert "cannot open shared object file" in trt["error"] and "libnv" in trt["error"], trt["error"]
     fixes = [p["fix"] for p in json.loads(out.stdout)["problems"] if p["problem"].startswith("TensorRT")]
     assert "bindings are installed but TensorRT's libraries" in fixes[0]
+
+
+def test_driver_too_old_for_the_tensorrt_wheels():
+    env = Environment(TensorRTStatus(True, "11.4.0.106", None, {"tensorrt-cu13-libs": "11.4.0.106"}),
+                      "12.8", "570.86", "12.8", (Gpu(0, "NVIDIA L4", "8.9", 24 << 30),), None,
+                      {"polygraphy": "0.53.6"})
+    (problem, fix), = problems(env)
+    assert "installed for CUDA 13" in problem and "supports CUDA 12.8 only" in problem
+    assert "r580" in fix and "tensorrt-cu12" in fix
+    env12 = Environment(TensorRTStatus(True, "10.16.1.11", None, {"tensorrt-cu12-libs": "10.16.1.11"}),
+                        "12.8", "570.86", "12.8", (Gpu(0, "NVIDIA L4", "8.9", 24 << 30),), None,
+                        {"polygraphy": "0.53.6"})
+    assert problems(env12) == []

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 import click
 
 from trtconv import __version__
+from trtconv.config import jsonable
 from trtconv.depfile import OutputsFn, cached_inputs, single_output, succeeded
 from trtconv.outputs import TMP_PREFIX, atomic_path, check_output_path, dumps_json
 
@@ -82,19 +83,7 @@ def gpu_identity() -> dict[str, Any]:
 def normalize_settings(params: Mapping[str, Any], drop: Iterable[str] = ()) -> dict[str, Any]:
     """Settings in a canonical JSON-able form: paths as strings, tuples as lists, run-only flags dropped."""
     skip = NOT_SETTINGS | set(drop)
-
-    def plain(v: Any) -> Any:
-        if isinstance(v, os.PathLike):
-            return os.fspath(v)
-        if isinstance(v, (list, tuple)):
-            return [plain(x) for x in v]
-        if isinstance(v, dict):
-            return {str(k): plain(x) for k, x in sorted(v.items())}
-        if v is None or isinstance(v, (bool, int, float, str)):
-            return v
-        return repr(v)
-
-    return {k: plain(v) for k, v in sorted(params.items()) if k not in skip}
+    return {k: jsonable(v) for k, v in sorted(params.items()) if k not in skip}
 
 
 def cache_key(command: str, settings: Mapping[str, Any], inputs: Sequence[Path],
@@ -156,10 +145,15 @@ def store(cache_dir: Path, key: CacheKey, files: Sequence[Path], base: Path, std
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def restore(entry: Entry, base: Path, *, force: bool) -> list[Path]:
-    """Copy an entry's files into ``base`` atomically, side files first and the primary output last."""
-    primary = base / entry.files[-1]
-    check_output_path(primary, force=force)
+def restore(entry: Entry, base: Path, *, force: bool, guarded: Iterable[Path] = ()) -> list[Path]:
+    """Copy an entry's files into ``base`` atomically, side files first and the primary output last.
+
+    ``guarded`` are the outputs the command itself refuses to overwrite without ``--force``
+    (its ``-o``); derived files it rewrites freely (a build's default prepared ONNX) are not.
+    """
+    for path in guarded:
+        if path.name in entry.files and path.parent == base:
+            check_output_path(path, force=force)
     out = []
     for name in entry.files:
         dest = base / name
@@ -262,7 +256,7 @@ def cache_option(
                 return f(*args, **kwargs)
             entry = lookup(Path(cache_dir), key)
             if entry is not None:
-                restore(entry, base, force=bool(ctx.params.get("force")))
+                restore(entry, base, force=bool(ctx.params.get("force")), guarded=single_output(ctx.params))
                 sys.stdout.write(entry.stdout)
                 sys.stdout.flush()
                 click.echo(f"trtconv: cache hit ({key.short}): {primary} restored from {cache_dir}", err=True)

@@ -171,17 +171,15 @@ def spec_defaults(path: Path, data: Mapping[str, Any], command: click.Command, c
                 raise UsageError(f"spec file {path}: {key} must be a value, not a table",
                                  hint="docs/config.md lists each key's type")
             value = _shapes_table(path, key, value)
-        multiple = bool(getattr(p, "multiple", False)) or p.nargs != 1
-        if multiple:
-            items = value if isinstance(value, list) else [value]
-            value = [_check_scalar(path, key, p, v, name) for v in items]
-        elif isinstance(value, list):
-            if _is_shapes(key) and all(isinstance(v, str) for v in value):
-                value = ",".join(value)
-            else:
-                raise UsageError(f"spec file {path}: {key} takes one value, got a list",
-                                 hint=f"--{key} may be given only once")
-        value = value if multiple else _check_scalar(path, key, p, value, name)
+        if getattr(p, "multiple", False) or p.nargs != 1:  # a repeatable flag: a list (or one value)
+            value = [_check_scalar(path, key, p, v, name) for v in (value if isinstance(value, list) else [value])]
+        else:
+            if isinstance(value, list):
+                if not (_is_shapes(key) and all(isinstance(v, str) for v in value)):
+                    raise UsageError(f"spec file {path}: {key} takes one value, got a list",
+                                     hint=f"--{key} may be given only once")
+                value = ",".join(value)  # shapes = ["x:1x3x8x8", "y:1x8"]
+            value = _check_scalar(path, key, p, value, name)
         try:  # the flag's own validation (choices, ranges), reported against the key
             p.type_cast_value(ctx, value)
         except click.BadParameter as exc:
@@ -210,15 +208,17 @@ def toml_type(p: click.Parameter) -> str:
 # --- effective settings -------------------------------------------------------------
 
 
-def _plain(value: Any) -> Any:
-    """A JSON/TOML-friendly form of a click value."""
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, (tuple, list)):
-        return [_plain(v) for v in value]
+def jsonable(value: Any) -> Any:
+    """A JSON/TOML-friendly form of a click value: paths as strings, tuples as lists."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    return value
+        return {str(k): jsonable(v) for k, v in sorted(value.items())}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
 
 
 def effective_settings(ctx: click.Context) -> dict[str, dict[str, Any]]:
@@ -230,7 +230,7 @@ def effective_settings(ctx: click.Context) -> dict[str, dict[str, Any]]:
         source = SOURCE_NAMES.get(src, str(src)) if src is not None else "default"
         if src == ParameterSource.DEFAULT_MAP and ctx.params.get("config"):
             source = f"spec file {ctx.params['config']}"
-        out[key] = {"value": _plain(ctx.params.get(p.name)), "source": source}
+        out[key] = {"value": jsonable(ctx.params.get(p.name)), "source": source}
     return out
 
 

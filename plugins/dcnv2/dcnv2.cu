@@ -9,7 +9,8 @@
 // workspace, bias fused into the epilogue. The loads of step t+2 are in flight during the
 // tensor-core work of step t (double-buffered shared memory, one barrier per step).
 //
-// Layouts (see spec.json): x, offset, mask, y NCHW; weight OHWI [Cout, kh, kw, C/group];
+// Layouts (see spec.json): offset, mask, y NCHW; x NCHW (*_nchw_* entries) or channels-last
+// with a channel stride xcs >= C (*_nhwc_*, TensorRT HWC8/HWC); weight OHWI [Cout, kh, kw, C/group];
 // offset channel ((g*kh+i)*kw+j)*2 + {0: dy, 1: dx}; mask channel (g*kh+i)*kw+j.
 // Border rule (torchvision/mmcv): a sample point with y <= -1, y >= H, x <= -1 or x >= W
 // contributes zero; otherwise each corner outside the image contributes zero.
@@ -100,14 +101,9 @@ __device__ __forceinline__ size_t mask_index(const Params& p, int n, int ho, int
   return (size_t)(n * p.dgroup * KK + g * KK + tap) * (p.Ho * p.Wo) + ho * p.Wo + wo;
 }
 
-// The recipe from already-loaded offsets (dy, dx) and mask value m, all in FP32.
-__device__ __forceinline__ Recipe recipe_from(float dy, float dx, float m, const Params& p, int ho, int wo,
-                                              int tap) {
+// The recipe for the sampling position (y, x) and mask value m, all in FP32.
+__device__ __forceinline__ Recipe recipe_at(float y, float x, float m, const Params& p) {
   Recipe r{0, 0, 0, 0, 0.f, 0.f, 0.f, 0.f};
-  const int ti = tap / p.kw;
-  const int tj = tap - ti * p.kw;
-  const float y = (float)(ho * p.sh - p.pt + ti * p.dh) + dy;
-  const float x = (float)(wo * p.sw - p.pl + tj * p.dw) + dx;
   if (!(y > -1.f && y < (float)p.H && x > -1.f && x < (float)p.W)) return r;  // also NaN
   const float yf = floorf(y);
   const float xf = floorf(x);
@@ -135,8 +131,11 @@ __device__ __forceinline__ Recipe make_recipe(const typename E::T* __restrict__ 
                                               const typename E::T* __restrict__ mask, const Params& p, int n,
                                               int ho, int wo, int tap, int g) {
   const size_t oi = offset_index(p, n, ho, wo, tap, g);
-  return recipe_from(E::ld(offset + oi), E::ld(offset + oi + p.Ho * p.Wo),
-                     E::ld(mask + mask_index(p, n, ho, wo, tap, g)), p, ho, wo, tap);
+  const int ti = tap / p.kw;
+  const int tj = tap - ti * p.kw;
+  return recipe_at((float)(ho * p.sh - p.pt + ti * p.dh) + E::ld(offset + oi),
+                   (float)(wo * p.sw - p.pl + tj * p.dw) + E::ld(offset + oi + p.Ho * p.Wo),
+                   E::ld(mask + mask_index(p, n, ho, wo, tap, g)), p);
 }
 
 // KCH: channels per K step for 16-bit types (FP32 steps take half as many, same bytes).
@@ -247,12 +246,18 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
 
   // ---------------- sampling (A operand) ----------------
   // NCHW: thread -> (pixel sm, channels [sc0, sc0+CPT)); scalar gathers along W.
-  // NHWC: thread -> (pixels tp[i], channel vector cv); 16-byte gathers along C.
-  int pn[Tl::NTASK], pho[Tl::NTASK], pwo[Tl::NTASK], pm_[Tl::NTASK];
-  bool pv[Tl::NTASK];
+  // NHWC: thread -> (pixels pm_[i], channel vector cv); 16-byte gathers along C.
+  // Per-pixel bases are computed once; the K walk below only adds (no divisions).
   const int sm = tid % BM;
   const int sc0 = (tid / BM) * Tl::CPT;
   const int cv = (tid % Tl::XT) * VE;
+  const int tc = NHWC ? cv : sc0;  // this thread's first channel within a K step
+  int pm_[Tl::NTASK];
+  bool pv[Tl::NTASK];
+  int pn[Tl::NTASK], pho[Tl::NTASK], pwo[Tl::NTASK];
+  float py[Tl::NTASK], px[Tl::NTASK];   // sampling origin of the pixel (tap 0, no offset)
+  int phw[Tl::NTASK], pch0[Tl::NTASK];  // pixel within a plane; first offset/mask channel of image n
+  const T* pxb[Tl::NTASK];              // x at (image n, channel g*Cg) for this pixel's image
 #pragma unroll
   for (int i = 0; i < Tl::NTASK; ++i) {
     const int ml = NHWC ? tid / Tl::XT + i * Tl::PPP : (i == 0 ? sm : BM);
@@ -263,35 +268,57 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
     const int hw = pv[i] ? pp - pn[i] * HoWo : 0;
     pho[i] = hw / p.Wo;
     pwo[i] = hw - pho[i] * p.Wo;
+    py[i] = (float)(pho[i] * p.sh - p.pt);
+    px[i] = (float)(pwo[i] * p.sw - p.pl);
+    phw[i] = hw;
+    pch0[i] = pn[i] * p.dgroup * KK;
+    pxb[i] = NHWC ? x + (size_t)pn[i] * HW * p.xcs + g * Cg : x + ((size_t)pn[i] * p.C + g * Cg) * HW;
   }
+  // dy of (pixel i, offset channel ch = dg*KK + tap); dx is one plane further.
+  auto offset_at = [&](int i, int ch) -> const T* {
+    return offset + (size_t)(pch0[i] + ch) * 2 * HoWo + phw[i];
+  };
+  auto mask_at = [&](int i, int ch) -> const T* { return mask + (size_t)(pch0[i] + ch) * HoWo + phw[i]; };
 
   // Fast paths need whole vectors inside one deformable group (NHWC) / one group (NCHW).
   const bool xvec = NHWC && (Cg % VE) == 0 && (cpdg % VE) == 0 && (p.xcs % VE) == 0;
 
+  // Position in the K walk (channel chunk outer, tap inner) without divisions.
+  struct Cursor {
+    int tap, ti, tj, c0, dg;
+  };
+  auto chunk_dg = [&](int c0) { return min((g * Cg + c0 + tc) / cpdg, p.dgroup - 1); };
+  auto advance = [&](Cursor& c) {
+    ++c.tap;
+    if (++c.tj == p.kw) {
+      c.tj = 0;
+      ++c.ti;
+    }
+    if (c.tap == KK) {
+      c.tap = c.ti = c.tj = 0;
+      c.c0 += KC;
+      c.dg = chunk_dg(c.c0);
+    }
+  };
+
   // K walk: channel chunk outer, tap inner, so the taps of one chunk re-read x from L1.
-  // Loads run two steps ahead: gather(s) issues step s's loads and the offset/mask loads of
-  // step s+1; commit(s) consumes them one loop iteration later.
+  // Loads run two steps ahead: gather() issues one step's loads and the offset/mask loads of
+  // the step after; commit() consumes them one loop iteration later.
   T offraw[Tl::NTASK][3];               // dy, dx, mask of the next step to gather
   T raw[NHWC ? 1 : Tl::CPT][4];         // NCHW fast path: raw corners
   uint4 rawv[NHWC ? Tl::NTASK : 1][4];  // NHWC fast path: raw corner vectors
   float cw[Tl::NTASK][4];
   bool direct = false;                  // slow path: commit samples straight from memory
 
-  auto step_dg = [&](int s) {
-    const int c0 = (s / KK) * KC;
-    return (g * Cg + c0 + (NHWC ? cv : sc0)) / cpdg;
-  };
-  auto load_offsets = [&](int s) {
-    if (s >= steps) return;
-    const int tap = s % KK;
-    const int dg = min(step_dg(s), p.dgroup - 1);
+  auto load_offsets = [&](const Cursor& c) {
+    const int ch = c.dg * KK + c.tap;
 #pragma unroll
     for (int i = 0; i < Tl::NTASK; ++i) {
       if (pv[i]) {
-        const size_t oi = offset_index(p, pn[i], pho[i], pwo[i], tap, dg);
-        offraw[i][0] = offset[oi];
-        offraw[i][1] = offset[oi + HoWo];
-        offraw[i][2] = mask[mask_index(p, pn[i], pho[i], pwo[i], tap, dg)];
+        const T* o = offset_at(i, ch);
+        offraw[i][0] = o[0];
+        offraw[i][1] = o[HoWo];
+        offraw[i][2] = *mask_at(i, ch);
       }
     }
   };
@@ -301,54 +328,52 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
     if (!pv[i] || cl >= Cg) return 0.f;
     const int c = g * Cg + cl;
     const Recipe r = make_recipe<E>(offset, mask, p, pn[i], pho[i], pwo[i], tap, c / cpdg);
-    const T* base = NHWC ? x + (size_t)pn[i] * HW * p.xcs + c : x + ((size_t)pn[i] * p.C + c) * HW;
+    const T* base = pxb[i] + (NHWC ? cl : (size_t)cl * HW);
     const int st = NHWC ? p.xcs : 1;
     return (r.w00 * E::ld(base + (size_t)r.i00 * st) + r.w01 * E::ld(base + (size_t)r.i01 * st)) +
            (r.w10 * E::ld(base + (size_t)r.i10 * st) + r.w11 * E::ld(base + (size_t)r.i11 * st));
   };
 
-  // Issue the global loads of step s (weights, corners) and the offsets of step s+1.
-  auto gather = [&](int s) {
-    const int tap = s % KK;
-    const int c0 = (s / KK) * KC;
-    gather_weights(tap, c0);
+  // Issue the global loads of step `c` (weights, corners) and the offsets of step `next`.
+  auto gather = [&](const Cursor& c, const Cursor& next, bool has_next) {
+    gather_weights(c.tap, c.c0);
+    const float ty = (float)(c.ti * p.dh), tx = (float)(c.tj * p.dw);
     Recipe rc[Tl::NTASK];
 #pragma unroll
     for (int i = 0; i < Tl::NTASK; ++i) {
-      rc[i] = pv[i] ? recipe_from(E::cvt(offraw[i][0]), E::cvt(offraw[i][1]), E::cvt(offraw[i][2]), p, pho[i],
-                                  pwo[i], tap)
+      rc[i] = pv[i] ? recipe_at(py[i] + ty + E::cvt(offraw[i][0]), px[i] + tx + E::cvt(offraw[i][1]),
+                                E::cvt(offraw[i][2]), p)
                     : Recipe{0, 0, 0, 0, 0.f, 0.f, 0.f, 0.f};
       cw[i][0] = rc[i].w00; cw[i][1] = rc[i].w01; cw[i][2] = rc[i].w10; cw[i][3] = rc[i].w11;
     }
-    load_offsets(s + 1);
+    if (has_next) load_offsets(next);
+    const int cl = c.c0 + tc;
     if constexpr (NHWC) {
-      const int cl = c0 + cv;
       direct = !xvec;
       if (xvec) {
 #pragma unroll
         for (int i = 0; i < Tl::NTASK; ++i) {
           if (cl < Cg && pv[i]) {
-            const T* base = x + (size_t)pn[i] * HW * p.xcs + g * Cg + cl;
-            rawv[i][0] = __ldg(reinterpret_cast<const uint4*>(base + (size_t)rc[i].i00 * p.xcs));
-            rawv[i][1] = __ldg(reinterpret_cast<const uint4*>(base + (size_t)rc[i].i01 * p.xcs));
-            rawv[i][2] = __ldg(reinterpret_cast<const uint4*>(base + (size_t)rc[i].i10 * p.xcs));
-            rawv[i][3] = __ldg(reinterpret_cast<const uint4*>(base + (size_t)rc[i].i11 * p.xcs));
+            const T* base = pxb[i] + cl;
+            rawv[i][0] = __ldg(reinterpret_cast<const uint4*>(base + rc[i].i00 * p.xcs));
+            rawv[i][1] = __ldg(reinterpret_cast<const uint4*>(base + rc[i].i01 * p.xcs));
+            rawv[i][2] = __ldg(reinterpret_cast<const uint4*>(base + rc[i].i10 * p.xcs));
+            rawv[i][3] = __ldg(reinterpret_cast<const uint4*>(base + rc[i].i11 * p.xcs));
           } else {
             rawv[i][0] = rawv[i][1] = rawv[i][2] = rawv[i][3] = make_uint4(0u, 0u, 0u, 0u);
           }
         }
       }
     } else {
-      const int cfirst = c0 + sc0;
-      const int clast = min(cfirst + Tl::CPT, Cg) - 1;
-      const bool any = pv[0] && cfirst < Cg;
-      direct = any && (g * Cg + cfirst) / cpdg != (g * Cg + clast) / cpdg;
+      const int clast = min(cl + Tl::CPT, Cg) - 1;
+      const bool any = pv[0] && cl < Cg;
+      direct = any && (g * Cg + cl) / cpdg != (g * Cg + clast) / cpdg;
       if (!direct) {
-        const T* base = x + ((size_t)pn[0] * p.C + g * Cg + cfirst) * HW;
+        const T* base = pxb[0] + (size_t)cl * HW;
 #pragma unroll
         for (int j = 0; j < Tl::CPT; ++j) {
-          if (any && cfirst + j < Cg) {
-            const T* pl = base + (size_t)j * HW;
+          if (any && cl + j < Cg) {
+            const T* pl = base + j * HW;
             raw[j][0] = pl[rc[0].i00];
             raw[j][1] = pl[rc[0].i01];
             raw[j][2] = pl[rc[0].i10];
@@ -361,19 +386,17 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
     }
   };
 
-  // Blend the gathered corners in FP32 and store step s into shared-memory buffer b.
-  auto commit = [&](int s, int b) {
-    const int tap = s % KK;
-    const int c0 = (s / KK) * KC;
+  // Blend the gathered corners in FP32 and store step `c` into shared-memory buffer b.
+  auto commit = [&](const Cursor& c, int b) {
     S* As = As0 + b * Tl::ASZ;
-    commit_weights(tap, c0, Bs0 + b * BN * Tl::LDB);
+    commit_weights(c.tap, c.c0, Bs0 + b * BN * Tl::LDB);
     if constexpr (NHWC) {
 #pragma unroll
       for (int i = 0; i < Tl::NTASK; ++i) {
         if (pm_[i] < BM) {
           alignas(16) S out[VE];
           if (direct) {
-            for (int e = 0; e < VE; ++e) out[e] = E::to_s(sample_scalar(tap, c0 + cv + e, i));
+            for (int e = 0; e < VE; ++e) out[e] = E::to_s(sample_scalar(c.tap, c.c0 + cv + e, i));
           } else {
             const T* v0 = reinterpret_cast<const T*>(&rawv[i][0]);
             const T* v1 = reinterpret_cast<const T*>(&rawv[i][1]);
@@ -390,7 +413,7 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
         }
       }
     } else if (direct) {  // a deformable-group boundary inside this thread's channels
-      for (int j = 0; j < Tl::CPT; ++j) As[(sc0 + j) * Tl::LDA + sm] = E::to_s(sample_scalar(tap, c0 + sc0 + j, 0));
+      for (int j = 0; j < Tl::CPT; ++j) As[(sc0 + j) * Tl::LDA + sm] = E::to_s(sample_scalar(c.tap, c.c0 + sc0 + j, 0));
     } else {
 #pragma unroll
       for (int j = 0; j < Tl::CPT; ++j) {
@@ -491,18 +514,38 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
 
   // Main loop, one barrier per step: commit step s+1 (loads issued one iteration ago),
   // issue the loads of step s+2, then the tensor-core work of step s.
-  load_offsets(0);
-  gather(0);
-  commit(0, 0);
-  if (steps > 1) gather(1);
+  Cursor cc{0, 0, 0, 0, chunk_dg(0)};  // step to commit
+  Cursor cg = cc;                       // step to gather
+  Cursor co = cc;                       // step whose offsets to load
+  load_offsets(co);
+  advance(co);
+  gather(cg, co, steps > 1);
+  advance(cg);
+  advance(co);
+  commit(cc, 0);
+  advance(cc);
+  if (steps > 1) {
+    gather(cg, co, steps > 2);
+    advance(cg);
+    advance(co);
+  }
   __syncthreads();
+  int since_flush = 0;
   for (int s = 0; s < steps; ++s) {
     const int b = s & 1;
-    if (s + 1 < steps) commit(s + 1, b ^ 1);
-    if (s + 2 < steps) gather(s + 2);
+    if (s + 1 < steps) {
+      commit(cc, b ^ 1);
+      advance(cc);
+    }
+    if (s + 2 < steps) {
+      gather(cg, co, s + 3 < steps);
+      advance(cg);
+      advance(co);
+    }
     mma(b);
     if constexpr (E::kSplit) {
-      if ((s + 1) % KK == 0) {
+      if (++since_flush == KK) {
+        since_flush = 0;
 #pragma unroll
         for (int i = 0; i < MF; ++i)
 #pragma unroll

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT / "tests") not in sys.path:
     sys.path.insert(0, str(ROOT / "tests"))
 
-from fuzz.mutate import ALL_KINDS, mutate, write_mutant  # noqa: E402
+from fuzz.mutate import ALL_KINDS, DATA_KINDS, Mutant, mutate, mutate_samples, write_mutant  # noqa: E402
 
 # Address-space cap per worker: a mutant that makes trtconv allocate from a declared
 # 2**62 dim must fail with a clear error, not take the machine down.
@@ -153,7 +153,9 @@ def command_args(command: str, model: Path, out_dir: Path, seed: Seed, calib: Pa
     if command == "rewrite":
         return ["rewrite", str(model), "-o", str(out_dir / "out.onnx"), *shapes]
     if command == "quantize-fp16":
-        return ["quantize", str(model), "--precision", "fp16", "-o", str(out_dir / "out.onnx"), *shapes]
+        assert calib is not None
+        return ["quantize", str(model), "--precision", "fp16", "--calib-data", str(calib),
+                "-o", str(out_dir / "out.onnx"), *shapes]
     if command == "quantize-int8":
         assert calib is not None
         return ["quantize", str(model), "--precision", "int8", "--calib-data", str(calib),
@@ -227,13 +229,17 @@ def run_case(case: Case, seeds: dict[str, Seed], work: Path) -> Outcome:
     from trtconv.cli.main import cli
 
     seed = seeds[case.seed]
-    mutant = mutate(seed.name, seed.data, case.kind, case.case_seed)
+    data_case = case.kind in DATA_KINDS
+    mutant = mutate(seed.name, seed.data, "none" if data_case else case.kind, case.case_seed)
     folder = work / f"{case.seed}-{case.kind}-{case.case_seed}-{case.command}"
     shutil.rmtree(folder, ignore_errors=True)
     model = write_mutant(mutant, folder / "in")
     out_dir = folder / "out"
     out_dir.mkdir()
-    calib = calibration_folder(seed, folder / "calib") if case.command == "quantize-int8" else None
+    calib = calibration_folder(seed, folder / "calib") if case.command.startswith("quantize") else None
+    if data_case:
+        assert calib is not None
+        mutant = Mutant(mutant.seed_model, case.kind, mutate_samples(calib, case.kind, case.case_seed), b"")
     args = command_args(case.command, model, out_dir, seed, calib)
     start = time.monotonic()
     result = CliRunner().invoke(cli, args, catch_exceptions=True)
@@ -306,21 +312,28 @@ def run_cases(
     try:
         _feed_all(slots, todo)
         while any(s.case for s in slots):
-            ready = mp.connection.wait([s.parent for s in slots if s.case], timeout=1.0)
+            now = time.monotonic()
+            next_deadline = min(s.started + time_limit for s in slots if s.case)
+            ready = mp.connection.wait([s.parent for s in slots if s.case],
+                                       timeout=max(0.01, min(1.0, next_deadline - now)))
             for s in list(slots):
                 if s.case is None:
                     continue
                 outcome = None
-                if s.parent in ready:
+                if time.monotonic() - s.started > time_limit:
+                    outcome = Outcome(s.case.id, None, f"hang: over {time_limit:g} s", time_limit)
+                elif s.parent in ready:
                     try:
                         outcome = s.parent.recv()
                     except (EOFError, OSError):
                         outcome = Outcome(s.case.id, None, f"worker crashed (exit {s.proc.exitcode})",
                                           time.monotonic() - s.started)
-                elif time.monotonic() - s.started > time_limit:
-                    outcome = Outcome(s.case.id, None, f"hang: over {time_limit:.0f} s", time_limit)
                 if outcome is None:
                     continue
+                if not outcome.mutation:
+                    seed = seeds[s.case.seed]
+                    with contextlib.suppress(Exception):
+                        outcome.mutation = mutate(seed.name, seed.data, s.case.kind, s.case.case_seed).description
                 summary.outcomes.append(outcome)
                 if on_outcome:
                     on_outcome(outcome)
@@ -356,12 +369,15 @@ def _feed_all(slots: list[_Slot], todo: Iterator[Case]) -> None:
 
 def make_cases(n: int, commands: list[str], seeds: Iterable[str], *, start: int = 0) -> list[Case]:
     """``n`` cases cycling through seeds × kinds × commands, deterministic."""
-    combos = [(s, k) for k in ALL_KINDS for s in seeds]
+    combos = [(s, k) for k in (*ALL_KINDS, *DATA_KINDS) for s in seeds]
+    quantize = [c for c in commands if c.startswith("quantize")]
     out = []
     i = start
     while len(out) < n:
         seed, kind = combos[i % len(combos)]
-        command = commands[(i + i // len(combos)) % len(commands)]  # every combo meets every command
-        out.append(Case(seed, kind, i, command))
+        pool = quantize if kind in DATA_KINDS else commands
+        if pool:
+            command = pool[(i + i // len(combos)) % len(pool)]  # every combo meets every command
+            out.append(Case(seed, kind, i, command))
         i += 1
     return out

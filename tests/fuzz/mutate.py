@@ -337,6 +337,8 @@ class Mutant:
 def mutate(seed_name: str, seed_bytes: bytes, kind: str, case_seed: int) -> Mutant:
     """One reproducible mutant: ``(seed model, kind, case_seed)`` determines it fully."""
     rng = random.Random(f"{seed_name}/{kind}/{case_seed}")
+    if kind == "none":  # the control: the real model as it is
+        return Mutant(seed_name, kind, "unmutated", seed_bytes)
     if kind in BYTE_MUTATORS:
         data, desc = BYTE_MUTATORS[kind](seed_bytes, rng)
         return Mutant(seed_name, kind, desc, data)
@@ -357,3 +359,63 @@ def write_mutant(mutant: Mutant, folder: Path) -> Path:
     path = folder / "model.onnx"
     path.write_bytes(mutant.data)
     return path
+
+
+# --- calibration data -------------------------------------------------------------------
+
+DATA_KINDS = ("data_bytes", "data_array")
+
+
+def mutate_samples(folder: Path, kind: str, case_seed: int) -> str:
+    """Damage one sample file in ``folder``: its bytes (header included) or its array."""
+    import numpy as np
+
+    rng = random.Random(f"data/{kind}/{case_seed}")
+    files = sorted(p for p in folder.iterdir() if p.suffix in (".npy", ".npz"))
+    victim = rng.choice(files)
+    if kind == "data_bytes":
+        data = victim.read_bytes()
+        how = rng.choice(list(BYTE_MUTATORS))
+        if how == "bitflip" and rng.random() < 0.7:  # the header is where parsers break
+            head = bytearray(data[:128])
+            for _ in range(rng.choice([1, 3])):
+                i = rng.randrange(len(head))
+                head[i] ^= 1 << rng.randrange(8)
+            victim.write_bytes(bytes(head) + data[128:])
+            return f"{victim.name}: header bitflip"
+        new, desc = BYTE_MUTATORS[how](data, rng)
+        victim.write_bytes(new)
+        return f"{victim.name}: {desc}"
+    if victim.suffix == ".npz":
+        with np.load(victim, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        name = rng.choice(sorted(arrays))
+    else:
+        arrays, name = {"": np.load(victim, allow_pickle=False)}, ""
+    arr = arrays[name]
+    choice = rng.choice(["nan", "inf", "shape", "dtype", "scalar", "empty", "object", "huge"])
+    if choice in ("nan", "inf") and arr.dtype.kind == "f" and arr.size:
+        arr = arr.copy()
+        arr.flat[rng.randrange(arr.size)] = np.nan if choice == "nan" else np.inf
+    elif choice == "shape":
+        arr = arr.reshape(-1)[: max(1, arr.size // 2)]
+    elif choice == "dtype":
+        arr = arr.astype(rng.choice([np.float64, np.int8, np.bool_, np.complex64, np.uint64]))
+    elif choice == "scalar":
+        arr = np.asarray(arr.reshape(-1)[0] if arr.size else 0)
+    elif choice == "empty":
+        arr = np.zeros((0,) + arr.shape[1:], arr.dtype)
+    elif choice == "object":
+        arr = np.array([{"pickled": 1}], dtype=object)
+    else:  # a header declaring far more than the file holds
+        out = __import__("io").BytesIO()
+        np.lib.format.write_array_header_1_0(
+            out, {"descr": "<f4", "fortran_order": False, "shape": (2**40, *arr.shape[1:])})
+        victim.write_bytes(out.getvalue() + b"\0" * 64)
+        return f"{victim.name}: header declares 2**40 rows"
+    if victim.suffix == ".npz":
+        arrays[name] = arr
+        np.savez(victim, **arrays)
+    else:
+        np.save(victim, arr, allow_pickle=True)
+    return f"{victim.name}[{name}]: {choice}"

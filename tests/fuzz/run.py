@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"fuzz: {data['cases']} cases, {len(summary.failures)} failures, "
           f"{data['wall_seconds']} s wall; exit codes {data['exit_codes']}", file=sys.stderr)
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     return 1 if summary.failures else 0
 

@@ -250,7 +250,7 @@ def generate(short: str, out: Path, wheels_dir: Path) -> Path:
         (staging / ".stamp").write_text(stamp_text)
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)
-    log(f"{short}: wrote {target} ({total} signature(s) fixed)")
+    log(f"{short}: wrote {target} ({total} stub line(s) repaired)")
     return target
 
 

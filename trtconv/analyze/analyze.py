@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from collections.abc import Mapping
 
@@ -27,8 +26,6 @@ from trtconv.errors import InvalidModelError
 from trtconv.load import LoadedModel, infer_shapes, input_dims, override_input_shapes
 from trtconv.load.shapes import Shape
 from trtconv.rewrite.catalog import rewrite_rule_for
-
-log = logging.getLogger(__name__)
 
 NO_PLUGIN_DOMAINS = ("ai.onnx.ml", "ai.onnx.preview.training")
 # Inputs where ONNX exporters write INT64_MAX/MIN to mean "to the end"; the parser clamps them.
@@ -72,7 +69,7 @@ def analyze(loaded: LoadedModel, target: str, shapes: Mapping[str, Shape] | None
         node_count=len(index.nodes),
         counts=dict(counts),
         nodes=tuple(reports),
-        inputs=_inputs(loaded.proto, inferred, shapes),
+        inputs=_inputs(loaded.proto, shapes),
         warnings=tuple(warnings),
         checker_error=loaded.checker_error,
     )
@@ -181,7 +178,7 @@ def _rewrite_name(domain: str, op_type: str, findings: list[Finding]) -> str | N
     return rule.name if rule else None
 
 
-def _inputs(original: onnx.ModelProto, inferred: onnx.ModelProto, shapes: Mapping[str, Shape]) -> tuple[InputReport, ...]:
+def _inputs(original: onnx.ModelProto, shapes: Mapping[str, Shape]) -> tuple[InputReport, ...]:
     dtypes = {vi.name: vi.type.tensor_type.elem_type for vi in original.graph.input}
     out = []
     for name, dims in input_dims(original).items():

@@ -69,10 +69,12 @@ def random_engine_inputs(inputs: list[Any], shapes: dict[str, tuple[int, ...]], 
 
 def bench_engine(engine_path: Path, *, shapes: dict[str, tuple[int, ...]], settings: BenchSettings,
                  plugin_libraries: tuple[Path, ...] = ()) -> BenchResult:
-    from trtconv.trt.engine import EngineRunner
+    from trtconv.trt.engine import EngineRunner, profile_shapes
 
     runner = EngineRunner(engine_path, plugin_libraries)
-    feeds = random_engine_inputs(runner.inputs, shapes, settings.seed)
+    # Dynamic inputs without --shapes run at profile 0's opt shape: what the engine was tuned for.
+    opt = {name: mmo[1] for name, mmo in profile_shapes(runner).items()}
+    feeds = random_engine_inputs(runner.inputs, {**opt, **shapes}, settings.seed)
     runner.prepare(feeds)
     host, gpu, why_not = runner.time_enqueues(warmup=settings.warmup, iterations=settings.iterations,
                                               cuda_graph=settings.cuda_graph)

@@ -106,3 +106,36 @@ def update_manifest(path: Path, **sections: Any) -> dict[str, Any]:
     data.update(sections)
     write_json(path, data, force=True)
     return data
+
+
+def _version_tuple(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split(".") if x.isdigit())
+
+
+def runtime_mismatches(manifest: Mapping[str, Any], tensorrt: str | None, compute_capability: str | None) -> list[str]:
+    """Why this engine cannot run here, from its manifest, before TensorRT fails with "engine plan
+    file is generated on an incompatible device" or a serialization version error.
+
+    Plans need the exact TensorRT build unless built version-compatible (then a later runtime,
+    10.x → 11.x included, works); the same compute capability unless built hardware-compatible
+    (``ampere+``: any sm 8.0 or newer)."""
+    env = manifest.get("environment") or {}
+    build = manifest.get("build") or {}
+    out = []
+    built_trt, built_cc = env.get("tensorrt"), env.get("compute_capability")
+    if built_trt and tensorrt and built_trt != tensorrt:
+        if not build.get("version_compatible"):
+            out.append(f"built with TensorRT {built_trt}, this is TensorRT {tensorrt} (engines need the same "
+                       "version unless built with --version-compatible)")
+        elif _version_tuple(tensorrt) < _version_tuple(built_trt):
+            out.append(f"built with TensorRT {built_trt}; version-compatible engines run on that version or "
+                       f"later, this is {tensorrt}")
+    if built_cc and compute_capability and built_cc != compute_capability:
+        level = build.get("hardware_compat", "none")
+        if level == "ampere+":
+            if float(compute_capability) < 8.0:
+                out.append(f"built for Ampere and newer GPUs; this GPU is sm {compute_capability}")
+        else:
+            out.append(f"built for compute capability {built_cc}, this GPU has {compute_capability} (rebuild "
+                       "here, or build with --hardware-compat ampere+)")
+    return out

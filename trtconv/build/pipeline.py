@@ -20,7 +20,7 @@ from typing import Any
 
 import onnx
 
-from trtconv.build.corners import check_corners_or_skip
+from trtconv.build.corners import CORNERS, check_corners_or_skip
 from trtconv.build.manifest import build_manifest, manifest_path, write_manifest
 from trtconv.build.plan import BuildPlan, Precision, validate_plan
 from trtconv.build.profiles import build_profiles
@@ -148,6 +148,7 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
     stages.run("precision", lambda: _precision(model, req, shapes0, precision_state))
     model = precision_state["model"]
     stages.run("save", lambda: _save(model, prepared))
+    stages.run("recheck", lambda: _recheck(prepared, req.target, shapes0))
     stages.run("profiles", lambda: _corners(model, prepared, loaded, profiles))
     if req.prepare_only:
         outcome.stopped = "prepare-only"
@@ -168,7 +169,7 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
     outcome.engine = req.output
     verify_json: dict[str, Any] | None = None
     if req.verify:
-        verify_json = stages.run("verify", lambda: _verify(req, plan, shapes0))
+        verify_json = stages.run("verify", lambda: _verify(req, plan))
         if outcome.stages[-1].status == "skipped":
             verify_json = {"passed": None, **verify_json}
     manifest = build_manifest(
@@ -235,6 +236,23 @@ def _rewrite(loaded: LoadedModel, req: BuildRequest, out: dict[str, Any]) -> dic
             "nodes": [result.report.nodes_before, result.report.nodes_after]}
 
 
+def _recheck(prepared: Path, target: str, shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
+    """The prepared ONNX against the parser's rules again: what rewrite left behind fails here,
+    without TensorRT, instead of minutes later in its parser. Plugin nodes are expected."""
+    from trtconv.analyze import analyze
+
+    report = analyze(load_model(prepared, load_weights=False), target, shapes)
+    left = [n for n in report.nodes if n.status in ("unsupported", "rewritable")]
+    if left:
+        names = ", ".join(f"{n.path} ({n.op_type}: {n.status})" for n in left[:5])
+        raise UnsupportedModelError(
+            f"after rewrite and precision, TensorRT {target} would still reject {len(left)} node(s): {names}",
+            hint=f"run `trtconv check {prepared}` for the reasons",
+        )
+    plugins = sorted({f"{n.domain + '::' if n.domain else ''}{n.op_type}" for n in report.nodes if n.status == "plugin"})
+    return {"verdict": report.verdict, "plugin_ops": plugins}
+
+
 def _samples(model: onnx.ModelProto, req: BuildRequest) -> Any:
     """The calibration samples, found and bound exactly as ``trtconv quantize`` does."""
     from trtconv.api import QuantizeSettings, sample_set
@@ -253,13 +271,18 @@ def _precision(model: onnx.ModelProto, req: BuildRequest, shapes: dict[str, tupl
         from trtconv.precision.fp16 import Fp16Settings, convert_fp16
 
         samples = _samples(model, req) if req.calib_data is not None else None
+        if samples is None:
+            log.warning("fp16 without --calib-data: nodes are kept in FP32 by op type and weight range only; "
+                        "activation ranges are not measured (pass --calib-data DIR for that)")
         fp16 = convert_fp16(model, Fp16Settings(), samples)  # quantize's defaults
         out["model"] = fp16.model
         out["summary"] = {"method": "fp16-explicit", "report": fp16.report.to_json()}
         if samples is not None:
             out["calibration"] = {"method": "fp16-activation-ranges", "data_sha256": samples.digest(),
                                   "samples": len(samples)}
-        return {"precision": "fp16"}
+        kept = fp16.report.to_json().get("kept") or []
+        return {"precision": "fp16", "samples": len(samples) if samples is not None else 0,
+                "kept_fp32": len(kept) if isinstance(kept, list) else kept}
     from trtconv.api import held_out_split
     from trtconv.precision.int8 import Int8Settings, quantize_int8
 
@@ -283,8 +306,13 @@ def _save(model: onnx.ModelProto, prepared: Path) -> dict[str, Any]:
 def _corners(model: onnx.ModelProto, prepared: Path, original: LoadedModel,
              profiles: tuple[Any, ...]) -> dict[str, Any]:
     failures = check_corners_or_skip(model, profiles, prepared)
+    graph = "prepared"
     if failures is None:  # plugin nodes: ONNX Runtime cannot run the prepared graph; try the original
-        failures = check_corners_or_skip(original.proto, profiles, original.path)
+        failures, graph = check_corners_or_skip(original.proto, profiles, original.path), "original"
+    if failures is None:  # custom DCN ops in the original too: their DeformConv form runs
+        deform = _deformconv_form(original)
+        if deform is not None:
+            failures, graph = check_corners_or_skip(deform, profiles), "original with DCN as DeformConv"
     if failures is None:
         return {"_status": "skipped", "reason": "ONNX Runtime cannot run this graph"}
     if failures:
@@ -294,7 +322,18 @@ def _corners(model: onnx.ModelProto, prepared: Path, original: LoadedModel,
             hint="TensorRT would fail on the same shapes minutes into the build; narrow the profile "
             "(--min-shapes/--opt-shapes/--max-shapes) to shapes the model supports",
         )
-    return {"profiles": len(profiles), "corners_run": "min/opt/max"}
+    return {"profiles": len(profiles), "corners_run": "min/opt/max", "graph": graph}
+
+
+def _deformconv_form(loaded: LoadedModel) -> onnx.ModelProto | None:
+    """The model with DCN nodes rewritten to ONNX DeformConv (ONNX Runtime runs it), or None."""
+    from trtconv.errors import TrtconvError
+    from trtconv.rewrite import RewriteSettings, rewrite
+
+    try:
+        return rewrite(loaded, RewriteSettings(dcn_target="deformconv", verify=False)).model
+    except TrtconvError:
+        return None
 
 
 def _tensorrt_build(plan: BuildPlan, progress: Any, out: dict[str, Any]) -> dict[str, Any]:
@@ -309,7 +348,8 @@ def _tensorrt_build(plan: BuildPlan, progress: Any, out: dict[str, Any]) -> dict
     cache = plan.timing_cache.resolve(gpu.name, gpu.compute_capability, env.tensorrt.version or "unknown")
     result = build_engine(plan, timing_cache=cache, progress=progress)
     out["environment"] = env.manifest_fields()
-    out["precision"] = {**result.precision.to_json(), "share": round(result.precision_share, 4)}
+    share = result.precision_share
+    out["precision"] = {**result.precision.to_json(), "share": round(share, 4) if share is not None else None}
     out["plugins_needed"] = list(result.plugins_needed)
     out["seconds"] = result.seconds
     out["engine_sha256"] = hashlib.sha256(plan.engine_path.read_bytes()).hexdigest()
@@ -317,19 +357,50 @@ def _tensorrt_build(plan: BuildPlan, progress: Any, out: dict[str, Any]) -> dict
             "timing_cache": str(cache) if cache else None}
 
 
-def _verify(req: BuildRequest, plan: BuildPlan, shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
-    """Engine vs ONNX Runtime on the user's model; if ORT cannot run it (custom DCN ops), on the
-    prepared graph (rewrites are proven equal to the original); if neither runs, skipped."""
+def _verify(req: BuildRequest, plan: BuildPlan) -> dict[str, Any]:
+    """Engine vs ONNX Runtime at every profile's min/opt/max, on the user's model; if ORT cannot
+    run it (custom DCN ops), on the prepared graph (rewrites are proven equal to the original);
+    if neither runs, skipped."""
     from trtconv.errors import InvalidModelError
-    from trtconv.verify.engine import DEFAULT_THRESHOLDS, verify_engine
+    from trtconv.verify.engine import DEFAULT_THRESHOLDS, verify_engine_corners
+
+    corners: list[tuple[int, str, dict[str, tuple[int, ...]]]] = []
+    seen: set[tuple[int, tuple[tuple[str, tuple[int, ...]], ...]]] = set()
+    for index, profile in enumerate(plan.profiles or ()):
+        for corner in CORNERS:
+            shapes = profile.corner(corner)
+            key = (index, tuple(sorted(shapes.items())))
+            if key not in seen:
+                seen.add(key)
+                corners.append((index, corner, shapes))
+    corners = corners or [(0, "static", {})]
+
+    def run(reference: Path, label: str) -> dict[str, Any]:
+        result = verify_engine_corners(plan.engine_path, reference, corners,
+                                       thresholds=DEFAULT_THRESHOLDS[req.precision],
+                                       plugin_libraries=plan.plugin_libraries, seed=req.seed,
+                                       check_compatibility=False)  # just built here; an old manifest may linger
+        return {**result, "reference": label, "_status": "done" if result["passed"] else "failed"}
 
     for reference in (req.model, plan.onnx_path):
         try:
             ort.session(reference)
         except InvalidModelError:
             continue
-        report = verify_engine(plan.engine_path, reference, shapes=shapes,
-                               thresholds=DEFAULT_THRESHOLDS[req.precision],
-                               plugin_libraries=plan.plugin_libraries, seed=req.seed)
-        return {**report.to_json(), "reference": reference.name, "_status": "done" if report.passed else "failed"}
+        return run(reference, reference.name)
+    # Plugin nodes on both sides (e.g. DCNv2 -> a TensorRT plugin): the reference is the model with
+    # its DCN nodes rewritten to ONNX DeformConv instead, which ONNX Runtime runs (and which the
+    # rewrite stage proves equal to the original).
+    from trtconv.outputs import atomic_dir
+
+    ref_model = _deformconv_form(load_model(req.model))
+    if ref_model is None:
+        return {"_status": "skipped", "reason": "ONNX Runtime can run neither the model nor the prepared graph"}
+    try:
+        with atomic_dir(plan.engine_path.parent) as scratch:
+            ref_path = save_model(ref_model, scratch / "reference.onnx")
+            ort.session(ref_path)
+            return run(ref_path, f"{req.model.name} with DCN rewritten to DeformConv")
+    except InvalidModelError:
+        pass
     return {"_status": "skipped", "reason": "ONNX Runtime can run neither the model nor the prepared graph"}

@@ -15,6 +15,7 @@ type as ``"Format/Datatype": "Row major linear FP16 format"`` (10.x) or as a sep
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -22,12 +23,18 @@ from typing import Any
 
 from trtconv.errors import InternalError, PrecisionNotAchievedError
 
+log = logging.getLogger(__name__)
+
 # Layer types that move or reshape data but compute nothing: their dtype says nothing
 # about the precision the model runs in.
 NON_COMPUTE = frozenset({
     "Reformat", "Shuffle", "NoOp", "Constant", "Shape", "Slice", "Concatenation", "Gather",
     "Identity", "Cast", "Squeeze", "Unsqueeze", "Assertion", "Quantize", "Dequantize",
 })
+# Layers TensorRT compiled as one fused subgraph (Myelin "ForeignNode"): the inspector shows only
+# their boundary tensors, which stay FP32 when the ONNX keeps FP32 inputs/outputs even though the
+# inside runs in FP16. Their types say nothing either way, so they are counted apart.
+OPAQUE = frozenset({"Myelin"})
 DTYPE_WORDS = [  # (regex on the tensor's type text, our dtype name), first match wins
     (r"\bfp32\b|\bfloat\b|\bfloat32\b|\bkfloat\b", "fp32"),
     (r"\bfp16\b|\bhalf\b|\bkhalf\b", "fp16"),
@@ -52,8 +59,9 @@ class PrecisionSummary:
 
     layers_total: int
     compute_layers: int
-    by_dtype: tuple[tuple[str, int], ...]
+    by_dtype: tuple[tuple[str, int], ...]  # transparent compute layers only
     detailed: bool  # False: the inspector gave names only
+    opaque_layers: int = 0  # fused subgraphs whose inside precision the inspector does not show
 
     def count(self, *dtypes: str) -> int:
         d = dict(self.by_dtype)
@@ -69,6 +77,7 @@ class PrecisionSummary:
             "compute_layers": self.compute_layers,
             "by_dtype": dict(self.by_dtype),
             "detailed": self.detailed,
+            "opaque_layers": self.opaque_layers,
         }
 
 
@@ -104,7 +113,7 @@ def summarize_inspector(info: str | dict[str, Any]) -> PrecisionSummary:
         raise InternalError("engine inspector JSON is not an object")
     layers = info.get("Layers") or []
     counts: Counter[str] = Counter()
-    compute = 0
+    compute = opaque = 0
     detailed = any(isinstance(layer, dict) for layer in layers)
     for layer in layers:
         if not isinstance(layer, dict):
@@ -112,6 +121,9 @@ def summarize_inspector(info: str | dict[str, Any]) -> PrecisionSummary:
         if str(layer.get("LayerType", "")) in NON_COMPUTE:
             continue
         compute += 1
+        if str(layer.get("LayerType", "")) in OPAQUE or "ForeignNode" in str(layer.get("Name", "")):
+            opaque += 1
+            continue
         dt = layer_dtype(layer)
         if dt is not None:
             counts[dt] += 1
@@ -120,12 +132,38 @@ def summarize_inspector(info: str | dict[str, Any]) -> PrecisionSummary:
         compute_layers=compute,
         by_dtype=tuple(sorted(counts.items())),
         detailed=detailed,
+        opaque_layers=opaque,
     )
 
 
-def assert_precision(summary: PrecisionSummary, requested: str, min_share: float) -> float:
+def onnx_has_reduced_precision(model: Any, requested: str) -> bool:
+    """Whether the (prepared) ONNX itself asks for ``requested``: FP16 tensors or Casts to FP16
+    for fp16, QuantizeLinear to INT8 for int8. Weights need not be loaded."""
+    import onnx
+
+    from trtconv.load import iter_graphs
+
+    half = onnx.TensorProto.FLOAT16
+    for g in iter_graphs(model.graph):
+        for node in g.node:
+            if requested == "int8" and node.op_type == "QuantizeLinear":
+                return True
+            if requested == "fp16" and node.op_type == "Cast" and any(
+                    a.name == "to" and a.i == half for a in node.attribute):
+                return True
+        if requested == "fp16" and any(t.data_type == half for t in g.initializer):
+            return True
+    return False
+
+
+def assert_precision(summary: PrecisionSummary, requested: str, min_share: float,
+                     onnx_reduced: bool | None = None) -> float | None:
     """Raise PrecisionNotAchievedError unless at least ``min_share`` of the typed compute
-    layers run in the requested (or a narrower) precision. Returns the share achieved."""
+    layers run in the requested (or a narrower) precision. Returns the share achieved.
+
+    When every compute layer is a fused subgraph that hides its precision, the engine cannot
+    answer; then ``onnx_reduced`` (does the parsed ONNX carry the reduced types? a strongly typed
+    build must follow them) decides: False fails, True returns None (logged), None fails too."""
     if requested not in REDUCED:
         return 1.0
     if not summary.detailed:
@@ -134,6 +172,18 @@ def assert_precision(summary: PrecisionSummary, requested: str, min_share: float
             hint="trtconv builds with DETAILED profiling verbosity; a plugin or TensorRT build without it "
             "hides layer types",
         )
+    if not summary.by_dtype and summary.opaque_layers:
+        # Everything was fused: the engine cannot show its precision. Strong typing makes TensorRT
+        # follow the ONNX's explicit types, so those decide; say so.
+        if not onnx_reduced:
+            raise PrecisionNotAchievedError(
+                f"asked for {requested}, but the engine's layers are fused subgraphs that hide their precision "
+                f"and the ONNX it was built from has no {requested} types; the engine was not kept",
+                hint="check that the precision stage converted the graph (see its report)",
+            )
+        log.warning("the engine's %d layer(s) are fused subgraphs that hide their precision; the %s types "
+                    "come from the prepared ONNX (strongly typed build)", summary.opaque_layers, requested)
+        return None
     share = summary.share(REDUCED[requested])
     if share < min_share:
         counts = ", ".join(f"{n} {t}" for t, n in summary.by_dtype) or "no typed layers"

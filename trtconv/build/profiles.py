@@ -68,8 +68,8 @@ def build_profiles(
                 f"got {len(min_shapes)} --min-shapes, {len(opt_shapes)} --opt-shapes, {len(max_shapes)} --max-shapes",
                 hint="each optimization profile needs all three; repeat the three flags once per profile",
             )
-        for lo, mid, hi in zip(min_shapes, opt_shapes, max_shapes):
-            specs.append((parse_shapes(lo), parse_shapes(mid), parse_shapes(hi)))
+        for lo_spec, opt_spec, hi_spec in zip(min_shapes, opt_shapes, max_shapes):
+            specs.append((parse_shapes(lo_spec), parse_shapes(opt_spec), parse_shapes(hi_spec)))
     elif dynamic:
         name, d = next(iter(dynamic.items()))
         raise UsageError(

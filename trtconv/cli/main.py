@@ -7,6 +7,7 @@ cannot break the others.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
@@ -56,6 +57,11 @@ class LazyGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("trtconv: interrupted; no partial output was left behind", err=True)
             raise click.exceptions.Exit(int(ExitCode.INTERRUPTED)) from None
+        except BrokenPipeError:
+            # The reader of stdout went away (`trtconv check --json | head`): nothing is
+            # wrong with the work; stop quietly, and keep Python's exit-time flush silent.
+            _silence_stdout()
+            raise click.exceptions.Exit(int(ExitCode.IO_ERROR)) from None
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
         except Exception:
@@ -123,5 +129,23 @@ def cli(ctx: click.Context, show_traceback: bool, verbose: int, quiet: bool) -> 
     os.environ.setdefault("ORT_LOGGING_LEVEL", "3")
 
 
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a real file (tests capture it)
+        pass
+
+
+def _terminate(signum: int, _frame: Any) -> None:
+    """SIGTERM (CI cancelling a job, `timeout`, docker stop) ends like Ctrl-C: temp files
+    are removed on the way out and the exit code is 130, instead of dying mid-write."""
+    raise KeyboardInterrupt
+
+
 def main() -> None:
+    import signal
+
+    with contextlib.suppress(ValueError):  # not in the main thread
+        signal.signal(signal.SIGTERM, _terminate)
     cli(prog_name="trtconv")

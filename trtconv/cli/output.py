@@ -17,8 +17,15 @@ from trtconv.errors import ExitCode
 from trtconv.outputs import dumps_json
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # rich's own handler exits with status 1, which trtconv reserves for its bugs;
+        # hand the closed pipe to trtconv.cli.main, which ends with IO_ERROR instead.
+        raise BrokenPipeError
+
+
 def stdout_console() -> Console:
-    return Console(file=sys.stdout, highlight=False, soft_wrap=True)
+    return _Console(file=sys.stdout, highlight=False, soft_wrap=True)
 
 
 def stderr_console() -> Console:
@@ -26,8 +33,16 @@ def stderr_console() -> Console:
 
 
 def print_json(obj: Any) -> None:
-    sys.stdout.write(dumps_json(obj))
-    sys.stdout.flush()
+    text = dumps_json(obj)
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise  # the reader left: trtconv.cli.main ends quietly
+    except OSError as exc:  # stdout is a full disk or a closed file
+        from trtconv.errors import OutputError
+
+        raise OutputError(f"cannot write the report to stdout: {exc.strerror or exc}") from exc
 
 
 def warn(message: str) -> None:

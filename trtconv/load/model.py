@@ -25,6 +25,8 @@ PROTOBUF_LIMIT = 2**31 - 1
 # Opset and IR versions are small numbers; anything past int32 is corruption, and
 # onnx's C++ checker cannot even take it as an argument.
 OPSET_LIMIT = 2**31 - 1
+# IR 3 (ONNX 1.0) introduced opset imports; nothing reads older files any more.
+MIN_IR_VERSION = 3
 # Above this we save weights externally: comfortably below the protobuf limit.
 EXTERNAL_DATA_THRESHOLD = 1_800_000_000
 
@@ -328,6 +330,8 @@ def _read_proto(path: Path) -> onnx.ModelProto:
         raise UsageError(f"{path}: no such file")
     if path.is_dir():
         raise UsageError(f"{path} is a directory, not an ONNX file")
+    if not path.is_file():  # a FIFO would block forever, /dev/zero would fill memory
+        raise UsageError(f"{path} is not a regular file", hint="give the path of an .onnx file")
     try:
         model = onnx.load(str(path), load_external_data=False)
     except (DecodeError, RuntimeError, ValueError, TypeError, UnicodeDecodeError) as exc:
@@ -353,6 +357,14 @@ def _read_proto(path: Path) -> onnx.ModelProto:
     if model.ir_version > OPSET_LIMIT:
         raise InvalidModelError(f"{path} declares IR version {model.ir_version}, which cannot exist",
                                 hint="the model file is corrupt; re-export it")
+    if model.ir_version < MIN_IR_VERSION:
+        raise InvalidModelError(
+            f"{path} declares IR version {model.ir_version}; ONNX Runtime and TensorRT need {MIN_IR_VERSION} or later",
+            hint="re-export the model with a current exporter",
+        )
+    if not model.graph.output:
+        raise InvalidModelError(f"{path}: the graph has no outputs, so there is nothing to convert",
+                                hint="the model file is corrupt or badly edited; re-export it")
     return model
 
 
@@ -444,6 +456,8 @@ def save_model(
         external_data = _approx_size(model) > EXTERNAL_DATA_THRESHOLD
     data_name = path.name + ".data"
     parent = path.parent if str(path.parent) else Path(".")
+    if external_data:
+        check_output_path(parent / data_name, force=force)  # its data file is an output too
     with atomic_dir(parent) as scratch:
         tmp_model = scratch / path.name
         try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,7 +60,7 @@ def parse_cache(text: str, origin: str = "calibration cache") -> tuple[str, dict
     return lines[0], scales
 
 
-def cache_key(model_sha256: str, data_sha256: str, method: str, params: dict[str, object]) -> str:
+def cache_key(model_sha256: str, data_sha256: str, method: str, params: Mapping[str, object]) -> str:
     blob = json.dumps({"model": model_sha256, "data": data_sha256, "method": method, "params": params},
                       sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()

@@ -386,9 +386,10 @@ def quantize_int8(
 
 
 def _file_hash(path: Path) -> str:
-    from trtconv.load.model import file_sha256
+    """The model file and its external-data files (the cache must notice new weights too)."""
+    from trtconv.load.model import load_model, model_sha256
 
-    return file_sha256(Path(path))
+    return model_sha256(load_model(path, load_weights=False, check=False))
 
 
 def _finalize(

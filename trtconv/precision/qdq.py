@@ -391,9 +391,10 @@ def _add_weight_dq(
     g.initializer.append(numpy_helper.from_array(q, qn))
     g.initializer.append(numpy_helper.from_array(scale, s))
     g.initializer.append(numpy_helper.from_array(np.zeros(scale.shape, dtype=np.int8), z))
-    kwargs = {"axis": axis} if axis is not None else {}
-    nodes.append(helper.make_node("DequantizeLinear", [qn, s, z], [dq], name=_unique(names, f"{tensor}_DequantizeLinear"),
-                                  **kwargs))
+    node = helper.make_node("DequantizeLinear", [qn, s, z], [dq], name=_unique(names, f"{tensor}_DequantizeLinear"))
+    if axis is not None:
+        node.attribute.append(helper.make_attribute("axis", axis))
+    nodes.append(node)
     return dq
 
 

@@ -180,17 +180,20 @@ def _target_size(
     h0, w0 = img_hw
     want_h = fixed[0] if fixed[0] is not None else pp.size[0]
     want_w = fixed[1] if fixed[1] is not None else pp.size[1]
+    h: float
+    w: float
     if want_h is None and want_w is None:
         ratio = 1.0
         if pp.max_side and max(h0, w0) > pp.max_side:
             ratio = pp.max_side / max(h0, w0)
         h, w = h0 * ratio, w0 * ratio
     elif want_h is None:
-        h, w = h0 * (want_w / w0), want_w  # type: ignore[operator]
+        assert want_w is not None
+        h, w = h0 * (want_w / w0), float(want_w)
     elif want_w is None:
-        h, w = want_h, w0 * (want_h / h0)
+        h, w = float(want_h), w0 * (want_h / h0)
     else:
-        h, w = want_h, want_w
+        h, w = float(want_h), float(want_w)
     mh = 1 if fixed[0] is not None else pp.multiple_of
     mw = 1 if fixed[1] is not None else pp.multiple_of
     return _round_to(h, mh), _round_to(w, mw)
@@ -210,12 +213,12 @@ def load_image(path: Path, pp: ImagePreprocess, spec: InputSpec) -> np.ndarray:
     c_axis = 1 if pp.layout == "NCHW" else 3
     fixed = tuple(d if isinstance(d, int) else None for d in (dims[hw_axes[0]], dims[hw_axes[1]]))
     try:
-        with Image.open(path) as im:
-            im.load()
-            im = im.convert("L" if pp.channel_order == "GRAY" else "RGB")
+        with Image.open(path) as raw:
+            raw.load()
+            im = raw.convert("L" if pp.channel_order == "GRAY" else "RGB")
             h, w = _target_size(pp, (im.height, im.width), fixed)  # type: ignore[arg-type]
             if (h, w) != (im.height, im.width):
-                im = im.resize((w, h), Image.BILINEAR)
+                im = im.resize((w, h), Image.Resampling.BILINEAR)
             arr = np.asarray(im, dtype=np.float32)
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -406,7 +406,6 @@ def emit(
     plugin: PluginSpec | None = None,
 ) -> list[gs.Node]:
     """Replacement nodes writing ``outputs`` (the caller has disconnected the original node first)."""
-    node = gs.Node("DCN", name=name)  # only for error messages
     em = Emitter(graph, name)
     x = tensors[dcn.x]
     offset = tensors[dcn.offset]
@@ -443,7 +442,7 @@ def emit(
     if mask is None and spec.mask_required:
         if dcn.kernel is None:
             raise UnsupportedModelError(
-                f"node {node.name!r}: kernel size unknown, cannot build the mask the plugin needs",
+                f"node {name!r}: kernel size unknown, cannot build the mask the plugin needs",
                 hint="make the weight an initializer or give --shapes so shapes can be inferred",
             )
         k = dcn.kernel[0] * dcn.kernel[1] * dcn.params.deformable_group
@@ -451,7 +450,7 @@ def emit(
     if bias is None and spec.bias_required:
         cout = _shape(weight)
         if not cout or not isinstance(cout[0], int):
-            raise UnsupportedModelError(f"node {node.name!r}: output channels unknown, cannot build a zero bias",
+            raise UnsupportedModelError(f"node {name!r}: output channels unknown, cannot build a zero bias",
                                         hint="make the weight an initializer")
         wdtype = np.dtype(weight.dtype) if weight.dtype is not None else np.dtype(np.float32)
         bias = em.const("zero_bias", np.zeros([int(cout[0])], dtype=wdtype))

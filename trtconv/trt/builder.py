@@ -57,7 +57,7 @@ class BuildResult:
     engine_bytes: int
     seconds: float
     precision: PrecisionSummary
-    precision_share: float
+    precision_share: float | None  # None: fused layers hide it (see precision_check)
     plugins_needed: tuple[str, ...]
     timing_cache: Path | None
     tensorrt: str
@@ -173,6 +173,14 @@ def register_trtconv_plugins() -> tuple[str, ...]:
     return tuple(names)
 
 
+def parser_error(model_name: str, issues: list[ParserIssue], shown: int = 10) -> BuildError:
+    """One error naming every rejected node (up to ``shown``): name, op, TensorRT's reason."""
+    lines = "; ".join(i.describe() for i in issues[:shown]) or "no details reported"
+    more = f" (and {len(issues) - shown} more)" if len(issues) > shown else ""
+    return BuildError(f"TensorRT's ONNX parser rejected {model_name}: {lines}{more}",
+                      hint="run `trtconv check` for a per-node report; plugin nodes need --plugins")
+
+
 def parser_issues(parser: trt.OnnxParser) -> list[ParserIssue]:
     issues = []
     for i in range(parser.num_errors):
@@ -270,6 +278,14 @@ def plugin_layers(network: trt.INetworkDefinition) -> list[str]:
     return sorted(found)
 
 
+def _onnx_reduced(plan: BuildPlan) -> bool:
+    import onnx
+
+    from trtconv.build.precision_check import onnx_has_reduced_precision
+
+    return onnx_has_reduced_precision(onnx.load(str(plan.onnx_path), load_external_data=False), plan.precision)
+
+
 def build_engine(
     plan: BuildPlan,
     *,
@@ -296,11 +312,7 @@ def build_engine(
     network = builder.create_network(compat.network_flags(prefer_aot=bool(register_trtconv_plugins())))
     parser = trt.OnnxParser(network, logger)
     if not parser.parse_from_file(str(plan.onnx_path)):
-        issues = parser_issues(parser)
-        lines = "; ".join(i.describe() for i in issues[:10]) or "no details reported"
-        more = f" (and {len(issues) - 10} more)" if len(issues) > 10 else ""
-        raise BuildError(f"TensorRT's ONNX parser rejected {plan.onnx_path.name}: {lines}{more}",
-                         hint="run `trtconv check` for a per-node report; plugin nodes need --plugins")
+        raise parser_error(plan.onnx_path.name, parser_issues(parser))
     config = configure(builder, network, plan, timing_cache)
     interrupted: list[bool] = []
     monitor = _progress_monitor(progress, cancelled, interrupted) if progress is not None else None
@@ -319,7 +331,8 @@ def build_engine(
     data = bytes(cast(Any, serialized))
     engine = deserialize(data, logger=logger)
     summary = summarize_inspector(inspector_json(engine))
-    share = assert_precision(summary, plan.precision, plan.min_precision_share)
+    share = assert_precision(summary, plan.precision, plan.min_precision_share,
+                             onnx_reduced=_onnx_reduced(plan) if summary.opaque_layers else None)
     write_bytes(plan.engine_path, data, force=plan.force)
     needed = sorted(set(plugin_layers(network)) | set(parser.get_used_vc_plugin_libraries()))
     log.info("built %s in %.1f s (%d bytes, plugins: %s)", plan.engine_path, seconds, len(data), plugins or "none")

@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from trtconv.errors import BackendUnavailableError, InvalidModelError, UnsupportedModelError
+from trtconv.errors import (
+    BackendUnavailableError,
+    BuildError,
+    InvalidModelError,
+    UnsupportedModelError,
+    UsageError,
+)
 from trtconv.trt.loader import tensorrt_version
 
 if TYPE_CHECKING:
@@ -72,6 +78,22 @@ def _cuda() -> Any:
     return cuda
 
 
+def check_manifest(engine_path: Path, device: int = 0) -> None:
+    """If the engine has a manifest, refuse a TensorRT or GPU it cannot run on, in words."""
+    from trtconv.build.manifest import manifest_path, read_manifest, runtime_mismatches
+    from trtconv.trt.environment import probe
+
+    path = manifest_path(engine_path)
+    if not path.is_file():
+        return
+    env = probe()
+    gpu = env.gpus[device] if len(env.gpus) > device else None
+    problems = runtime_mismatches(read_manifest(path), env.tensorrt.version, gpu.compute_capability if gpu else None)
+    if problems:
+        raise InvalidModelError(f"{engine_path.name} cannot run here: " + "; ".join(problems),
+                                hint=f"rebuild it on this machine with `trtconv build` (see {path.name})")
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     name: str
@@ -82,13 +104,16 @@ class TensorInfo:
 class EngineRunner:
     """One engine, one execution context, one stream; inputs copied in, outputs copied out."""
 
-    def __init__(self, engine_path: Path, plugin_libraries: tuple[Path, ...] = ()) -> None:
+    def __init__(self, engine_path: Path, plugin_libraries: tuple[Path, ...] = (), *,
+                 check_compatibility: bool = True) -> None:
         tensorrt_version()
         import tensorrt as trt
 
         from trtconv.trt.builder import _LogBridge, load_plugins
 
         self._cuda = _cuda()
+        if check_compatibility:
+            check_manifest(Path(engine_path))
         logger = self._logger = _LogBridge.make()
         load_plugins(logger, plugin_libraries)
         self.engine = deserialize(Path(engine_path).read_bytes(), logger=logger)
@@ -105,6 +130,7 @@ class EngineRunner:
             else:
                 self.outputs.append(info)
         self._buffers: dict[str, Any] = {}
+        self._profile = 0
 
     def _buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> Any:
         buf = self._buffers.get(name)
@@ -115,15 +141,27 @@ class EngineRunner:
             buf.resize(shape)
         return buf
 
+    def select_profile(self, index: int) -> None:
+        """Run with optimization profile ``index`` (0 is the default)."""
+        if index == self._profile:
+            return
+        if not 0 <= index < self.engine.num_optimization_profiles:
+            raise UsageError(f"the engine has {self.engine.num_optimization_profiles} profile(s), not {index + 1}")
+        if not self.context.set_optimization_profile_async(index, int(self.stream.ptr)):
+            raise BuildError(f"TensorRT refused to switch to optimization profile {index}")
+        self.stream.synchronize()
+        self._profile = index
+
     def prepare(self, feeds: Mapping[str, np.ndarray]) -> None:
         """Copy inputs to the GPU and bind every tensor; the next enqueue computes on them."""
         missing = [t.name for t in self.inputs if t.name not in feeds]
         if missing:
-            raise UnsupportedModelError(f"no data for engine input(s) {', '.join(missing)}")
+            raise UsageError(f"no data for engine input(s) {', '.join(missing)}",
+                             hint="the ONNX or the inputs given do not match this engine's inputs")
         for t in self.inputs:
             host = np.ascontiguousarray(feeds[t.name], dtype=t.dtype)
             if not self.context.set_input_shape(t.name, tuple(host.shape)):
-                raise UnsupportedModelError(
+                raise UsageError(
                     f"input {t.name!r} shape {list(host.shape)} is outside the engine's optimization profile",
                     hint="see the profiles in model.engine.json",
                 )
@@ -145,7 +183,8 @@ class EngineRunner:
 
     def enqueue(self) -> None:
         if not self.context.execute_async_v3(int(self.stream.ptr)):
-            raise UnsupportedModelError("TensorRT failed to execute the engine (see the log above)")
+            raise BuildError("TensorRT failed to run the engine (see its log above)",
+                             hint="rerun with -v for TensorRT's full log")
 
     def fetch(self) -> dict[str, np.ndarray]:
         out = {}

@@ -191,6 +191,15 @@ def probe(*, import_tensorrt: bool = True) -> Environment:
     )
 
 
+def trt_cuda_major(distributions: dict[str, str]) -> int | None:
+    """CUDA major version the installed TensorRT wheels target (tensorrt-cu12-* / -cu13-*)."""
+    for name in distributions:
+        for major in (13, 12):
+            if f"cu{major}" in name:
+                return major
+    return None
+
+
 def problems(env: Environment) -> list[tuple[str, str]]:
     """(what is missing, what to do) for building and running engines here."""
     out = []
@@ -213,6 +222,12 @@ def problems(env: Environment) -> list[tuple[str, str]]:
         for g in old:
             out.append((f"GPU {g.index} {g.name} (sm {g.compute_capability}) is older than Turing",
                         "TensorRT 10.5+ and 11.x need compute capability 7.5 or newer"))
+    flavor = trt_cuda_major(env.tensorrt.distributions)
+    if flavor and env.cuda_driver and int(env.cuda_driver.split(".")[0]) < flavor:
+        driver = {13: "r580", 12: "r535"}.get(flavor, "a newer driver")
+        out.append((f"TensorRT is installed for CUDA {flavor}, but the NVIDIA driver supports CUDA "
+                    f"{env.cuda_driver} only", f"install driver {driver} or newer, or the tensorrt-cu"
+                    f"{int(env.cuda_driver.split('.')[0])} packages"))
     if env.cuda_runtime is None and env.tensorrt.importable:
         out.append(("CUDA runtime (libcudart) not found: verify and bench cannot allocate GPU buffers",
                     "pip install nvidia-cuda-runtime-cu12 (or -cu13), or put the CUDA toolkit's lib64 on LD_LIBRARY_PATH"))

@@ -127,6 +127,7 @@ def verify_engine(
     plugin_libraries: tuple[Path, ...] = (),
     seed: int = 0,
     top1: bool = False,
+    check_compatibility: bool = True,
 ) -> VerifyReport:
     """Inputs are prepared and checked first; only then is TensorRT loaded."""
     from trtconv.load import load_model
@@ -135,7 +136,35 @@ def verify_engine(
     feeds = make_inputs(loaded.proto, inputs=inputs, shapes=shapes, seed=seed)
     from trtconv.trt.engine import EngineRunner
 
-    runner = EngineRunner(engine_path, plugin_libraries)
+    runner = EngineRunner(engine_path, plugin_libraries, check_compatibility=check_compatibility)
     got = runner.infer(feeds)
     return compare_with_reference(onnx_path, feeds, got, thresholds, top1=top1,
                                   seed=None if inputs is not None else seed)
+
+
+def verify_engine_corners(
+    engine_path: Path,
+    onnx_path: Path,
+    corners: list[tuple[int, str, dict[str, tuple[int, ...]]]],
+    *,
+    thresholds: Thresholds,
+    plugin_libraries: tuple[Path, ...] = (),
+    seed: int = 0,
+    check_compatibility: bool = True,
+) -> dict[str, Any]:
+    """The engine against ONNX Runtime at each (profile, corner, shapes): an engine right at its
+    opt shape can still be wrong at max (FP16 overflow on larger inputs, a bad tactic)."""
+    from trtconv.load import load_model
+    from trtconv.trt.engine import EngineRunner
+
+    model = load_model(onnx_path, load_weights=False).proto
+    plan = [(p, c, make_inputs(model, inputs=None, shapes=s, seed=seed)) for p, c, s in corners]
+    runner = EngineRunner(engine_path, plugin_libraries, check_compatibility=check_compatibility)
+    results, failures = [], []
+    for profile, corner, feeds in plan:
+        runner.select_profile(profile)
+        report = compare_with_reference(onnx_path, feeds, runner.infer(feeds), thresholds, seed=seed)
+        results.append({"profile": profile, "corner": corner, **report.to_json()})
+        failures += [f"profile {profile} {corner}: {f}" for f in report.failures]
+    return {"passed": not failures, "failures": failures, "seed": seed,
+            "thresholds": {k: v for k, v in vars(thresholds).items() if v is not None}, "corners": results}

@@ -207,7 +207,7 @@ def entry_ptx(name: str) -> str:
     """A self-contained PTX module holding one entry point: what an engine embeds.
 
     The kernels call no PTX functions and keep their shared memory inside the entry, so
-    the module header plus the ``.entry`` block is complete (TensorRT embeds ~0.2 MB per
+    the module header plus the text up to the next ``.entry`` is complete (TensorRT embeds ~0.2 MB per
     plugin instead of the whole file).
     """
     text = load_ptx()
@@ -215,8 +215,8 @@ def entry_ptx(name: str) -> str:
     start = text.find(f".visible .entry {name}(")
     if start < 0 or len(header) != 3:
         raise ValueError(f"{PTX_FILE} has no entry point {name}")
-    end = text.find("\n}\n", start)
-    return "\n".join(header) + "\n\n" + text[start : end + 3]
+    end = text.find("\n.visible .entry ", start)  # the next entry, or the end of the file
+    return "\n".join(header) + "\n\n" + text[start : len(text) if end < 0 else end].rstrip() + "\n"
 
 
 @lru_cache(maxsize=1)

@@ -1,0 +1,239 @@
+"""Atomic outputs for real: kill -9 and Ctrl-C mid-write, read-only and full folders.
+
+Nothing here is simulated inside our own code: writers run in subprocesses that are
+killed while their temp file exists; read-only and full folders are real mounts in a
+private mount namespace (``unshare -m``), skipped with the reason where that is not
+permitted; a full disk is also reproduced with RLIMIT_FSIZE (EFBIG).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+from trtconv.cli.main import cli
+from trtconv.errors import ExitCode, UsageError
+from trtconv.load import load_model, save_model
+from trtconv.outputs import TMP_PREFIX, sweep_stale_temps, write_bytes
+
+BIG_ELEMENTS = 48 * 2**20  # 192 MB of float32: a write that takes long enough to be hit
+
+
+def _model(value: float, n: int = 4096) -> onnx.ModelProto:
+    w = numpy_helper.from_array(np.full((n,), value, np.float32), "W")
+    g = helper.make_graph(
+        [helper.make_node("Add", ["x", "W"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n])], [w],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _temps(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith(TMP_PREFIX))
+
+
+WRITER = """
+import sys, numpy as np
+from pathlib import Path
+from onnx import TensorProto, helper, numpy_helper
+from trtconv.load import save_model
+from trtconv.outputs import write_bytes
+kind, out = sys.argv[1], Path(sys.argv[2])
+n = int(sys.argv[3])
+if kind == "bytes":
+    write_bytes(out, b"N" * (n * 4), force=True)
+else:
+    w = numpy_helper.from_array(np.full((n,), 7.0, np.float32), "W")
+    g = helper.make_graph([helper.make_node("Add", ["x", "W"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    save_model(m, out, force=True, external_data=(kind == "external"))
+print("done", flush=True)
+"""
+
+
+def _kill_when_temp_appears(cmd: list[str], folder: Path, sig: int, delay: float,
+                            env: dict | None = None) -> subprocess.CompletedProcess:
+    """Start ``cmd``, wait until a trtconv temp appears in ``folder``, sleep ``delay``, send ``sig``."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    while not _temps(folder):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            out, err = proc.communicate()
+            pytest.fail(f"writer ended before a temp file appeared (rc {proc.returncode}): {err[-2000:]}")
+        time.sleep(0.0005)
+    time.sleep(delay)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+@pytest.mark.parametrize("kind", ["inline", "external", "bytes"])
+@pytest.mark.parametrize("delay", [0.0, 0.1])
+def test_kill9_mid_write_leaves_old_file_or_new_whole(tmp_path, kind, delay):
+    out = tmp_path / ("out.bin" if kind == "bytes" else "out.onnx")
+    if kind == "bytes":
+        write_bytes(out, b"old")
+    else:
+        save_model(_model(1.0), out, external_data=(kind == "external"))
+    old = {p.name: _sha(p) for p in tmp_path.iterdir()}
+    res = _kill_when_temp_appears([sys.executable, "-c", WRITER, kind, str(out), str(BIG_ELEMENTS)],
+                                  tmp_path, signal.SIGKILL, delay)
+    assert res.returncode == -signal.SIGKILL, "the writer finished before the kill; the test hit nothing"
+    finals = [p.name for p in tmp_path.iterdir() if not p.name.startswith(TMP_PREFIX)]
+    if out.exists() and _sha(out) == old[out.name]:
+        state = "old"
+    elif kind == "bytes":
+        assert out.read_bytes() == b"N" * (BIG_ELEMENTS * 4), "a partial output is visible"
+        state = "new"
+    elif out.exists():
+        arr = numpy_helper.to_array(load_model(out).proto.graph.initializer[0])
+        assert arr.shape == (BIG_ELEMENTS,) and float(arr[-1]) == 7.0, "a partial or mismatched model is visible"
+        state = "new"
+    else:
+        state = "none"  # external data: the old model is removed just before the two renames
+        assert kind == "external"
+    if kind == "external" and state == "old":
+        assert _sha(tmp_path / "out.onnx.data") == old["out.onnx.data"], "old model with new data"
+    assert set(finals) <= {"out.onnx", "out.onnx.data", "out.bin"}
+    # The killed writer's temp is swept by the next write into the folder.
+    if delay == 0.0:
+        assert _temps(tmp_path), "killed right after its temp appeared, the writer must have left it"
+    write_bytes(tmp_path / "next.json", b"{}")
+    assert _temps(tmp_path) == []
+
+
+def test_sweep_leaves_live_and_foreign_temps_alone(tmp_path):
+    live = tmp_path / f"{TMP_PREFIX}ffffff-{os.getpid()}-x"  # another host's tag
+    live.write_text("other host")
+    from trtconv.outputs import _tmp_prefix
+
+    own = tmp_path / (_tmp_prefix("y") + "tmp")
+    own.write_text("this process, alive")
+    unrelated = tmp_path / f"{TMP_PREFIX}cache-dir"
+    unrelated.mkdir()
+    assert sweep_stale_temps(tmp_path) == []
+    assert live.exists() and own.exists() and unrelated.exists()
+
+
+@pytest.fixture(scope="module")
+def big_model(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("big") / "big.onnx"
+    save_model(_model(3.0, n=BIG_ELEMENTS // 6), path)  # 32 MB: enough to be caught mid-write
+    return path
+
+
+@pytest.mark.parametrize("command", ["rewrite", "quantize"])
+def test_ctrl_c_mid_write_exits_130_and_leaves_nothing(tmp_path, big_model, command):
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    out = out_dir / "o.onnx"
+    args = {"rewrite": ["--no-verify", "--no-fold"], "quantize": ["--precision", "fp16"]}[command]
+    cmd = [sys.executable, "-m", "trtconv", command, str(big_model), "-o", str(out), *args]
+    res = _kill_when_temp_appears(cmd, out_dir, signal.SIGINT, 0.01)
+    assert res.returncode == ExitCode.INTERRUPTED, res.stderr[-2000:]
+    assert "interrupted" in res.stderr and "Traceback" not in res.stderr
+    assert list(out_dir.iterdir()) == []
+
+
+def test_no_overwrite_without_force(tmp_path, ocr_cls):
+    out = tmp_path / "o.onnx"
+    out.write_bytes(b"precious")
+    for args in (["rewrite", str(ocr_cls), "-o", str(out), "--no-verify"],
+                 ["quantize", str(ocr_cls), "--precision", "fp16", "-o", str(out)]):
+        res = CliRunner().invoke(cli, args)
+        assert res.exit_code == ExitCode.USAGE, res.output
+        assert "--force" in res.stderr
+        assert out.read_bytes() == b"precious"
+    res = CliRunner().invoke(cli, ["rewrite", str(ocr_cls), "-o", str(out), "--no-verify", "--force"])
+    assert res.exit_code == 0, res.output
+    load_model(out)
+    assert _temps(tmp_path) == []
+
+
+def _unshare_ok() -> str | None:
+    if shutil.which("unshare") is None:
+        return "unshare is not installed"
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"],
+                           capture_output=True, text=True)
+    if probe.returncode:
+        return f"cannot mount in a private namespace here: {probe.stderr.strip()[:200]}"
+    return None
+
+
+def _in_namespace(setup: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """Run ``trtconv args`` after ``setup`` in a private mount namespace, then list the folder."""
+    quoted = " ".join(f"'{a}'" for a in args)
+    script = f"set -e; {setup}; set +e; {sys.executable} -m trtconv {quoted}; rc=$?; echo LIST; ls -A out; exit $rc"
+    return subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, cwd=cwd)
+
+
+def test_read_only_output_folder(tmp_path, ocr_cls):
+    reason = _unshare_ok()
+    if reason:
+        pytest.skip(reason)
+    (tmp_path / "out").mkdir()
+    for args in (["rewrite", str(ocr_cls), "-o", "out/o.onnx", "--no-verify"],
+                 ["quantize", str(ocr_cls), "--precision", "fp16", "-o", "out/o.onnx"]):
+        res = _in_namespace("mount --bind out out && mount -o remount,bind,ro out", args, tmp_path)
+        assert res.returncode == ExitCode.IO_ERROR, res.stderr
+        assert "not writable" in res.stderr and "Traceback" not in res.stderr
+        assert res.stdout.split("LIST", 1)[1].split() == []
+
+
+def test_full_output_folder(tmp_path, ocr_det):
+    reason = _unshare_ok()
+    if reason:
+        pytest.skip(reason)
+    (tmp_path / "out").mkdir()
+    for args in (["rewrite", str(ocr_det), "-o", "out/o.onnx", "--no-verify", "--no-fold"],
+                 ["quantize", str(ocr_det), "--precision", "fp16", "-o", "out/o.onnx"]):
+        res = _in_namespace("mount -t tmpfs -o size=1m tmpfs out", args, tmp_path)
+        assert res.returncode == ExitCode.IO_ERROR, res.stderr
+        assert "no space left" in res.stderr and "Traceback" not in res.stderr
+        assert res.stdout.split("LIST", 1)[1].split() == [], "temp or partial file left on the full disk"
+
+
+def _fsize_limit() -> None:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # write() then fails with EFBIG instead of killing us
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+
+
+@pytest.mark.parametrize("command", ["rewrite", "quantize"])
+def test_file_size_limit_is_a_clear_io_error(tmp_path, ocr_det, command):
+    out = tmp_path / "o.onnx"
+    args = {"rewrite": ["--no-verify", "--no-fold"], "quantize": ["--precision", "fp16"]}[command]
+    res = subprocess.run([sys.executable, "-m", "trtconv", command, str(ocr_det), "-o", str(out), *args],
+                         capture_output=True, text=True, preexec_fn=_fsize_limit)
+    assert res.returncode == ExitCode.IO_ERROR, res.stderr[-3000:]
+    assert "file too large" in res.stderr and "Traceback" not in res.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_external_data_file_is_not_overwritten_without_force(tmp_path):
+    (tmp_path / "o.onnx.data").write_bytes(b"someone else's weights")
+    with pytest.raises(UsageError, match=r"o\.onnx\.data already exists"):
+        save_model(_model(1.0), tmp_path / "o.onnx", external_data=True)
+    assert (tmp_path / "o.onnx.data").read_bytes() == b"someone else's weights"
+    assert not (tmp_path / "o.onnx").exists()
+    save_model(_model(1.0), tmp_path / "o.onnx", external_data=True, force=True)
+    assert load_model(tmp_path / "o.onnx").proto.graph.initializer[0].dims == [4096]

@@ -1,0 +1,82 @@
+"""The DCNv2 kernel builds, and the PTX trtconv ships is what plugins/dcnv2/dcnv2.cu compiles to.
+
+Runs in the normal suite (CI has nvcc, CUDA 13.0): a kernel that does not compile, or PTX
+that was not regenerated after an edit (`make dcnv2-ptx`), fails here. The shipped PTX
+targets compute_80 and the driver compiles it for the GPU it runs on; ptxas for sm_90
+checks that what an engine embeds (one entry per plugin) assembles for Hopper.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from trtconv.trt.plugins import dcnv2_kernel as dk
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _build_module():
+    spec = importlib.util.spec_from_file_location("dcnv2_build_ptx", ROOT / "plugins" / "dcnv2" / "build_ptx.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def build():
+    mod = _build_module()
+    try:
+        mod.nvcc()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    return mod
+
+
+def test_shipped_ptx_matches_source(build, tmp_path):
+    out = tmp_path / "dcnv2.ptx"
+    build.compile_ptx(dk.PTX_ARCH, out)
+    fresh = build.ptx_body(out.read_text())
+    shipped = build.ptx_body(build.SHIPPED_PTX.read_text())
+    assert fresh == shipped, "trtconv/trt/plugins/dcnv2.ptx is stale: run `make dcnv2-ptx`"
+
+
+@pytest.mark.parametrize(
+    "dtype,tile,tf32,layout",
+    [("float16", dk.TILES[2], True, "nhwc"), ("float32", dk.TILES[-1], False, "nchw")],
+)
+def test_embedded_entry_assembles_for_hopper(build, tmp_path, dtype, tile, tf32, layout):
+    """The single-entry module the plugin hands TensorRT is complete PTX for sm_90."""
+    ptxas = shutil.which("ptxas") or str(Path(build.nvcc()).with_name("ptxas"))
+    name = dk.kernel_name(dtype, tile, tf32, layout)
+    src = tmp_path / f"{name}.ptx"
+    src.write_text(dk.entry_ptx(name))
+    res = subprocess.run(
+        [ptxas, "-arch=sm_90", "-v", str(src), "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stderr
+    used = re.search(r"Used (\d+) registers.*?(\d+) bytes smem", res.stderr, re.S)
+    assert used, res.stderr
+    assert int(used.group(2)) <= 48 * 1024, "static shared memory must stay within 48 KiB (no opt-in)"
+
+
+def test_every_entry_is_shipped():
+    names = set(re.findall(r"^\.visible \.entry (\w+)\(", dk.load_ptx(), re.M))
+    wanted = {
+        dk.kernel_name(d, t, tf, lay) for d in dk.DTYPES for t in dk.TILES for tf in (True, False) for lay in dk.LAYOUTS
+    }
+    assert wanted <= names, f"missing entries: {sorted(wanted - names)[:5]}"
+    one = dk.entry_ptx(dk.kernel_name("float16", dk.TILES[0]))
+    assert one.count(".entry ") == 1 and one.startswith(".version") and ".target sm_80" in one
+
+
+def test_packaged_spec_is_the_source_spec():
+    source = json.loads((ROOT / "plugins" / "dcnv2" / "spec.json").read_text())
+    assert dk.load_spec() == source, "trtconv/trt/plugins/dcnv2_spec.json is stale: run `make dcnv2-ptx`"
