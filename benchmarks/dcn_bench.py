@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                     if tile[1] == 128 and cout <= 64:
                         continue
                     run, _ = launch.prepare(xin, off, msk, w_ohwi, b, attrs, out=out, tile=tile, layout=layout)
-                    tiles[f"{layout} {tile[0]}x{tile[1]}x{tile[2]}"] = time_us(torch, run, iters, reps)
+                    tiles[f"{layout} {tile[0]}x{tile[1]}x{tile[2]}x{tile[3]}"] = time_us(torch, run, iters, reps)
             best = {lay: min((k for k in tiles if k.startswith(lay)), key=tiles.__getitem__) for lay in dk.LAYOUTS}
             t_tv = time_us(torch, lambda x=x, off=off, w=w, b=b, msk=msk: deform_conv2d(x, off, w, b, padding=1, mask=msk), iters, reps)
             t_conv = time_us(torch, lambda x=x, w=w, b=b: F.conv2d(x, w, b, padding=1), iters, reps)

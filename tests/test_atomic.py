@@ -237,3 +237,29 @@ def test_external_data_file_is_not_overwritten_without_force(tmp_path):
     assert not (tmp_path / "o.onnx").exists()
     save_model(_model(1.0), tmp_path / "o.onnx", external_data=True, force=True)
     assert load_model(tmp_path / "o.onnx").proto.graph.initializer[0].dims == [4096]
+
+
+def test_streamed_external_save_round_trips_every_tensor_kind(tmp_path):
+    """save_model streams initializers to the .data file without copying the model; what
+    it cannot stream (Constant attributes, strings, small tensors) stays inline."""
+    rng = np.random.default_rng(0)
+    big = numpy_helper.from_array(rng.random((64, 64), dtype=np.float32), "big_raw")
+    typed = helper.make_tensor("big_typed", TensorProto.FLOAT, [32, 32], rng.random(1024).astype(np.float32).tolist())
+    small = numpy_helper.from_array(np.array([1, 2], np.int64), "small")
+    strings = helper.make_tensor("names", TensorProto.STRING, [2], [b"a", b"b"])
+    const = helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(rng.random((16, 16), dtype=np.float32)))
+    g = helper.make_graph(
+        [const, helper.make_node("MatMul", ["x", "big_raw"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], [big, typed, small, strings],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    before = model.SerializeToString()
+    save_model(model, tmp_path / "s.onnx", external_data=True)
+    assert model.SerializeToString() == before, "the caller's proto was modified"
+    loaded = load_model(tmp_path / "s.onnx")
+    assert sorted(r.tensor for r in loaded.external_refs) == ["big_raw", "big_typed"]
+    for want, got in zip(model.graph.initializer, loaded.proto.graph.initializer):
+        assert want.name == got.name
+        np.testing.assert_array_equal(numpy_helper.to_array(want), numpy_helper.to_array(got))
+    assert loaded.proto.graph.node[0] == model.graph.node[0]

@@ -264,3 +264,21 @@ def test_fp16_with_calibration_data_measures_activations(ocr_cls, tmp_path: Path
     assert res.exit_code == 0, res.output
     stage = next(s for s in json.loads(res.stdout)["stages"] if s["name"] == "precision")
     assert stage["samples"] == 6  # the activation-range rule ran on the real samples
+
+
+def test_int8_with_dcn_as_tensorrt_plugin_calibrates_on_the_deformconv_form(tmp_path: Path):
+    """ONNX Runtime cannot run ModulatedDeformConv2d: the scales come from the DeformConv form."""
+    from test_trt_build import dcn_model
+
+    model = dcn_model(tmp_path / "dcn.onnx")
+    (tmp_path / "cal").mkdir()
+    rng = np.random.default_rng(0)  # the synthetic DCN graph's input: feature maps ~ N(0, 1)
+    for i in range(8):
+        np.save(tmp_path / "cal" / f"{i}.npy", rng.standard_normal((1, 8, 32, 32)).astype(np.float32))
+    res = run("build", model, "-o", tmp_path / "q.engine", "--dcn-target", "trt-plugin", "--precision", "int8",
+              "--calib-data", tmp_path / "cal", "--prepare-only", "--json")
+    assert res.exit_code == 0, res.output
+    stage = next(s for s in json.loads(res.stdout)["stages"] if s["name"] == "precision")
+    assert stage["calibrated_on"] == "DeformConv form" and stage["qdq_pairs"] > 0
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "q.prepared.onnx")).graph.node]
+    assert "ModulatedDeformConv2d" in ops and "QuantizeLinear" in ops

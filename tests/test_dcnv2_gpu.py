@@ -143,7 +143,7 @@ def test_matches_float64_reference(launcher, name, mode, dtype_name, tf32, layou
 
 
 @pytest.mark.parametrize("layout", dk.LAYOUTS)
-@pytest.mark.parametrize("tile", dk.TILES, ids=[f"m{t[0]}n{t[1]}k{t[2]}" for t in dk.TILES])
+@pytest.mark.parametrize("tile", dk.TILES, ids=[f"m{t[0]}n{t[1]}k{t[2]}v{t[3]}" for t in dk.TILES])
 @pytest.mark.parametrize("mode,dtype_name,tf32", MODES, ids=[m[0] for m in MODES])
 def test_every_tile(launcher, tile, mode, dtype_name, tf32, layout):
     torch = _torch()
@@ -177,6 +177,6 @@ def test_dynamic_shapes_one_kernel(launcher):
     for i, (n, h, w) in enumerate([(1, 8, 8), (5, 33, 17), (2, 64, 48)]):
         case = Case(n, 32, 32, h, w)
         inputs = _inputs(case, torch.float16, seed=300 + i)
-        out = run_kernel(launcher, case, inputs, True, tile=(64, 64, 32), layout=dk.LAYOUTS[i % 2])
+        out = run_kernel(launcher, case, inputs, True, tile=(64, 64, 64, 1), layout=dk.LAYOUTS[i % 2])
         assert not torch.isnan(out).any()
         assert rel_err(out, reference(case, *inputs)) <= LIMITS["f16"]

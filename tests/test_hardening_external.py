@@ -164,3 +164,23 @@ def test_check_tensor_sizes_property(dtype, dims, raw):
     if dtype not in (TensorProto.UNDEFINED, TensorProto.STRING):
         arr = numpy_helper.to_array(t)
         assert arr.size == int(np.prod(dims)) if dims else arr.size == 1
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(spec=st.one_of(
+    st.text(max_size=40),
+    st.lists(st.tuples(st.sampled_from(["x", "input:0", "a b", ""]),
+                       st.lists(st.integers(0, 2**70), min_size=0, max_size=5)), max_size=3).map(
+        lambda items: ",".join(f"{n}:{'x'.join(map(str, ds))}" for n, ds in items)),
+))
+def test_parse_shapes_property(spec):
+    """--shapes from a user: a dict of int32-sized dims, or UsageError; nothing else."""
+    from trtconv.errors import UsageError
+    from trtconv.load import parse_shapes
+
+    try:
+        shapes = parse_shapes(spec)
+    except UsageError:
+        return
+    for name, dims in shapes.items():
+        assert name and all(isinstance(d, int) and 0 <= d < 2**31 for d in dims)

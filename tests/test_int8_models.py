@@ -57,6 +57,7 @@ def test_cls_opset11_upgraded_quantized_and_agrees_with_fp32(ocr_cls, ocr_data):
     assert any("normalization" in s.reason for s in rep.skipped)
     doc = json.loads(dumps_json(rep.to_json()))
     assert doc["cache"]["hit"] is False and doc["passed"] is True
+    assert set(doc["clip_guarded"]) <= set(doc["scales"])
 
 
 def test_det_opset12_fp32_close_after_upgrade(ocr_det, ocr_data):

@@ -215,3 +215,36 @@ def test_loop_body_is_calibrated_through_scan_outputs_and_quantized():
     body_ops = [n.op_type for n in res.model.graph.node[0].attribute[0].g.node]
     assert body_ops.count("QuantizeLinear") == 1 and body_ops.count("DequantizeLinear") == 2
     assert res.report.accuracy[0].cosine > 0.995
+
+
+def test_exposing_a_branch_output_keeps_the_if_result():
+    """Regression: a value that already is an If-branch output used to be listed twice in
+    the branch's outputs, and ONNX Runtime then mis-wired the If (the model's result changed)."""
+    def vi(name):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, [2, 4])
+
+    w = np.random.default_rng(3).standard_normal((4, 4)).astype(np.float32)
+    then_g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["t1"]), helper.make_node("Tanh", ["t1"], ["t_out"])],
+        "then", [], [vi("t_out")])
+    else_g = helper.make_graph(
+        [helper.make_node("Constant", [], ["b"], value=numpy_helper.from_array(np.full((4,), 0.25, np.float32))),
+         helper.make_node("Add", ["x", "b"], ["e_out"])],
+        "else", [], [vi("e_out")])
+    g = helper.make_graph(
+        [helper.make_node("If", ["cond"], ["z"], then_branch=then_g, else_branch=else_g),
+         helper.make_node("Sigmoid", ["z"], ["y"])],
+        "g", [vi("x"), helper.make_tensor_value_info("cond", TensorProto.BOOL, [])], [vi("y")],
+        [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    exposed, mapping = expose_tensors(m, ["e_out", "t_out"])
+    assert sorted(mapping.values()) == ["e_out", "t_out"]
+    x = np.random.default_rng(4).standard_normal((2, 4)).astype(np.float32)
+    for cond in (True, False):
+        feeds = {"x": x, "cond": np.array(cond)}
+        ref = run_model(m, feeds)
+        got = run_model(exposed, feeds)
+        np.testing.assert_array_equal(got["y"], ref["y"])
+        branch_out = "t_out" if cond else "e_out"
+        name = next(k for k, v in mapping.items() if v == branch_out)
+        assert got[name].shape == (2, 4)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import warnings
 from pathlib import Path
 
@@ -72,6 +73,12 @@ def test_bad_arrays_name_the_file(tmp_path):
     trunc.mkdir()
     (trunc / "t.npy").write_bytes((tmp_path / "ok.npz").read_bytes()[:40])
     assert "t.npy" in str(_err(SampleSource("npy", trunc), {"a": TWO["a"]}))
+    huge = tmp_path / "huge"
+    huge.mkdir()
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (2**40, 4)})
+    (huge / "h.npy").write_bytes(header.getvalue() + b"\0" * 16)  # numpy would allocate 16 TiB
+    assert "header declares shape" in str(_err(SampleSource("npy", huge), {"a": TWO["a"]}))
 
 
 def test_empty_folder_and_unreadable_image(tmp_path):
@@ -121,6 +128,9 @@ def test_loader_module_and_random_source(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def samples():\n    yield {'a': 1}\n")
     assert "bad.py" in str(_err(SampleSource.loader(bad), TWO))
+    empty = tmp_path / "empty.py"
+    empty.write_text("def samples():\n    return iter(())\n")
+    assert "yielded no samples" in str(_err(SampleSource.loader(empty), TWO))
     with pytest.warns(UserWarning, match="RANDOM data"):
         rnd = list(iter_samples(SampleSource.random(3, shapes={"b": (1, 6)}), TWO))
     assert len(rnd) == 3 and rnd[0]["b"].shape == (1, 6)
@@ -149,3 +159,19 @@ def test_detect_refuses_python_without_flag(tmp_path: Path):
     f.write_text("")
     with pytest.raises(UsageError, match="Python code"):
         SampleSource.detect(f)
+
+
+def test_a_sample_onnx_runtime_rejects_is_named(tmp_path, ocr_det):
+    """Right rank and dtype, but a size the detector's FPN cannot add up: the error names the file."""
+    import onnx
+
+    from trtconv.precision.int8 import Int8Settings, quantize_int8
+    from trtconv.precision.samples import model_inputs
+
+    model = onnx.load(str(ocr_det))
+    np.save(tmp_path / "a.npy", np.zeros((1, 3, 64, 64), np.float32))
+    np.save(tmp_path / "b.npy", np.zeros((1, 3, 5, 7), np.float32))
+    samples = SampleSet(SampleSource.detect(tmp_path), model_inputs(model))
+    with pytest.raises(DataError) as info:
+        quantize_int8(model, Int8Settings(method="minmax"), samples)
+    assert "b.npy: ONNX Runtime failed on this sample" in str(info.value) and "\n" not in str(info.value)

@@ -15,7 +15,7 @@
 // Border rule (torchvision/mmcv): a sample point with y <= -1, y >= H, x <= -1 or x >= W
 // contributes zero; otherwise each corner outside the image contributes zero.
 //
-// Entry points (extern "C", one per dtype x layout x tile): dcnv2_<dt>_<layout>_m<BM>n<BN>k<KCH>, dt in
+// Entry points (extern "C", one per dtype x layout x tile): dcnv2_<dt>_<layout>_m<BM>n<BN>k<KCH>[v<VPT>], dt in
 // f32 (FP32 I/O, FP32-accurate 3xTF32 product), tf32 (FP32 I/O, TF32 product),
 // f16, bf16. Block: 256 threads; grid: (ceil(N*Ho*Wo/BM), ceil((Cout/group)/BN), group);
 // no dynamic shared memory. Index arithmetic is int32 (every tensor < 2^31 elements).
@@ -139,7 +139,7 @@ __device__ __forceinline__ Recipe make_recipe(const typename E::T* __restrict__ 
 }
 
 // KCH: channels per K step for 16-bit types (FP32 steps take half as many, same bytes).
-template <class E, int BM, int BN, int KCH, bool NHWC>
+template <class E, int BM, int BN, int KCH, bool NHWC, int VPT_ = 1>
 struct Tile {
   using S = typename E::S;
   static constexpr int KC = KCH * 2 / (int)sizeof(S);
@@ -147,8 +147,10 @@ struct Tile {
   // NCHW sampling: TPP threads per pixel, CPT consecutive channels each.
   static constexpr int TPP = kThreads / BM;
   static constexpr int CPT = KC / TPP;
-  // NHWC sampling: XT threads per pixel, one 16-byte channel vector each, NTASK pixels per thread.
-  static constexpr int XT = KC / VE;
+  // NHWC sampling: XT threads per pixel, VPT 16-byte channel vectors each (one recipe per
+  // pixel and tap serves VPT vectors), NTASK pixels per thread.
+  static constexpr int VPT = VPT_;
+  static constexpr int XT = KC / (VE * VPT);
   static constexpr int PPP = kThreads / XT;  // pixels per pass
   static constexpr int NTASK = (BM + PPP - 1) / PPP;
   // A tile: NCHW -> column-major As[k][m]; NHWC -> row-major As[m][k].
@@ -164,19 +166,19 @@ struct Tile {
   static constexpr int SMEM_AB = (2 * ASZ + 2 * BN * LDB) * (int)sizeof(S);
   static constexpr int SMEM = SMEM_AB > kWarps * 256 * 4 ? SMEM_AB : kWarps * 256 * 4;
   static_assert(CPT >= 1 && KC % TPP == 0, "tile");
-  static_assert(KC % VE == 0 && kThreads % XT == 0, "vector tile");
+  static_assert(KC % (VE * VPT) == 0 && XT >= 1 && kThreads % XT == 0, "vector tile");
   static_assert(FM >= 1 && FN >= 1 && TM % 16 == 0 && TN % 16 == 0, "warp tile");
   static_assert(SMEM <= 48 * 1024, "static shared memory");
 };
 
-template <class E, int BM, int BN, int KCH, bool NHWC>
+template <class E, int BM, int BN, int KCH, bool NHWC, int VPT>
 __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
                                             const typename E::T* __restrict__ offset,
                                             const typename E::T* __restrict__ mask,
                                             const typename E::T* __restrict__ weight,
                                             const typename E::T* __restrict__ bias, const Params p,
                                             typename E::T* __restrict__ y) {
-  using Tl = Tile<E, BM, BN, KCH, NHWC>;
+  using Tl = Tile<E, BM, BN, KCH, NHWC, VPT>;
   using T = typename E::T;
   using S = typename E::S;
   constexpr int KC = Tl::KC;
@@ -250,7 +252,7 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
   // Per-pixel bases are computed once; the K walk below only adds (no divisions).
   const int sm = tid % BM;
   const int sc0 = (tid / BM) * Tl::CPT;
-  const int cv = (tid % Tl::XT) * VE;
+  const int cv = (tid % Tl::XT) * VE * Tl::VPT;
   const int tc = NHWC ? cv : sc0;  // this thread's first channel within a K step
   int pm_[Tl::NTASK];
   bool pv[Tl::NTASK];
@@ -281,7 +283,7 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
   auto mask_at = [&](int i, int ch) -> const T* { return mask + (size_t)(pch0[i] + ch) * HoWo + phw[i]; };
 
   // Fast paths need whole vectors inside one deformable group (NHWC) / one group (NCHW).
-  const bool xvec = NHWC && (Cg % VE) == 0 && (cpdg % VE) == 0 && (p.xcs % VE) == 0;
+  const bool xvec = NHWC && (Cg % VE) == 0 && (cpdg % (VE * Tl::VPT)) == 0 && (p.xcs % VE) == 0;
 
   // Position in the K walk (channel chunk outer, tap inner) without divisions.
   struct Cursor {
@@ -306,7 +308,7 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
   // the step after; commit() consumes them one loop iteration later.
   T offraw[Tl::NTASK][3];               // dy, dx, mask of the next step to gather
   T raw[NHWC ? 1 : Tl::CPT][4];         // NCHW fast path: raw corners
-  uint4 rawv[NHWC ? Tl::NTASK : 1][4];  // NHWC fast path: raw corner vectors
+  uint4 rawv[NHWC ? Tl::NTASK : 1][NHWC ? Tl::VPT : 1][4];  // NHWC fast path: raw corner vectors
   float cw[Tl::NTASK][4];
   bool direct = false;                  // slow path: commit samples straight from memory
 
@@ -353,14 +355,20 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
       if (xvec) {
 #pragma unroll
         for (int i = 0; i < Tl::NTASK; ++i) {
-          if (cl < Cg && pv[i]) {
-            const T* base = pxb[i] + cl;
-            rawv[i][0] = __ldg(reinterpret_cast<const uint4*>(base + rc[i].i00 * p.xcs));
-            rawv[i][1] = __ldg(reinterpret_cast<const uint4*>(base + rc[i].i01 * p.xcs));
-            rawv[i][2] = __ldg(reinterpret_cast<const uint4*>(base + rc[i].i10 * p.xcs));
-            rawv[i][3] = __ldg(reinterpret_cast<const uint4*>(base + rc[i].i11 * p.xcs));
-          } else {
-            rawv[i][0] = rawv[i][1] = rawv[i][2] = rawv[i][3] = make_uint4(0u, 0u, 0u, 0u);
+          const T* b00 = pxb[i] + cl + rc[i].i00 * p.xcs;
+          const T* b01 = pxb[i] + cl + rc[i].i01 * p.xcs;
+          const T* b10 = pxb[i] + cl + rc[i].i10 * p.xcs;
+          const T* b11 = pxb[i] + cl + rc[i].i11 * p.xcs;
+#pragma unroll
+          for (int v = 0; v < Tl::VPT; ++v) {
+            if (cl + v * VE < Cg && pv[i]) {
+              rawv[i][v][0] = __ldg(reinterpret_cast<const uint4*>(b00 + v * VE));
+              rawv[i][v][1] = __ldg(reinterpret_cast<const uint4*>(b01 + v * VE));
+              rawv[i][v][2] = __ldg(reinterpret_cast<const uint4*>(b10 + v * VE));
+              rawv[i][v][3] = __ldg(reinterpret_cast<const uint4*>(b11 + v * VE));
+            } else {
+              rawv[i][v][0] = rawv[i][v][1] = rawv[i][v][2] = rawv[i][v][3] = make_uint4(0u, 0u, 0u, 0u);
+            }
           }
         }
       }
@@ -394,22 +402,25 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
 #pragma unroll
       for (int i = 0; i < Tl::NTASK; ++i) {
         if (pm_[i] < BM) {
-          alignas(16) S out[VE];
-          if (direct) {
-            for (int e = 0; e < VE; ++e) out[e] = E::to_s(sample_scalar(c.tap, c.c0 + cv + e, i));
-          } else {
-            const T* v0 = reinterpret_cast<const T*>(&rawv[i][0]);
-            const T* v1 = reinterpret_cast<const T*>(&rawv[i][1]);
-            const T* v2 = reinterpret_cast<const T*>(&rawv[i][2]);
-            const T* v3 = reinterpret_cast<const T*>(&rawv[i][3]);
 #pragma unroll
-            for (int e = 0; e < VE; ++e) {
-              const float v = (cw[i][0] * E::cvt(v0[e]) + cw[i][1] * E::cvt(v1[e])) +
-                              (cw[i][2] * E::cvt(v2[e]) + cw[i][3] * E::cvt(v3[e]));
-              out[e] = E::to_s(v);
+          for (int v = 0; v < Tl::VPT; ++v) {
+            alignas(16) S out[VE];
+            if (direct) {
+              for (int e = 0; e < VE; ++e) out[e] = E::to_s(sample_scalar(c.tap, c.c0 + cv + v * VE + e, i));
+            } else {
+              const T* v0 = reinterpret_cast<const T*>(&rawv[i][v][0]);
+              const T* v1 = reinterpret_cast<const T*>(&rawv[i][v][1]);
+              const T* v2 = reinterpret_cast<const T*>(&rawv[i][v][2]);
+              const T* v3 = reinterpret_cast<const T*>(&rawv[i][v][3]);
+#pragma unroll
+              for (int e = 0; e < VE; ++e) {
+                const float f = (cw[i][0] * E::cvt(v0[e]) + cw[i][1] * E::cvt(v1[e])) +
+                                (cw[i][2] * E::cvt(v2[e]) + cw[i][3] * E::cvt(v3[e]));
+                out[e] = E::to_s(f);
+              }
             }
+            *reinterpret_cast<uint4*>(&As[pm_[i] * Tl::LDA + cv + v * VE]) = *reinterpret_cast<const uint4*>(out);
           }
-          *reinterpret_cast<uint4*>(&As[pm_[i] * Tl::LDA + cv]) = *reinterpret_cast<const uint4*>(out);
         }
       }
     } else if (direct) {  // a deformable-group boundary inside this thread's channels
@@ -592,30 +603,511 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
   }
 }
 
+
+// ===================== v10: sampling recipes shared by the CTA ============================
+// The K walk is tap outer, then deformable-group segment, then channel chunk. For each
+// (tap, segment) the CTA computes every pixel's recipe ONCE (one thread per pixel) into
+// shared memory, one segment ahead, and all threads reuse it for every channel chunk of the
+// segment: the per-step work of a sampling thread is two shared loads, the corner loads
+// (16-byte vectors along C in channels-last) and the blend. FP16 blends in packed half2.
+struct alignas(16) SRecipe {
+  int o[4];    // element offsets in x of the four corners at channel 0 of the conv group
+  float w[4];  // bilinear weights x mask, zero for corners outside the image
+};
+
+template <class E>
+struct HalfBlend : std::false_type {};
+template <>
+struct HalfBlend<F16> : std::true_type {};
+
+template <class E, int BM, int BN, int KCH, bool NHWC>
+struct TileS {
+  using S = typename E::S;
+  static constexpr int KC = KCH * 2 / (int)sizeof(S);
+  static constexpr int VE = 16 / (int)sizeof(typename E::T);
+  static constexpr int TPP = kThreads / BM;  // NCHW: threads per pixel
+  static constexpr int CPT = KC / TPP;       // NCHW: channels per thread
+  static constexpr int XT = KC / VE;         // NHWC: threads per pixel (one vector each)
+  static constexpr int PPP = kThreads / XT;  // NHWC: pixels per pass
+  static constexpr int NTASK = (BM + PPP - 1) / PPP;
+  static constexpr int LDA = NHWC ? KC + E::PAD : BM + E::PAD;
+  static constexpr int ASZ = NHWC ? BM * LDA : KC * LDA;
+  static constexpr int LDB = KC + E::PAD;
+  static constexpr int WM = (BM >= 128) ? 4 : 2;
+  static constexpr int WN = kWarps / WM;
+  static constexpr int TM = BM / WM, TN = BN / WN;
+  static constexpr int FM = TM / 16, FN = TN / 16;
+  static constexpr int BVEC = BN * KC / E::VEC;
+  static constexpr int BV_PER_T = (BVEC + kThreads - 1) / kThreads;
+  static constexpr int SMEM_AB = (2 * ASZ + 2 * BN * LDB) * (int)sizeof(S) + 2 * BM * (int)sizeof(SRecipe);
+  static constexpr int SMEM = SMEM_AB > kWarps * 256 * 4 ? SMEM_AB : kWarps * 256 * 4;
+  static_assert(BM <= kThreads && CPT >= 1 && KC % TPP == 0, "tile");
+  static_assert(KC % VE == 0 && XT >= 1 && kThreads % XT == 0, "vector tile");
+  static_assert(FM >= 1 && FN >= 1 && TM % 16 == 0 && TN % 16 == 0, "warp tile");
+  static_assert(SMEM <= 48 * 1024, "static shared memory");
+};
+
+template <class E, int BM, int BN, int KCH, bool NHWC>
+__device__ __forceinline__ void dcn_forward_s(const typename E::T* __restrict__ x,
+                                              const typename E::T* __restrict__ offset,
+                                              const typename E::T* __restrict__ mask,
+                                              const typename E::T* __restrict__ weight,
+                                              const typename E::T* __restrict__ bias, const Params p,
+                                              typename E::T* __restrict__ y) {
+  using Tl = TileS<E, BM, BN, KCH, NHWC>;
+  using T = typename E::T;
+  using S = typename E::S;
+  constexpr int KC = Tl::KC;
+  constexpr int WK = E::WK;
+  constexpr int VE = Tl::VE;
+
+  __shared__ __align__(128) unsigned char smem[Tl::SMEM];
+  S* const As0 = reinterpret_cast<S*>(smem);
+  S* const Bs0 = As0 + 2 * Tl::ASZ;
+  SRecipe* const Rs0 = reinterpret_cast<SRecipe*>(Bs0 + 2 * BN * Tl::LDB);
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int g = blockIdx.z;
+  const int Cg = p.C / p.group;
+  const int Coutg = p.Cout / p.group;
+  const int cpdg = p.C / p.dgroup;
+  const int KK = p.kh * p.kw;
+  const int HoWo = p.Ho * p.Wo;
+  const int HW = p.H * p.W;
+  const int M = p.N * HoWo;
+  const int m0 = blockIdx.x * BM;
+  const int n0 = blockIdx.y * BN;
+  // 16-byte paths need every segment start (multiples of cpdg within the group) aligned.
+  const bool wvec = (Cg % E::VEC) == 0 && (cpdg % E::VEC) == 0;
+  const bool xvec = NHWC && (Cg % VE) == 0 && (cpdg % VE) == 0 && (p.xcs % VE) == 0;
+
+  // ---- recipe producer: thread tid < BM owns pixel m0 + tid ----
+  const int rp = m0 + tid;
+  const bool rvalid = tid < BM && rp < M;
+  int rbase = 0;
+  float ry = 0.f, rx = 0.f;
+  const T* roff = offset;
+  const T* rmsk = mask;
+  if (rvalid) {
+    const int n = rp / HoWo;
+    const int hw = rp - n * HoWo;
+    const int ho = hw / p.Wo;
+    const int wo = hw - ho * p.Wo;
+    ry = (float)(ho * p.sh - p.pt);
+    rx = (float)(wo * p.sw - p.pl);
+    rbase = NHWC ? n * HW * p.xcs + g * Cg : (n * p.C + g * Cg) * HW;
+    roff = offset + (size_t)n * p.dgroup * KK * 2 * HoWo + hw;
+    rmsk = mask + (size_t)n * p.dgroup * KK * HoWo + hw;
+  }
+  const int rstride = NHWC ? p.xcs : 1;
+  T rraw[3];
+  auto recipe_load = [&](int tap, int seg) {
+    if (rvalid) {
+      const int ch = ((g * Cg + seg) / cpdg) * KK + tap;
+      rraw[0] = roff[(size_t)ch * 2 * HoWo];
+      rraw[1] = roff[(size_t)(ch * 2 + 1) * HoWo];
+      rraw[2] = rmsk[(size_t)ch * HoWo];
+    }
+  };
+  auto recipe_store = [&](int tap, SRecipe* R) {
+    if (tid < BM) {
+      SRecipe s;
+      if (rvalid) {
+        const int ti = tap / p.kw;
+        const int tj = tap - ti * p.kw;
+        const Recipe r = recipe_at(ry + (float)(ti * p.dh) + E::cvt(rraw[0]), rx + (float)(tj * p.dw) + E::cvt(rraw[1]),
+                                   E::cvt(rraw[2]), p);
+        s.o[0] = rbase + r.i00 * rstride;
+        s.o[1] = rbase + r.i01 * rstride;
+        s.o[2] = rbase + r.i10 * rstride;
+        s.o[3] = rbase + r.i11 * rstride;
+        s.w[0] = r.w00; s.w[1] = r.w01; s.w[2] = r.w10; s.w[3] = r.w11;
+      } else {
+        s.o[0] = s.o[1] = s.o[2] = s.o[3] = 0;
+        s.w[0] = s.w[1] = s.w[2] = s.w[3] = 0.f;
+      }
+      R[tid] = s;
+    }
+  };
+  auto seg_end = [&](int seg) { return min(Cg, ((g * Cg + seg) / cpdg + 1) * cpdg - g * Cg); };
+
+  // ---- weights (B operand) ----
+  uint4 bvals[Tl::BV_PER_T];
+  auto gather_weights = [&](int tap, int c0, int cend) {
+#pragma unroll
+    for (int v = 0; v < Tl::BV_PER_T; ++v) {
+      const int idx = tid + v * kThreads;
+      const int nl = idx / (KC / E::VEC);
+      const int kv = (idx - nl * (KC / E::VEC)) * E::VEC;
+      const int on = n0 + nl;
+      const int cl = c0 + kv;
+      bvals[v] = make_uint4(0u, 0u, 0u, 0u);
+      if (wvec && idx < Tl::BVEC && on < Coutg && cl < cend) {
+        bvals[v] = __ldg(reinterpret_cast<const uint4*>(weight + ((size_t)(g * Coutg + on) * KK + tap) * Cg + cl));
+      }
+    }
+  };
+  auto commit_weights = [&](int tap, int c0, int cend, S* Bs) {
+    if (wvec) {
+#pragma unroll
+      for (int v = 0; v < Tl::BV_PER_T; ++v) {
+        const int idx = tid + v * kThreads;
+        if (idx < Tl::BVEC) {
+          const int nl = idx / (KC / E::VEC);
+          const int kv = (idx - nl * (KC / E::VEC)) * E::VEC;
+          *reinterpret_cast<uint4*>(&Bs[nl * Tl::LDB + kv]) = bvals[v];
+        }
+      }
+    } else {
+      for (int idx = tid; idx < BN * KC; idx += kThreads) {
+        const int nl = idx / KC;
+        const int k = idx - nl * KC;
+        const int on = n0 + nl;
+        const int cl = c0 + k;
+        S v = E::to_s(0.f);
+        if (on < Coutg && cl < cend) v = E::to_s(E::ld(weight + ((size_t)(g * Coutg + on) * KK + tap) * Cg + cl));
+        Bs[nl * Tl::LDB + k] = v;
+      }
+    }
+  };
+
+  // ---- sampling (A operand) from the shared recipes ----
+  // NHWC: task i -> pixel tid / XT + i * PPP, channel vector (tid % XT) * VE.
+  // NCHW: pixel tid % BM, channels (tid / BM) * CPT ... + CPT.
+  const int cv = NHWC ? (tid % Tl::XT) * VE : (tid / BM) * Tl::CPT;
+  const int sm = tid % BM;
+  uint4 rawv[NHWC ? Tl::NTASK : 1][4];
+  T raw[NHWC ? 1 : Tl::CPT][4];
+  float cw[Tl::NTASK][4];
+  int co[Tl::NTASK][4];
+
+  auto gather = [&](const SRecipe* R, int c0, int cend) {
+#pragma unroll
+    for (int i = 0; i < Tl::NTASK; ++i) {
+      const int pm = NHWC ? tid / Tl::XT + i * Tl::PPP : sm;
+      if (pm < BM) {
+        const int4 o = *reinterpret_cast<const int4*>(R[pm].o);
+        const float4 w = *reinterpret_cast<const float4*>(R[pm].w);
+        co[i][0] = o.x; co[i][1] = o.y; co[i][2] = o.z; co[i][3] = o.w;
+        cw[i][0] = w.x; cw[i][1] = w.y; cw[i][2] = w.z; cw[i][3] = w.w;
+      } else {
+        co[i][0] = co[i][1] = co[i][2] = co[i][3] = 0;
+        cw[i][0] = cw[i][1] = cw[i][2] = cw[i][3] = 0.f;
+      }
+    }
+    const int c = c0 + cv;
+    if constexpr (NHWC) {
+      if (xvec) {
+#pragma unroll
+        for (int i = 0; i < Tl::NTASK; ++i) {
+          const bool ok = (tid / Tl::XT + i * Tl::PPP) < BM && c < cend;
+#pragma unroll
+          for (int k = 0; k < 4; ++k)
+            rawv[i][k] = ok ? __ldg(reinterpret_cast<const uint4*>(x + co[i][k] + c)) : make_uint4(0u, 0u, 0u, 0u);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < Tl::CPT; ++j) {
+        if (c + j < cend) {
+          const T* pl = x + (size_t)(c + j) * HW;
+#pragma unroll
+          for (int k = 0; k < 4; ++k) raw[j][k] = pl[co[0][k]];
+        } else {
+#pragma unroll
+          for (int k = 0; k < 4; ++k) raw[j][k] = E::to_t(0.f);
+        }
+      }
+    }
+  };
+
+  auto commit = [&](int c0, int cend, S* As) {
+    const int c = c0 + cv;
+    if constexpr (NHWC) {
+#pragma unroll
+      for (int i = 0; i < Tl::NTASK; ++i) {
+        const int pm = tid / Tl::XT + i * Tl::PPP;
+        if (pm < BM) {
+          alignas(16) S out[VE];
+          if (!xvec) {  // any channel count / stride: one element at a time
+            for (int e = 0; e < VE; ++e) {
+              float f = 0.f;
+              if (c + e < cend) {
+                f = (cw[i][0] * E::ld(x + co[i][0] + c + e) + cw[i][1] * E::ld(x + co[i][1] + c + e)) +
+                    (cw[i][2] * E::ld(x + co[i][2] + c + e) + cw[i][3] * E::ld(x + co[i][3] + c + e));
+              }
+              out[e] = E::to_s(f);
+            }
+          } else if constexpr (HalfBlend<E>::value) {
+            const __half2 w0 = __float2half2_rn(cw[i][0]), w1 = __float2half2_rn(cw[i][1]);
+            const __half2 w2 = __float2half2_rn(cw[i][2]), w3 = __float2half2_rn(cw[i][3]);
+            const __half2* a0 = reinterpret_cast<const __half2*>(&rawv[i][0]);
+            const __half2* a1 = reinterpret_cast<const __half2*>(&rawv[i][1]);
+            const __half2* a2 = reinterpret_cast<const __half2*>(&rawv[i][2]);
+            const __half2* a3 = reinterpret_cast<const __half2*>(&rawv[i][3]);
+            __half2* o2 = reinterpret_cast<__half2*>(out);
+#pragma unroll
+            for (int q = 0; q < VE / 2; ++q)
+              o2[q] = __hfma2(w3, a3[q], __hfma2(w2, a2[q], __hfma2(w1, a1[q], __hmul2(w0, a0[q]))));
+          } else {
+            const T* v0 = reinterpret_cast<const T*>(&rawv[i][0]);
+            const T* v1 = reinterpret_cast<const T*>(&rawv[i][1]);
+            const T* v2 = reinterpret_cast<const T*>(&rawv[i][2]);
+            const T* v3 = reinterpret_cast<const T*>(&rawv[i][3]);
+#pragma unroll
+            for (int e = 0; e < VE; ++e) {
+              const float f = (cw[i][0] * E::cvt(v0[e]) + cw[i][1] * E::cvt(v1[e])) +
+                              (cw[i][2] * E::cvt(v2[e]) + cw[i][3] * E::cvt(v3[e]));
+              out[e] = E::to_s(f);
+            }
+          }
+          *reinterpret_cast<uint4*>(&As[pm * Tl::LDA + cv]) = *reinterpret_cast<const uint4*>(out);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < Tl::CPT; ++j) {
+        const float v = (cw[0][0] * E::cvt(raw[j][0]) + cw[0][1] * E::cvt(raw[j][1])) +
+                        (cw[0][2] * E::cvt(raw[j][2]) + cw[0][3] * E::cvt(raw[j][3]));
+        As[(cv + j) * Tl::LDA + sm] = E::to_s(v);
+      }
+    }
+  };
+
+  // ---- tensor cores ----
+  using ALayout = typename std::conditional<NHWC, wmma::row_major, wmma::col_major>::type;
+  using FragA = wmma::fragment<wmma::matrix_a, 16, 16, WK, typename E::Frag, ALayout>;
+  using FragB = wmma::fragment<wmma::matrix_b, 16, 16, WK, typename E::Frag, wmma::col_major>;
+  using FragC = wmma::fragment<wmma::accumulator, 16, 16, WK, float>;
+  FragC acc[Tl::FM][Tl::FN];
+#pragma unroll
+  for (int i = 0; i < Tl::FM; ++i)
+#pragma unroll
+    for (int j = 0; j < Tl::FN; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+  constexpr int MF = E::kSplit ? Tl::FM : 1, NF = E::kSplit ? Tl::FN : 1;
+  FragC master[MF][NF];
+  if constexpr (E::kSplit) {
+#pragma unroll
+    for (int i = 0; i < MF; ++i)
+#pragma unroll
+      for (int j = 0; j < NF; ++j) wmma::fill_fragment(master[i][j], 0.f);
+  }
+  const int wm = warp % Tl::WM;
+  const int wn = warp / Tl::WM;
+
+  auto mma = [&](int b) {
+    const S* As = As0 + b * Tl::ASZ;
+    const S* Bs = Bs0 + b * BN * Tl::LDB;
+#pragma unroll
+    for (int kk = 0; kk < KC; kk += WK) {
+      FragA fa[Tl::FM];
+      FragB fb[Tl::FN];
+#pragma unroll
+      for (int i = 0; i < Tl::FM; ++i) {
+        const int mr = wm * Tl::TM + i * 16;
+        wmma::load_matrix_sync(fa[i], NHWC ? &As[mr * Tl::LDA + kk] : &As[kk * Tl::LDA + mr], Tl::LDA);
+      }
+#pragma unroll
+      for (int j = 0; j < Tl::FN; ++j)
+        wmma::load_matrix_sync(fb[j], &Bs[(wn * Tl::TN + j * 16) * Tl::LDB + kk], Tl::LDB);
+      if constexpr (E::kSplit) {
+        FragA fal[Tl::FM];
+        FragB fbl[Tl::FN];
+#pragma unroll
+        for (int i = 0; i < Tl::FM; ++i)
+#pragma unroll
+          for (int t = 0; t < fa[i].num_elements; ++t) {
+            const float v = fa[i].x[t];
+            const float hi = wmma::__float_to_tf32(v);
+            fa[i].x[t] = hi;
+            fal[i].x[t] = wmma::__float_to_tf32(v - hi);
+          }
+#pragma unroll
+        for (int j = 0; j < Tl::FN; ++j)
+#pragma unroll
+          for (int t = 0; t < fb[j].num_elements; ++t) {
+            const float v = fb[j].x[t];
+            const float hi = wmma::__float_to_tf32(v);
+            fb[j].x[t] = hi;
+            fbl[j].x[t] = wmma::__float_to_tf32(v - hi);
+          }
+#pragma unroll
+        for (int i = 0; i < Tl::FM; ++i)
+#pragma unroll
+          for (int j = 0; j < Tl::FN; ++j) {
+            wmma::mma_sync(acc[i][j], fal[i], fb[j], acc[i][j]);
+            wmma::mma_sync(acc[i][j], fa[i], fbl[j], acc[i][j]);
+            wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+          }
+      } else {
+        if constexpr (sizeof(S) == 4) {
+#pragma unroll
+          for (int i = 0; i < Tl::FM; ++i)
+#pragma unroll
+            for (int t = 0; t < fa[i].num_elements; ++t) fa[i].x[t] = wmma::__float_to_tf32(fa[i].x[t]);
+#pragma unroll
+          for (int j = 0; j < Tl::FN; ++j)
+#pragma unroll
+            for (int t = 0; t < fb[j].num_elements; ++t) fb[j].x[t] = wmma::__float_to_tf32(fb[j].x[t]);
+        }
+#pragma unroll
+        for (int i = 0; i < Tl::FM; ++i)
+#pragma unroll
+          for (int j = 0; j < Tl::FN; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+      }
+    }
+  };
+
+  // ---- main loop: one barrier per step ----
+  // Step s: issue the loads of step s (its segment's recipes are in shared memory), run the
+  // tensor cores on step s-1, compute the NEXT segment's recipes when s starts a segment,
+  // then blend and store step s.
+  int tap = 0, seg = 0, send = seg_end(0), c0 = 0, ri = 0;
+  recipe_load(0, 0);
+  recipe_store(0, Rs0);
+  __syncthreads();
+  bool first = true;
+  int b = 0, since_flush = 0;
+  while (true) {
+    const bool have = tap < KK;
+    bool make_next = false;
+    int ntap = tap, nseg = 0;
+    if (have) {
+      if (c0 == seg) {  // first chunk of a segment: the next segment's recipes are due
+        if (send < Cg) {
+          nseg = send;
+        } else {
+          ntap = tap + 1;
+          nseg = 0;
+        }
+        make_next = ntap < KK;
+        if (make_next) recipe_load(ntap, nseg);
+      }
+      gather_weights(tap, c0, send);
+      gather(Rs0 + ri * BM, c0, send);
+    }
+    if (!first) {
+      mma(b ^ 1);
+      if constexpr (E::kSplit) {
+        if (++since_flush == 8) {
+          since_flush = 0;
+#pragma unroll
+          for (int i = 0; i < MF; ++i)
+#pragma unroll
+            for (int j = 0; j < NF; ++j)
+#pragma unroll
+              for (int t = 0; t < master[i][j].num_elements; ++t) {
+                master[i][j].x[t] += acc[i][j].x[t];
+                acc[i][j].x[t] = 0.f;
+              }
+        }
+      }
+    }
+    if (have) {
+      if (make_next) recipe_store(ntap, Rs0 + (ri ^ 1) * BM);
+      commit_weights(tap, c0, send, Bs0 + b * BN * Tl::LDB);
+      commit(c0, send, As0 + b * Tl::ASZ);
+    }
+    __syncthreads();
+    if (!have) break;
+    first = false;
+    b ^= 1;
+    c0 += KC;
+    if (c0 >= send) {  // next segment (same tap), or the next tap's first segment
+      seg = send;
+      if (seg >= Cg) {
+        seg = 0;
+        ++tap;
+      }
+      send = tap < KK ? seg_end(seg) : Cg;
+      c0 = seg;
+      ri ^= 1;
+    }
+  }
+  if constexpr (E::kSplit) {
+#pragma unroll
+    for (int i = 0; i < MF; ++i)
+#pragma unroll
+      for (int j = 0; j < NF; ++j)
+#pragma unroll
+        for (int t = 0; t < master[i][j].num_elements; ++t) master[i][j].x[t] += acc[i][j].x[t];
+  }
+
+  // Epilogue (as v9): stage each 16x16 accumulator in shared memory, add bias, store NCHW.
+  float* cs = reinterpret_cast<float*>(smem) + warp * 256;
+#pragma unroll
+  for (int i = 0; i < Tl::FM; ++i) {
+#pragma unroll
+    for (int j = 0; j < Tl::FN; ++j) {
+      if constexpr (E::kSplit) {
+        wmma::store_matrix_sync(cs, master[i < MF ? i : 0][j < NF ? j : 0], 16, wmma::mem_col_major);
+      } else {
+        wmma::store_matrix_sync(cs, acc[i][j], 16, wmma::mem_col_major);
+      }
+      __syncwarp();
+      const int mb = m0 + wm * Tl::TM + i * 16;
+      const int ob = n0 + wn * Tl::TN + j * 16;
+#pragma unroll
+      for (int r = 0; r < 8; ++r) {
+        const int e = lane + 32 * r;
+        const int pm = mb + (e & 15);
+        const int on = ob + (e >> 4);
+        if (pm < M && on < Coutg) {
+          const int oc = g * Coutg + on;
+          const int n = pm / HoWo;
+          const int hw = pm - n * HoWo;
+          y[((size_t)n * p.Cout + oc) * HoWo + hw] = E::to_t(cs[e] + E::ld(bias + oc));
+        }
+      }
+      __syncwarp();
+    }
+  }
+}
+
 }  // namespace
 
 // x is NCHW for *_nchw_* entries, and channels-last [N, H, W, xcs] for *_nhwc_* entries
 // (xcs >= C: TensorRT's HWC8 pads channels to a multiple of 8). NCHW entries ignore xcs.
-#define DCNV2_ENTRY(NAME, E, BM, BN, KCH, NHWC, MINB)                                                        \
+#define DCNV2_ENTRY(NAME, E, BM, BN, KCH, NHWC, MINB, VPT)                                                        \
   extern "C" __global__ void __launch_bounds__(kThreads, MINB) NAME(                                              \
       const E::T* __restrict__ x, const E::T* __restrict__ offset, const E::T* __restrict__ mask,             \
       const E::T* __restrict__ weight, const E::T* __restrict__ bias, int N, int C, int H, int W, int Cout,   \
       int Ho, int Wo, int kh, int kw, int sh, int sw, int pt, int pl, int dh, int dw, int group, int dgroup,  \
       int xcs, E::T* __restrict__ y) {                                                                        \
     const Params p{N, C, H, W, Cout, Ho, Wo, kh, kw, sh, sw, pt, pl, dh, dw, group, dgroup, xcs};            \
-    dcn_forward<E, BM, BN, KCH, NHWC>(x, offset, mask, weight, bias, p, y);                                   \
+    dcn_forward<E, BM, BN, KCH, NHWC, VPT>(x, offset, mask, weight, bias, p, y);                                   \
   }
 
 // Tiles: BM pixels x BN channels x KCH channels per K step (16-bit types; FP32 takes half),
-// with the minimum resident blocks per SM handed to the register allocator.
-#define DCNV2_TILES(DT, E, LAYOUT, NHWC)                                         \
-  DCNV2_ENTRY(dcnv2_##DT##_##LAYOUT##_m128n128k32, E, 128, 128, 32, NHWC, 1)     \
-  DCNV2_ENTRY(dcnv2_##DT##_##LAYOUT##_m128n64k32, E, 128, 64, 32, NHWC, 2)       \
-  DCNV2_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n128k32, E, 64, 128, 32, NHWC, 2)       \
-  DCNV2_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n64k32, E, 64, 64, 32, NHWC, 3)         \
-  DCNV2_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n64k64, E, 64, 64, 64, NHWC, 2)         \
-  DCNV2_ENTRY(dcnv2_##DT##_##LAYOUT##_m32n128k64, E, 32, 128, 64, NHWC, 2)       \
-  DCNV2_ENTRY(dcnv2_##DT##_##LAYOUT##_m32n64k64, E, 32, 64, 64, NHWC, 3)
+// the minimum resident blocks per SM handed to the register allocator, and (channels-last
+// entries) the 16-byte vectors each sampling thread gathers per pixel ("v2" = 2).
+#define DCNV2_TILES(DT, E, LAYOUT, NHWC)                                            \
+  DCNV2_ENTRY(dcnv2_##DT##_##LAYOUT##_m128n128k32, E, 128, 128, 32, NHWC, 1, 1)     \
+  DCNV2_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n128k32, E, 64, 128, 32, NHWC, 2, 1)       \
+  DCNV2_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n64k64, E, 64, 64, 64, NHWC, 2, 1)         \
+  DCNV2_ENTRY(dcnv2_##DT##_##LAYOUT##_m32n128k64, E, 32, 128, 64, NHWC, 2, 1)       \
+  DCNV2_ENTRY(dcnv2_##DT##_##LAYOUT##_m32n64k64, E, 32, 64, 64, NHWC, 3, 1)         \
+  DCNV2_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n64k64v2, E, 64, 64, 64, NHWC, 2, 2)
+
+// v10 entries (suffix "s": recipes shared by the CTA, see dcn_forward_s).
+#define DCNV2_ENTRY_S(NAME, E, BM, BN, KCH, NHWC, MINB)                                                         \
+  extern "C" __global__ void __launch_bounds__(kThreads, MINB) NAME(                                              \
+      const E::T* __restrict__ x, const E::T* __restrict__ offset, const E::T* __restrict__ mask,             \
+      const E::T* __restrict__ weight, const E::T* __restrict__ bias, int N, int C, int H, int W, int Cout,   \
+      int Ho, int Wo, int kh, int kw, int sh, int sw, int pt, int pl, int dh, int dw, int group, int dgroup,  \
+      int xcs, E::T* __restrict__ y) {                                                                        \
+    const Params p{N, C, H, W, Cout, Ho, Wo, kh, kw, sh, sw, pt, pl, dh, dw, group, dgroup, xcs};            \
+    dcn_forward_s<E, BM, BN, KCH, NHWC>(x, offset, mask, weight, bias, p, y);                                 \
+  }
+#define DCNV2_TILES_S(DT, E, LAYOUT, NHWC)                                           \
+  DCNV2_ENTRY_S(dcnv2_##DT##_##LAYOUT##_m128n128k32s, E, 128, 128, 32, NHWC, 1)      \
+  DCNV2_ENTRY_S(dcnv2_##DT##_##LAYOUT##_m64n128k32s, E, 64, 128, 32, NHWC, 2)        \
+  DCNV2_ENTRY_S(dcnv2_##DT##_##LAYOUT##_m64n256k16s, E, 64, 256, 16, NHWC, 1)        \
+  DCNV2_ENTRY_S(dcnv2_##DT##_##LAYOUT##_m64n64k64s, E, 64, 64, 64, NHWC, 2)          \
+  DCNV2_ENTRY_S(dcnv2_##DT##_##LAYOUT##_m32n128k64s, E, 32, 128, 64, NHWC, 2)        \
+  DCNV2_ENTRY_S(dcnv2_##DT##_##LAYOUT##_m32n64k64s, E, 32, 64, 64, NHWC, 3)
 
 using F32Exact = F32<true>;
 using F32Tf32 = F32<false>;
@@ -627,3 +1119,11 @@ DCNV2_TILES(f16, F16, nhwc, true)
 DCNV2_TILES(bf16, BF16, nhwc, true)
 DCNV2_TILES(tf32, F32Tf32, nhwc, true)
 DCNV2_TILES(f32, F32Exact, nhwc, true)
+DCNV2_TILES_S(f16, F16, nchw, false)
+DCNV2_TILES_S(bf16, BF16, nchw, false)
+DCNV2_TILES_S(tf32, F32Tf32, nchw, false)
+DCNV2_TILES_S(f32, F32Exact, nchw, false)
+DCNV2_TILES_S(f16, F16, nhwc, true)
+DCNV2_TILES_S(bf16, BF16, nhwc, true)
+DCNV2_TILES_S(tf32, F32Tf32, nhwc, true)
+DCNV2_TILES_S(f32, F32Exact, nhwc, true)

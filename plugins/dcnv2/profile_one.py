@@ -6,7 +6,7 @@ import torch
 
 from trtconv.trt.plugins import dcnv2_kernel as dk
 
-CONFIGS = [("float16", (64, 128, 32)), ("float32", (64, 128, 32))]
+CONFIGS = [("float16", (64, 128, 32, 1)), ("float32", (64, 128, 32, 1))]
 
 
 def main() -> int:

@@ -133,7 +133,7 @@ def available_commands() -> list[str]:
     from trtconv.cli.main import COMMANDS
 
     names = []
-    for name in ("check", "rewrite", "quantize-fp16", "quantize-int8"):
+    for name in ("check", "rewrite", "quantize-fp16", "quantize-int8", "build"):
         base = name.split("-")[0]
         if base not in COMMANDS:
             continue
@@ -160,6 +160,8 @@ def command_args(command: str, model: Path, out_dir: Path, seed: Seed, calib: Pa
         assert calib is not None
         return ["quantize", str(model), "--precision", "int8", "--calib-data", str(calib),
                 "--calib-method", "minmax", "-o", str(out_dir / "out.onnx"), *shapes]
+    if command == "build":  # without TensorRT: check, rewrite, precision, prepared ONNX, then exit 9
+        return ["build", str(model), "-o", str(out_dir / "out.engine"), "--no-timing-cache", *shapes]
     raise ValueError(command)
 
 
@@ -266,6 +268,10 @@ def _worker(conn, seeds: dict[str, Seed], work: Path) -> None:
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # ONNX Runtime logs failures from C++ straight to fd 2; outcomes travel over the pipe.
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
     while True:
         case = conn.recv()
         if case is None:

@@ -308,6 +308,28 @@ def external_data(m: onnx.ModelProto, rng: random.Random) -> str:
     return f"tensor {t.name!r} external {location!r} off={offset!r} len={length!r}"
 
 
+def shape_bomb(m: onnx.ModelProto, rng: random.Random) -> str:
+    """A tiny node whose output is huge: ConstantOfShape/Expand/Tile/Range declared in a few bytes."""
+    side = rng.choice([2**16, 2**20, 2**31])
+    g = m.graph
+    g.node.append(helper.make_node("Constant", [], ["bomb_shape"], value=helper.make_tensor(
+        "bomb_shape_value", TensorProto.INT64, [2], [side, side])))
+    op = rng.choice(["ConstantOfShape", "Expand", "Range"])
+    if op == "ConstantOfShape":
+        g.node.append(helper.make_node("ConstantOfShape", ["bomb_shape"], ["bomb"]))
+    elif op == "Expand":
+        g.node.append(helper.make_node("Constant", [], ["bomb_one"], value=helper.make_tensor(
+            "bomb_one_value", TensorProto.FLOAT, [1], [1.0])))
+        g.node.append(helper.make_node("Expand", ["bomb_one", "bomb_shape"], ["bomb"]))
+    else:
+        for name, v in (("bomb_start", 0), ("bomb_limit", side * side), ("bomb_delta", 1)):
+            g.node.append(helper.make_node("Constant", [], [name], value=helper.make_tensor(
+                name + "_value", TensorProto.INT64, [], [v])))
+        g.node.append(helper.make_node("Range", ["bomb_start", "bomb_limit", "bomb_delta"], ["bomb"]))
+    g.output.append(helper.make_tensor_value_info("bomb", 0, None))
+    return f"{op} output {side}x{side}"
+
+
 PROTO_MUTATORS: dict[str, Callable[[onnx.ModelProto, random.Random], str]] = {
     "wrong_dtype": wrong_dtype,
     "bad_dims": bad_dims,
@@ -322,6 +344,7 @@ PROTO_MUTATORS: dict[str, Callable[[onnx.ModelProto, random.Random], str]] = {
     "broken_io": broken_io,
     "raw_data_mismatch": raw_data_mismatch,
     "external_data": external_data,
+    "shape_bomb": shape_bomb,
 }
 ALL_KINDS = tuple(BYTE_MUTATORS) + tuple(PROTO_MUTATORS)
 

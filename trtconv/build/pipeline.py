@@ -145,7 +145,7 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
     stages.run("rewrite", lambda: _rewrite(loaded, req, rewritten))
     model: onnx.ModelProto = rewritten["model"]
     precision_state: dict[str, Any] = {}
-    stages.run("precision", lambda: _precision(model, req, shapes0, precision_state))
+    stages.run("precision", lambda: _precision(model, req, loaded, precision_state))
     model = precision_state["model"]
     stages.run("save", lambda: _save(model, prepared))
     stages.run("recheck", lambda: _recheck(prepared, req.target, shapes0))
@@ -261,7 +261,17 @@ def _samples(model: onnx.ModelProto, req: BuildRequest) -> Any:
     return sample_set(model, QuantizeSettings(calib_data=req.calib_data, max_samples=req.calib_limit))
 
 
-def _precision(model: onnx.ModelProto, req: BuildRequest, shapes: dict[str, tuple[int, ...]],
+def _ort_runnable(model: onnx.ModelProto) -> bool:
+    from trtconv.errors import InvalidModelError
+
+    try:
+        ort.session(model)
+    except InvalidModelError:
+        return False
+    return True
+
+
+def _precision(model: onnx.ModelProto, req: BuildRequest, loaded: LoadedModel,
                out: dict[str, Any]) -> dict[str, Any]:
     if req.precision == "fp32":
         out["model"] = model
@@ -271,7 +281,11 @@ def _precision(model: onnx.ModelProto, req: BuildRequest, shapes: dict[str, tupl
         from trtconv.precision.fp16 import Fp16Settings, convert_fp16
 
         samples = _samples(model, req) if req.calib_data is not None else None
-        if samples is None:
+        if samples is not None and not _ort_runnable(model):
+            log.warning("the rewritten graph holds plugin nodes ONNX Runtime cannot run: FP16 activation "
+                        "ranges are not measured (rewrite with --dcn-target deformconv to measure them)")
+            samples = None
+        elif samples is None:
             log.warning("fp16 without --calib-data: nodes are kept in FP32 by op type and weight range only; "
                         "activation ranges are not measured (pass --calib-data DIR for that)")
         fp16 = convert_fp16(model, Fp16Settings(), samples)  # quantize's defaults
@@ -289,12 +303,16 @@ def _precision(model: onnx.ModelProto, req: BuildRequest, shapes: dict[str, tupl
     samples = _samples(model, req)
     calib, held_out = held_out_split(samples, None, warn=log.warning)
     settings = Int8Settings(trt_version=req.target)
-    result = quantize_int8(model, settings, calib, eval_samples=held_out)
+    # Plugin nodes (DCN -> a TensorRT plugin) cannot run in ONNX Runtime: calibrate on the model's
+    # DeformConv form instead, whose tensors carry the same names; int8 carries the scales over.
+    calibration_model = None if _ort_runnable(model) else _deformconv_form(loaded)
+    result = quantize_int8(model, settings, calib, eval_samples=held_out, calibration_model=calibration_model)
     out["model"] = result.model
     out["summary"] = {"method": "int8-qdq", "report": result.report.to_json()}
     out["calibration"] = {"method": settings.method, "data_sha256": calib.digest(), "samples": len(calib),
                           "held_out": len(held_out) if held_out is not None and held_out is not calib else 0}
-    return {"precision": "int8", "qdq_pairs": len(result.report.placed)}
+    return {"precision": "int8", "qdq_pairs": len(result.report.placed),
+            "calibrated_on": "model" if calibration_model is None else "DeformConv form"}
 
 
 def _save(model: onnx.ModelProto, prepared: Path) -> dict[str, Any]:

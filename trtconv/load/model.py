@@ -25,6 +25,8 @@ PROTOBUF_LIMIT = 2**31 - 1
 # Opset and IR versions are small numbers; anything past int32 is corruption, and
 # onnx's C++ checker cannot even take it as an argument.
 OPSET_LIMIT = 2**31 - 1
+# A graph input's dim beyond int32 cannot be fed (and TensorRT profiles take int32 shapes).
+MAX_INPUT_DIM = 2**31 - 1
 # IR 3 (ONNX 1.0) introduced opset imports; nothing reads older files any more.
 MIN_IR_VERSION = 3
 # Above this we save weights externally: comfortably below the protobuf limit.
@@ -164,15 +166,17 @@ def check_tensor_sizes(model: onnx.ModelProto, available: dict[str, int] | None 
         if t.data_location == onnx.TensorProto.EXTERNAL:
             if t.name not in available:
                 continue
-            ok, have = available[t.name] >= need_bytes, available[t.name]
+            # onnx reads exactly `length` bytes (or up to the end of the file): numpy then
+            # needs exactly the declared size
+            ok, have = available[t.name] == need_bytes, available[t.name]
         elif t.HasField("raw_data"):
-            # numpy reads raw_data with the declared dtype: the size must match exactly
             ok, have = len(t.raw_data) == need_bytes, len(t.raw_data)
         else:
             entries = len(getattr(t, onnx.helper.tensor_dtype_to_field(t.data_type)))
-            per_entry = 32 // bits if bits < 8 else 1
             per_element = 2 if t.data_type in (onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128) else 1
-            ok, have = entries * per_entry >= n * per_element, entries
+            # 2- and 4-bit values are packed a byte per int32 entry; 6-bit ones take an entry each
+            ok = entries == (need_bytes if bits in (2, 4) else n * per_element)
+            have = entries
         if not ok:
             raise InvalidModelError(
                 f"tensor {label!r} declares {onnx.TensorProto.DataType.Name(t.data_type)} dims {list(t.dims)} "
@@ -182,6 +186,62 @@ def check_tensor_sizes(model: onnx.ModelProto, available: dict[str, int] | None 
 
 
 _ATTRIBUTE_TYPES = {v for _, v in onnx.AttributeProto.AttributeType.items() if v}
+
+
+def check_text(msg, where: str = "model") -> None:
+    """Every text field must be UTF-8 (ONNX says so): a damaged name otherwise reaches
+    Python as ``bytes`` and breaks whatever joins, formats or compares it later."""
+    if isinstance(msg, onnx.TensorProto):  # never touch the (possibly huge) data fields
+        fields = [("name", msg.name), ("doc_string", msg.doc_string)]
+        fields += [(f"external_data[{i}]", e.key) for i, e in enumerate(msg.external_data)]
+        fields += [(f"external_data[{i}]", e.value) for i, e in enumerate(msg.external_data)]
+        for name, value in fields:
+            if isinstance(value, bytes):
+                raise _not_utf8(f"{where}.{name}")
+        return
+    for fd, value in msg.ListFields():
+        if fd.type == fd.TYPE_STRING:
+            for v in value if fd.is_repeated else [value]:
+                if isinstance(v, bytes):
+                    raise _not_utf8(f"{where}.{fd.name}")
+        elif fd.type == fd.TYPE_MESSAGE:
+            if fd.is_repeated:
+                for i, item in enumerate(value):
+                    check_text(item, f"{where}.{fd.name}[{i}]")
+            else:
+                check_text(value, f"{where}.{fd.name}")
+        elif fd.type == fd.TYPE_BYTES and isinstance(msg, onnx.AttributeProto) and fd.name in ("s", "strings"):
+            for v in value if fd.is_repeated else [value]:
+                try:
+                    v.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise _not_utf8(f"{where}.{fd.name}") from None
+
+
+def _not_utf8(where: str) -> InvalidModelError:
+    return InvalidModelError(f"{where} is not valid UTF-8 text", hint="the model file is corrupt; re-export it")
+
+
+def _check_attribute_schema(node: onnx.NodeProto, opsets: dict[str, int], label: str) -> None:
+    """Standard ops' attributes must have the type their schema declares (a Conv ``strides``
+    that is a string, an If branch that is not a graph): the checker's verdict is only
+    advisory, but no later stage can make sense of such a node."""
+    domain = node.domain or ""
+    if domain not in ("", "ai.onnx") or not node.attribute:
+        return
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opsets.get("", 0), "")
+    except Exception:  # unknown op or opset: the analysis reports it
+        return
+    for attr in node.attribute:
+        want = schema.attributes.get(attr.name)
+        if want is not None and int(want.type) != attr.type:
+            raise InvalidModelError(
+                f"node {node.name or node.op_type!r} in {label}: attribute {attr.name!r} has type "
+                f"{onnx.AttributeProto.AttributeType.Name(attr.type)}, {node.op_type} needs "
+                f"{onnx.AttributeProto.AttributeType.Name(int(want.type))}",
+                hint="the model file is corrupt or badly edited; re-export it",
+            )
 
 
 def check_structure(model: onnx.ModelProto) -> None:
@@ -206,11 +266,19 @@ def check_structure(model: onnx.ModelProto) -> None:
         if kind == "tensor_type" and vi.type.tensor_type.elem_type == onnx.TensorProto.UNDEFINED:
             raise InvalidModelError(f"input {vi.name!r} has no element type",
                                     hint="the model file is corrupt; re-export it")
+        if kind == "tensor_type":
+            for d in vi.type.tensor_type.shape.dim:
+                if d.HasField("dim_value") and d.dim_value > MAX_INPUT_DIM:
+                    raise InvalidModelError(
+                        f"input {vi.name!r} declares a dim of {d.dim_value}; no input that large can be fed",
+                        hint="the model file is corrupt; re-export it")
+    opsets = {o.domain: o.version for o in model.opset_import}
+    opsets[""] = opsets.get("", opsets.get("ai.onnx", 0))
     for g in iter_graphs(model.graph):
-        _check_graph(g)
+        _check_graph(g, opsets)
 
 
-def _check_graph(g: onnx.GraphProto) -> None:
+def _check_graph(g: onnx.GraphProto, opsets: dict[str, int]) -> None:
     label = f"graph {g.name!r}" if g.name else "the graph"
     sources = {t.name for t in g.initializer} | {vi.name for vi in g.input}
     producer: dict[str, int] = {}
@@ -222,6 +290,7 @@ def _check_graph(g: onnx.GraphProto) -> None:
                     f"{attr.name!r} of invalid type {attr.type}",
                     hint="the model file is corrupt; re-export it",
                 )
+        _check_attribute_schema(node, opsets, label)
         for out in node.output:
             if not out:
                 continue  # an omitted optional output
@@ -390,6 +459,7 @@ def load_model(path: str | os.PathLike[str], *, load_weights: bool = True, check
     """
     path = Path(path)
     model = _read_proto(path)
+    check_text(model)
     pairs = _external_refs(model)
     refs = [r for _, r in pairs]
     validate_external_refs(refs, path.parent)
@@ -461,7 +531,9 @@ def save_model(
     with atomic_dir(parent) as scratch:
         tmp_model = scratch / path.name
         try:
-            if external_data:
+            if external_data and _streamable(model):
+                _save_streaming(model, tmp_model, scratch / data_name)
+            elif external_data:
                 model = _with_raw_data(model)  # also a copy: onnx's saver edits the proto it is given
                 onnx.save_model(
                     model,
@@ -469,7 +541,7 @@ def save_model(
                     save_as_external_data=True,
                     all_tensors_to_one_file=True,
                     location=data_name,
-                    size_threshold=1024,
+                    size_threshold=EXTERNAL_TENSOR_MIN,
                 )
             else:
                 onnx.save_model(model, str(tmp_model))
@@ -490,6 +562,68 @@ def save_model(
             raise OutputError(f"cannot write {path}: {str(exc).splitlines()[0] if str(exc) else exc}",
                               hint="large models need external data") from exc
     return path
+
+
+EXTERNAL_TENSOR_MIN = 1024  # smaller tensors stay inline (shapes, scalars)
+_DATA_FIELDS = frozenset({"raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data",
+                          "external_data", "data_location"})
+
+
+def _tensor_nbytes(t: onnx.TensorProto) -> int:
+    return len(t.raw_data) + 4 * (len(t.float_data) + len(t.int32_data)) + 8 * (
+        len(t.int64_data) + len(t.double_data) + len(t.uint64_data))
+
+
+def _streamable(model: onnx.ModelProto) -> bool:
+    """True when the weights sit in main-graph initializers (the usual case, and the only
+    one where a copy of the model would matter): those are streamed out one by one."""
+    everywhere = sum(_tensor_nbytes(t) for t in iter_tensors(model))
+    initializers = sum(_tensor_nbytes(t) for t in model.graph.initializer)
+    return everywhere - initializers < 64 * 2**20
+
+
+def _copy_fields(src, dst, skip: frozenset[str] = frozenset()) -> None:
+    for fd, value in src.ListFields():
+        if fd.name in skip:
+            continue
+        if fd.is_repeated:
+            getattr(dst, fd.name).extend(value)
+        elif fd.type == fd.TYPE_MESSAGE:
+            getattr(dst, fd.name).CopyFrom(value)
+        else:
+            setattr(dst, fd.name, value)
+
+
+def _save_streaming(model: onnx.ModelProto, model_path: Path, data_path: Path) -> None:
+    """Write the initializers' bytes to ``data_path`` one tensor at a time and a slim
+    copy of the model (everything but those bytes) to ``model_path``.
+
+    onnx's own saver edits the proto it is given, so it needs a full copy of the
+    model: twice the weights in memory, which a 10 GB model may not have room for.
+    """
+    from onnx import numpy_helper
+
+    slim = onnx.ModelProto()
+    _copy_fields(model, slim, frozenset({"graph"}))
+    _copy_fields(model.graph, slim.graph, frozenset({"initializer"}))
+    with open(data_path, "wb") as fh:
+        for t in model.graph.initializer:
+            nt = slim.graph.initializer.add()
+            big = (t.data_location != onnx.TensorProto.EXTERNAL and t.data_type != onnx.TensorProto.STRING
+                   and _tensor_nbytes(t) >= EXTERNAL_TENSOR_MIN)
+            if not big:
+                nt.CopyFrom(t)
+                continue
+            _copy_fields(t, nt, _DATA_FIELDS)
+            raw = t.raw_data if t.HasField("raw_data") else numpy_helper.to_array(t).tobytes()
+            offset = fh.tell()
+            fh.write(raw)
+            nt.data_location = onnx.TensorProto.EXTERNAL
+            for key, value in (("location", data_path.name), ("offset", str(offset)), ("length", str(len(raw)))):
+                entry = nt.external_data.add()
+                entry.key, entry.value = key, value
+            del raw
+    model_path.write_bytes(slim.SerializeToString())
 
 
 def _with_raw_data(model: onnx.ModelProto) -> onnx.ModelProto:

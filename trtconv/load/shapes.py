@@ -18,6 +18,7 @@ from trtconv.load.model import PROTOBUF_LIMIT, LoadedModel, iter_graphs
 log = logging.getLogger(__name__)
 
 Shape = tuple[int, ...]
+MAX_DIM = 2**31 - 1
 
 
 def parse_shapes(spec: str | None) -> dict[str, Shape]:
@@ -38,7 +39,10 @@ def parse_shapes(spec: str | None) -> dict[str, Shape]:
             )
         if name in shapes:
             raise UsageError(f"input {name!r} given twice in shapes")
-        shapes[name.strip()] = tuple(int(d) for d in dims.strip().split("x"))
+        shape = tuple(int(d) for d in dims.strip().split("x"))
+        if any(d > MAX_DIM for d in shape):
+            raise UsageError(f"bad shape {item!r}: dims must be below 2**31 (TensorRT's dims are int32)")
+        shapes[name.strip()] = shape
     return shapes
 
 
@@ -171,3 +175,55 @@ def value_dtypes(model: onnx.ModelProto) -> dict[str, int]:
     for t in g.initializer:
         out[t.name] = t.data_type
     return out
+
+
+def largest_static_tensor(model: onnx.ModelProto) -> tuple[str, int] | None:
+    """The tensor with the most bytes among those whose shape shape inference pins down
+    (name, bytes), or None. A few bytes of ConstantOfShape can declare 16 GiB: running
+    such a model must fail with a message, not wake the OOM killer."""
+    if model.ByteSize() > PROTOBUF_LIMIT:
+        return None
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception:
+        return None
+    best: tuple[str, int] | None = None
+    for g in iter_graphs(inferred.graph):
+        for vi in (*g.input, *g.value_info, *g.output):
+            tt = vi.type.tensor_type
+            if not vi.type.HasField("tensor_type") or not tt.HasField("shape") or not tt.elem_type:
+                continue
+            if not all(d.HasField("dim_value") and d.dim_value >= 0 for d in tt.shape.dim):
+                continue
+            try:
+                itemsize = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type).itemsize
+            except (KeyError, TypeError, ValueError):
+                continue
+            size = itemsize
+            for d in tt.shape.dim:
+                size *= d.dim_value
+            if best is None or size > best[1]:
+                best = (vi.name, size)
+    return best
+
+
+def available_memory() -> int | None:
+    """Bytes this process can still allocate: MemAvailable, capped by RLIMIT_AS if set."""
+    avail: int | None = None
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError):
+        pass
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY:
+            avail = soft if avail is None else min(avail, soft)
+    except (ImportError, OSError, ValueError):
+        pass
+    return avail

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,7 @@ class Int8Report:
     accuracy: tuple[OutputStats, ...] = ()
     accuracy_samples: int = 0
     violations: tuple[str, ...] = ()
+    clip_guarded: tuple[str, ...] = ()  # entropy thresholds the clip guard raised (this run only)
 
     @property
     def passed(self) -> bool:
@@ -81,6 +82,7 @@ class Int8Report:
             "accuracy": [s.to_json() for s in self.accuracy],
             "accuracy_samples": self.accuracy_samples,
             "violations": list(self.violations),
+            "clip_guarded": list(self.clip_guarded),
             "passed": self.passed,
         }
 
@@ -138,6 +140,20 @@ def _length(samples: Any) -> int | None:
         return None
 
 
+def _with_origin(samples: Iterable[Mapping[str, np.ndarray]], what: str) -> Iterator[tuple[str, Mapping]]:
+    """(where it came from, sample): file names from a SampleSet, indices otherwise."""
+    fn = getattr(samples, "with_origin", None)
+    if callable(fn):
+        return fn()
+    return ((f"{what} {i}", s) for i, s in enumerate(samples))
+
+
+def _run_failure(origin: str, exc: Exception) -> DataError:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return DataError(f"{origin}: ONNX Runtime failed on this sample ({first[:300]})",
+                     hint="check the sample's shapes and values against the model's inputs")
+
+
 def _classifier_outputs(model: onnx.ModelProto) -> set[str]:
     from trtconv.precision.qdq import SHAPE_ONLY
 
@@ -164,10 +180,12 @@ def collect_scales(
     max_samples: int = 0,
     progress: ProgressFn | None = None,
     total: int | None = None,
+    guarded: set[str] | None = None,
 ) -> tuple[dict[str, float], int]:
     """Run ``model`` in ONNX Runtime once per sample, streaming the wanted tensors into histograms.
 
-    Returns (scale per tensor that carried float data, number of runs).
+    Returns (scale per tensor that carried float data, number of runs); tensors whose entropy
+    threshold the clip guard raised are added to ``guarded``.
     """
     from trtconv.verify.ort import session
 
@@ -180,15 +198,13 @@ def collect_scales(
     runs = 0
     if total is not None and max_samples:
         total = min(total, max_samples)
-    for sample in samples:
+    for origin, sample in _with_origin(samples, "calibration sample"):
         if max_samples and runs >= max_samples:
             break
         try:
             values = sess.run(fetch, dict(sample)) if fetch else []
         except Exception as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise DataError(f"calibration sample {runs}: ONNX Runtime failed on it ({first})",
-                            hint="check the sample's shapes against the model") from exc
+            raise _run_failure(origin, exc) from exc
         for name, val in zip(fetch, values):
             arr = np.asarray(val)
             if arr.dtype == np.float32 and arr.size:
@@ -204,6 +220,8 @@ def collect_scales(
     if runs == 0:
         raise DataError("no calibration samples", hint="give at least one sample (dozens to hundreds are typical)")
     scales = {t: scale_from_threshold(th) for t, th in cal.thresholds().items()}
+    if guarded is not None:
+        guarded.update(cal.guarded)
     return scales, runs
 
 
@@ -274,9 +292,12 @@ def accuracy_report(
     classifiers = _classifier_outputs(reference) if top1 is None else (set(outputs) if top1 else set())
     accs = {o: _Acc(o, o in classifiers) for o in outputs}
     n = 0
-    for sample in samples:
-        ref = run(ref_sess, sample)
-        got = run(cand_sess, sample, outputs)
+    for origin, sample in _with_origin(samples, "accuracy sample"):
+        try:
+            ref = run(ref_sess, sample)
+            got = run(cand_sess, sample, outputs)
+        except Exception as exc:
+            raise _run_failure(origin, exc) from exc
         for o in outputs:
             if ref[o].dtype.kind in "fc":
                 accs[o].add(ref[o], got[o])
@@ -342,10 +363,11 @@ def quantize_int8(
         scales, reason = read_cache(cache_path, key, set(needed))
     hit = scales is not None
     runs = 0
+    guarded: set[str] = set()
     t0 = time.perf_counter()
     if scales is None:
         scales, runs = collect_scales(cal_model, needed, calib_samples, calib, max_samples=settings.max_samples,
-                                      progress=progress, total=_length(calib_samples))
+                                      progress=progress, total=_length(calib_samples), guarded=guarded)
         if cache_path and data_hash is not None and settings.use_cache:
             write_cache(cache_path, scales, key=key, method=settings.method, trt_version=settings.trt_version,
                         meta={"model_sha256": model_hash, "data_sha256": data_hash, "params": params})
@@ -373,7 +395,7 @@ def quantize_int8(
     report = Int8Report(
         method=settings.method, placed=tuple(placed), skipped=tuple(skips), scales=used_scales, cache=cache,
         calibration_runs=runs, calibration_seconds=seconds, opset_upgrade=upgrade, accuracy=accuracy,
-        accuracy_samples=n_eval, violations=bad,
+        accuracy_samples=n_eval, violations=bad, clip_guarded=tuple(sorted(guarded & set(used_scales))),
     )
     result = Int8Result(qmodel, report)
     if bad:

@@ -469,13 +469,13 @@ def _expose(g: onnx.GraphProto, wanted: set[str], names: set[str], *, is_main: b
                 outer = _unique(names, f"{tensor}__calib")
                 for branch, real in ((then_g, in_then), (else_g, not in_then)):
                     if real:
-                        _add_output(branch, inner)
+                        _add_output(branch, inner, names)
                     else:
                         empty = _unique(names, f"{tensor}__calib_empty")
                         branch.node.append(helper.make_node(
                             "Constant", [], [empty], name=_unique(names, empty + "_Constant"),
                             value=numpy_helper.from_array(np.zeros(0, dtype=np.float32), empty)))
-                        _add_output(branch, empty)
+                        _add_output(branch, empty, names)
                 node.output.append(outer)
                 here.append((outer, tensor))
         elif node.op_type == "Loop":
@@ -483,14 +483,24 @@ def _expose(g: onnx.GraphProto, wanted: set[str], names: set[str], *, is_main: b
             if body is None:
                 continue
             for inner, tensor in _expose(body, wanted, names, is_main=False):
-                _add_output(body, inner)
+                _add_output(body, inner, names)
                 outer = _unique(names, f"{tensor}__calib")
                 node.output.append(outer)
                 here.append((outer, tensor))
     return here
 
 
-def _add_output(g: onnx.GraphProto, name: str) -> None:
+def _add_output(g: onnx.GraphProto, name: str, names: set[str]) -> None:
+    """Append ``name`` as an extra output of subgraph ``g``.
+
+    A value that already is an output of ``g`` goes through an Identity under a new
+    name: a subgraph listing one name twice makes ONNX Runtime mis-wire the If/Loop
+    outputs and change the model's result.
+    """
+    if any(o.name == name for o in g.output):
+        alias = _unique(names, f"{name}__calib_alias")
+        g.node.append(helper.make_node("Identity", [name], [alias], name=_unique(names, alias + "_Identity")))
+        name = alias
     vi = helper.make_empty_tensor_value_info(name)
     vi.type.tensor_type.elem_type = TensorProto.FLOAT
     g.output.append(vi)

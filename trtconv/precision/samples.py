@@ -220,7 +220,8 @@ def load_image(path: Path, pp: ImagePreprocess, spec: InputSpec) -> np.ndarray:
             if (h, w) != (im.height, im.width):
                 im = im.resize((w, h), Image.Resampling.BILINEAR)
             arr = np.asarray(im, dtype=np.float32)
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
+    except (UnidentifiedImageError, Image.DecompressionBombError, OSError, ValueError, SyntaxError,
+            MemoryError, EOFError) as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise DataError(f"{path}: cannot read image ({msg})", hint="remove or replace the file") from exc
     if arr.ndim == 2:
@@ -374,14 +375,56 @@ def check_sample(sample: Mapping[str, Any], inputs: Mapping[str, InputSpec], ori
     return out
 
 
+def _declared_bytes(fp: Any) -> tuple[tuple[int, ...], int] | None:
+    """(shape, bytes through the end of the data) an .npy header promises; None if not plain numeric."""
+    fmt = np.lib.format
+    version = fmt.read_magic(fp)
+    if version == (1, 0):
+        shape, _, dtype = fmt.read_array_header_1_0(fp)
+    elif version == (2, 0):
+        shape, _, dtype = fmt.read_array_header_2_0(fp)
+    else:
+        shape, _, dtype = fmt._read_array_header(fp, version)  # type: ignore[attr-defined]  # 3.0: utf-8 header
+    if dtype.hasobject:
+        return None  # np.load refuses it (allow_pickle=False) with its own message
+    return tuple(shape), fp.tell() + math.prod(shape) * dtype.itemsize
+
+
+def _check_sizes(path: Path) -> None:
+    """Refuse arrays whose header declares more data than the file holds, before numpy allocates it."""
+    try:
+        if path.suffix.lower() == ".npy":
+            with open(path, "rb") as fh:
+                members = [(path.name, _declared_bytes(fh), path.stat().st_size)]
+        else:
+            with zipfile.ZipFile(path) as zf:
+                members = []
+                for info in zf.infolist():
+                    if info.filename.endswith(".npy"):
+                        with zf.open(info) as fh:
+                            members.append((info.filename, _declared_bytes(fh), info.file_size))
+    except Exception:  # a malformed header: np.load reports it below with its own message
+        return
+    for member, declared, size in members:
+        if declared is not None and declared[1] > size:
+            where = "" if member == path.name else f" (array {member!r})"
+            raise DataError(
+                f"{path}{where}: header declares shape {list(declared[0])}, {declared[1]} bytes, "
+                f"but only {size} are there",
+                hint="the file is truncated or corrupt",
+            )
+
+
 def _npy_sample(path: Path, inputs: Mapping[str, InputSpec]) -> dict[str, np.ndarray]:
+    _check_sizes(path)
     try:
         loaded = np.load(path, allow_pickle=False)
     except ValueError as exc:  # pickled object arrays, bad headers
         raise DataError(f"{path}: cannot load ({str(exc).splitlines()[0]})",
                         hint="save plain numeric arrays; pickled objects are refused") from exc
-    except (OSError, EOFError, zipfile.BadZipFile) as exc:
-        raise DataError(f"{path}: cannot read ({exc})", hint="the file is truncated or not a numpy file") from exc
+    except Exception as exc:  # numpy's header parser lets tokenize/syntax errors through on garbage
+        raise DataError(f"{path}: cannot read ({_first_line(exc)})",
+                        hint="the file is truncated or not a numpy file") from exc
     if isinstance(loaded, np.ndarray):
         if len(inputs) != 1:
             raise DataError(
@@ -392,8 +435,13 @@ def _npy_sample(path: Path, inputs: Mapping[str, InputSpec]) -> dict[str, np.nda
     try:
         with loaded as z:
             return {k: z[k] for k in z.files}
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
-        raise DataError(f"{path}: cannot read ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from exc
+    except Exception as exc:  # a corrupt member: same policy as a corrupt .npy
+        raise DataError(f"{path}: cannot read ({_first_line(exc)})", hint="the file is truncated or corrupt") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:200]}" if text else type(exc).__name__
 
 
 def _loader_module(path: Path) -> Any:
@@ -458,8 +506,17 @@ def iter_samples(
     source: SampleSource, inputs: Mapping[str, InputSpec], *, start: int = 0, stop: int | None = None
 ) -> Iterator[Sample]:
     """Checked samples ``[start, stop)`` of ``source``, one at a time."""
+    for _, sample in iter_samples_with_origin(source, inputs, start=start, stop=stop):
+        yield sample
+
+
+def iter_samples_with_origin(
+    source: SampleSource, inputs: Mapping[str, InputSpec], *, start: int = 0, stop: int | None = None
+) -> Iterator[tuple[str, Sample]]:
+    """Like :func:`iter_samples`, with where each sample came from (file name, loader index),
+    so a later failure on a sample can name it."""
     if source.kind == "random":
-        warnings.warn(RANDOM_WARNING, UserWarning, stacklevel=2)
+        warnings.warn(RANDOM_WARNING, UserWarning, stacklevel=3)
         log.warning(RANDOM_WARNING)
     if source.kind in ("npy", "images"):
         files = _files(source)[start:stop]
@@ -472,7 +529,7 @@ def iter_samples(
                                     hint="give .npz samples with one key per input")
                 name, spec = next(iter(inputs.items()))
                 raw = {name: load_image(f, source.preprocess or ImagePreprocess(), spec)}
-            yield check_sample(raw, inputs, str(f))
+            yield str(f), check_sample(raw, inputs, str(f))
         return
     it = _loader_iter(source, inputs) if source.kind == "loader" else _random_iter(source, inputs)
     n = 0
@@ -483,9 +540,9 @@ def iter_samples(
             break
         n += 1
         if i >= start:
-            yield check_sample(sample, inputs, origin)
-    if n == 0 and start == 0:
-        raise DataError(f"{source.path}: loader yielded no samples")
+            yield origin, check_sample(sample, inputs, origin)
+    if n == 0 and start == 0 and source.kind == "loader":
+        raise DataError(f"{source.path}: loader yielded no samples", hint="samples() must yield at least one dict")
 
 
 def dataset_hash(source: SampleSource, *, start: int = 0, stop: int | None = None) -> str:
@@ -529,6 +586,9 @@ class SampleSet:
     def __iter__(self) -> Iterator[Sample]:
         return iter_samples(self.source, self.inputs, start=self.start, stop=self.stop)
 
+    def with_origin(self) -> Iterator[tuple[str, Sample]]:
+        return iter_samples_with_origin(self.source, self.inputs, start=self.start, stop=self.stop)
+
     def __len__(self) -> int:
         total = count_samples(self.source)
         stop = total if self.stop is None else min(self.stop, total)
@@ -561,6 +621,10 @@ class ArraySamples:
                 yield {k: np.asarray(v) for k, v in s.items()}
             else:
                 yield check_sample(s, self.inputs, f"{self.origin} {i}")
+
+    def with_origin(self) -> Iterator[tuple[str, Sample]]:
+        for i, s in enumerate(self):
+            yield f"{self.origin} {i}", s
 
     def __len__(self) -> int:
         return len(self.samples)

@@ -30,10 +30,15 @@ PTX_ARCH = "sm_80"  # compute_80 PTX: the driver compiles it for Ampere, Ada, Ho
 THREADS = 256  # block size every entry point is written for
 
 # Tiles compiled into the PTX: (BM output pixels, BN output channels, KCH channels per K
-# step for 16-bit types; FP32 steps take KCH/2). The TensorRT tactic number is the 1-based
-# index into this tuple.
-TILES: tuple[tuple[int, int, int], ...] = (
-    (128, 128, 32), (128, 64, 32), (64, 128, 32), (64, 64, 32), (64, 64, 64), (32, 128, 64), (32, 64, 64),
+# step for 16-bit types -- FP32 steps take KCH/2 --, sampler). Sampler 0: the CTA computes
+# each (pixel, tap) sampling recipe once into shared memory and every channel chunk reuses
+# it (v10, entry suffix "s"); 1 or 2: each sampling thread recomputes the recipe per channel
+# chunk and gathers that many 16-byte vectors per pixel (v9). The TensorRT tactic number is
+# the 1-based index into this tuple; TensorRT times them all at build time.
+Tile = tuple[int, int, int, int]
+TILES: tuple[Tile, ...] = (
+    (128, 128, 32, 1), (64, 128, 32, 1), (64, 64, 64, 1), (64, 64, 64, 2), (32, 128, 64, 1), (32, 64, 64, 1),
+    (128, 128, 32, 0), (64, 128, 32, 0), (64, 256, 16, 0), (64, 64, 64, 0), (32, 128, 64, 0), (32, 64, 64, 0),
 )
 
 # Layouts of x the PTX has entry points for: "nchw" (TensorRT LINEAR) and "nhwc" (channels
@@ -147,7 +152,7 @@ def check_shapes(
     return ho, wo
 
 
-def kernel_name(dtype: str, tile: tuple[int, int, int], allow_tf32: bool = True, layout: str = "nchw") -> str:
+def kernel_name(dtype: str, tile: Tile, allow_tf32: bool = True, layout: str = "nchw") -> str:
     """Entry point in the PTX for an I/O dtype, a tile shape and the layout of x."""
     if dtype not in DTYPES:
         raise UnsupportedModelError(f"{PLUGIN_ID}: dtype {dtype} not supported", hint=f"use one of {DTYPES}")
@@ -156,26 +161,27 @@ def kernel_name(dtype: str, tile: tuple[int, int, int], allow_tf32: bool = True,
     if layout not in LAYOUTS:
         raise ValueError(f"no kernel for layout {layout}; compiled layouts: {LAYOUTS}")
     stem = _STEM.get(dtype) or ("tf32" if allow_tf32 else "f32")
-    return f"dcnv2_{stem}_{layout}_m{tile[0]}n{tile[1]}k{tile[2]}"
+    vpt = {0: "s", 1: ""}.get(tile[3], f"v{tile[3]}")
+    return f"dcnv2_{stem}_{layout}_m{tile[0]}n{tile[1]}k{tile[2]}{vpt}"
 
 
-def tactic_tile(tactic: int | None) -> tuple[int, int, int]:
+def tactic_tile(tactic: int | None) -> Tile:
     """TensorRT tactic (1-based; 0/None = default) -> tile shape."""
     if not tactic:
         return TILES[0]
     return TILES[int(tactic) - 1]
 
 
-def pick_tile(m: int, cout_per_group: int, group: int, sms: int = 132) -> tuple[int, int, int]:
-    """A tile without timing (TensorRT times them all): enough blocks to fill the GPU
-    a few times over, few wasted output channels."""
+def pick_tile(m: int, cout_per_group: int, group: int, sms: int = 132) -> Tile:
+    """A tile without timing (TensorRT times them all), from the measured winners
+    (plugins/dcnv2/NOTES.md): 64-pixel tiles when they fill the GPU, else 32-pixel ones."""
     nb64 = -(-cout_per_group // 64) * group
-    if -(-m // 64) * nb64 >= 2 * sms:
-        return (64, 64, 32) if cout_per_group > 64 else (64, 64, 64)
-    return (32, 64, 64)
+    if -(-m // 64) * nb64 >= sms:
+        return (64, 128, 32, 1) if cout_per_group > 64 else (64, 64, 64, 2)
+    return (32, 128, 64, 1)
 
 
-def grid(m: Any, cout_per_group: int, group: int, tile: tuple[int, int, int]) -> tuple[Any, int, int]:
+def grid(m: Any, cout_per_group: int, group: int, tile: Tile) -> tuple[Any, int, int]:
     """Launch grid (x: pixel tiles, y: channel tiles, z: conv groups); ``m`` may be symbolic."""
     bm, bn = tile[0], tile[1]
     return ((m + (bm - 1)) // bm, -(-cout_per_group // bn), group)
@@ -259,7 +265,7 @@ class CupyLauncher:
 
     def prepare(
         self, x: Any, offset: Any, mask: Any, weight_ohwi: Any, bias: Any, attrs: DCNv2Attrs,
-        out: Any = None, tile: tuple[int, int, int] | None = None, layout: str = "nchw",
+        out: Any = None, tile: Tile | None = None, layout: str = "nchw",
     ) -> tuple[Callable[[], None], Any]:
         """Check shapes once; return (launch, out) where launch() enqueues the kernel."""
         import numpy as np
@@ -305,7 +311,7 @@ class CupyLauncher:
 
     def __call__(
         self, x: Any, offset: Any, mask: Any, weight_ohwi: Any, bias: Any, attrs: DCNv2Attrs,
-        out: Any = None, tile: tuple[int, int, int] | None = None, layout: str = "nchw",
+        out: Any = None, tile: Tile | None = None, layout: str = "nchw",
     ) -> Any:
         """Enqueue one forward pass on the current PyTorch stream; returns the output tensor."""
         launch, out = self.prepare(x, offset, mask, weight_ohwi, bias, attrs, out, tile, layout)

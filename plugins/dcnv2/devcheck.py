@@ -1,0 +1,107 @@
+"""One device call for kernel development: correctness of chosen tiles on every test case,
+then per-tile timings (both layouts) on the three benchmark shapes against torchvision and
+cuDNN. Prints a short table last. Usage: python3 plugins/dcnv2/devcheck.py [--tiles 7,8] [--modes fp16,tf32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import zlib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
+
+import test_dcnv2_gpu as T  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from dcn_bench import SHAPES, time_us  # noqa: E402
+from torchvision.ops import deform_conv2d  # noqa: E402
+
+from trtconv.trt.plugins import dcnv2_kernel as dk  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--check-tiles", default="", help="1-based tile indices checked on every case")
+    ap.add_argument("--modes", default="fp16,tf32")
+    ap.add_argument("--shapes", default="a,b,c")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--reps", type=int, default=9)
+    args = ap.parse_args()
+    launcher = dk.CupyLauncher()
+    bad = 0
+    for ti in [int(v) for v in args.check_tiles.split(",") if v]:
+        tile = dk.TILES[ti - 1]
+        worst: dict[str, float] = {}
+        for name, case in sorted(T.CASES.items()):
+            for mode, dtn, tf32 in T.MODES:
+                for layout in dk.LAYOUTS:
+                    inputs = T._inputs(case, getattr(torch, dtn), seed=zlib.crc32(f"{name}/{mode}/{layout}/d".encode()))
+                    out = T.run_kernel(launcher, case, inputs, tf32, tile=tile, layout=layout)
+                    nan = bool(torch.isnan(out).any())
+                    err = T.rel_err(out, T.reference(case, *inputs))
+                    if nan or not err <= T.LIMITS[mode]:
+                        bad += 1
+                        print(f"FAIL tile {tile} {name} {mode} {layout}: err {err:.2e} nan {nan}", flush=True)
+                    worst[mode] = max(worst.get(mode, 0.0), err)
+        print(f"check tile {tile}: worst errors " + ", ".join(f"{k} {v:.1e}" for k, v in worst.items()), flush=True)
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    torch.backends.cudnn.benchmark = True
+    lines = []
+    for key in args.shapes.split(","):
+        n, c, cout, h = SHAPES[key]
+        for mode in args.modes.split(","):
+            dtype = torch.float16 if mode == "fp16" else torch.float32
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = mode == "tf32"
+
+            def rnd(*shape, scale=1.0, dtype=dtype):
+                return (torch.randn(*shape, generator=gen, device="cuda") * scale).to(dtype)
+
+            x = rnd(n, c, h, h)
+            w = rnd(cout, c, 3, 3, scale=(9 * c) ** -0.5)
+            b = rnd(cout)
+            off = rnd(n, 18, h, h, scale=2.0)
+            msk = torch.sigmoid(rnd(n, 9, h, h, dtype=torch.float32)).to(dtype)
+            w_ohwi = w.permute(0, 2, 3, 1).contiguous()
+            x_cl = x.permute(0, 2, 3, 1).contiguous()
+            attrs = dk.DCNv2Attrs(pads=(1, 1, 1, 1), allow_tf32=mode != "fp32")
+            out = torch.empty(n, cout, h, h, dtype=dtype, device="cuda")
+            ref = deform_conv2d(x.double(), off.double(), w.double(), b.double(), padding=1, mask=msk.double())
+            t_tv = time_us(torch, lambda x=x, off=off, w=w, b=b, msk=msk: deform_conv2d(x, off, w, b, padding=1, mask=msk), args.iters, args.reps)
+            t_cv = time_us(torch, lambda x=x, w=w, b=b: F.conv2d(x, w, b, padding=1), args.iters, args.reps)
+            res = []
+            for layout in dk.LAYOUTS:
+                for tile in dk.TILES:
+                    if tile[1] >= 128 and cout <= 64:
+                        continue
+                    xin = x_cl if layout == "nhwc" else x
+                    run, _ = launcher.prepare(xin, off, msk, w_ohwi, b, attrs, out=out, tile=tile, layout=layout)
+                    out.fill_(float("nan"))
+                    run()
+                    err = float((out.double() - ref).norm() / ref.norm())
+                    t = time_us(torch, run, args.iters, args.reps)
+                    res.append((t, layout, tile, err))
+            res.sort(key=lambda r: r[0])
+            for layout in dk.LAYOUTS:
+                mine = [r for r in res if r[1] == layout]
+                old = min(r for r in mine if r[2][3] != 0)
+                new = min(r for r in mine if r[2][3] == 0)
+                lines.append(
+                    f"| ({key}) | {mode} | {layout} | {old[0]:.1f} {old[2]} | {new[0]:.1f} {new[2]} err {new[3]:.1e} "
+                    f"| {t_tv:.1f} | {t_cv:.1f} | {t_tv / new[0]:.2f} |"
+                )
+            print(f"({key}) {mode}: " + "; ".join(f"{r[1]} {r[2]} {r[0]:.1f} e{r[3]:.0e}" for r in res), flush=True)
+            del x, x_cl, w, b, off, msk, w_ohwi, out, ref
+            torch.cuda.empty_cache()
+    print(f"\nfailures: {bad}")
+    print("| shape | mode | layout | best v9 µs tile | best v10 µs tile | torchvision | cuDNN | ×tv v10 |")
+    print("|---|---|---|---|---|---|---|---|")
+    print("\n".join(lines))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
