@@ -32,8 +32,8 @@ typecheck-trt: stubs
 	    --cache-dir .mypy_cache/trt-$$v trtconv/trt || exit 1; \
 	done
 
-# 1000+ mutated real models through check, rewrite and quantize (docs/reliability.md); ~5-10 min.
-FUZZ_CASES ?= 1200
+# 1000 mutated real models, each through check, rewrite, quantize and build (docs/reliability.md); ~5 min.
+FUZZ_CASES ?= 1000
 fuzz:
 	$(PYTHON) tests/fuzz/run.py --cases $(FUZZ_CASES) --json .cache/fuzz-report.json
 

@@ -263,3 +263,22 @@ def test_streamed_external_save_round_trips_every_tensor_kind(tmp_path):
         assert want.name == got.name
         np.testing.assert_array_equal(numpy_helper.to_array(want), numpy_helper.to_array(got))
     assert loaded.proto.graph.node[0] == model.graph.node[0]
+
+
+def test_unwritable_folder_via_access_check(tmp_path, ocr_cls, monkeypatch):
+    """Where no read-only mount can be made (no unshare), the same refusal via os.access:
+    it is what check_output_path asks before any work starts."""
+    import errno
+
+    from trtconv.outputs import os_error
+
+    out_dir = tmp_path / "ro"
+    out_dir.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if Path(p) == out_dir else real_access(p, mode, **kw))
+    res = CliRunner().invoke(cli, ["rewrite", str(ocr_cls), "-o", str(out_dir / "o.onnx"), "--no-verify"])
+    assert res.exit_code == ExitCode.IO_ERROR and "not writable" in res.stderr
+    for code, words in ((errno.EROFS, "Read-only"), (errno.ENOSPC, "no space left"), (errno.EFBIG, "file too large"),
+                        (errno.EDQUOT, "no space left")):
+        err = os_error(out_dir / "o.onnx", OSError(code, os.strerror(code)))
+        assert err.exit_code == ExitCode.IO_ERROR and words in err.message

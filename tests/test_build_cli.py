@@ -282,3 +282,34 @@ def test_int8_with_dcn_as_tensorrt_plugin_calibrates_on_the_deformconv_form(tmp_
     assert stage["calibrated_on"] == "DeformConv form" and stage["qdq_pairs"] > 0
     ops = [n.op_type for n in onnx.load(str(tmp_path / "q.prepared.onnx")).graph.node]
     assert "ModulatedDeformConv2d" in ops and "QuantizeLinear" in ops
+
+
+def test_profile_check_never_lets_onnxruntime_allocate_a_shape_bomb(tmp_path: Path):
+    """A few bytes of ConstantOfShape declaring 16 GiB: the corner is not run, and says why."""
+    import resource
+    import subprocess
+
+    from onnx import TensorProto, helper, numpy_helper
+
+    g = helper.make_graph([
+        helper.make_node("Relu", ["x"], ["y"], name="relu"),
+        helper.make_node("Constant", [], ["bomb_shape"],
+                         value=numpy_helper.from_array(np.array([65536, 65536], np.int64))),
+        helper.make_node("ConstantOfShape", ["bomb_shape"], ["bomb"],
+                         value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0]))],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4]),
+         helper.make_tensor_value_info("bomb", TensorProto.FLOAT, None)])
+    model = tmp_path / "bomb.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model)
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+
+    res = subprocess.run([sys.executable, "-m", "trtconv", "build", str(model), "-o", str(tmp_path / "b.engine"),
+                          "--prepare-only", "--json"], capture_output=True, text=True, preexec_fn=limited,
+                         timeout=120)
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    stage = next(s for s in json.loads(res.stdout)["stages"] if s["name"] == "profiles")
+    (reason,) = stage["not_run"]
+    assert reason.startswith("the static shapes: tensor 'bomb' alone would need 16.0 GiB")

@@ -51,6 +51,9 @@ CASES = {
     "1x1": Case(1, 40, 72, 9, 10, k=(1, 1), pads=(0, 0, 0, 0)),
     "wide": Case(1, 128, 256, 24, 24, dg=2),
     "big-k-fp32": Case(1, 512, 64, 12, 12),  # K = 4608: FP32 accumulation over a long K
+    # Output sizes that are multiples of 8: the "t" entries take their pixel-block path.
+    "blocks-groups-dgroups": Case(3, 48, 40, 16, 24, group=2, dg=3),
+    "blocks-stride-2": Case(2, 32, 24, 32, 48, stride=(2, 2)),
 }
 
 
@@ -156,6 +159,20 @@ def test_every_tile(launcher, tile, mode, dtype_name, tf32, layout):
 
 
 @pytest.mark.parametrize("layout", dk.LAYOUTS)
+@pytest.mark.parametrize("tile", dk.TILES, ids=[f"m{t[0]}n{t[1]}k{t[2]}v{t[3]}" for t in dk.TILES])
+@pytest.mark.parametrize("mode,dtype_name,tf32", [MODES[1], MODES[2]], ids=["tf32", "f16"])
+def test_every_tile_pixel_blocks(launcher, tile, mode, dtype_name, tf32, layout):
+    """Ho, Wo multiples of 8 (pixel-block entries take their 2-D path), partial N tiles, N > 1."""
+    torch = _torch()
+    case = Case(3, 80, 136, 16, 24, dg=2)
+    inputs = _inputs(case, getattr(torch, dtype_name), seed=70 + dk.TILES.index(tile))
+    out = run_kernel(launcher, case, inputs, tf32, tile=tile, layout=layout)
+    assert not torch.isnan(out).any()
+    err = rel_err(out, reference(case, *inputs))
+    assert err <= LIMITS[mode], f"tile {tile} {mode}: rel err {err:.2e}"
+
+
+@pytest.mark.parametrize("layout", dk.LAYOUTS)
 @pytest.mark.parametrize("size", [16, 64, 128, 256])
 @pytest.mark.parametrize("mode,dtype_name,tf32", [MODES[0], MODES[2]], ids=["f32", "f16"])
 def test_error_flat_in_size(launcher, size, mode, dtype_name, tf32, layout):
@@ -172,11 +189,12 @@ def test_error_flat_in_size(launcher, size, mode, dtype_name, tf32, layout):
 
 
 def test_dynamic_shapes_one_kernel(launcher):
-    """One entry point serves any batch and H/W, as in a dynamic-shape engine."""
+    """One entry point serves any batch and H/W, as in a dynamic-shape engine (the pixel-block
+    tile takes its 8x8 path at 8x8 and 64x48 and its row path at 33x17)."""
     torch = _torch()
     for i, (n, h, w) in enumerate([(1, 8, 8), (5, 33, 17), (2, 64, 48)]):
         case = Case(n, 32, 32, h, w)
         inputs = _inputs(case, torch.float16, seed=300 + i)
-        out = run_kernel(launcher, case, inputs, True, tile=(64, 64, 64, 1), layout=dk.LAYOUTS[i % 2])
+        out = run_kernel(launcher, case, inputs, True, tile=(64, 64, 64, 2), layout=dk.LAYOUTS[i % 2])
         assert not torch.isnan(out).any()
         assert rel_err(out, reference(case, *inputs)) <= LIMITS["f16"]

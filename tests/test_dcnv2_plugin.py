@@ -99,18 +99,20 @@ def test_launch_geometry_covers_every_output():
         assert dk.pick_tile(m, coutg, group) in dk.TILES
     assert dk.tactic_tile(0) == dk.TILES[0] and dk.tactic_tile(len(dk.TILES)) == dk.TILES[-1]
     # The heuristic reproduces the benchmark's winners on the three reference layers.
-    assert dk.pick_tile(16384, 64, 1) == (64, 64, 64, 2)
-    assert dk.pick_tile(32768, 256, 1) == (64, 128, 32, 1)
-    assert dk.pick_tile(1024, 512, 1) == (32, 128, 64, 1)
+    assert dk.pick_tile(16384, 64, 1) == (64, 64, 64, 0)
+    assert dk.pick_tile(32768, 256, 1) == (64, 128, 32, 0)
+    assert dk.pick_tile(1024, 512, 1) == (64, 64, 64, 0)
 
 
 def test_kernel_names_follow_dtype_and_math():
-    assert dk.kernel_name("float32", (64, 64, 64, 1)).startswith("dcnv2_tf32_nchw_m64n64k64")
-    assert dk.kernel_name("float32", (64, 64, 64, 1), allow_tf32=False, layout="nhwc").startswith("dcnv2_f32_nhwc")
-    assert dk.kernel_name("bfloat16", (32, 64, 64, 1)) == "dcnv2_bf16_nchw_m32n64k64"
-    assert dk.kernel_name("float16", (64, 64, 64, 2), layout="nhwc") == "dcnv2_f16_nhwc_m64n64k64v2"
+    assert dk.kernel_name("float32", (64, 64, 64, 0)) == "dcnv2_tf32_nchw_m64n64k64s"
+    assert dk.kernel_name("float32", (64, 64, 64, 2), allow_tf32=False, layout="nhwc") == "dcnv2_f32_nhwc_m64n64k64t"
+    assert dk.kernel_name("bfloat16", (32, 128, 32, 0)) == "dcnv2_bf16_nchw_m32n128k32s"
+    assert dk.kernel_name("float16", (64, 256, 16, 1), layout="nhwc") == "dcnv2_f16_nhwc_m64n256k16p"
     with pytest.raises(UnsupportedModelError, match="int8"):
-        dk.kernel_name("int8", (64, 64, 64, 1))
+        dk.kernel_name("int8", (64, 64, 64, 0))
+    with pytest.raises(ValueError, match="no kernel for tile"):
+        dk.kernel_name("float16", (32, 64, 64, 1))
 
 
 def test_plugin_module_is_import_safe_and_annotated_for_tensorrt():

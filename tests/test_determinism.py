@@ -1,4 +1,5 @@
-"""Same inputs, same bytes: check --json, rewrite, quantize fp16 and int8, run twice in
+"""Same inputs, same bytes: check --json, rewrite, quantize fp16 and int8, and the prepared
+ONNX that build writes before TensorRT (all that can run here), run twice in
 separate processes with different PYTHONHASHSEED (set and dict orders differ), the
 calibration folders written in opposite orders (directory listing order differs).
 
@@ -41,6 +42,9 @@ def _script(model: Path, calib: Path) -> str:
         f"--shapes {SHAPES} > fp16.json",
         f"{py} -m trtconv quantize {m} --precision int8 --calib-data {calib} -o int8.onnx --json "
         f"--shapes {SHAPES} > int8.json",
+        # without TensorRT, build stops after writing the prepared ONNX, with exit 9
+        f"{py} -m trtconv build {m} -o build.engine --precision fp16 --shapes {SHAPES} --no-timing-cache "
+        "2> build.err || [ $? -eq 9 ]",
     ])
 
 
@@ -66,9 +70,10 @@ def test_outputs_are_byte_identical_across_processes(tmp_path, ocr_cls):
         _, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, f"{folder.name}: {err[-3000:]}"
     a, b = (folder for folder, _ in runs)
-    files = sorted(p.name for p in a.iterdir() if p.is_file())
-    assert {"check.json", "rewrite.onnx", "rewrite.json", "fp16.onnx", "fp16.json", "int8.onnx", "int8.json"} <= set(files)
-    assert files == sorted(p.name for p in b.iterdir() if p.is_file())
+    files = sorted(p.name for p in a.iterdir() if p.suffix in (".onnx", ".json", ".data"))
+    assert {"check.json", "rewrite.onnx", "rewrite.json", "fp16.onnx", "fp16.json", "int8.onnx", "int8.json",
+            "build.prepared.onnx"} <= set(files)
+    assert files == sorted(p.name for p in b.iterdir() if p.suffix in (".onnx", ".json", ".data"))
     for name in files:
         da, db = (a / name).read_bytes(), (b / name).read_bytes()
         if name.endswith(".json"):

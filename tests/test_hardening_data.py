@@ -71,6 +71,8 @@ def _bad(kind: str, folder: Path) -> Path:
         bad.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 64)
     elif kind == "huge-header":
         _huge_header_npy(bad)
+    elif kind == "empty":
+        np.save(bad, np.zeros((0, 3, 48, 192), np.float32))
     elif kind == "broken-header":  # numpy tokenizes the header dict; an unclosed brace breaks that
         np.save(bad, _good(rng))
         data = bad.read_bytes()
@@ -90,7 +92,7 @@ def _quantize(model: Path, tmp_path: Path, *extra: str, precision: str = "int8")
 
 
 KINDS = ["shape", "rank", "dtype", "nan", "inf", "truncated", "garbage", "pickle", "npz-pickle", "npz-corrupt",
-         "npz-wrong-name", "huge-header", "broken-header"]
+         "npz-wrong-name", "huge-header", "broken-header", "empty"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -120,8 +122,11 @@ def test_empty_folder_and_missing_folder(tmp_path, ocr_cls):
     assert res.exit_code in (ExitCode.BAD_DATA, ExitCode.USAGE) and "absent" in res.stderr
 
 
-def test_fp16_checks_its_sample_data_too(tmp_path, ocr_cls):
-    bad = _bad("nan", tmp_path / "calib")
+@pytest.mark.parametrize("kind", [
+    "nan", pytest.param("empty", marks=pytest.mark.xfail(
+        strict=True, reason="samples.py: an empty array reaches ONNX Runtime in fp16's range probe; fixed after 07:50"))])
+def test_fp16_checks_its_sample_data_too(tmp_path, ocr_cls, kind):
+    bad = _bad(kind, tmp_path / "calib")
     res, out = _quantize(ocr_cls, tmp_path, "--calib-data", str(tmp_path / "calib"), precision="fp16")
     assert res.exit_code == ExitCode.BAD_DATA and bad.name in res.stderr
     assert not out.exists()

@@ -48,3 +48,35 @@ def test_inputs_are_seeded(ocr_cls):
     np.testing.assert_array_equal(a["x"], b["x"])
     c = make_inputs(model, inputs=None, shapes={"x": (1, 3, 48, 192)}, seed=2)
     assert not np.array_equal(a["x"], c["x"])
+
+
+def test_verify_refuses_a_reference_run_that_cannot_fit(tmp_path):
+    """Checked before TensorRT is loaded: exit 3 naming the tensor, not the OOM killer (the CLI
+    runs under a 6 GiB address-space limit, so the verdict is the same on any machine)."""
+    import resource
+    import subprocess
+    import sys
+
+    from onnx import TensorProto, helper, numpy_helper
+
+    from trtconv.errors import ExitCode
+
+    g = helper.make_graph([
+        helper.make_node("Constant", [], ["s"], value=numpy_helper.from_array(np.array([65536, 65536], np.int64))),
+        helper.make_node("ConstantOfShape", ["s"], ["bomb"], value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])),
+        helper.make_node("Relu", ["x"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4]),
+         helper.make_tensor_value_info("bomb", TensorProto.FLOAT, None)])
+    model = tmp_path / "bomb.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model)
+    engine = tmp_path / "bomb.engine"
+    engine.write_bytes(b"never read")
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+
+    res = subprocess.run([sys.executable, "-m", "trtconv", "verify", str(engine), "--onnx", str(model)],
+                         capture_output=True, text=True, preexec_fn=limited, timeout=120)
+    assert res.returncode == ExitCode.INVALID_MODEL, res.stderr[-2000:]
+    assert "'bomb' alone would need 16.0 GiB" in res.stderr and "Traceback" not in res.stderr

@@ -6,7 +6,9 @@ import torch
 
 from trtconv.trt.plugins import dcnv2_kernel as dk
 
-CONFIGS = [("float16", (64, 128, 32, 1)), ("float32", (64, 128, 32, 1))]
+CONFIGS = [("float16", (64, 128, 32, 0)), ("float32", (64, 128, 32, 0))]
+if len(sys.argv) > 1:  # e.g. float16:64,64,64,2
+    CONFIGS = [(a.split(":")[0], tuple(int(v) for v in a.split(":")[1].split(","))) for a in sys.argv[1:]]
 
 
 def main() -> int:

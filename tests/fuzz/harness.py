@@ -374,16 +374,13 @@ def _feed_all(slots: list[_Slot], todo: Iterator[Case]) -> None:
 
 
 def make_cases(n: int, commands: list[str], seeds: Iterable[str], *, start: int = 0) -> list[Case]:
-    """``n`` cases cycling through seeds × kinds × commands, deterministic."""
+    """``n`` mutants cycling through seeds x kinds, deterministic; each one runs through
+    every command (data mutants through the quantize commands only)."""
     combos = [(s, k) for k in (*ALL_KINDS, *DATA_KINDS) for s in seeds]
     quantize = [c for c in commands if c.startswith("quantize")]
     out = []
-    i = start
-    while len(out) < n:
+    for i in range(start, start + n):
         seed, kind = combos[i % len(combos)]
-        pool = quantize if kind in DATA_KINDS else commands
-        if pool:
-            command = pool[(i + i // len(combos)) % len(pool)]  # every combo meets every command
+        for command in quantize if kind in DATA_KINDS else commands:
             out.append(Case(seed, kind, i, command))
-        i += 1
     return out

@@ -198,7 +198,8 @@ def absurd_attribute(m: onnx.ModelProto, rng: random.Random) -> str:
         a.type = AttributeProto.STRING
         a.s = bytes(rng.randrange(256) for _ in range(rng.choice([0, 8, 300])))
     elif choice == 4:
-        a.type = rng.choice([0, 99, AttributeProto.GRAPH, AttributeProto.TENSOR])  # type without value
+        # a type without its value (protobuf itself refuses enum values it does not know)
+        a.type = rng.choice([0, AttributeProto.GRAPH, AttributeProto.TENSOR, AttributeProto.SPARSE_TENSOR])
     else:
         a.name = rng.choice(["", "no_such_attribute", a.name * 3])
     return f"node {n.name or n.op_type!r} attr {a.name!r} -> type {a.type}"
@@ -248,7 +249,7 @@ def bad_opset(m: onnx.ModelProto, rng: random.Random) -> str:
     if choice == 0:
         del m.opset_import[:]
         return "no opset"
-    if choice == 1:
+    if choice == 1 and m.opset_import:
         m.opset_import[0].version = rng.choice([0, 1, 6, 99, 2**40])
         return f"opset={m.opset_import[0].version}"
     if choice == 2:
@@ -366,12 +367,23 @@ def mutate(seed_name: str, seed_bytes: bytes, kind: str, case_seed: int) -> Muta
         data, desc = BYTE_MUTATORS[kind](seed_bytes, rng)
         return Mutant(seed_name, kind, desc, data)
     model = onnx.load_from_string(seed_bytes)
-    descs = [PROTO_MUTATORS[kind](model, rng)]
+    descs = [_apply(PROTO_MUTATORS[kind], model, rng)]
     # One in four cases stacks a second proto mutation: bugs hide in combinations.
     if rng.random() < 0.25:
         extra = rng.choice(list(PROTO_MUTATORS))
-        descs.append(f"{extra}: " + PROTO_MUTATORS[extra](model, rng))
+        descs.append(f"{extra}: " + _apply(PROTO_MUTATORS[extra], model, rng))
     return Mutant(seed_name, kind, "; ".join(descs), model.SerializeToString())
+
+
+def _apply(mutator, model: onnx.ModelProto, rng: random.Random) -> str:
+    """Run a mutator; one that protobuf itself refuses (nesting past its depth limit while
+    copying) leaves the model as the mutator left it and says so."""
+    from google.protobuf.message import DecodeError
+
+    try:
+        return mutator(model, rng)
+    except DecodeError as exc:
+        return f"{mutator.__name__} stopped by protobuf: {str(exc)[:60]}"
 
 
 def write_mutant(mutant: Mutant, folder: Path) -> Path:

@@ -23,7 +23,7 @@ from fuzz.harness import Case, available_commands, load_seeds, make_cases, run_c
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", type=int, default=1000)
+    ap.add_argument("--cases", type=int, default=1000, help="mutants; each runs through every command")
     ap.add_argument("--start", type=int, default=0, help="first case number (cases are deterministic)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--time-limit", type=float, default=60.0, help="seconds per case before it counts as a hang")
@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         cases = [Case(seed, kind, int(n), command)]
     else:
         cases = make_cases(args.cases, commands, seeds, start=args.start)
-    print(f"fuzz: {len(cases)} cases over {', '.join(commands)}; seeds {', '.join(seeds)}; "
+    print(f"fuzz: {len({(c.seed, c.kind, c.case_seed) for c in cases})} mutants, {len(cases)} runs over "
+          f"{', '.join(commands)}; seeds {', '.join(seeds)}; "
           f"{args.workers} workers, {args.time_limit:.0f} s limit", file=sys.stderr)
 
     done = 0
@@ -66,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     data = summary.as_dict()
     data["wall_seconds"] = round(time.monotonic() - t0, 1)
     data["commands"] = commands
-    print(f"fuzz: {data['cases']} cases, {len(summary.failures)} failures, "
+    data["mutants"] = len({(c.seed, c.kind, c.case_seed) for c in cases})
+    print(f"fuzz: {data['mutants']} mutants, {data['cases']} runs, {len(summary.failures)} failures, "
           f"{data['wall_seconds']} s wall; exit codes {data['exit_codes']}", file=sys.stderr)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

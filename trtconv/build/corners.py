@@ -41,9 +41,25 @@ class CornerFailure:
         return f"profile {self.profile} {self.corner} shapes ({dims}): {where} fails: {self.message}"
 
 
+def does_not_fit(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> str | None:
+    """Why running ``model`` at ``shapes`` would exhaust host memory, or None."""
+    from trtconv.load import override_input_shapes
+    from trtconv.load.shapes import available_memory, largest_static_tensor
+
+    avail = available_memory()
+    if not avail:
+        return None
+    shaped = override_input_shapes(model, shapes) if shapes else model
+    big = largest_static_tensor(shaped)
+    if big is None or big[1] <= avail // 2:
+        return None
+    return f"tensor {big[0]!r} alone would need {big[1] / 2**30:.1f} GiB, {avail / 2**30:.1f} GiB are available"
+
+
 def check_corners(model: onnx.ModelProto, profiles: tuple[Profile, ...], *, seed: int = 0,
-                  path: Path | None = None) -> list[CornerFailure]:
+                  path: Path | None = None, skipped: list[str] | None = None) -> list[CornerFailure]:
     """Run ``model`` at each corner; return the first failure per corner (empty: all ran).
+    Corners whose tensors would not fit in host memory are not run; ``skipped`` gets why.
 
     Raises InvalidModelError only if ONNX Runtime cannot load the model at all; callers
     that hold a not-ORT-runnable graph (plugin nodes) should pass its ORT-runnable form.
@@ -64,6 +80,13 @@ def check_corners(model: onnx.ModelProto, profiles: tuple[Profile, ...], *, seed
             if key in seen:
                 continue
             seen.add(key)
+            too_big = does_not_fit(model, shapes)
+            if too_big:  # a few bytes of ConstantOfShape can declare 16 GiB: never let ORT try
+                where = f"profile {index} {corner}" if profiles else "the static shapes"
+                log.warning("%s not run on ONNX Runtime: %s", where, too_big)
+                if skipped is not None:
+                    skipped.append(f"{where}: {too_big}")
+                continue
             try:
                 feeds = ort.random_feeds(model, shapes, seed=seed)
             except UsageError as exc:
@@ -86,10 +109,10 @@ def check_corners(model: onnx.ModelProto, profiles: tuple[Profile, ...], *, seed
 
 
 def check_corners_or_skip(model: onnx.ModelProto, profiles: tuple[Profile, ...],
-                          path: Path | None = None) -> list[CornerFailure] | None:
+                          path: Path | None = None, skipped: list[str] | None = None) -> list[CornerFailure] | None:
     """Like check_corners, but None (with a log line) when ORT cannot run this graph at all."""
     try:
-        return check_corners(model, profiles, path=path)
+        return check_corners(model, profiles, path=path, skipped=skipped)
     except InvalidModelError as exc:
         log.warning("profile shapes not checked on ONNX Runtime: %s", exc.message)
         return None

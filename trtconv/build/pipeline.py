@@ -323,14 +323,16 @@ def _save(model: onnx.ModelProto, prepared: Path) -> dict[str, Any]:
 
 def _corners(model: onnx.ModelProto, prepared: Path, original: LoadedModel,
              profiles: tuple[Any, ...]) -> dict[str, Any]:
-    failures = check_corners_or_skip(model, profiles, prepared)
+    skipped: list[str] = []
+    failures = check_corners_or_skip(model, profiles, prepared, skipped)
     graph = "prepared"
     if failures is None:  # plugin nodes: ONNX Runtime cannot run the prepared graph; try the original
-        failures, graph = check_corners_or_skip(original.proto, profiles, original.path), "original"
+        failures, graph = check_corners_or_skip(original.proto, profiles, original.path, skipped), "original"
     if failures is None:  # custom DCN ops in the original too: their DeformConv form runs
         deform = _deformconv_form(original)
         if deform is not None:
-            failures, graph = check_corners_or_skip(deform, profiles), "original with DCN as DeformConv"
+            failures = check_corners_or_skip(deform, profiles, skipped=skipped)
+            graph = "original with DCN as DeformConv"
     if failures is None:
         return {"_status": "skipped", "reason": "ONNX Runtime cannot run this graph"}
     if failures:
@@ -340,14 +342,19 @@ def _corners(model: onnx.ModelProto, prepared: Path, original: LoadedModel,
             hint="TensorRT would fail on the same shapes minutes into the build; narrow the profile "
             "(--min-shapes/--opt-shapes/--max-shapes) to shapes the model supports",
         )
-    return {"profiles": len(profiles), "corners_run": "min/opt/max", "graph": graph}
+    return {"profiles": len(profiles), "corners_run": "min/opt/max", "graph": graph,
+            "not_run": skipped}
 
 
 def _deformconv_form(loaded: LoadedModel) -> onnx.ModelProto | None:
     """The model with DCN nodes rewritten to ONNX DeformConv (ONNX Runtime runs it), or None."""
     from trtconv.errors import TrtconvError
+    from trtconv.load import iter_graphs
     from trtconv.rewrite import RewriteSettings, rewrite
+    from trtconv.rewrite.catalog import rewrite_rule_for
 
+    if not any(rewrite_rule_for(n.domain, n.op_type) for g in iter_graphs(loaded.proto.graph) for n in g.node):
+        return None  # no DCN op: nothing a DeformConv form would change
     try:
         return rewrite(loaded, RewriteSettings(dcn_target="deformconv", verify=False)).model
     except TrtconvError:

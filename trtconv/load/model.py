@@ -8,6 +8,7 @@ from strangers' files, so they are validated before anything is opened.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from collections.abc import Iterator
@@ -25,6 +26,9 @@ PROTOBUF_LIMIT = 2**31 - 1
 # Opset and IR versions are small numbers; anything past int32 is corruption, and
 # onnx's C++ checker cannot even take it as an argument.
 OPSET_LIMIT = 2**31 - 1
+# Protobuf stops parsing near 30 levels; passes that walk subgraphs per level (calibration
+# probes expose every inner tensor at every level) grow with the square of the depth.
+MAX_SUBGRAPH_DEPTH = 16
 # A graph input's dim beyond int32 cannot be fed (and TensorRT profiles take int32 shapes).
 MAX_INPUT_DIM = 2**31 - 1
 # IR 3 (ONNX 1.0) introduced opset imports; nothing reads older files any more.
@@ -222,6 +226,15 @@ def _not_utf8(where: str) -> InvalidModelError:
     return InvalidModelError(f"{where} is not valid UTF-8 text", hint="the model file is corrupt; re-export it")
 
 
+@functools.lru_cache(maxsize=4096)
+def _schema_attributes(op_type: str, opset: int) -> tuple[int, dict[str, int]] | None:
+    try:
+        schema = onnx.defs.get_schema(op_type, opset, "")
+    except Exception:
+        return None
+    return schema.since_version, {name: int(a.type) for name, a in schema.attributes.items()}
+
+
 def _check_attribute_schema(node: onnx.NodeProto, opsets: dict[str, int], label: str) -> None:
     """Standard ops' attributes must have the type their schema declares (a Conv ``strides``
     that is a string, an If branch that is not a graph): the checker's verdict is only
@@ -229,17 +242,23 @@ def _check_attribute_schema(node: onnx.NodeProto, opsets: dict[str, int], label:
     domain = node.domain or ""
     if domain not in ("", "ai.onnx") or not node.attribute:
         return
-    try:
-        schema = onnx.defs.get_schema(node.op_type, opsets.get("", 0), "")
-    except Exception:  # unknown op or opset: the analysis reports it
+    found = _schema_attributes(node.op_type, opsets.get("", 0))
+    if found is None:  # unknown op or opset: the analysis reports it
         return
+    since, attributes = found
     for attr in node.attribute:
-        want = schema.attributes.get(attr.name)
-        if want is not None and int(want.type) != attr.type:
+        want = attributes.get(attr.name)
+        if want is None:  # ONNX Runtime refuses these too ("Unrecognized attribute")
+            raise InvalidModelError(
+                f"node {node.name or node.op_type!r} in {label}: {node.op_type} (opset {since}) "
+                f"has no attribute {attr.name!r}",
+                hint="the model file is corrupt or badly edited; re-export it",
+            )
+        if want != attr.type:
             raise InvalidModelError(
                 f"node {node.name or node.op_type!r} in {label}: attribute {attr.name!r} has type "
                 f"{onnx.AttributeProto.AttributeType.Name(attr.type)}, {node.op_type} needs "
-                f"{onnx.AttributeProto.AttributeType.Name(int(want.type))}",
+                f"{onnx.AttributeProto.AttributeType.Name(want)}",
                 hint="the model file is corrupt or badly edited; re-export it",
             )
 
@@ -274,12 +293,38 @@ def check_structure(model: onnx.ModelProto) -> None:
                         hint="the model file is corrupt; re-export it")
     opsets = {o.domain: o.version for o in model.opset_import}
     opsets[""] = opsets.get("", opsets.get("ai.onnx", 0))
+    depth = _subgraph_depth(model.graph)
+    if depth > MAX_SUBGRAPH_DEPTH:
+        raise InvalidModelError(
+            f"subgraphs (If/Loop/Scan bodies) nest {depth} levels deep; trtconv handles up to {MAX_SUBGRAPH_DEPTH}",
+            hint="real models nest a few levels; this file is probably corrupt or machine-generated",
+        )
     for g in iter_graphs(model.graph):
         _check_graph(g, opsets)
 
 
+def _subgraph_depth(graph: onnx.GraphProto) -> int:
+    deepest = 0
+    for node in graph.node:
+        for attr in node.attribute:
+            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for sub in subs:
+                deepest = max(deepest, 1 + _subgraph_depth(sub))
+    return deepest
+
+
 def _check_graph(g: onnx.GraphProto, opsets: dict[str, int]) -> None:
     label = f"graph {g.name!r}" if g.name else "the graph"
+    known_types = set(onnx.TensorProto.DataType.values())
+    for vi in (*g.input, *g.output, *g.value_info):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type not in known_types:
+            raise InvalidModelError(f"tensor {vi.name!r} in {label} has unknown element type "
+                                    f"{vi.type.tensor_type.elem_type}", hint="the model file is corrupt; re-export it")
+    for kind, names in (("initializer", [t.name for t in g.initializer]), ("input", [vi.name for vi in g.input])):
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise InvalidModelError(f"{label} has two {kind}s named {dup!r} (names must be unique)",
+                                    hint="the ONNX graph is structurally broken; re-export the model")
     sources = {t.name for t in g.initializer} | {vi.name for vi in g.input}
     producer: dict[str, int] = {}
     for i, node in enumerate(g.node):
@@ -417,6 +462,9 @@ def _read_proto(path: Path) -> onnx.ModelProto:
             f"{path} is not an ONNX model (no IR version or empty graph)",
             hint="check that the file is an .onnx export, not another format",
         )
+    if not model.opset_import:
+        raise InvalidModelError(f"{path} imports no opset, so its ops have no meaning",
+                                hint="the model file is corrupt; re-export it")
     for o in model.opset_import:
         if not 0 <= o.version <= OPSET_LIMIT:
             raise InvalidModelError(

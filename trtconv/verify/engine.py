@@ -97,6 +97,17 @@ def make_inputs(model: onnx.ModelProto, *, inputs: Path | None, shapes: Mapping[
     return ort.random_feeds(model, shapes, seed=seed)
 
 
+def preflight(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> None:
+    """Refuse, before ONNX Runtime allocates it, a reference run that cannot fit in memory."""
+    from trtconv.build.corners import does_not_fit
+    from trtconv.errors import InvalidModelError
+
+    why = does_not_fit(model, {k: tuple(int(d) for d in v.shape) for k, v in feeds.items()})
+    if why:
+        raise InvalidModelError(f"ONNX Runtime cannot run the reference at these shapes: {why}",
+                                hint="check the model for a huge constant shape, or verify at smaller --shapes")
+
+
 def compare_with_reference(
     model: onnx.ModelProto | Path,
     feeds: Mapping[str, np.ndarray],
@@ -134,6 +145,7 @@ def verify_engine(
 
     loaded = load_model(onnx_path, load_weights=False)
     feeds = make_inputs(loaded.proto, inputs=inputs, shapes=shapes, seed=seed)
+    preflight(loaded.proto, feeds)
     from trtconv.trt.engine import EngineRunner
 
     runner = EngineRunner(engine_path, plugin_libraries, check_compatibility=check_compatibility)
@@ -159,6 +171,8 @@ def verify_engine_corners(
 
     model = load_model(onnx_path, load_weights=False).proto
     plan = [(p, c, make_inputs(model, inputs=None, shapes=s, seed=seed)) for p, c, s in corners]
+    for _, _, feeds in plan:
+        preflight(model, feeds)
     runner = EngineRunner(engine_path, plugin_libraries, check_compatibility=check_compatibility)
     results, failures = [], []
     for profile, corner, feeds in plan:

@@ -30,16 +30,16 @@ PTX_ARCH = "sm_80"  # compute_80 PTX: the driver compiles it for Ampere, Ada, Ho
 THREADS = 256  # block size every entry point is written for
 
 # Tiles compiled into the PTX: (BM output pixels, BN output channels, KCH channels per K
-# step for 16-bit types -- FP32 steps take KCH/2 --, sampler). Sampler 0: the CTA computes
-# each (pixel, tap) sampling recipe once into shared memory and every channel chunk reuses
-# it (v10, entry suffix "s"); 1 or 2: each sampling thread recomputes the recipe per channel
-# chunk and gathers that many 16-byte vectors per pixel (v9). The TensorRT tactic number is
-# the 1-based index into this tuple; TensorRT times them all at build time.
+# step for 16-bit types -- FP32 steps take KCH/2 --, variant). Every entry computes each
+# pixel's sampling recipe (corner offsets, bilinear weights x mask) once per tap into shared
+# memory and reuses it for every channel chunk (v10, plugins/dcnv2/NOTES.md). Variant 0 ("s"
+# entries): a K step's loads are issued at its start; 1 ("p"): one step ahead; 2 ("t"): as
+# 0, the pixel tile being an 8-wide block of output pixels where Ho and Wo allow it (more L1
+# hits). The TensorRT tactic number is the 1-based index into this tuple; TensorRT times them
+# all at build time.
 Tile = tuple[int, int, int, int]
-TILES: tuple[Tile, ...] = (
-    (128, 128, 32, 1), (64, 128, 32, 1), (64, 64, 64, 1), (64, 64, 64, 2), (32, 128, 64, 1), (32, 64, 64, 1),
-    (128, 128, 32, 0), (64, 128, 32, 0), (64, 256, 16, 0), (64, 64, 64, 0), (32, 128, 64, 0), (32, 64, 64, 0),
-)
+TILES: tuple[Tile, ...] = ((64, 128, 32, 0), (64, 64, 64, 0), (64, 64, 64, 2), (32, 128, 32, 0), (64, 256, 16, 1))
+_VARIANT = ("s", "p", "t")
 
 # Layouts of x the PTX has entry points for: "nchw" (TensorRT LINEAR) and "nhwc" (channels
 # last with a channel stride >= C: TensorRT HWC8 for FP16/BF16, HWC for FP32). Every other
@@ -161,8 +161,7 @@ def kernel_name(dtype: str, tile: Tile, allow_tf32: bool = True, layout: str = "
     if layout not in LAYOUTS:
         raise ValueError(f"no kernel for layout {layout}; compiled layouts: {LAYOUTS}")
     stem = _STEM.get(dtype) or ("tf32" if allow_tf32 else "f32")
-    vpt = {0: "s", 1: ""}.get(tile[3], f"v{tile[3]}")
-    return f"dcnv2_{stem}_{layout}_m{tile[0]}n{tile[1]}k{tile[2]}{vpt}"
+    return f"dcnv2_{stem}_{layout}_m{tile[0]}n{tile[1]}k{tile[2]}{_VARIANT[tile[3]]}"
 
 
 def tactic_tile(tactic: int | None) -> Tile:
@@ -174,11 +173,10 @@ def tactic_tile(tactic: int | None) -> Tile:
 
 def pick_tile(m: int, cout_per_group: int, group: int, sms: int = 132) -> Tile:
     """A tile without timing (TensorRT times them all), from the measured winners
-    (plugins/dcnv2/NOTES.md): 64-pixel tiles when they fill the GPU, else 32-pixel ones."""
-    nb64 = -(-cout_per_group // 64) * group
-    if -(-m // 64) * nb64 >= sms:
-        return (64, 128, 32, 1) if cout_per_group > 64 else (64, 64, 64, 2)
-    return (32, 128, 64, 1)
+    (plugins/dcnv2/NOTES.md): 64x128 when those tiles fill the GPU, else 64x64x64."""
+    if cout_per_group > 64 and -(-m // 64) * -(-cout_per_group // 128) * group >= sms:
+        return (64, 128, 32, 0)
+    return (64, 64, 64, 0)
 
 
 def grid(m: Any, cout_per_group: int, group: int, tile: Tile) -> tuple[Any, int, int]:
