@@ -70,6 +70,9 @@ def _break(kind: str, m: onnx.ModelProto) -> None:
         del a.ints[:]
     elif kind == "attribute-unknown":
         g.node[1].attribute.append(helper.make_attribute("alpha", 0.1))
+    elif kind == "cast-to-0":
+        g.node.append(helper.make_node("Cast", ["y"], ["z"], name="cast", to=0))
+        g.output[0].name = "z"
     elif kind == "attribute-no-type":
         g.node[0].attribute[0].type = AttributeProto.UNDEFINED
     elif kind == "weight-short":
@@ -95,7 +98,7 @@ EXPECT = {
     "input-dim-2**40": "1099511627776", "duplicate-output": "already exists",
     "duplicate-initializer": "two initializers named 'W'", "cycle": "cycle",
     "attribute-wrong-type": "kernel_shape", "attribute-unknown": "no attribute 'alpha'",
-    "attribute-no-type": "invalid type", "weight-short": "carries 104 bytes", "weight-dtype": "INT8",
+    "attribute-no-type": "invalid type", "cast-to-0": "is not an ONNX data type", "weight-short": "carries 104 bytes", "weight-dtype": "INT8",
     "weight-dims-2**40": "1099511627776", "name-not-utf8": "not valid UTF-8", "nested-20": "nest 20 levels",
 }
 
@@ -123,3 +126,19 @@ def test_the_unbroken_base_and_real_models_load(tmp_path, ocr_det, ocr_rec, ocr_
     load_model(path)
     for real in (ocr_det, ocr_rec, ocr_cls, silero):
         load_model(real)
+
+
+def test_sort_nodes_orders_an_unsorted_graph_stably(tmp_path, ocr_cls):
+    from trtconv.load.model import sort_nodes
+    from trtconv.rewrite.cleanup import is_sorted
+
+    m = load_model(ocr_cls).proto
+    want = [n.name for n in m.graph.node]
+    assert not sort_nodes(m)  # already sorted: nothing moves
+    nodes = list(m.graph.node)
+    shuffled = nodes[100:] + nodes[:100]
+    del m.graph.node[:]
+    m.graph.node.extend(shuffled)
+    assert not is_sorted(m)
+    assert sort_nodes(m) and is_sorted(m)
+    assert sorted(n.name for n in m.graph.node) == sorted(want)

@@ -226,6 +226,11 @@ def _not_utf8(where: str) -> InvalidModelError:
     return InvalidModelError(f"{where} is not valid UTF-8 text", hint="the model file is corrupt; re-export it")
 
 
+# Attributes of standard ops that name an element type (Cast.to, EyeLike.dtype, ...).
+_DTYPE_ATTRIBUTES = frozenset({"to", "dtype", "output_dtype"})
+_KNOWN_DTYPES = frozenset(onnx.TensorProto.DataType.values())
+
+
 @functools.lru_cache(maxsize=4096)
 def _schema_attributes(op_type: str, opset: int) -> tuple[int, dict[str, int]] | None:
     try:
@@ -247,6 +252,14 @@ def _check_attribute_schema(node: onnx.NodeProto, opsets: dict[str, int], label:
         return
     since, attributes = found
     for attr in node.attribute:
+        if attr.name in _DTYPE_ATTRIBUTES and attr.type == onnx.AttributeProto.INT and (
+            attr.i not in _KNOWN_DTYPES or (attr.i == 0 and node.op_type == "Cast")
+        ):
+            raise InvalidModelError(
+                f"node {node.name or node.op_type!r} in {label}: attribute {attr.name!r} = {attr.i} "
+                "is not an ONNX data type",
+                hint="the model file is corrupt or badly edited; re-export it",
+            )
         want = attributes.get(attr.name)
         if want is None:  # ONNX Runtime refuses these too ("Unrecognized attribute")
             raise InvalidModelError(
@@ -301,6 +314,44 @@ def check_structure(model: onnx.ModelProto) -> None:
         )
     for g in iter_graphs(model.graph):
         _check_graph(g, opsets)
+
+
+def sort_nodes(model: onnx.ModelProto) -> bool:
+    """Put every graph's nodes in topological order, in place (stable: ties keep file
+    order, so equal inputs give equal outputs). True if anything moved. ONNX wants
+    sorted graphs and passes that walk producers before consumers rely on it; ONNX
+    Runtime and TensorRT's parser accept unsorted ones, so some exporters write them."""
+    import heapq
+
+    moved = False
+    for g in iter_graphs(model.graph):
+        producer = {o: i for i, n in enumerate(g.node) for o in n.output if o}
+        users: dict[int, list[int]] = {}
+        indegree = [0] * len(g.node)
+        for i, n in enumerate(g.node):
+            for j in {producer[x] for x in n.input if x in producer}:
+                indegree[i] += 1
+                users.setdefault(j, []).append(i)
+        ready = [i for i, d in enumerate(indegree) if d == 0]
+        heapq.heapify(ready)
+        order: list[int] = []
+        while ready:
+            j = heapq.heappop(ready)
+            order.append(j)
+            for i in users.get(j, ()):
+                indegree[i] -= 1
+                if indegree[i] == 0:
+                    heapq.heappush(ready, i)
+        if len(order) != len(g.node):
+            raise InvalidModelError("the graph has a cycle", hint="the model file is corrupt; re-export it")
+        if order != sorted(order):
+            nodes = [onnx.NodeProto() for _ in order]
+            for dst, i in zip(nodes, order):
+                dst.CopyFrom(g.node[i])
+            del g.node[:]
+            g.node.extend(nodes)
+            moved = True
+    return moved
 
 
 def _subgraph_depth(graph: onnx.GraphProto) -> int:
