@@ -16,12 +16,7 @@ from trtconv.errors import ExitCode
 # Failures found by the fuzzer in modules still being written, by a signature in the
 # failure's traceback; each names its owner. Remove an entry once fixed: a listed
 # signature that no longer fails is fine, an unlisted failure is not.
-KNOWN_BUGS: dict[str, str] = {
-    "trtconv/verify/ort.py\", line": "verify/ort.py run(): ONNX Runtime run failures (e.g. a 16 GiB "
-                                     "ConstantOfShape) escape as exit 1",
-    "type from empty iterator": "rewrite: an empty-list attribute (strides=[]) cannot be exported by graphsurgeon",
-    "trtconv/rewrite/dcn.py\", line": "rewrite/dcn.py read_dcn: a DCNv2 node with a 1-D weight -> IndexError",
-}
+KNOWN_BUGS: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")

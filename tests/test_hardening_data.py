@@ -122,9 +122,7 @@ def test_empty_folder_and_missing_folder(tmp_path, ocr_cls):
     assert res.exit_code in (ExitCode.BAD_DATA, ExitCode.USAGE) and "absent" in res.stderr
 
 
-@pytest.mark.parametrize("kind", [
-    "nan", pytest.param("empty", marks=pytest.mark.xfail(
-        strict=True, reason="samples.py: an empty array reaches ONNX Runtime in fp16's range probe; fixed after 07:50"))])
+@pytest.mark.parametrize("kind", ["nan", "empty"])
 def test_fp16_checks_its_sample_data_too(tmp_path, ocr_cls, kind):
     bad = _bad(kind, tmp_path / "calib")
     res, out = _quantize(ocr_cls, tmp_path, "--calib-data", str(tmp_path / "calib"), precision="fp16")
@@ -181,15 +179,7 @@ PLUGIN_MAPS = {
 }
 
 
-PLUGIN_MAP_BUGS = {
-    "not-utf8": "rewrite/pluginmap.py: UnicodeDecodeError not caught; fixed after 07:50",
-    "deep-nesting": "rewrite/pluginmap.py: PyYAML's RecursionError not caught; fixed after 07:50",
-}
-
-
-@pytest.mark.parametrize("kind", [
-    pytest.param(k, marks=pytest.mark.xfail(strict=True, reason=PLUGIN_MAP_BUGS[k])) if k in PLUGIN_MAP_BUGS else k
-    for k in PLUGIN_MAPS])
+@pytest.mark.parametrize("kind", sorted(PLUGIN_MAPS))
 def test_hostile_plugin_map_is_usage_error(tmp_path, ocr_cls, kind, monkeypatch):
     monkeypatch.chdir(tmp_path)
     pmap = tmp_path / "map.yaml"
@@ -208,7 +198,6 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (6 * 2**30, 6 * 2**30))
 
 
-@pytest.mark.xfail(strict=True, reason="samples.py/verify/ort.py: MemoryError from random data escapes; fixed after 07:50")
 @pytest.mark.parametrize("precision", ["fp16", "int8"])
 def test_random_data_too_large_for_memory_is_a_clear_error(tmp_path, ocr_cls, precision):
     """--random-data with --shapes far beyond memory: one line and exit 2 or 11 (under a 6 GiB cap)."""

@@ -54,7 +54,6 @@ def test_available_memory_honours_rlimit():
     assert (available_memory() or 0) > 0
 
 
-@pytest.mark.xfail(strict=True, reason="verify/ort.py: no memory preflight before ONNX Runtime runs; fixed after 07:50")
 @pytest.mark.parametrize("args", [
     ["rewrite"],
     ["quantize", "--precision", "fp16", "--random-data", "2"],

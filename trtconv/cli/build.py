@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import click
 
 from trtconv.build.plan import DEFAULT_MIN_PRECISION_SHARE, DEFAULT_OPT_LEVEL, HARDWARE_COMPAT, PRECISIONS
+from trtconv.cache import cache_option, gpu_identity
 from trtconv.cli.options import force_option, json_option, model_argument, output_option, trt_version_option
 from trtconv.cli.output import print_json, progress, stderr_console
+from trtconv.config import config_option
+from trtconv.depfile import deps_option
 
 
 class BarSink:
@@ -47,6 +51,22 @@ def _say(quiet: bool) -> Any:
         console.print(f"trtconv: {stage}: {status}", markup=False, highlight=False)
 
     return say
+
+
+def _outputs(params: Mapping[str, Any]) -> list[Path]:
+    """The files this run writes: --deps targets, --cache-dir entries."""
+    from trtconv.api import BuildSettings
+
+    settings = BuildSettings(prepared=params.get("prepared"), prepare_only=bool(params.get("prepare_only")))
+    return settings.outputs(params["output"])
+
+
+def _key_extra(params: Mapping[str, Any]) -> dict[str, Any]:
+    """An engine is valid for one GPU and driver; a prepared ONNX is not tied to any."""
+    return {} if params.get("prepare_only") else gpu_identity()
+
+
+NOT_INPUTS = ("prepared", "timing_cache")  # path flags that are not inputs (the build updates the cache)
 
 
 @click.command("build")
@@ -87,6 +107,9 @@ def _say(quiet: bool) -> Any:
 @trt_version_option
 @force_option
 @json_option
+@config_option
+@deps_option(outputs=_outputs, not_inputs=NOT_INPUTS)
+@cache_option(outputs=_outputs, not_inputs=NOT_INPUTS, key_extra=_key_extra)
 def build(model: Path, output: Path, precision: str, calib_data: Path | None, calib_limit: int, shapes: str | None,
           min_shapes: tuple[str, ...], opt_shapes: tuple[str, ...], max_shapes: tuple[str, ...],
           workspace: str | None, memory_pools: tuple[str, ...], timing_cache: Path | None, no_timing_cache: bool,

@@ -8,10 +8,10 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from trtconv.analyze import CheckReport, analyze
+from trtconv.analyze import CheckReport
+from trtconv.api import check as api_check
 from trtconv.cli.options import json_option, model_argument, shapes_option, trt_version_option
 from trtconv.cli.output import finish, print_json, stdout_console
-from trtconv.load import load_model, parse_shapes
 
 STATUS_STYLE = {"supported": "green", "rewritable": "yellow", "plugin": "yellow", "unsupported": "red"}
 
@@ -27,9 +27,7 @@ def check(model: Path, trt_version: str, shapes: str | None, as_json: bool) -> N
     Exit 0: all supported; 4: every rejected node is rewritable or needs a plugin;
     5: some node is unsupported; 3: invalid model.
     """
-    shape_map = parse_shapes(shapes)  # usage errors before reading a large file
-    loaded = load_model(model, load_weights=False)
-    report = analyze(loaded, trt_version, shape_map)
+    report = api_check(model, trt=trt_version, shapes=shapes)
     if as_json:
         print_json(report.to_json())
     else:

@@ -20,8 +20,11 @@ import click
 from rich.table import Table
 
 from trtconv.api import INT8_DEFAULT_HELD_OUT, INT8_MIN_FOR_HOLDOUT
+from trtconv.cache import cache_option
 from trtconv.cli.options import force_option, json_option, model_argument, output_option, shapes_option
 from trtconv.cli.output import print_json, stdout_console, warn
+from trtconv.config import config_option
+from trtconv.depfile import deps_option
 from trtconv.errors import AccuracyError, UsageError
 from trtconv.load import parse_shapes
 from trtconv.verify.compare import OutputStats, Thresholds
@@ -73,6 +76,9 @@ from trtconv.verify.compare import OutputStats, Thresholds
 @click.option("--allow-nonfinite", is_flag=True, help="Do not fail when the quantized model outputs NaN/Inf.")
 @force_option
 @json_option
+@config_option
+@deps_option()
+@cache_option()
 def quantize(
     model: Path, output: Path, precision: str, calib_data: Path | None, preprocess: str | None,
     calib_loader: Path | None, random_data: int | None, max_samples: int, held_out: str | None,

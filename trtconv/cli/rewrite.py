@@ -6,21 +6,20 @@ from pathlib import Path
 
 import click
 
+from trtconv.api import rewrite as api_rewrite
+from trtconv.cache import cache_option
 from trtconv.cli.options import force_option, json_option, model_argument, output_option, shapes_option
 from trtconv.cli.output import print_json, progress, stdout_console
+from trtconv.config import config_option
+from trtconv.depfile import deps_option
 from trtconv.errors import UsageError
-from trtconv.load import load_model, parse_shapes, save_model
-from trtconv.load.model import _approx_size
-from trtconv.outputs import check_output_path
+from trtconv.load import parse_shapes
 from trtconv.rewrite import (
     DCN_TARGETS,
     RewriteSettings,
     default_plugin_spec_path,
     load_plugin_map,
     load_plugin_spec,
-)
-from trtconv.rewrite import (
-    rewrite as run_rewrite,
 )
 from trtconv.rewrite.pipeline import DEFAULT_FOLD_LIMIT
 from trtconv.rewrite.proof import NODE_RTOL
@@ -65,6 +64,9 @@ def _size(text: str) -> int:
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random proof inputs.")
 @click.option("--tolerance", type=float, default=NODE_RTOL, show_default=True,
               help="Node proofs pass when max |error| <= tolerance * max(1, max |reference|).")
+@config_option
+@deps_option()
+@cache_option()
 def rewrite(model: Path, output: Path, force: bool, as_json: bool, shapes: str | None, dcn_target: str,
             dcn_plugin_spec: Path | None, plugin_map: Path | None, verify: bool, fold: bool, fold_limit: str,
             int32: bool, seed: int, tolerance: float) -> None:
@@ -82,9 +84,6 @@ def rewrite(model: Path, output: Path, force: bool, as_json: bool, shapes: str |
         if not spec_path.is_file():
             raise UsageError(f"DCN plugin spec {spec_path} not found", hint="pass --dcn-plugin-spec PATH")
         spec = load_plugin_spec(spec_path)
-    check_output_path(output, force=force)  # fail before the work, not after
-    if output.resolve() == model.resolve():
-        raise UsageError("the output would overwrite the input model", hint="choose another -o path")
     settings = RewriteSettings(
         dcn_target=dcn_target, dcn_plugin=spec, plugin_map=pmap, shapes=shape_map, fold_constants=fold,
         fold_size_limit=limit, int64_to_int32=int32, verify=verify, seed=seed,
@@ -92,13 +91,7 @@ def rewrite(model: Path, output: Path, force: bool, as_json: bool, shapes: str |
     )
     with progress() as bar:
         task = bar.add_task("rewrite", total=3)
-        loaded = load_model(model)
-        bar.advance(task)
-        result = run_rewrite(loaded, settings)
-        bar.advance(task)
-        external = bool(loaded.external_refs) or _approx_size(result.model) > settings.large_model_bytes
-        save_model(result.model, output, force=force, external_data=True if external else None)
-        bar.advance(task)
+        result = api_rewrite(model, output, settings, force=force, step=lambda _stage: bar.advance(task))
     doc = result.report.to_json()
     doc["input"] = str(model)
     doc["output"] = str(output)

@@ -170,6 +170,9 @@ def convert_fp16(
         samples = list(samples)  # a generator: we need two passes
     work = onnx.ModelProto()
     work.CopyFrom(model)
+    from trtconv.load.model import sort_nodes
+
+    sort_nodes(work)  # the rules read each node's producers first; some exporters write unsorted graphs
     folded: tuple[FoldedBatchNorm, ...] = ()
     if settings.fold_batchnorm:
         work, folded = fold_batchnorms(work)
@@ -186,6 +189,7 @@ def convert_fp16(
     say("convert")
     rw = Rewriter(work, settings.rules(), keep_io_types=settings.keep_io_types, activation_peak=peak_of)
     out = rw.run()
+    out.ir_version = max(out.ir_version, 4)  # IR 3 wants every initializer listed as an input; we add some
     _check_valid(out, model)
     if samples is None or not settings.check_accuracy:
         _check_loads(out, model)

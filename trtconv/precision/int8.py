@@ -310,6 +310,15 @@ def accuracy_report(
 # ----------------------------------------------------------------------------- the API
 
 
+def _passes_checker(model: onnx.ModelProto) -> bool:
+    """The input's own verdict: Q/DQ insertion inherits what the input already breaks (unsorted nodes...)."""
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError:
+        return False
+    return True
+
+
 def quantize_int8(
     model: onnx.ModelProto,
     settings: Int8Settings,
@@ -377,10 +386,11 @@ def quantize_int8(
     placed, more_skips = _finalize(plan.placements, scales, absent)
     skips += more_skips
     qmodel = insert_qdq(work, placed, scales)
+    qmodel.ir_version = max(qmodel.ir_version, 4)  # IR 3 wants every initializer listed as an input; we add some
     try:
         onnx.checker.check_model(qmodel)
     except onnx.checker.ValidationError as exc:
-        if not any(o.domain not in ("", "ai.onnx") for o in qmodel.opset_import):
+        if not any(o.domain not in ("", "ai.onnx") for o in qmodel.opset_import) and _passes_checker(work):
             raise InternalError(f"Q/DQ insertion produced an invalid model: {str(exc).splitlines()[0]}") from exc
 
     accuracy: tuple[OutputStats, ...] = ()

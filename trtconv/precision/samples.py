@@ -356,6 +356,9 @@ def check_sample(sample: Mapping[str, Any], inputs: Mapping[str, InputSpec], ori
                 f"{origin}: input {name!r} has dtype {arr.dtype}, the model wants {spec.dtype}",
                 hint=f"save it as {spec.dtype} (e.g. arr.astype(np.{spec.dtype.name}))",
             )
+        if arr.size == 0:
+            raise DataError(f"{origin}: input {name!r} is empty (shape {list(arr.shape)})",
+                            hint="every sample needs data for every input")
         if spec.dims and arr.ndim != len(spec.dims):
             raise DataError(
                 f"{origin}: input {name!r} has shape {list(arr.shape)} (rank {arr.ndim}), "
@@ -493,12 +496,16 @@ def _random_iter(source: SampleSource, inputs: Mapping[str, InputSpec]) -> Itera
     for i in range(source.limit):
         sample = {}
         for name, spec in inputs.items():
-            if spec.dtype.kind == "f":
-                sample[name] = rng.standard_normal(concrete[name]).astype(spec.dtype)
-            elif spec.dtype.kind in "iu":
-                sample[name] = rng.integers(0, 4, size=concrete[name]).astype(spec.dtype)
-            else:
-                sample[name] = rng.integers(0, 2, size=concrete[name]).astype(spec.dtype)
+            try:
+                if spec.dtype.kind == "f":
+                    sample[name] = rng.standard_normal(concrete[name]).astype(spec.dtype)
+                elif spec.dtype.kind in "iu":
+                    sample[name] = rng.integers(0, 4, size=concrete[name]).astype(spec.dtype)
+                else:
+                    sample[name] = rng.integers(0, 2, size=concrete[name]).astype(spec.dtype)
+            except MemoryError as exc:
+                raise UsageError(f"random data: input {name!r} of shape {list(concrete[name])} does not fit in memory",
+                                 hint="give smaller --shapes") from exc
         yield f"random sample {i}", sample
 
 

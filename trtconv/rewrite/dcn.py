@@ -161,7 +161,8 @@ def read_dcn(node: gs.Node) -> DcnNode | None:
         group = _int(node, ("groups", "group"), 0)
         if not group:
             group = 1
-            if wshape and xshape and len(xshape) == 4 and isinstance(xshape[1], int) and isinstance(wshape[1], int):
+            if (wshape and xshape and len(xshape) == 4 and len(wshape) >= 2 and isinstance(xshape[1], int)
+                    and isinstance(wshape[1], int)):
                 group = max(1, xshape[1] // max(1, wshape[1]))
         ph, pw = _pair(node, ("padding", "pad", "pads"), 0)
         params = DcnParams(

@@ -247,6 +247,7 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     src = loaded_or_model.proto if isinstance(loaded_or_model, LoadedModel) else loaded_or_model
     if isinstance(loaded_or_model, LoadedModel) and not loaded_or_model.weights_loaded:
         raise UsageError("rewrite needs the model's weights", hint="load it with load_model(path) (weights on)")
+    _refuse_empty_list_attributes(src)
     original = onnx.ModelProto()
     original.CopyFrom(src)
     model = override_input_shapes(original, settings.shapes) if settings.shapes else original
@@ -393,6 +394,23 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     report = RewriteReport(settings, tuple(entries), tuple(results), gproof, nodes_before, _count_nodes(out),
                            opset_before, _default_opset(out), tuple(notes))
     return RewriteResult(out, report)
+
+
+def _refuse_empty_list_attributes(model: onnx.ModelProto) -> None:
+    """onnx-graphsurgeon cannot export an attribute that is an empty list (it infers the
+    type from the first element): say so up front instead of failing after the work."""
+    from trtconv.load.model import iter_graphs
+
+    lists = (onnx.AttributeProto.INTS, onnx.AttributeProto.FLOATS, onnx.AttributeProto.STRINGS)
+    for g in iter_graphs(model.graph):
+        for node in g.node:
+            for a in node.attribute:
+                if a.type in lists and not (a.ints or a.floats or a.strings):
+                    raise UnsupportedModelError(
+                        f"node {node.name or node.op_type!r}: attribute {a.name!r} is an empty list, "
+                        "which onnx-graphsurgeon cannot write back",
+                        hint="remove the attribute from the model (an absent attribute means its default)",
+                    )
 
 
 def _sorted_copy(model: onnx.ModelProto) -> onnx.ModelProto:

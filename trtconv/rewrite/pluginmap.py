@@ -179,8 +179,12 @@ def load_plugin_map(path: str | os.PathLike[str]) -> PluginMap:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"cannot read plugin map {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"plugin map {path} is not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
     try:
         doc = yaml.safe_load(text)
+    except RecursionError as exc:
+        raise UsageError(f"plugin map {path} is nested too deeply to be a plugin map") from exc
     except yaml.YAMLError as exc:
         raise UsageError(f"plugin map {path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
     return parse_plugin_map(doc, str(path))

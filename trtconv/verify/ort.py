@@ -31,6 +31,8 @@ def session(model: onnx.ModelProto | str | os.PathLike[str], *, threads: int | N
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if threads:
         opts.intra_op_num_threads = threads
+    if isinstance(model, onnx.ModelProto):
+        _refuse_if_too_big(model)
     src = str(model) if isinstance(model, (str, os.PathLike)) else model.SerializeToString()
     try:
         return ort.InferenceSession(src, sess_options=opts, providers=["CPUExecutionProvider"])
@@ -42,9 +44,29 @@ def session(model: onnx.ModelProto | str | os.PathLike[str], *, threads: int | N
         ) from exc
 
 
+def _refuse_if_too_big(model: onnx.ModelProto) -> None:
+    """A tensor larger than the memory left would get the process OOM-killed mid-run."""
+    from trtconv.load.shapes import available_memory, largest_static_tensor
+
+    biggest, avail = largest_static_tensor(model), available_memory()
+    if biggest is not None and avail is not None and biggest[1] > avail:
+        raise InvalidModelError(
+            f"running the model needs {biggest[1] / 2**30:.1f} GiB for tensor {biggest[0]!r} alone, "
+            f"more than the {avail / 2**30:.1f} GiB available; it does not fit",
+            hint="the model may be corrupt (a shape that declares far too much); check it with `trtconv check`",
+        )
+
+
 def run(sess, feeds: Mapping[str, np.ndarray], outputs: list[str] | None = None) -> Feeds:
     names = outputs or [o.name for o in sess.get_outputs()]
-    values = sess.run(names, dict(feeds))
+    try:
+        values = sess.run(names, dict(feeds))
+    except Exception as exc:  # ORT's Fail/InvalidArgument/RuntimeException, allocation failures included
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InvalidModelError(
+            f"ONNX Runtime failed running the model: {first[:300]}",
+            hint="the model may be corrupt, or need more memory than there is; check the input data's shapes",
+        ) from exc
     return {n: np.asarray(v) for n, v in zip(names, values)}
 
 
@@ -85,14 +107,18 @@ def random_feeds(
     feeds: Feeds = {}
     for name, shape in concrete_shapes(model, shapes).items():
         dt = types[name]
-        if dt.kind == "f":
-            feeds[name] = (rng.standard_normal(shape) * scale).astype(dt)
-        elif dt.kind in "iu":
-            feeds[name] = rng.integers(0, 4, size=shape).astype(dt)
-        elif dt.kind == "b":
-            feeds[name] = rng.integers(0, 2, size=shape).astype(bool)
-        else:
-            raise UsageError(f"input {name!r} has dtype {dt}, which trtconv cannot generate data for")
+        try:
+            if dt.kind == "f":
+                feeds[name] = (rng.standard_normal(shape) * scale).astype(dt)
+            elif dt.kind in "iu":
+                feeds[name] = rng.integers(0, 4, size=shape).astype(dt)
+            elif dt.kind == "b":
+                feeds[name] = rng.integers(0, 2, size=shape).astype(bool)
+            else:
+                raise UsageError(f"input {name!r} has dtype {dt}, which trtconv cannot generate data for")
+        except (MemoryError, ValueError) as exc:  # numpy: "array is too big" or cannot allocate
+            raise UsageError(f"random data for input {name!r} of shape {list(shape)} does not fit in memory",
+                             hint="give smaller --shapes") from exc
     return feeds
 
 
