@@ -16,6 +16,7 @@ import onnx
 from onnx import numpy_helper
 
 from trtconv.errors import InvalidModelError
+from trtconv.load.model import topological_order
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 STANDARD_DOMAINS = ("", "ai.onnx")
@@ -154,37 +155,12 @@ def _check_order(graph: onnx.GraphProto, prefix: str, outer: Sequence[set[str]],
     return late
 
 
-def _find_cycle_node(graph: onnx.GraphProto) -> int | None:
-    """Kahn's algorithm within one graph: index of a node on a cycle, or None if acyclic."""
-    producer_idx = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
-    indeg = [0] * len(graph.node)
-    users: list[list[int]] = [[] for _ in graph.node]
-    for i, n in enumerate(graph.node):
-        for name in set(n.input):
-            j = producer_idx.get(name)
-            if j is not None:
-                indeg[i] += 1
-                users[j].append(i)
-    ready = [i for i, d in enumerate(indeg) if d == 0]
-    seen = 0
-    while ready:
-        j = ready.pop()
-        seen += 1
-        for i in users[j]:
-            indeg[i] -= 1
-            if indeg[i] == 0:
-                ready.append(i)
-    if seen == len(graph.node):
-        return None
-    return next(i for i, d in enumerate(indeg) if d > 0)
-
-
 def _walk(index: GraphIndex, graph: onnx.GraphProto, prefix: str, outer: list[set[str]]) -> None:
     _collect_types(index, graph)
     defined = {vi.name for vi in graph.input} | {t.name for t in graph.initializer}
     late = _check_order(graph, prefix, outer, defined, index)
     if late:
-        cyc = _find_cycle_node(graph)
+        _, cyc = topological_order(graph)
         if cyc is not None:
             node = graph.node[cyc]
             raise _broken(prefix + display_name(node, cyc), node, "is part of a cycle")

@@ -316,33 +316,44 @@ def check_structure(model: onnx.ModelProto) -> None:
         _check_graph(g, opsets)
 
 
-def sort_nodes(model: onnx.ModelProto) -> bool:
-    """Put every graph's nodes in topological order, in place (stable: ties keep file
-    order, so equal inputs give equal outputs). True if anything moved. ONNX wants
-    sorted graphs and passes that walk producers before consumers rely on it; ONNX
-    Runtime and TensorRT's parser accept unsorted ones, so some exporters write them."""
+def topological_order(g: onnx.GraphProto) -> tuple[list[int], int | None]:
+    """Node indices of ``g`` producers-first (stable: ties keep file order, so equal
+    inputs give equal outputs), and the index of a node on a cycle, or None.
+
+    Names from outer scopes (subgraph captures) and graph inputs count as sources.
+    The one topological sort in trtconv: loading, sorting and analysis all use it.
+    """
     import heapq
 
+    producer = {o: i for i, n in enumerate(g.node) for o in n.output if o}
+    users: dict[int, list[int]] = {}
+    indegree = [0] * len(g.node)
+    for i, n in enumerate(g.node):
+        for j in {producer[x] for x in n.input if x in producer}:
+            indegree[i] += 1
+            users.setdefault(j, []).append(i)
+    ready = [i for i, d in enumerate(indegree) if d == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        j = heapq.heappop(ready)
+        order.append(j)
+        for i in users.get(j, ()):
+            indegree[i] -= 1
+            if indegree[i] == 0:
+                heapq.heappush(ready, i)
+    stuck = None if len(order) == len(g.node) else next(i for i, d in enumerate(indegree) if d > 0)
+    return order, stuck
+
+
+def sort_nodes(model: onnx.ModelProto) -> bool:
+    """Put every graph's nodes in topological order, in place. True if anything moved.
+    ONNX wants sorted graphs and passes that walk producers before consumers rely on it;
+    ONNX Runtime and TensorRT's parser accept unsorted ones, so some exporters write them."""
     moved = False
     for g in iter_graphs(model.graph):
-        producer = {o: i for i, n in enumerate(g.node) for o in n.output if o}
-        users: dict[int, list[int]] = {}
-        indegree = [0] * len(g.node)
-        for i, n in enumerate(g.node):
-            for j in {producer[x] for x in n.input if x in producer}:
-                indegree[i] += 1
-                users.setdefault(j, []).append(i)
-        ready = [i for i, d in enumerate(indegree) if d == 0]
-        heapq.heapify(ready)
-        order: list[int] = []
-        while ready:
-            j = heapq.heappop(ready)
-            order.append(j)
-            for i in users.get(j, ()):
-                indegree[i] -= 1
-                if indegree[i] == 0:
-                    heapq.heappush(ready, i)
-        if len(order) != len(g.node):
+        order, stuck = topological_order(g)
+        if stuck is not None:
             raise InvalidModelError("the graph has a cycle", hint="the model file is corrupt; re-export it")
         if order != sorted(order):
             nodes = [onnx.NodeProto() for _ in order]
@@ -397,26 +408,9 @@ def _check_graph(g: onnx.GraphProto, opsets: dict[str, int]) -> None:
                     hint="the ONNX graph is structurally broken; re-export the model",
                 )
             producer[out] = i
-    # Kahn over edges inside this graph; names from outer scopes are sources.
-    indegree = [0] * len(g.node)
-    users: dict[int, list[int]] = {}
-    for i, node in enumerate(g.node):
-        for name in set(node.input):
-            j = producer.get(name)
-            if j is not None:
-                indegree[i] += 1
-                users.setdefault(j, []).append(i)
-    ready = [i for i, d in enumerate(indegree) if d == 0]
-    seen = 0
-    while ready:
-        j = ready.pop()
-        seen += 1
-        for i in users.get(j, ()):
-            indegree[i] -= 1
-            if indegree[i] == 0:
-                ready.append(i)
-    if seen != len(g.node):
-        stuck = next(g.node[i] for i, d in enumerate(indegree) if d > 0)
+    _, cyclic = topological_order(g)
+    if cyclic is not None:
+        stuck = g.node[cyclic]
         raise InvalidModelError(
             f"invalid graph: node {stuck.name or stuck.op_type!r} in {label} is part of a cycle",
             hint="the ONNX graph is structurally broken; re-export the model",
