@@ -37,7 +37,9 @@
 
 using namespace nvcuda;
 
-namespace {
+// A named namespace, not an anonymous one: nvcc names internal-linkage symbols after a hash of
+// the source file's absolute path, which would make the shipped PTX depend on where it was built.
+namespace trtconv_dcnv2 {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
@@ -627,7 +629,9 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
   }
 }
 
-}  // namespace
+}  // namespace trtconv_dcnv2
+
+using namespace trtconv_dcnv2;
 
 // x is NCHW for *_nchw_* entries, and channels-last [N, H, W, xcs] for *_nhwc_* entries
 // (xcs >= C: TensorRT's HWC8 pads channels to a multiple of 8). NCHW entries ignore xcs.
