@@ -24,6 +24,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, defs, helper, numpy_helper
 
+from trtconv.load.model import iter_graphs
 from trtconv.precision.fp16_rules import FP16_MAX, NodeView, Rule, const_peak_lookup
 
 FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
@@ -121,7 +122,7 @@ class Rewriter:
         self.decisions: list[Decision] = []
         self.stats = RewriteStats()
         self.half_tensors: set[str] = set()  # node outputs written in float16 (for emulate_half)
-        self.taken = {n for g in _all_graphs(model.graph) for n in _names(g)}
+        self.taken = {n for g in iter_graphs(model.graph) for n in _names(g)}
 
     def fresh(self, base: str) -> str:
         cand, k = base, 0
@@ -144,20 +145,9 @@ class Rewriter:
     def run(self) -> onnx.ModelProto:
         main = _Scope(self, self.model.graph, None, "main")
         main.process()
-        for g in _all_graphs(self.model.graph):
+        for g in iter_graphs(self.model.graph):
             del g.value_info[:]  # stale: types changed; consumers re-infer
         return self.model
-
-
-def _all_graphs(graph: onnx.GraphProto):
-    yield graph
-    for n in graph.node:
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from _all_graphs(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    yield from _all_graphs(g)
 
 
 def _names(g: onnx.GraphProto):
@@ -423,7 +413,7 @@ def _reads(g: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> set[str]:
         for a in n.attribute:
             subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
             for sg in subs:
-                for sub in _all_graphs(sg):
+                for sub in iter_graphs(sg):
                     for m in sub.node:
                         used.update(m.input)
                     used.update(o.name for o in sub.output)
@@ -494,7 +484,7 @@ def emulate_half(model: onnx.ModelProto, half_tensors: set[str]) -> onnx.ModelPr
         counter[0] += 1
         return f"{base}__emu{counter[0]}"
 
-    for g in _all_graphs(out.graph):
+    for g in iter_graphs(out.graph):
         for t in g.initializer:
             if t.data_type == HALF:
                 t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
