@@ -23,7 +23,7 @@ TRT_DISTS = ("tensorrt", "tensorrt-cu13", "tensorrt-cu12", "tensorrt-cu13-libs",
              "tensorrt-cu13-bindings", "tensorrt-cu12-bindings", "tensorrt-lean", "tensorrt-dispatch")
 INSTALL_HINT = (
     "install TensorRT with `pip install tensorrt` (CUDA 13) or `pip install tensorrt-cu12` (CUDA 12); "
-    "the libraries come from pypi.nvidia.com. On Jetson use the JetPack TensorRT."
+    "the native libraries come from NVIDIA's own package index. On Jetson use the JetPack TensorRT."
 )
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
