@@ -292,6 +292,22 @@ def test_dcnv2_dialects_are_rewritable_through_the_catalog(tmp_path, domain, op)
     assert r.exit_code == ExitCode.NEEDS_REWRITE
 
 
+@pytest.mark.parametrize("version_attr, warnings", [({"plugin_version": "2"}, set()),
+                                                    ({}, {"plugin-version"})])
+def test_modulated_deform_conv_plugin_warns_only_when_it_binds_version_1(tmp_path, version_attr, warnings):
+    """Only version 1 of the built-in ModulatedDeformConv2d plugin is deprecated; what
+    `trtconv rewrite --dcn-target plugin` writes (plugin_version "2") must check clean."""
+    nodes = [helper.make_node("ModulatedDeformConv2d", ["x", "off", "mask", "w"], ["y"], name="mdcn",
+                              stride=[1, 1], padding=[1, 1], dilation=[1, 1], group=1, deformable_group=1,
+                              **version_attr)]
+    ins = [vi("x", F, [1, 2, 8, 8]), vi("off", F, [1, 18, 8, 8]), vi("mask", F, [1, 9, 8, 8]), vi("w", F, [4, 2, 3, 3])]
+    for version in ("10.16", "11.4"):
+        r = check(save(tmp_path, nodes, ins, [vi("y", F, None)], name=f"m{version}.onnx"), version)
+        found = [n for n in r.nodes if n.op_type == "ModulatedDeformConv2d"]
+        assert r.exit_code == ExitCode.OK
+        assert set().union(*(rules_of(n) for n in found)) == warnings
+
+
 def test_removed_plugin_rejected_on_11_deprecated_on_10(tmp_path):
     nodes = [helper.make_node("BatchedNMS_TRT", ["b", "s"], ["n"], domain="trt", name="nms")]
     p = save(tmp_path, nodes, [vi("b", F, [1, 10, 1, 4]), vi("s", F, [1, 10, 2])], [vi("n", TensorProto.INT32, None)],

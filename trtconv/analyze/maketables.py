@@ -121,8 +121,9 @@ KEPT_IN_11 = ["CropAndResizeDynamic", "DecodeBbox3DPlugin", "DetectionLayer_TRT"
               "ScatterElements", "ScatterND", "VoxelGeneratorPlugin"]
 DEPRECATED = {
     "EfficientNMS_TRT": "deprecated since 10.12, use ONNX NonMaxSuppression (INMSLayer)",
-    "ModulatedDeformConv2d": "version 1 deprecated since 10.11; set plugin_version=2",
 }
+# ModulatedDeformConv2d is not listed: only its version 1 is deprecated (since 10.11), and the
+# plugin-version rule in rules.py reports exactly the nodes that would bind version 1.
 NEW_IN_11 = {"TopkLastDim": "11.1"}
 REPLACEMENT = "use ONNX NonMaxSuppression (INMSLayer)"
 
