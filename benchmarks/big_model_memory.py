@@ -12,14 +12,13 @@ costs on the same file: ``onnx.load`` (every weight in memory once) and
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from measure import peak_rss  # benchmarks/measure.py (the script's folder is on sys.path)
 from onnx import TensorProto, helper
 
 N = 8192
@@ -53,15 +52,6 @@ def make_model(folder: Path) -> Path:
     return path
 
 
-def measure(cmd: list[str]) -> tuple[float, float, int, str]:
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    err = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    return usage.ru_maxrss / 1024, time.monotonic() - start, os.waitstatus_to_exitcode(status), err[-600:]
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--keep", type=Path, default=None, help="generate into (and keep) this folder")
@@ -90,7 +80,7 @@ def main() -> int:
             out.mkdir(exist_ok=True)
             runs.append(("trtconv rewrite --no-verify", [py, "-m", "trtconv", "rewrite", str(model), "-o",
                                                           str(out / "big.onnx"), "--no-verify", "--force"]))
-        rows = [(name, *measure(cmd)) for name, cmd in runs]
+        rows = [(name, *peak_rss(cmd)) for name, cmd in runs]
         print(f"model: {size / 2**20:.0f} MiB ({LAYERS} x {N}x{N} float32, external data)")
         print(f"{'run':<34} {'peak RSS MiB':>12} {'x model':>8} {'wall s':>7} {'exit':>4}")
         for name, rss, wall, rc, err in rows:

@@ -12,12 +12,12 @@ RSS comes from wait4's rusage, so runs do not see each other.
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from measure import peak_rss  # benchmarks/measure.py (the script's folder is on sys.path)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -47,17 +47,6 @@ quantize_static(model, out, Reader(), quant_format=QuantFormat.QDQ, activation_t
                 op_types_to_quantize=["Conv", "Gemm", "MatMul", "Add"],
                 extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
 """
-
-
-def peak_rss(cmd: list[str]) -> tuple[float, float, int, str]:
-    """(peak RSS MiB, wall s, exit code, stderr tail) of one fresh subprocess."""
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    err = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return usage.ru_maxrss / 1024, time.monotonic() - start, proc.returncode, err[-600:]
 
 
 def make_images(folder: Path, n: int) -> None:
