@@ -167,7 +167,11 @@ def value_shapes(model: onnx.ModelProto) -> dict[str, list[int | str | None]]:
 
 def value_dtypes(model: onnx.ModelProto) -> dict[str, int]:
     """Every known tensor's ONNX element type (TensorProto.DataType) after inference."""
-    g = model.graph
+    return graph_dtypes(model.graph)
+
+
+def graph_dtypes(g: onnx.GraphProto) -> dict[str, int]:
+    """Element types declared in one graph (or subgraph): its value infos and initializers."""
     out: dict[str, int] = {}
     for vi in list(g.input) + list(g.value_info) + list(g.output):
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:

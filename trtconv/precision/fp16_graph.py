@@ -25,6 +25,7 @@ import onnx
 from onnx import TensorProto, defs, helper, numpy_helper
 
 from trtconv.load.model import iter_graphs
+from trtconv.load.shapes import graph_dtypes
 from trtconv.precision.fp16_rules import FP16_MAX, NodeView, Rule, const_peak_lookup
 
 FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
@@ -60,12 +61,8 @@ class RewriteStats:
 
 
 def graph_types(graph: onnx.GraphProto) -> dict[str, int]:
-    types: dict[str, int] = {}
-    for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-            types[vi.name] = vi.type.tensor_type.elem_type
-    for t in graph.initializer:
-        types[t.name] = t.data_type
+    """Declared element types plus those of Constant outputs (which carry no value info)."""
+    types = graph_dtypes(graph)
     for n in graph.node:
         if n.op_type == "Constant":
             for a in n.attribute:
