@@ -185,3 +185,17 @@ def test_unmapped_source_output_that_is_a_graph_output_is_an_error():
                                                     "plugin": {"name": "P", "version": "1"}, "outputs": [0, 1, 2]}]})
     with pytest.raises(UsageError, match=r"node 'nms0'.*outputs: source output 3 \('det_classes'\)"):
         rewrite(nms_model(), RewriteSettings(plugin_map=pmap))
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"\xff\xfe not utf-8", "DCN plugin spec .* is not UTF-8 text"),
+    (b'{"plugin": ', "DCN plugin spec .* is not valid JSON"),
+    (b"[" * 5000, "DCN plugin spec .* (nested too deeply|is not valid JSON)"),
+])
+def test_unreadable_dcn_plugin_spec_is_a_usage_error(tmp_path, content, message):
+    from trtconv.rewrite import load_plugin_spec
+
+    path = tmp_path / "spec.json"
+    path.write_bytes(content)
+    with pytest.raises(UsageError, match=message):
+        load_plugin_spec(path)

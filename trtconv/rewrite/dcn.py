@@ -281,19 +281,12 @@ def field_value(role: str, params: DcnParams) -> list[int] | int:
 
 def load_plugin_spec(path: str | os.PathLike[str]) -> PluginSpec:
     """Read a DCN plugin's machine-readable spec (plugins/dcnv2/spec.json; JSON or YAML)."""
-    import json
-
-    import yaml
-
     from trtconv.errors import UsageError
+    from trtconv.rewrite.pluginmap import read_document
 
     path = Path(path)
+    doc = read_document(path, "DCN plugin spec")
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot read DCN plugin spec {path}: {exc.strerror or exc}") from exc
-    try:
-        doc = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
         plugin, node = doc["plugin"], doc.get("onnx_node", {})
         inputs = sorted(doc["inputs"], key=lambda d: int(d["index"]))
         roles = tuple(str(d["name"]) for d in inputs)
@@ -333,7 +326,7 @@ def load_plugin_spec(path: str | os.PathLike[str]) -> PluginSpec:
             domain=str(node.get("domain") or plugin.get("namespace") or PLUGIN_DOMAIN),
             source=str(path),
         )
-    except (KeyError, TypeError, ValueError, AttributeError, yaml.YAMLError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise UsageError(
             f"DCN plugin spec {path} is not usable: {type(exc).__name__}: {exc}",
             hint="see docs/rewrite.md (target trtconv-plugin) for the fields trtconv reads",

@@ -171,23 +171,31 @@ def parse_plugin_map(doc: Any, source: str = "<memory>") -> PluginMap:
     return PluginMap(tuple(ops), source)
 
 
-def load_plugin_map(path: str | os.PathLike[str]) -> PluginMap:
+def read_document(path: str | os.PathLike[str], what: str) -> Any:
+    """A user's JSON (``.json``) or YAML file, parsed; every way it can be unreadable is a
+    one-line UsageError naming ``what`` and the file (plugin maps and plugin specs)."""
+    import json
+
     import yaml
 
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise UsageError(f"cannot read plugin map {path}: {exc.strerror or exc}") from exc
+        raise UsageError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
-        raise UsageError(f"plugin map {path} is not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
+        raise UsageError(f"{what} {path} is not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
+    fmt = "JSON" if path.suffix == ".json" else "YAML"
     try:
-        doc = yaml.safe_load(text)
+        return json.loads(text) if fmt == "JSON" else yaml.safe_load(text)
     except RecursionError as exc:
-        raise UsageError(f"plugin map {path} is nested too deeply to be a plugin map") from exc
-    except yaml.YAMLError as exc:
-        raise UsageError(f"plugin map {path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
-    return parse_plugin_map(doc, str(path))
+        raise UsageError(f"{what} {path} is nested too deeply to be a {what}") from exc
+    except (ValueError, yaml.YAMLError) as exc:  # json.JSONDecodeError is a ValueError
+        raise UsageError(f"{what} {path} is not valid {fmt}: {str(exc).splitlines()[0]}") from exc
+
+
+def load_plugin_map(path: str | os.PathLike[str]) -> PluginMap:
+    return parse_plugin_map(read_document(path, "plugin map"), str(Path(path)))
 
 
 def convert(value: Any, ftype: str, where: str) -> Any:
