@@ -95,8 +95,9 @@ def main(argv: list[str] | None = None) -> int:
             tiles: dict[str, float] = {}
             for layout in dk.LAYOUTS:
                 xin = x_cl if layout == "nhwc" else x
-                for tile in dk.TILES:
-                    if tile[1] == 128 and cout <= 64:
+                # Every tile TensorRT would time on this GPU (the wgmma ones on compute capability 9.0).
+                for tile in dk.usable_tiles(torch.cuda.get_device_capability(), accurate_fp32=mode == "fp32"):
+                    if tile[1] >= 128 and cout <= 64:
                         continue
                     run, _ = launch.prepare(xin, off, msk, w_ohwi, b, attrs, out=out, tile=tile, layout=layout)
                     tiles[f"{layout} {tile[0]}x{tile[1]}x{tile[2]}x{tile[3]}"] = time_us(torch, run, iters, reps)

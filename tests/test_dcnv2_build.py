@@ -1,9 +1,10 @@
-"""The DCNv2 kernel builds, and the PTX trtconv ships is what plugins/dcnv2/dcnv2.cu compiles to.
+"""The DCNv2 kernels build, and the PTX trtconv ships is what plugins/dcnv2/*.cu compile to.
 
 Runs in the normal suite (CI has nvcc, CUDA 13.0): a kernel that does not compile, or PTX
-that was not regenerated after an edit (`make dcnv2-ptx`), fails here. The shipped PTX
-targets compute_80 and the driver compiles it for the GPU it runs on; ptxas for sm_90
-checks that what an engine embeds (one entry per plugin) assembles for Hopper.
+that was not regenerated after an edit (`make dcnv2-ptx`), fails here. dcnv2.ptx targets
+compute_80 (the driver compiles it for the GPU it runs on), dcnv2_sm90a.ptx compute_90a
+(wgmma, Hopper only); ptxas checks that what an engine embeds (one entry per plugin)
+assembles for Hopper within 48 KiB of static shared memory.
 """
 
 from __future__ import annotations
@@ -40,31 +41,40 @@ def build():
     return mod
 
 
-def test_shipped_ptx_matches_source(build, tmp_path):
-    out = tmp_path / "dcnv2.ptx"
-    build.compile_ptx(dk.PTX_ARCH, out)
+@pytest.mark.parametrize("arch", [dk.PTX_ARCH, dk.SM90_PTX_ARCH])
+def test_shipped_ptx_matches_source(build, tmp_path, arch):
+    shipped_file = build.TARGETS[arch][1]
+    out = tmp_path / shipped_file.name
+    build.compile_ptx(arch, out)
     fresh = build.ptx_body(out.read_text())
-    shipped = build.ptx_body(build.SHIPPED_PTX.read_text())
-    assert fresh == shipped, "trtconv/trt/plugins/dcnv2.ptx is stale: run `make dcnv2-ptx`"
+    shipped = build.ptx_body(shipped_file.read_text())
+    assert fresh == shipped, f"trtconv/trt/plugins/{shipped_file.name} is stale: run `make dcnv2-ptx`"
 
 
 @pytest.mark.parametrize(
     "dtype,tile,tf32,layout",
-    [("float16", dk.TILES[0], True, "nhwc"), ("float32", dk.TILES[-1], False, "nchw")],
+    [
+        ("float16", dk.TILES[0], True, "nhwc"),
+        ("float32", dk.TILES[-1], False, "nchw"),
+        ("float16", dk.SM90_TILES[0], True, "nhwc"),
+        ("float32", dk.SM90_TILES[-1], True, "nchw"),
+    ],
 )
 def test_embedded_entry_assembles_for_hopper(build, tmp_path, dtype, tile, tf32, layout):
-    """The single-entry module the plugin hands TensorRT is complete PTX for sm_90."""
+    """The single-entry module the plugin hands TensorRT is complete PTX for sm_90(a)."""
     ptxas = shutil.which("ptxas") or str(Path(build.nvcc()).with_name("ptxas"))
     name = dk.kernel_name(dtype, tile, tf32, layout)
     src = tmp_path / f"{name}.ptx"
     src.write_text(dk.entry_ptx(name))
+    arch = "sm_90a" if tile in dk.SM90_TILES else "sm_90"
     res = subprocess.run(
-        [ptxas, "-arch=sm_90", "-v", str(src), "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True
+        [ptxas, f"-arch={arch}", "-v", str(src), "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True
     )
     assert res.returncode == 0, res.stderr
     used = re.search(r"Used (\d+) registers.*?(\d+) bytes smem", res.stderr, re.S)
     assert used, res.stderr
     assert int(used.group(2)) <= 48 * 1024, "static shared memory must stay within 48 KiB (no opt-in)"
+    assert "spill" not in res.stderr or " 0 bytes spill stores" in res.stderr, res.stderr
 
 
 def test_every_entry_is_shipped():
@@ -75,6 +85,13 @@ def test_every_entry_is_shipped():
     assert wanted <= names, f"missing entries: {sorted(wanted - names)[:5]}"
     one = dk.entry_ptx(dk.kernel_name("float16", dk.TILES[0]))
     assert one.count(".entry ") == 1 and one.startswith(".version") and ".target sm_80" in one
+    hopper = set(re.findall(r"^\.visible \.entry (\w+)\(", dk.load_ptx(dk.SM90_PTX_FILE), re.M))
+    wanted = {dk.kernel_name(d, t, True, lay) for d in dk.DTYPES for t in dk.SM90_TILES for lay in dk.LAYOUTS}
+    assert wanted == hopper, f"compute_90a entries differ: {sorted(wanted ^ hopper)[:5]}"
+    one = dk.entry_ptx(dk.kernel_name("bfloat16", dk.SM90_TILES[0], layout="nhwc"))
+    assert one.count(".entry ") == 1 and ".target sm_90a" in one
+    with pytest.raises(ValueError, match="FP32-accurate"):
+        dk.kernel_name("float32", dk.SM90_TILES[0], allow_tf32=False)
 
 
 def test_packaged_spec_is_the_source_spec():

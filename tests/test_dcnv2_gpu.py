@@ -132,26 +132,38 @@ def rel_err(out, ref) -> float:
 MODES = [("f32", "float32", False), ("tf32", "float32", True), ("f16", "float16", True), ("bf16", "bfloat16", True)]
 
 
+def _skip_unusable(tile, tf32: bool) -> None:
+    """The compute_90a tiles run on compute capability 9.0 only, and not in FP32-accurate mode."""
+    torch = _torch()
+    if tile not in dk.usable_tiles(torch.cuda.get_device_capability(), accurate_fp32=not tf32):
+        pytest.skip(f"tile {tile} needs compute capability 9.0 and TF32/FP16/BF16")
+
+
+@pytest.mark.parametrize("tile", [None, *dk.SM90_TILES], ids=["default", *(f"m{t[0]}n{t[1]}w" for t in dk.SM90_TILES)])
 @pytest.mark.parametrize("layout", dk.LAYOUTS)
 @pytest.mark.parametrize("mode,dtype_name,tf32", MODES, ids=[m[0] for m in MODES])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_matches_float64_reference(launcher, name, mode, dtype_name, tf32, layout):
+def test_matches_float64_reference(launcher, name, mode, dtype_name, tf32, layout, tile):
+    """Every case on the default tile, and on each Hopper (wgmma) tile where the GPU runs it."""
     torch = _torch()
+    if tile is not None:
+        _skip_unusable(tile, tf32)
     case = CASES[name]
-    inputs = _inputs(case, getattr(torch, dtype_name), seed=zlib.crc32(f"{name}/{mode}/{layout}".encode()))
-    out = run_kernel(launcher, case, inputs, tf32, layout=layout)
+    inputs = _inputs(case, getattr(torch, dtype_name), seed=zlib.crc32(f"{name}/{mode}/{layout}/{tile}".encode()))
+    out = run_kernel(launcher, case, inputs, tf32, tile=tile, layout=layout)
     assert not torch.isnan(out).any(), "some output elements were never written"
     err = rel_err(out, reference(case, *inputs))
     assert err <= LIMITS[mode], f"{name} {mode}: rel err {err:.2e} > {LIMITS[mode]:.0e}"
 
 
 @pytest.mark.parametrize("layout", dk.LAYOUTS)
-@pytest.mark.parametrize("tile", dk.TILES, ids=[f"m{t[0]}n{t[1]}k{t[2]}v{t[3]}" for t in dk.TILES])
+@pytest.mark.parametrize("tile", dk.ALL_TILES, ids=[f"m{t[0]}n{t[1]}k{t[2]}v{t[3]}" for t in dk.ALL_TILES])
 @pytest.mark.parametrize("mode,dtype_name,tf32", MODES, ids=[m[0] for m in MODES])
 def test_every_tile(launcher, tile, mode, dtype_name, tf32, layout):
     torch = _torch()
+    _skip_unusable(tile, tf32)
     case = Case(2, 80, 136, 19, 21, dg=2)  # partial M, N and K tiles; 40 channels per deformable group
-    inputs = _inputs(case, getattr(torch, dtype_name), seed=7 + dk.TILES.index(tile))
+    inputs = _inputs(case, getattr(torch, dtype_name), seed=7 + dk.ALL_TILES.index(tile))
     out = run_kernel(launcher, case, inputs, tf32, tile=tile, layout=layout)
     assert not torch.isnan(out).any()
     err = rel_err(out, reference(case, *inputs))
@@ -159,13 +171,15 @@ def test_every_tile(launcher, tile, mode, dtype_name, tf32, layout):
 
 
 @pytest.mark.parametrize("layout", dk.LAYOUTS)
-@pytest.mark.parametrize("tile", dk.TILES, ids=[f"m{t[0]}n{t[1]}k{t[2]}v{t[3]}" for t in dk.TILES])
+@pytest.mark.parametrize("tile", dk.ALL_TILES, ids=[f"m{t[0]}n{t[1]}k{t[2]}v{t[3]}" for t in dk.ALL_TILES])
 @pytest.mark.parametrize("mode,dtype_name,tf32", [MODES[1], MODES[2]], ids=["tf32", "f16"])
 def test_every_tile_pixel_blocks(launcher, tile, mode, dtype_name, tf32, layout):
-    """Ho, Wo multiples of 8 (pixel-block entries take their 2-D path), partial N tiles, N > 1."""
+    """Ho, Wo multiples of 8 (pixel-block entries take their 2-D path; the wgmma entries their
+    vectorized epilogue), partial N tiles, N > 1."""
     torch = _torch()
+    _skip_unusable(tile, tf32)
     case = Case(3, 80, 136, 16, 24, dg=2)
-    inputs = _inputs(case, getattr(torch, dtype_name), seed=70 + dk.TILES.index(tile))
+    inputs = _inputs(case, getattr(torch, dtype_name), seed=70 + dk.ALL_TILES.index(tile))
     out = run_kernel(launcher, case, inputs, tf32, tile=tile, layout=layout)
     assert not torch.isnan(out).any()
     err = rel_err(out, reference(case, *inputs))

@@ -92,12 +92,25 @@ def test_check_shapes_reports_every_mismatch():
 
 def test_launch_geometry_covers_every_output():
     for m, coutg, group in [(1, 1, 1), (16384, 64, 1), (32768, 256, 1), (1024, 512, 1), (433, 24, 4)]:
-        for tile in dk.TILES:
+        for tile in dk.ALL_TILES:
             gx, gy, gz = dk.grid(m, coutg, group, tile)
             assert gx * tile[0] >= m > (gx - 1) * tile[0]
             assert gy * tile[1] >= coutg > (gy - 1) * tile[1] and gz == group
         assert dk.pick_tile(m, coutg, group) in dk.TILES
     assert dk.tactic_tile(0) == dk.TILES[0] and dk.tactic_tile(len(dk.TILES)) == dk.TILES[-1]
+    assert dk.tactic_tile(len(dk.ALL_TILES)) == dk.SM90_TILES[-1]
+    # One warpgroup (128 threads) per 64 pixels for the wgmma entries, 256 threads otherwise.
+    assert [dk.threads(t) for t in dk.SM90_TILES] == [2 * t[0] for t in dk.SM90_TILES]
+    assert {dk.threads(t) for t in dk.TILES} == {dk.THREADS}
+
+
+def test_hopper_tiles_only_where_they_run():
+    """compute_90a PTX runs on compute capability 9.0 alone, and has no FP32-accurate entry."""
+    assert dk.usable_tiles((9, 0)) == dk.ALL_TILES
+    for cc in [(8, 0), (8, 7), (8, 9), (10, 0), (12, 0), None]:
+        assert dk.usable_tiles(cc) == dk.TILES
+    assert dk.usable_tiles((9, 0), accurate_fp32=True) == dk.TILES
+    assert dk.usable_tiles((9, 0), portable=True) == dk.TILES
     # The heuristic reproduces the benchmark's winners on the three reference layers.
     assert dk.pick_tile(16384, 64, 1) == (64, 64, 64, 0)
     assert dk.pick_tile(32768, 256, 1) == (64, 128, 32, 0)

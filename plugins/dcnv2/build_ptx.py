@@ -1,4 +1,7 @@
-"""Compile plugins/dcnv2/dcnv2.cu to the PTX that trtconv ships, and copy the spec beside it.
+"""Compile the DCNv2 kernels to the PTX that trtconv ships, and copy the spec beside it.
+
+dcnv2.cu -> dcnv2.ptx (compute_80: Ampere and later); dcnv2_sm90.cu -> dcnv2_sm90a.ptx
+(compute_90a: the wgmma kernel, Hopper only).
 
 `make dcnv2-ptx` runs this; tests/test_dcnv2_build.py runs the same compile and checks the
 shipped files match, so a kernel that does not build -- or PTX that is stale -- cannot land.
@@ -14,10 +17,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-SOURCE = HERE / "dcnv2.cu"
 SPEC = HERE / "spec.json"
 PACKAGE_DIR = ROOT / "trtconv" / "trt" / "plugins"
-SHIPPED_PTX = PACKAGE_DIR / "dcnv2.ptx"
+# target architecture -> (source, shipped PTX)
+TARGETS = {
+    "sm_80": (HERE / "dcnv2.cu", PACKAGE_DIR / "dcnv2.ptx"),
+    "sm_90a": (HERE / "dcnv2_sm90.cu", PACKAGE_DIR / "dcnv2_sm90a.ptx"),
+}
 SHIPPED_SPEC = PACKAGE_DIR / "dcnv2_spec.json"
 NVCC_FLAGS = ("-std=c++17", "-O3")
 
@@ -31,7 +37,7 @@ def nvcc() -> str:
 
 def compile_ptx(arch: str, out: Path) -> None:
     """nvcc -ptx for one virtual architecture, e.g. 'sm_80'."""
-    cmd = [nvcc(), "-ptx", f"-arch={arch}", *NVCC_FLAGS, "-o", str(out), str(SOURCE)]
+    cmd = [nvcc(), "-ptx", f"-arch={arch}", *NVCC_FLAGS, "-o", str(out), str(TARGETS[arch][0])]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{res.stderr}")
@@ -44,11 +50,13 @@ def ptx_body(text: str) -> list[str]:
 
 def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "dcnv2.ptx"
-        compile_ptx("sm_80", out)
-        shutil.copyfile(out, SHIPPED_PTX)
+        for arch, (_, shipped) in TARGETS.items():
+            out = Path(tmp) / shipped.name
+            compile_ptx(arch, out)
+            shutil.copyfile(out, shipped)
+            print(f"wrote {shipped.relative_to(ROOT)}")
     shutil.copyfile(SPEC, SHIPPED_SPEC)
-    print(f"wrote {SHIPPED_PTX.relative_to(ROOT)} and {SHIPPED_SPEC.relative_to(ROOT)}")
+    print(f"wrote {SHIPPED_SPEC.relative_to(ROOT)}")
     return 0
 
 

@@ -29,14 +29,17 @@ def main() -> int:
     ap.add_argument("--shapes", default="a,b,c")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--only-w", action="store_true", help="time only the wgmma tiles in NCHW")
     args = ap.parse_args()
     launcher = dk.CupyLauncher()
     bad = 0
     for ti in [int(v) for v in args.check_tiles.split(",") if v]:
-        tile = dk.TILES[ti - 1]
+        tile = dk.ALL_TILES[ti - 1]
         worst: dict[str, float] = {}
         for name, case in sorted(T.CASES.items()):
             for mode, dtn, tf32 in T.MODES:
+                if tile in dk.SM90_TILES and mode == "f32":
+                    continue
                 for layout in dk.LAYOUTS:
                     inputs = T._inputs(case, getattr(torch, dtn), seed=zlib.crc32(f"{name}/{mode}/{layout}/d".encode()))
                     out = T.run_kernel(launcher, case, inputs, tf32, tile=tile, layout=layout)
@@ -48,6 +51,7 @@ def main() -> int:
                     worst[mode] = max(worst.get(mode, 0.0), err)
         print(f"check tile {tile}: worst errors " + ", ".join(f"{k} {v:.1e}" for k, v in worst.items()), flush=True)
 
+    cc = torch.cuda.get_device_capability()
     gen = torch.Generator(device="cuda").manual_seed(0)
     torch.backends.cudnn.benchmark = True
     lines = []
@@ -74,8 +78,8 @@ def main() -> int:
             t_cv = time_us(torch, lambda x=x, w=w, b=b: F.conv2d(x, w, b, padding=1), args.iters, args.reps)
             res = []
             for layout in dk.LAYOUTS:
-                for tile in dk.TILES:
-                    if tile[1] >= 128 and cout <= 64:
+                for tile in dk.usable_tiles(cc, accurate_fp32=mode == "fp32"):
+                    if tile[1] >= 128 and cout <= 64 or args.only_w and tile[3] != 3 and layout == "nchw":
                         continue
                     xin = x_cl if layout == "nhwc" else x
                     run, _ = launcher.prepare(xin, off, msk, w_ohwi, b, attrs, out=out, tile=tile, layout=layout)
@@ -86,6 +90,8 @@ def main() -> int:
                     res.append((t, layout, tile, err))
             res.sort(key=lambda r: r[0])
             for layout in dk.LAYOUTS:
+                if not any(r[1] == layout for r in res):
+                    continue
                 best = min(r for r in res if r[1] == layout)
                 lines.append(
                     f"| ({key}) | {mode} | {layout} | {best[0]:.1f} {best[2]} err {best[3]:.1e} "

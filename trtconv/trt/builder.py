@@ -173,6 +173,13 @@ def register_trtconv_plugins() -> tuple[str, ...]:
     return tuple(names)
 
 
+def _plugins_portable(portable: bool) -> None:
+    """Tell trtconv's plugins whether the engine must run on GPUs other than this one."""
+    from trtconv.trt.plugins import dcnv2
+
+    dcnv2.set_portable(portable)
+
+
 def parser_error(model_name: str, issues: list[ParserIssue], shown: int = 10) -> BuildError:
     """One error naming every rejected node (up to ``shown``): name, op, TensorRT's reason."""
     lines = "; ".join(i.describe() for i in issues[:shown]) or "no details reported"
@@ -212,6 +219,7 @@ def configure(builder: trt.Builder, network: trt.INetworkDefinition, plan: Build
     if plan.max_aux_streams is not None:
         config.max_aux_streams = plan.max_aux_streams
     config.hardware_compatibility_level = compat.hardware_level(plan.hardware_compat)
+    _plugins_portable(plan.hardware_compat == "ampere+")
     if plan.version_compatible:
         config.set_flag(trt.BuilderFlag.VERSION_COMPATIBLE)
         if plan.exclude_lean_runtime:

@@ -94,3 +94,23 @@ class EventTimer:
             if ev:
                 self._rt.cudaEventDestroy(ev)
         self._start, self._end = ctypes.c_void_p(), ctypes.c_void_p()
+
+
+def compute_capability(cudart: Any, device: int | None = None) -> tuple[int, int] | None:
+    """(major, minor) of a CUDA device (the current one by default); None if the runtime says no.
+
+    The DCNv2 plugin asks at build time whether its compute_90a kernels can run here.
+    """
+    dev = ctypes.c_int(0)
+    if device is None:
+        if cudart.cudaGetDevice(ctypes.byref(dev)) != 0:
+            return None
+    else:
+        dev.value = device
+    major, minor = ctypes.c_int(0), ctypes.c_int(0)
+    # cudaDevAttrComputeCapabilityMajor = 75, cudaDevAttrComputeCapabilityMinor = 76
+    if cudart.cudaDeviceGetAttribute(ctypes.byref(major), 75, dev) != 0:
+        return None
+    if cudart.cudaDeviceGetAttribute(ctypes.byref(minor), 76, dev) != 0:
+        return None
+    return int(major.value), int(minor.value)

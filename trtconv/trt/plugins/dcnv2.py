@@ -20,6 +20,37 @@ from trtconv.trt.plugins import dcnv2_kernel as dk
 PLUGIN_ID = dk.PLUGIN_ID
 
 _REGISTERED = False
+# Set by the builder before each build (set_portable): an engine for other GPUs
+# (hardware compatibility "ampere+") must not embed the compute_90a kernels.
+_PORTABLE = False
+
+
+def set_portable(portable: bool) -> None:
+    """Offer only the compute_80 kernels (True) or also the Hopper ones where they run (False).
+
+    TensorRT gives a plugin's autotune no view of the builder config, so the builder says
+    it here before building.
+    """
+    global _PORTABLE
+    _PORTABLE = bool(portable)
+
+
+def _build_gpu_capability() -> tuple[int, int] | None:
+    """Compute capability of the GPU the engine is being built on (None if unknown)."""
+    try:
+        from polygraphy import cuda
+
+        from trtconv.trt.cudart import compute_capability
+
+        return compute_capability(cuda.wrapper().handle)
+    except Exception:  # no runtime to ask: keep to the portable kernels
+        return None
+
+
+def tactics(allow_tf32: bool, capability: tuple[int, int] | None, portable: bool) -> list[int]:
+    """TensorRT tactic numbers (1-based indices into dk.ALL_TILES) that can run for this build."""
+    usable = dk.usable_tiles(capability, accurate_fp32=not allow_tf32, portable=portable)
+    return [dk.ALL_TILES.index(t) + 1 for t in usable]
 
 # TensorRT DataType name -> (dtype name used by dcnv2_kernel, autotune type string, channels-last format)
 _TYPES = {
@@ -88,15 +119,16 @@ def ensure_registered() -> None:
         mask: trtp.TensorDesc,
         weight: trtp.TensorDesc,
         bias: trtp.TensorDesc,
+        allow_tf32: int,
         outputs: tuple[trtp.TensorDesc],
     ) -> list[trtp.AutoTuneCombination]:
-        tactics = list(range(1, len(dk.TILES) + 1))
+        capability = _build_gpu_capability()
         combos = []
-        for _, type_str, channels_last in _TYPES.values():
+        for dtype, type_str, channels_last in _TYPES.values():
             c = trtp.AutoTuneCombination()
             c.pos([0], type_str, f"LINEAR*{channels_last}")  # x: NCHW or channels-last
             c.pos([1, 2, 3, 4, 5], type_str)  # offset, mask, weight, bias, output: LINEAR
-            c.tactics(tactics)
+            c.tactics(tactics(bool(allow_tf32) or dtype != "float32", capability, _PORTABLE))
             combos.append(c)
         return combos
 
@@ -140,7 +172,7 @@ def ensure_registered() -> None:
         params.grid_x = gx
         params.grid_y = gy
         params.grid_z = gz
-        params.block_x = dk.THREADS
+        params.block_x = dk.threads(tile)
         params.shared_mem = 0  # static shared memory only (<= 48 KiB per block)
         return name.encode(), dk.entry_ptx(name).encode(), params, extra_args
 

@@ -25,9 +25,11 @@ PLUGIN_ID = f"{PLUGIN_NAMESPACE}::{PLUGIN_NAME}"
 PLUGIN_VERSION = "1"  # tensorrt.plugin plugins always have version "1"
 
 PTX_FILE = "dcnv2.ptx"
+SM90_PTX_FILE = "dcnv2_sm90a.ptx"
 SPEC_FILE = "dcnv2_spec.json"
 PTX_ARCH = "sm_80"  # compute_80 PTX: the driver compiles it for Ampere, Ada, Hopper and later
-THREADS = 256  # block size every entry point is written for
+SM90_PTX_ARCH = "sm_90a"  # compute_90a PTX (wgmma): runs on compute capability 9.0 only
+THREADS = 256  # block size of the compute_80 entry points
 
 # Tiles compiled into the PTX: (BM output pixels, BN output channels, KCH channels per K
 # step for 16-bit types -- FP32 steps take KCH/2 --, variant). Every entry computes each
@@ -39,7 +41,11 @@ THREADS = 256  # block size every entry point is written for
 # all at build time.
 Tile = tuple[int, int, int, int]
 TILES: tuple[Tile, ...] = ((64, 128, 32, 0), (64, 64, 64, 0), (64, 64, 64, 2), (32, 128, 32, 0), (64, 256, 16, 1))
-_VARIANT = ("s", "p", "t")
+# Variant 3 ("w"): the Hopper kernel (plugins/dcnv2/dcnv2_sm90.cu, compute_90a PTX): warpgroup
+# MMA, 2 * BM threads; FP16, BF16 and TF32 only (the FP32-accurate mode has no wgmma entry).
+SM90_TILES: tuple[Tile, ...] = ((128, 256, 32, 3), (64, 256, 32, 3))
+ALL_TILES: tuple[Tile, ...] = TILES + SM90_TILES
+_VARIANT = ("s", "p", "t", "w")
 
 # Layouts of x the PTX has entry points for: "nchw" (TensorRT LINEAR) and "nhwc" (channels
 # last with a channel stride >= C: TensorRT HWC8 for FP16/BF16, HWC for FP32). Every other
@@ -156,19 +162,38 @@ def kernel_name(dtype: str, tile: Tile, allow_tf32: bool = True, layout: str = "
     """Entry point in the PTX for an I/O dtype, a tile shape and the layout of x."""
     if dtype not in DTYPES:
         raise UnsupportedModelError(f"{PLUGIN_ID}: dtype {dtype} not supported", hint=f"use one of {DTYPES}")
-    if tile not in TILES:
-        raise ValueError(f"no kernel for tile {tile}; compiled tiles: {TILES}")
+    if tile not in ALL_TILES:
+        raise ValueError(f"no kernel for tile {tile}; compiled tiles: {ALL_TILES}")
     if layout not in LAYOUTS:
         raise ValueError(f"no kernel for layout {layout}; compiled layouts: {LAYOUTS}")
     stem = _STEM.get(dtype) or ("tf32" if allow_tf32 else "f32")
+    if stem == "f32" and tile in SM90_TILES:
+        raise ValueError(f"tile {tile} has no FP32-accurate entry; use one of {TILES}")
     return f"dcnv2_{stem}_{layout}_m{tile[0]}n{tile[1]}k{tile[2]}{_VARIANT[tile[3]]}"
 
 
 def tactic_tile(tactic: int | None) -> Tile:
-    """TensorRT tactic (1-based; 0/None = default) -> tile shape."""
+    """TensorRT tactic (1-based index into ALL_TILES; 0/None = default) -> tile shape."""
     if not tactic:
         return TILES[0]
-    return TILES[int(tactic) - 1]
+    return ALL_TILES[int(tactic) - 1]
+
+
+def usable_tiles(capability: tuple[int, int] | None, accurate_fp32: bool = False, portable: bool = False) -> tuple[Tile, ...]:
+    """The tiles that can run on a GPU of this compute capability (None: unknown).
+
+    The compute_90a entries run on compute capability 9.0 alone (H100, H200, GH200); an
+    engine meant for other GPUs (``portable``: hardware compatibility) or the FP32-accurate
+    mode keeps to the compute_80 entries.
+    """
+    if capability == (9, 0) and not accurate_fp32 and not portable:
+        return ALL_TILES
+    return TILES
+
+
+def threads(tile: Tile) -> int:
+    """Block size of a tile's entry point."""
+    return 2 * tile[0] if tile[3] == 3 else THREADS
 
 
 def pick_tile(m: int, cout_per_group: int, group: int, sms: int = 132) -> Tile:
@@ -201,9 +226,14 @@ def scalar_args(
     return (n, c, h, w, cout, ho, wo, kh, kw, sh, sw, pt, pl, dh, dw, attrs.group, attrs.deformable_group, xcs)
 
 
-def load_ptx() -> str:
-    """The shipped PTX text (package data): every entry point."""
-    return resources.files(__package__).joinpath(PTX_FILE).read_text(encoding="ascii")
+def load_ptx(file: str = PTX_FILE) -> str:
+    """A shipped PTX file (package data): every entry point of one target architecture."""
+    return resources.files(__package__).joinpath(file).read_text(encoding="ascii")
+
+
+def ptx_file(name: str) -> str:
+    """The PTX file that holds an entry point (compute_90a for the "w" tiles)."""
+    return SM90_PTX_FILE if name.endswith("w") else PTX_FILE
 
 
 @lru_cache(maxsize=64)
@@ -214,11 +244,11 @@ def entry_ptx(name: str) -> str:
     the module header plus the text up to the next ``.entry`` is complete (TensorRT embeds ~0.2 MB per
     plugin instead of the whole file).
     """
-    text = load_ptx()
+    text = load_ptx(ptx_file(name))
     header = [ln for ln in text.splitlines()[:40] if ln.startswith((".version", ".target", ".address_size"))]
     start = text.find(f".visible .entry {name}(")
     if start < 0 or len(header) != 3:
-        raise ValueError(f"{PTX_FILE} has no entry point {name}")
+        raise ValueError(f"{ptx_file(name)} has no entry point {name}")
     end = text.find("\n.visible .entry ", start)  # the next entry, or the end of the file
     return "\n".join(header) + "\n\n" + text[start : len(text) if end < 0 else end].rstrip() + "\n"
 
@@ -295,6 +325,7 @@ class CupyLauncher:
         ints = [np.int32(v) for v in scalar_args(n, c, h, w, cout, ho, wo, kh, kw, attrs, xcs)]
         args = (*(self._as_cupy(t) for t in (x, offset, mask, weight_ohwi, bias)), *ints, self._as_cupy(out))
         blocks = grid(n * ho * wo, coutg, attrs.group, tile)
+        nthreads = threads(tile)
         current = torch.cuda.current_stream(x.device)
         try:  # CuPy >= 14 reads the stream protocol; older CuPy takes the raw handle
             stream = self._cp.cuda.Stream.from_external(current)
@@ -303,7 +334,7 @@ class CupyLauncher:
 
         def launch() -> None:
             with stream:
-                fn(blocks, (THREADS,), args)
+                fn(blocks, (nthreads,), args)
 
         return launch, out
 

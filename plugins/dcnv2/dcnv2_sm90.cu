@@ -1,0 +1,476 @@
+// trtconv DCNv2 forward for Hopper (sm_90a PTX): the fused design of dcnv2.cu with the
+// matrix product on warpgroup MMA (wgmma) instead of WMMA.
+//
+// Why a second kernel (plugins/dcnv2/NOTES.md, v10): the WMMA kernel is bound by the
+// L1/shared-memory data path -- corner gathers plus the `ldmatrix` loads of every WMMA
+// fragment. wgmma reads both operands straight from shared memory through descriptors and
+// runs asynchronously, so (1) the fragment loads disappear, (2) the tensor cores work on
+// step k while the same warps gather step k+1, and (3) one warpgroup tile can be 64 x 256,
+// so each bilinear sample feeds 256 output channels (half the gathers per FLOP of v10).
+//
+// Implicit GEMM as in dcnv2.cu: M = output pixels, N = output channels of a conv group,
+// K = taps x input channels, walked deformable-group segment -> tap -> channel chunk (tap
+// outer, so a thread's sampling recipes -- corner offsets, bilinear weights x mask, FP32 --
+// stay in registers for all the chunks of a tap). A K step covers 64 bytes of channels
+// (32 FP16/BF16, 16 FP32): each shared-memory row of A (pixel) and B (output channel) is
+// 64 bytes in wgmma's 64-byte-swizzle K-major layout. Two stages of A and B fill the 48 KiB
+// of static shared memory at 128 x 256; one barrier per step.
+//
+// Entry points: dcnv2_<dt>_<layout>_m<BM>n<BN>k32w, dt in f16, bf16, tf32 (FP32 I/O, TF32
+// product; the FP32-accurate mode stays on dcnv2.cu's 3xTF32 kernel). Block: 128 * BM / 64
+// threads (one warpgroup per 64 pixels); grid as dcnv2.cu. No dynamic shared memory.
+// Layouts, argument order and border rule: as dcnv2.cu.
+//
+// Regenerate the shipped PTX with `make dcnv2-ptx` after editing this file.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include <cstdint>
+#include <type_traits>
+
+using namespace nvcuda;
+
+namespace trtconv_dcnv2 {
+
+#include "dcnv2_common.cuh"
+
+namespace sm90 {
+
+// ---- wgmma, shared-memory descriptors, async copies ----------------------------------------
+// Descriptor of a K-major operand tile with 64-byte rows and the 64-byte swizzle: 8-row core
+// groups 512 bytes apart (SBO); the leading offset is unused for swizzled K-major tiles.
+__device__ __forceinline__ uint64_t desc64(uint32_t saddr) {
+  return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(512 >> 4) << 32) |
+         ((uint64_t)2 << 62);
+}
+
+// Byte offset of 16-byte chunk q (0..3) of row r in a 64-byte-swizzled tile (512-byte aligned).
+__device__ __forceinline__ int swz(int r, int q) { return r * 64 + ((q ^ ((r >> 1) & 3)) << 4); }
+
+#define DCN_ACC64                                                                                               \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
+  "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, " \
+  "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define DCN_ACC128                                                                                                \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "   \
+  "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "   \
+  "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, "   \
+  "%65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, "   \
+  "%86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, " \
+  "%106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, "      \
+  "%123, %124, %125, %126, %127}"
+#define DCN_F4(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+#define DCN_F16(d, i) DCN_F4(d, i), DCN_F4(d, i + 4), DCN_F4(d, i + 8), DCN_F4(d, i + 12)
+#define DCN_F64(d, i) DCN_F16(d, i), DCN_F16(d, i + 16), DCN_F16(d, i + 32), DCN_F16(d, i + 48)
+#define DCN_OPS64(d) DCN_F64(d, 0)
+#define DCN_OPS128(d) DCN_F64(d, 0), DCN_F64(d, 64)
+
+// One warpgroup MMA, D (FP32, in registers) += A (64 x K, shared) * B (N x K, shared).
+// A, B, S: operand numbers of the two descriptors and of the scale-d flag.
+#define DCN_WGMMA(NAME, INSTR, NACC, ACC, OPS, A, B, S, TAIL)                                               \
+  __device__ __forceinline__ void NAME(float (&d)[NACC], uint64_t a, uint64_t b) {                         \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #S ", 0;\n" INSTR " " ACC ", %" #A ", %" #B ", p, 1, 1" \
+                 TAIL ";\n}\n"                                                                              \
+                 : OPS(d)                                                                                   \
+                 : "l"(a), "l"(b), "r"(1));                                                                 \
+  }
+DCN_WGMMA(mma_f16_n256, "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", 128, DCN_ACC128, DCN_OPS128, 128, 129, 130, ", 0, 0")
+DCN_WGMMA(mma_bf16_n256, "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", 128, DCN_ACC128, DCN_OPS128, 128, 129, 130, ", 0, 0")
+DCN_WGMMA(mma_tf32_n256, "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32", 128, DCN_ACC128, DCN_OPS128, 128, 129, 130, "")
+DCN_WGMMA(mma_f16_n128, "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", 64, DCN_ACC64, DCN_OPS64, 64, 65, 66, ", 0, 0")
+DCN_WGMMA(mma_bf16_n128, "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", 64, DCN_ACC64, DCN_OPS64, 64, 65, 66, ", 0, 0")
+DCN_WGMMA(mma_tf32_n128, "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32", 64, DCN_ACC64, DCN_OPS64, 64, 65, 66, "")
+
+template <class E, int BN>
+__device__ __forceinline__ void mma(float (&d)[BN / 2], uint64_t a, uint64_t b) {
+  if constexpr (BN == 256) {
+    if constexpr (std::is_same<E, F16>::value) mma_f16_n256(d, a, b);
+    else if constexpr (std::is_same<E, BF16>::value) mma_bf16_n256(d, a, b);
+    else mma_tf32_n256(d, a, b);
+  } else {
+    if constexpr (std::is_same<E, F16>::value) mma_f16_n128(d, a, b);
+    else if constexpr (std::is_same<E, BF16>::value) mma_bf16_n128(d, a, b);
+    else mma_tf32_n128(d, a, b);
+  }
+}
+
+__device__ __forceinline__ void wg_arrive() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Generic-proxy shared-memory writes (st.shared, cp.async) made visible to wgmma's async proxy.
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async16(uint32_t saddr, const void* g, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr), "l"(g), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+}
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+// Round an FP32 value to TF32 (round to nearest; the tensor cores would truncate).
+template <class E>
+__device__ __forceinline__ float operand(float v) {
+  if constexpr (sizeof(typename E::T) == 4) return wmma::__float_to_tf32(v);
+  return v;
+}
+
+// ---- the kernel ------------------------------------------------------------------------------
+// ABL (development only, see plugins/dcnv2/devablate.py): 1 = no corner loads, 2 = no wgmma.
+template <class E, int BM, int BN, bool NHWC, int ABL = 0>
+__device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
+                                            const typename E::T* __restrict__ offset,
+                                            const typename E::T* __restrict__ mask,
+                                            const typename E::T* __restrict__ weight,
+                                            const typename E::T* __restrict__ bias, const Params p,
+                                            typename E::T* __restrict__ y) {
+  using T = typename E::T;
+  using S = typename E::S;
+  constexpr int NT = 2 * BM;                       // threads: one warpgroup per 64 pixels
+  constexpr int ES = (int)sizeof(T);
+  constexpr int KC = 64 / ES;                      // channels per K step (64 bytes)
+  constexpr int VE = 16 / ES;                      // channels per 16-byte vector
+  constexpr int PPP = NT / 4;                      // pixels per gather pass (4 threads per pixel)
+  constexpr int NTASK = BM / PPP;                  // gather passes per step
+  constexpr int ASZ = BM * 64, BSZ = BN * 64;      // bytes per stage
+  constexpr int STAGE = ASZ + BSZ;
+  constexpr int NACC = BN / 2;                     // FP32 accumulators per thread
+  constexpr int BCH = BN * 4 / NT;                 // 16-byte weight chunks per thread and step
+  constexpr int KSL = 64 / (E::WK * ES);           // wgmma K slices per step (2)
+  constexpr int EC = 64;                           // output channels per epilogue pass
+  constexpr int LDC = BM + 4;
+  constexpr int SMEM = 2 * STAGE > EC * LDC * 4 ? 2 * STAGE : EC * LDC * 4;
+  static_assert(SMEM <= 48 * 1024, "static shared memory");
+  static_assert(NTASK * PPP == BM && BCH * NT == BN * 4 && KSL == 2, "tile");
+
+  __shared__ __align__(1024) unsigned char smem[SMEM];
+  const uint32_t sbase = smem_addr(smem);
+
+  const int tid = threadIdx.x;
+  const int g = blockIdx.z;
+  const int Cg = p.C / p.group;
+  const int Coutg = p.Cout / p.group;
+  const int cpdg = p.C / p.dgroup;
+  const int KK = p.kh * p.kw;
+  const int HoWo = p.Ho * p.Wo;
+  const int HW = p.H * p.W;
+  const int M = p.N * HoWo;
+  const int m0 = blockIdx.x * BM;
+  const int n0 = blockIdx.y * BN;
+  const bool wvec = (Cg % VE) == 0 && (cpdg % VE) == 0;
+  const bool xvec = NHWC && wvec && (p.xcs % VE) == 0;
+  const int q = tid & 3;  // this thread's 16-byte chunk of a 64-byte row
+
+  // ---- per-thread constants, hoisted out of the K walk ----
+  // Pixels tid / 4 + i * PPP of the tile: image, plane index and the top-left of the 3x3 window.
+  int pn[NTASK], phw[NTASK], py[NTASK], px[NTASK];
+#pragma unroll
+  for (int i = 0; i < NTASK; ++i) {
+    const int pp = m0 + tid / 4 + i * PPP;
+    pn[i] = pp / HoWo;
+    phw[i] = pp - pn[i] * HoWo;
+    const int ho = phw[i] / p.Wo;
+    py[i] = ho * p.sh - p.pt;
+    px[i] = (phw[i] - ho * p.Wo) * p.sw - p.pl;
+    if (pp >= M) pn[i] = -1;
+  }
+
+  // ---- sampling recipes for this thread's pixels at one tap ----
+  int ro[NTASK][4];
+  float rw[NTASK][4];
+  const int rstride = NHWC ? p.xcs : 1;
+  auto make_recipes = [&](int tap, int seg) {
+    const int dgch = ((g * Cg + seg) / cpdg) * KK + tap;
+    const int ti = tap / p.kw;
+    const int tj = tap - ti * p.kw;
+#pragma unroll
+    for (int i = 0; i < NTASK; ++i) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        ro[i][k] = 0;
+        rw[i][k] = 0.f;
+      }
+      if (pn[i] >= 0) {
+        const int n = pn[i];
+        const int ch = n * p.dgroup * KK + dgch;
+        const float dy = E::ld(offset + (size_t)ch * 2 * HoWo + phw[i]);
+        const float dx = E::ld(offset + (size_t)(ch * 2 + 1) * HoWo + phw[i]);
+        const float mv = E::ld(mask + (size_t)ch * HoWo + phw[i]);
+        const Recipe r = recipe_at((float)(py[i] + ti * p.dh) + dy, (float)(px[i] + tj * p.dw) + dx, mv, p);
+        const int base = NHWC ? n * HW * p.xcs + g * Cg : (n * p.C + g * Cg) * HW;
+        ro[i][0] = base + r.i00 * rstride;
+        ro[i][1] = base + r.i01 * rstride;
+        ro[i][2] = base + r.i10 * rstride;
+        ro[i][3] = base + r.i11 * rstride;
+        rw[i][0] = r.w00; rw[i][1] = r.w01; rw[i][2] = r.w10; rw[i][3] = r.w11;
+      }
+    }
+  };
+  auto seg_end = [&](int seg) { return min(Cg, ((g * Cg + seg) / cpdg + 1) * cpdg - g * Cg); };
+
+  // ---- B (weights, OHWI): 16-byte async copies into the swizzled stage, zero-filled outside ----
+  // This thread copies chunk q of rows tid / 4 + v * BROWS; the rows of one thread are a fixed
+  // stride apart in global memory and (BROWS being a multiple of 8) in the swizzled tile.
+  constexpr int BROWS = NT / 4;
+  const int wrow = KK * Cg;  // elements between output channels
+  const int brow0 = n0 + tid / 4;
+  const T* const wbase = weight + (size_t)(g * Coutg + min(brow0, Coutg - 1)) * wrow + q * VE;
+  const uint32_t bsoff = ASZ + swz(tid / 4, q);
+  auto load_b = [&](int stage, int tap, int c0, int cend) {
+    if (wvec) {
+      const T* src = wbase + tap * Cg + c0;
+      const bool cok = c0 + q * VE < cend;
+#pragma unroll
+      for (int v = 0; v < BCH; ++v) {
+        const bool ok = cok && brow0 + v * BROWS < Coutg;
+        cp_async16(sbase + stage * STAGE + bsoff + v * BROWS * 64, ok ? src + (size_t)v * BROWS * wrow : weight, ok);
+      }
+    } else {
+      unsigned char* Bs = smem + stage * STAGE + ASZ;
+#pragma unroll
+      for (int v = 0; v < BCH; ++v) {
+        const int on = brow0 + v * BROWS;
+        const int cl = c0 + q * VE;
+        alignas(16) S out[VE];
+#pragma unroll
+        for (int e = 0; e < VE; ++e)
+          out[e] = E::to_s((on < Coutg && cl + e < cend)
+                               ? E::ld(weight + ((size_t)(g * Coutg + on) * KK + tap) * Cg + cl + e) : 0.f);
+        *reinterpret_cast<uint4*>(Bs + swz(tid / 4 + v * BROWS, q)) = *reinterpret_cast<const uint4*>(out);
+      }
+    }
+  };
+  // TF32: round the copied weights to nearest in place (each thread its own chunks).
+  auto round_b = [&](int stage) {
+    if constexpr (ES == 4) {
+#pragma unroll
+      for (int v = 0; v < BCH; ++v) {
+        float4* c = reinterpret_cast<float4*>(smem + stage * STAGE + bsoff + v * BROWS * 64);
+        float4 f = *c;
+        f.x = operand<E>(f.x); f.y = operand<E>(f.y); f.z = operand<E>(f.z); f.w = operand<E>(f.w);
+        *c = f;
+      }
+    }
+  };
+
+  // ---- A (samples): corner loads, then the blend into the swizzled stage ----
+  uint4 raw[NTASK][4];
+  auto gather = [&](int c0, int cend) {
+    if (ABL == 1) {
+#pragma unroll
+      for (int i = 0; i < NTASK; ++i)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) raw[i][k] = make_uint4(c0, ro[i][k], 0u, 0u);
+    } else if (xvec) {
+      const int c = c0 + q * VE;
+#pragma unroll
+      for (int i = 0; i < NTASK; ++i)
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          raw[i][k] = c < cend ? __ldg(reinterpret_cast<const uint4*>(x + ro[i][k] + c)) : make_uint4(0u, 0u, 0u, 0u);
+    }
+  };
+  auto store_a = [&](int stage, int c0, int cend) {
+    unsigned char* As = smem + stage * STAGE;
+    const int c = c0 + q * VE;
+#pragma unroll
+    for (int i = 0; i < NTASK; ++i) {
+      const int pm = tid / 4 + i * PPP;
+      alignas(16) S out[VE];
+      if (!xvec) {  // any layout, channel count or stride: one element at a time
+        const int cs = NHWC ? 1 : HW;
+#pragma unroll
+        for (int e = 0; e < VE; ++e) {
+          float f = 0.f;
+          if (c + e < cend) {
+            const int o = (c + e) * cs;
+            f = (rw[i][0] * E::ld(x + ro[i][0] + o) + rw[i][1] * E::ld(x + ro[i][1] + o)) +
+                (rw[i][2] * E::ld(x + ro[i][2] + o) + rw[i][3] * E::ld(x + ro[i][3] + o));
+          }
+          out[e] = E::to_s(operand<E>(f));
+        }
+      } else if constexpr (std::is_same<E, F16>::value) {
+        const __half2 w0 = __float2half2_rn(rw[i][0]), w1 = __float2half2_rn(rw[i][1]);
+        const __half2 w2 = __float2half2_rn(rw[i][2]), w3 = __float2half2_rn(rw[i][3]);
+        const __half2* a0 = reinterpret_cast<const __half2*>(&raw[i][0]);
+        const __half2* a1 = reinterpret_cast<const __half2*>(&raw[i][1]);
+        const __half2* a2 = reinterpret_cast<const __half2*>(&raw[i][2]);
+        const __half2* a3 = reinterpret_cast<const __half2*>(&raw[i][3]);
+        __half2* o2 = reinterpret_cast<__half2*>(out);
+#pragma unroll
+        for (int h = 0; h < VE / 2; ++h)
+          o2[h] = __hfma2(w3, a3[h], __hfma2(w2, a2[h], __hfma2(w1, a1[h], __hmul2(w0, a0[h]))));
+      } else {
+        const T* v0 = reinterpret_cast<const T*>(&raw[i][0]);
+        const T* v1 = reinterpret_cast<const T*>(&raw[i][1]);
+        const T* v2 = reinterpret_cast<const T*>(&raw[i][2]);
+        const T* v3 = reinterpret_cast<const T*>(&raw[i][3]);
+#pragma unroll
+        for (int e = 0; e < VE; ++e) {
+          const float f = (rw[i][0] * E::cvt(v0[e]) + rw[i][1] * E::cvt(v1[e])) +
+                          (rw[i][2] * E::cvt(v2[e]) + rw[i][3] * E::cvt(v3[e]));
+          out[e] = E::to_s(operand<E>(f));
+        }
+      }
+      *reinterpret_cast<uint4*>(As + swz(pm, q)) = *reinterpret_cast<const uint4*>(out);
+    }
+  };
+
+  // ---- main loop: wgmma on stage s runs while the warps fill stage s^1; one barrier a step ----
+  float acc[NACC];
+#pragma unroll
+  for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
+  const int wg = tid >> 7;
+  auto run_mma = [&](int stage) {
+    const uint32_t a = sbase + stage * STAGE + wg * 64 * 64;
+    const uint32_t b = sbase + stage * STAGE + ASZ;
+    wg_arrive();
+#pragma unroll
+    for (int k = 0; k < KSL; ++k)
+      if (ABL != 2) mma<E, BN>(acc, desc64(a + k * 32), desc64(b + k * 32));
+    wg_commit();
+  };
+
+  // Each CTA starts its tap walk at a different tap: CTAs in step would otherwise all read the
+  // same weight rows at the same time, queueing on the same L2 slices.
+  const int t0 = blockIdx.x % KK;
+  int seg = 0, send = seg_end(0), tap = t0, ntaps = 0, c0 = 0;
+  make_recipes(tap, seg);
+  load_b(0, tap, c0, send);
+  gather(c0, send);
+  store_a(0, c0, send);
+  cp_async_wait_all();
+  round_b(0);
+  fence_async_smem();
+  __syncthreads();
+  for (int s = 0;; s ^= 1) {
+    // the next step in the walk: segment -> tap -> chunk
+    int nseg = seg, nsend = send, ntap = tap, nntaps = ntaps, nc0 = c0 + KC;
+    if (nc0 >= send) {
+      nc0 = seg;
+      ntap = tap + 1 == KK ? 0 : tap + 1;
+      if (++nntaps == KK) {
+        nntaps = 0;
+        ntap = t0;
+        nseg = send;
+        nc0 = nseg;
+        if (nseg < Cg) nsend = seg_end(nseg);
+      }
+    }
+    const bool more = nseg < Cg;
+    run_mma(s);
+    if (more) {
+      if (ntap != tap || nseg != seg) make_recipes(ntap, nseg);
+      load_b(s ^ 1, ntap, nc0, nsend);
+      gather(nc0, nsend);
+      store_a(s ^ 1, nc0, nsend);
+      cp_async_wait_all();
+      round_b(s ^ 1);
+      fence_async_smem();
+    }
+    wg_wait_all();
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(acc[i])::"memory");
+    __syncthreads();
+    if (!more) break;
+    seg = nseg; send = nsend; tap = ntap; ntaps = nntaps; c0 = nc0;
+  }
+
+  // ---- epilogue: EC output channels at a time through shared memory, bias added, NCHW stores ----
+  // Accumulator layout (wgmma m64nN, FP32): warp w of the warpgroup, lane l hold rows
+  // 16w + l/4 (+8) and columns 8j + 2(l%4) (+1) in acc[4j .. 4j+3].
+  float* cs = reinterpret_cast<float*>(smem);
+  const int warp = (tid >> 5) & 3, lane = tid & 31;
+  const int r0 = wg * 64 + warp * 16 + (lane >> 2);
+  const int nimg = m0 / HoWo;
+  const bool contiguous = m0 + BM <= M && (m0 + BM - 1) / HoWo == nimg && HoWo % VE == 0;
+#pragma unroll
+  for (int pass = 0; pass < BN / EC; ++pass) {
+#pragma unroll
+    for (int jj = 0; jj < EC / 8; ++jj) {
+      const int j = pass * (EC / 8) + jj;
+      const int col = jj * 8 + 2 * (lane & 3);
+      cs[col * LDC + r0] = acc[4 * j];
+      cs[(col + 1) * LDC + r0] = acc[4 * j + 1];
+      cs[col * LDC + r0 + 8] = acc[4 * j + 2];
+      cs[(col + 1) * LDC + r0 + 8] = acc[4 * j + 3];
+    }
+    __syncthreads();
+    if (contiguous) {
+      const int hw0 = m0 - nimg * HoWo;
+      for (int idx = tid; idx < EC * BM / VE; idx += NT) {
+        const int ocl = idx / (BM / VE);
+        const int pv = (idx - ocl * (BM / VE)) * VE;
+        const int on = n0 + pass * EC + ocl;
+        if (on < Coutg) {
+          const int oc = g * Coutg + on;
+          const float bv = E::ld(bias + oc);
+          alignas(16) T out[VE];
+#pragma unroll
+          for (int e = 0; e < VE; e += 4) {
+            const float4 f = *reinterpret_cast<const float4*>(&cs[ocl * LDC + pv + e]);
+            out[e] = E::to_t(f.x + bv); out[e + 1] = E::to_t(f.y + bv);
+            out[e + 2] = E::to_t(f.z + bv); out[e + 3] = E::to_t(f.w + bv);
+          }
+          *reinterpret_cast<uint4*>(y + ((size_t)nimg * p.Cout + oc) * HoWo + hw0 + pv) =
+              *reinterpret_cast<const uint4*>(out);
+        }
+      }
+    } else {
+      for (int idx = tid; idx < EC * BM; idx += NT) {
+        const int ocl = idx / BM;
+        const int pl = idx - ocl * BM;
+        const int on = n0 + pass * EC + ocl;
+        const int pp = m0 + pl;
+        if (on < Coutg && pp < M) {
+          const int oc = g * Coutg + on;
+          const int n = pp / HoWo;
+          y[((size_t)n * p.Cout + oc) * HoWo + (pp - n * HoWo)] = E::to_t(cs[ocl * LDC + pl] + E::ld(bias + oc));
+        }
+      }
+    }
+    __syncthreads();
+  }
+}
+
+}  // namespace sm90
+}  // namespace trtconv_dcnv2
+
+using namespace trtconv_dcnv2;
+
+#define DCNV2_SM90_ENTRY(NAME, E, BM, BN, NHWC, MINB)                                                       \
+  extern "C" __global__ void __launch_bounds__(2 * BM, MINB) NAME(                                           \
+      const E::T* __restrict__ x, const E::T* __restrict__ offset, const E::T* __restrict__ mask,            \
+      const E::T* __restrict__ weight, const E::T* __restrict__ bias, int N, int C, int H, int W, int Cout,  \
+      int Ho, int Wo, int kh, int kw, int sh, int sw, int pt, int pl, int dh, int dw, int group, int dgroup, \
+      int xcs, E::T* __restrict__ y) {                                                                       \
+    const Params p{N, C, H, W, Cout, Ho, Wo, kh, kw, sh, sw, pt, pl, dh, dw, group, dgroup, xcs};           \
+    sm90::dcn_forward<E, BM, BN, NHWC>(x, offset, mask, weight, bias, p, y);                                \
+  }
+// Tiles (TILES in trtconv/trt/plugins/dcnv2_kernel.py, variant "w"): BM, BN, minimum blocks per SM.
+// (v11 also had 128 x 128 and 64 x 128; they won no shape: plugins/dcnv2/NOTES.md.)
+#define DCNV2_SM90_TILES(DT, E, LAYOUT, NHWC)                                   \
+  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m128n256k32w, E, 128, 256, NHWC, 1)  \
+  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n256k32w, E, 64, 256, NHWC, 2)
+
+using F32Tf32 = F32<false>;
+#ifdef DCNV2_DEV
+#define DCNV2_ABL_ENTRY(NAME, ABL)                                                                              \
+  extern "C" __global__ void __launch_bounds__(256, 1) NAME(                                                    \
+      const __half* __restrict__ x, const __half* __restrict__ offset, const __half* __restrict__ mask,         \
+      const __half* __restrict__ weight, const __half* __restrict__ bias, int N, int C, int H, int W, int Cout, \
+      int Ho, int Wo, int kh, int kw, int sh, int sw, int pt, int pl, int dh, int dw, int group, int dgroup,    \
+      int xcs, __half* __restrict__ y) {                                                                         \
+    const Params p{N, C, H, W, Cout, Ho, Wo, kh, kw, sh, sw, pt, pl, dh, dw, group, dgroup, xcs};              \
+    sm90::dcn_forward<F16, 128, 256, true, ABL>(x, offset, mask, weight, bias, p, y);                          \
+  }
+DCNV2_ABL_ENTRY(dcnv2_abl_noload_w, 1)
+DCNV2_ABL_ENTRY(dcnv2_abl_nomma_w, 2)
+#endif
+DCNV2_SM90_TILES(f16, F16, nchw, false)
+DCNV2_SM90_TILES(bf16, BF16, nchw, false)
+DCNV2_SM90_TILES(tf32, F32Tf32, nchw, false)
+DCNV2_SM90_TILES(f16, F16, nhwc, true)
+DCNV2_SM90_TILES(bf16, BF16, nhwc, true)
+DCNV2_SM90_TILES(tf32, F32Tf32, nhwc, true)
