@@ -15,6 +15,7 @@ import argparse
 import json
 import statistics
 import sys
+from typing import Any
 
 SHAPES = {"a": (1, 64, 64, 128), "b": (8, 256, 256, 64), "c": (1, 512, 512, 32)}  # N, C, Cout, H=W
 MODES = ("fp16", "tf32", "fp32")
@@ -29,6 +30,20 @@ def roofline_us(n: int, c: int, cout: int, h: int, mode: str, gpu: str) -> float
     elems = n * c * h * h + n * 27 * h * h + cout * c * 9 + cout + n * cout * h * h
     nbytes = elems * (2 if mode == "fp16" else 4)
     return max(nbytes / HBM.get(gpu, HBM["H100"]), flops / PEAK[mode]) * 1e6
+
+
+def layer_inputs(torch: Any, gen: Any, n: int, c: int, cout: int, h: int, dtype: Any) -> tuple[Any, ...]:
+    """Random inputs of one 3x3 DCNv2 layer, NCHW: x, weight (OIHW), bias, offset (~2 px), mask."""
+
+    def rnd(*shape: int, scale: float = 1.0, dt: Any = dtype) -> Any:
+        return (torch.randn(*shape, generator=gen, device="cuda") * scale).to(dt)
+
+    x = rnd(n, c, h, h)
+    w = rnd(cout, c, 3, 3, scale=(9 * c) ** -0.5)
+    b = rnd(cout)
+    off = rnd(n, 18, h, h, scale=2.0)
+    msk = torch.sigmoid(rnd(n, 9, h, h, dt=torch.float32)).to(dtype)
+    return x, w, b, off, msk
 
 
 def time_us(torch, fn, iters: int, reps: int) -> float:
@@ -79,14 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             torch.backends.cuda.matmul.allow_tf32 = tf32
             torch.backends.cudnn.allow_tf32 = tf32
 
-            def rnd(*shape, scale=1.0, dtype=dtype):
-                return (torch.randn(*shape, generator=gen, device="cuda") * scale).to(dtype)
-
-            x = rnd(n, c, h, h)
-            w = rnd(cout, c, 3, 3, scale=(9 * c) ** -0.5)
-            b = rnd(cout)
-            off = rnd(n, 18, h, h, scale=2.0)
-            msk = torch.sigmoid(rnd(n, 9, h, h, dtype=torch.float32)).to(dtype)
+            x, w, b, off, msk = layer_inputs(torch, gen, n, c, cout, h, dtype)
             w_ohwi = w.permute(0, 2, 3, 1).contiguous()
             attrs = dk.DCNv2Attrs(pads=(1, 1, 1, 1), allow_tf32=mode != "fp32")
             out = torch.empty(n, cout, h, h, dtype=dtype, device="cuda")

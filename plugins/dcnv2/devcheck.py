@@ -16,7 +16,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 import test_dcnv2_gpu as T  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from dcn_bench import SHAPES, time_us  # noqa: E402
+from dcn_bench import SHAPES, layer_inputs, time_us  # noqa: E402
 from torchvision.ops import deform_conv2d  # noqa: E402
 
 from trtconv.trt.plugins import dcnv2_kernel as dk  # noqa: E402
@@ -61,14 +61,7 @@ def main() -> int:
             dtype = torch.float16 if mode == "fp16" else torch.float32
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = mode == "tf32"
 
-            def rnd(*shape, scale=1.0, dtype=dtype):
-                return (torch.randn(*shape, generator=gen, device="cuda") * scale).to(dtype)
-
-            x = rnd(n, c, h, h)
-            w = rnd(cout, c, 3, 3, scale=(9 * c) ** -0.5)
-            b = rnd(cout)
-            off = rnd(n, 18, h, h, scale=2.0)
-            msk = torch.sigmoid(rnd(n, 9, h, h, dtype=torch.float32)).to(dtype)
+            x, w, b, off, msk = layer_inputs(torch, gen, n, c, cout, h, dtype)
             w_ohwi = w.permute(0, 2, 3, 1).contiguous()
             x_cl = x.permute(0, 2, 3, 1).contiguous()
             attrs = dk.DCNv2Attrs(pads=(1, 1, 1, 1), allow_tf32=mode != "fp32")
