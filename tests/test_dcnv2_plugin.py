@@ -193,3 +193,16 @@ def test_plugin_in_a_tensorrt_engine(tmp_path):
     ref = deform_conv2d(x.double(), off.double(), wt.double(), b.double(), padding=1, mask=msk.double())
     err = float((y.cpu().double() - ref).norm() / ref.norm())
     assert err <= 2e-3
+
+
+def test_plugin_tactics_follow_gpu_mode_and_portability():
+    """The autotune tactic numbers: compute_80 tiles always, the wgmma ones only where they run."""
+    from trtconv.trt.plugins import dcnv2 as plugin
+
+    base = list(range(1, len(dk.TILES) + 1))
+    assert plugin.tactics(True, (9, 0), portable=False) == list(range(1, len(dk.ALL_TILES) + 1))
+    assert plugin.tactics(False, (9, 0), portable=False) == base  # FP32-accurate: no wgmma entry
+    assert plugin.tactics(True, (9, 0), portable=True) == base  # hardware-compatible engine
+    assert plugin.tactics(True, (8, 9), portable=False) == base
+    assert plugin.tactics(True, None, portable=False) == base  # capability unknown
+    assert all(dk.tactic_tile(t) in dk.SM90_TILES for t in plugin.tactics(True, (9, 0), False)[len(base):])

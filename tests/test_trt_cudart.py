@@ -8,7 +8,7 @@ import ctypes
 import numpy as np
 import pytest
 
-from trtconv.trt.cudart import EventTimer, capture
+from trtconv.trt.cudart import EventTimer, capture, compute_capability
 
 pytestmark = pytest.mark.gpu
 
@@ -69,3 +69,14 @@ def test_event_timer_measures_gpu_work(cuda):
     timer.close()
     assert 0.0 <= t_small < t_big
     big.free()
+
+
+def test_compute_capability_matches_torch(cuda):
+    """What the DCNv2 plugin asks before offering its compute_90a tactics."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    rt = cuda.wrapper().handle
+    assert compute_capability(rt) == tuple(torch.cuda.get_device_capability(0))
+    assert compute_capability(rt, device=0) == tuple(torch.cuda.get_device_capability(0))
+    assert compute_capability(rt, device=999) is None  # no such device: the runtime says no
