@@ -155,6 +155,37 @@ def test_ctrl_c_mid_write_exits_130_and_leaves_nothing(tmp_path, big_model, comm
     assert list(out_dir.iterdir()) == []
 
 
+def test_interrupt_the_moment_the_temp_exists_leaves_nothing(tmp_path):
+    """The window a signal can hit (it once failed the SIGTERM test): the temp file exists and
+    the code that would remove it has not started. The interrupt is raised from inside the
+    standard library's mkstemp/mkdtemp, right after it created our temp, as a signal landing then
+    would; the CLI must still exit 130 and leave the folder empty."""
+    model = save_model(_model(1.0), tmp_path / "m.onnx")
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    code = f"""
+import sys, tempfile
+from pathlib import Path
+def interrupted(real, name_of):
+    def make(*args, **kwargs):
+        made = real(*args, **kwargs)
+        if Path(kwargs.get("dir", ".")) == Path({str(out_dir)!r}):
+            print("temp created:", Path(name_of(made)).name, file=sys.stderr)
+            raise KeyboardInterrupt
+        return made
+    return make
+tempfile.mkstemp = interrupted(tempfile.mkstemp, lambda made: made[1])
+tempfile.mkdtemp = interrupted(tempfile.mkdtemp, lambda made: made)
+from trtconv.cli.main import main
+sys.argv = ["trtconv", "quantize", {str(model)!r}, "--precision", "fp16", "-o", {str(out_dir / "o.onnx")!r}]
+main()
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert "temp created: " + TMP_PREFIX in res.stderr, res.stderr[-2000:]
+    assert res.returncode == ExitCode.INTERRUPTED, res.stderr[-2000:]
+    assert list(out_dir.iterdir()) == []
+
+
 def test_no_overwrite_without_force(tmp_path, ocr_cls):
     out = tmp_path / "o.onnx"
     out.write_bytes(b"precious")

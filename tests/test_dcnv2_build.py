@@ -94,6 +94,17 @@ def test_every_entry_is_shipped():
         dk.kernel_name("float32", dk.SM90_TILES[0], allow_tf32=False)
 
 
+def test_split_k_entries_declare_their_cluster():
+    """A split-K entry's CTAs must form clusters of exactly the size its launch grid assumes
+    (dk.grid multiplies the pixel tiles by dk.split_k); every other entry has no cluster."""
+    for tile in dk.SM90_TILES:
+        for dtype in dk.DTYPES:
+            for layout in dk.LAYOUTS:
+                text = dk.entry_ptx(dk.kernel_name(dtype, tile, True, layout))
+                found = re.search(r"^\.reqnctapercluster (\d+), 1, 1$", text, re.M)
+                assert (int(found.group(1)) if found else 1) == dk.split_k(tile), (tile, dtype, layout)
+
+
 def test_packaged_spec_is_the_source_spec():
     source = json.loads((ROOT / "plugins" / "dcnv2" / "spec.json").read_text())
     assert dk.load_spec() == source, "trtconv/trt/plugins/dcnv2_spec.json is stale: run `make dcnv2-ptx`"

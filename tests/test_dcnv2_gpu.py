@@ -139,7 +139,7 @@ def _skip_unusable(tile, tf32: bool) -> None:
         pytest.skip(f"tile {tile} needs compute capability 9.0 and TF32/FP16/BF16")
 
 
-@pytest.mark.parametrize("tile", [None, *dk.SM90_TILES], ids=["default", *(f"m{t[0]}n{t[1]}w" for t in dk.SM90_TILES)])
+@pytest.mark.parametrize("tile", [None, *dk.SM90_TILES], ids=["default", *map(dk.tile_id, dk.SM90_TILES)])
 @pytest.mark.parametrize("layout", dk.LAYOUTS)
 @pytest.mark.parametrize("mode,dtype_name,tf32", MODES, ids=[m[0] for m in MODES])
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -157,7 +157,7 @@ def test_matches_float64_reference(launcher, name, mode, dtype_name, tf32, layou
 
 
 @pytest.mark.parametrize("layout", dk.LAYOUTS)
-@pytest.mark.parametrize("tile", dk.ALL_TILES, ids=[f"m{t[0]}n{t[1]}k{t[2]}v{t[3]}" for t in dk.ALL_TILES])
+@pytest.mark.parametrize("tile", dk.ALL_TILES, ids=list(map(dk.tile_id, dk.ALL_TILES)))
 @pytest.mark.parametrize("mode,dtype_name,tf32", MODES, ids=[m[0] for m in MODES])
 def test_every_tile(launcher, tile, mode, dtype_name, tf32, layout):
     torch = _torch()
@@ -171,7 +171,7 @@ def test_every_tile(launcher, tile, mode, dtype_name, tf32, layout):
 
 
 @pytest.mark.parametrize("layout", dk.LAYOUTS)
-@pytest.mark.parametrize("tile", dk.ALL_TILES, ids=[f"m{t[0]}n{t[1]}k{t[2]}v{t[3]}" for t in dk.ALL_TILES])
+@pytest.mark.parametrize("tile", dk.ALL_TILES, ids=list(map(dk.tile_id, dk.ALL_TILES)))
 @pytest.mark.parametrize("mode,dtype_name,tf32", [MODES[1], MODES[2]], ids=["tf32", "f16"])
 def test_every_tile_pixel_blocks(launcher, tile, mode, dtype_name, tf32, layout):
     """Ho, Wo multiples of 8 (pixel-block entries take their 2-D path; the wgmma entries their

@@ -94,14 +94,21 @@ def test_launch_geometry_covers_every_output():
     for m, coutg, group in [(1, 1, 1), (16384, 64, 1), (32768, 256, 1), (1024, 512, 1), (433, 24, 4)]:
         for tile in dk.ALL_TILES:
             gx, gy, gz = dk.grid(m, coutg, group, tile)
-            assert gx * tile[0] >= m > (gx - 1) * tile[0]
+            tiles_m, rest = divmod(gx, dk.split_k(tile))  # split-K: KS CTAs per pixel tile
+            assert rest == 0 and tiles_m * tile[0] >= m > (tiles_m - 1) * tile[0]
             assert gy * tile[1] >= coutg > (gy - 1) * tile[1] and gz == group
         assert dk.pick_tile(m, coutg, group) in dk.TILES
     assert dk.tactic_tile(0) == dk.TILES[0] and dk.tactic_tile(len(dk.TILES)) == dk.TILES[-1]
     assert dk.tactic_tile(len(dk.ALL_TILES)) == dk.SM90_TILES[-1]
-    # One warpgroup (128 threads) per 64 pixels for the wgmma entries, 256 threads otherwise.
-    assert [dk.threads(t) for t in dk.SM90_TILES] == [2 * t[0] for t in dk.SM90_TILES]
-    assert {dk.threads(t) for t in dk.TILES} == {dk.THREADS}
+    # One warpgroup (128 threads) per 64 pixels for the "w" wgmma entries, two for "v", 256
+    # threads for the compute_80 ones; split-K only where the entry name says so.
+    assert [(dk.tile_id(t), dk.threads(t), dk.split_k(t)) for t in dk.SM90_TILES] == [
+        ("m128n256k32w", 256, 1), ("m64n256k32w", 128, 1), ("m128n256k32v", 512, 1),
+        ("m64n256k32w4", 128, 4), ("m64n256k32v7", 256, 7),
+    ]
+    assert {dk.threads(t) for t in dk.TILES} == {dk.THREADS} and {dk.split_k(t) for t in dk.TILES} == {1}
+    assert {dk.ptx_file(dk.kernel_name("float16", t)) for t in dk.SM90_TILES} == {dk.SM90_PTX_FILE}
+    assert {dk.ptx_file(dk.kernel_name("float16", t)) for t in dk.TILES} == {dk.PTX_FILE}
 
 
 def test_hopper_tiles_only_where_they_run():

@@ -35,7 +35,7 @@ import click
 from trtconv import __version__
 from trtconv.config import jsonable
 from trtconv.depfile import OutputsFn, cached_inputs, single_output, succeeded
-from trtconv.outputs import TMP_PREFIX, atomic_path, check_output_path, dumps_json
+from trtconv.outputs import TMP_PREFIX, atomic_path, check_output_path, dumps_json, temp_prefix
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger(__name__)
@@ -126,7 +126,7 @@ def store(cache_dir: Path, key: CacheKey, files: Sequence[Path], base: Path, std
     if final.exists():
         return None
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=cache_dir))
+    tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(cache_dir), dir=cache_dir))
     try:
         names = [str(f.relative_to(base)) for f in files]
         (tmp / FILES).mkdir()

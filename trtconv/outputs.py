@@ -29,8 +29,44 @@ _HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:6]
 _OWNED = re.compile(re.escape(TMP_PREFIX) + r"([0-9a-f]{6})-(\d+)-")
 
 
+# Folders this process creates temps in. A signal can land between a temp's creation and
+# the `try` that would remove it; the CLI's interrupt path then removes what this process
+# left in them (remove_own_temps), found by the host and pid in the names.
+_TEMP_FOLDERS: set[str] = set()
+
+
 def _tmp_prefix(name: str = "") -> str:
     return f"{TMP_PREFIX}{_HOST}-{os.getpid()}-" + (f"{name}." if name else "")
+
+
+def temp_prefix(folder: Path, name: str = "") -> str:
+    """The prefix for a temp this process is about to create in ``folder`` (noted first, so
+    no interrupt can leave a temp in a folder remove_own_temps does not know)."""
+    _TEMP_FOLDERS.add(os.fspath(folder))
+    return _tmp_prefix(name)
+
+
+def remove_own_temps() -> list[str]:
+    """Remove the temp files and folders this process still has; the names removed."""
+    mine = _tmp_prefix()
+    removed: list[str] = []
+    for folder in sorted(_TEMP_FOLDERS):
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if not entry.name.startswith(mine):
+                continue
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
+                else:
+                    os.unlink(entry.path)
+            except OSError:
+                continue
+            removed.append(entry.name)
+    return removed
 
 
 def _pid_alive(pid: int) -> bool:
@@ -115,7 +151,7 @@ def atomic_path(path: Path, *, force: bool = False, suffix: str = "") -> Iterato
     parent = path.parent if str(path.parent) else Path(".")
     sweep_stale_temps(parent)
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=_tmp_prefix(path.name), suffix=suffix, dir=parent)
+        fd, tmp_name = tempfile.mkstemp(prefix=temp_prefix(parent, path.name), suffix=suffix, dir=parent)
         os.close(fd)
     except OSError as exc:
         raise os_error(path, exc) from exc
@@ -138,7 +174,7 @@ def atomic_dir(parent: Path) -> Iterator[Path]:
     """A scratch folder inside ``parent`` (same file system), removed afterwards."""
     sweep_stale_temps(parent)
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=_tmp_prefix(), dir=parent))
+        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(parent), dir=parent))
     except OSError as exc:
         raise os_error(parent, exc) from exc
     try:

@@ -95,6 +95,19 @@ struct Tile {
   static_assert(SMEM <= 48 * 1024, "static shared memory");
 };
 
+// 3xTF32: split each element of a WMMA fragment into its TF32 part (left in f) and the TF32
+// rounding of the remainder (into lo); hi*hi + lo*hi + hi*lo then carries FP32 accuracy.
+template <class Frag>
+__device__ __forceinline__ void split_tf32(Frag& f, Frag& lo) {
+#pragma unroll
+  for (int t = 0; t < f.num_elements; ++t) {
+    const float v = f.x[t];
+    const float hi = wmma::__float_to_tf32(v);
+    f.x[t] = hi;
+    lo.x[t] = wmma::__float_to_tf32(v - hi);
+  }
+}
+
 template <class E, int BM, int BN, int KCH, bool NHWC, int PF, bool T2D>
 __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
                                               const typename E::T* __restrict__ offset,
@@ -376,23 +389,9 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
         FragA fal[Tl::FM];
         FragB fbl[Tl::FN];
 #pragma unroll
-        for (int i = 0; i < Tl::FM; ++i)
+        for (int i = 0; i < Tl::FM; ++i) split_tf32(fa[i], fal[i]);
 #pragma unroll
-          for (int t = 0; t < fa[i].num_elements; ++t) {
-            const float v = fa[i].x[t];
-            const float hi = wmma::__float_to_tf32(v);
-            fa[i].x[t] = hi;
-            fal[i].x[t] = wmma::__float_to_tf32(v - hi);
-          }
-#pragma unroll
-        for (int j = 0; j < Tl::FN; ++j)
-#pragma unroll
-          for (int t = 0; t < fb[j].num_elements; ++t) {
-            const float v = fb[j].x[t];
-            const float hi = wmma::__float_to_tf32(v);
-            fb[j].x[t] = hi;
-            fbl[j].x[t] = wmma::__float_to_tf32(v - hi);
-          }
+        for (int j = 0; j < Tl::FN; ++j) split_tf32(fb[j], fbl[j]);
 #pragma unroll
         for (int i = 0; i < Tl::FM; ++i)
 #pragma unroll

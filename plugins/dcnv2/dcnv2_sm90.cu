@@ -109,16 +109,51 @@ __device__ __forceinline__ void cp_async_wait_all() {
 }
 __device__ __forceinline__ uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
-// Round an FP32 value to TF32 (round to nearest; the tensor cores would truncate).
+// ---- thread-block clusters (split-K): rank, barrier, reads of another CTA's shared memory ----
+__device__ __forceinline__ int cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return (int)r;
+}
+// Every thread of every CTA in the cluster; release/acquire orders the shared-memory writes.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// The FP32 values at local shared address `saddr`, summed over the same address in the KS
+// CTAs of the cluster in rank order (a fixed order: the result does not depend on timing).
+template <int KS, int V>
+__device__ __forceinline__ void cluster_sum(uint32_t saddr, float (&out)[V]) {
+#pragma unroll
+  for (int e = 0; e < V; ++e) out[e] = 0.f;
+#pragma unroll
+  for (int r = 0; r < KS; ++r) {
+    uint32_t a;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(a) : "r"(saddr), "r"(r));
+    float v[V];
+    if constexpr (V == 4)
+      asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3]) : "r"(a) : "memory");
+    else
+      asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v[0]) : "r"(a) : "memory");
+#pragma unroll
+    for (int e = 0; e < V; ++e) out[e] += v[e];
+  }
+}
+
+// An FP32 value as a TF32 operand, rounded to nearest (ties away from zero): add half a TF32
+// unit in the last place; the tensor cores ignore the low 13 bits, i.e. truncate the rest.
+// One integer add instead of the ~10 instructions of a checked cvt.rna.tf32 (infinities
+// stay infinite, and so do NaNs with any of the top 10 mantissa bits set, canonical ones
+// included).
 template <class E>
 __device__ __forceinline__ float operand(float v) {
-  if constexpr (sizeof(typename E::T) == 4) return wmma::__float_to_tf32(v);
+  if constexpr (sizeof(typename E::T) == 4) return __uint_as_float(__float_as_uint(v) + 0x1000u);
   return v;
 }
 
 // ---- the kernel ------------------------------------------------------------------------------
 // ABL (development only, see plugins/dcnv2/devablate.py): 1 = no corner loads, 2 = no wgmma.
-template <class E, int BM, int BN, bool NHWC, int ABL = 0>
+template <class E, int BM, int BN, int WN, bool NHWC, int KS = 1, int ABL = 0>
 __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
                                             const typename E::T* __restrict__ offset,
                                             const typename E::T* __restrict__ mask,
@@ -127,7 +162,8 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
                                             typename E::T* __restrict__ y) {
   using T = typename E::T;
   using S = typename E::S;
-  constexpr int NT = 2 * BM;                       // threads: one warpgroup per 64 pixels
+  constexpr int NT = 2 * BM * WN;                  // threads: WN warpgroups per 64 pixels
+  constexpr int BNW = BN / WN;                     // output channels per warpgroup
   constexpr int ES = (int)sizeof(T);
   constexpr int KC = 64 / ES;                      // channels per K step (64 bytes)
   constexpr int VE = 16 / ES;                      // channels per 16-byte vector
@@ -135,14 +171,15 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
   constexpr int NTASK = BM / PPP;                  // gather passes per step
   constexpr int ASZ = BM * 64, BSZ = BN * 64;      // bytes per stage
   constexpr int STAGE = ASZ + BSZ;
-  constexpr int NACC = BN / 2;                     // FP32 accumulators per thread
+  constexpr int NACC = BNW / 2;                    // FP32 accumulators per thread
   constexpr int BCH = BN * 4 / NT;                 // 16-byte weight chunks per thread and step
   constexpr int KSL = 64 / (E::WK * ES);           // wgmma K slices per step (2)
-  constexpr int EC = 64;                           // output channels per epilogue pass
+  constexpr int EC = BM == 64 ? 128 : 64;          // output channels per epilogue pass
+  constexpr int ECW = EC / WN;                     // of them, per warpgroup
   constexpr int LDC = BM + 4;
   constexpr int SMEM = 2 * STAGE > EC * LDC * 4 ? 2 * STAGE : EC * LDC * 4;
   static_assert(SMEM <= 48 * 1024, "static shared memory");
-  static_assert(NTASK * PPP == BM && BCH * NT == BN * 4 && KSL == 2, "tile");
+  static_assert(NTASK * PPP == BM && BCH * NT == BN * 4 && KSL == 2 && BNW % ECW == 0, "tile");
 
   __shared__ __align__(1024) unsigned char smem[SMEM];
   const uint32_t sbase = smem_addr(smem);
@@ -156,7 +193,10 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
   const int HoWo = p.Ho * p.Wo;
   const int HW = p.H * p.W;
   const int M = p.N * HoWo;
-  const int m0 = blockIdx.x * BM;
+  // Split-K (KS > 1): the KS CTAs of a cluster share one output tile, each walking 1/KS of K.
+  const int mt = KS > 1 ? blockIdx.x / KS : blockIdx.x;
+  const int rank = KS > 1 ? cluster_rank() : 0;
+  const int m0 = mt * BM;
   const int n0 = blockIdx.y * BN;
   const bool wvec = (Cg % VE) == 0 && (cpdg % VE) == 0;
   const bool xvec = NHWC && wvec && (p.xcs % VE) == 0;
@@ -180,8 +220,26 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
   int ro[NTASK][4];
   float rw[NTASK][4];
   const int rstride = NHWC ? p.xcs : 1;
-  auto make_recipes = [&](int tap, int seg) {
+  // The offset and mask values of a tap are loaded one K step before its recipes are built
+  // (`pre`), so a step that starts a new tap does not wait for two dependent round trips.
+  // Only the 128-pixel tiles do so: the 64-pixel ones (twice the weight copies per thread)
+  // would spill the registers it takes.
+  constexpr bool PRE = BM >= 128 || WN > 1;
+  float pre[NTASK][3];
+  auto fetch_recipes = [&](int tap, int seg) {
     const int dgch = ((g * Cg + seg) / cpdg) * KK + tap;
+#pragma unroll
+    for (int i = 0; i < NTASK; ++i) {
+      pre[i][0] = pre[i][1] = pre[i][2] = 0.f;
+      if (pn[i] >= 0) {
+        const int ch = pn[i] * p.dgroup * KK + dgch;
+        pre[i][0] = E::ld(offset + (size_t)ch * 2 * HoWo + phw[i]);
+        pre[i][1] = E::ld(offset + (size_t)(ch * 2 + 1) * HoWo + phw[i]);
+        pre[i][2] = E::ld(mask + (size_t)ch * HoWo + phw[i]);
+      }
+    }
+  };
+  auto make_recipes = [&](int tap) {
     const int ti = tap / p.kw;
     const int tj = tap - ti * p.kw;
 #pragma unroll
@@ -193,11 +251,7 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
       }
       if (pn[i] >= 0) {
         const int n = pn[i];
-        const int ch = n * p.dgroup * KK + dgch;
-        const float dy = E::ld(offset + (size_t)ch * 2 * HoWo + phw[i]);
-        const float dx = E::ld(offset + (size_t)(ch * 2 + 1) * HoWo + phw[i]);
-        const float mv = E::ld(mask + (size_t)ch * HoWo + phw[i]);
-        const Recipe r = recipe_at((float)(py[i] + ti * p.dh) + dy, (float)(px[i] + tj * p.dw) + dx, mv, p);
+        const Recipe r = recipe_at((float)(py[i] + ti * p.dh) + pre[i][0], (float)(px[i] + tj * p.dw) + pre[i][1], pre[i][2], p);
         const int base = NHWC ? n * HW * p.xcs + g * Cg : (n * p.C + g * Cg) * HW;
         ro[i][0] = base + r.i00 * rstride;
         ro[i][1] = base + r.i01 * rstride;
@@ -322,115 +376,157 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
 #pragma unroll
   for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
   const int wg = tid >> 7;
+  const int wm = wg / WN, wn = wg - wm * WN;  // this warpgroup's 64 pixels and BNW channels
   auto run_mma = [&](int stage) {
-    const uint32_t a = sbase + stage * STAGE + wg * 64 * 64;
-    const uint32_t b = sbase + stage * STAGE + ASZ;
+    const uint32_t a = sbase + stage * STAGE + wm * 64 * 64;
+    const uint32_t b = sbase + stage * STAGE + ASZ + wn * BNW * 64;
     wg_arrive();
 #pragma unroll
     for (int k = 0; k < KSL; ++k)
-      if (ABL != 2) mma<E, BN>(acc, desc64(a + k * 32), desc64(b + k * 32));
+      if (ABL != 2) mma<E, BNW>(acc, desc64(a + k * 32), desc64(b + k * 32));
     wg_commit();
   };
 
-  // Each CTA starts its tap walk at a different tap: CTAs in step would otherwise all read the
-  // same weight rows at the same time, queueing on the same L2 slices.
-  const int t0 = blockIdx.x % KK;
-  int seg = 0, send = seg_end(0), tap = t0, ntaps = 0, c0 = 0;
-  make_recipes(tap, seg);
-  load_b(0, tap, c0, send);
-  gather(c0, send);
-  store_a(0, c0, send);
-  cp_async_wait_all();
-  round_b(0);
-  fence_async_smem();
-  __syncthreads();
-  for (int s = 0;; s ^= 1) {
-    // the next step in the walk: segment -> tap -> chunk
-    int nseg = seg, nsend = send, ntap = tap, nntaps = ntaps, nc0 = c0 + KC;
-    if (nc0 >= send) {
-      nc0 = seg;
-      ntap = tap + 1 == KK ? 0 : tap + 1;
-      if (++nntaps == KK) {
-        nntaps = 0;
-        ntap = t0;
-        nseg = send;
-        nc0 = nseg;
-        if (nseg < Cg) nsend = seg_end(nseg);
+  // K walk: deformable-group segment -> tap -> channel chunk. Each CTA starts its tap walk at
+  // a different tap: CTAs in step would otherwise all read the same weight rows at the same
+  // time, queueing on the same L2 slices. With split-K, CTA `rank` of the cluster takes the
+  // steps [rank, rank + 1) * steps / KS of every segment (contiguous, so a few taps each).
+  const int t0 = mt % KK;
+  struct Pos {
+    int seg, send, left, tap, c0;  // segment [seg, send), steps left in it for this CTA, tap, chunk
+  };
+  auto enter = [&](Pos& w, int seg) {  // the first step of this CTA's share from segment seg on
+    for (; seg < Cg; seg = seg_end(seg)) {
+      const int send = seg_end(seg);
+      const int nch = (send - seg + KC - 1) / KC;
+      const int steps = KK * nch;
+      const int lo = steps * rank / KS, hi = steps * (rank + 1) / KS;
+      if (lo < hi) {
+        const int tl = lo / nch;
+        w = Pos{seg, send, hi - lo, t0 + tl >= KK ? t0 + tl - KK : t0 + tl, seg + (lo - tl * nch) * KC};
+        return;
       }
     }
-    const bool more = nseg < Cg;
-    run_mma(s);
-    if (more) {
-      if (ntap != tap || nseg != seg) make_recipes(ntap, nseg);
-      load_b(s ^ 1, ntap, nc0, nsend);
-      gather(nc0, nsend);
-      store_a(s ^ 1, nc0, nsend);
-      cp_async_wait_all();
-      round_b(s ^ 1);
-      fence_async_smem();
+    w.seg = Cg;  // nothing left
+  };
+  // The step after w; true when it starts a new tap (its recipes are to be built).
+  auto advance = [&](Pos& w) {
+    if (--w.left == 0) {
+      enter(w, w.send);
+      return w.seg < Cg;
     }
-    wg_wait_all();
-#pragma unroll
-    for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(acc[i])::"memory");
+    w.c0 += KC;
+    if (w.c0 < w.send) return false;
+    w.c0 = w.seg;
+    w.tap = w.tap + 1 == KK ? 0 : w.tap + 1;
+    return true;
+  };
+
+  Pos nxt;
+  enter(nxt, 0);
+  if (nxt.seg < Cg) {  // a split-K CTA may have no steps at all (tiny K): its partial sum is 0
+    fetch_recipes(nxt.tap, nxt.seg);
+    make_recipes(nxt.tap);
+    gather(nxt.c0, nxt.send);
+    load_b(0, nxt.tap, nxt.c0, nxt.send);
+    store_a(0, nxt.c0, nxt.send);
+    bool fresh = advance(nxt);  // nxt: the step the loop loads next; fresh: it starts a tap
+    if (PRE && fresh) fetch_recipes(nxt.tap, nxt.seg);
+    cp_async_wait_all();
+    round_b(0);
+    fence_async_smem();
     __syncthreads();
-    if (!more) break;
-    seg = nseg; send = nsend; tap = ntap; ntaps = nntaps; c0 = nc0;
+    for (int s = 0;; s ^= 1) {
+      const bool more = nxt.seg < Cg;
+      run_mma(s);
+      if (more) {
+        if (fresh) {
+          if (!PRE) fetch_recipes(nxt.tap, nxt.seg);
+          make_recipes(nxt.tap);
+        }
+        gather(nxt.c0, nxt.send);  // the corner loads first: their latency is the step's
+        load_b(s ^ 1, nxt.tap, nxt.c0, nxt.send);
+        store_a(s ^ 1, nxt.c0, nxt.send);
+        fresh = advance(nxt);
+        if (PRE && fresh) fetch_recipes(nxt.tap, nxt.seg);  // one step ahead of make_recipes
+        cp_async_wait_all();
+        round_b(s ^ 1);
+        fence_async_smem();
+      }
+      wg_wait_all();
+#pragma unroll
+      for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(acc[i])::"memory");
+      __syncthreads();
+      if (!more) break;
+    }
   }
 
   // ---- epilogue: EC output channels at a time through shared memory, bias added, NCHW stores ----
+  // With split-K every CTA of the cluster stages its partial tile; each then sums 1/KS of the
+  // tile over the cluster's shared memory (in rank order) and stores it.
   // Accumulator layout (wgmma m64nN, FP32): warp w of the warpgroup, lane l hold rows
   // 16w + l/4 (+8) and columns 8j + 2(l%4) (+1) in acc[4j .. 4j+3].
   float* cs = reinterpret_cast<float*>(smem);
   const int warp = (tid >> 5) & 3, lane = tid & 31;
-  const int r0 = wg * 64 + warp * 16 + (lane >> 2);
+  const int r0 = wm * 64 + warp * 16 + (lane >> 2);
   const int nimg = m0 / HoWo;
   const bool contiguous = m0 + BM <= M && (m0 + BM - 1) / HoWo == nimg && HoWo % VE == 0;
 #pragma unroll
-  for (int pass = 0; pass < BN / EC; ++pass) {
+  for (int pass = 0; pass < BNW / ECW; ++pass) {  // columns pass * ECW + [0, ECW) of each warpgroup
 #pragma unroll
-    for (int jj = 0; jj < EC / 8; ++jj) {
-      const int j = pass * (EC / 8) + jj;
-      const int col = jj * 8 + 2 * (lane & 3);
+    for (int jj = 0; jj < ECW / 8; ++jj) {
+      const int j = pass * (ECW / 8) + jj;
+      const int col = wn * ECW + jj * 8 + 2 * (lane & 3);
       cs[col * LDC + r0] = acc[4 * j];
       cs[(col + 1) * LDC + r0] = acc[4 * j + 1];
       cs[col * LDC + r0 + 8] = acc[4 * j + 2];
       cs[(col + 1) * LDC + r0 + 8] = acc[4 * j + 3];
     }
-    __syncthreads();
+    if constexpr (KS > 1) cluster_sync();
+    else __syncthreads();
     if (contiguous) {
       const int hw0 = m0 - nimg * HoWo;
-      for (int idx = tid; idx < EC * BM / VE; idx += NT) {
+      for (int idx = rank * NT + tid; idx < EC * BM / VE; idx += KS * NT) {
         const int ocl = idx / (BM / VE);
         const int pv = (idx - ocl * (BM / VE)) * VE;
-        const int on = n0 + pass * EC + ocl;
+        const int on = n0 + pass * ECW + (WN == 1 ? ocl : (ocl / ECW) * BNW + ocl % ECW);
         if (on < Coutg) {
           const int oc = g * Coutg + on;
           const float bv = E::ld(bias + oc);
           alignas(16) T out[VE];
 #pragma unroll
           for (int e = 0; e < VE; e += 4) {
-            const float4 f = *reinterpret_cast<const float4*>(&cs[ocl * LDC + pv + e]);
-            out[e] = E::to_t(f.x + bv); out[e + 1] = E::to_t(f.y + bv);
-            out[e + 2] = E::to_t(f.z + bv); out[e + 3] = E::to_t(f.w + bv);
+            float f[4];
+            if constexpr (KS > 1) {
+              cluster_sum<KS>(smem_addr(&cs[ocl * LDC + pv + e]), f);
+            } else {
+              const float4 v = *reinterpret_cast<const float4*>(&cs[ocl * LDC + pv + e]);
+              f[0] = v.x; f[1] = v.y; f[2] = v.z; f[3] = v.w;
+            }
+#pragma unroll
+            for (int k = 0; k < 4; ++k) out[e + k] = E::to_t(f[k] + bv);
           }
           *reinterpret_cast<uint4*>(y + ((size_t)nimg * p.Cout + oc) * HoWo + hw0 + pv) =
               *reinterpret_cast<const uint4*>(out);
         }
       }
     } else {
-      for (int idx = tid; idx < EC * BM; idx += NT) {
+      for (int idx = rank * NT + tid; idx < EC * BM; idx += KS * NT) {
         const int ocl = idx / BM;
         const int pl = idx - ocl * BM;
-        const int on = n0 + pass * EC + ocl;
+        const int on = n0 + pass * ECW + (WN == 1 ? ocl : (ocl / ECW) * BNW + ocl % ECW);
         const int pp = m0 + pl;
         if (on < Coutg && pp < M) {
           const int oc = g * Coutg + on;
           const int n = pp / HoWo;
-          y[((size_t)n * p.Cout + oc) * HoWo + (pp - n * HoWo)] = E::to_t(cs[ocl * LDC + pl] + E::ld(bias + oc));
+          float f[1] = {cs[ocl * LDC + pl]};
+          if constexpr (KS > 1) cluster_sum<KS>(smem_addr(&cs[ocl * LDC + pl]), f);
+          y[((size_t)n * p.Cout + oc) * HoWo + (pp - n * HoWo)] = E::to_t(f[0] + E::ld(bias + oc));
         }
       }
     }
-    __syncthreads();
+    if constexpr (KS > 1) cluster_sync();  // the other CTAs are done reading this tile
+    else __syncthreads();
   }
 }
 
@@ -439,20 +535,26 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
 
 using namespace trtconv_dcnv2;
 
-#define DCNV2_SM90_ENTRY(NAME, E, BM, BN, NHWC, MINB)                                                       \
-  extern "C" __global__ void __launch_bounds__(2 * BM, MINB) NAME(                                           \
+// CLUSTER: empty, or __cluster_dims__(KS, 1, 1) for a split-K entry.
+#define DCNV2_SM90_ENTRY(NAME, E, BM, BN, WN, NHWC, MINB, KS, CLUSTER)                                      \
+  extern "C" __global__ void __launch_bounds__(2 * BM * WN, MINB) CLUSTER NAME(                              \
       const E::T* __restrict__ x, const E::T* __restrict__ offset, const E::T* __restrict__ mask,            \
       const E::T* __restrict__ weight, const E::T* __restrict__ bias, int N, int C, int H, int W, int Cout,  \
       int Ho, int Wo, int kh, int kw, int sh, int sw, int pt, int pl, int dh, int dw, int group, int dgroup, \
       int xcs, E::T* __restrict__ y) {                                                                       \
     const Params p{N, C, H, W, Cout, Ho, Wo, kh, kw, sh, sw, pt, pl, dh, dw, group, dgroup, xcs};           \
-    sm90::dcn_forward<E, BM, BN, NHWC>(x, offset, mask, weight, bias, p, y);                                \
+    sm90::dcn_forward<E, BM, BN, WN, NHWC, KS>(x, offset, mask, weight, bias, p, y);                        \
   }
-// Tiles (TILES in trtconv/trt/plugins/dcnv2_kernel.py, variant "w"): BM, BN, minimum blocks per SM.
-// (v11 also had 128 x 128 and 64 x 128; they won no shape: plugins/dcnv2/NOTES.md.)
-#define DCNV2_SM90_TILES(DT, E, LAYOUT, NHWC)                                   \
-  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m128n256k32w, E, 128, 256, NHWC, 1)  \
-  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n256k32w, E, 64, 256, NHWC, 2)
+// Tiles (SM90_TILES in trtconv/trt/plugins/dcnv2_kernel.py): BM, BN, warpgroups per 64 pixels
+// WN (suffix "w": 1, "v": 2), minimum blocks per SM, split-K cluster size KS (a suffix digit:
+// grid x = pixel tiles x KS). Development runs also had 128 x 128 and 64 x 128 "w", 64 x 256
+// "v", and split-K by 6 and 8; they won no benchmark shape (plugins/dcnv2/NOTES.md).
+#define DCNV2_SM90_TILES(DT, E, LAYOUT, NHWC)                                        \
+  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m128n256k32w, E, 128, 256, 1, NHWC, 1, 1, ) \
+  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n256k32w, E, 64, 256, 1, NHWC, 2, 1, )   \
+  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m128n256k32v, E, 128, 256, 2, NHWC, 1, 1, ) \
+  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n256k32w4, E, 64, 256, 1, NHWC, 2, 4, __cluster_dims__(4, 1, 1)) \
+  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n256k32v7, E, 64, 256, 2, NHWC, 2, 7, __cluster_dims__(7, 1, 1))
 
 using F32Tf32 = F32<false>;
 #ifdef DCNV2_DEV
@@ -463,7 +565,7 @@ using F32Tf32 = F32<false>;
       int Ho, int Wo, int kh, int kw, int sh, int sw, int pt, int pl, int dh, int dw, int group, int dgroup,    \
       int xcs, __half* __restrict__ y) {                                                                         \
     const Params p{N, C, H, W, Cout, Ho, Wo, kh, kw, sh, sw, pt, pl, dh, dw, group, dgroup, xcs};              \
-    sm90::dcn_forward<F16, 128, 256, true, ABL>(x, offset, mask, weight, bias, p, y);                          \
+    sm90::dcn_forward<F16, 128, 256, 1, true, 1, ABL>(x, offset, mask, weight, bias, p, y);                          \
   }
 DCNV2_ABL_ENTRY(dcnv2_abl_noload_w, 1)
 DCNV2_ABL_ENTRY(dcnv2_abl_nomma_w, 2)

@@ -1,6 +1,8 @@
 """Development only: time ablated copies of the Hopper kernel on shape (b) FP16 channels-last
-(no corner loads / no wgmma) to see which part sets the time. Needs a PTX built with
--DDCNV2_DEV (plugins/dcnv2/devablate.sh)."""
+(no corner loads / no wgmma) to see which part sets the time. Needs the ablation entries,
+compiled in only with -DDCNV2_DEV; on the device machine (its copy of the tree is thrown away):
+  nvcc -ptx -arch=sm_90a -std=c++17 -O3 -DDCNV2_DEV -o trtconv/trt/plugins/dcnv2_sm90a.ptx \
+    plugins/dcnv2/dcnv2_sm90.cu && python3 plugins/dcnv2/devablate.py"""
 
 import sys
 from pathlib import Path
@@ -22,11 +24,9 @@ b = torch.randn(cout, generator=gen, device="cuda").half()
 off = (2 * torch.randn(n, 18, h, h, generator=gen, device="cuda")).half()
 msk = torch.sigmoid(torch.randn(n, 9, h, h, generator=gen, device="cuda")).half()
 launcher = dk.CupyLauncher()
-real = dk.kernel_name
+attrs = dk.DCNv2Attrs(pads=(1, 1, 1, 1))
 for name in names:
-    dk.kernel_name = lambda *a, name=name, **k: name
-    run, out = launcher.prepare(x, off, msk, w, b, dk.DCNv2Attrs(pads=(1, 1, 1, 1)), tile=(128, 256, 32, 3), layout="nhwc")
+    run, out = launcher.prepare(x, off, msk, w, b, attrs, tile=(128, 256, 32, 3), layout="nhwc", entry=name)
     run()
     torch.cuda.synchronize()
     print(f"{name}: {time_us(torch, run, 20, 9):.1f} us", flush=True)
-dk.kernel_name = real

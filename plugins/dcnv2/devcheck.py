@@ -72,7 +72,7 @@ def main() -> int:
             res = []
             for layout in dk.LAYOUTS:
                 for tile in dk.usable_tiles(cc, accurate_fp32=mode == "fp32"):
-                    if tile[1] >= 128 and cout <= 64 or args.only_w and tile[3] != 3 and layout == "nchw":
+                    if tile[1] >= 128 and cout <= 64 or args.only_w and tile not in dk.SM90_TILES and layout == "nchw":
                         continue
                     xin = x_cl if layout == "nhwc" else x
                     run, _ = launcher.prepare(xin, off, msk, w_ohwi, b, attrs, out=out, tile=tile, layout=layout)

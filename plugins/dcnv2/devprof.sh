@@ -14,7 +14,7 @@ CFG=${1:-float16:64,128,32,0}
 python3 -c "
 import sys
 from trtconv.trt.plugins import dcnv2_kernel as k
-dt, t = sys.argv[1].split(':'); tile = tuple(int(v) for v in t.split(','))
+dt, t = sys.argv[1].split(":")[:2]; tile = tuple(int(v) for v in t.split(','))
 name = k.kernel_name(dt, tile, True, 'nhwc')
 open('/tmp/one.ptx', 'w').write(k.entry_ptx(name)); print(name, k.ptx_file(name))" "$CFG" > /tmp/one.txt
 ARCH=$(grep -q sm90a /tmp/one.txt && echo sm_90a || echo sm_90)

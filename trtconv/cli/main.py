@@ -19,6 +19,7 @@ import click
 
 from trtconv import __version__
 from trtconv.errors import ExitCode, TrtconvError
+from trtconv.outputs import remove_own_temps
 
 # command name -> "module:attribute". Add a command by adding a line here.
 COMMANDS: dict[str, str] = {
@@ -55,6 +56,7 @@ class LazyGroup(click.Group):
             _report_error(ctx, exc)
             raise click.exceptions.Exit(int(exc.exit_code)) from None
         except KeyboardInterrupt:
+            remove_own_temps()  # also a temp the interrupt caught between creation and `try`
             click.echo("trtconv: interrupted; no partial output was left behind", err=True)
             raise click.exceptions.Exit(int(ExitCode.INTERRUPTED)) from None
         except BrokenPipeError:

@@ -41,11 +41,17 @@ THREADS = 256  # block size of the compute_80 entry points
 # all at build time.
 Tile = tuple[int, int, int, int]
 TILES: tuple[Tile, ...] = ((64, 128, 32, 0), (64, 64, 64, 0), (64, 64, 64, 2), (32, 128, 32, 0), (64, 256, 16, 1))
-# Variant 3 ("w"): the Hopper kernel (plugins/dcnv2/dcnv2_sm90.cu, compute_90a PTX): warpgroup
-# MMA, 2 * BM threads; FP16, BF16 and TF32 only (the FP32-accurate mode has no wgmma entry).
-SM90_TILES: tuple[Tile, ...] = ((128, 256, 32, 3), (64, 256, 32, 3))
+# Variants 3 and up: the Hopper kernel (plugins/dcnv2/dcnv2_sm90.cu, compute_90a PTX),
+# warpgroup MMA; FP16, BF16 and TF32 only (the FP32-accurate mode has no wgmma entry).
+# "w": one warpgroup per 64 pixels takes all BN channels; "v": two warpgroups per 64 pixels
+# take BN / 2 each (half the accumulators per thread, twice the warps). A digit: split-K over
+# a cluster of that many CTAs, which sum their partial tiles through distributed shared
+# memory in a fixed order -- for layers with few output pixels and a long K, such as shape
+# (c). Seven, not eight: 32 output tiles x 8 CTAs is more clusters than an H200 holds at once.
+SM90_TILES: tuple[Tile, ...] = ((128, 256, 32, 3), (64, 256, 32, 3), (128, 256, 32, 5), (64, 256, 32, 4), (64, 256, 32, 6))
 ALL_TILES: tuple[Tile, ...] = TILES + SM90_TILES
-_VARIANT = ("s", "p", "t", "w")
+_VARIANT = ("s", "p", "t", "w", "w4", "v", "v7")
+
 
 # Layouts of x the PTX has entry points for: "nchw" (TensorRT LINEAR) and "nhwc" (channels
 # last with a channel stride >= C: TensorRT HWC8 for FP16/BF16, HWC for FP32). Every other
@@ -169,7 +175,18 @@ def kernel_name(dtype: str, tile: Tile, allow_tf32: bool = True, layout: str = "
     stem = _STEM.get(dtype) or ("tf32" if allow_tf32 else "f32")
     if stem == "f32" and tile in SM90_TILES:
         raise ValueError(f"tile {tile} has no FP32-accurate entry; use one of {TILES}")
-    return f"dcnv2_{stem}_{layout}_m{tile[0]}n{tile[1]}k{tile[2]}{_VARIANT[tile[3]]}"
+    return f"dcnv2_{stem}_{layout}_{tile_id(tile)}"
+
+
+def tile_id(tile: Tile) -> str:
+    """A tile's name, as its entry points end: 'm64n256k32w8'."""
+    return f"m{tile[0]}n{tile[1]}k{tile[2]}{_VARIANT[tile[3]]}"
+
+
+def split_k(tile: Tile) -> int:
+    """CTAs that share one output tile along K (the cluster size of a split-K entry)."""
+    suffix = _VARIANT[tile[3]]
+    return int(suffix[1:]) if tile in SM90_TILES and len(suffix) > 1 else 1
 
 
 def tactic_tile(tactic: int | None) -> Tile:
@@ -193,7 +210,9 @@ def usable_tiles(capability: tuple[int, int] | None, accurate_fp32: bool = False
 
 def threads(tile: Tile) -> int:
     """Block size of a tile's entry point."""
-    return 2 * tile[0] if tile[3] == 3 else THREADS
+    if tile not in SM90_TILES:
+        return THREADS
+    return 2 * tile[0] * (2 if _VARIANT[tile[3]].startswith("v") else 1)
 
 
 def pick_tile(m: int, cout_per_group: int, group: int, sms: int = 132) -> Tile:
@@ -205,9 +224,10 @@ def pick_tile(m: int, cout_per_group: int, group: int, sms: int = 132) -> Tile:
 
 
 def grid(m: Any, cout_per_group: int, group: int, tile: Tile) -> tuple[Any, int, int]:
-    """Launch grid (x: pixel tiles, y: channel tiles, z: conv groups); ``m`` may be symbolic."""
+    """Launch grid (x: pixel tiles times the split-K factor, y: channel tiles, z: conv groups);
+    ``m`` may be symbolic."""
     bm, bn = tile[0], tile[1]
-    return ((m + (bm - 1)) // bm, -(-cout_per_group // bn), group)
+    return ((m + (bm - 1)) // bm * split_k(tile), -(-cout_per_group // bn), group)
 
 
 def scalar_args(
@@ -233,7 +253,7 @@ def load_ptx(file: str = PTX_FILE) -> str:
 
 def ptx_file(name: str) -> str:
     """The PTX file that holds an entry point (compute_90a for the "w" tiles)."""
-    return SM90_PTX_FILE if name.endswith("w") else PTX_FILE
+    return SM90_PTX_FILE if name.rstrip("0123456789")[-1] in "wv" else PTX_FILE
 
 
 @lru_cache(maxsize=64)
@@ -293,9 +313,13 @@ class CupyLauncher:
 
     def prepare(
         self, x: Any, offset: Any, mask: Any, weight_ohwi: Any, bias: Any, attrs: DCNv2Attrs,
-        out: Any = None, tile: Tile | None = None, layout: str = "nchw",
+        out: Any = None, tile: Tile | None = None, layout: str = "nchw", entry: str | None = None,
     ) -> tuple[Callable[[], None], Any]:
-        """Check shapes once; return (launch, out) where launch() enqueues the kernel."""
+        """Check shapes once; return (launch, out) where launch() enqueues the kernel.
+
+        ``entry``: run this entry point of the tile's PTX file instead of the one
+        ``kernel_name`` gives (development builds with extra entries, plugins/dcnv2/devablate.py).
+        """
         import numpy as np
         import torch
 
@@ -321,7 +345,7 @@ class CupyLauncher:
         if tile is None:
             sms = torch.cuda.get_device_properties(x.device).multi_processor_count
             tile = pick_tile(n * ho * wo, coutg, attrs.group, sms)
-        fn = self.function(kernel_name(dtype, tile, attrs.allow_tf32, layout))
+        fn = self.function(entry or kernel_name(dtype, tile, attrs.allow_tf32, layout))
         ints = [np.int32(v) for v in scalar_args(n, c, h, w, cout, ho, wo, kh, kw, attrs, xcs)]
         args = (*(self._as_cupy(t) for t in (x, offset, mask, weight_ohwi, bias)), *ints, self._as_cupy(out))
         blocks = grid(n * ho * wo, coutg, attrs.group, tile)
