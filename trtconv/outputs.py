@@ -16,7 +16,7 @@ import re
 import shutil
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,23 +49,28 @@ def temp_prefix(folder: Path, name: str = "") -> str:
 def remove_own_temps() -> list[str]:
     """Remove the temp files and folders this process still has; the names removed."""
     mine = _tmp_prefix()
+    return [name for folder in sorted(_TEMP_FOLDERS) for name in _remove_temps(folder, lambda n: n.startswith(mine))]
+
+
+def _remove_temps(folder: Path | str, wanted: Callable[[str], bool]) -> list[str]:
+    """Remove the files and folders in ``folder`` whose names ``wanted`` accepts; the names
+    removed (an entry that cannot be removed is skipped)."""
     removed: list[str] = []
-    for folder in sorted(_TEMP_FOLDERS):
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not wanted(entry.name):
+            continue
         try:
-            entries = list(os.scandir(folder))
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
         except OSError:
             continue
-        for entry in entries:
-            if not entry.name.startswith(mine):
-                continue
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path)
-                else:
-                    os.unlink(entry.path)
-            except OSError:
-                continue
-            removed.append(entry.name)
+        removed.append(entry.name)
     return removed
 
 
@@ -85,24 +90,12 @@ def sweep_stale_temps(folder: Path) -> list[str]:
     Only names with this host's tag and a pid that no longer runs are touched, so a
     concurrent writer's temp (or another machine's, on a shared folder) is left alone.
     """
-    removed: list[str] = []
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
-        return removed
-    for entry in entries:
-        m = _OWNED.match(entry.name)
-        if not m or m.group(1) != _HOST or _pid_alive(int(m.group(2))):
-            continue
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path)
-            else:
-                os.unlink(entry.path)
-        except OSError:
-            continue
-        removed.append(entry.name)
-    return removed
+
+    def stale(name: str) -> bool:
+        m = _OWNED.match(name)
+        return bool(m) and m.group(1) == _HOST and not _pid_alive(int(m.group(2)))
+
+    return _remove_temps(folder, stale)
 
 
 def fsync_dir(folder: Path) -> None:

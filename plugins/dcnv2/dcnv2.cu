@@ -510,14 +510,7 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
   }
   if (!first) mma(b ^ 1);
   __syncthreads();  // the epilogue reuses the A/B buffers
-  if constexpr (E::kSplit) {
-#pragma unroll
-    for (int i = 0; i < MF; ++i)
-#pragma unroll
-      for (int j = 0; j < NF; ++j)
-#pragma unroll
-        for (int t = 0; t < master[i][j].num_elements; ++t) master[i][j].x[t] += acc[i][j].x[t];
-  }
+  flush();
 
   // Epilogue: stage each 16x16 accumulator in shared memory, add bias, store NCHW.
   float* cs = reinterpret_cast<float*>(smem) + warp * 256;
