@@ -10,15 +10,18 @@
 //
 // Implicit GEMM as in dcnv2.cu: M = output pixels, N = output channels of a conv group,
 // K = taps x input channels, walked deformable-group segment -> tap -> channel chunk (tap
-// outer, so a thread's sampling recipes -- corner offsets, bilinear weights x mask, FP32 --
-// stay in registers for all the chunks of a tap). A K step covers 64 bytes of channels
-// (32 FP16/BF16, 16 FP32): each shared-memory row of A (pixel) and B (output channel) is
-// 64 bytes in wgmma's 64-byte-swizzle K-major layout. Two stages of A and B fill the 48 KiB
-// of static shared memory at 128 x 256; one barrier per step.
+// outer, so a tap's sampling recipes -- corner offsets, bilinear weights x mask, FP32 -- serve
+// all the chunks of a tap). A K step covers RB bytes of channels per pixel: each shared-memory
+// row of A (pixel) and B (output channel) is RB bytes in wgmma's RB-byte-swizzle K-major
+// layout. RB = 64 ("k32" tiles: 32 FP16/BF16, 16 FP32 channels; recipes in the registers of
+// the threads that gather, two stages in 48 KiB) or 128 ("k64" tiles: whole 128-byte lines per
+// gathered pixel and copied weight row; recipes in shared memory; two stages of up to 48 KiB,
+// static shared memory past 48 KiB being allowed for sm_90a). One barrier per step.
 //
-// Entry points: dcnv2_<dt>_<layout>_m<BM>n<BN>k32w, dt in f16, bf16, tf32 (FP32 I/O, TF32
-// product; the FP32-accurate mode stays on dcnv2.cu's 3xTF32 kernel). Block: 128 * BM / 64
-// threads (one warpgroup per 64 pixels); grid as dcnv2.cu. No dynamic shared memory.
+// Entry points: dcnv2_<dt>_<layout>_m<BM>n<BN>k<32|64><w|v>[KS], dt in f16, bf16, tf32 (FP32
+// I/O, TF32 product; the FP32-accurate mode stays on dcnv2.cu's 3xTF32 kernel). Block:
+// 128 * BM / 64 threads per warpgroup column (WN of them); grid as dcnv2.cu, x times KS for
+// split-K. Static shared memory only (no dynamic shared memory, no opt-in attribute).
 // Layouts, argument order and border rule: as dcnv2.cu.
 //
 // Regenerate the shipped PTX with `make dcnv2-ptx` after editing this file.
@@ -39,15 +42,21 @@ namespace trtconv_dcnv2 {
 namespace sm90 {
 
 // ---- wgmma, shared-memory descriptors, async copies ----------------------------------------
-// Descriptor of a K-major operand tile with 64-byte rows and the 64-byte swizzle: 8-row core
-// groups 512 bytes apart (SBO); the leading offset is unused for swizzled K-major tiles.
-__device__ __forceinline__ uint64_t desc64(uint32_t saddr) {
-  return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(512 >> 4) << 32) |
-         ((uint64_t)2 << 62);
+// Descriptor of a K-major operand tile with RB-byte rows (64 or 128) and the RB-byte swizzle:
+// 8-row core groups 8 * RB bytes apart (SBO); the leading offset is unused for swizzled
+// K-major tiles. Layout type (bits 62-63): 1 = 128-byte swizzle, 2 = 64-byte.
+template <int RB>
+__device__ __forceinline__ uint64_t desc(uint32_t saddr) {
+  return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(8 * RB >> 4) << 32) |
+         ((uint64_t)(RB == 128 ? 1 : 2) << 62);
 }
 
-// Byte offset of 16-byte chunk q (0..3) of row r in a 64-byte-swizzled tile (512-byte aligned).
-__device__ __forceinline__ int swz(int r, int q) { return r * 64 + ((q ^ ((r >> 1) & 3)) << 4); }
+// Byte offset of 16-byte chunk q of row r in an RB-byte-swizzled tile (8 * RB-byte aligned).
+template <int RB>
+__device__ __forceinline__ int swz(int r, int q) {
+  if constexpr (RB == 128) return r * 128 + ((q ^ (r & 7)) << 4);
+  else return r * 64 + ((q ^ ((r >> 1) & 3)) << 4);
+}
 
 #define DCN_ACC64                                                                                               \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
@@ -104,9 +113,10 @@ __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.a
 __device__ __forceinline__ void cp_async16(uint32_t saddr, const void* g, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr), "l"(g), "r"(valid ? 16 : 0) : "memory");
 }
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
-}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Wait until at most N of this thread's committed copy groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 __device__ __forceinline__ uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 // ---- thread-block clusters (split-K): rank, barrier, reads of another CTA's shared memory ----
@@ -152,8 +162,14 @@ __device__ __forceinline__ float operand(float v) {
 }
 
 // ---- the kernel ------------------------------------------------------------------------------
+// RB: bytes of channels per K step and shared-memory row (64: 32 FP16 / 16 FP32 channels;
+// 128: 64 / 32, so a warp's 16-byte gathers cover 4 pixels x 128 bytes -- whole cache lines --
+// instead of 8 x 64). Two shared-memory stages: sample gathers and weight copies for step k + 1
+// while wgmma works on step k (more stages, with the weights copied further ahead, were slower).
+// SMR: the sampling recipes of a tap live in shared memory, built one step ahead by one thread
+// per pixel, instead of in the registers of every thread that gathers for the pixel.
 // ABL (development only, see plugins/dcnv2/devablate.py): 1 = no corner loads, 2 = no wgmma.
-template <class E, int BM, int BN, int WN, bool NHWC, int KS = 1, int ABL = 0>
+template <class E, int BM, int BN, int WN, bool NHWC, int KS = 1, int RB = 64, bool SMR = false, int ABL = 0>
 __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
                                             const typename E::T* __restrict__ offset,
                                             const typename E::T* __restrict__ mask,
@@ -165,21 +181,28 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
   constexpr int NT = 2 * BM * WN;                  // threads: WN warpgroups per 64 pixels
   constexpr int BNW = BN / WN;                     // output channels per warpgroup
   constexpr int ES = (int)sizeof(T);
-  constexpr int KC = 64 / ES;                      // channels per K step (64 bytes)
+  constexpr int KC = RB / ES;                      // channels per K step (RB bytes)
   constexpr int VE = 16 / ES;                      // channels per 16-byte vector
-  constexpr int PPP = NT / 4;                      // pixels per gather pass (4 threads per pixel)
+  constexpr int TPR = RB / 16;                     // threads per row (one 16-byte chunk each)
+  constexpr int PPP = NT / TPR;                    // pixels per gather pass
   constexpr int NTASK = BM / PPP;                  // gather passes per step
-  constexpr int ASZ = BM * 64, BSZ = BN * 64;      // bytes per stage
+  constexpr int ASZ = BM * RB, BSZ = BN * RB;      // bytes per stage
   constexpr int STAGE = ASZ + BSZ;
   constexpr int NACC = BNW / 2;                    // FP32 accumulators per thread
-  constexpr int BCH = BN * 4 / NT;                 // 16-byte weight chunks per thread and step
-  constexpr int KSL = 64 / (E::WK * ES);           // wgmma K slices per step (2)
-  constexpr int EC = BM == 64 ? 128 : 64;          // output channels per epilogue pass
-  constexpr int ECW = EC / WN;                     // of them, per warpgroup
+  constexpr int BCH = BN * TPR / NT;               // 16-byte weight chunks per thread and step
+  constexpr int KSL = RB / (E::WK * ES);           // wgmma K slices per step (32 bytes each)
   constexpr int LDC = BM + 4;
-  constexpr int SMEM = 2 * STAGE > EC * LDC * 4 ? 2 * STAGE : EC * LDC * 4;
-  static_assert(SMEM <= 48 * 1024, "static shared memory");
-  static_assert(NTASK * PPP == BM && BCH * NT == BN * 4 && KSL == 2 && BNW % ECW == 0, "tile");
+  constexpr int ROFF = 2 * STAGE;                 // SMR: two buffers of BM x 32-byte recipes
+  constexpr int MAIN = ROFF + (SMR ? 2 * BM * 32 : 0);
+  // Output channels per epilogue pass: as many as the main loop's shared memory holds (SMR
+  // tiles), else 128 / 64 as the 48 KiB tiles always had.
+  constexpr int EC = !SMR ? (BM == 64 ? 128 : 64)
+                          : BN * LDC * 4 <= MAIN ? BN : BN / 2 * LDC * 4 <= MAIN ? BN / 2 : BN / 4;
+  constexpr int ECW = EC / WN;                     // of them, per warpgroup
+  constexpr int SMEM = MAIN > EC * LDC * 4 ? MAIN : EC * LDC * 4;
+  // sm_90a allows static shared memory past 48 KiB (ptxas 13.0; the PTX needs a CUDA 13 driver anyway).
+  static_assert(SMEM <= 227 * 1024, "static shared memory");
+  static_assert(NTASK * PPP == BM && BCH * NT == BN * TPR && KSL * E::WK * ES == RB && BNW % ECW == 0, "tile");
 
   __shared__ __align__(1024) unsigned char smem[SMEM];
   const uint32_t sbase = smem_addr(smem);
@@ -200,19 +223,17 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
   const int n0 = blockIdx.y * BN;
   const bool wvec = (Cg % VE) == 0 && (cpdg % VE) == 0;
   const bool xvec = NHWC && wvec && (p.xcs % VE) == 0;
-  const int q = tid & 3;  // this thread's 16-byte chunk of a 64-byte row
+  const int q = tid % TPR;  // this thread's 16-byte chunk of a row
 
   // ---- per-thread constants, hoisted out of the K walk ----
-  // Pixels tid / 4 + i * PPP of the tile: image, plane index and the top-left of the 3x3 window.
-  int pn[NTASK], phw[NTASK], py[NTASK], px[NTASK];
+  // Pixels tid / TPR + i * PPP of the tile: image and plane index (the window's corner is
+  // derived again when a tap's recipes are built: two registers fewer per pixel).
+  int pn[NTASK], phw[NTASK];
 #pragma unroll
   for (int i = 0; i < NTASK; ++i) {
-    const int pp = m0 + tid / 4 + i * PPP;
+    const int pp = m0 + tid / TPR + i * PPP;
     pn[i] = pp / HoWo;
     phw[i] = pp - pn[i] * HoWo;
-    const int ho = phw[i] / p.Wo;
-    py[i] = ho * p.sh - p.pt;
-    px[i] = (phw[i] - ho * p.Wo) * p.sw - p.pl;
     if (pp >= M) pn[i] = -1;
   }
 
@@ -251,7 +272,9 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
       }
       if (pn[i] >= 0) {
         const int n = pn[i];
-        const Recipe r = recipe_at((float)(py[i] + ti * p.dh) + pre[i][0], (float)(px[i] + tj * p.dw) + pre[i][1], pre[i][2], p);
+        const int ho = phw[i] / p.Wo;
+        const int py = ho * p.sh - p.pt, px = (phw[i] - ho * p.Wo) * p.sw - p.pl;
+        const Recipe r = recipe_at((float)(py + ti * p.dh) + pre[i][0], (float)(px + tj * p.dw) + pre[i][1], pre[i][2], p);
         const int base = NHWC ? n * HW * p.xcs + g * Cg : (n * p.C + g * Cg) * HW;
         ro[i][0] = base + r.i00 * rstride;
         ro[i][1] = base + r.i01 * rstride;
@@ -262,15 +285,48 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
     }
   };
   auto seg_end = [&](int seg) { return min(Cg, ((g * Cg + seg) / cpdg + 1) * cpdg - g * Cg); };
+  // SMR: threads tid < BM build pixel tid's recipe for one tap into buffer `buf`; the other
+  // threads read it (load_recipes) after the next barrier.
+  auto build_recipes = [&](int tap, int seg, int buf) {
+    if (tid < BM) {
+      const int pp = m0 + tid;
+      int4 o = make_int4(0, 0, 0, 0);
+      float4 w = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (pp < M) {
+        const int n = pp / HoWo, hw = pp - n * HoWo;
+        const int ch = n * p.dgroup * KK + ((g * Cg + seg) / cpdg) * KK + tap;
+        const float oy = E::ld(offset + (size_t)ch * 2 * HoWo + hw);
+        const float ox = E::ld(offset + (size_t)(ch * 2 + 1) * HoWo + hw);
+        const float mk = E::ld(mask + (size_t)ch * HoWo + hw);
+        const int ti = tap / p.kw, tj = tap - ti * p.kw;
+        const int ho = hw / p.Wo;
+        const int py = ho * p.sh - p.pt, px = (hw - ho * p.Wo) * p.sw - p.pl;
+        const Recipe r = recipe_at((float)(py + ti * p.dh) + oy, (float)(px + tj * p.dw) + ox, mk, p);
+        const int base = NHWC ? n * HW * p.xcs + g * Cg : (n * p.C + g * Cg) * HW;
+        o = make_int4(base + r.i00 * rstride, base + r.i01 * rstride, base + r.i10 * rstride, base + r.i11 * rstride);
+        w = make_float4(r.w00, r.w01, r.w10, r.w11);
+      }
+      int4* dst = reinterpret_cast<int4*>(smem + ROFF + (buf * BM + tid) * 32);
+      dst[0] = o;
+      dst[1] = *reinterpret_cast<const int4*>(&w);
+    }
+  };
+  int rb = 0;  // SMR: the buffer of the step being filled
+  auto load_recipes = [&](int i) {
+    const int4* src = reinterpret_cast<const int4*>(smem + ROFF + (rb * BM + tid / TPR + i * PPP) * 32);
+    const int4 o = src[0], w = src[1];
+    ro[i][0] = o.x; ro[i][1] = o.y; ro[i][2] = o.z; ro[i][3] = o.w;
+    rw[i][0] = __int_as_float(w.x); rw[i][1] = __int_as_float(w.y); rw[i][2] = __int_as_float(w.z); rw[i][3] = __int_as_float(w.w);
+  };
 
   // ---- B (weights, OHWI): 16-byte async copies into the swizzled stage, zero-filled outside ----
-  // This thread copies chunk q of rows tid / 4 + v * BROWS; the rows of one thread are a fixed
+  // This thread copies chunk q of rows tid / TPR + v * BROWS; the rows of one thread are a fixed
   // stride apart in global memory and (BROWS being a multiple of 8) in the swizzled tile.
-  constexpr int BROWS = NT / 4;
+  constexpr int BROWS = NT / TPR;
   const int wrow = KK * Cg;  // elements between output channels
-  const int brow0 = n0 + tid / 4;
+  const int brow0 = n0 + tid / TPR;
   const T* const wbase = weight + (size_t)(g * Coutg + min(brow0, Coutg - 1)) * wrow + q * VE;
-  const uint32_t bsoff = ASZ + swz(tid / 4, q);
+  const uint32_t bsoff = ASZ + swz<RB>(tid / TPR, q);
   auto load_b = [&](int stage, int tap, int c0, int cend) {
     if (wvec) {
       const T* src = wbase + tap * Cg + c0;
@@ -278,7 +334,7 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
 #pragma unroll
       for (int v = 0; v < BCH; ++v) {
         const bool ok = cok && brow0 + v * BROWS < Coutg;
-        cp_async16(sbase + stage * STAGE + bsoff + v * BROWS * 64, ok ? src + (size_t)v * BROWS * wrow : weight, ok);
+        cp_async16(sbase + stage * STAGE + bsoff + v * BROWS * RB, ok ? src + (size_t)v * BROWS * wrow : weight, ok);
       }
     } else {
       unsigned char* Bs = smem + stage * STAGE + ASZ;
@@ -291,7 +347,7 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
         for (int e = 0; e < VE; ++e)
           out[e] = E::to_s((on < Coutg && cl + e < cend)
                                ? E::ld(weight + ((size_t)(g * Coutg + on) * KK + tap) * Cg + cl + e) : 0.f);
-        *reinterpret_cast<uint4*>(Bs + swz(tid / 4 + v * BROWS, q)) = *reinterpret_cast<const uint4*>(out);
+        *reinterpret_cast<uint4*>(Bs + swz<RB>(tid / TPR + v * BROWS, q)) = *reinterpret_cast<const uint4*>(out);
       }
     }
   };
@@ -300,7 +356,7 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
     if constexpr (ES == 4) {
 #pragma unroll
       for (int v = 0; v < BCH; ++v) {
-        float4* c = reinterpret_cast<float4*>(smem + stage * STAGE + bsoff + v * BROWS * 64);
+        float4* c = reinterpret_cast<float4*>(smem + stage * STAGE + bsoff + v * BROWS * RB);
         float4 f = *c;
         f.x = operand<E>(f.x); f.y = operand<E>(f.y); f.z = operand<E>(f.z); f.w = operand<E>(f.w);
         *c = f;
@@ -310,27 +366,36 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
 
   // ---- A (samples): corner loads, then the blend into the swizzled stage ----
   uint4 raw[NTASK][4];
-  auto gather = [&](int c0, int cend) {
+  // Both take the passes [ib, ie) of the step.
+  auto gather = [&](int c0, int cend, int ib, int ie) {
     if (ABL == 1) {
 #pragma unroll
-      for (int i = 0; i < NTASK; ++i)
+      for (int i = ib; i < ie; ++i)
 #pragma unroll
         for (int k = 0; k < 4; ++k) raw[i][k] = make_uint4(c0, ro[i][k], 0u, 0u);
     } else if (xvec) {
       const int c = c0 + q * VE;
+      if (c0 + KC <= cend) {  // a whole chunk (uniform over the CTA): no zero fill
+        const T* xc = x + c;
 #pragma unroll
-      for (int i = 0; i < NTASK; ++i)
+        for (int i = ib; i < ie; ++i)
+#pragma unroll
+          for (int k = 0; k < 4; ++k) raw[i][k] = __ldg(reinterpret_cast<const uint4*>(xc + ro[i][k]));
+        return;
+      }
+#pragma unroll
+      for (int i = ib; i < ie; ++i)
 #pragma unroll
         for (int k = 0; k < 4; ++k)
           raw[i][k] = c < cend ? __ldg(reinterpret_cast<const uint4*>(x + ro[i][k] + c)) : make_uint4(0u, 0u, 0u, 0u);
     }
   };
-  auto store_a = [&](int stage, int c0, int cend) {
+  auto store_a = [&](int stage, int c0, int cend, int ib, int ie) {
     unsigned char* As = smem + stage * STAGE;
     const int c = c0 + q * VE;
 #pragma unroll
-    for (int i = 0; i < NTASK; ++i) {
-      const int pm = tid / 4 + i * PPP;
+    for (int i = ib; i < ie; ++i) {
+      const int pm = tid / TPR + i * PPP;
       alignas(16) S out[VE];
       if (!xvec) {  // any layout, channel count or stride: one element at a time
         const int cs = NHWC ? 1 : HW;
@@ -367,7 +432,7 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
           out[e] = E::to_s(operand<E>(f));
         }
       }
-      *reinterpret_cast<uint4*>(As + swz(pm, q)) = *reinterpret_cast<const uint4*>(out);
+      *reinterpret_cast<uint4*>(As + swz<RB>(pm, q)) = *reinterpret_cast<const uint4*>(out);
     }
   };
 
@@ -377,13 +442,14 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
   for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
   const int wg = tid >> 7;
   const int wm = wg / WN, wn = wg - wm * WN;  // this warpgroup's 64 pixels and BNW channels
+  // Descriptors of stage 0; a byte offset o (a multiple of 16) adds o / 16 to a descriptor.
+  const uint64_t da = desc<RB>(sbase + wm * 64 * RB), db = desc<RB>(sbase + ASZ + wn * BNW * RB);
   auto run_mma = [&](int stage) {
-    const uint32_t a = sbase + stage * STAGE + wm * 64 * 64;
-    const uint32_t b = sbase + stage * STAGE + ASZ + wn * BNW * 64;
+    const uint64_t o = (uint64_t)(stage * (STAGE >> 4));
     wg_arrive();
 #pragma unroll
-    for (int k = 0; k < KSL; ++k)
-      if (ABL != 2) mma<E, BNW>(acc, desc64(a + k * 32), desc64(b + k * 32));
+    for (int k = 0; k < KSL; ++k)  // K slices of 32 bytes: 2 descriptor units each
+      if (ABL != 2) mma<E, BNW>(acc, da + o + k * 2, db + o + k * 2);
     wg_commit();
   };
 
@@ -422,35 +488,78 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
     return true;
   };
 
+  // The samples of one step into a stage; `between` (the weight copies) runs after the first
+  // corner loads are issued. With 128-byte rows the passes go one after another, so only one
+  // pass's corners are held in registers (two round trips a step, half as many steps).
+  constexpr bool SEQ = RB == 128 && NTASK > 1;
+  auto fill_a = [&](int stage, int c0, int cend, auto between) {
+    if constexpr (SMR && !SEQ) {
+#pragma unroll
+      for (int i = 0; i < NTASK; ++i) load_recipes(i);
+    }
+    if constexpr (SEQ) {
+#pragma unroll
+      for (int i = 0; i < NTASK; ++i) {
+        if constexpr (SMR) load_recipes(i);
+        gather(c0, cend, i, i + 1);
+        if (i == 0) between();
+        store_a(stage, c0, cend, i, i + 1);
+      }
+    } else {
+      gather(c0, cend, 0, NTASK);  // the corner loads first: their latency is the step's
+      between();
+      store_a(stage, c0, cend, 0, NTASK);
+    }
+  };
+
   Pos nxt;
   enter(nxt, 0);
   if (nxt.seg < Cg) {  // a split-K CTA may have no steps at all (tiny K): its partial sum is 0
-    fetch_recipes(nxt.tap, nxt.seg);
-    make_recipes(nxt.tap);
-    gather(nxt.c0, nxt.send);
     load_b(0, nxt.tap, nxt.c0, nxt.send);
-    store_a(0, nxt.c0, nxt.send);
+    cp_async_commit();
+    if constexpr (SMR) {
+      build_recipes(nxt.tap, nxt.seg, 0);
+      __syncthreads();
+    } else {
+      fetch_recipes(nxt.tap, nxt.seg);
+      make_recipes(nxt.tap);
+    }
+    fill_a(0, nxt.c0, nxt.send, [] {});
     bool fresh = advance(nxt);  // nxt: the step the loop loads next; fresh: it starts a tap
-    if (PRE && fresh) fetch_recipes(nxt.tap, nxt.seg);
-    cp_async_wait_all();
+    if constexpr (SMR) {
+      if (fresh && nxt.seg < Cg) build_recipes(nxt.tap, nxt.seg, 1);
+    } else if (PRE && fresh) {
+      fetch_recipes(nxt.tap, nxt.seg);
+    }
+    cp_async_wait<0>();
     round_b(0);
     fence_async_smem();
     __syncthreads();
-    for (int s = 0;; s ^= 1) {
+    for (int s = 0;;) {
       const bool more = nxt.seg < Cg;
+      const int s1 = s ^ 1;
       run_mma(s);
       if (more) {
         if (fresh) {
-          if (!PRE) fetch_recipes(nxt.tap, nxt.seg);
-          make_recipes(nxt.tap);
+          if constexpr (SMR) {
+            rb ^= 1;
+          } else {
+            if (!PRE) fetch_recipes(nxt.tap, nxt.seg);
+            make_recipes(nxt.tap);
+          }
         }
-        gather(nxt.c0, nxt.send);  // the corner loads first: their latency is the step's
-        load_b(s ^ 1, nxt.tap, nxt.c0, nxt.send);
-        store_a(s ^ 1, nxt.c0, nxt.send);
+        fill_a(s1, nxt.c0, nxt.send, [&] {
+          load_b(s1, nxt.tap, nxt.c0, nxt.send);
+          cp_async_commit();
+        });
         fresh = advance(nxt);
-        if (PRE && fresh) fetch_recipes(nxt.tap, nxt.seg);  // one step ahead of make_recipes
-        cp_async_wait_all();
-        round_b(s ^ 1);
+        if constexpr (SMR) {  // built a step ahead: visible to all after this step's barrier
+          if (fresh && nxt.seg < Cg) build_recipes(nxt.tap, nxt.seg, rb ^ 1);
+        } else if (PRE && fresh) {
+          fetch_recipes(nxt.tap, nxt.seg);  // one step ahead of make_recipes
+        }
+        cp_async_wait<0>();  // the weights of the next step have landed
+        round_b(s1);
         fence_async_smem();
       }
       wg_wait_all();
@@ -458,6 +567,7 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
       for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(acc[i])::"memory");
       __syncthreads();
       if (!more) break;
+      s = s1;
     }
   }
 
@@ -536,36 +646,40 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
 using namespace trtconv_dcnv2;
 
 // CLUSTER: empty, or __cluster_dims__(KS, 1, 1) for a split-K entry.
-#define DCNV2_SM90_ENTRY(NAME, E, BM, BN, WN, NHWC, MINB, KS, CLUSTER)                                      \
+#define DCNV2_SM90_ENTRY(NAME, E, BM, BN, WN, NHWC, MINB, KS, RB, SMR, CLUSTER)                                      \
   extern "C" __global__ void __launch_bounds__(2 * BM * WN, MINB) CLUSTER NAME(                              \
       const E::T* __restrict__ x, const E::T* __restrict__ offset, const E::T* __restrict__ mask,            \
       const E::T* __restrict__ weight, const E::T* __restrict__ bias, int N, int C, int H, int W, int Cout,  \
       int Ho, int Wo, int kh, int kw, int sh, int sw, int pt, int pl, int dh, int dw, int group, int dgroup, \
       int xcs, E::T* __restrict__ y) {                                                                       \
     const Params p{N, C, H, W, Cout, Ho, Wo, kh, kw, sh, sw, pt, pl, dh, dw, group, dgroup, xcs};           \
-    sm90::dcn_forward<E, BM, BN, WN, NHWC, KS>(x, offset, mask, weight, bias, p, y);                        \
+    sm90::dcn_forward<E, BM, BN, WN, NHWC, KS, RB, SMR>(x, offset, mask, weight, bias, p, y);                        \
   }
 // Tiles (SM90_TILES in trtconv/trt/plugins/dcnv2_kernel.py): BM, BN, warpgroups per 64 pixels
 // WN (suffix "w": 1, "v": 2), minimum blocks per SM, split-K cluster size KS (a suffix digit:
-// grid x = pixel tiles x KS). Development runs also had 128 x 128 and 64 x 128 "w", 64 x 256
-// "v", and split-K by 6 and 8; they won no benchmark shape (plugins/dcnv2/NOTES.md).
-#define DCNV2_SM90_TILES(DT, E, LAYOUT, NHWC)                                        \
-  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m128n256k32w, E, 128, 256, 1, NHWC, 1, 1, ) \
-  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n256k32w, E, 64, 256, 1, NHWC, 2, 1, )   \
-  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m128n256k32v, E, 128, 256, 2, NHWC, 1, 1, ) \
-  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n256k32w4, E, 64, 256, 1, NHWC, 2, 4, __cluster_dims__(4, 1, 1)) \
-  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n256k32v7, E, 64, 256, 2, NHWC, 2, 7, __cluster_dims__(7, 1, 1))
+// grid x = pixel tiles x KS), row bytes RB (the name's k: FP16 channels per step, so k64 =
+// 128-byte rows) and shared-memory recipes SMR (with 128-byte rows). Development runs also had
+// 128 x 128 and 64 x 128 "w", 64 x 256 "v", split-K by 6 and 8, three and four stages, and
+// 64-byte rows with shared recipes; they won no benchmark shape (plugins/dcnv2/NOTES.md).
+#define DCNV2_SM90_TILES(DT, E, LAYOUT, NHWC)                                                              \
+  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m128n256k64w, E, 128, 256, 1, NHWC, 1, 1, 128, true, )       \
+  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n256k32w, E, 64, 256, 1, NHWC, 2, 1, 64, false, )         \
+  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m128n256k64v, E, 128, 256, 2, NHWC, 1, 1, 128, true, )       \
+  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n256k32w4, E, 64, 256, 1, NHWC, 2, 4, 64, false,          \
+                   __cluster_dims__(4, 1, 1))                                                              \
+  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n256k64v7, E, 64, 256, 2, NHWC, 2, 7, 128, true,          \
+                   __cluster_dims__(7, 1, 1))
 
 using F32Tf32 = F32<false>;
 #ifdef DCNV2_DEV
 #define DCNV2_ABL_ENTRY(NAME, ABL)                                                                              \
-  extern "C" __global__ void __launch_bounds__(256, 1) NAME(                                                    \
+  extern "C" __global__ void __launch_bounds__(512, 1) NAME(                                                    \
       const __half* __restrict__ x, const __half* __restrict__ offset, const __half* __restrict__ mask,         \
       const __half* __restrict__ weight, const __half* __restrict__ bias, int N, int C, int H, int W, int Cout, \
       int Ho, int Wo, int kh, int kw, int sh, int sw, int pt, int pl, int dh, int dw, int group, int dgroup,    \
       int xcs, __half* __restrict__ y) {                                                                         \
     const Params p{N, C, H, W, Cout, Ho, Wo, kh, kw, sh, sw, pt, pl, dh, dw, group, dgroup, xcs};              \
-    sm90::dcn_forward<F16, 128, 256, 1, true, 1, ABL>(x, offset, mask, weight, bias, p, y);                          \
+    sm90::dcn_forward<F16, 128, 256, 2, true, 1, 128, true, ABL>(x, offset, mask, weight, bias, p, y);                          \
   }
 DCNV2_ABL_ENTRY(dcnv2_abl_noload_w, 1)
 DCNV2_ABL_ENTRY(dcnv2_abl_nomma_w, 2)

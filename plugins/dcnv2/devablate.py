@@ -15,7 +15,8 @@ from dcn_bench import time_us  # noqa: E402
 
 from trtconv.trt.plugins import dcnv2_kernel as dk  # noqa: E402
 
-names = sys.argv[1:] or ["dcnv2_f16_nhwc_m128n256k32w", "dcnv2_abl_noload_w", "dcnv2_abl_nomma_w"]
+names = sys.argv[1:] or [
+    "dcnv2_f16_nhwc_m128n256k64v", "dcnv2_abl_noload_w", "dcnv2_abl_nomma_w"]
 gen = torch.Generator(device="cuda").manual_seed(0)
 n, c, cout, h = 8, 256, 256, 64
 x = torch.randn(n, h, h, c, generator=gen, device="cuda").half()
@@ -26,7 +27,7 @@ msk = torch.sigmoid(torch.randn(n, 9, h, h, generator=gen, device="cuda")).half(
 launcher = dk.CupyLauncher()
 attrs = dk.DCNv2Attrs(pads=(1, 1, 1, 1))
 for name in names:
-    run, out = launcher.prepare(x, off, msk, w, b, attrs, tile=(128, 256, 32, 3), layout="nhwc", entry=name)
+    run, out = launcher.prepare(x, off, msk, w, b, attrs, tile=(128, 256, 64, 5), layout="nhwc", entry=name)
     run()
     torch.cuda.synchronize()
     print(f"{name}: {time_us(torch, run, 20, 9):.1f} us", flush=True)

@@ -30,6 +30,8 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--only-w", action="store_true", help="time only the wgmma tiles in NCHW")
+    ap.add_argument("--sm90-only", action="store_true", help="time only the wgmma tiles")
+    ap.add_argument("--layouts", default=",".join(dk.LAYOUTS))
     args = ap.parse_args()
     launcher = dk.CupyLauncher()
     bad = 0
@@ -70,8 +72,10 @@ def main() -> int:
             t_tv = time_us(torch, lambda x=x, off=off, w=w, b=b, msk=msk: deform_conv2d(x, off, w, b, padding=1, mask=msk), args.iters, args.reps)
             t_cv = time_us(torch, lambda x=x, w=w, b=b: F.conv2d(x, w, b, padding=1), args.iters, args.reps)
             res = []
-            for layout in dk.LAYOUTS:
+            for layout in args.layouts.split(","):
                 for tile in dk.usable_tiles(cc, accurate_fp32=mode == "fp32"):
+                    if args.sm90_only and tile not in dk.SM90_TILES:
+                        continue
                     if tile[1] >= 128 and cout <= 64 or args.only_w and tile not in dk.SM90_TILES and layout == "nchw":
                         continue
                     xin = x_cl if layout == "nhwc" else x

@@ -48,7 +48,9 @@ TILES: tuple[Tile, ...] = ((64, 128, 32, 0), (64, 64, 64, 0), (64, 64, 64, 2), (
 # a cluster of that many CTAs, which sum their partial tiles through distributed shared
 # memory in a fixed order -- for layers with few output pixels and a long K, such as shape
 # (c). Seven, not eight: 32 output tiles x 8 CTAs is more clusters than an H200 holds at once.
-SM90_TILES: tuple[Tile, ...] = ((128, 256, 32, 3), (64, 256, 32, 3), (128, 256, 32, 5), (64, 256, 32, 4), (64, 256, 32, 6))
+# The third number is FP16 channels per K step: 64 = 128-byte steps (whole cache lines per
+# gather, per-pixel recipes in shared memory, up to 104 KiB of static shared memory).
+SM90_TILES: tuple[Tile, ...] = ((128, 256, 64, 3), (64, 256, 32, 3), (128, 256, 64, 5), (64, 256, 32, 4), (64, 256, 64, 6))
 ALL_TILES: tuple[Tile, ...] = TILES + SM90_TILES
 _VARIANT = ("s", "p", "t", "w", "w4", "v", "v7")
 
