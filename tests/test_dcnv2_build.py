@@ -98,6 +98,17 @@ def test_every_entry_is_shipped():
         dk.kernel_name("float32", dk.SM90_TILES[0], allow_tf32=False)
 
 
+def test_single_entry_cuts_one_entry_from_any_build():
+    """plugins/dcnv2/devvar.py runs entries of other builds of the PTX through the same cut
+    the plugin uses for the shipped one."""
+    name = dk.kernel_name("float16", dk.SM90_TILES[2], layout="nhwc")
+    text = dk.load_ptx(dk.SM90_PTX_FILE)
+    one = dk.single_entry(text, name)
+    assert one == dk.entry_ptx(name) and one.count(".entry ") == 1
+    with pytest.raises(ValueError, match="a dev build has no entry point dcnv2_missing"):
+        dk.single_entry(text, "dcnv2_missing", "a dev build")
+
+
 def test_split_k_entries_declare_their_cluster():
     """A split-K entry's CTAs must form clusters of exactly the size its launch grid assumes
     (dk.grid multiplies the pixel tiles by dk.split_k); every other entry has no cluster."""

@@ -169,7 +169,22 @@ __device__ __forceinline__ float operand(float v) {
 // SMR: the sampling recipes of a tap live in shared memory, built one step ahead by one thread
 // per pixel, instead of in the registers of every thread that gathers for the pixel.
 // ABL (development only, see plugins/dcnv2/devablate.py): 1 = no corner loads, 2 = no wgmma.
-template <class E, int BM, int BN, int WN, bool NHWC, int KS = 1, int RB = 64, bool SMR = false, int ABL = 0>
+// Whether every weight row's channel chunks (and, channels-last, every pixel's) are whole
+// 16-byte vectors: the condition of the vectorized gather and weight-copy paths.
+template <class E, bool NHWC>
+__device__ __forceinline__ bool vectorizable(const Params& p) {
+  constexpr int VE = 16 / (int)sizeof(typename E::T);
+  const bool w = (p.C / p.group) % VE == 0 && (p.C / p.dgroup) % VE == 0;
+  return w && (!NHWC || p.xcs % VE == 0);
+}
+
+// VEC: the caller checked vectorizable(), so the element-wise paths compile away. An entry that
+// calls both instantiations (SPLIT in DCNV2_SM90_ENTRY) gets a vectorized main loop the
+// register allocator sees alone: at 128 registers (512 threads) the 128x256x64 "v" tile then
+// keeps every loop-invariant value in a register instead of reloading spilled ones each step
+// (plugins/dcnv2/NOTES.md, v14).
+template <class E, int BM, int BN, int WN, bool NHWC, int KS = 1, int RB = 64, bool SMR = false, int ABL = 0,
+          bool VEC = false>
 __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
                                             const typename E::T* __restrict__ offset,
                                             const typename E::T* __restrict__ mask,
@@ -221,8 +236,8 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
   const int rank = KS > 1 ? cluster_rank() : 0;
   const int m0 = mt * BM;
   const int n0 = blockIdx.y * BN;
-  const bool wvec = (Cg % VE) == 0 && (cpdg % VE) == 0;
-  const bool xvec = NHWC && wvec && (p.xcs % VE) == 0;
+  const bool wvec = VEC || ((Cg % VE) == 0 && (cpdg % VE) == 0);
+  const bool xvec = NHWC && (VEC || (wvec && (p.xcs % VE) == 0));
   const int q = tid % TPR;  // this thread's 16-byte chunk of a row
 
   // ---- per-thread constants, hoisted out of the K walk ----
@@ -645,33 +660,41 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
 
 using namespace trtconv_dcnv2;
 
-// CLUSTER: empty, or __cluster_dims__(KS, 1, 1) for a split-K entry.
-#define DCNV2_SM90_ENTRY(NAME, E, BM, BN, WN, NHWC, MINB, KS, RB, SMR, CLUSTER)                                      \
+// CLUSTER: empty, or __cluster_dims__(KS, 1, 1) for a split-K entry. SPLIT: a separate
+// vectorized instantiation for vectorizable() layers (faster only where the generic one spills in
+// its main loop: the 128 x 256 x 64 "v" tile; the others measured the same or slower with it).
+#define DCNV2_SM90_ENTRY(NAME, E, BM, BN, WN, NHWC, MINB, KS, RB, SMR, CLUSTER, SPLIT)                               \
   extern "C" __global__ void __launch_bounds__(2 * BM * WN, MINB) CLUSTER NAME(                              \
       const E::T* __restrict__ x, const E::T* __restrict__ offset, const E::T* __restrict__ mask,            \
       const E::T* __restrict__ weight, const E::T* __restrict__ bias, int N, int C, int H, int W, int Cout,  \
       int Ho, int Wo, int kh, int kw, int sh, int sw, int pt, int pl, int dh, int dw, int group, int dgroup, \
       int xcs, E::T* __restrict__ y) {                                                                       \
     const Params p{N, C, H, W, Cout, Ho, Wo, kh, kw, sh, sw, pt, pl, dh, dw, group, dgroup, xcs};           \
-    sm90::dcn_forward<E, BM, BN, WN, NHWC, KS, RB, SMR>(x, offset, mask, weight, bias, p, y);                        \
+    if (SPLIT && sm90::vectorizable<E, NHWC>(p))                                                             \
+      sm90::dcn_forward<E, BM, BN, WN, NHWC, KS, RB, SMR, 0, SPLIT>(x, offset, mask, weight, bias, p, y);    \
+    else                                                                                                     \
+      sm90::dcn_forward<E, BM, BN, WN, NHWC, KS, RB, SMR, 0, false>(x, offset, mask, weight, bias, p, y);    \
   }
 // Tiles (SM90_TILES in trtconv/trt/plugins/dcnv2_kernel.py): BM, BN, warpgroups per 64 pixels
 // WN (suffix "w": 1, "v": 2), minimum blocks per SM, split-K cluster size KS (a suffix digit:
 // grid x = pixel tiles x KS), row bytes RB (the name's k: FP16 channels per step, so k64 =
-// 128-byte rows) and shared-memory recipes SMR (with 128-byte rows). Development runs also had
-// 128 x 128 and 64 x 128 "w", 64 x 256 "v", split-K by 6 and 8, three and four stages, and
-// 64-byte rows with shared recipes; they won no benchmark shape (plugins/dcnv2/NOTES.md).
+// 128-byte rows), shared-memory recipes SMR (with 128-byte rows) and SPLIT (above). Development
+// runs also had 128 x 128 and 64 x 128 "w", 64 x 256 "v", split-K by 6 and 8, three and four
+// stages, 64-byte rows with shared recipes and a channel-outer K walk; they won no benchmark
+// shape (plugins/dcnv2/NOTES.md).
 #define DCNV2_SM90_TILES(DT, E, LAYOUT, NHWC)                                                              \
-  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m128n256k64w, E, 128, 256, 1, NHWC, 1, 1, 128, true, )       \
-  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n256k32w, E, 64, 256, 1, NHWC, 2, 1, 64, false, )         \
-  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m128n256k64v, E, 128, 256, 2, NHWC, 1, 1, 128, true, )       \
+  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m128n256k64w, E, 128, 256, 1, NHWC, 1, 1, 128, true, , false)       \
+  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n256k32w, E, 64, 256, 1, NHWC, 2, 1, 64, false, , false)         \
+  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m128n256k64v, E, 128, 256, 2, NHWC, 1, 1, 128, true, , true)       \
   DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n256k32w4, E, 64, 256, 1, NHWC, 2, 4, 64, false,          \
-                   __cluster_dims__(4, 1, 1))                                                              \
+                   __cluster_dims__(4, 1, 1), false)                                                              \
   DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n256k64v7, E, 64, 256, 2, NHWC, 2, 7, 128, true,          \
-                   __cluster_dims__(7, 1, 1))
+                   __cluster_dims__(7, 1, 1), false)
 
 using F32Tf32 = F32<false>;
 #ifdef DCNV2_DEV
+// Development-only ablations of the shipped 128 x 256 x 64 "v" FP16 channels-last path (ABL:
+// 1 = no corner loads, 2 = no wgmma), timed against it with plugins/dcnv2/devvar.py.
 #define DCNV2_ABL_ENTRY(NAME, ABL)                                                                              \
   extern "C" __global__ void __launch_bounds__(512, 1) NAME(                                                    \
       const __half* __restrict__ x, const __half* __restrict__ offset, const __half* __restrict__ mask,         \
@@ -679,10 +702,10 @@ using F32Tf32 = F32<false>;
       int Ho, int Wo, int kh, int kw, int sh, int sw, int pt, int pl, int dh, int dw, int group, int dgroup,    \
       int xcs, __half* __restrict__ y) {                                                                         \
     const Params p{N, C, H, W, Cout, Ho, Wo, kh, kw, sh, sw, pt, pl, dh, dw, group, dgroup, xcs};              \
-    sm90::dcn_forward<F16, 128, 256, 2, true, 1, 128, true, ABL>(x, offset, mask, weight, bias, p, y);                          \
+    sm90::dcn_forward<F16, 128, 256, 2, true, 1, 128, true, ABL, true>(x, offset, mask, weight, bias, p, y);    \
   }
-DCNV2_ABL_ENTRY(dcnv2_abl_noload_w, 1)
-DCNV2_ABL_ENTRY(dcnv2_abl_nomma_w, 2)
+DCNV2_ABL_ENTRY(dcnv2_abl_noload_v, 1)
+DCNV2_ABL_ENTRY(dcnv2_abl_nomma_v, 2)
 #endif
 DCNV2_SM90_TILES(f16, F16, nchw, false)
 DCNV2_SM90_TILES(bf16, BF16, nchw, false)

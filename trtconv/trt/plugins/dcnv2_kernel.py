@@ -266,11 +266,15 @@ def entry_ptx(name: str) -> str:
     the module header plus the text up to the next ``.entry`` is complete (TensorRT embeds ~0.2 MB per
     plugin instead of the whole file).
     """
-    text = load_ptx(ptx_file(name))
+    return single_entry(load_ptx(ptx_file(name)), name, ptx_file(name))
+
+
+def single_entry(text: str, name: str, where: str = "the PTX") -> str:
+    """Entry point ``name`` of a PTX module's text, with the module header, as its own module."""
     header = [ln for ln in text.splitlines()[:40] if ln.startswith((".version", ".target", ".address_size"))]
     start = text.find(f".visible .entry {name}(")
     if start < 0 or len(header) != 3:
-        raise ValueError(f"{ptx_file(name)} has no entry point {name}")
+        raise ValueError(f"{where} has no entry point {name}")
     end = text.find("\n.visible .entry ", start)  # the next entry, or the end of the file
     return "\n".join(header) + "\n\n" + text[start : len(text) if end < 0 else end].rstrip() + "\n"
 
@@ -289,20 +293,25 @@ class CupyLauncher:
     ``layout="nhwc"`` x is passed channels-last: a tensor [N, H, W, xcs] with xcs >= C.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, source: Callable[[str], tuple[str, str]] | None = None) -> None:
+        """``source``: maps an entry key to (entry name, single-entry PTX); by default the
+        shipped PTX (development scripts pass other builds, plugins/dcnv2/devvar.py)."""
         import cupy  # optional dependency (the `gpu` extra); imported only here
 
         self._cp = cupy
         self._dir = tempfile.TemporaryDirectory(prefix="trtconv-dcnv2-")
         self._functions: dict[str, Any] = {}
+        self._source = source or (lambda name: (name, entry_ptx(name)))
 
-    def function(self, name: str) -> Any:
-        """The entry point, loaded from exactly the single-entry PTX the plugin embeds."""
-        if name not in self._functions:
-            path = Path(self._dir.name) / f"{name}.ptx"
-            path.write_text(entry_ptx(name), encoding="ascii")
-            self._functions[name] = self._cp.RawModule(path=str(path)).get_function(name)
-        return self._functions[name]
+    def function(self, key: str) -> Any:
+        """The entry point for ``key``, loaded from its single-entry PTX (by default exactly
+        the module the plugin embeds)."""
+        if key not in self._functions:
+            name, text = self._source(key)
+            path = Path(self._dir.name) / f"{len(self._functions)}-{name}.ptx"
+            path.write_text(text, encoding="ascii")
+            self._functions[key] = self._cp.RawModule(path=str(path)).get_function(name)
+        return self._functions[key]
 
     def _as_cupy(self, t: Any) -> Any:
         import torch
@@ -320,7 +329,7 @@ class CupyLauncher:
         """Check shapes once; return (launch, out) where launch() enqueues the kernel.
 
         ``entry``: run this entry point of the tile's PTX file instead of the one
-        ``kernel_name`` gives (development builds with extra entries, plugins/dcnv2/devablate.py).
+        ``kernel_name`` gives (development builds, plugins/dcnv2/devvar.py).
         """
         import numpy as np
         import torch
