@@ -161,14 +161,6 @@ __device__ __forceinline__ float operand(float v) {
   return v;
 }
 
-// ---- the kernel ------------------------------------------------------------------------------
-// RB: bytes of channels per K step and shared-memory row (64: 32 FP16 / 16 FP32 channels;
-// 128: 64 / 32, so a warp's 16-byte gathers cover 4 pixels x 128 bytes -- whole cache lines --
-// instead of 8 x 64). Two shared-memory stages: sample gathers and weight copies for step k + 1
-// while wgmma works on step k (more stages, with the weights copied further ahead, were slower).
-// SMR: the sampling recipes of a tap live in shared memory, built one step ahead by one thread
-// per pixel, instead of in the registers of every thread that gathers for the pixel.
-// ABL (development only, see plugins/dcnv2/devablate.py): 1 = no corner loads, 2 = no wgmma.
 // Whether every weight row's channel chunks (and, channels-last, every pixel's) are whole
 // 16-byte vectors: the condition of the vectorized gather and weight-copy paths.
 template <class E, bool NHWC>
@@ -178,6 +170,14 @@ __device__ __forceinline__ bool vectorizable(const Params& p) {
   return w && (!NHWC || p.xcs % VE == 0);
 }
 
+// ---- the kernel ------------------------------------------------------------------------------
+// RB: bytes of channels per K step and shared-memory row (64: 32 FP16 / 16 FP32 channels;
+// 128: 64 / 32, so a warp's 16-byte gathers cover 4 pixels x 128 bytes -- whole cache lines --
+// instead of 8 x 64). Two shared-memory stages: sample gathers and weight copies for step k + 1
+// while wgmma works on step k (more stages, with the weights copied further ahead, were slower).
+// SMR: the sampling recipes of a tap live in shared memory, built one step ahead by one thread
+// per pixel, instead of in the registers of every thread that gathers for the pixel.
+// ABL (development only, see plugins/dcnv2/devvar.py): 1 = no corner loads, 2 = no wgmma.
 // VEC: the caller checked vectorizable(), so the element-wise paths compile away. An entry that
 // calls both instantiations (SPLIT in DCNV2_SM90_ENTRY) gets a vectorized main loop the
 // register allocator sees alone: at 128 registers (512 threads) the 128x256x64 "v" tile then
