@@ -439,6 +439,18 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
           }
     }
   };
+  // The tensor cores on the previous step's stage (none before the first step); the
+  // FP32-accurate mode folds its accumulators into the master sums every 8 steps.
+  auto mma_previous = [&]() {
+    if (first) return;
+    mma(b ^ 1);
+    if constexpr (E::kSplit) {
+      if (++since_flush == 8) {
+        since_flush = 0;
+        flush();
+      }
+    }
+  };
   for (int seg = 0; seg < Cg;) {
     const int send = seg_end(seg);
     for (int tb = 0; tb < KK; tb += Tl::KT) {
@@ -453,15 +465,7 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
           for (t = 0; t < nt; ++t) {
             gather_weights(0, tb + t, c0, send);
             gather(0, Rs0 + t * BM, c0, send);
-            if (!first) {
-              mma(b ^ 1);
-              if constexpr (E::kSplit) {
-                if (++since_flush == 8) {
-                  since_flush = 0;
-                  flush();
-                }
-              }
-            }
+            mma_previous();
             commit_weights(0, tb + t, c0, send, Bs0 + b * BN * Tl::LDB);
             commit(0, Rs0 + t * BM, c0, send, As0 + b * Tl::ASZ);
             __syncthreads();
@@ -485,15 +489,7 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
           gather_weights(1 - A, tb + t2, c2, send);
           gather(1 - A, Rs0 + t2 * BM, c2, send);
         }
-        if (!first) {
-          mma(b ^ 1);
-          if constexpr (E::kSplit) {
-            if (++since_flush == 8) {
-              since_flush = 0;
-              flush();
-            }
-          }
-        }
+        mma_previous();
         commit_weights(A, tb + t, c0, send, Bs0 + b * BN * Tl::LDB);
         commit(A, Rs0 + t * BM, c0, send, As0 + b * Tl::ASZ);
         __syncthreads();
