@@ -129,6 +129,14 @@ def rel_err(out, ref) -> float:
     return float((out.double() - ref).norm() / ref.norm())
 
 
+def checked_error(launcher, case: Case, inputs, allow_tf32: bool, tile=None, layout="nchw") -> float:
+    """Run the kernel; every output element must be written (the output starts NaN); return
+    its relative error against the float64 reference."""
+    out = run_kernel(launcher, case, inputs, allow_tf32, tile=tile, layout=layout)
+    assert not _torch().isnan(out).any(), "some output elements were never written"
+    return rel_err(out, reference(case, *inputs))
+
+
 MODES = [("f32", "float32", False), ("tf32", "float32", True), ("f16", "float16", True), ("bf16", "bfloat16", True)]
 
 
@@ -150,9 +158,7 @@ def test_matches_float64_reference(launcher, name, mode, dtype_name, tf32, layou
         _skip_unusable(tile, tf32)
     case = CASES[name]
     inputs = _inputs(case, getattr(torch, dtype_name), seed=zlib.crc32(f"{name}/{mode}/{layout}/{tile}".encode()))
-    out = run_kernel(launcher, case, inputs, tf32, tile=tile, layout=layout)
-    assert not torch.isnan(out).any(), "some output elements were never written"
-    err = rel_err(out, reference(case, *inputs))
+    err = checked_error(launcher, case, inputs, tf32, tile=tile, layout=layout)
     assert err <= LIMITS[mode], f"{name} {mode}: rel err {err:.2e} > {LIMITS[mode]:.0e}"
 
 
@@ -164,9 +170,7 @@ def test_every_tile(launcher, tile, mode, dtype_name, tf32, layout):
     _skip_unusable(tile, tf32)
     case = Case(2, 80, 136, 19, 21, dg=2)  # partial M, N and K tiles; 40 channels per deformable group
     inputs = _inputs(case, getattr(torch, dtype_name), seed=7 + dk.ALL_TILES.index(tile))
-    out = run_kernel(launcher, case, inputs, tf32, tile=tile, layout=layout)
-    assert not torch.isnan(out).any()
-    err = rel_err(out, reference(case, *inputs))
+    err = checked_error(launcher, case, inputs, tf32, tile=tile, layout=layout)
     assert err <= LIMITS[mode], f"tile {tile} {mode}: rel err {err:.2e}"
 
 
@@ -180,9 +184,7 @@ def test_every_tile_pixel_blocks(launcher, tile, mode, dtype_name, tf32, layout)
     _skip_unusable(tile, tf32)
     case = Case(3, 80, 136, 16, 24, dg=2)
     inputs = _inputs(case, getattr(torch, dtype_name), seed=70 + dk.ALL_TILES.index(tile))
-    out = run_kernel(launcher, case, inputs, tf32, tile=tile, layout=layout)
-    assert not torch.isnan(out).any()
-    err = rel_err(out, reference(case, *inputs))
+    err = checked_error(launcher, case, inputs, tf32, tile=tile, layout=layout)
     assert err <= LIMITS[mode], f"tile {tile} {mode}: rel err {err:.2e}"
 
 
@@ -194,9 +196,7 @@ def test_error_flat_in_size(launcher, size, mode, dtype_name, tf32, layout):
     torch = _torch()
     case = Case(1, 64, 64, size, size, spread=2.0)
     inputs = _inputs(case, getattr(torch, dtype_name), seed=1000 + size)
-    out = run_kernel(launcher, case, inputs, tf32, layout=layout)
-    assert not torch.isnan(out).any()
-    err = rel_err(out, reference(case, *inputs))
+    err = checked_error(launcher, case, inputs, tf32, layout=layout)
     assert err <= LIMITS[mode], f"{size}x{size} {mode}: rel err {err:.2e}"
     if mode == "f16":
         assert err <= 1e-3, f"FP16 error {err:.2e} at {size}x{size}: should stay near dense-conv FP16 (~3e-4)"
@@ -209,6 +209,5 @@ def test_dynamic_shapes_one_kernel(launcher):
     for i, (n, h, w) in enumerate([(1, 8, 8), (5, 33, 17), (2, 64, 48)]):
         case = Case(n, 32, 32, h, w)
         inputs = _inputs(case, torch.float16, seed=300 + i)
-        out = run_kernel(launcher, case, inputs, True, tile=(64, 64, 64, 2), layout=dk.LAYOUTS[i % 2])
-        assert not torch.isnan(out).any()
-        assert rel_err(out, reference(case, *inputs)) <= LIMITS["f16"]
+        err = checked_error(launcher, case, inputs, True, tile=(64, 64, 64, 2), layout=dk.LAYOUTS[i % 2])
+        assert err <= LIMITS["f16"]
