@@ -40,7 +40,12 @@ def main() -> int:
     for v in args.var:
         label, path = v.split("=", 1)
         texts[label] = Path(path).read_text(encoding="ascii")
-    launcher = dk.CupyLauncher(lambda key: (key.split("/")[1], dk.single_entry(texts[key.split("/")[0]], key.split("/")[1], key)))
+
+    def source(key: str) -> tuple[str, str]:  # "label/entry name" -> that build's entry
+        label, name = key.split("/", 1)
+        return name, dk.single_entry(texts[label], name, key)
+
+    launcher = dk.CupyLauncher(source)
     tiles = {dk.tile_id(t): t for t in dk.SM90_TILES}
     gen = torch.Generator(device="cuda").manual_seed(0)
     rows = []
