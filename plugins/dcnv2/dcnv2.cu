@@ -142,7 +142,7 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
   const int n0 = blockIdx.y * BN;
   // 16-byte paths need every segment start (multiples of cpdg within the group) aligned.
   const bool wvec = (Cg % E::VEC) == 0 && (cpdg % E::VEC) == 0;
-  const bool xvec = NHWC && vectorizable<E, true>(Cg, cpdg, p.xcs);
+  const bool xvec = NHWC && (Cg % VE) == 0 && (cpdg % VE) == 0 && (p.xcs % VE) == 0;
 
   // Tile pixel pl -> (image n, plane index hw). T2D entries cover a (BM/8) x 8 block of output
   // pixels when Ho and Wo are multiples of the block (the 3x3 taps of a square block gather

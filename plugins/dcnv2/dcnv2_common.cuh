@@ -52,20 +52,6 @@ struct Params {
   int N, C, H, W, Cout, Ho, Wo, kh, kw, sh, sw, pt, pl, dh, dw, group, dgroup, xcs;
 };
 
-// Whether the channels of a conv group (cg = C / group) and of a deformable group
-// (cpdg = C / deformable_group) come in whole 16-byte vectors, as every weight row's chunks
-// then do -- and, for vectorizable, channels-last, every pixel's too (channel stride xcs):
-// the conditions of the kernels' 16-byte paths.
-template <class E>
-__device__ __forceinline__ bool weights_vectorizable(int cg, int cpdg) {
-  constexpr int VE = 16 / (int)sizeof(typename E::T);
-  return cg % VE == 0 && cpdg % VE == 0;
-}
-template <class E, bool NHWC>
-__device__ __forceinline__ bool vectorizable(int cg, int cpdg, int xcs) {
-  return weights_vectorizable<E>(cg, cpdg) && (!NHWC || xcs % (16 / (int)sizeof(typename E::T)) == 0);
-}
-
 // Bilinear sampling recipe for one (pixel, tap, deformable group): four in-plane corner
 // indices and four weights with the mask folded in (zero for corners outside the image).
 struct Recipe {

@@ -161,6 +161,15 @@ __device__ __forceinline__ float operand(float v) {
   return v;
 }
 
+// Whether every weight row's channel chunks (and, channels-last, every pixel's) are whole
+// 16-byte vectors: the condition of the vectorized gather and weight-copy paths.
+template <class E, bool NHWC>
+__device__ __forceinline__ bool vectorizable(const Params& p) {
+  constexpr int VE = 16 / (int)sizeof(typename E::T);
+  const bool w = (p.C / p.group) % VE == 0 && (p.C / p.dgroup) % VE == 0;
+  return w && (!NHWC || p.xcs % VE == 0);
+}
+
 // ---- the kernel ------------------------------------------------------------------------------
 // RB: bytes of channels per K step and shared-memory row (64: 32 FP16 / 16 FP32 channels;
 // 128: 64 / 32, so a warp's 16-byte gathers cover 4 pixels x 128 bytes -- whole cache lines --
@@ -227,8 +236,8 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
   const int rank = KS > 1 ? cluster_rank() : 0;
   const int m0 = mt * BM;
   const int n0 = blockIdx.y * BN;
-  const bool wvec = VEC || weights_vectorizable<E>(Cg, cpdg);
-  const bool xvec = NHWC && (VEC || vectorizable<E, true>(Cg, cpdg, p.xcs));
+  const bool wvec = VEC || ((Cg % VE) == 0 && (cpdg % VE) == 0);
+  const bool xvec = NHWC && (VEC || (wvec && (p.xcs % VE) == 0));
   const int q = tid % TPR;  // this thread's 16-byte chunk of a row
 
   // ---- per-thread constants, hoisted out of the K walk ----
@@ -661,7 +670,7 @@ using namespace trtconv_dcnv2;
       int Ho, int Wo, int kh, int kw, int sh, int sw, int pt, int pl, int dh, int dw, int group, int dgroup, \
       int xcs, E::T* __restrict__ y) {                                                                       \
     const Params p{N, C, H, W, Cout, Ho, Wo, kh, kw, sh, sw, pt, pl, dh, dw, group, dgroup, xcs};           \
-    if (SPLIT && vectorizable<E, NHWC>(C / group, C / dgroup, xcs))                                          \
+    if (SPLIT && sm90::vectorizable<E, NHWC>(p))                                                             \
       sm90::dcn_forward<E, BM, BN, WN, NHWC, KS, RB, SMR, 0, SPLIT>(x, offset, mask, weight, bias, p, y);    \
     else                                                                                                     \
       sm90::dcn_forward<E, BM, BN, WN, NHWC, KS, RB, SMR, 0, false>(x, offset, mask, weight, bias, p, y);    \
