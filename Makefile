@@ -38,7 +38,7 @@ fuzz:
 	$(PYTHON) tests/fuzz/run.py --cases $(FUZZ_CASES) --json .cache/fuzz-report.json
 
 # The DCNv2 plugin's PTX (package data) from plugins/dcnv2/dcnv2.cu (compute_80) and dcnv2_sm90.cu (compute_90a);
-# tests/test_dcnv2_build.py checks both are current.
+# tests/trt/test_dcnv2_build.py checks both are current.
 .PHONY: dcnv2-ptx
 dcnv2-ptx:
 	$(PYTHON) plugins/dcnv2/build_ptx.py

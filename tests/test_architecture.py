@@ -51,3 +51,125 @@ def test_tensorrt_imported_only_under_trt_package():
             if any(n == "tensorrt" or n.startswith("tensorrt.") for n in names):
                 offenders.append(f"{rel}:{node.lineno}")
     assert not offenders, f"tensorrt imported outside trtconv/trt/: {offenders}"
+
+
+# --------------------------------------------------------------------------- layers
+# Bottom to top (docs/design.md). A module may import trtconv modules of its own package and of
+# lower layers; packages that share a layer do not import each other. ``trtconv`` itself
+# (``__version__``) is importable from anywhere: its other names resolve lazily.
+LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(s.split()) for s in (
+    "errors",
+    "outputs onnxutil",
+    "load",
+    "reference",
+    "samples",
+    "rewrites",
+    "analyze",
+    "precision",
+    "plan",
+    "trt",
+    "verify bench",
+    "pipeline",
+    "api",
+    "cli",
+    "__main__",
+))
+# Optional or slow-to-import dependencies may be imported inside functions; nothing else is.
+LAZY_OK = frozenset({"tensorrt", "tensorrt_rtx", "onnxruntime", "torch", "torchvision", "cupy", "polygraphy",
+                     "modelopt"})
+
+
+def _unit(module: str) -> str:
+    """trtconv.rewrites.dcn -> rewrites; trtconv.api -> api; trtconv -> ''."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _layer(unit: str) -> int:
+    for i, units in enumerate(LAYERS):
+        if unit in units:
+            return i
+    raise AssertionError(f"trtconv.{unit} is in no layer: add it to LAYERS and to docs/design.md")
+
+
+def _module_name(path: Path, pkg_dir: Path = PKG_DIR) -> str:
+    rel = path.relative_to(pkg_dir.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path, pkg_dir: Path) -> list[tuple[str, int, bool]]:
+    """(imported module, line, inside a function) for every import statement in ``path``."""
+    module = _module_name(path, pkg_dir)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    tree = ast.parse(path.read_text())
+    local: set[int] = set()
+    for fn in ast.walk(tree):
+        if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            local.update(id(n) for n in ast.walk(fn) if isinstance(n, ast.Import | ast.ImportFrom))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(a.name, node.lineno, id(node) in local) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            found.append((name, node.lineno, id(node) in local))
+    return found
+
+
+def layer_violations(pkg_dir: Path = PKG_DIR) -> list[str]:
+    bad = []
+    for path in sorted(pkg_dir.rglob("*.py")):
+        rel = path.relative_to(pkg_dir.parent)
+        unit = _unit(_module_name(path, pkg_dir))
+        if not unit:
+            continue
+        own = _layer(unit)
+        for name, line, in_function in _imports(path, pkg_dir):
+            top = name.split(".")[0]
+            if in_function and top not in LAZY_OK:
+                bad.append(f"{rel}:{line}: `{name}` imported inside a function (only {sorted(LAZY_OK)} may be)")
+            if top != "trtconv" or name == "trtconv":
+                continue
+            target = _unit(name)
+            if target == unit:
+                continue
+            theirs = _layer(target)
+            if theirs > own:
+                bad.append(f"{rel}:{line}: {unit} imports {name}, a higher layer")
+            elif theirs == own:
+                bad.append(f"{rel}:{line}: {unit} imports {name}, a sibling in the same layer")
+    return bad
+
+
+def test_packages_import_only_downwards_and_only_heavy_dependencies_lazily():
+    bad = layer_violations()
+    assert not bad, "layering broken (docs/design.md, 'Layers'):\n" + "\n".join(bad)
+
+
+def test_layers_test_catches_a_planted_upward_import(tmp_path: Path):
+    """The check above must be able to fail: plant an upward and a lazy import in a copy."""
+    import shutil
+
+    copy = tmp_path / "trtconv"
+    shutil.copytree(PKG_DIR, copy, ignore=shutil.ignore_patterns("__pycache__", "*.ptx"))
+    target = copy / "load" / "shapes.py"
+    target.write_text(target.read_text() + "\n\ndef _planted():\n    import json\n"
+                      "\n\nfrom trtconv.api import check  # noqa\n")
+    found = layer_violations(copy)
+    assert any("load imports trtconv.api, a higher layer" in b for b in found), found
+    assert any("`json` imported inside a function" in b for b in found), found
+    assert len(found) == 2, found
+
+
+def test_every_package_is_in_a_layer():
+    units = {p.name for p in PKG_DIR.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    units |= {p.stem for p in PKG_DIR.glob("*.py") if p.stem != "__init__"}
+    placed = set().union(*LAYERS)
+    assert units <= placed, f"not in LAYERS: {sorted(units - placed)}"

@@ -10,36 +10,51 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from trtconv.build.plan import DEFAULT_MIN_PRECISION_SHARE, DEFAULT_OPT_LEVEL
-from trtconv.errors import AccuracyError, UsageError
-from trtconv.verify.compare import Thresholds
+from trtconv.analyze import analyze
+from trtconv.errors import UsageError
+from trtconv.load import load_model, parse_shapes, save_model
+from trtconv.load.model import _approx_size
+from trtconv.outputs import check_output_path
+from trtconv.pipeline.build import BuildRequest, run_build
+from trtconv.pipeline.quantize import (
+    QuantizeAccuracyError,
+    QuantizeResult,
+    QuantizeSettings,
+    not_the_input,
+    quantize,
+)
+from trtconv.plan.manifest import manifest_path
+from trtconv.plan.plan import (
+    DEFAULT_MIN_PRECISION_SHARE,
+    DEFAULT_OPT_LEVEL,
+    BuildPlan,
+    TimingCacheChoice,
+    parse_memory_pools,
+    parse_size,
+)
+from trtconv.rewrites import RewriteSettings
+from trtconv.rewrites import rewrite as rewrite_model
 
 if TYPE_CHECKING:
-    import onnx
-
     from trtconv.analyze import CheckReport
-    from trtconv.build.pipeline import BuildOutcome, BuildRequest
-    from trtconv.precision.fp16 import Fp16Report
-    from trtconv.precision.int8 import Int8Report
-    from trtconv.precision.samples import SampleSet, SampleSource
-    from trtconv.rewrite import RewriteResult, RewriteSettings
+    from trtconv.pipeline.build import BuildOutcome, BuildRequest
+    from trtconv.rewrites import RewriteResult, RewriteSettings
 
 PathLike = str | os.PathLike[str]
 ShapesArg = Mapping[str, Sequence[int]] | str | None
 
 DEFAULT_TRT_VERSION = "11.4"  # the CLI's --trt default (trtconv.cli.options)
-INT8_DEFAULT_HELD_OUT = 0.2  # fraction of samples kept out of calibration for the accuracy check
-INT8_MIN_FOR_HOLDOUT = 5
-QUANTIZE_SCHEMA = "trtconv.quantize/1"
+
+__all__ = ["BuildSettings", "QuantizeAccuracyError", "QuantizeResult", "QuantizeSettings", "build", "check",
+           "quantize", "rewrite"]
 
 
 def _shapes(shapes: ShapesArg) -> dict[str, tuple[int, ...]]:
     """``"x:1x3x224x224"`` (the CLI's form) or ``{"x": (1, 3, 224, 224)}``."""
-    from trtconv.load import parse_shapes
 
     if shapes is None or isinstance(shapes, str):
         return parse_shapes(shapes)
@@ -56,8 +71,6 @@ def check(model: PathLike, *, trt: str = DEFAULT_TRT_VERSION, shapes: ShapesArg 
     is what ``trtconv check`` would exit with. Weights are not loaded: a 10 GB model costs
     no more than its graph.
     """
-    from trtconv.analyze import analyze
-    from trtconv.load import load_model
 
     shape_map = _shapes(shapes)  # usage errors before reading a large file
     return analyze(load_model(model, load_weights=False), trt, shape_map)
@@ -74,17 +87,12 @@ def rewrite(model: PathLike, output: PathLike | None = None, settings: RewriteSe
     keeps its weights in ``<output>.data`` when the input had external data or the result
     is large. ``step(name)`` is called after "load", "rewrite" and "save" (progress).
     """
-    from trtconv.load import load_model, save_model
-    from trtconv.load.model import _approx_size
-    from trtconv.outputs import check_output_path
-    from trtconv.rewrite import RewriteSettings
-    from trtconv.rewrite import rewrite as rewrite_model
 
     settings = settings or RewriteSettings()
     say = step or (lambda _name: None)
     if output is not None:
         check_output_path(Path(output), force=force)  # fail before the work, not after
-        _not_the_input(model, output)
+        not_the_input(model, output)
     loaded = load_model(model)
     say("load")
     result = rewrite_model(loaded, settings)
@@ -94,208 +102,6 @@ def rewrite(model: PathLike, output: PathLike | None = None, settings: RewriteSe
         save_model(result.model, output, force=force, external_data=True if external else None)
         say("save")
     return result
-
-
-def _not_the_input(model: PathLike, output: PathLike) -> None:
-    if Path(output).resolve() == Path(model).resolve():
-        raise UsageError("the output would overwrite the input model", hint="choose another output path")
-
-
-# --------------------------------------------------------------------------- quantize
-
-
-@dataclass(frozen=True)
-class QuantizeSettings:
-    """``trtconv quantize``'s flags as one value. Sample data: at most one of calib_data, calib_loader, random_data."""
-
-    precision: Literal["fp16", "int8"] = "fp16"
-    calib_data: Path | None = None  # folder or file of .npy/.npz samples, or images
-    preprocess: str | None = None  # image preprocessing spec, e.g. "preset=ppocr-cls"
-    calib_loader: Path | None = None  # Python file defining samples(inputs); runs that code
-    random_data: int | None = None  # N seeded random samples (smoke tests only)
-    max_samples: int = 0  # 0: all
-    held_out: int | float | None = None  # int8: samples kept out of calibration (None: 20% if >= 5)
-    shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
-    exclude: tuple[str, ...] = ()  # node-name globs kept in FP32 (int8: also op types)
-    exclude_op: tuple[str, ...] = ()  # op types kept in FP32
-    keep_io_types: bool = True  # fp16: float32 inputs/outputs stay float32
-    max_activation: float | None = None  # fp16: None = default (4096); 0 = off
-    max_initializer: float | None = None  # fp16: None = default (65504); 0 = off
-    fold_batchnorm: bool = True
-    calib_method: Literal["entropy", "percentile", "minmax"] = "entropy"
-    percentile: float = 99.99
-    calib_cache: Path | None = None
-    use_calib_cache: bool = True
-    thresholds: Thresholds = field(default_factory=Thresholds)
-
-
-@dataclass(frozen=True)
-class QuantizeResult:
-    model: onnx.ModelProto
-    settings: QuantizeSettings
-    report: Fp16Report | Int8Report
-    source: SampleSource | None  # where the samples came from
-    samples: int | None  # how many fed calibration / activation ranges
-    output: Path | None = None  # where the model was written, if it was
-
-    @property
-    def passed(self) -> bool:
-        return bool(self.report.passed)
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``trtconv quantize --json`` report (schema trtconv.quantize/1), minus the paths."""
-        r = self.report.to_json()
-        is_fp16 = self.settings.precision == "fp16"
-        samples: dict[str, Any] = {"source": self.source.to_json() if self.source else None, "count": self.samples}
-        if not is_fp16:
-            samples["accuracy_samples"] = r.get("accuracy_samples")
-        return {"schema": QUANTIZE_SCHEMA, "precision": self.settings.precision, "samples": samples,
-                "fp16": r if is_fp16 else None, "int8": None if is_fp16 else r,
-                "accuracy": r.get("accuracy", []), "passed": self.passed, "written": self.output is not None}
-
-
-def _patterns(values: Sequence[str]) -> tuple[str, ...]:
-    """``("a,b", "c")`` -> ("a", "b", "c"): the CLI's repeatable, comma-separated lists."""
-    return tuple(p.strip() for v in values for p in v.split(",") if p.strip())
-
-
-def check_quantize_settings(settings: QuantizeSettings) -> None:
-    """Contradictions in the settings, found before anything is read (flag names as the CLI spells them)."""
-    if settings.precision not in ("fp16", "int8"):
-        raise UsageError(f"unknown precision {settings.precision!r}", hint="choose fp16 or int8")
-    given = [f for f, v in (("--calib-data", settings.calib_data), ("--calib-loader", settings.calib_loader),
-                            ("--random-data", settings.random_data)) if v]
-    if len(given) > 1:
-        raise UsageError(f"{' and '.join(given)} are mutually exclusive", hint="give one source of samples")
-    if settings.preprocess and not settings.calib_data:
-        raise UsageError("--preprocess applies to image folders given with --calib-data")
-    if settings.precision == "int8" and not given:
-        raise UsageError("int8 needs calibration data",
-                         hint="pass --calib-data DIR (or --random-data N to smoke-test)")
-
-
-def sample_set(proto: onnx.ModelProto, settings: QuantizeSettings) -> SampleSet | None:
-    """The samples ``settings`` name, bound to the model's inputs (None: no sample data)."""
-    from trtconv.precision.samples import ImagePreprocess, SampleSet, SampleSource, model_inputs
-
-    if settings.calib_data:
-        pp = ImagePreprocess.parse(settings.preprocess) if settings.preprocess else None
-        source = SampleSource.detect(settings.calib_data, pp, limit=settings.max_samples)
-    elif settings.calib_loader:
-        source = SampleSource.loader(settings.calib_loader, limit=settings.max_samples)
-    elif settings.random_data:
-        n = min(settings.random_data, settings.max_samples) if settings.max_samples else settings.random_data
-        source = SampleSource.random(n, seed=0, shapes=settings.shapes)
-    else:
-        return None
-    return SampleSet(source, model_inputs(proto))
-
-
-def held_out_split(samples: SampleSet, held_out: int | float | None, *, warn: Any = None
-                   ) -> tuple[SampleSet, SampleSet | None]:
-    """(calibration, evaluation) for int8: by default 20% held out when there are >= 5 samples."""
-    if held_out is None:
-        n = len(samples) if samples.source.kind != "loader" else 0
-        if n < INT8_MIN_FOR_HOLDOUT:
-            if warn is not None:
-                warn(f"{n or 'too few'} samples: none held out, so the accuracy check runs on the calibration "
-                     f"data (pass --held-out with >= {INT8_MIN_FOR_HOLDOUT} samples for an honest one)")
-            return samples, samples
-        return samples.split(INT8_DEFAULT_HELD_OUT)
-    if held_out == 0:
-        return samples, None
-    return samples.split(held_out)
-
-
-def _limit(value: float | None, default: float) -> float | None:
-    if value is None:
-        return default
-    return None if value <= 0 else value
-
-
-class QuantizeAccuracyError(AccuracyError):
-    """Accuracy outside the thresholds; nothing was written, ``result`` holds the model and the report."""
-
-    def __init__(self, message: str, result: QuantizeResult, hint: str | None = None) -> None:
-        super().__init__(message, hint)
-        self.result = result
-
-
-def quantize(model: PathLike, output: PathLike | None = None, settings: QuantizeSettings | None = None, *,
-             force: bool = False, progress: Callable[[str, int, int | None], None] | None = None,
-             warn: Callable[[str], None] | None = None, step: Callable[[str], None] | None = None
-             ) -> QuantizeResult:
-    """FP16 or INT8 made explicit in the ONNX, checked against FP32 with ONNX Runtime; save to ``output``.
-
-    Thresholds in ``settings.thresholds`` raise :class:`QuantizeAccuracyError` (AccuracyError,
-    exit 7; ``exc.result`` holds the report) and nothing is written. Optional callbacks:
-    ``progress(stage, done, total)`` for bars, ``warn(text)`` for warnings, ``step(name)``
-    before "load" and "save".
-    """
-    from trtconv.load import load_model, save_model
-    from trtconv.outputs import check_output_path
-
-    settings = settings or QuantizeSettings()
-    say = step or (lambda _name: None)
-    check_quantize_settings(settings)
-    if output is not None:
-        check_output_path(Path(output), force=force)
-        _not_the_input(model, output)
-    say("load")
-    loaded = load_model(model)
-    if loaded.checker_error and warn is not None:
-        warn(f"onnx.checker: {loaded.checker_error}")
-    samples = sample_set(loaded.proto, settings)
-    source = samples.source if samples is not None else None
-    report: Fp16Report | Int8Report
-    count: int | None
-    if settings.precision == "fp16":
-        from trtconv.precision.fp16 import (
-            DEFAULT_MAX_ACTIVATION,
-            Fp16AccuracyError,
-            Fp16Settings,
-            convert_fp16,
-        )
-        from trtconv.precision.fp16_rules import FP16_MAX
-
-        if samples is None and warn is not None:
-            warn("no sample data: the activation-range rule and the accuracy check are skipped "
-                 "(pass --calib-data DIR, or --random-data N for a smoke test)")
-        fp16_settings = Fp16Settings(
-            keep_io_types=settings.keep_io_types, fold_batchnorm=settings.fold_batchnorm,
-            max_initializer=_limit(settings.max_initializer, FP16_MAX),
-            max_activation=_limit(settings.max_activation, DEFAULT_MAX_ACTIVATION),
-            exclude_ops=frozenset(_patterns(settings.exclude_op)), exclude_nodes=_patterns(settings.exclude),
-            thresholds=settings.thresholds,
-        )
-        try:
-            fp16 = convert_fp16(loaded.proto, fp16_settings, samples, progress=progress)
-        except Fp16AccuracyError as exc:
-            failed = QuantizeResult(exc.result.model, settings, exc.result.report, source, exc.result.report.samples)
-            raise QuantizeAccuracyError(exc.message, failed, exc.hint) from exc
-        result_model, report, count = fp16.model, fp16.report, fp16.report.samples
-    else:
-        from trtconv.precision.int8 import Int8AccuracyError, Int8Settings, quantize_int8
-
-        assert samples is not None
-        calib, evaluate = held_out_split(samples, settings.held_out, warn=warn)
-        int8_settings = Int8Settings(
-            method=settings.calib_method, percentile=settings.percentile,
-            exclude=_patterns(settings.exclude) + _patterns(settings.exclude_op),
-            cache_path=settings.calib_cache, use_cache=settings.use_calib_cache, thresholds=settings.thresholds,
-        )
-        try:
-            int8 = quantize_int8(loaded.proto, int8_settings, calib, model_path=Path(model), eval_samples=evaluate,
-                                 progress=progress)
-        except Int8AccuracyError as exc:
-            failed = QuantizeResult(exc.result.model, settings, exc.result.report, source,
-                                    exc.result.report.calibration_runs or None)
-            raise QuantizeAccuracyError(exc.message, failed, exc.hint) from exc
-        result_model, report, count = int8.model, int8.report, int8.report.calibration_runs or None
-    if output is not None:
-        say("save")
-        save_model(result_model, output, force=force)
-    return QuantizeResult(result_model, settings, report, source, count, Path(output) if output is not None else None)
 
 
 # --------------------------------------------------------------------------- build
@@ -331,16 +137,12 @@ class BuildSettings:
 
     def outputs(self, output: PathLike) -> list[Path]:
         """The files a build writes: the prepared ONNX, then (unless prepare_only) manifest and engine."""
-        from trtconv.build.manifest import manifest_path
-        from trtconv.build.pipeline import BuildRequest
 
         engine = Path(output)
         files = [BuildRequest(model=engine, output=engine, prepared=self.prepared).prepared_path()]
         return files if self.prepare_only else [*files, manifest_path(engine), engine]
 
     def request(self, model: PathLike, output: PathLike, *, force: bool = False) -> BuildRequest:
-        from trtconv.build.pipeline import BuildRequest
-        from trtconv.build.plan import BuildPlan, TimingCacheChoice, parse_memory_pools, parse_size
 
         if self.timing_cache and not self.use_timing_cache:
             raise UsageError("--timing-cache and --no-timing-cache contradict each other")
@@ -374,7 +176,6 @@ def build(model: PathLike, output: PathLike, settings: BuildSettings | None = No
     Without TensorRT the prepared ONNX is still written and BackendUnavailableError (exit 9)
     says where; ``BuildSettings(prepare_only=True)`` stops there on purpose and succeeds.
     """
-    from trtconv.build.pipeline import run_build
 
     req = (settings or BuildSettings()).request(model, output, force=force)
     return run_build(req, say=say, progress=progress)

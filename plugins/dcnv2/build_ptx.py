@@ -3,7 +3,7 @@
 dcnv2.cu -> dcnv2.ptx (compute_80: Ampere and later); dcnv2_sm90.cu -> dcnv2_sm90a.ptx
 (compute_90a: the wgmma kernel, Hopper only).
 
-`make dcnv2-ptx` runs this; tests/test_dcnv2_build.py runs the same compile and checks the
+`make dcnv2-ptx` runs this; tests/trt/test_dcnv2_build.py runs the same compile and checks the
 shipped files match, so a kernel that does not build -- or PTX that is stale -- cannot land.
 """
 

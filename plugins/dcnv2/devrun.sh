@@ -9,5 +9,5 @@ python3 -c "import cupy, torch, torchvision; print('cupy', cupy.__version__, 'to
 nvcc --version | tail -1 | tee -a "$OUT/env.txt"
 ptxas -arch=sm_90 -v trtconv/trt/plugins/dcnv2.ptx -o /tmp/dcnv2.cubin 2>&1 | grep -E "Used|spill" > "$OUT/resources.txt"
 ptxas -arch=sm_90a -v trtconv/trt/plugins/dcnv2_sm90a.ptx -o /tmp/dcnv2_sm90a.cubin 2>&1 | grep -E "Used|spill" >> "$OUT/resources.txt"
-python3 -m pytest -q -p no:cacheprovider --maxfail=25 tests/test_dcnv2_gpu.py 2>&1 | tee "$OUT/pytest.log" | tail -25
+python3 -m pytest -q -p no:cacheprovider --maxfail=25 tests/trt/test_dcnv2_gpu.py 2>&1 | tee "$OUT/pytest.log" | tail -25
 python3 benchmarks/dcn_bench.py --json "$OUT/bench.json" "$@" 2>&1 | tee "$OUT/bench.log" | grep -v '^{'

@@ -25,7 +25,7 @@ from trtconv.analyze.support import SupportTable, load_table
 from trtconv.errors import InvalidModelError
 from trtconv.load import LoadedModel, infer_shapes, input_dims, override_input_shapes
 from trtconv.load.shapes import Shape
-from trtconv.rewrite.catalog import rewrite_rule_for
+from trtconv.rewrites.catalog import rewrite_rule_for
 
 NO_PLUGIN_DOMAINS = ("ai.onnx.ml", "ai.onnx.preview.training")
 # Inputs where ONNX exporters write INT64_MAX/MIN to mean "to the end"; the parser clamps them.

@@ -38,7 +38,7 @@ class NodeReport:
     domain: str
     status: str  # one of STATUSES
     findings: tuple[Finding, ...]
-    rewrite: str | None = None  # rewrite rule id from trtconv.rewrite.catalog
+    rewrite: str | None = None  # rewrite rule id from trtconv.rewrites.catalog
     source: str = ""  # where the support-table row's fact comes from
 
     @property

@@ -10,6 +10,7 @@ import numpy as np
 
 from trtconv.bench.stats import LatencyStats, summarize
 from trtconv.errors import UsageError
+from trtconv.trt.engine import EngineRunner, profile_shapes
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,6 @@ def random_engine_inputs(inputs: list[Any], shapes: dict[str, tuple[int, ...]], 
 
 def bench_engine(engine_path: Path, *, shapes: dict[str, tuple[int, ...]], settings: BenchSettings,
                  plugin_libraries: tuple[Path, ...] = ()) -> BenchResult:
-    from trtconv.trt.engine import EngineRunner, profile_shapes
 
     runner = EngineRunner(engine_path, plugin_libraries)
     # Dynamic inputs without --shapes run at profile 0's opt shape: what the engine was tuned for.

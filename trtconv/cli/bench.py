@@ -6,10 +6,13 @@ from pathlib import Path
 
 import click
 
-from trtconv.bench.run import BenchResult, BenchSettings
+from trtconv.bench.run import BenchResult, BenchSettings, bench_engine
 from trtconv.cli.options import json_option, shapes_option
 from trtconv.cli.output import print_json, stdout_console
 from trtconv.errors import UsageError
+from trtconv.load import parse_shapes
+from trtconv.plan.manifest import manifest_path
+from trtconv.plan.manifest import update_manifest as update
 
 
 def print_result(engine: Path, result: BenchResult) -> None:
@@ -45,8 +48,6 @@ def bench(engine: Path, shapes: str | None, warmup: int, iterations: int, cuda_g
 
     Exit 0: timed; 9: TensorRT or GPU missing; 2: bad flags or dynamic inputs without --shapes.
     """
-    from trtconv.bench.run import bench_engine
-    from trtconv.load import parse_shapes
 
     settings = BenchSettings(warmup=warmup, iterations=iterations, cuda_graph=cuda_graph, seed=seed)
     shape_map = parse_shapes(shapes)
@@ -54,8 +55,6 @@ def bench(engine: Path, shapes: str | None, warmup: int, iterations: int, cuda_g
         raise UsageError(f"{engine}: no such file")
     result = bench_engine(engine, shapes=shape_map, settings=settings, plugin_libraries=tuple(plugins))
     if update_manifest:
-        from trtconv.build.manifest import manifest_path
-        from trtconv.build.manifest import update_manifest as update
 
         update(manifest_path(engine), bench=result.to_json())
     if as_json:

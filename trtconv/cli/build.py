@@ -9,12 +9,15 @@ from typing import Any
 
 import click
 
-from trtconv.build.plan import DEFAULT_MIN_PRECISION_SHARE, DEFAULT_OPT_LEVEL, HARDWARE_COMPAT, PRECISIONS
-from trtconv.cache import cache_option, gpu_identity
+from trtconv.api import BuildSettings
+from trtconv.cli.cache import cache_option, gpu_identity
+from trtconv.cli.config import config_option
+from trtconv.cli.depfile import deps_option
 from trtconv.cli.options import force_option, json_option, model_argument, output_option, trt_version_option
 from trtconv.cli.output import print_json, progress, stderr_console
-from trtconv.config import config_option
-from trtconv.depfile import deps_option
+from trtconv.errors import TrtconvError
+from trtconv.pipeline.build import BuildOutcome, run_build
+from trtconv.plan.plan import DEFAULT_MIN_PRECISION_SHARE, DEFAULT_OPT_LEVEL, HARDWARE_COMPAT, PRECISIONS
 
 
 class BarSink:
@@ -55,7 +58,6 @@ def _say(quiet: bool) -> Any:
 
 def _outputs(params: Mapping[str, Any]) -> list[Path]:
     """The files this run writes: --deps targets, --cache-dir entries."""
-    from trtconv.api import BuildSettings
 
     settings = BuildSettings(prepared=params.get("prepared"), prepare_only=bool(params.get("prepare_only")))
     return settings.outputs(params["output"])
@@ -122,9 +124,6 @@ def build(model: Path, output: Path, precision: str, calib_data: Path | None, ca
     and verified; 9: TensorRT or GPU missing (prepared ONNX left behind); 8: precision not
     reached; 7: engine differs from ONNX Runtime; 6: TensorRT failed; 5: unsupported nodes.
     """
-    from trtconv.api import BuildSettings
-    from trtconv.build.pipeline import BuildOutcome, run_build
-    from trtconv.errors import TrtconvError
 
     settings = BuildSettings(
         precision=precision,  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ from trtconv import __version__
 from trtconv.cli.options import json_option
 from trtconv.cli.output import finish, print_json, stdout_console
 from trtconv.errors import ExitCode
-from trtconv.trt.environment import Environment
+from trtconv.trt.environment import Environment, probe, problems
 
 
 @click.command("doctor")
@@ -21,7 +21,6 @@ def doctor(as_json: bool) -> None:
     9: something is missing (listed with what to do). Without TensorRT, check, rewrite,
     quantize and `build --prepare-only` still work.
     """
-    from trtconv.trt.environment import probe, problems
 
     env = probe()
     issues = problems(env)

@@ -11,8 +11,10 @@ import contextlib
 import importlib
 import logging
 import os
+import signal
 import sys
 import traceback
+from importlib import metadata
 from typing import Any
 
 import click
@@ -91,7 +93,6 @@ def _version_text() -> str:
 
 
 def _dist_version(dist: str) -> str | None:
-    from importlib import metadata
 
     names = [dist] if dist != "tensorrt" else ["tensorrt", "tensorrt-cu13", "tensorrt-cu12"]
     for name in names:
@@ -146,7 +147,6 @@ def _terminate(signum: int, _frame: Any) -> None:
 
 
 def main() -> None:
-    import signal
 
     with contextlib.suppress(ValueError):  # not in the main thread
         signal.signal(signal.SIGTERM, _terminate)

@@ -13,7 +13,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from trtconv.errors import ExitCode
+from trtconv.errors import ExitCode, OutputError
 from trtconv.outputs import dumps_json
 
 
@@ -40,7 +40,6 @@ def print_json(obj: Any) -> None:
     except BrokenPipeError:
         raise  # the reader left: trtconv.cli.main ends quietly
     except OSError as exc:  # stdout is a full disk or a closed file
-        from trtconv.errors import OutputError
 
         raise OutputError(f"cannot write the report to stdout: {exc.strerror or exc}") from exc
 

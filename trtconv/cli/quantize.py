@@ -19,15 +19,18 @@ from typing import Any
 import click
 from rich.table import Table
 
-from trtconv.api import INT8_DEFAULT_HELD_OUT, INT8_MIN_FOR_HOLDOUT
-from trtconv.cache import cache_option
+from trtconv.api import QuantizeResult, QuantizeSettings
+from trtconv.api import quantize as run_quantize
+from trtconv.cli.cache import cache_option
+from trtconv.cli.config import config_option
+from trtconv.cli.depfile import deps_option
 from trtconv.cli.options import force_option, json_option, model_argument, output_option, shapes_option
-from trtconv.cli.output import print_json, stdout_console, warn
-from trtconv.config import config_option
-from trtconv.depfile import deps_option
+from trtconv.cli.output import print_json, progress, stdout_console, warn
 from trtconv.errors import AccuracyError, UsageError
 from trtconv.load import parse_shapes
-from trtconv.verify.compare import OutputStats, Thresholds
+from trtconv.pipeline.quantize import INT8_DEFAULT_HELD_OUT, INT8_MIN_FOR_HOLDOUT
+from trtconv.precision.fp16 import rule_summaries
+from trtconv.reference.compare import OutputStats, Thresholds
 
 
 @click.command("quantize")
@@ -97,8 +100,6 @@ def quantize(
     With sample data, both models run in ONNX Runtime and the error per output is
     reported; thresholds (--max-abs, --min-cosine, ...) fail with exit 7 and write nothing.
     """
-    from trtconv.api import QuantizeSettings
-    from trtconv.api import quantize as run_quantize
 
     settings = QuantizeSettings(
         precision=precision,  # type: ignore[arg-type]
@@ -143,7 +144,6 @@ def _held_out(value: str | None) -> int | float | None:
 
 def _failed_doc(settings: Any, report: Any) -> dict[str, Any]:
     """The --json report of a run the accuracy gate stopped: same schema, ``written: false``."""
-    from trtconv.api import QuantizeResult
 
     return QuantizeResult(None, settings, report, None, getattr(report, "samples", None)).to_json()  # type: ignore[arg-type]
 
@@ -156,7 +156,7 @@ def _quiet_random_samples(precision: str, random_data: int | None) -> Iterator[N
         return
     warn(f"using {random_data} RANDOM sample(s): activation ranges and errors will not reflect real inputs; "
          "use this only to smoke-test")
-    logger = logging.getLogger("trtconv.precision.samples")
+    logger = logging.getLogger("trtconv.samples.sources")
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
@@ -192,7 +192,6 @@ class _Progress:
             self.stage = stage
             self.say(self.STAGES.get(stage, stage))
             if not self.quiet and sys.stderr.isatty() and stage in ("peaks", "calibrate", "accuracy"):
-                from trtconv.cli.output import progress
 
                 self.bar = progress()
                 self.bar.start()
@@ -217,7 +216,6 @@ def _emit(doc: dict[str, Any], as_json: bool) -> None:
 
 
 def _print_fp16(doc: dict[str, Any]) -> None:
-    from trtconv.precision.fp16 import rule_summaries
 
     r = doc["fp16"]
     con = stdout_console()

@@ -7,22 +7,22 @@ from pathlib import Path
 import click
 
 from trtconv.api import rewrite as api_rewrite
-from trtconv.cache import cache_option
+from trtconv.cli.cache import cache_option
+from trtconv.cli.config import config_option
+from trtconv.cli.depfile import deps_option
 from trtconv.cli.options import force_option, json_option, model_argument, output_option, shapes_option
 from trtconv.cli.output import print_json, progress, stdout_console
-from trtconv.config import config_option
-from trtconv.depfile import deps_option
 from trtconv.errors import UsageError
 from trtconv.load import parse_shapes
-from trtconv.rewrite import (
+from trtconv.rewrites import (
     DCN_TARGETS,
     RewriteSettings,
     default_plugin_spec_path,
     load_plugin_map,
     load_plugin_spec,
 )
-from trtconv.rewrite.pipeline import DEFAULT_FOLD_LIMIT
-from trtconv.rewrite.proof import NODE_RTOL
+from trtconv.rewrites.pipeline import DEFAULT_FOLD_LIMIT
+from trtconv.rewrites.proof import NODE_RTOL
 
 
 def _size(text: str) -> int:

@@ -10,8 +10,10 @@ from rich.table import Table
 from trtconv.cli.options import json_option, shapes_option
 from trtconv.cli.output import finish, print_json, stdout_console
 from trtconv.errors import ExitCode, UsageError
-from trtconv.verify.compare import Thresholds
-from trtconv.verify.engine import DEFAULT_THRESHOLDS, VerifyReport
+from trtconv.load import parse_shapes
+from trtconv.plan.manifest import manifest_path, read_manifest
+from trtconv.reference.compare import Thresholds
+from trtconv.verify.engine import DEFAULT_THRESHOLDS, VerifyReport, verify_engine
 
 
 def thresholds_from_flags(precision: str, atol: float | None, rtol: float | None, min_cosine: float | None,
@@ -30,7 +32,6 @@ def engine_precision(engine: Path, given: str | None) -> str:
     """--precision, else the manifest's requested precision, else fp32."""
     if given:
         return given
-    from trtconv.build.manifest import manifest_path, read_manifest
 
     path = manifest_path(engine)
     if path.is_file():
@@ -79,8 +80,6 @@ def verify(engine: Path, onnx_path: Path, inputs: Path | None, shapes: str | Non
 
     Exit 0: within the thresholds; 7: outside; 11: bad --inputs; 9: TensorRT or GPU missing.
     """
-    from trtconv.load import parse_shapes
-    from trtconv.verify.engine import verify_engine
 
     if not engine.is_file():
         raise UsageError(f"{engine}: no such file")

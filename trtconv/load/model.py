@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import heapq
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import onnx
 from google.protobuf.message import DecodeError
-from onnx import external_data_helper
+from onnx import external_data_helper, numpy_helper
 
 from trtconv.errors import InvalidModelError, OutputError, UsageError
 from trtconv.outputs import atomic_dir, check_output_path, fsync_dir, os_error
@@ -323,7 +324,6 @@ def topological_order(g: onnx.GraphProto) -> tuple[list[int], int | None]:
     Names from outer scopes (subgraph captures) and graph inputs count as sources.
     The one topological sort in trtconv: loading, sorting and analysis all use it.
     """
-    import heapq
 
     producer = {o: i for i, n in enumerate(g.node) for o in n.output if o}
     users: dict[int, list[int]] = {}
@@ -694,7 +694,6 @@ def _save_streaming(model: onnx.ModelProto, model_path: Path, data_path: Path) -
     onnx's own saver edits the proto it is given, so it needs a full copy of the
     model: twice the weights in memory, which a 10 GB model may not have room for.
     """
-    from onnx import numpy_helper
 
     slim = onnx.ModelProto()
     _copy_fields(model, slim, frozenset({"graph"}))
@@ -721,7 +720,6 @@ def _save_streaming(model: onnx.ModelProto, model_path: Path, data_path: Path) -
 
 def _with_raw_data(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy whose tensors keep their bytes in ``raw_data``: onnx externalizes only those."""
-    from onnx import numpy_helper
 
     out = onnx.ModelProto()
     out.CopyFrom(model)

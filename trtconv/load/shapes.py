@@ -8,9 +8,15 @@ from __future__ import annotations
 
 import logging
 import re
+import tempfile
 from collections.abc import Mapping
 
 import onnx
+
+try:  # POSIX only; Windows (TensorRT-RTX desktops) has no RLIMIT_AS
+    import resource
+except ImportError:  # pragma: no cover
+    resource = None  # type: ignore[assignment]
 
 from trtconv.errors import UsageError
 from trtconv.load.model import PROTOBUF_LIMIT, LoadedModel, iter_graphs
@@ -127,7 +133,6 @@ def infer_shapes(
     model = model if model is not None else loaded.proto
     try:
         if model.ByteSize() > PROTOBUF_LIMIT:
-            import tempfile
 
             with tempfile.NamedTemporaryFile(suffix=".onnx") as tmp:
                 onnx.shape_inference.infer_shapes_path(str(loaded.path), tmp.name)
@@ -222,12 +227,11 @@ def available_memory() -> int | None:
                     break
     except (OSError, ValueError):
         pass
-    try:
-        import resource
-
-        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-        if soft != resource.RLIM_INFINITY:
-            avail = soft if avail is None else min(avail, soft)
-    except (ImportError, OSError, ValueError):
-        pass
+    if resource is not None:
+        try:
+            soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+            if soft != resource.RLIM_INFINITY:
+                avail = soft if avail is None else min(avail, soft)
+        except (OSError, ValueError):
+            pass
     return avail

@@ -23,12 +23,13 @@ import onnx
 from onnx import TensorProto
 
 from trtconv.errors import AccuracyError, InternalError, InvalidModelError
+from trtconv.load.model import PROTOBUF_LIMIT, sort_nodes
 from trtconv.precision import fp16_rules as rules
 from trtconv.precision.bn_fold import FoldedBatchNorm, fold_batchnorms
 from trtconv.precision.fp16_graph import Decision, Rewriter, emulate_half
 from trtconv.precision.peaks import activation_peaks
-from trtconv.verify import ort
-from trtconv.verify.compare import OutputStats, Thresholds, compare_arrays, violations
+from trtconv.reference import ort
+from trtconv.reference.compare import OutputStats, Thresholds, compare_arrays, violations
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +155,7 @@ def convert_fp16(
 ) -> Fp16Result:
     """FP16 copy of ``model`` (weights loaded) and the report of what was kept in FP32 and why.
 
-    ``samples`` (re-iterable: a list, a :class:`~trtconv.precision.samples.SampleSet`)
+    ``samples`` (re-iterable: a list, a :class:`~trtconv.samples.sources.SampleSet`)
     enables the activation-range rule and the accuracy check. Raises
     :class:`Fp16AccuracyError` (exit 7) when the FP16 model has NaN/Inf or misses
     ``settings.thresholds``.
@@ -170,7 +171,6 @@ def convert_fp16(
         samples = list(samples)  # a generator: we need two passes
     work = onnx.ModelProto()
     work.CopyFrom(model)
-    from trtconv.load.model import sort_nodes
 
     sort_nodes(work)  # the rules read each node's producers first; some exporters write unsorted graphs
     folded: tuple[FoldedBatchNorm, ...] = ()
@@ -343,7 +343,6 @@ def _with_types(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def _check_valid(out: onnx.ModelProto, original: onnx.ModelProto) -> None:
     """The converted model must pass onnx.checker wherever the original does (else: our bug)."""
-    from trtconv.load.model import PROTOBUF_LIMIT
 
     if out.ByteSize() > PROTOBUF_LIMIT:
         log.warning("the FP16 model is over 2 GB: onnx.checker runs on the saved file only")

@@ -18,12 +18,23 @@ from typing import Any
 
 import numpy as np
 import onnx
+from onnx import version_converter
 
 from trtconv.errors import AccuracyError, DataError, InternalError, UnsupportedModelError
+from trtconv.load.model import load_model, model_sha256
 from trtconv.precision.calib_cache import CacheInfo, cache_key, read_cache, write_cache
 from trtconv.precision.calibrate import Calibrator, CalibSettings, Method, scale_from_threshold
-from trtconv.precision.qdq import ModelIndex, Placement, Skip, expose_tensors, insert_qdq, plan_qdq
-from trtconv.verify.compare import OutputStats, Thresholds, compare_arrays, violations
+from trtconv.precision.qdq import (
+    SHAPE_ONLY,
+    ModelIndex,
+    Placement,
+    Skip,
+    expose_tensors,
+    insert_qdq,
+    plan_qdq,
+)
+from trtconv.reference.compare import OutputStats, Thresholds, compare_arrays, violations
+from trtconv.reference.ort import run, session
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +120,6 @@ def upgrade_opset(model: onnx.ModelProto, target: int = MIN_QDQ_OPSET) -> tuple[
     current = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if current >= target:
         return model, None
-    from onnx import version_converter
 
     try:
         converted = version_converter.convert_version(model, target)
@@ -155,7 +165,6 @@ def _run_failure(origin: str, exc: Exception) -> DataError:
 
 
 def _classifier_outputs(model: onnx.ModelProto) -> set[str]:
-    from trtconv.precision.qdq import SHAPE_ONLY
 
     index = ModelIndex.build(model)
     out = set()
@@ -187,7 +196,6 @@ def collect_scales(
     Returns (scale per tensor that carried float data, number of runs); tensors whose entropy
     threshold the clip guard raised are added to ``guarded``.
     """
-    from trtconv.verify.ort import session
 
     inputs = {i.name for i in model.graph.input} - {i.name for i in model.graph.initializer}
     fed = [t for t in tensors if t in inputs]
@@ -285,7 +293,6 @@ def accuracy_report(
     total: int | None = None,
 ) -> tuple[tuple[OutputStats, ...], int]:
     """Candidate against reference (both in ONNX Runtime) per output, over all ``samples``."""
-    from trtconv.verify.ort import run, session
 
     ref_sess, cand_sess = session(reference, optimize=True), session(candidate, optimize=True)
     outputs = [o.name for o in ref_sess.get_outputs()]
@@ -419,7 +426,6 @@ def quantize_int8(
 
 def _file_hash(path: Path) -> str:
     """The model file and its external-data files (the cache must notice new weights too)."""
-    from trtconv.load.model import load_model, model_sha256
 
     return model_sha256(load_model(path, load_weights=False, check=False))
 

@@ -16,15 +16,16 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from trtconv.verify import ort
+from trtconv.load.model import iter_graphs
+from trtconv.precision.fp16_graph import graph_types
+from trtconv.precision.qdq import expose_tensors
+from trtconv.reference import ort
 
 log = logging.getLogger(__name__)
 
 
 def float_tensors(model: onnx.ModelProto) -> list[str]:
     """Names of float32 node outputs in every graph (types from inference), in graph order."""
-    from trtconv.load.model import iter_graphs
-    from trtconv.precision.fp16_graph import graph_types
 
     out: list[str] = []
     # subgraph outputs are left out: their values leave through the If/Loop outputs anyway, and
@@ -43,7 +44,6 @@ def float_tensors(model: onnx.ModelProto) -> list[str]:
 
 def _probe(model: onnx.ModelProto, names: list[str]) -> tuple[onnx.ModelProto, dict[str, str]]:
     """The model with ``names`` as extra outputs (subgraph values too); output name → tensor name."""
-    from trtconv.precision.qdq import expose_tensors
 
     try:
         return expose_tensors(model, names)

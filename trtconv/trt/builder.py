@@ -9,7 +9,6 @@ ONNX on both; enum integers were renumbered, so only names are used.
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Callable
@@ -17,12 +16,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from trtconv.build.plan import BuildPlan, Profile
-from trtconv.build.precision_check import PrecisionSummary, assert_precision, summarize_inspector
+import onnx
+
 from trtconv.errors import BackendUnavailableError, BuildError, OutputError
 from trtconv.outputs import write_bytes
+from trtconv.plan.plan import BuildPlan, Profile
+from trtconv.plan.precision_check import (
+    PrecisionSummary,
+    assert_precision,
+    onnx_has_reduced_precision,
+    summarize_inspector,
+)
 from trtconv.trt import compat
+from trtconv.trt.engine import deserialize, inspector_json
 from trtconv.trt.loader import tensorrt_version
+from trtconv.trt.plugins import dcnv2
+from trtconv.trt.session import LogBridge, load_plugins, register_trtconv_plugins
 
 if TYPE_CHECKING:
     import tensorrt as trt
@@ -64,32 +73,6 @@ class BuildResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class _LogBridge:
-    """TensorRT's log → Python logging (TensorRT's INFO is chatty: shown with -v)."""
-
-    @staticmethod
-    def make() -> trt.ILogger:
-        import tensorrt as trt
-
-        levels = {
-            trt.ILogger.Severity.INTERNAL_ERROR: logging.ERROR,
-            trt.ILogger.Severity.ERROR: logging.ERROR,
-            trt.ILogger.Severity.WARNING: logging.WARNING,
-            trt.ILogger.Severity.INFO: logging.INFO,
-            trt.ILogger.Severity.VERBOSE: logging.DEBUG,
-        }
-        trt_log = logging.getLogger("trtconv.tensorrt")
-
-        class Bridge(trt.ILogger):
-            def __init__(self) -> None:
-                trt.ILogger.__init__(self)
-
-            def log(self, severity: trt.ILogger.Severity, msg: str) -> None:
-                trt_log.log(levels.get(severity, logging.INFO), "%s", msg)
-
-        return Bridge()
-
-
 def _progress_monitor(sink: ProgressSink, cancelled: Callable[[], bool], interrupted: list[bool]
                       ) -> trt.IProgressMonitor:
     """TensorRT's progress callbacks → ``sink``. Ctrl-C arrives inside these Python callbacks;
@@ -123,59 +106,8 @@ def _progress_monitor(sink: ProgressSink, cancelled: Callable[[], bool], interru
     return Monitor()
 
 
-def load_plugins(logger: trt.ILogger, libraries: tuple[Path, ...]) -> list[str]:
-    """TensorRT's own plugin library, extra libraries, and trtconv's plugins, in that order."""
-    import tensorrt as trt
-
-    if not trt.init_libnvinfer_plugins(cast(Any, logger), ""):
-        log.warning("TensorRT's plugin library (libnvinfer_plugin) did not initialise")
-    registry = trt.get_plugin_registry()
-    loaded = []
-    for lib in libraries:
-        handle = registry.load_library(str(lib))
-        if handle is None:
-            raise BackendUnavailableError(
-                f"TensorRT could not load plugin library {lib}",
-                hint="check that it was built for this TensorRT and CUDA version, and that its creators "
-                "are not already registered",
-            )
-        loaded.append(str(lib))
-    return loaded + list(register_trtconv_plugins())
-
-
-TRTCONV_PLUGIN_MODULES = ("trtconv.trt.plugins.dcnv2", "trtconv.trt.dcnv2_plugin")
-
-
-@functools.cache
-def register_trtconv_plugins() -> tuple[str, ...]:
-    """trtconv's own plugins (``tensorrt.plugin`` definitions), registered once per process.
-
-    A plugin module exposes ``ensure_registered()`` (idempotent) and ``PLUGIN_ID``, or
-    ``register_plugins() -> list[str]``. Modules not in this installation are skipped."""
-    import importlib
-    import importlib.util
-
-    names: list[str] = []
-    for mod_name in TRTCONV_PLUGIN_MODULES:
-        try:
-            if importlib.util.find_spec(mod_name) is None:
-                continue
-        except ModuleNotFoundError:
-            continue
-        mod = importlib.import_module(mod_name)
-        register = getattr(mod, "register_plugins", None)
-        ensure = getattr(mod, "ensure_registered", None)
-        if callable(register):
-            names += [str(n) for n in register()]
-        elif callable(ensure):
-            ensure()
-            names.append(str(getattr(mod, "PLUGIN_ID", mod_name)))
-    return tuple(names)
-
-
 def _plugins_portable(portable: bool) -> None:
     """Tell trtconv's plugins whether the engine must run on GPUs other than this one."""
-    from trtconv.trt.plugins import dcnv2
 
     dcnv2.set_portable(portable)
 
@@ -287,9 +219,7 @@ def plugin_layers(network: trt.INetworkDefinition) -> list[str]:
 
 
 def _onnx_reduced(plan: BuildPlan) -> bool:
-    import onnx
 
-    from trtconv.build.precision_check import onnx_has_reduced_precision
 
     return onnx_has_reduced_precision(onnx.load(str(plan.onnx_path), load_external_data=False), plan.precision)
 
@@ -307,9 +237,8 @@ def build_engine(
     version = tensorrt_version()
     import tensorrt as trt
 
-    from trtconv.trt.engine import deserialize, inspector_json
 
-    logger = _LogBridge.make()
+    logger = LogBridge.make()
     plugins = load_plugins(logger, plan.plugin_libraries)
     builder = trt.Builder(logger)
     if builder is None:

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trtconv.build.plan import HardwareCompat
+from trtconv.errors import BackendUnavailableError
+from trtconv.plan.plan import HardwareCompat
+from trtconv.trt.loader import major_version
 
 if TYPE_CHECKING:
     import tensorrt as trt
@@ -26,8 +28,6 @@ def network_flags(*, prefer_aot: bool = False) -> int:
     PREFER_AOT_PYTHON_PLUGINS when trtconv's own plugins are registered."""
     import tensorrt as trt
 
-    from trtconv.errors import BackendUnavailableError
-    from trtconv.trt.loader import major_version
 
     flags = 0
     if major_version() < 11:

@@ -25,7 +25,11 @@ from trtconv.errors import (
     UnsupportedModelError,
     UsageError,
 )
+from trtconv.plan.manifest import manifest_path, read_manifest, runtime_mismatches
+from trtconv.trt.cudart import EventTimer, capture
+from trtconv.trt.environment import probe
 from trtconv.trt.loader import tensorrt_version
+from trtconv.trt.session import LogBridge, load_plugins
 
 if TYPE_CHECKING:
     import tensorrt as trt
@@ -37,9 +41,8 @@ def deserialize(data: bytes, *, logger: trt.ILogger | None = None) -> trt.ICudaE
     tensorrt_version()
     import tensorrt as trt
 
-    from trtconv.trt.builder import _LogBridge
 
-    logger = logger or _LogBridge.make()
+    logger = logger or LogBridge.make()
     runtime = trt.Runtime(logger)
     runtime.engine_host_code_allowed = True  # version-compatible engines carry their lean runtime
     engine = runtime.deserialize_cuda_engine(data)
@@ -80,8 +83,6 @@ def _cuda() -> Any:
 
 def check_manifest(engine_path: Path, device: int = 0) -> None:
     """If the engine has a manifest, refuse a TensorRT or GPU it cannot run on, in words."""
-    from trtconv.build.manifest import manifest_path, read_manifest, runtime_mismatches
-    from trtconv.trt.environment import probe
 
     path = manifest_path(engine_path)
     if not path.is_file():
@@ -109,12 +110,11 @@ class EngineRunner:
         tensorrt_version()
         import tensorrt as trt
 
-        from trtconv.trt.builder import _LogBridge, load_plugins
 
         self._cuda = _cuda()
         if check_compatibility:
             check_manifest(Path(engine_path))
-        logger = self._logger = _LogBridge.make()
+        logger = self._logger = LogBridge.make()
         load_plugins(logger, plugin_libraries)
         self.engine = deserialize(Path(engine_path).read_bytes(), logger=logger)
         self.context = self.engine.create_execution_context()
@@ -205,7 +205,6 @@ class EngineRunner:
                       ) -> tuple[list[float], list[float], str | None]:
         """Per iteration: latency in ms (host: launch to stream idle) and GPU time in ms (CUDA
         events around the work); and why no CUDA graph was used, if none was."""
-        from trtconv.trt.cudart import EventTimer
 
         for _ in range(max(1, warmup)):
             self.enqueue()
@@ -230,7 +229,6 @@ class EngineRunner:
         return host, gpu, why_not
 
     def _capture_graph(self) -> tuple[Any, str | None]:
-        from trtconv.trt.cudart import capture
 
         graph, why_not = capture(self._cuda.wrapper().handle, int(self.stream.ptr),
                                  lambda: self.context.execute_async_v3(int(self.stream.ptr)))

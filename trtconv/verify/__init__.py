@@ -1,1 +1,1 @@
-"""Stage 6, verify: compare an engine (or a rewritten ONNX) with ONNX Runtime on the same inputs."""
+"""Layer verify: compare a built engine with the ONNX Runtime reference on the same inputs."""

@@ -16,10 +16,13 @@ from typing import Any
 import numpy as np
 import onnx
 
-from trtconv.errors import DataError
+from trtconv.errors import DataError, InvalidModelError
+from trtconv.load import load_model
 from trtconv.load.shapes import input_dims
-from trtconv.verify import ort
-from trtconv.verify.compare import OutputStats, Thresholds, compare_outputs, violations
+from trtconv.plan.corners import does_not_fit
+from trtconv.reference import ort
+from trtconv.reference.compare import OutputStats, Thresholds, compare_outputs, violations
+from trtconv.trt.engine import EngineRunner
 
 # Per requested precision: how close an engine must be to FP32 ONNX Runtime by default.
 DEFAULT_THRESHOLDS: dict[str, Thresholds] = {
@@ -99,8 +102,6 @@ def make_inputs(model: onnx.ModelProto, *, inputs: Path | None, shapes: Mapping[
 
 def preflight(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> None:
     """Refuse, before ONNX Runtime allocates it, a reference run that cannot fit in memory."""
-    from trtconv.build.corners import does_not_fit
-    from trtconv.errors import InvalidModelError
 
     why = does_not_fit(model, {k: tuple(int(d) for d in v.shape) for k, v in feeds.items()})
     if why:
@@ -141,12 +142,10 @@ def verify_engine(
     check_compatibility: bool = True,
 ) -> VerifyReport:
     """Inputs are prepared and checked first; only then is TensorRT loaded."""
-    from trtconv.load import load_model
 
     loaded = load_model(onnx_path, load_weights=False)
     feeds = make_inputs(loaded.proto, inputs=inputs, shapes=shapes, seed=seed)
     preflight(loaded.proto, feeds)
-    from trtconv.trt.engine import EngineRunner
 
     runner = EngineRunner(engine_path, plugin_libraries, check_compatibility=check_compatibility)
     got = runner.infer(feeds)
@@ -166,8 +165,6 @@ def verify_engine_corners(
 ) -> dict[str, Any]:
     """The engine against ONNX Runtime at each (profile, corner, shapes): an engine right at its
     opt shape can still be wrong at max (FP16 overflow on larger inputs, a bad tactic)."""
-    from trtconv.load import load_model
-    from trtconv.trt.engine import EngineRunner
 
     model = load_model(onnx_path, load_weights=False).proto
     plan = [(p, c, make_inputs(model, inputs=None, shapes=s, seed=seed)) for p, c, s in corners]

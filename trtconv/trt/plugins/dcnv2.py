@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from trtconv.trt.cudart import compute_capability
 from trtconv.trt.plugins import dcnv2_kernel as dk
 
 PLUGIN_ID = dk.PLUGIN_ID
@@ -40,7 +41,6 @@ def _build_gpu_capability() -> tuple[int, int] | None:
     try:
         from polygraphy import cuda
 
-        from trtconv.trt.cudart import compute_capability
 
         return compute_capability(cuda.wrapper().handle)
     except Exception:  # no runtime to ask: keep to the portable kernels

@@ -17,6 +17,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from trtconv.errors import InvalidModelError, UnsupportedModelError
 
 PLUGIN_NAME = "DCNv2"
@@ -331,7 +333,6 @@ class CupyLauncher:
         ``entry``: run this entry point of the tile's PTX file instead of the one
         ``kernel_name`` gives (development builds, plugins/dcnv2/devvar.py).
         """
-        import numpy as np
         import torch
 
         dtype = str(x.dtype).removeprefix("torch.")

@@ -1,0 +1,302 @@
+"""`trtconv build/verify/bench` on real models, for everything that runs without TensorRT.
+
+TensorRT's absence is made certain with ``sys.modules["tensorrt"] = None`` (import then
+fails as it does on a machine without it), so these tests mean the same on a GPU box.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from builders import cls_calibration, dcn_model
+from click.testing import CliRunner
+
+from trtconv.cli.main import cli
+from trtconv.errors import ExitCode
+from trtconv.reference import ort
+
+CLS_SHAPES = "x:1x3x48x192"
+
+
+@pytest.fixture
+def no_tensorrt(monkeypatch):
+    from trtconv.trt.loader import tensorrt_version
+
+    monkeypatch.setitem(sys.modules, "tensorrt", None)
+    tensorrt_version.cache_clear()
+    yield
+    tensorrt_version.cache_clear()
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def test_prepare_only_writes_an_equivalent_onnx_and_no_engine(ocr_cls, tmp_path: Path):
+    out = tmp_path / "cls.engine"
+    res = run("build", ocr_cls, "-o", out, "--shapes", CLS_SHAPES, "--prepare-only", "--json")
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    assert report["stopped"] == "prepare-only"
+    assert [s["name"] for s in report["stages"]] == ["check", "rewrite", "precision", "save", "recheck", "profiles"]
+    prepared = tmp_path / "cls.prepared.onnx"
+    assert Path(report["prepared_onnx"]) == prepared and prepared.is_file()
+    assert not out.exists() and not (tmp_path / "cls.engine.json").exists()
+    original = onnx.load(str(ocr_cls))
+    feeds = ort.random_feeds(original, {"x": (1, 3, 48, 192)}, seed=3)
+    want = ort.run_model(original, feeds)
+    got = ort.run_model(prepared, feeds)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5)
+    again = json.loads(run("build", ocr_cls, "-o", out, "--shapes", CLS_SHAPES, "--prepare-only", "--json").stdout)
+    sha = [[s["sha256"] for s in r["stages"] if s["name"] == "save"] for r in (report, again)]
+    assert sha[0] == sha[1], "the same command must prepare the same bytes"
+
+
+def test_without_tensorrt_build_stops_after_precision_with_exit_9(ocr_cls, tmp_path: Path, no_tensorrt):
+    out = tmp_path / "cls.engine"
+    res = run("build", ocr_cls, "-o", out, "--shapes", CLS_SHAPES)
+    assert res.exit_code == ExitCode.TENSORRT_UNAVAILABLE == 9, res.output
+    assert "TensorRT is not available" in res.stderr
+    assert "stopped after the precision stage" in res.stderr and "cls.prepared.onnx" in res.stderr
+    assert "hint: install TensorRT" in res.stderr
+    assert "Traceback" not in res.output
+    assert (tmp_path / "cls.prepared.onnx").is_file()
+    assert not out.exists() and not (tmp_path / "cls.engine.json").exists()
+    # Running again (still without TensorRT) rewrites the derived prepared ONNX; no --force needed,
+    # and --json still reports the stages and where the pipeline stopped.
+    res = run("build", ocr_cls, "-o", out, "--shapes", CLS_SHAPES, "--json")
+    assert res.exit_code == 9
+    report = json.loads(res.stdout)
+    assert report["stopped"] == "tensorrt-unavailable" and report["error"]["exit_code"] == 9
+    assert [s["status"] for s in report["stages"]] == ["done", "done", "skipped", "done", "done", "done"]
+
+
+def test_fp16_prepare_only_makes_precision_explicit(ocr_cls, tmp_path: Path):
+    res = run("build", ocr_cls, "-o", tmp_path / "m.engine", "--shapes", CLS_SHAPES, "--precision", "fp16",
+              "--prepare-only")
+    assert res.exit_code == 0, res.output
+    prepared = onnx.load(str(tmp_path / "m.prepared.onnx"))
+    types = {t.data_type for t in prepared.graph.initializer}
+    assert onnx.TensorProto.FLOAT16 in types
+
+
+def test_int8_needs_calibration_data(ocr_cls, tmp_path: Path):
+    res = run("build", ocr_cls, "-o", tmp_path / "m.engine", "--shapes", CLS_SHAPES, "--precision", "int8")
+    assert res.exit_code == ExitCode.USAGE
+    assert "--calib-data" in res.stderr
+
+
+def test_existing_engine_needs_force(ocr_cls, tmp_path: Path):
+    out = tmp_path / "m.engine"
+    out.write_bytes(b"old engine")
+    res = run("build", ocr_cls, "-o", out, "--shapes", CLS_SHAPES)
+    assert res.exit_code == ExitCode.USAGE and "already exists" in res.stderr
+    assert out.read_bytes() == b"old engine"
+    assert not (tmp_path / "m.prepared.onnx").exists()  # refused before any work
+
+
+def test_dynamic_model_without_shapes_is_a_usage_error(ocr_cls, tmp_path: Path):
+    res = run("build", ocr_cls, "-o", tmp_path / "m.engine", "--prepare-only")
+    assert res.exit_code == ExitCode.USAGE
+    assert "dynamic inputs" in res.stderr and "--shapes x:" in res.stderr
+
+
+def test_profile_corner_the_graph_cannot_run_names_the_node(ocr_det, tmp_path: Path):
+    res = run("build", ocr_det, "-o", tmp_path / "d.engine", "--prepare-only", "--min-shapes", "x:1x3x33x50",
+              "--opt-shapes", "x:1x3x64x64", "--max-shapes", "x:1x3x96x96")
+    assert res.exit_code == ExitCode.USAGE, res.output
+    assert "profile 0 min shapes (x:1x3x33x50): node 'p2o.Add.248' (Add) fails" in res.stderr
+    assert "broadcast" in res.stderr
+
+
+def test_bad_build_flags(ocr_cls, tmp_path: Path):
+    base = ["build", ocr_cls, "-o", tmp_path / "m.engine", "--shapes", CLS_SHAPES, "--prepare-only"]
+    assert run(*base, "--memory-pool", "vram:1G").exit_code == ExitCode.USAGE
+    assert run(*base, "--opt-level", "9").exit_code == ExitCode.USAGE
+    res = run(*base, "--plugins", tmp_path / "missing.so")
+    assert res.exit_code == ExitCode.USAGE and "plugin library" in res.stderr
+
+
+def _engine_and_inputs(tmp_path: Path, ocr_cls: Path) -> tuple[Path, Path]:
+    engine = tmp_path / "cls.engine"
+    engine.write_bytes(b"\x00not a real engine")
+    good = tmp_path / "good.npz"
+    np.savez(good, x=np.random.default_rng(0).standard_normal((1, 3, 48, 192)).astype(np.float32))
+    return engine, good
+
+
+def test_verify_checks_inputs_before_tensorrt(ocr_cls, tmp_path: Path, no_tensorrt):
+    engine, good = _engine_and_inputs(tmp_path, ocr_cls)
+    wrong_name = tmp_path / "wrong.npz"
+    np.savez(wrong_name, images=np.zeros((1, 3, 48, 192), np.float32))
+    res = run("verify", engine, "--onnx", ocr_cls, "--inputs", wrong_name)
+    assert res.exit_code == ExitCode.BAD_DATA and "missing x" in res.stderr and "images" in res.stderr
+    nan = tmp_path / "nan.npz"
+    np.savez(nan, x=np.full((1, 3, 48, 192), np.nan, np.float32))
+    res = run("verify", engine, "--onnx", ocr_cls, "--inputs", nan)
+    assert res.exit_code == ExitCode.BAD_DATA and "NaN" in res.stderr
+    rank = tmp_path / "rank.npz"
+    np.savez(rank, x=np.zeros((3, 48, 192), np.float32))
+    assert run("verify", engine, "--onnx", ocr_cls, "--inputs", rank).exit_code == ExitCode.BAD_DATA
+    res = run("verify", engine, "--onnx", ocr_cls, "--inputs", good)
+    assert res.exit_code == ExitCode.TENSORRT_UNAVAILABLE and "TensorRT is not available" in res.stderr
+    assert run("verify", tmp_path / "none.engine", "--onnx", ocr_cls).exit_code == ExitCode.USAGE
+
+
+def test_bench_without_tensorrt(ocr_cls, tmp_path: Path, no_tensorrt):
+    engine, _ = _engine_and_inputs(tmp_path, ocr_cls)
+    assert run("bench", tmp_path / "none.engine").exit_code == ExitCode.USAGE
+    assert run("bench", engine, "--iterations", "0").exit_code == ExitCode.USAGE
+    res = run("bench", engine)
+    assert res.exit_code == ExitCode.TENSORRT_UNAVAILABLE and "pip install tensorrt" in res.stderr
+
+
+def test_verify_thresholds_follow_the_manifest_precision(tmp_path: Path):
+    from trtconv.cli.verify import engine_precision, thresholds_from_flags
+
+    engine = tmp_path / "m.engine"
+    assert engine_precision(engine, None) == "fp32"
+    (tmp_path / "m.engine.json").write_text(json.dumps({"schema": 1, "precision": {"requested": "int8"}}))
+    assert engine_precision(engine, None) == "int8"
+    assert engine_precision(engine, "fp16") == "fp16"
+    t = thresholds_from_flags("int8", atol=0.5, rtol=None, min_cosine=None, min_top1=None)
+    assert t.max_abs == 0.5 and t.min_cosine == 0.99
+
+
+def test_progress_sink_follows_tensorrt_phases_across_threads():
+    import threading
+
+    from trtconv.cli.build import BarSink
+
+    sink = BarSink()
+    with sink.bar:
+        sink.phase_start("Building engine", None, 2)
+        sink.phase_start("Tactic selection", "Building engine", 100)
+
+        def steps(offset: int) -> None:
+            for i in range(offset, 100, 4):
+                sink.step("Tactic selection", i)
+
+        threads = [threading.Thread(target=steps, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        tactic = sink.tasks["Tactic selection"]
+        assert sink.bar.tasks[tactic].total == 100
+        sink.phase_finish("Tactic selection")
+        assert list(sink.tasks) == ["Building engine"]
+        sink.step("Unknown phase", 1)  # a phase TensorRT never announced is ignored
+        sink.phase_finish("Building engine")
+    assert not sink.tasks
+
+
+def test_int8_prepare_only_calibrates_on_real_data(ocr_cls, tmp_path: Path):
+    calib = cls_calibration(tmp_path / "calib")
+    res = run("build", ocr_cls, "-o", tmp_path / "q.engine", "--shapes", CLS_SHAPES, "--precision", "int8",
+              "--calib-data", calib, "--prepare-only", "--json")
+    assert res.exit_code == 0, res.output
+    stage = next(s for s in json.loads(res.stdout)["stages"] if s["name"] == "precision")
+    assert stage["status"] == "done" and stage["qdq_pairs"] > 0
+    prepared = onnx.load(str(tmp_path / "q.prepared.onnx"))
+    assert any(n.op_type == "QuantizeLinear" for n in prepared.graph.node)
+
+
+@pytest.mark.parametrize("dcn_target", ["deformconv", "trt-plugin", "trtconv-plugin"])
+def test_dcn_graph_is_rewritten_for_every_target(tmp_path: Path, dcn_target):
+
+    model = dcn_model(tmp_path / "dcn.onnx")
+    res = run("build", model, "-o", tmp_path / "d.engine", "--dcn-target", dcn_target, "--prepare-only", "--json")
+    assert res.exit_code == 0, res.output
+    stages = {s["name"]: s for s in json.loads(res.stdout)["stages"]}
+    assert stages["check"]["verdict"] == "needs-rewrite" and stages["rewrite"]["rewritten"] == 1
+    nodes = onnx.load(str(tmp_path / "d.prepared.onnx")).graph.node
+    ops = {n.op_type for n in nodes}
+    assert ("", "DCNv2") not in {(n.domain, n.op_type) for n in nodes}  # the CenterNet op is gone
+    if dcn_target == "deformconv":  # ONNX Runtime runs it: the profile corners were checked
+        assert "DeformConv" in ops and stages["profiles"]["status"] == "done"
+        assert stages["recheck"]["verdict"] == "supported"
+    else:  # a plugin node ORT cannot run: the corners run on the model's DeformConv form instead
+        assert stages["profiles"]["status"] == "done"
+        assert stages["profiles"]["graph"] == "original with DCN as DeformConv"
+        # TensorRT's own ModulatedDeformConv2d is known to the parser; trtconv's DCNv2 is a plugin op
+        assert stages["recheck"]["plugin_ops"] == ([] if dcn_target == "trt-plugin" else ["trtconv::DCNv2"])
+
+
+def test_unsupported_node_stops_the_build_with_exit_5(tmp_path: Path):
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+         helper.make_node("Unique", ["r"], ["u"], name="unique_values", sorted=1)],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8])],
+        [helper.make_tensor_value_info("u", TensorProto.FLOAT, None)])
+    model = tmp_path / "unique.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), model)
+    res = run("build", model, "-o", tmp_path / "u.engine", "--prepare-only")
+    assert res.exit_code == ExitCode.UNSUPPORTED, res.output
+    assert "unique_values (Unique)" in res.stderr
+    assert not (tmp_path / "u.prepared.onnx").exists()
+
+
+def test_fp16_with_calibration_data_measures_activations(ocr_cls, tmp_path: Path):
+    calib = cls_calibration(tmp_path / "calib", n=6)
+    res = run("build", ocr_cls, "-o", tmp_path / "h.engine", "--shapes", CLS_SHAPES, "--precision", "fp16",
+              "--calib-data", calib, "--prepare-only", "--json")
+    assert res.exit_code == 0, res.output
+    stage = next(s for s in json.loads(res.stdout)["stages"] if s["name"] == "precision")
+    assert stage["samples"] == 6  # the activation-range rule ran on the real samples
+
+
+def test_int8_with_dcn_as_tensorrt_plugin_calibrates_on_the_deformconv_form(tmp_path: Path):
+    """ONNX Runtime cannot run ModulatedDeformConv2d: the scales come from the DeformConv form."""
+
+    model = dcn_model(tmp_path / "dcn.onnx")
+    (tmp_path / "cal").mkdir()
+    rng = np.random.default_rng(0)  # the synthetic DCN graph's input: feature maps ~ N(0, 1)
+    for i in range(8):
+        np.save(tmp_path / "cal" / f"{i}.npy", rng.standard_normal((1, 8, 32, 32)).astype(np.float32))
+    res = run("build", model, "-o", tmp_path / "q.engine", "--dcn-target", "trt-plugin", "--precision", "int8",
+              "--calib-data", tmp_path / "cal", "--prepare-only", "--json")
+    assert res.exit_code == 0, res.output
+    stage = next(s for s in json.loads(res.stdout)["stages"] if s["name"] == "precision")
+    assert stage["calibrated_on"] == "DeformConv form" and stage["qdq_pairs"] > 0
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "q.prepared.onnx")).graph.node]
+    assert "ModulatedDeformConv2d" in ops and "QuantizeLinear" in ops
+
+
+def test_profile_check_never_lets_onnxruntime_allocate_a_shape_bomb(tmp_path: Path):
+    """A few bytes of ConstantOfShape declaring 16 GiB: the corner is not run, and says why."""
+    import resource
+    import subprocess
+
+    from onnx import TensorProto, helper, numpy_helper
+
+    g = helper.make_graph([
+        helper.make_node("Relu", ["x"], ["y"], name="relu"),
+        helper.make_node("Constant", [], ["bomb_shape"],
+                         value=numpy_helper.from_array(np.array([65536, 65536], np.int64))),
+        helper.make_node("ConstantOfShape", ["bomb_shape"], ["bomb"],
+                         value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0]))],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4]),
+         helper.make_tensor_value_info("bomb", TensorProto.FLOAT, None)])
+    model = tmp_path / "bomb.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model)
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+
+    res = subprocess.run([sys.executable, "-m", "trtconv", "build", str(model), "-o", str(tmp_path / "b.engine"),
+                          "--prepare-only", "--json"], capture_output=True, text=True, preexec_fn=limited,
+                         timeout=120)
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    stage = next(s for s in json.loads(res.stdout)["stages"] if s["name"] == "profiles")
+    (reason,) = stage["not_run"]
+    assert reason.startswith("the static shapes: tensor 'bomb' alone would need 16.0 GiB")

@@ -1,0 +1,128 @@
+"""`trtconv rewrite` end to end: exit codes, JSON schema, atomic output, external data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+from trtconv.cli.main import cli
+from trtconv.load import load_model, save_model
+from trtconv.reference.ort import run_model
+
+F = TensorProto.FLOAT
+
+
+def mmcv_model(path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array((rng.standard_normal((4, 2, 3, 3)) * 0.3).astype(np.float32), "weight")
+    node = helper.make_node("MMCVModulatedDeformConv2d", ["x", "offset", "mask", "weight"], ["dcn"], name="dcn0",
+                            domain="mmcv", stride=[1, 1], padding=[1, 1], dilation=[1, 1], groups=1,
+                            deform_groups=1)
+    relu = helper.make_node("Relu", ["dcn"], ["y"], name="relu")
+    g = helper.make_graph([node, relu], "g", [helper.make_tensor_value_info("x", F, [1, 2, 5, 7]),
+                                              helper.make_tensor_value_info("offset", F, [1, 18, 5, 7]),
+                                              helper.make_tensor_value_info("mask", F, [1, 9, 5, 7])],
+                          [helper.make_tensor_value_info("y", F, None)], initializer=[w])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("mmcv", 1)],
+                                ir_version=8), path)
+    return path
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(cli, ["rewrite", *map(str, args)])
+
+
+def test_rewrite_json_report_schema(tmp_path):
+    src = mmcv_model(tmp_path / "m.onnx")
+    out = tmp_path / "out.onnx"
+    r = invoke(src, "-o", out, "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["schema"] == "trtconv.rewrite/1"
+    assert set(doc) == {"schema", "settings", "rewrites", "cleanups", "graph_proof", "summary", "notes", "input",
+                        "output"}
+    rw = doc["rewrites"][0]
+    assert rw["node"] == "dcn0" and rw["rule"] == "dcnv2-mmcv" and rw["target"] == "deformconv"
+    assert rw["before"]["op"] == "mmcv::MMCVModulatedDeformConv2d"
+    assert [a["op"] for a in rw["after"]] == ["DeformConv"]
+    assert rw["proof"]["passed"] and rw["proof"]["method"] == "onnxruntime"
+    assert rw["proof"]["outputs"][0]["max_abs"] <= 1e-5
+    assert doc["summary"]["opset_after"] == 19 and doc["summary"]["rewritten"] == 1
+    assert doc["graph_proof"]["passed"]
+    assert load_model(out).opsets == {"ai.onnx": 19}
+
+
+def test_rewrite_human_output_and_existing_output(tmp_path):
+    src = mmcv_model(tmp_path / "m.onnx")
+    out = tmp_path / "out.onnx"
+    r = invoke(src, "-o", out, "--dcn-target", "trt-plugin")
+    assert r.exit_code == 0, r.output
+    assert "dcnv2-mmcv" in r.stdout and "ModulatedDeformConv2d" in r.stdout and "passed" in r.stdout
+    r2 = invoke(src, "-o", out)
+    assert r2.exit_code == 2 and "already exists" in r2.output
+
+
+def test_failed_proof_exits_7_and_writes_nothing(tmp_path):
+    src = mmcv_model(tmp_path / "m.onnx")
+    out = tmp_path / "out.onnx"
+    r = invoke(src, "-o", out, "--tolerance", "1e-12")
+    assert r.exit_code == 7
+    assert "rewrite proof failed" in r.output
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]  # no temp files left either
+
+
+def test_bad_plugin_map_and_flags_exit_2(tmp_path):
+    src = mmcv_model(tmp_path / "m.onnx")
+    bad = tmp_path / "map.yaml"
+    bad.write_text("version: 1\nops:\n  - op_type: X\n")
+    r = invoke(src, "-o", tmp_path / "o.onnx", "--plugin-map", bad)
+    assert r.exit_code == 2 and "ops[0].plugin" in r.output
+    r = invoke(src, "-o", tmp_path / "o.onnx", "--fold-limit", "lots")
+    assert r.exit_code == 2 and "bad size" in r.output
+    r = invoke(src, "-o", tmp_path / "o.onnx", "--shapes", "nope:1x2")
+    assert r.exit_code == 2
+
+
+def test_invalid_model_exit_3(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not onnx at all")
+    r = invoke(bad, "-o", tmp_path / "o.onnx")
+    assert r.exit_code == 3
+
+
+def test_external_data_kept(tmp_path):
+    """A model that arrives with external data leaves with external data, and computes the same."""
+    w = numpy_helper.from_array(np.arange(4096, dtype=np.float32), "w")
+    nodes = [helper.make_node("Add", ["x", "w"], ["y"], name="add")]
+    m = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [4096])],
+                                            [helper.make_tensor_value_info("y", F, [4096])], initializer=[w]),
+                          opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    src = save_model(m, tmp_path / "ext.onnx", external_data=True)
+    out = tmp_path / "out.onnx"
+    r = invoke(src, "-o", out)
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "out.onnx.data").is_file() and load_model(out).external_refs
+    x = {"x": np.ones(4096, np.float32)}
+    assert np.array_equal(run_model(out, x)["y"], run_model(src, x)["y"])
+
+
+def test_check_accepts_what_rewrite_wrote(tmp_path):
+    """`trtconv check` (stage 2) says the rewritten model parses: exit 4 before, 0 after."""
+    src = mmcv_model(tmp_path / "m.onnx")
+    before = CliRunner().invoke(cli, ["check", str(src)])
+    assert before.exit_code == 4, before.output
+    out = tmp_path / "out.onnx"
+    assert invoke(src, "-o", out).exit_code == 0
+    after = CliRunner().invoke(cli, ["check", str(out), "--json"])
+    assert after.exit_code == 0, after.output
+    plug = tmp_path / "plug.onnx"
+    assert invoke(src, "-o", plug, "--dcn-target", "trt-plugin").exit_code == 0
+    doc = json.loads(CliRunner().invoke(cli, ["check", str(plug), "--json"]).stdout)
+    rules = {f["rule"] for n in doc["nodes"] for f in n["findings"]}
+    assert "plugin-version" not in rules and doc["summary"]["unsupported"] == 0

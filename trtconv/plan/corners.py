@@ -1,0 +1,118 @@
+"""Run the graph at every profile's min/opt/max shapes on ONNX Runtime before building.
+
+A profile corner the graph cannot handle (a Reshape that changes volume, a Concat of
+mismatched dims) makes TensorRT fail minutes into a build with "kOPT values for
+profile 0 violate shape constraints". ONNX Runtime finds the same problem in
+milliseconds and names the node.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import onnx
+
+from trtconv.errors import InvalidModelError, UsageError
+from trtconv.load import override_input_shapes
+from trtconv.load.shapes import available_memory, largest_static_tensor
+from trtconv.plan.plan import Profile
+from trtconv.reference import ort
+
+log = logging.getLogger(__name__)
+CORNERS: tuple[Literal["min", "opt", "max"], ...] = ("min", "opt", "max")
+_NODE = re.compile(r"Name:'([^']*)'")
+_OP = re.compile(r"running (\w+) node")
+
+
+@dataclass(frozen=True)
+class CornerFailure:
+    profile: int
+    corner: str
+    shapes: dict[str, tuple[int, ...]]
+    node: str | None
+    op: str | None
+    message: str
+
+    def describe(self) -> str:
+        where = f"node {self.node!r}" + (f" ({self.op})" if self.op else "") if self.node else "the graph"
+        dims = ", ".join(f"{k}:{'x'.join(map(str, v))}" for k, v in self.shapes.items())
+        return f"profile {self.profile} {self.corner} shapes ({dims}): {where} fails: {self.message}"
+
+
+def does_not_fit(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> str | None:
+    """Why running ``model`` at ``shapes`` would exhaust host memory, or None."""
+
+    avail = available_memory()
+    if not avail:
+        return None
+    shaped = override_input_shapes(model, shapes) if shapes else model
+    big = largest_static_tensor(shaped)
+    if big is None or big[1] <= avail // 2:
+        return None
+    return f"tensor {big[0]!r} alone would need {big[1] / 2**30:.1f} GiB, {avail / 2**30:.1f} GiB are available"
+
+
+def check_corners(model: onnx.ModelProto, profiles: tuple[Profile, ...], *, seed: int = 0,
+                  path: Path | None = None, skipped: list[str] | None = None) -> list[CornerFailure]:
+    """Run ``model`` at each corner; return the first failure per corner (empty: all ran).
+    Corners whose tensors would not fit in host memory are not run; ``skipped`` gets why.
+
+    Raises InvalidModelError only if ONNX Runtime cannot load the model at all; callers
+    that hold a not-ORT-runnable graph (plugin nodes) should pass its ORT-runnable form.
+    ``path``: the saved model, loaded by ONNX Runtime from disk (models over 2 GB cannot be
+    handed over as one protobuf); ``model`` then only provides the input descriptions.
+    """
+    import onnxruntime
+
+    sess = ort.session(path if path is not None else model)
+    quiet = onnxruntime.RunOptions()
+    quiet.log_severity_level = 4  # the failure is reported by us, with the node named
+    failures: list[CornerFailure] = []
+    seen: set[tuple[tuple[str, tuple[int, ...]], ...]] = set()
+    for index, profile in enumerate(profiles or (Profile(()),)):
+        for corner in CORNERS:
+            shapes = profile.corner(corner)
+            key = tuple(sorted(shapes.items()))
+            if key in seen:
+                continue
+            seen.add(key)
+            too_big = does_not_fit(model, shapes)
+            if too_big:  # a few bytes of ConstantOfShape can declare 16 GiB: never let ORT try
+                where = f"profile {index} {corner}" if profiles else "the static shapes"
+                log.warning("%s not run on ONNX Runtime: %s", where, too_big)
+                if skipped is not None:
+                    skipped.append(f"{where}: {too_big}")
+                continue
+            try:
+                feeds = ort.random_feeds(model, shapes, seed=seed)
+            except UsageError as exc:
+                failures.append(CornerFailure(index, corner, shapes, None, None, exc.message))
+                continue
+            try:
+                sess.run(None, feeds, quiet)
+            except Exception as exc:  # ORT raises its own RuntimeException types
+                text = str(exc).strip()
+                node = _NODE.search(text)
+                op = _OP.search(text)
+                first = text.splitlines()[0] if text else type(exc).__name__
+                first = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", first)
+                if "Status Message: " in first:  # keep ORT's reason, drop its source location
+                    first = first.split("Status Message: ", 1)[1]
+                    first = re.sub(r"^\S+\.(?:h|cc|cpp):\d+ [^)]*\)\s*", "", first)
+                failures.append(CornerFailure(index, corner, shapes, node.group(1) if node else None,
+                                              op.group(1) if op else None, first[:400]))
+    return failures
+
+
+def check_corners_or_skip(model: onnx.ModelProto, profiles: tuple[Profile, ...],
+                          path: Path | None = None, skipped: list[str] | None = None) -> list[CornerFailure] | None:
+    """Like check_corners, but None (with a log line) when ORT cannot run this graph at all."""
+    try:
+        return check_corners(model, profiles, path=path, skipped=skipped)
+    except InvalidModelError as exc:
+        log.warning("profile shapes not checked on ONNX Runtime: %s", exc.message)
+        return None

@@ -1,0 +1,126 @@
+"""ONNX Runtime as the reference: sessions, runs and reproducible random inputs.
+
+Every numeric proof in trtconv (rewrites, FP16/INT8 accuracy, engine verification)
+runs the graph here, on the CPU, so it works on machines without TensorRT or a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from trtconv.errors import InvalidModelError, UsageError
+from trtconv.load.shapes import Shape, available_memory, input_dims, largest_static_tensor
+
+Feeds = dict[str, np.ndarray]
+
+
+def session(model: onnx.ModelProto | str | os.PathLike[str], *, threads: int | None = None, optimize: bool = False):
+    """An ONNX Runtime CPU session. ``optimize=False`` keeps the graph as written,
+    so a comparison measures our graph, not ORT's fusions of it."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    if not optimize:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if threads:
+        opts.intra_op_num_threads = threads
+    if isinstance(model, onnx.ModelProto):
+        _refuse_if_too_big(model)
+    src = str(model) if isinstance(model, (str, os.PathLike)) else model.SerializeToString()
+    try:
+        return ort.InferenceSession(src, sess_options=opts, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # ORT raises its own Fail/InvalidGraph/NotImplemented types
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InvalidModelError(
+            f"ONNX Runtime cannot load the model: {first}",
+            hint="custom ops need `trtconv rewrite` first; run `trtconv check` to see which",
+        ) from exc
+
+
+def _refuse_if_too_big(model: onnx.ModelProto) -> None:
+    """A tensor larger than the memory left would get the process OOM-killed mid-run."""
+
+    biggest, avail = largest_static_tensor(model), available_memory()
+    if biggest is not None and avail is not None and biggest[1] > avail:
+        raise InvalidModelError(
+            f"running the model needs {biggest[1] / 2**30:.1f} GiB for tensor {biggest[0]!r} alone, "
+            f"more than the {avail / 2**30:.1f} GiB available; it does not fit",
+            hint="the model may be corrupt (a shape that declares far too much); check it with `trtconv check`",
+        )
+
+
+def run(sess, feeds: Mapping[str, np.ndarray], outputs: list[str] | None = None) -> Feeds:
+    names = outputs or [o.name for o in sess.get_outputs()]
+    try:
+        values = sess.run(names, dict(feeds))
+    except Exception as exc:  # ORT's Fail/InvalidArgument/RuntimeException, allocation failures included
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InvalidModelError(
+            f"ONNX Runtime failed running the model: {first[:300]}",
+            hint="the model may be corrupt, or need more memory than there is; check the input data's shapes",
+        ) from exc
+    return {n: np.asarray(v) for n, v in zip(names, values)}
+
+
+def input_types(model: onnx.ModelProto) -> dict[str, np.dtype]:
+    inits = {i.name for i in model.graph.initializer}
+    out = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        out[vi.name] = np.dtype(helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
+    return out
+
+
+def concrete_shapes(model: onnx.ModelProto, shapes: Mapping[str, Shape] | None = None) -> dict[str, Shape]:
+    """Each input's concrete shape: fixed dims from the model, the rest from ``shapes``."""
+    shapes = dict(shapes or {})
+    out: dict[str, Shape] = {}
+    for name, dims in input_dims(model).items():
+        if name in shapes:
+            out[name] = tuple(shapes[name])
+            continue
+        if any(not isinstance(d, int) for d in dims):
+            raise UsageError(
+                f"input {name!r} has dynamic dims {dims}",
+                hint=f"give a concrete shape, e.g. --shapes {name}:" + "x".join(
+                    str(d) if isinstance(d, int) else "N" for d in dims),
+            )
+        out[name] = tuple(int(d) for d in dims)
+    return out
+
+
+def random_feeds(
+    model: onnx.ModelProto, shapes: Mapping[str, Shape] | None = None, *, seed: int = 0, scale: float = 1.0
+) -> Feeds:
+    """Reproducible random inputs (normal floats, small non-negative ints, random bools)."""
+    rng = np.random.default_rng(seed)
+    types = input_types(model)
+    feeds: Feeds = {}
+    for name, shape in concrete_shapes(model, shapes).items():
+        dt = types[name]
+        try:
+            if dt.kind == "f":
+                feeds[name] = (rng.standard_normal(shape) * scale).astype(dt)
+            elif dt.kind in "iu":
+                feeds[name] = rng.integers(0, 4, size=shape).astype(dt)
+            elif dt.kind == "b":
+                feeds[name] = rng.integers(0, 2, size=shape).astype(bool)
+            else:
+                raise UsageError(f"input {name!r} has dtype {dt}, which trtconv cannot generate data for")
+        except (MemoryError, ValueError) as exc:  # numpy: "array is too big" or cannot allocate
+            raise UsageError(f"random data for input {name!r} of shape {list(shape)} does not fit in memory",
+                             hint="give smaller --shapes") from exc
+    return feeds
+
+
+def run_model(model: onnx.ModelProto | Path, feeds: Mapping[str, np.ndarray]) -> Feeds:
+    """One-shot convenience: build a session and run it."""
+    return run(session(model), feeds)

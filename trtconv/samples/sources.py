@@ -1,0 +1,650 @@
+"""Sample data for calibration, accuracy reports and verification: one loader, one set of checks.
+
+Bad calibration data is the commonest way to get a quietly wrong INT8 engine, so every
+sample is checked against the model's inputs (names, dtype, rank, fixed dims, NaN/Inf)
+and a failure names the file. Samples keep their own shapes: dynamic H/W or sequence
+lengths are never cropped or padded, because that would calibrate on data the model
+never sees. Files are read lazily, one sample at a time, so a data set larger than
+memory streams.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import json
+import logging
+import math
+import warnings
+import zipfile
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import onnx
+from onnx import helper
+from PIL import Image, UnidentifiedImageError
+
+from trtconv.errors import DataError, UsageError
+from trtconv.load.shapes import Shape, input_dims
+
+log = logging.getLogger(__name__)
+
+Sample = dict[str, np.ndarray]
+Dim = int | str | None
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+ARRAY_SUFFIXES = (".npy", ".npz")
+RANDOM_WARNING = (
+    "calibrating on RANDOM data: INT8 scales will not match real inputs and accuracy will suffer; "
+    "use it only to smoke-test a pipeline"
+)
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """What the model expects of one input: element type and dims (int fixed, str/None dynamic)."""
+
+    dtype: np.dtype
+    dims: tuple[Dim, ...]
+
+
+def model_inputs(model: onnx.ModelProto) -> dict[str, InputSpec]:
+    """The model's real inputs (initializers excluded) as :class:`InputSpec`."""
+    inits = {i.name for i in model.graph.initializer}
+    dims = input_dims(model)
+    out: dict[str, InputSpec] = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        dt = np.dtype(helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
+        out[vi.name] = InputSpec(dt, tuple(dims.get(vi.name, [])))
+    return out
+
+
+# --------------------------------------------------------------------------- preprocessing
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # PaddleOCR's documented preprocessing (ppocr/data/imaug: DetResizeForTest, NormalizeImage, RecResizeImg)
+    "ppocr-det": {"channel_order": "BGR", "mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225),
+                  "multiple_of": 32},
+    "ppocr-rec": {"channel_order": "BGR", "mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "size": (48, None)},
+    "ppocr-cls": {"channel_order": "BGR", "mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "size": (48, 192)},
+    "imagenet": {"channel_order": "RGB", "mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225),
+                 "size": (224, 224)},
+}
+
+
+@dataclass(frozen=True)
+class ImagePreprocess:
+    """Image → tensor: ``((pixel * scale) - mean) / std`` per channel, then layout and batch dim 1.
+
+    ``size`` is (H, W); a ``None`` entry follows the aspect ratio (or keeps the image's
+    size if both are None). A fixed H/W in the model overrides ``None``. ``multiple_of``
+    rounds free dims to a multiple (PP-OCR det needs 32).
+    """
+
+    size: tuple[int | None, int | None] = (None, None)
+    layout: Literal["NCHW", "NHWC"] = "NCHW"
+    channel_order: Literal["RGB", "BGR", "GRAY"] = "RGB"
+    scale: float = 1.0 / 255.0
+    mean: tuple[float, ...] = (0.0, 0.0, 0.0)
+    std: tuple[float, ...] = (1.0, 1.0, 1.0)
+    multiple_of: int = 1
+    max_side: int | None = None  # cap the longer side before rounding (det models on big photos)
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> ImagePreprocess:
+        if name not in PRESETS:
+            raise UsageError(f"unknown preprocessing preset {name!r}", hint=f"choose from {', '.join(PRESETS)}")
+        return cls(**{**PRESETS[name], **overrides})
+
+    @classmethod
+    def parse(cls, spec: str) -> ImagePreprocess:
+        """``"preset=ppocr-rec,size=48x320"`` or ``"size=224x224,order=bgr,mean=0.5/0.5/0.5,std=...,scale=1/255,layout=nhwc"``."""
+        fields: dict[str, Any] = {}
+        preset = None
+        for item in (p.strip() for p in spec.split(",") if p.strip()):
+            key, sep, val = item.partition("=")
+            key, val = key.strip().lower(), val.strip()
+            if not sep or not val:
+                raise UsageError(f"bad preprocessing item {item!r}", hint="write key=value, e.g. size=224x224")
+            try:
+                if key == "preset":
+                    preset = val
+                elif key == "size":
+                    h, _, w = val.lower().partition("x")
+                    fields["size"] = (_opt_int(h), _opt_int(w))
+                elif key == "layout":
+                    fields["layout"] = _choice(val.upper(), ("NCHW", "NHWC"), key)
+                elif key in ("order", "channel_order", "channels"):
+                    fields["channel_order"] = _choice(val.upper(), ("RGB", "BGR", "GRAY"), key)
+                elif key == "scale":
+                    num, _, den = val.partition("/")
+                    fields["scale"] = float(num) / (float(den) if den else 1.0)
+                elif key in ("mean", "std"):
+                    fields[key] = tuple(float(v) for v in val.split("/"))
+                elif key in ("multiple", "multiple_of"):
+                    fields["multiple_of"] = int(val)
+                elif key == "max_side":
+                    fields["max_side"] = int(val)
+                else:
+                    raise UsageError(
+                        f"unknown preprocessing key {key!r}",
+                        hint="keys: preset, size, layout, order, scale, mean, std, multiple_of, max_side",
+                    )
+            except ValueError as exc:
+                raise UsageError(f"bad preprocessing value in {item!r}: {exc}") from exc
+        pp = cls.preset(preset) if preset else cls()
+        pp = replace(pp, **fields)
+        pp.validate()
+        return pp
+
+    def validate(self) -> None:
+        channels = 1 if self.channel_order == "GRAY" else 3
+        for name, vals in (("mean", self.mean), ("std", self.std)):
+            if len(vals) not in (1, channels):
+                raise UsageError(f"preprocessing {name} has {len(vals)} values; the image has {channels} channels")
+        if any(s == 0 for s in self.std):
+            raise UsageError("preprocessing std contains 0")
+        if self.multiple_of < 1:
+            raise UsageError("preprocessing multiple_of must be >= 1")
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["size"] = list(self.size)
+        d["mean"] = list(self.mean)
+        d["std"] = list(self.std)
+        return d
+
+
+def _opt_int(v: str) -> int | None:
+    v = v.strip()
+    return None if v in ("", "?", "*", "n", "none") else int(v)
+
+
+def _choice(val: str, allowed: tuple[str, ...], key: str) -> str:
+    if val not in allowed:
+        raise UsageError(f"preprocessing {key}={val!r}", hint=f"choose from {', '.join(allowed)}")
+    return val
+
+
+def _round_to(v: float, multiple: int) -> int:
+    return max(multiple, int(round(v / multiple)) * multiple)
+
+
+def _target_size(
+    pp: ImagePreprocess, img_hw: tuple[int, int], fixed: tuple[int | None, int | None]
+) -> tuple[int, int]:
+    h0, w0 = img_hw
+    want_h = fixed[0] if fixed[0] is not None else pp.size[0]
+    want_w = fixed[1] if fixed[1] is not None else pp.size[1]
+    h: float
+    w: float
+    if want_h is None and want_w is None:
+        ratio = 1.0
+        if pp.max_side and max(h0, w0) > pp.max_side:
+            ratio = pp.max_side / max(h0, w0)
+        h, w = h0 * ratio, w0 * ratio
+    elif want_h is None:
+        assert want_w is not None
+        h, w = h0 * (want_w / w0), float(want_w)
+    elif want_w is None:
+        h, w = float(want_h), w0 * (want_h / h0)
+    else:
+        h, w = float(want_h), float(want_w)
+    mh = 1 if fixed[0] is not None else pp.multiple_of
+    mw = 1 if fixed[1] is not None else pp.multiple_of
+    return _round_to(h, mh), _round_to(w, mw)
+
+
+def load_image(path: Path, pp: ImagePreprocess, spec: InputSpec) -> np.ndarray:
+    """Read one image and turn it into the model's input tensor (batch of one)."""
+
+    dims = spec.dims
+    if len(dims) != 4:
+        raise DataError(
+            f"{path}: image data needs a 4-D image input, the model's input has rank {len(dims)}",
+            hint="give .npy/.npz samples instead",
+        )
+    hw_axes = (2, 3) if pp.layout == "NCHW" else (1, 2)
+    c_axis = 1 if pp.layout == "NCHW" else 3
+    fixed = tuple(d if isinstance(d, int) else None for d in (dims[hw_axes[0]], dims[hw_axes[1]]))
+    try:
+        with Image.open(path) as raw:
+            raw.load()
+            im = raw.convert("L" if pp.channel_order == "GRAY" else "RGB")
+            h, w = _target_size(pp, (im.height, im.width), fixed)  # type: ignore[arg-type]
+            if (h, w) != (im.height, im.width):
+                im = im.resize((w, h), Image.Resampling.BILINEAR)
+            arr = np.asarray(im, dtype=np.float32)
+    except (UnidentifiedImageError, Image.DecompressionBombError, OSError, ValueError, SyntaxError,
+            MemoryError, EOFError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DataError(f"{path}: cannot read image ({msg})", hint="remove or replace the file") from exc
+    if arr.ndim == 2:
+        arr = arr[:, :, None]
+    if pp.channel_order == "BGR":
+        arr = arr[:, :, ::-1]
+    channels = arr.shape[2]
+    want_c = dims[c_axis]
+    if isinstance(want_c, int) and want_c != channels:
+        raise DataError(
+            f"{path}: preprocessing gives {channels} channels, the model's input wants {want_c}",
+            hint="set order=gray for 1-channel models, rgb/bgr for 3",
+        )
+    mean = np.asarray(pp.mean, dtype=np.float32)
+    std = np.asarray(pp.std, dtype=np.float32)
+    arr = (arr * np.float32(pp.scale) - mean) / std
+    if pp.layout == "NCHW":
+        arr = arr.transpose(2, 0, 1)
+    return np.ascontiguousarray(arr[None]).astype(spec.dtype, copy=False)
+
+
+# --------------------------------------------------------------------------- sources
+
+
+@dataclass(frozen=True)
+class SampleSource:
+    """Where samples come from.
+
+    - ``npy``: a folder of ``.npy``/``.npz`` files (or one file); one file = one sample; npz keys
+      are input names, a bare ``.npy`` serves a single-input model.
+    - ``images``: a folder of images, turned into tensors by ``preprocess``.
+    - ``loader``: a Python file defining ``samples(inputs)`` (or ``samples()``) that yields dicts
+      of input name → array. Runs user code, so only on an explicit flag.
+    - ``random``: seeded normal noise; only on an explicit flag, with a loud warning.
+
+    ``limit`` caps the number of samples (0 = all); ``shapes`` gives concrete dims of dynamic
+    inputs for ``random``.
+    """
+
+    kind: Literal["npy", "images", "loader", "random"]
+    path: Path | None = None
+    preprocess: ImagePreprocess | None = None
+    limit: int = 0
+    seed: int = 0
+    shapes: tuple[tuple[str, Shape], ...] = ()
+
+    @classmethod
+    def detect(cls, path: str | Path, preprocess: ImagePreprocess | None = None, *, limit: int = 0) -> SampleSource:
+        """``npy`` or ``images`` from what the folder holds (loader/random need explicit construction)."""
+        p = Path(path)
+        if not p.exists():
+            raise DataError(f"{p}: no such file or folder", hint="give a folder of .npy/.npz files or images")
+        if p.is_file():
+            if p.suffix.lower() in ARRAY_SUFFIXES:
+                return cls("npy", p, limit=limit)
+            if p.suffix.lower() in IMAGE_SUFFIXES:
+                return cls("images", p, preprocess or ImagePreprocess(), limit=limit)
+            if p.suffix == ".py":
+                raise UsageError(f"{p} is Python code", hint="pass it as a loader with --calib-loader")
+            raise DataError(f"{p}: not a .npy/.npz file or an image")
+        suffixes = {f.suffix.lower() for f in p.rglob("*") if f.is_file()}
+        if suffixes & set(ARRAY_SUFFIXES):
+            return cls("npy", p, limit=limit)
+        if suffixes & set(IMAGE_SUFFIXES):
+            return cls("images", p, preprocess or ImagePreprocess(), limit=limit)
+        raise DataError(
+            f"{p}: no samples found (no .npy/.npz files and no images)",
+            hint="put one .npy/.npz per sample, or images, in the folder",
+        )
+
+    @classmethod
+    def random(cls, count: int, *, seed: int = 0, shapes: Mapping[str, Shape] | None = None) -> SampleSource:
+        return cls("random", None, limit=count, seed=seed, shapes=tuple(sorted((shapes or {}).items())))
+
+    @classmethod
+    def loader(cls, path: str | Path, *, limit: int = 0) -> SampleSource:
+        return cls("loader", Path(path), limit=limit)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "path": str(self.path) if self.path else None,
+            "preprocess": self.preprocess.to_json() if self.preprocess else None,
+            "limit": self.limit,
+            "seed": self.seed,
+        }
+
+
+def _files(source: SampleSource) -> list[Path]:
+    assert source.path is not None
+    suffixes = ARRAY_SUFFIXES if source.kind == "npy" else IMAGE_SUFFIXES
+    if source.path.is_file():
+        files = [source.path]
+    elif source.path.is_dir():
+        files = sorted(f for f in source.path.rglob("*") if f.is_file() and f.suffix.lower() in suffixes)
+    else:
+        raise DataError(f"{source.path}: no such file or folder")
+    if not files:
+        kinds = "/".join(suffixes)
+        raise DataError(f"{source.path}: folder holds no sample files ({kinds})", hint="add samples or fix the path")
+    return files[: source.limit] if source.limit else files
+
+
+def count_samples(source: SampleSource) -> int:
+    """How many samples the source yields (a loader is run once to count, unless it defines ``__len__``)."""
+    if source.kind in ("npy", "images"):
+        return len(_files(source))
+    if source.kind == "random":
+        return source.limit
+    n = sum(1 for _ in _loader_iter(source, {}))
+    return min(n, source.limit) if source.limit else n
+
+
+def check_sample(sample: Mapping[str, Any], inputs: Mapping[str, InputSpec], origin: str) -> Sample:
+    """Validate one sample against the model's inputs; DataError naming ``origin`` if wrong."""
+    if not isinstance(sample, Mapping):
+        raise DataError(f"{origin}: a sample must be a dict of input name -> array, got {type(sample).__name__}")
+    missing = [n for n in inputs if n not in sample]
+    extra = [n for n in sample if n not in inputs]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append("missing input(s) " + ", ".join(repr(n) for n in missing))
+        if extra:
+            parts.append("unknown key(s) " + ", ".join(repr(n) for n in extra))
+        raise DataError(f"{origin}: {'; '.join(parts)}", hint=f"the model's inputs are: {', '.join(inputs)}")
+    out: Sample = {}
+    for name, spec in inputs.items():
+        arr = np.asarray(sample[name])
+        if arr.dtype != spec.dtype:
+            raise DataError(
+                f"{origin}: input {name!r} has dtype {arr.dtype}, the model wants {spec.dtype}",
+                hint=f"save it as {spec.dtype} (e.g. arr.astype(np.{spec.dtype.name}))",
+            )
+        if arr.size == 0:
+            raise DataError(f"{origin}: input {name!r} is empty (shape {list(arr.shape)})",
+                            hint="every sample needs data for every input")
+        if spec.dims and arr.ndim != len(spec.dims):
+            raise DataError(
+                f"{origin}: input {name!r} has shape {list(arr.shape)} (rank {arr.ndim}), "
+                f"the model wants rank {len(spec.dims)} {list(spec.dims)}",
+                hint="include the batch dimension",
+            )
+        for i, (have, want) in enumerate(zip(arr.shape, spec.dims)):
+            if isinstance(want, int) and have != want:
+                raise DataError(
+                    f"{origin}: input {name!r} has shape {list(arr.shape)}, the model fixes dim {i} to {want} "
+                    f"({list(spec.dims)})"
+                )
+        if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
+            bad = int(np.count_nonzero(~np.isfinite(arr)))
+            raise DataError(f"{origin}: input {name!r} contains {bad} NaN/Inf value(s)")
+        out[name] = arr
+    return out
+
+
+def _declared_bytes(fp: Any) -> tuple[tuple[int, ...], int] | None:
+    """(shape, bytes through the end of the data) an .npy header promises; None if not plain numeric."""
+    fmt = np.lib.format
+    version = fmt.read_magic(fp)
+    if version == (1, 0):
+        shape, _, dtype = fmt.read_array_header_1_0(fp)
+    elif version == (2, 0):
+        shape, _, dtype = fmt.read_array_header_2_0(fp)
+    else:
+        shape, _, dtype = fmt._read_array_header(fp, version)  # type: ignore[attr-defined]  # 3.0: utf-8 header
+    if dtype.hasobject:
+        return None  # np.load refuses it (allow_pickle=False) with its own message
+    return tuple(shape), fp.tell() + math.prod(shape) * dtype.itemsize
+
+
+def _check_sizes(path: Path) -> None:
+    """Refuse arrays whose header declares more data than the file holds, before numpy allocates it."""
+    try:
+        if path.suffix.lower() == ".npy":
+            with open(path, "rb") as fh:
+                members = [(path.name, _declared_bytes(fh), path.stat().st_size)]
+        else:
+            with zipfile.ZipFile(path) as zf:
+                members = []
+                for info in zf.infolist():
+                    if info.filename.endswith(".npy"):
+                        with zf.open(info) as fh:
+                            members.append((info.filename, _declared_bytes(fh), info.file_size))
+    except Exception:  # a malformed header: np.load reports it below with its own message
+        return
+    for member, declared, size in members:
+        if declared is not None and declared[1] > size:
+            where = "" if member == path.name else f" (array {member!r})"
+            raise DataError(
+                f"{path}{where}: header declares shape {list(declared[0])}, {declared[1]} bytes, "
+                f"but only {size} are there",
+                hint="the file is truncated or corrupt",
+            )
+
+
+def _npy_sample(path: Path, inputs: Mapping[str, InputSpec]) -> dict[str, np.ndarray]:
+    _check_sizes(path)
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except ValueError as exc:  # pickled object arrays, bad headers
+        raise DataError(f"{path}: cannot load ({str(exc).splitlines()[0]})",
+                        hint="save plain numeric arrays; pickled objects are refused") from exc
+    except Exception as exc:  # numpy's header parser lets tokenize/syntax errors through on garbage
+        raise DataError(f"{path}: cannot read ({_first_line(exc)})",
+                        hint="the file is truncated or not a numpy file") from exc
+    if isinstance(loaded, np.ndarray):
+        if len(inputs) != 1:
+            raise DataError(
+                f"{path}: a .npy file holds one array but the model has {len(inputs)} inputs",
+                hint=f"save an .npz with keys {', '.join(inputs)}",
+            )
+        return {next(iter(inputs)): loaded}
+    try:
+        with loaded as z:
+            return {k: z[k] for k in z.files}
+    except Exception as exc:  # a corrupt member: same policy as a corrupt .npy
+        raise DataError(f"{path}: cannot read ({_first_line(exc)})", hint="the file is truncated or corrupt") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:200]}" if text else type(exc).__name__
+
+
+def _loader_module(path: Path) -> Any:
+    if not path.is_file():
+        raise DataError(f"{path}: loader file not found")
+    spec = importlib.util.spec_from_file_location(f"trtconv_user_loader_{abs(hash(str(path)))}", path)
+    if spec is None or spec.loader is None:
+        raise DataError(f"{path}: not a Python module")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise DataError(f"{path}: loader failed to import ({type(exc).__name__}: {exc})") from exc
+    fn = getattr(module, "samples", None)
+    if not callable(fn):
+        raise DataError(f"{path}: loader defines no samples() function",
+                        hint="define samples(inputs) that yields dicts of input name -> numpy array")
+    return fn
+
+
+def _loader_iter(source: SampleSource, inputs: Mapping[str, InputSpec]) -> Iterator[tuple[str, Any]]:
+    assert source.path is not None
+    fn = _loader_module(source.path)
+
+    try:
+        takes_arg = bool(inspect.signature(fn).parameters)
+        it = fn({k: {"dtype": v.dtype.name, "dims": list(v.dims)} for k, v in inputs.items()}) if takes_arg else fn()
+        for i, sample in enumerate(it):
+            yield f"{source.path} (sample {i})", sample
+    except DataError:
+        raise
+    except Exception as exc:
+        raise DataError(f"{source.path}: loader raised {type(exc).__name__}: {exc}") from exc
+
+
+def _random_iter(source: SampleSource, inputs: Mapping[str, InputSpec]) -> Iterator[tuple[str, Any]]:
+    shapes = dict(source.shapes)
+    concrete: dict[str, tuple[int, ...]] = {}
+    for name, spec in inputs.items():
+        if name in shapes:
+            concrete[name] = tuple(shapes[name])
+        elif all(isinstance(d, int) for d in spec.dims):
+            concrete[name] = tuple(int(d) for d in spec.dims)  # type: ignore[arg-type]
+        else:
+            raise UsageError(f"random data: input {name!r} has dynamic dims {list(spec.dims)}",
+                             hint=f"give its shape with --shapes {name}:...")
+    rng = np.random.default_rng(source.seed)
+    for i in range(source.limit):
+        sample = {}
+        for name, spec in inputs.items():
+            try:
+                if spec.dtype.kind == "f":
+                    sample[name] = rng.standard_normal(concrete[name]).astype(spec.dtype)
+                elif spec.dtype.kind in "iu":
+                    sample[name] = rng.integers(0, 4, size=concrete[name]).astype(spec.dtype)
+                else:
+                    sample[name] = rng.integers(0, 2, size=concrete[name]).astype(spec.dtype)
+            except MemoryError as exc:
+                raise UsageError(f"random data: input {name!r} of shape {list(concrete[name])} does not fit in memory",
+                                 hint="give smaller --shapes") from exc
+        yield f"random sample {i}", sample
+
+
+def iter_samples(
+    source: SampleSource, inputs: Mapping[str, InputSpec], *, start: int = 0, stop: int | None = None
+) -> Iterator[Sample]:
+    """Checked samples ``[start, stop)`` of ``source``, one at a time."""
+    for _, sample in iter_samples_with_origin(source, inputs, start=start, stop=stop):
+        yield sample
+
+
+def iter_samples_with_origin(
+    source: SampleSource, inputs: Mapping[str, InputSpec], *, start: int = 0, stop: int | None = None
+) -> Iterator[tuple[str, Sample]]:
+    """Like :func:`iter_samples`, with where each sample came from (file name, loader index),
+    so a later failure on a sample can name it."""
+    if source.kind == "random":
+        warnings.warn(RANDOM_WARNING, UserWarning, stacklevel=3)
+        log.warning(RANDOM_WARNING)
+    if source.kind in ("npy", "images"):
+        files = _files(source)[start:stop]
+        for f in files:
+            if source.kind == "npy":
+                raw = _npy_sample(f, inputs)
+            else:
+                if len(inputs) != 1:
+                    raise DataError(f"{f}: image samples need a single-input model; this one has {len(inputs)}",
+                                    hint="give .npz samples with one key per input")
+                name, spec = next(iter(inputs.items()))
+                raw = {name: load_image(f, source.preprocess or ImagePreprocess(), spec)}
+            yield str(f), check_sample(raw, inputs, str(f))
+        return
+    it = _loader_iter(source, inputs) if source.kind == "loader" else _random_iter(source, inputs)
+    n = 0
+    for i, (origin, sample) in enumerate(it):
+        if source.limit and i >= source.limit:
+            break
+        if stop is not None and i >= stop:
+            break
+        n += 1
+        if i >= start:
+            yield origin, check_sample(sample, inputs, origin)
+    if n == 0 and start == 0 and source.kind == "loader":
+        raise DataError(f"{source.path}: loader yielded no samples", hint="samples() must yield at least one dict")
+
+
+def dataset_hash(source: SampleSource, *, start: int = 0, stop: int | None = None) -> str:
+    """A stable hash of the data the source yields, without decoding it (for calibration cache keys).
+
+    Files: names relative to the folder plus their bytes; images: plus the preprocessing;
+    loader: the loader's source code (what it reads is out of sight: pass --no-cache
+    when its data changes); random: seed, count and shapes.
+    """
+    h = hashlib.sha256()
+    h.update(json.dumps({"kind": source.kind, "start": start, "stop": stop,
+                         "pp": source.preprocess.to_json() if source.preprocess else None},
+                        sort_keys=True).encode())
+    if source.kind in ("npy", "images"):
+        assert source.path is not None
+        base = source.path if source.path.is_dir() else source.path.parent
+        for f in _files(source)[start:stop]:
+            h.update(str(f.relative_to(base)).encode())
+            h.update(hashlib.sha256(f.read_bytes()).digest())
+    elif source.kind == "loader":
+        assert source.path is not None
+        h.update(source.path.read_bytes())
+        h.update(str(source.limit).encode())
+    else:
+        h.update(json.dumps([source.seed, source.limit, [list(s) for s in source.shapes]]).encode())
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- sample sets
+
+
+@dataclass(frozen=True)
+class SampleSet:
+    """A re-iterable slice of a source bound to a model's inputs: what calibration and accuracy consume."""
+
+    source: SampleSource
+    inputs: Mapping[str, InputSpec] = field(hash=False, compare=False)
+    start: int = 0
+    stop: int | None = None
+
+    def __iter__(self) -> Iterator[Sample]:
+        return iter_samples(self.source, self.inputs, start=self.start, stop=self.stop)
+
+    def with_origin(self) -> Iterator[tuple[str, Sample]]:
+        return iter_samples_with_origin(self.source, self.inputs, start=self.start, stop=self.stop)
+
+    def __len__(self) -> int:
+        total = count_samples(self.source)
+        stop = total if self.stop is None else min(self.stop, total)
+        return max(0, stop - self.start)
+
+    def digest(self) -> str:
+        return dataset_hash(self.source, start=self.start, stop=self.stop)
+
+    def split(self, holdout: int | float) -> tuple[SampleSet, SampleSet]:
+        """(calibration, held-out): the last ``holdout`` samples (a count, or a fraction < 1) are held out."""
+        n = len(self)
+        k = int(math.ceil(n * holdout)) if isinstance(holdout, float) and holdout < 1 else int(holdout)
+        if k <= 0 or k >= n:
+            raise UsageError(f"cannot hold out {k} of {n} samples", hint="need at least one sample on each side")
+        cut = self.start + n - k
+        return replace(self, stop=cut), replace(self, start=cut, stop=self.start + n)
+
+
+@dataclass(frozen=True)
+class ArraySamples:
+    """Samples already in memory (library use and tests): a sequence of input dicts."""
+
+    samples: tuple[Mapping[str, np.ndarray], ...]
+    inputs: Mapping[str, InputSpec] | None = field(default=None, hash=False, compare=False)
+    origin: str = "sample"
+
+    def __iter__(self) -> Iterator[Sample]:
+        for i, s in enumerate(self.samples):
+            if self.inputs is None:
+                yield {k: np.asarray(v) for k, v in s.items()}
+            else:
+                yield check_sample(s, self.inputs, f"{self.origin} {i}")
+
+    def with_origin(self) -> Iterator[tuple[str, Sample]]:
+        for i, s in enumerate(self):
+            yield f"{self.origin} {i}", s
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def digest(self) -> str:
+        h = hashlib.sha256()
+        for s in self.samples:
+            for k in sorted(s):
+                a = np.ascontiguousarray(np.asarray(s[k]))
+                h.update(f"{k}|{a.dtype.str}|{a.shape}".encode())
+                h.update(a.tobytes())
+        return h.hexdigest()
+
+
+Samples = SampleSet | ArraySamples
+ProgressFn = Callable[[int, int | None], None]

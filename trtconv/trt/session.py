@@ -1,0 +1,95 @@
+"""What building and running an engine both need: TensorRT's log bridged to Python logging, plugins loaded.
+
+Its own module so that ``builder`` (which deserializes what it built) and ``engine`` (which
+loads plugins before deserializing) both import it instead of each other.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from trtconv.errors import BackendUnavailableError
+
+if TYPE_CHECKING:
+    import tensorrt as trt
+
+log = logging.getLogger(__name__)
+
+
+class LogBridge:
+    """TensorRT's log → Python logging (TensorRT's INFO is chatty: shown with -v)."""
+
+    @staticmethod
+    def make() -> trt.ILogger:
+        import tensorrt as trt
+
+        levels = {
+            trt.ILogger.Severity.INTERNAL_ERROR: logging.ERROR,
+            trt.ILogger.Severity.ERROR: logging.ERROR,
+            trt.ILogger.Severity.WARNING: logging.WARNING,
+            trt.ILogger.Severity.INFO: logging.INFO,
+            trt.ILogger.Severity.VERBOSE: logging.DEBUG,
+        }
+        trt_log = logging.getLogger("trtconv.tensorrt")
+
+        class Bridge(trt.ILogger):
+            def __init__(self) -> None:
+                trt.ILogger.__init__(self)
+
+            def log(self, severity: trt.ILogger.Severity, msg: str) -> None:
+                trt_log.log(levels.get(severity, logging.INFO), "%s", msg)
+
+        return Bridge()
+
+
+def load_plugins(logger: trt.ILogger, libraries: tuple[Path, ...]) -> list[str]:
+    """TensorRT's own plugin library, extra libraries, and trtconv's plugins, in that order."""
+    import tensorrt as trt
+
+    if not trt.init_libnvinfer_plugins(cast(Any, logger), ""):
+        log.warning("TensorRT's plugin library (libnvinfer_plugin) did not initialise")
+    registry = trt.get_plugin_registry()
+    loaded = []
+    for lib in libraries:
+        handle = registry.load_library(str(lib))
+        if handle is None:
+            raise BackendUnavailableError(
+                f"TensorRT could not load plugin library {lib}",
+                hint="check that it was built for this TensorRT and CUDA version, and that its creators "
+                "are not already registered",
+            )
+        loaded.append(str(lib))
+    return loaded + list(register_trtconv_plugins())
+
+
+TRTCONV_PLUGIN_MODULES = ("trtconv.trt.plugins.dcnv2", "trtconv.trt.dcnv2_plugin")
+
+
+@functools.cache
+def register_trtconv_plugins() -> tuple[str, ...]:
+    """trtconv's own plugins (``tensorrt.plugin`` definitions), registered once per process.
+
+    A plugin module exposes ``ensure_registered()`` (idempotent) and ``PLUGIN_ID``, or
+    ``register_plugins() -> list[str]``. Modules not in this installation are skipped."""
+
+    names: list[str] = []
+    for mod_name in TRTCONV_PLUGIN_MODULES:
+        try:
+            if importlib.util.find_spec(mod_name) is None:
+                continue
+        except ModuleNotFoundError:
+            continue
+        mod = importlib.import_module(mod_name)
+        register = getattr(mod, "register_plugins", None)
+        ensure = getattr(mod, "ensure_registered", None)
+        if callable(register):
+            names += [str(n) for n in register()]
+        elif callable(ensure):
+            ensure()
+            names.append(str(getattr(mod, "PLUGIN_ID", mod_name)))
+    return tuple(names)
