@@ -170,12 +170,14 @@ class BuildSettings:
 
 
 def build(model: PathLike, output: PathLike, settings: BuildSettings | None = None, *, force: bool = False,
-          say: Any = None, progress: Any = None) -> BuildOutcome:
+          say: Any = None, progress: Any = None, outcome: BuildOutcome | None = None) -> BuildOutcome:
     """check -> rewrite -> precision -> TensorRT build -> verify, as ``trtconv build`` runs it.
 
     Without TensorRT the prepared ONNX is still written and BackendUnavailableError (exit 9)
     says where; ``BuildSettings(prepare_only=True)`` stops there on purpose and succeeds.
+    ``say(stage, status)`` hears each stage start and end; pass ``outcome`` (a fresh
+    ``BuildOutcome``) to see how far the pipeline got when it raises.
     """
 
     req = (settings or BuildSettings()).request(model, output, force=force)
-    return run_build(req, say=say, progress=progress)
+    return run_build(req, say=say, progress=progress, outcome=outcome)

@@ -7,6 +7,7 @@ fails as it does on a machine without it), so these tests mean the same on a GPU
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -101,10 +102,76 @@ def test_existing_engine_needs_force(ocr_cls, tmp_path: Path):
     assert not (tmp_path / "m.prepared.onnx").exists()  # refused before any work
 
 
-def test_dynamic_model_without_shapes_is_a_usage_error(ocr_cls, tmp_path: Path):
-    res = run("build", ocr_cls, "-o", tmp_path / "m.engine", "--prepare-only")
+def test_dynamic_model_without_shapes_hints_a_command_that_runs(ocr_cls, tmp_path: Path, no_tensorrt):
+    """A dynamic width (not only the batch) needs shapes: the hint is a command with real numbers,
+    and running it gets through every stage TensorRT does not do (exit 9: TensorRT missing)."""
+    res = run("build", ocr_cls, "-o", tmp_path / "m.engine")
     assert res.exit_code == ExitCode.USAGE
     assert "dynamic inputs" in res.stderr and "--shapes x:" in res.stderr
+    hint = next(line for line in res.stderr.splitlines() if line.startswith("  hint: "))
+    command = hint.removeprefix("  hint: ").split(" (or ")[0]
+    assert "N" not in command.split("--shapes ")[1], command  # no placeholder to fill in
+    words = shlex.split(command)
+    assert words[:2] == ["trtconv", "build"]
+    again = run(*words[1:], "--json")
+    assert again.exit_code == ExitCode.TENSORRT_UNAVAILABLE, again.output
+    assert [s["status"] for s in json.loads(again.stdout)["stages"]][-1] == "done"  # the profile corners ran
+
+
+def _batch_dynamic(path: Path, source: Path) -> Path:
+    """The PP-OCR classifier (real weights) with its width fixed: only the batch dim is dynamic."""
+    model = onnx.load(str(source))
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    dims[0].dim_param = "batch"
+    for axis, size in ((2, 48), (3, 192)):
+        dims[axis].Clear()
+        dims[axis].dim_value = size
+    onnx.save(model, str(path))
+    return path
+
+
+def test_batch_dynamic_model_builds_at_batch_1_with_a_warning(ocr_cls, tmp_path: Path):
+    model = _batch_dynamic(tmp_path / "cls_b.onnx", ocr_cls)
+    res = run("build", model, "-o", tmp_path / "m.engine", "--prepare-only", "--json")
+    assert res.exit_code == 0, res.output
+    warnings = [line for line in res.stderr.splitlines() if "warning:" in line]
+    assert warnings == ["trtconv: warning: dynamic batch dim of x set to 1 (give --shapes or "
+                        "--min/--opt/--max-shapes for other sizes)"]
+    stages = {s["name"]: s for s in json.loads(res.stdout)["stages"]}
+    assert stages["profiles"]["status"] == "done" and stages["profiles"]["profiles"] == 1
+
+
+def test_prepare_only_needs_no_profile(ocr_cls, tmp_path: Path):
+    """Width and batch dynamic, no shapes: --prepare-only still writes the prepared ONNX
+    (nothing before TensorRT needs shapes); only the corner check is skipped, and says why."""
+    res = run("build", ocr_cls, "-o", tmp_path / "m.engine", "--prepare-only", "--json")
+    assert res.exit_code == 0, res.output
+    stages = {s["name"]: s for s in json.loads(res.stdout)["stages"]}
+    assert stages["profiles"]["status"] == "skipped" and "no profile" in stages["profiles"]["reason"]
+    assert (tmp_path / "m.prepared.onnx").is_file()
+
+
+def test_profile_comes_from_the_calibration_samples(ocr_cls, tmp_path: Path, no_tensorrt):
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    rng = np.random.default_rng(0)
+    for i, width in enumerate((96, 192, 192, 320)):  # min 96, most common 192, max 320
+        np.save(calib / f"{i}.npy", rng.uniform(-1, 1, (1, 3, 48, width)).astype(np.float32))
+    res = run("build", ocr_cls, "-o", tmp_path / "m.engine", "--precision", "fp16", "--calib-data", calib,
+              "--no-verify", "--json")
+    assert res.exit_code == ExitCode.TENSORRT_UNAVAILABLE, res.output
+    stages = {s["name"]: s for s in json.loads(res.stdout)["stages"]}
+    assert stages["profiles"]["status"] == "done" and stages["profiles"]["profiles"] == 1
+    from trtconv.api import BuildSettings
+    from trtconv.load import load_model
+    from trtconv.pipeline.build import _sample_shapes, _samples
+    from trtconv.plan.profiles import build_profiles
+
+    req = BuildSettings(calib_data=calib).request(ocr_cls, tmp_path / "m.engine")
+    (profile,) = build_profiles(load_model(ocr_cls).proto,
+                                sample_shapes=_sample_shapes(_samples(load_model(ocr_cls).proto, req)))
+    x = profile.as_dict()["x"]
+    assert (x.min, x.opt, x.max) == ((1, 3, 48, 96), (1, 3, 48, 192), (1, 3, 48, 320))
 
 
 def test_profile_corner_the_graph_cannot_run_names_the_node(ocr_det, tmp_path: Path):

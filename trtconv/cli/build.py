@@ -10,13 +10,14 @@ from typing import Any
 import click
 
 from trtconv.api import BuildSettings
+from trtconv.api import build as api_build
 from trtconv.cli.cache import cache_option, gpu_identity
 from trtconv.cli.config import config_option
 from trtconv.cli.depfile import deps_option
 from trtconv.cli.options import force_option, json_option, model_argument, output_option, trt_version_option
 from trtconv.cli.output import print_json, progress, stderr_console
 from trtconv.errors import TrtconvError
-from trtconv.pipeline.build import BuildOutcome, run_build
+from trtconv.pipeline.build import BuildOutcome
 from trtconv.plan.plan import DEFAULT_MIN_PRECISION_SHARE, DEFAULT_OPT_LEVEL, HARDWARE_COMPAT, PRECISIONS
 
 
@@ -135,13 +136,12 @@ def build(model: Path, output: Path, precision: str, calib_data: Path | None, ca
         min_precision_share=min_precision_share, dcn_target=dcn_target, prepared=prepared,
         prepare_only=prepare_only, verify=not no_verify, seed=seed, trt=trt_version,
     )
-    req = settings.request(model, output, force=force)
     sink = BarSink()
-    outcome = BuildOutcome(prepared=req.prepared_path())
+    outcome = BuildOutcome(prepared=settings.outputs(output)[0])
     try:
         with sink.bar:
             # Always installed: it draws only on a terminal, and lets Ctrl-C cancel a build cleanly.
-            run_build(req, say=_say(as_json), progress=sink, outcome=outcome)
+            api_build(model, output, settings, force=force, say=_say(as_json), progress=sink, outcome=outcome)
     except TrtconvError as exc:
         if as_json:  # CI still gets the stages and where it stopped; the error goes to stderr as usual
             if outcome.stopped is None:

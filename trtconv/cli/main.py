@@ -14,6 +14,8 @@ import os
 import signal
 import sys
 import traceback
+import warnings
+from collections.abc import Sequence
 from importlib import metadata
 from typing import Any
 
@@ -48,8 +50,26 @@ class LazyGroup(click.Group):
             module, _, attr = COMMANDS[cmd_name].partition(":")
             cmd = getattr(importlib.import_module(module), attr)
             assert isinstance(cmd, click.Command)
+            if not any(p.name == "quiet" for p in cmd.params):  # `trtconv check -q m.onnx` too
+                cmd.params.append(click.Option(["-q", "--quiet"], is_flag=True, expose_value=False,
+                                               callback=_quiet_callback, help="Only errors on stderr."))
             return cmd
         return super().get_command(ctx, cmd_name)
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
+        """click's own main, with its usage errors in trtconv's one format (``trtconv: error:`` and a hint)."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.ClickException as exc:
+            _report_usage(exc)
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("trtconv: interrupted; no partial output was left behind", err=True)
+            sys.exit(int(ExitCode.INTERRUPTED))
+        sys.exit(code if isinstance(code, int) else 0)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -75,6 +95,48 @@ class LazyGroup(click.Group):
                 err=True,
             )
             raise click.exceptions.Exit(int(ExitCode.INTERNAL)) from None
+
+
+def _report_usage(exc: click.exceptions.ClickException) -> None:
+    """``trtconv: error: <what>`` and ``  hint: <where to look>``, like every other error."""
+    click.echo(f"trtconv: error: {exc.format_message()}", err=True)
+    ctx = getattr(exc, "ctx", None)
+    if isinstance(exc, click.UsageError):
+        where = ctx.command_path if ctx is not None else "trtconv"
+        click.echo(f"  hint: `{where} --help` lists the options", err=True)
+
+
+def _quiet_callback(_ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        _set_log_level(logging.ERROR)
+
+
+class _StderrHandler(logging.Handler):
+    """Log records as ``trtconv: warning: ...`` on the stderr of the moment (tests swap it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            click.echo(f"trtconv: {record.levelname.lower()}: {record.getMessage()}", err=True)
+        except Exception:  # a log line must never be the thing that fails
+            self.handleError(record)
+
+
+def _set_log_level(level: int) -> None:
+    logger = logging.getLogger("trtconv")
+    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        logger.addHandler(_StderrHandler())
+    logger.propagate = False
+    logger.setLevel(level)
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: Any = None, line: str | None = None) -> None:
+    """Python warnings in the CLI's voice: one ``trtconv: warning:`` line, no source line."""
+    text = str(message)
+    if text.startswith("calibrating on RANDOM data"):
+        return  # the samples module logs the same words as a warning
+    if logging.getLogger("trtconv").isEnabledFor(logging.WARNING):
+        click.echo(f"trtconv: warning: {text}", err=True)
 
 
 def _report_error(ctx: click.Context, exc: TrtconvError) -> None:
@@ -126,10 +188,8 @@ def cli(ctx: click.Context, show_traceback: bool, verbose: int, quiet: bool) -> 
     """
     ctx.meta[TRACEBACK_KEY] = show_traceback
     level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
-    logging.basicConfig(level=level, format="trtconv: %(levelname)s: %(message)s", stream=sys.stderr)
-    logging.getLogger("trtconv").setLevel(level)
-    # onnxruntime logs to stderr from C++; keep it to errors unless -vv
-    os.environ.setdefault("ORT_LOGGING_LEVEL", "3")
+    _set_log_level(level)
+    warnings.showwarning = _show_warning
 
 
 def _silence_stdout() -> None:

@@ -6,6 +6,7 @@ honours NO_COLOR by itself.
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Any, NoReturn
 
@@ -45,7 +46,8 @@ def print_json(obj: Any) -> None:
 
 
 def warn(message: str) -> None:
-    click.echo(f"trtconv: warning: {message}", err=True)
+    """``trtconv: warning: ...`` on stderr (silent under -q): the same voice as the log."""
+    logging.getLogger("trtconv").warning(message)
 
 
 def progress(transient: bool = True) -> Progress:

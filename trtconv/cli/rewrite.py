@@ -17,9 +17,8 @@ from trtconv.load import parse_shapes
 from trtconv.rewrites import (
     DCN_TARGETS,
     RewriteSettings,
-    default_plugin_spec_path,
     load_plugin_map,
-    load_plugin_spec,
+    trtconv_plugin_spec,
 )
 from trtconv.rewrites.pipeline import DEFAULT_FOLD_LIMIT
 from trtconv.rewrites.proof import NODE_RTOL
@@ -78,12 +77,7 @@ def rewrite(model: Path, output: Path, force: bool, as_json: bool, shapes: str |
     shape_map = parse_shapes(shapes)
     limit = _size(fold_limit)
     pmap = load_plugin_map(plugin_map) if plugin_map else None
-    spec = None
-    if dcn_target == "trtconv-plugin":
-        spec_path = dcn_plugin_spec or default_plugin_spec_path()
-        if not spec_path.is_file():
-            raise UsageError(f"DCN plugin spec {spec_path} not found", hint="pass --dcn-plugin-spec PATH")
-        spec = load_plugin_spec(spec_path)
+    spec = trtconv_plugin_spec(dcn_plugin_spec) if dcn_target == "trtconv-plugin" else None
     settings = RewriteSettings(
         dcn_target=dcn_target, dcn_plugin=spec, plugin_map=pmap, shapes=shape_map, fold_constants=fold,
         fold_size_limit=limit, int64_to_int32=int32, verify=verify, seed=seed,

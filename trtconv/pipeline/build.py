@@ -3,20 +3,24 @@
 Every stage before the TensorRT build runs on the CPU, so the pipeline is useful
 without TensorRT: it stops after writing the prepared ONNX (the explicit-precision,
 rewritten graph TensorRT will parse) with TENSORRT_UNAVAILABLE, or on purpose with
-``prepare_only``. Stage results are collected as plain data for the manifest and
-``--json``. TensorRT is imported only inside ``_tensorrt_build``.
+``prepare_only``. Each stage is a function returning a frozen result; each thing is
+computed once: the loaded model, its samples, the rewritten model, the graph ONNX
+Runtime runs as the reference (:class:`Reference`) and that reference's outputs at the
+profile corners (reused by verify). TensorRT is imported only inside ``_tensorrt_build``.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import hashlib
 import logging
+import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import onnx
 
@@ -30,17 +34,19 @@ from trtconv.errors import (
     UsageError,
 )
 from trtconv.load import LoadedModel, iter_graphs, load_model, model_sha256, save_model
-from trtconv.outputs import atomic_dir, check_output_path
+from trtconv.load.shapes import dynamic_inputs
+from trtconv.outputs import check_output_path
 from trtconv.pipeline.quantize import QuantizeSettings, held_out_split, sample_set
-from trtconv.plan.corners import CORNERS, check_corners_or_skip
+from trtconv.plan.corners import CORNERS, CornerRuns, run_corners
 from trtconv.plan.manifest import build_manifest, manifest_path, write_manifest
-from trtconv.plan.plan import BuildPlan, Precision, validate_plan
+from trtconv.plan.plan import BuildPlan, Precision, Profile, validate_plan
 from trtconv.plan.profiles import build_profiles
 from trtconv.precision.fp16 import Fp16Settings, convert_fp16
 from trtconv.precision.int8 import Int8Settings, quantize_int8
 from trtconv.reference import ort
-from trtconv.rewrites import RewriteSettings, default_plugin_spec_path, load_plugin_spec, rewrite
+from trtconv.rewrites import RewriteResult, RewriteSettings, rewrite, trtconv_plugin_spec
 from trtconv.rewrites.catalog import rewrite_rule_for
+from trtconv.samples.sources import SampleSet
 from trtconv.trt.builder import build_engine
 from trtconv.trt.environment import probe
 from trtconv.trt.loader import tensorrt_version
@@ -48,6 +54,8 @@ from trtconv.verify.engine import DEFAULT_THRESHOLDS, verify_engine_corners
 
 log = logging.getLogger(__name__)
 StageFn = Callable[[str, str], None]  # (stage, message): progress lines for the CLI
+T = TypeVar("T")
+QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 
 
 @dataclass(frozen=True)
@@ -78,12 +86,12 @@ class BuildRequest:
         return self.output.with_name(name + ".prepared.onnx")
 
 
-@dataclass
+@dataclass(frozen=True)
 class StageRecord:
     name: str
     status: str  # "done" | "skipped" | "failed"
     seconds: float = 0.0
-    detail: dict[str, Any] = field(default_factory=dict)
+    detail: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "status": self.status, "seconds": round(self.seconds, 3), **self.detail}
@@ -91,6 +99,8 @@ class StageRecord:
 
 @dataclass
 class BuildOutcome:
+    """How far the pipeline got: filled in as it runs, so a caller sees it even when it raises."""
+
     prepared: Path
     engine: Path | None = None
     manifest: dict[str, Any] | None = None
@@ -107,22 +117,101 @@ class BuildOutcome:
         }
 
 
+@dataclass(frozen=True)
+class Step(Generic[T]):
+    """What a stage returns: its result for the stages after it, and its line in the report."""
+
+    value: T
+    detail: Mapping[str, Any] = field(default_factory=dict)
+    status: str = "done"
+
+
+@dataclass(frozen=True)
+class Precisioned:
+    model: onnx.ModelProto
+    summary: Mapping[str, Any]  # the manifest's precision block
+    calibration: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Saved:
+    path: Path
+    sha256: str
+    graph: LoadedModel  # the prepared ONNX as written (weights not loaded)
+
+
+@dataclass(frozen=True)
+class Built:
+    environment: Mapping[str, Any]
+    precision: Mapping[str, Any]
+    plugins_needed: tuple[str, ...]
+    seconds: float
+    engine_sha256: str
+
+
+@dataclass(frozen=True)
+class ReferenceGraph:
+    """A graph ONNX Runtime runs that computes what the user's model computes."""
+
+    model: onnx.ModelProto
+    path: Path | None  # where it is saved, if it is (ORT loads models over 2 GB only from disk)
+    label: str
+
+
+class Reference:
+    """The user's model as ONNX Runtime can run it, found once and on first need: the model
+    itself; else the rewritten graph (proven equal to it); else the model with its DCN nodes
+    rewritten to ONNX DeformConv (when rewrite targeted a plugin ORT cannot run)."""
+
+    def __init__(self, loaded: LoadedModel, rewritten: RewriteResult) -> None:
+        self.loaded = loaded
+        self.rewritten = rewritten
+
+    @functools.cached_property
+    def rewritten_runs(self) -> bool:
+        return _ort_runnable(self.rewritten.model)
+
+    @functools.cached_property
+    def deformconv(self) -> onnx.ModelProto | None:
+        """The model with DCN nodes rewritten to ONNX DeformConv (ONNX Runtime runs it), or None."""
+        proto = self.loaded.proto
+        if not any(rewrite_rule_for(n.domain, n.op_type) for g in iter_graphs(proto.graph) for n in g.node):
+            return None  # no DCN op: nothing a DeformConv form would change
+        try:
+            return rewrite(self.loaded, RewriteSettings(dcn_target="deformconv", verify=False)).model
+        except TrtconvError:
+            return None
+
+    @functools.cached_property
+    def graph(self) -> ReferenceGraph | None:
+        try:
+            ort.session(self.loaded.path)
+            return ReferenceGraph(self.loaded.proto, self.loaded.path, "original")
+        except InvalidModelError:
+            pass
+        if self.rewritten_runs:
+            return ReferenceGraph(self.rewritten.model, None, "rewritten")
+        if self.deformconv is not None and _ort_runnable(self.deformconv):
+            return ReferenceGraph(self.deformconv, None, "original with DCN as DeformConv")
+        return None
+
+
 class _Stages:
     def __init__(self, outcome: BuildOutcome, say: StageFn | None) -> None:
         self.outcome = outcome
         self.say = say or (lambda stage, msg: None)
 
-    def run(self, name: str, fn: Callable[[], dict[str, Any] | None]) -> dict[str, Any]:
+    def run(self, name: str, fn: Callable[[], Step[T]]) -> T:
         self.say(name, "running")
         start = time.monotonic()
-        rec = StageRecord(name, "failed")
-        self.outcome.stages.append(rec)
-        detail = fn() or {}
-        rec.status = str(detail.pop("_status", "done"))
-        rec.seconds = time.monotonic() - start
-        rec.detail = detail
-        self.say(name, rec.status)
-        return detail
+        try:
+            step = fn()
+        except BaseException:
+            self.outcome.stages.append(StageRecord(name, "failed", time.monotonic() - start))
+            raise
+        self.outcome.stages.append(StageRecord(name, step.status, time.monotonic() - start, dict(step.detail)))
+        self.say(name, step.status)
+        return step.value
 
 
 def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = None,
@@ -137,64 +226,65 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
     if not req.prepare_only:
         check_output_path(req.output, force=plan.force)
         check_output_path(manifest_path(req.output), force=plan.force)
-    # The prepared ONNX is derived data: its default path is rewritten freely; an explicit
+    # The prepared ONNX is derived data: its default path is rewritten (saying so); an explicit
     # --prepared path is treated like any output (exists → needs --force).
     check_output_path(prepared, force=plan.force or req.prepared is None)
+    if req.prepared is None and prepared.exists() and not plan.force:
+        log.warning("replacing %s (derived from the model; --prepared PATH writes it elsewhere)", prepared)
     outcome = outcome if outcome is not None else BuildOutcome(prepared=prepared)
     outcome.prepared = prepared
     stages = _Stages(outcome, say)
 
     loaded = load_model(req.model)
-    profiles = build_profiles(loaded.proto, shapes=req.shapes, min_shapes=req.min_shapes,
-                              opt_shapes=req.opt_shapes, max_shapes=req.max_shapes)
+    _refuse_requantizing(loaded, req.precision)
+    samples = _samples(loaded.proto, req) if req.calib_data is not None else None
+    profiles = build_profiles(
+        loaded.proto, shapes=req.shapes, min_shapes=req.min_shapes, opt_shapes=req.opt_shapes,
+        max_shapes=req.max_shapes, required=not req.prepare_only, command=_command(req),
+        sample_shapes=None if samples is None else _sample_shapes(samples))
     plan = replace(plan, onnx_path=prepared, engine_path=req.output, precision=req.precision, profiles=profiles)
     validate_plan(plan)
     onnx_sha = model_sha256(loaded)
     shapes0 = profiles[0].corner("opt") if profiles else {}
 
     stages.run("check", lambda: _check(loaded, req.target, shapes0))
-    rewritten: dict[str, Any] = {}
-    stages.run("rewrite", lambda: _rewrite(loaded, req, rewritten))
-    model: onnx.ModelProto = rewritten["model"]
-    precision_state: dict[str, Any] = {}
-    stages.run("precision", lambda: _precision(model, req, loaded, precision_state))
-    model = precision_state["model"]
-    stages.run("save", lambda: _save(model, prepared))
-    stages.run("recheck", lambda: _recheck(prepared, req.target, shapes0))
-    stages.run("profiles", lambda: _corners(model, prepared, loaded, profiles))
+    rewritten = stages.run("rewrite", lambda: _rewrite(loaded, req))
+    reference = Reference(loaded, rewritten)
+    precisioned = stages.run("precision", lambda: _precision(rewritten.model, req, samples, reference))
+    saved = stages.run("save", lambda: _save(precisioned.model, prepared))
+    stages.run("recheck", lambda: _recheck(saved, req.target, shapes0))
+    keep = not req.prepare_only and req.verify  # verify reuses the reference's outputs
+    corners = stages.run("profiles", lambda: _corners(reference, profiles, req.seed, keep))
     if req.prepare_only:
         outcome.stopped = "prepare-only"
         return outcome
     try:
-
         tensorrt_version()
     except BackendUnavailableError as exc:
         outcome.stopped = "tensorrt-unavailable"
         raise BackendUnavailableError(
             f"{exc.message}; stopped after the precision stage: the prepared ONNX is {prepared}",
             hint=f"{(exc.hint or '').rstrip('.')}. Then run this command again, or build {prepared} with "
-            "trtexec (the precision is already explicit: no --fp16/--int8 flags needed)",
+            "trtexec --stronglyTyped (TensorRT 10; 11 is always strongly typed): the precision is already "
+            "explicit, no --fp16/--int8 flags needed",
         ) from None
-    build_state: dict[str, Any] = {}
-    stages.run("build", lambda: _tensorrt_build(plan, progress, build_state))
+    built = stages.run("build", lambda: _tensorrt_build(plan, progress))
     outcome.engine = req.output
     verify_json: dict[str, Any] | None = None
     if req.verify:
-        verify_json = stages.run("verify", lambda: _verify(req, plan))
-        if outcome.stages[-1].status == "skipped":
-            verify_json = {"passed": None, **verify_json}
+        verify_json = dict(stages.run("verify", lambda: _verify(req, plan, reference, corners)))
     manifest = build_manifest(
         plan,
         onnx_sha256=onnx_sha,
-        environment=build_state["environment"],
+        environment=dict(built.environment),
         source_onnx=req.model.name,
-        rewrites=rewritten.get("report", {}).get("rewrites", []),
-        precision={**precision_state.get("summary", {}), "achieved": build_state["precision"]},
-        calibration=precision_state.get("calibration"),
-        plugins_needed=build_state["plugins_needed"],
-        build_seconds=build_state["seconds"],
+        rewrites=rewritten.report.to_json().get("rewrites", []),
+        precision={**precisioned.summary, "achieved": dict(built.precision)},
+        calibration=None if precisioned.calibration is None else dict(precisioned.calibration),
+        plugins_needed=list(built.plugins_needed),
+        build_seconds=built.seconds,
         created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        engine_sha256=build_state["engine_sha256"],
+        engine_sha256=built.engine_sha256,
         verify=verify_json,
     )
     write_manifest(manifest_path(req.output), manifest, force=True)
@@ -209,11 +299,48 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
     return outcome
 
 
+def _command(req: BuildRequest) -> str:
+    """The command line a hint repeats, with the user's paths."""
+    flags = f" --precision {req.precision}" if req.precision != "fp32" else ""
+    return (f"trtconv build {shlex.quote(str(req.model))} -o {shlex.quote(str(req.output))}{flags}"
+            + (" --prepare-only" if req.prepare_only else ""))
+
+
+def _refuse_requantizing(loaded: LoadedModel, precision: str) -> None:
+    """INT8 over a model that already holds Q/DQ would quantize it twice."""
+    if precision != "int8":
+        return
+    qdq = sum(1 for g in iter_graphs(loaded.proto.graph) for n in g.node if n.op_type in QDQ_OPS)
+    if qdq:
+        raise UsageError(
+            f"{loaded.path.name} already holds {qdq} QuantizeLinear/DequantizeLinear node(s): it is quantized, "
+            "and --precision int8 would add a second set of Q/DQ around them",
+            hint="build it as it is with --precision fp32: TensorRT runs explicit Q/DQ in INT8 either way",
+        )
+
+
+def _samples(model: onnx.ModelProto, req: BuildRequest) -> SampleSet | None:
+    """The calibration samples, found and bound exactly as ``trtconv quantize`` does."""
+    assert req.calib_data is not None
+    return sample_set(model, QuantizeSettings(calib_data=req.calib_data, max_samples=req.calib_limit))
+
+
+def _sample_shapes(samples: SampleSet) -> list[dict[str, tuple[int, ...]]]:
+    return [{name: tuple(int(d) for d in array.shape) for name, array in sample.items()} for sample in samples]
+
+
+def _ort_runnable(model: onnx.ModelProto) -> bool:
+    try:
+        ort.session(model)
+    except InvalidModelError:
+        return False
+    return True
+
+
 # --------------------------------------------------------------------------- stages
 
 
-def _check(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
-
+def _check(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]]) -> Step[None]:
     report = analyze(loaded, target, shapes)
     if report.verdict not in ("supported", "needs-rewrite"):
         bad = [n for n in report.nodes if n.status == "unsupported"]
@@ -223,70 +350,41 @@ def _check(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]])
             f"plugin: {names}",
             hint=f"run `trtconv check {loaded.path}` for the reasons",
         )
-    return {"verdict": report.verdict, "target": target}
+    return Step(None, {"verdict": report.verdict, "target": target})
 
 
-def _rewrite(loaded: LoadedModel, req: BuildRequest, out: dict[str, Any]) -> dict[str, Any]:
-
+def _rewrite(loaded: LoadedModel, req: BuildRequest) -> Step[RewriteResult]:
     settings = RewriteSettings(seed=req.seed)
     if req.dcn_target is not None:
-        spec = None
-        if req.dcn_target == "trtconv-plugin":  # trtconv's own DCNv2 plugin: its shipped spec
-            spec_path = default_plugin_spec_path()
-            if not spec_path.is_file():
-                raise UsageError(f"DCN plugin spec {spec_path} not found",
-                                 hint="reinstall trtconv, or use --dcn-target deformconv")
-            spec = load_plugin_spec(spec_path)
+        spec = trtconv_plugin_spec() if req.dcn_target == "trtconv-plugin" else None
         settings = replace(settings, dcn_target=req.dcn_target, dcn_plugin=spec)
     result = rewrite(loaded, settings)
-    out["model"] = result.model
-    out["report"] = result.report.to_json()
-    return {"rewritten": len(result.report.rewrites),
-            "nodes": [result.report.nodes_before, result.report.nodes_after]}
+    return Step(result, {"rewritten": len(result.report.rewrites),
+                         "nodes": [result.report.nodes_before, result.report.nodes_after]})
 
 
-def _recheck(prepared: Path, target: str, shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
+def _recheck(saved: Saved, target: str, shapes: dict[str, tuple[int, ...]]) -> Step[None]:
     """The prepared ONNX against the parser's rules again: what rewrite left behind fails here,
     without TensorRT, instead of minutes later in its parser. Plugin nodes are expected."""
 
-    report = analyze(load_model(prepared, load_weights=False), target, shapes)
+    report = analyze(saved.graph, target, shapes)
     left = [n for n in report.nodes if n.status in ("unsupported", "rewritable")]
     if left:
         names = ", ".join(f"{n.path} ({n.op_type}: {n.status})" for n in left[:5])
         raise UnsupportedModelError(
             f"after rewrite and precision, TensorRT {target} would still reject {len(left)} node(s): {names}",
-            hint=f"run `trtconv check {prepared}` for the reasons",
+            hint=f"run `trtconv check {saved.path}` for the reasons",
         )
     plugins = sorted({f"{n.domain + '::' if n.domain else ''}{n.op_type}" for n in report.nodes if n.status == "plugin"})
-    return {"verdict": report.verdict, "plugin_ops": plugins}
+    return Step(None, {"verdict": report.verdict, "plugin_ops": plugins})
 
 
-def _samples(model: onnx.ModelProto, req: BuildRequest) -> Any:
-    """The calibration samples, found and bound exactly as ``trtconv quantize`` does."""
-
-    assert req.calib_data is not None
-    return sample_set(model, QuantizeSettings(calib_data=req.calib_data, max_samples=req.calib_limit))
-
-
-def _ort_runnable(model: onnx.ModelProto) -> bool:
-
-    try:
-        ort.session(model)
-    except InvalidModelError:
-        return False
-    return True
-
-
-def _precision(model: onnx.ModelProto, req: BuildRequest, loaded: LoadedModel,
-               out: dict[str, Any]) -> dict[str, Any]:
+def _precision(model: onnx.ModelProto, req: BuildRequest, samples: SampleSet | None,
+               reference: Reference) -> Step[Precisioned]:
     if req.precision == "fp32":
-        out["model"] = model
-        out["summary"] = {"method": "none"}
-        return {"precision": "fp32", "_status": "skipped"}
+        return Step(Precisioned(model, {"method": "none"}), {"precision": "fp32"}, status="skipped")
     if req.precision == "fp16":
-
-        samples = _samples(model, req) if req.calib_data is not None else None
-        if samples is not None and not _ort_runnable(model):
+        if samples is not None and not reference.rewritten_runs:
             log.warning("the rewritten graph holds plugin nodes ONNX Runtime cannot run: FP16 activation "
                         "ranges are not measured (rewrite with --dcn-target deformconv to measure them)")
             samples = None
@@ -294,74 +392,60 @@ def _precision(model: onnx.ModelProto, req: BuildRequest, loaded: LoadedModel,
             log.warning("fp16 without --calib-data: nodes are kept in FP32 by op type and weight range only; "
                         "activation ranges are not measured (pass --calib-data DIR for that)")
         fp16 = convert_fp16(model, Fp16Settings(), samples)  # quantize's defaults
-        out["model"] = fp16.model
-        out["summary"] = {"method": "fp16-explicit", "report": fp16.report.to_json()}
-        if samples is not None:
-            out["calibration"] = {"method": "fp16-activation-ranges", "data_sha256": samples.digest(),
-                                  "samples": len(samples)}
-        kept = fp16.report.to_json().get("kept") or []
-        return {"precision": "fp16", "samples": len(samples) if samples is not None else 0,
-                "kept_fp32": len(kept) if isinstance(kept, list) else kept}
+        report = fp16.report.to_json()
+        calibration = None if samples is None else {
+            "method": "fp16-activation-ranges", "data_sha256": samples.digest(), "samples": len(samples)}
+        kept = report.get("kept") or []
+        return Step(Precisioned(fp16.model, {"method": "fp16-explicit", "report": report}, calibration),
+                    {"precision": "fp16", "samples": len(samples) if samples is not None else 0,
+                     "kept_fp32": len(kept) if isinstance(kept, list) else kept})
 
-    samples = _samples(model, req)
+    assert samples is not None
     calib, held_out = held_out_split(samples, None, warn=log.warning)
     settings = Int8Settings(trt_version=req.target)
     # Plugin nodes (DCN -> a TensorRT plugin) cannot run in ONNX Runtime: calibrate on the model's
     # DeformConv form instead, whose tensors carry the same names; int8 carries the scales over.
-    calibration_model = None if _ort_runnable(model) else _deformconv_form(loaded)
+    calibration_model = None if reference.rewritten_runs else reference.deformconv
     result = quantize_int8(model, settings, calib, eval_samples=held_out, calibration_model=calibration_model)
-    out["model"] = result.model
-    out["summary"] = {"method": "int8-qdq", "report": result.report.to_json()}
-    out["calibration"] = {"method": settings.method, "data_sha256": calib.digest(), "samples": len(calib),
-                          "held_out": len(held_out) if held_out is not None and held_out is not calib else 0}
-    return {"precision": "int8", "qdq_pairs": len(result.report.placed),
-            "calibrated_on": "model" if calibration_model is None else "DeformConv form"}
+    calibration = {"method": settings.method, "data_sha256": calib.digest(), "samples": len(calib),
+                   "held_out": len(held_out) if held_out is not None and held_out is not calib else 0}
+    return Step(Precisioned(result.model, {"method": "int8-qdq", "report": result.report.to_json()}, calibration),
+                {"precision": "int8", "qdq_pairs": len(result.report.placed),
+                 "calibrated_on": "model" if calibration_model is None else "DeformConv form"})
 
 
-def _save(model: onnx.ModelProto, prepared: Path) -> dict[str, Any]:
+def _save(model: onnx.ModelProto, prepared: Path) -> Step[Saved]:
     save_model(model, prepared, force=True)
     # Hash the files, not the proto: a model over 2 GB cannot be serialized in memory.
-    return {"path": str(prepared), "sha256": model_sha256(load_model(prepared, load_weights=False, check=False))}
+    graph = load_model(prepared, load_weights=False, check=False)
+    sha = model_sha256(graph)
+    return Step(Saved(prepared, sha, graph), {"path": str(prepared), "sha256": sha})
 
 
-def _corners(model: onnx.ModelProto, prepared: Path, original: LoadedModel,
-             profiles: tuple[Any, ...]) -> dict[str, Any]:
-    skipped: list[str] = []
-    failures = check_corners_or_skip(model, profiles, prepared, skipped)
-    graph = "prepared"
-    if failures is None:  # plugin nodes: ONNX Runtime cannot run the prepared graph; try the original
-        failures, graph = check_corners_or_skip(original.proto, profiles, original.path, skipped), "original"
-    if failures is None:  # custom DCN ops in the original too: their DeformConv form runs
-        deform = _deformconv_form(original)
-        if deform is not None:
-            failures = check_corners_or_skip(deform, profiles, skipped=skipped)
-            graph = "original with DCN as DeformConv"
-    if failures is None:
-        return {"_status": "skipped", "reason": "ONNX Runtime cannot run this graph"}
-    if failures:
-        first = failures[0]
+def _corners(reference: Reference, profiles: tuple[Profile, ...], seed: int,
+             keep_outputs: bool) -> Step[CornerRuns | None]:
+    """Every profile corner run on the reference graph before TensorRT spends minutes on it; the
+    outputs are kept for verify, which judges the engine on the same inputs."""
+    if not profiles and dynamic_inputs(reference.loaded.proto):  # only with --prepare-only: build needs one
+        return Step(None, {"reason": "no profile: dynamic inputs and no shapes (--prepare-only)"}, "skipped")
+    graph = reference.graph
+    if graph is None:
+        log.warning("profile shapes not checked on ONNX Runtime: it can run neither the model nor its rewritten "
+                    "graph")
+        return Step(None, {"reason": "ONNX Runtime cannot run this graph"}, "skipped")
+    runs = run_corners(graph.model, profiles, seed=seed, path=graph.path, keep_outputs=keep_outputs)
+    if runs.failures:
+        first = runs.failures[0]
         raise UsageError(
             f"the graph cannot run at {first.describe()}",
             hint="TensorRT would fail on the same shapes minutes into the build; narrow the profile "
             "(--min-shapes/--opt-shapes/--max-shapes) to shapes the model supports",
         )
-    return {"profiles": len(profiles), "corners_run": "min/opt/max", "graph": graph,
-            "not_run": skipped}
+    return Step(runs, {"profiles": len(profiles), "corners_run": "min/opt/max", "graph": graph.label,
+                       "not_run": list(runs.skipped)})
 
 
-def _deformconv_form(loaded: LoadedModel) -> onnx.ModelProto | None:
-    """The model with DCN nodes rewritten to ONNX DeformConv (ONNX Runtime runs it), or None."""
-
-    if not any(rewrite_rule_for(n.domain, n.op_type) for g in iter_graphs(loaded.proto.graph) for n in g.node):
-        return None  # no DCN op: nothing a DeformConv form would change
-    try:
-        return rewrite(loaded, RewriteSettings(dcn_target="deformconv", verify=False)).model
-    except TrtconvError:
-        return None
-
-
-def _tensorrt_build(plan: BuildPlan, progress: Any, out: dict[str, Any]) -> dict[str, Any]:
-
+def _tensorrt_build(plan: BuildPlan, progress: Any) -> Step[Built]:
     env = probe()
     gpu = env.gpus[0] if env.gpus else None
     if gpu is None:
@@ -369,22 +453,25 @@ def _tensorrt_build(plan: BuildPlan, progress: Any, out: dict[str, Any]) -> dict
                                       hint="run `trtconv doctor`")
     cache = plan.timing_cache.resolve(gpu.name, gpu.compute_capability, env.tensorrt.version or "unknown")
     result = build_engine(plan, timing_cache=cache, progress=progress)
-    out["environment"] = env.manifest_fields()
     share = result.precision_share
-    out["precision"] = {**result.precision.to_json(), "share": round(share, 4) if share is not None else None}
-    out["plugins_needed"] = list(result.plugins_needed)
-    out["seconds"] = result.seconds
-    out["engine_sha256"] = hashlib.sha256(plan.engine_path.read_bytes()).hexdigest()
-    return {"engine": str(plan.engine_path), "bytes": result.engine_bytes,
-            "timing_cache": str(cache) if cache else None}
+    built = Built(
+        environment=env.manifest_fields(),
+        precision={**result.precision.to_json(), "share": round(share, 4) if share is not None else None},
+        plugins_needed=tuple(result.plugins_needed),
+        seconds=result.seconds,
+        engine_sha256=hashlib.sha256(plan.engine_path.read_bytes()).hexdigest(),
+    )
+    return Step(built, {"engine": str(plan.engine_path), "bytes": result.engine_bytes,
+                        "timing_cache": str(cache) if cache else None})
 
 
-def _verify(req: BuildRequest, plan: BuildPlan) -> dict[str, Any]:
-    """Engine vs ONNX Runtime at every profile's min/opt/max, on the user's model; if ORT cannot
-    run it (custom DCN ops), on the prepared graph (rewrites are proven equal to the original);
-    if neither runs, skipped."""
+def _verify(req: BuildRequest, plan: BuildPlan, reference: Reference,
+            corners: CornerRuns | None) -> Step[Mapping[str, Any]]:
+    """Engine vs ONNX Runtime at every profile's min/opt/max, against the reference graph (the
+    user's model, or what ONNX Runtime runs of it), on the inputs the profile stage ran; if
+    ONNX Runtime runs none of them, skipped."""
 
-    corners: list[tuple[int, str, dict[str, tuple[int, ...]]]] = []
+    todo: list[tuple[int, str, dict[str, tuple[int, ...]]]] = []
     seen: set[tuple[int, tuple[tuple[str, tuple[int, ...]], ...]]] = set()
     for index, profile in enumerate(plan.profiles or ()):
         for corner in CORNERS:
@@ -392,34 +479,17 @@ def _verify(req: BuildRequest, plan: BuildPlan) -> dict[str, Any]:
             key = (index, tuple(sorted(shapes.items())))
             if key not in seen:
                 seen.add(key)
-                corners.append((index, corner, shapes))
-    corners = corners or [(0, "static", {})]
-
-    def run(reference: Path, label: str) -> dict[str, Any]:
-        result = verify_engine_corners(plan.engine_path, reference, corners,
-                                       thresholds=DEFAULT_THRESHOLDS[req.precision],
-                                       plugin_libraries=plan.plugin_libraries, seed=req.seed,
-                                       check_compatibility=False)  # just built here; an old manifest may linger
-        return {**result, "reference": label, "_status": "done" if result["passed"] else "failed"}
-
-    for reference in (req.model, plan.onnx_path):
-        try:
-            ort.session(reference)
-        except InvalidModelError:
-            continue
-        return run(reference, reference.name)
-    # Plugin nodes on both sides (e.g. DCNv2 -> a TensorRT plugin): the reference is the model with
-    # its DCN nodes rewritten to ONNX DeformConv instead, which ONNX Runtime runs (and which the
-    # rewrite stage proves equal to the original).
-
-    ref_model = _deformconv_form(load_model(req.model))
-    if ref_model is None:
-        return {"_status": "skipped", "reason": "ONNX Runtime can run neither the model nor the prepared graph"}
-    try:
-        with atomic_dir(plan.engine_path.parent) as scratch:
-            ref_path = save_model(ref_model, scratch / "reference.onnx")
-            ort.session(ref_path)
-            return run(ref_path, f"{req.model.name} with DCN rewritten to DeformConv")
-    except InvalidModelError:
-        pass
-    return {"_status": "skipped", "reason": "ONNX Runtime can run neither the model nor the prepared graph"}
+                todo.append((index, corner, shapes))
+    todo = todo or [(0, "static", {})]
+    graph = reference.graph
+    if graph is None:
+        reason = "ONNX Runtime can run neither the model nor the prepared graph"
+        return Step({"passed": None, "reason": reason}, {"reason": reason}, "skipped")
+    result = verify_engine_corners(plan.engine_path, graph.path or graph.model, todo,
+                                   thresholds=DEFAULT_THRESHOLDS[req.precision],
+                                   plugin_libraries=plan.plugin_libraries, seed=req.seed,
+                                   check_compatibility=False,  # just built here; an old manifest may linger
+                                   references=corners.outputs if corners is not None else None)
+    label = req.model.name if graph.label == "original" else f"{req.model.name} ({graph.label})"
+    verdict = {**result, "reference": label}
+    return Step(verdict, verdict, "done" if result["passed"] else "failed")

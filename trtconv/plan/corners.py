@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import onnx
 
-from trtconv.errors import InvalidModelError, UsageError
+from trtconv.errors import UsageError
 from trtconv.load import override_input_shapes
 from trtconv.load.shapes import available_memory, largest_static_tensor
 from trtconv.plan.plan import Profile
@@ -56,10 +58,28 @@ def does_not_fit(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> 
     return f"tensor {big[0]!r} alone would need {big[1] / 2**30:.1f} GiB, {avail / 2**30:.1f} GiB are available"
 
 
-def check_corners(model: onnx.ModelProto, profiles: tuple[Profile, ...], *, seed: int = 0,
-                  path: Path | None = None, skipped: list[str] | None = None) -> list[CornerFailure]:
-    """Run ``model`` at each corner; return the first failure per corner (empty: all ran).
-    Corners whose tensors would not fit in host memory are not run; ``skipped`` gets why.
+ShapesKey = tuple[tuple[str, tuple[int, ...]], ...]
+
+
+def shapes_key(shapes: dict[str, tuple[int, ...]]) -> ShapesKey:
+    """One corner's identity: its input shapes, in a fixed order."""
+    return tuple(sorted(shapes.items()))
+
+
+@dataclass(frozen=True)
+class CornerRuns:
+    """What running the graph at every corner found: the failures, the corners not run (and why),
+    and, when kept, each corner's inputs and outputs (the reference a built engine is judged by)."""
+
+    failures: tuple[CornerFailure, ...]
+    skipped: tuple[str, ...] = ()
+    outputs: Mapping[ShapesKey, tuple[ort.Feeds, ort.Feeds]] = field(default_factory=dict)
+
+
+def run_corners(model: onnx.ModelProto, profiles: tuple[Profile, ...], *, seed: int = 0,
+                path: Path | None = None, keep_outputs: bool = False) -> CornerRuns:
+    """Run ``model`` at each corner; the first failure per corner (none: all ran).
+    Corners whose tensors would not fit in host memory are not run, and say why.
 
     Raises InvalidModelError only if ONNX Runtime cannot load the model at all; callers
     that hold a not-ORT-runnable graph (plugin nodes) should pass its ORT-runnable form.
@@ -72,11 +92,14 @@ def check_corners(model: onnx.ModelProto, profiles: tuple[Profile, ...], *, seed
     quiet = onnxruntime.RunOptions()
     quiet.log_severity_level = 4  # the failure is reported by us, with the node named
     failures: list[CornerFailure] = []
-    seen: set[tuple[tuple[str, tuple[int, ...]], ...]] = set()
+    skipped: list[str] = []
+    outputs: dict[ShapesKey, tuple[ort.Feeds, ort.Feeds]] = {}
+    seen: set[ShapesKey] = set()
+    names = [o.name for o in sess.get_outputs()]
     for index, profile in enumerate(profiles or (Profile(()),)):
         for corner in CORNERS:
             shapes = profile.corner(corner)
-            key = tuple(sorted(shapes.items()))
+            key = shapes_key(shapes)
             if key in seen:
                 continue
             seen.add(key)
@@ -84,8 +107,7 @@ def check_corners(model: onnx.ModelProto, profiles: tuple[Profile, ...], *, seed
             if too_big:  # a few bytes of ConstantOfShape can declare 16 GiB: never let ORT try
                 where = f"profile {index} {corner}" if profiles else "the static shapes"
                 log.warning("%s not run on ONNX Runtime: %s", where, too_big)
-                if skipped is not None:
-                    skipped.append(f"{where}: {too_big}")
+                skipped.append(f"{where}: {too_big}")
                 continue
             try:
                 feeds = ort.random_feeds(model, shapes, seed=seed)
@@ -93,26 +115,32 @@ def check_corners(model: onnx.ModelProto, profiles: tuple[Profile, ...], *, seed
                 failures.append(CornerFailure(index, corner, shapes, None, None, exc.message))
                 continue
             try:
-                sess.run(None, feeds, quiet)
+                values = sess.run(names, feeds, quiet)
             except Exception as exc:  # ORT raises its own RuntimeException types
-                text = str(exc).strip()
-                node = _NODE.search(text)
-                op = _OP.search(text)
-                first = text.splitlines()[0] if text else type(exc).__name__
-                first = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", first)
-                if "Status Message: " in first:  # keep ORT's reason, drop its source location
-                    first = first.split("Status Message: ", 1)[1]
-                    first = re.sub(r"^\S+\.(?:h|cc|cpp):\d+ [^)]*\)\s*", "", first)
-                failures.append(CornerFailure(index, corner, shapes, node.group(1) if node else None,
-                                              op.group(1) if op else None, first[:400]))
-    return failures
+                failures.append(_failure(index, corner, shapes, exc))
+                continue
+            if keep_outputs:
+                outputs[key] = (feeds, {n: np.asarray(v) for n, v in zip(names, values)})
+    return CornerRuns(tuple(failures), tuple(skipped), outputs)
 
 
-def check_corners_or_skip(model: onnx.ModelProto, profiles: tuple[Profile, ...],
-                          path: Path | None = None, skipped: list[str] | None = None) -> list[CornerFailure] | None:
-    """Like check_corners, but None (with a log line) when ORT cannot run this graph at all."""
-    try:
-        return check_corners(model, profiles, path=path, skipped=skipped)
-    except InvalidModelError as exc:
-        log.warning("profile shapes not checked on ONNX Runtime: %s", exc.message)
-        return None
+def _failure(index: int, corner: str, shapes: dict[str, tuple[int, ...]], exc: Exception) -> CornerFailure:
+    text = str(exc).strip()
+    node = _NODE.search(text)
+    op = _OP.search(text)
+    first = text.splitlines()[0] if text else type(exc).__name__
+    first = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", first)
+    if "Status Message: " in first:  # keep ORT's reason, drop its source location
+        first = first.split("Status Message: ", 1)[1]
+        first = re.sub(r"^\S+\.(?:h|cc|cpp):\d+ [^)]*\)\s*", "", first)
+    return CornerFailure(index, corner, shapes, node.group(1) if node else None,
+                         op.group(1) if op else None, first[:400])
+
+
+def check_corners(model: onnx.ModelProto, profiles: tuple[Profile, ...], *, seed: int = 0,
+                  path: Path | None = None, skipped: list[str] | None = None) -> list[CornerFailure]:
+    """:func:`run_corners`'s failures (``skipped`` gets the corners not run, and why)."""
+    runs = run_corners(model, profiles, seed=seed, path=path)
+    if skipped is not None:
+        skipped.extend(runs.skipped)
+    return list(runs.failures)

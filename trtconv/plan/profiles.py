@@ -8,17 +8,25 @@ a message about "kOPT values for profile 0"; we check them here and name the inp
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 
 import onnx
 
-from trtconv.errors import UsageError
+from trtconv.errors import InvalidModelError, UsageError
 from trtconv.load.shapes import dynamic_inputs, input_dims, parse_shapes
+from trtconv.plan.corners import does_not_fit
 from trtconv.plan.plan import InputRange, Profile, Shape
+from trtconv.reference import ort
+
+log = logging.getLogger(__name__)
+# Tried, in order, for a dynamic dim that is not the batch: the first the graph runs at goes into the hint.
+_CANDIDATES = (224, 256, 320, 512, 640, 128, 64, 32, 16, 8)
 
 
 def _example(name: str, dims: list[int | str | None]) -> str:
-    return f"{name}:" + "x".join(str(d) if isinstance(d, int) else "N" for d in dims)
+    return f"{name}:" + "x".join(str(d) if isinstance(d, int) else "1" for d in dims)
 
 
 def _check_shape(name: str, shape: Shape, dims: dict[str, list[int | str | None]], flag: str) -> None:
@@ -50,8 +58,18 @@ def build_profiles(
     min_shapes: Sequence[str] = (),
     opt_shapes: Sequence[str] = (),
     max_shapes: Sequence[str] = (),
+    sample_shapes: Iterable[Mapping[str, Shape]] | None = None,
+    required: bool = True,
+    command: str = "trtconv build MODEL -o ENGINE",
 ) -> tuple[Profile, ...]:
-    """The profiles to build, or () for a fully static model given no shapes."""
+    """The profiles to build, or () for a fully static model given no shapes.
+
+    Without shapes for a dynamic model, as Polygraphy and trtexec users expect: the profile
+    spans ``sample_shapes`` (min/opt/max over the calibration samples) when given; else a
+    dynamic leading (batch) dim is 1, with a warning; else, if a profile is ``required``, a
+    usage error whose hint is ``command`` with shapes the graph was seen to run at
+    (``required=False``: no profile, for ``--prepare-only``).
+    """
     dims = input_dims(model)
     dynamic = dynamic_inputs(model)
     ranged = bool(min_shapes or opt_shapes or max_shapes)
@@ -71,11 +89,10 @@ def build_profiles(
         for lo_spec, opt_spec, hi_spec in zip(min_shapes, opt_shapes, max_shapes):
             specs.append((parse_shapes(lo_spec), parse_shapes(opt_spec), parse_shapes(hi_spec)))
     elif dynamic:
-        name, d = next(iter(dynamic.items()))
-        raise UsageError(
-            f"the model has dynamic inputs ({', '.join(dynamic)}) and no shapes were given",
-            hint=f"pass --shapes {_example(name, d)} or --min-shapes/--opt-shapes/--max-shapes",
-        )
+        spec = _default_spec(model, dynamic, sample_shapes, required, command)
+        if spec is None:
+            return ()
+        specs.append(spec)
     profiles = []
     for index, (lo, mid, hi) in enumerate(specs):
         where = f"profile {index}"
@@ -106,3 +123,64 @@ def build_profiles(
             ranges.append((name, InputRange(a, b, c)))
         profiles.append(Profile(tuple(ranges)))
     return tuple(profiles)
+
+
+def _default_spec(model: onnx.ModelProto, dynamic: dict[str, list[int | str | None]],
+                  sample_shapes: Iterable[Mapping[str, Shape]] | None, required: bool, command: str
+                  ) -> tuple[dict[str, Shape], dict[str, Shape], dict[str, Shape]] | None:
+    """The profile taken when no shapes were given (see :func:`build_profiles`), or None."""
+    if sample_shapes is not None:
+        seen = [{n: tuple(int(d) for d in s[n]) for n in dynamic if n in s} for s in sample_shapes]
+        if seen and all(set(s) == set(dynamic) for s in seen):
+            return _span(seen)
+    batch = {n: tuple([1, *d[1:]]) for n, d in dynamic.items()
+             if len(d) >= 2 and not isinstance(d[0], int) and all(isinstance(x, int) for x in d[1:])}
+    if len(batch) == len(dynamic):
+        log.warning("dynamic batch dim of %s set to 1 (give --shapes or --min/--opt/--max-shapes for other sizes)",
+                    ", ".join(batch))
+        one = {n: tuple(int(x) for x in s) for n, s in batch.items()}
+        return one, one, one
+    if not required:
+        return None
+    raise UsageError(
+        f"the model has dynamic inputs ({', '.join(dynamic)}) and no shapes were given",
+        hint=f"{command} --shapes {suggest_shapes(model, dynamic)} (or --min-shapes/--opt-shapes/--max-shapes, "
+        "or --calib-data DIR to take the range from the samples)",
+    )
+
+
+def _span(seen: list[dict[str, Shape]]) -> tuple[dict[str, Shape], dict[str, Shape], dict[str, Shape]]:
+    """min/opt/max over the samples' shapes: elementwise min and max, opt the most common (ties: largest)."""
+    names = list(seen[0])
+    lo = {n: tuple(min(dims) for dims in zip(*(s[n] for s in seen))) for n in names}
+    hi = {n: tuple(max(dims) for dims in zip(*(s[n] for s in seen))) for n in names}
+    counts = Counter(tuple(s[n] for n in names) for s in seen)
+    best = max(counts, key=lambda shapes: (counts[shapes], shapes))
+    return lo, dict(zip(names, best)), hi
+
+
+def suggest_shapes(model: onnx.ModelProto, dynamic: Mapping[str, list[int | str | None]]) -> str:
+    """``--shapes`` text with real numbers: batch dims 1, other dynamic dims the first of a few
+    common sizes the graph runs at in ONNX Runtime (or the first size, if none runs)."""
+
+    def fill(size: int) -> dict[str, Shape]:
+        return {n: tuple(d if isinstance(d, int) else (1 if axis == 0 and len(dims) >= 2 else size)
+                         for axis, d in enumerate(dims)) for n, dims in dynamic.items()}
+
+    def text(shapes: Mapping[str, Shape]) -> str:
+        return ",".join(f"{n}:{'x'.join(map(str, s))}" for n, s in shapes.items())
+
+    try:
+        sess = ort.session(model)
+    except InvalidModelError:
+        return text(fill(_CANDIDATES[0]))
+    for size in _CANDIDATES:
+        shapes = fill(size)
+        if does_not_fit(model, dict(shapes)):
+            continue
+        try:
+            ort.run(sess, ort.random_feeds(model, shapes, seed=0))
+        except (InvalidModelError, UsageError):
+            continue
+        return text(shapes)
+    return text(fill(_CANDIDATES[0]))

@@ -6,6 +6,7 @@ runs the graph here, on the CPU, so it works on machines without TensorRT or a G
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,8 +26,10 @@ def session(model: onnx.ModelProto | str | os.PathLike[str], *, threads: int | N
     so a comparison measures our graph, not ORT's fusions of it."""
     import onnxruntime as ort
 
+    severity = log_severity()
+    ort.set_default_logger_severity(severity)
     opts = ort.SessionOptions()
-    opts.log_severity_level = 3
+    opts.log_severity_level = severity
     if not optimize:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if threads:
@@ -42,6 +45,12 @@ def session(model: onnx.ModelProto | str | os.PathLike[str], *, threads: int | N
             f"ONNX Runtime cannot load the model: {first}",
             hint="custom ops need `trtconv rewrite` first; run `trtconv check` to see which",
         ) from exc
+
+
+def log_severity() -> int:
+    """ONNX Runtime's own log level: its (ANSI-coloured) lines only with trtconv's debug logging
+    (-vv); trtconv reports every ORT failure itself, in one line with the reason."""
+    return 2 if logging.getLogger("trtconv").isEnabledFor(logging.DEBUG) else 4
 
 
 def _refuse_if_too_big(model: onnx.ModelProto) -> None:

@@ -9,7 +9,7 @@ Public API (what ``build`` calls)::
 """
 
 from trtconv.rewrites.dcn import TARGETS as DCN_TARGETS
-from trtconv.rewrites.dcn import PluginSpec, default_plugin_spec_path, load_plugin_spec
+from trtconv.rewrites.dcn import PluginSpec, default_plugin_spec_path, load_plugin_spec, trtconv_plugin_spec
 from trtconv.rewrites.pipeline import (
     SCHEMA,
     RewriteEntry,
@@ -34,4 +34,5 @@ __all__ = [
     "load_plugin_spec",
     "parse_plugin_map",
     "rewrite",
+    "trtconv_plugin_spec",
 ]

@@ -116,7 +116,7 @@ def fold_constants(graph: gs.Graph, size_limit: int) -> CleanupResult:
         sub.import_domains = sub.import_domains or graph.import_domains
     import onnxruntime
 
-    onnxruntime.set_default_logger_severity(3)  # graphsurgeon's sessions: errors only
+    onnxruntime.set_default_logger_severity(4)  # graphsurgeon's sessions: its failures are handled here
     severity = G_LOGGER.severity
     G_LOGGER.severity = G_LOGGER.ERROR  # partial failures are expected (custom ops) and harmless
     try:

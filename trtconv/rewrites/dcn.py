@@ -333,6 +333,18 @@ def default_plugin_spec_path() -> Path:
     return Path(__file__).resolve().parents[2] / "plugins" / "dcnv2" / "spec.json"
 
 
+def trtconv_plugin_spec(path: str | os.PathLike[str] | None = None) -> PluginSpec:
+    """The spec of trtconv's own DCNv2 plugin: the file at ``path``, or the one trtconv ships.
+    The one lookup ``rewrite`` and ``build`` share, so both say the same when it is missing."""
+
+    spec_path = Path(path) if path is not None else default_plugin_spec_path()
+    if not spec_path.is_file():
+        raise UsageError(f"DCN plugin spec {spec_path} not found",
+                         hint="give the spec's path (`trtconv rewrite --dcn-plugin-spec PATH`), "
+                              "or use --dcn-target deformconv")
+    return load_plugin_spec(spec_path)
+
+
 class Emitter:
     """Builds replacement nodes with unique, deterministic names derived from the original node."""
 

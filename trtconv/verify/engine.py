@@ -19,7 +19,7 @@ import onnx
 from trtconv.errors import DataError, InvalidModelError
 from trtconv.load import load_model
 from trtconv.load.shapes import input_dims
-from trtconv.plan.corners import does_not_fit
+from trtconv.plan.corners import ShapesKey, does_not_fit, shapes_key
 from trtconv.reference import ort
 from trtconv.reference.compare import OutputStats, Thresholds, compare_outputs, violations
 from trtconv.trt.engine import EngineRunner
@@ -117,9 +117,11 @@ def compare_with_reference(
     *,
     top1: bool = False,
     seed: int | None = None,
+    reference: Mapping[str, np.ndarray] | None = None,
 ) -> VerifyReport:
-    """Run the reference on ``feeds`` and judge ``got`` (the engine's outputs) against it."""
-    ref = ort.run_model(model, feeds)
+    """Judge ``got`` (the engine's outputs) against the reference's outputs on ``feeds``
+    (``reference``: already computed; else the reference is run here)."""
+    ref = dict(reference) if reference is not None else ort.run_model(model, feeds)
     missing = sorted(set(ref) - set(got))
     if missing:
         return VerifyReport((), (f"engine has no output named {', '.join(missing)}",), thresholds,
@@ -155,26 +157,37 @@ def verify_engine(
 
 def verify_engine_corners(
     engine_path: Path,
-    onnx_path: Path,
+    onnx_path: Path | onnx.ModelProto,
     corners: list[tuple[int, str, dict[str, tuple[int, ...]]]],
     *,
     thresholds: Thresholds,
     plugin_libraries: tuple[Path, ...] = (),
     seed: int = 0,
     check_compatibility: bool = True,
+    references: Mapping[ShapesKey, tuple[ort.Feeds, ort.Feeds]] | None = None,
 ) -> dict[str, Any]:
     """The engine against ONNX Runtime at each (profile, corner, shapes): an engine right at its
-    opt shape can still be wrong at max (FP16 overflow on larger inputs, a bad tactic)."""
+    opt shape can still be wrong at max (FP16 overflow on larger inputs, a bad tactic).
 
-    model = load_model(onnx_path, load_weights=False).proto
-    plan = [(p, c, make_inputs(model, inputs=None, shapes=s, seed=seed)) for p, c, s in corners]
-    for _, _, feeds in plan:
+    ``references``: (inputs, outputs) the reference already gave at some corners (keyed by
+    :func:`trtconv.plan.corners.shapes_key`), reused instead of running it again."""
+
+    model = onnx_path if isinstance(onnx_path, onnx.ModelProto) else load_model(onnx_path, load_weights=False).proto
+    known = references or {}
+    plan: list[tuple[int, str, ort.Feeds, ort.Feeds | None]] = []
+    for p, c, s in corners:
+        if shapes_key(s) in known:
+            feeds, ref = known[shapes_key(s)]
+            plan.append((p, c, feeds, ref))
+            continue
+        feeds = make_inputs(model, inputs=None, shapes=s, seed=seed)
         preflight(model, feeds)
+        plan.append((p, c, feeds, None))
     runner = EngineRunner(engine_path, plugin_libraries, check_compatibility=check_compatibility)
     results, failures = [], []
-    for profile, corner, feeds in plan:
+    for profile, corner, feeds, ref in plan:
         runner.select_profile(profile)
-        report = compare_with_reference(onnx_path, feeds, runner.infer(feeds), thresholds, seed=seed)
+        report = compare_with_reference(onnx_path, feeds, runner.infer(feeds), thresholds, seed=seed, reference=ref)
         results.append({"profile": profile, "corner": corner, **report.to_json()})
         failures += [f"profile {profile} {corner}: {f}" for f in report.failures]
     return {"passed": not failures, "failures": failures, "seed": seed,
