@@ -126,3 +126,33 @@ def test_check_accepts_what_rewrite_wrote(tmp_path):
     doc = json.loads(CliRunner().invoke(cli, ["check", str(plug), "--json"]).stdout)
     rules = {f["rule"] for n in doc["nodes"] for f in n["findings"]}
     assert "plugin-version" not in rules and doc["summary"]["unsupported"] == 0
+
+
+def test_silero_shapes_that_break_an_if_branch_are_refused_not_written(silero, tmp_path):
+    """Silero VAD's 8 kHz branch cannot take 576 samples; ONNX Runtime type-checks that branch at
+    static shapes and refuses the model. rewrite says so (not "changed the outputs"), writes
+    nothing, and the same holds with folding and proofs off: no exit 0 with an unloadable model."""
+    import onnxruntime
+
+    out = tmp_path / "s.onnx"
+    for extra in ((), ("--no-fold",), ("--no-fold", "--no-verify")):
+        res = invoke(silero, "-o", out, "--shapes", "input:1x576,state:2x1x128", *extra)
+        assert res.exit_code == 2, (extra, res.output)
+        assert "with --shapes input:1x576,state:2x1x128 the model does not load in ONNX Runtime" in res.stderr
+        assert "changed the model's outputs" not in res.stderr
+        assert not out.exists() and list(tmp_path.iterdir()) == []
+    # What the hint says (leave the input dynamic) works, and ONNX Runtime loads the result as a user would.
+    res = invoke(silero, "-o", out, "--shapes", "state:2x1x128")
+    assert res.exit_code == 0, res.output
+    onnxruntime.InferenceSession(str(out))
+
+
+def test_rewrite_never_returns_a_model_onnx_runtime_refuses(silero):
+    """The library path too, proofs off: the load check is not part of the proof."""
+    import pytest
+
+    from trtconv.errors import UsageError
+    from trtconv.rewrites import RewriteSettings, rewrite
+
+    with pytest.raises(UsageError, match="does not load in ONNX Runtime"):
+        rewrite(load_model(silero), RewriteSettings(shapes={"input": (1, 576)}, verify=False, fold_constants=False))

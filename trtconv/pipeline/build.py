@@ -229,8 +229,7 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
     # The prepared ONNX is derived data: its default path is rewritten (saying so); an explicit
     # --prepared path is treated like any output (exists → needs --force).
     check_output_path(prepared, force=plan.force or req.prepared is None)
-    if req.prepared is None and prepared.exists() and not plan.force:
-        log.warning("replacing %s (derived from the model; --prepared PATH writes it elsewhere)", prepared)
+    replacing = req.prepared is None and prepared.exists() and not plan.force
     outcome = outcome if outcome is not None else BuildOutcome(prepared=prepared)
     outcome.prepared = prepared
     stages = _Stages(outcome, say)
@@ -251,6 +250,8 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
     rewritten = stages.run("rewrite", lambda: _rewrite(loaded, req))
     reference = Reference(loaded, rewritten)
     precisioned = stages.run("precision", lambda: _precision(rewritten.model, req, samples, reference))
+    if replacing:
+        log.warning("replacing %s (derived from the model; --prepared PATH writes it elsewhere)", prepared)
     saved = stages.run("save", lambda: _save(precisioned.model, prepared))
     stages.run("recheck", lambda: _recheck(saved, req.target, shapes0))
     keep = not req.prepare_only and req.verify  # verify reuses the reference's outputs

@@ -20,9 +20,10 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx import version_converter
 
-from trtconv.errors import AccuracyError, UnsupportedModelError, UsageError
+from trtconv.errors import AccuracyError, InvalidModelError, UnsupportedModelError, UsageError
 from trtconv.load.model import PROTOBUF_LIMIT, LoadedModel, _approx_size, iter_graphs
 from trtconv.load.shapes import Shape, override_input_shapes, value_shapes
+from trtconv.reference import ort
 from trtconv.rewrites import cleanup, dcn
 from trtconv.rewrites.catalog import rewrite_rule_for
 from trtconv.rewrites.pluginmap import PlannedPluginNode, PluginMap
@@ -378,6 +379,8 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     if settings.prune_opsets:
         results.append(cleanup.prune_opsets(out))
 
+    if not large:  # even with proofs off: never hand back a model ONNX Runtime cannot load
+        _refuse_unloadable(out, model, settings.shapes)
     if settings.verify and not large:
         # cut only where ONNX Runtime cannot run a node: a rewritten DeformConv is compared end to end
         reference = model if was_sorted else _sorted_copy(model)  # ONNX Runtime refuses unsorted graphs
@@ -392,6 +395,35 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     report = RewriteReport(settings, tuple(entries), tuple(results), gproof, nodes_before, _count_nodes(out),
                            opset_before, _default_opset(out), tuple(notes))
     return RewriteResult(out, report)
+
+
+def _refuse_unloadable(out: onnx.ModelProto, shaped: onnx.ModelProto, shapes: Mapping[str, Shape]) -> None:
+    """A rewritten model of standard ops that ONNX Runtime (default options) refuses to load is never returned.
+    When the input model with ``--shapes`` applied is refused too, the shapes are the cause:
+    ONNX Runtime checks every If branch at the static shapes, even a branch these shapes never take."""
+
+    if any(n.domain not in STANDARD_DOMAINS and n.domain != dcn.PENDING_DOMAIN
+           for g in iter_graphs(out.graph) for n in g.node):
+        return  # plugin nodes: no ONNX Runtime loads them; the node proofs stand in
+    try:
+        ort.session(out, optimize=True)  # as a user loads it: ORT's optimizer checks If branches harder
+        return
+    except InvalidModelError as exc:
+        reason = exc.message.removeprefix("ONNX Runtime cannot load the model: ")
+    if shapes:
+        try:
+            ort.session(shaped, optimize=True)
+        except InvalidModelError as exc:
+            given = ",".join(f"{k}:{'x'.join(map(str, v))}" for k, v in shapes.items())
+            raise UsageError(
+                f"with --shapes {given} the model does not load in ONNX Runtime: "
+                + exc.message.removeprefix("ONNX Runtime cannot load the model: "),
+                hint="nothing was written; ONNX Runtime checks every If branch at static shapes, and a branch "
+                     "cannot take these (one the inputs may never reach): leave that input dynamic (drop it "
+                     "from --shapes)",
+            ) from None
+    raise AccuracyError(f"the rewritten model does not load in ONNX Runtime: {reason}",
+                        hint="nothing was written; retry with --no-fold or --no-int32 and report the model")
 
 
 def _refuse_empty_list_attributes(model: onnx.ModelProto) -> None:
