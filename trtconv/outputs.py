@@ -46,6 +46,24 @@ def temp_prefix(folder: Path, name: str = "") -> str:
     return _tmp_prefix(name)
 
 
+def umask() -> int:
+    """This process's umask, read without changing it where the OS allows (Linux)."""
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def default_mode(*, directory: bool = False) -> int:
+    """The mode a new file (or folder) gets from open()/mkdir(), as ``cp`` would give it: mkstemp
+    and mkdtemp make 0600/0700 temps, which would keep a shared CI cache from other users."""
+    return (0o777 if directory else 0o666) & ~umask()
+
+
 def remove_own_temps() -> list[str]:
     """Remove the temp files and folders this process still has; the names removed."""
     mine = _tmp_prefix()
@@ -145,7 +163,10 @@ def atomic_path(path: Path, *, force: bool = False, suffix: str = "") -> Iterato
     sweep_stale_temps(parent)
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=temp_prefix(parent, path.name), suffix=suffix, dir=parent)
-        os.close(fd)
+        try:
+            os.fchmod(fd, default_mode())  # the rename keeps the temp's mode
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise os_error(path, exc) from exc
     tmp = Path(tmp_name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -46,8 +47,9 @@ class BarSink:
                 self.bar.remove_task(task)
 
 
-def _say(quiet: bool) -> Any:
+def _say(as_json: bool) -> Any:
     console = stderr_console()
+    quiet = as_json or not logging.getLogger("trtconv").isEnabledFor(logging.WARNING)  # -q
 
     def say(stage: str, status: str) -> None:
         if quiet or status == "running":

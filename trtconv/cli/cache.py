@@ -37,7 +37,7 @@ from trtconv.cli.config import jsonable
 from trtconv.cli.depfile import OutputsFn, cached_inputs, single_output, succeeded
 from trtconv.cli.main import _dist_version
 from trtconv.load.model import file_sha256
-from trtconv.outputs import TMP_PREFIX, atomic_path, check_output_path, dumps_json, temp_prefix
+from trtconv.outputs import TMP_PREFIX, atomic_path, check_output_path, default_mode, dumps_json, temp_prefix
 from trtconv.trt.environment import probe_driver
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -128,6 +128,7 @@ def store(cache_dir: Path, key: CacheKey, files: Sequence[Path], base: Path, std
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(cache_dir), dir=cache_dir))
     try:
+        tmp.chmod(default_mode(directory=True))  # the entry is renamed into place with this mode
         names = [str(f.relative_to(base)) for f in files]
         (tmp / FILES).mkdir()
         for f, name in zip(files, names):

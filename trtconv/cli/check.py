@@ -11,7 +11,7 @@ from rich.table import Table
 from trtconv.analyze import CheckReport
 from trtconv.api import check as api_check
 from trtconv.cli.options import json_option, model_argument, shapes_option, trt_version_option
-from trtconv.cli.output import finish, print_json, stdout_console
+from trtconv.cli.output import cell_lines, finish, print_json, stdout_console
 
 STATUS_STYLE = {"supported": "green", "rewritable": "yellow", "plugin": "yellow", "unsupported": "red"}
 
@@ -59,7 +59,7 @@ def _print_human(report: CheckReport) -> None:
         for col in ("node", "op", "status", "reason"):
             table.add_column(col, overflow="fold")
         for n in report.nodes:
-            reasons = "\n".join(f"{'' if f.severity == 'error' else 'warning: '}{f.message}" for f in n.findings)
+            reasons = cell_lines([f"{'' if f.severity == 'error' else 'warning: '}{f.message}" for f in n.findings])
             status = n.status + (f" ({n.rewrite})" if n.rewrite else "")
             op = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}"
             table.add_row(escape(n.path), escape(op), f"[{STATUS_STYLE[n.status]}]{escape(status)}[/]", escape(reasons))

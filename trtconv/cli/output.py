@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import click
@@ -25,8 +28,26 @@ class _Console(Console):
         raise BrokenPipeError
 
 
+# In a pipe or a CI log nothing may wrap, fold or truncate (a folded "2.31e-05" reads as 2.31):
+# tables get all the width they need, one row per line.
+PIPE_WIDTH = 1 << 15
+
+
+def interactive(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
 def stdout_console() -> Console:
-    return _Console(file=sys.stdout, highlight=False, soft_wrap=True)
+    return _Console(file=sys.stdout, highlight=False, soft_wrap=True,
+                    width=None if interactive(sys.stdout) else PIPE_WIDTH)
+
+
+def cell_lines(lines: list[str]) -> str:
+    """Several lines in one table cell: stacked on a terminal, one line ("; ") in a pipe."""
+    return ("\n" if interactive(sys.stdout) else "; ").join(lines)
 
 
 def stderr_console() -> Console:
@@ -50,8 +71,10 @@ def warn(message: str) -> None:
     logging.getLogger("trtconv").warning(message)
 
 
-def progress(transient: bool = True) -> Progress:
-    """A progress bar on stderr, disabled when stderr is not a terminal."""
+def progress(transient: bool = True) -> Progress | LineProgress:
+    """Progress on stderr: a bar on a terminal; in a pipe or CI log, plain lines (:class:`LineProgress`)."""
+    if not interactive(sys.stderr):
+        return LineProgress()
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -59,8 +82,75 @@ def progress(transient: bool = True) -> Progress:
         TimeElapsedColumn(),
         console=stderr_console(),
         transient=transient,
-        disable=not sys.stderr.isatty(),
     )
+
+
+@dataclass
+class LineTask:
+    description: str
+    total: float | None
+    completed: float = 0
+    started: float = 0.0
+    said: float = 0.0  # when its last line was printed
+
+
+class LineProgress:
+    """rich's Progress API for a pipe: a ``trtconv: <phase>`` line when a phase starts, and one
+    with the count every ``interval`` seconds while it runs, so a CI log never goes silent
+    for long. Nothing under -q."""
+
+    def __init__(self, *, interval: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self.clock = clock
+        self.tasks: dict[int, LineTask] = {}
+        self._next = 0
+
+    def __enter__(self) -> LineProgress:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        self.tasks.clear()
+
+    def add_task(self, description: str, total: float | None = None, **_fields: Any) -> int:
+        now = self.clock()
+        task_id, self._next = self._next, self._next + 1
+        self.tasks[task_id] = LineTask(description.strip(), total, 0, now, now)
+        _say(f"trtconv: {description.strip()}")
+        return task_id
+
+    def update(self, task_id: int, *, completed: float | None = None, advance: float | None = None,
+               total: float | None = None, **_fields: Any) -> None:
+        task = self.tasks.get(task_id)
+        if task is None:
+            return
+        if total is not None:
+            task.total = total
+        if completed is not None:
+            task.completed = completed
+        if advance is not None:
+            task.completed += advance
+        now = self.clock()
+        if now - task.said >= self.interval:
+            task.said = now
+            count = f"{task.completed:g}" + (f"/{task.total:g}" if task.total else "")
+            _say(f"trtconv: {task.description}: {count} ({now - task.started:.0f} s)")
+
+    def advance(self, task_id: int, advance: float = 1) -> None:
+        self.update(task_id, advance=advance)
+
+    def remove_task(self, task_id: int) -> None:
+        self.tasks.pop(task_id, None)
+
+
+def _say(line: str) -> None:
+    if logging.getLogger("trtconv").isEnabledFor(logging.WARNING):  # not -q
+        click.echo(line, err=True)
 
 
 def finish(code: ExitCode | int) -> NoReturn:

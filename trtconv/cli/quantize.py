@@ -25,7 +25,7 @@ from trtconv.cli.cache import cache_option
 from trtconv.cli.config import config_option
 from trtconv.cli.depfile import deps_option
 from trtconv.cli.options import force_option, json_option, model_argument, output_option, shapes_option
-from trtconv.cli.output import print_json, progress, stdout_console, warn
+from trtconv.cli.output import interactive, print_json, progress, stdout_console, warn
 from trtconv.errors import AccuracyError, UsageError
 from trtconv.load import parse_shapes
 from trtconv.pipeline.quantize import INT8_DEFAULT_HELD_OUT, INT8_MIN_FOR_HOLDOUT
@@ -190,12 +190,16 @@ class _Progress:
         if stage != self.stage:
             self.close()
             self.stage = stage
-            self.say(self.STAGES.get(stage, stage))
-            if not self.quiet and sys.stderr.isatty() and stage in ("peaks", "calibrate", "accuracy"):
-
+            label = self.STAGES.get(stage, stage)
+            if not self.quiet and stage in ("peaks", "calibrate", "accuracy"):
+                # a bar on a terminal; in a pipe, the bar's plain lines (one now, one every few seconds)
+                if interactive(sys.stderr):
+                    self.say(label)
                 self.bar = progress()
                 self.bar.start()
-                self.task = self.bar.add_task(self.STAGES.get(stage, stage), total=total)
+                self.task = self.bar.add_task(label, total=total)
+            else:
+                self.say(label)
         if self.bar is not None and self.task is not None:
             self.bar.update(self.task, completed=done)
 

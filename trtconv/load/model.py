@@ -538,10 +538,17 @@ def _checker_error(model: onnx.ModelProto, path: Path, has_external: bool) -> st
         else:
             onnx.checker.check_model(model)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
-        return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return _one_line(str(exc)) or type(exc).__name__
     except Exception as exc:  # the checker can raise plain errors on malformed protos
-        return f"{type(exc).__name__}: {exc}".splitlines()[0]
+        return _one_line(f"{type(exc).__name__}: {exc}")
     return None
+
+
+def _one_line(message: str, limit: int = 400) -> str:
+    """The checker's message on one line: it names a node over several ("of node: \nname: n
+    OpType: Relu\n is not ..."), so the first line alone stops mid-sentence; its context block goes."""
+    text = " ".join(message.split("==> Context:")[0].split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def load_model(path: str | os.PathLike[str], *, load_weights: bool = True, check: bool = True) -> LoadedModel:

@@ -1,0 +1,143 @@
+"""The command line as a CI log reads it: piped tables whole, -q quiet, one voice on stderr,
+progress lines that never go silent for long, files others can read (issue: CI logs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+from builders import cls_calibration
+from click.testing import CliRunner
+from test_rewrite_cli import mmcv_model
+
+from trtconv.cli.main import cli
+from trtconv.cli.output import LineProgress
+from trtconv.errors import ExitCode
+
+TRTCONV = [sys.executable, "-m", "trtconv"]
+CLS_SHAPES = "x:1x3x48x192"
+NUMBER = re.compile(r"^-?(\d+(\.\d*)?|\.\d+)(e[-+]\d+)?$|^(nan|inf)$")
+
+
+def piped(*args: object, **env: str) -> subprocess.CompletedProcess[str]:
+    """trtconv with stdout and stderr pipes, at a CI runner's default width."""
+    return subprocess.run([*TRTCONV, *map(str, args)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "COLUMNS": "80", **env})
+
+
+def test_piped_check_keeps_op_names_and_reasons_on_one_line(tmp_path):
+    model = mmcv_model(tmp_path / "mmcv.onnx")
+    res = piped("check", model)
+    assert res.returncode == ExitCode.NEEDS_REWRITE, res.stderr
+    (row,) = [line for line in res.stdout.splitlines() if "dcn0" in line]
+    assert "mmcv::MMCVModulatedDeformConv2d" in row and "rewritable (dcnv2-mmcv)" in row
+    assert "custom op MMCVModulatedDeformConv2d (domain 'mmcv'): no built-in importer" in row
+    assert res.stdout.count("MMCVModulatedDeformConv2d") == 2  # op column + reason; never split
+
+
+def test_piped_quantize_table_has_whole_numbers(ocr_cls, tmp_path):
+    calib = cls_calibration(tmp_path / "calib", n=4)
+    args = ["quantize", str(ocr_cls), "--precision", "fp16", "--calib-data", str(calib), "--force"]
+    text = CliRunner().invoke(cli, [*args, "-o", str(tmp_path / "a.onnx")])
+    assert text.exit_code == 0, text.output
+    report = json.loads(CliRunner().invoke(cli, [*args, "-o", str(tmp_path / "b.onnx"), "--json"]).stdout)
+    for out in report["accuracy"]:
+        (row,) = [line for line in text.stdout.splitlines() if out["name"] in line]
+        cells = [c for c in re.split(r"[\s│|┃]+", row) if c]
+        assert cells[0] == out["name"] and len(cells) == 7, row  # one row per line, every column whole
+        assert all(NUMBER.match(c) for c in cells[2:]), row
+        assert f"{out['mean_abs']:.3g}" == cells[3] and f"{out['max_abs']:.3g}" == cells[2], row
+
+
+def test_quiet_is_quiet_before_or_after_the_command(ocr_cls, tmp_path):
+    calib = cls_calibration(tmp_path / "calib", n=3)
+    runs = [
+        piped("quantize", ocr_cls, "--precision", "fp16", "--calib-data", calib, "-o", tmp_path / "q.onnx", "-q"),
+        piped("-q", "build", ocr_cls, "-o", tmp_path / "m.engine", "--shapes", CLS_SHAPES, "--prepare-only"),
+        piped("build", ocr_cls, "-o", tmp_path / "n.engine", "--prepare-only", "--quiet"),  # defaults, no warning
+        piped("check", "-q", ocr_cls),
+        piped("rewrite", ocr_cls, "-o", tmp_path / "r.onnx", "-q"),
+    ]
+    for res in runs:
+        assert res.returncode in (0, ExitCode.NEEDS_REWRITE), res.args
+        assert res.stderr == "", (res.args, res.stderr)
+
+
+def test_stderr_speaks_with_one_voice(silero, ocr_cls, tmp_path):
+    # ONNX Runtime's own coloured log lines never reach a pipe: the error is trtconv's one line and hint.
+    res = piped("rewrite", silero, "-o", tmp_path / "s.onnx", "--shapes", "input:1x576,state:2x1x128")
+    assert res.returncode == ExitCode.USAGE
+    assert "\x1b[" not in res.stderr and "onnxruntime:" not in res.stderr
+    lines = res.stderr.splitlines()
+    assert all(line.startswith(("trtconv: ", "  hint: ")) for line in lines), lines
+    (error,) = [line for line in lines if line.startswith("trtconv: error: ")]
+    assert "does not load in ONNX Runtime" in error
+    # Warnings: one spelling, no Python source lines.
+    res = piped("quantize", ocr_cls, "--precision", "int8", "--random-data", "3", "--shapes", CLS_SHAPES,
+                "-o", tmp_path / "q.onnx")
+    assert res.returncode == 0, res.stderr
+    lines = res.stderr.splitlines()
+    assert all(line.startswith("trtconv: ") for line in lines), lines
+    assert "UserWarning" not in res.stderr and "WARNING" not in res.stderr
+    assert any(line.startswith("trtconv: warning: calibrating on RANDOM data") for line in lines), lines
+    # Usage errors: trtconv's format, not click's Usage:/Error: block.
+    res = piped("build", ocr_cls, "--no-such-flag")
+    assert res.returncode == ExitCode.USAGE
+    assert res.stderr.splitlines()[0].startswith("trtconv: error: No such option: --no-such-flag") or \
+        res.stderr.splitlines()[0].startswith("trtconv: error: No such option '--no-such-flag'")
+    assert "Usage:" not in res.stderr and "\nError:" not in res.stderr
+    assert "hint: `trtconv build --help` lists the options" in res.stderr
+
+
+def test_piped_progress_prints_a_line_per_phase_and_while_it_runs():
+    now = [0.0]
+    lines: list[str] = []
+    bar = LineProgress(interval=5.0, clock=lambda: now[0])
+    import trtconv.cli.output as output
+
+    real = output._say
+    output._say = lines.append
+    try:
+        task = bar.add_task("checking accuracy with ONNX Runtime", total=10)
+        for i in range(10):
+            now[0] += 1.5  # 15 s in all: a line at 6 s and 12 s, none in between
+            bar.update(task, completed=i + 1)
+    finally:
+        output._say = real
+    assert lines == ["trtconv: checking accuracy with ONNX Runtime",
+                     "trtconv: checking accuracy with ONNX Runtime: 4/10 (6 s)",
+                     "trtconv: checking accuracy with ONNX Runtime: 8/10 (12 s)"]
+
+
+def test_piped_quantize_names_each_long_phase(ocr_cls, tmp_path):
+    calib = cls_calibration(tmp_path / "calib", n=3)
+    res = piped("quantize", ocr_cls, "--precision", "fp16", "--calib-data", calib, "-o", tmp_path / "q.onnx")
+    assert res.returncode == 0, res.stderr
+    lines = res.stderr.splitlines()
+    assert "trtconv: measuring activation ranges" in lines and "trtconv: checking accuracy with ONNX Runtime" in lines
+    assert "\x1b[" not in res.stderr and "\r" not in res.stderr
+
+
+def test_outputs_respect_the_umask(ocr_cls, tmp_path):
+    """--deps files, calibration caches, outputs and result-cache entries: as `cp` makes them."""
+    old = os.umask(0o022)
+    try:
+        out = tmp_path / "q.onnx"
+        res = CliRunner().invoke(cli, ["quantize", str(ocr_cls), "--precision", "int8", "--random-data", "2",
+                                       "--shapes", CLS_SHAPES, "-o", str(out), "--calib-cache",
+                                       str(tmp_path / "q.cache"), "--deps", str(tmp_path / "q.d"),
+                                       "--cache-dir", str(tmp_path / "results")])
+        assert res.exit_code == 0, res.output
+    finally:
+        os.umask(old)
+    for path in (out, tmp_path / "q.cache", tmp_path / "q.d"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+    entries = [p for p in (tmp_path / "results").rglob("*")]
+    assert entries
+    for p in entries:
+        assert stat.S_IMODE(p.stat().st_mode) == (0o755 if p.is_dir() else 0o644), p
