@@ -22,6 +22,7 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
+from interrupts import interrupt_before_rename
 from onnx import TensorProto, helper, numpy_helper
 
 from trtconv.cli.main import cli
@@ -144,12 +145,14 @@ def big_model(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("command", ["rewrite", "quantize"])
 def test_ctrl_c_mid_write_exits_130_and_leaves_nothing(tmp_path, big_model, command):
+    """Ctrl-C with the output's temp file written in full and not yet renamed (delivered at that
+    point, not after a guessed delay): exit 130 and an empty folder, under any load."""
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     out = out_dir / "o.onnx"
     args = {"rewrite": ["--no-verify", "--no-fold"], "quantize": ["--precision", "fp16"]}[command]
-    cmd = [sys.executable, "-m", "trtconv", command, str(big_model), "-o", str(out), *args]
-    res = _kill_when_temp_appears(cmd, out_dir, signal.SIGINT, 0.01)
+    res = interrupt_before_rename([command, str(big_model), "-o", str(out), *args], out_dir, signal.SIGINT)
+    assert "signal before rename of " + TMP_PREFIX in res.stderr, res.stderr[-2000:]
     assert res.returncode == ExitCode.INTERRUPTED, res.stderr[-2000:]
     assert "interrupted" in res.stderr and "Traceback" not in res.stderr
     assert list(out_dir.iterdir()) == []

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from interrupts import interrupt_before_rename
 from onnx import TensorProto, helper, numpy_helper
 
 from trtconv.cli.main import cli
@@ -45,7 +46,8 @@ def test_full_stdout_is_one_line_io_error(ocr_cls):
 
 
 def test_sigterm_mid_write_exits_130_and_leaves_nothing(tmp_path):
-    """CI cancels jobs with SIGTERM: it must clean up like Ctrl-C, not die mid-write."""
+    """CI cancels jobs with SIGTERM: it must clean up like Ctrl-C, not die mid-write. The signal
+    lands with the temp file written and not yet renamed (a known point, not a timed guess)."""
     n = 8 * 2**20
     w = numpy_helper.from_array(np.full((n,), 2.0, np.float32), "W")
     g = helper.make_graph([helper.make_node("Add", ["x", "W"], ["y"])], "g",
@@ -54,16 +56,11 @@ def test_sigterm_mid_write_exits_130_and_leaves_nothing(tmp_path):
     model = save_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
     out_dir = tmp_path / "out"
     out_dir.mkdir()
-    proc = subprocess.Popen([*TRTCONV, "quantize", str(model), "--precision", "fp16", "-o", str(out_dir / "o.onnx")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not any(p.name.startswith(TMP_PREFIX) for p in out_dir.iterdir()):
-        assert proc.poll() is None and time.monotonic() < deadline, "no temp file appeared"
-        time.sleep(0.0005)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == ExitCode.INTERRUPTED, err[-2000:]
-    assert "Traceback" not in err
+    res = interrupt_before_rename(["quantize", str(model), "--precision", "fp16", "-o", str(out_dir / "o.onnx")],
+                                  out_dir, signal.SIGTERM)
+    assert "signal before rename of " + TMP_PREFIX in res.stderr, res.stderr[-2000:]
+    assert res.returncode == ExitCode.INTERRUPTED, res.stderr[-2000:]
+    assert "Traceback" not in res.stderr
     assert list(out_dir.iterdir()) == []
 
 

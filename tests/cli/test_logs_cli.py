@@ -9,7 +9,6 @@ import re
 import stat
 import subprocess
 import sys
-from pathlib import Path
 
 from builders import cls_calibration
 from click.testing import CliRunner

@@ -21,9 +21,11 @@ from trtconv.load.shapes import Shape, available_memory, input_dims, largest_sta
 Feeds = dict[str, np.ndarray]
 
 
-def session(model: onnx.ModelProto | str | os.PathLike[str], *, threads: int | None = None, optimize: bool = False):
+def session(model: onnx.ModelProto | str | os.PathLike[str], *, threads: int | None = None, optimize: bool = False,
+            refuse_too_big: bool = True):
     """An ONNX Runtime CPU session. ``optimize=False`` keeps the graph as written,
-    so a comparison measures our graph, not ORT's fusions of it."""
+    so a comparison measures our graph, not ORT's fusions of it. ``refuse_too_big=False``:
+    only loading is asked for, so a graph whose tensors would not fit in memory may still load."""
     import onnxruntime as ort
 
     severity = log_severity()
@@ -34,7 +36,7 @@ def session(model: onnx.ModelProto | str | os.PathLike[str], *, threads: int | N
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if threads:
         opts.intra_op_num_threads = threads
-    if isinstance(model, onnx.ModelProto):
+    if isinstance(model, onnx.ModelProto) and refuse_too_big:
         _refuse_if_too_big(model)
     src = str(model) if isinstance(model, (str, os.PathLike)) else model.SerializeToString()
     try:

@@ -406,13 +406,13 @@ def _refuse_unloadable(out: onnx.ModelProto, shaped: onnx.ModelProto, shapes: Ma
            for g in iter_graphs(out.graph) for n in g.node):
         return  # plugin nodes: no ONNX Runtime loads them; the node proofs stand in
     try:
-        ort.session(out, optimize=True)  # as a user loads it: ORT's optimizer checks If branches harder
+        ort.session(out, optimize=True, refuse_too_big=False)  # as a user loads it: ORT's optimizer checks If branches harder
         return
     except InvalidModelError as exc:
         reason = exc.message.removeprefix("ONNX Runtime cannot load the model: ")
     if shapes:
         try:
-            ort.session(shaped, optimize=True)
+            ort.session(shaped, optimize=True, refuse_too_big=False)
         except InvalidModelError as exc:
             given = ",".join(f"{k}:{'x'.join(map(str, v))}" for k, v in shapes.items())
             raise UsageError(

@@ -1,0 +1,39 @@
+"""Signals delivered at a known point of a real trtconv process, so interrupt tests do not race.
+
+The process runs ``trtconv.cli.main.main`` with one change: when it is about to rename a
+finished temp file into the watched folder (``os.replace``, the moment an output would
+appear), it sends itself ``sig`` and waits for the handler. The signal travels the real path
+(SIGINT -> KeyboardInterrupt, SIGTERM -> trtconv's handler), with the temp file written in
+full and the output not yet there: the latest moment an interrupt can still leave nothing.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+_RUNNER = """
+import os, signal, sys, time
+from pathlib import Path
+folder, sig = Path(sys.argv[1]).resolve(), int(sys.argv[2])
+real_replace = os.replace
+def replace(src, dst, *args, **kwargs):
+    if Path(dst).resolve().parent == folder:
+        print("signal before rename of", os.path.relpath(src, folder), file=sys.stderr, flush=True)
+        os.kill(os.getpid(), sig)
+        time.sleep(120)  # the handler raises in here
+        raise SystemExit("the signal was not delivered")
+    return real_replace(src, dst, *args, **kwargs)
+os.replace = replace
+from trtconv.cli.main import main
+sys.argv = ["trtconv", *sys.argv[3:]]
+main()
+"""
+
+
+def interrupt_before_rename(args: list[str], folder: Path, sig: int, timeout: float = 300
+                            ) -> subprocess.CompletedProcess[str]:
+    """Run ``trtconv *args``; deliver ``sig`` just before an output is renamed into ``folder``."""
+    return subprocess.run([sys.executable, "-c", _RUNNER, str(folder), str(int(sig)), *args],
+                          capture_output=True, text=True, timeout=timeout)
