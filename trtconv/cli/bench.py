@@ -46,7 +46,8 @@ def bench(engine: Path, shapes: str | None, warmup: int, iterations: int, cuda_g
           plugins: tuple[Path, ...], seed: int, update_manifest: bool, as_json: bool) -> None:
     """Time ENGINE: warm-up, then median/p90/p99 latency and throughput.
 
-    Exit 0: timed; 9: TensorRT or GPU missing; 2: bad flags or dynamic inputs without --shapes.
+    Dynamic inputs run at the opt shape of profile 0 unless --shapes says otherwise.
+    Exit 0: timed; 9: TensorRT or GPU missing; 2: bad flags, or --shapes outside the profile.
     """
 
     settings = BenchSettings(warmup=warmup, iterations=iterations, cuda_graph=cuda_graph, seed=seed)
