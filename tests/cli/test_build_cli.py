@@ -367,3 +367,44 @@ def test_profile_check_never_lets_onnxruntime_allocate_a_shape_bomb(tmp_path: Pa
     stage = next(s for s in json.loads(res.stdout)["stages"] if s["name"] == "profiles")
     (reason,) = stage["not_run"]
     assert reason.startswith("the static shapes: tensor 'bomb' alone would need 16.0 GiB")
+
+
+def test_int8_on_a_model_that_already_has_qdq_is_refused(ocr_cls, tmp_path: Path):
+    calib = cls_calibration(tmp_path / "calib", n=4)
+    quantized = tmp_path / "cls.int8.onnx"
+    res = run("quantize", ocr_cls, "--precision", "int8", "--calib-data", calib, "-o", quantized)
+    assert res.exit_code == 0, res.output
+    res = run("build", quantized, "-o", tmp_path / "q.engine", "--shapes", CLS_SHAPES, "--precision", "int8",
+              "--calib-data", calib, "--prepare-only")
+    assert res.exit_code == ExitCode.USAGE, res.output
+    assert "already holds" in res.stderr and "QuantizeLinear/DequantizeLinear" in res.stderr
+    assert "--precision fp32" in res.stderr  # the hint: build it as it is
+    assert not (tmp_path / "q.prepared.onnx").exists()
+
+
+def test_replacing_the_default_prepared_onnx_says_so(ocr_cls, tmp_path: Path):
+    args = ["build", ocr_cls, "-o", tmp_path / "m.engine", "--shapes", CLS_SHAPES, "--prepare-only"]
+    assert "replacing" not in run(*args).stderr
+    again = run(*args)
+    assert again.exit_code == 0
+    assert f"trtconv: warning: replacing {tmp_path / 'm.prepared.onnx'}" in again.stderr
+    explicit = run(*args, "--prepared", tmp_path / "m.prepared.onnx")  # named: an output like any other
+    assert explicit.exit_code == ExitCode.USAGE and "already exists" in explicit.stderr
+
+
+def test_no_tensorrt_hint_names_trtexec_strongly_typed(ocr_cls, tmp_path: Path, no_tensorrt):
+    res = run("build", ocr_cls, "-o", tmp_path / "m.engine", "--shapes", CLS_SHAPES, "--precision", "fp16")
+    assert res.exit_code == ExitCode.TENSORRT_UNAVAILABLE
+    assert "trtexec --stronglyTyped" in res.stderr
+
+
+def test_docs_and_help_agree_with_the_code():
+    from trtconv.pipeline.quantize import INT8_DEFAULT_HELD_OUT
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
+    build_row = next(line for line in docs.splitlines() if line.startswith("| `--calib-data DIR` |"))
+    assert f"{INT8_DEFAULT_HELD_OUT:.0%} held out" in build_row
+    bench_help = run("bench", "--help").stdout
+    assert "dynamic inputs without --shapes" not in bench_help
+    assert "Dynamic inputs run at the opt shape of profile 0" in " ".join(bench_help.split())
+    assert "Dynamic inputs run at the opt shape of profile 0 unless `--shapes` says otherwise" in docs

@@ -143,3 +143,16 @@ def test_parse_shapes():
     for bad in ("x", "x:1x", "x:ax3", ":1x2"):
         with pytest.raises(UsageError):
             parse_shapes(bad)
+
+
+def test_checker_note_is_whole_when_onnx_names_a_node_over_several_lines(tmp_path):
+    """onnx.checker's message for an unsorted graph spans lines ("of node: \\nname: ..."): kept whole."""
+    g = helper.make_graph([helper.make_node("Relu", ["a"], ["b"], name="second"),
+                           helper.make_node("Relu", ["x"], ["a"], name="first")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2])])
+    path = tmp_path / "unsorted.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    note = load_model(path).checker_error
+    assert note is not None and "\n" not in note
+    assert note.endswith("of node: name: second OpType: Relu is not output of any previous nodes."), note
