@@ -103,3 +103,53 @@ def test_build_settings_match_build_defaults():
     assert trtconv.BuildSettings().outputs("out/m.engine") == [
         Path("out/m.prepared.onnx"), Path("out/m.engine.json"), Path("out/m.engine")]
     assert trtconv.BuildSettings(prepare_only=True).outputs("m.engine") == [Path("m.prepared.onnx")]
+
+
+def test_cli_build_calls_the_api_function_a_python_user_calls():
+    """`trtconv build` goes through trtconv.api.build, not around it to the pipeline."""
+    import ast
+
+    source = (Path(trtconv.__file__).parent / "cli" / "build.py").read_text(encoding="utf-8")
+    imported = {(node.module, alias.name) for node in ast.walk(ast.parse(source))
+                if isinstance(node, ast.ImportFrom) for alias in node.names}
+    assert ("trtconv.api", "build") in imported
+    assert not any(name == "run_build" for _, name in imported)
+
+
+def test_build_computes_each_thing_once(tmp_path):
+    """INT8 over a DCN model whose rewrite targets a TensorRT plugin (ONNX Runtime runs neither the
+    model nor the prepared graph): the model is read once (plus the prepared ONNX, once, as written),
+    and the DeformConv form that calibration, the corner check and verify need is made once."""
+    import numpy as np
+    from builders import dcn_model
+
+    from trtconv.load import model as load_module
+    from trtconv.rewrites import pipeline as rewrite_module
+
+    model = dcn_model(tmp_path / "dcn.onnx")
+    (tmp_path / "cal").mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(6):
+        np.save(tmp_path / "cal" / f"{i}.npy", rng.standard_normal((1, 8, 32, 32)).astype(np.float32))
+    watched = {load_module.load_model.__code__: "load_model", rewrite_module.rewrite.__code__: "rewrite"}
+    calls: list[tuple[str, object]] = []
+
+    def profile(frame, event, _arg):
+        if event == "call" and frame.f_code in watched:
+            first = frame.f_locals.get("path", frame.f_locals.get("settings"))
+            calls.append((watched[frame.f_code], first))
+
+    settings = trtconv.BuildSettings(precision="int8", calib_data=tmp_path / "cal", dcn_target="trt-plugin",
+                                     prepare_only=True)
+    sys.setprofile(profile)
+    try:
+        outcome = trtconv.build(model, tmp_path / "d.engine", settings)
+    finally:
+        sys.setprofile(None)
+    stages = {s.name: s for s in outcome.stages}
+    assert stages["precision"].detail["calibrated_on"] == "DeformConv form"
+    assert stages["profiles"].detail["graph"] == "original with DCN as DeformConv"
+    loads = [str(p) for name, p in calls if name == "load_model"]
+    assert loads == [str(model), str(tmp_path / "d.prepared.onnx")], loads
+    targets = [s.dcn_target for name, s in calls if name == "rewrite"]
+    assert targets == ["trt-plugin", "deformconv"], targets  # the rewrite, then its DeformConv form once
