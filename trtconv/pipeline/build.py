@@ -17,7 +17,7 @@ import hashlib
 import logging
 import shlex
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -326,8 +326,9 @@ def _samples(model: onnx.ModelProto, req: BuildRequest) -> SampleSet | None:
     return sample_set(model, QuantizeSettings(calib_data=req.calib_data, max_samples=req.calib_limit))
 
 
-def _sample_shapes(samples: SampleSet) -> list[dict[str, tuple[int, ...]]]:
-    return [{name: tuple(int(d) for d in array.shape) for name, array in sample.items()} for sample in samples]
+def _sample_shapes(samples: SampleSet) -> Iterator[dict[str, tuple[int, ...]]]:
+    """Each sample's input shapes, read only if a default profile needs them."""
+    return ({name: tuple(int(d) for d in array.shape) for name, array in sample.items()} for sample in samples)
 
 
 def _ort_runnable(model: onnx.ModelProto) -> bool:
