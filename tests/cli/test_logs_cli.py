@@ -140,3 +140,15 @@ def test_outputs_respect_the_umask(ocr_cls, tmp_path):
     assert entries
     for p in entries:
         assert stat.S_IMODE(p.stat().st_mode) == (0o755 if p.is_dir() else 0o644), p
+
+
+def test_piped_build_names_the_precision_phases(ocr_cls, tmp_path):
+    """build's FP16 pass runs the model per sample twice (activation ranges, accuracy): a log hears of both."""
+    calib = cls_calibration(tmp_path / "calib", n=3)
+    res = piped("build", ocr_cls, "-o", tmp_path / "m.engine", "--shapes", CLS_SHAPES, "--precision", "fp16",
+                "--calib-data", calib, "--prepare-only")
+    assert res.returncode == 0, res.stderr
+    lines = res.stderr.splitlines()
+    assert "trtconv: measuring activation ranges" in lines, lines
+    assert "trtconv: checking accuracy with ONNX Runtime" in lines, lines
+    assert lines.index("trtconv: checking accuracy with ONNX Runtime") < lines.index("trtconv: precision: done")

@@ -33,7 +33,7 @@ class BarSink:
     def phase_start(self, name: str, parent: str | None, steps: int) -> None:
         with self.lock:
             label = ("  " if parent else "") + name
-            self.tasks[name] = self.bar.add_task(label, total=max(steps, 1))
+            self.tasks[name] = self.bar.add_task(label, total=steps if steps > 0 else None)
 
     def step(self, name: str, step: int) -> None:
         with self.lock:

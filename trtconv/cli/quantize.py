@@ -30,6 +30,7 @@ from trtconv.errors import AccuracyError, UsageError
 from trtconv.load import parse_shapes
 from trtconv.pipeline.quantize import INT8_DEFAULT_HELD_OUT, INT8_MIN_FOR_HOLDOUT
 from trtconv.precision.fp16 import rule_summaries
+from trtconv.precision.phases import LONG_PHASES, PHASES
 from trtconv.reference.compare import OutputStats, Thresholds
 
 
@@ -173,8 +174,6 @@ def _quiet_random_samples(precision: str, random_data: int | None) -> Iterator[N
 class _Progress:
     """Stage lines on stderr (not with -q); a bar per stage on an interactive terminal."""
 
-    STAGES = {"fold": "folding BatchNormalization into Conv", "peaks": "measuring activation ranges",
-              "convert": "converting to FP16", "calibrate": "calibrating", "accuracy": "checking accuracy with ONNX Runtime"}
 
     def __init__(self) -> None:
         self.quiet = logging.getLogger("trtconv").getEffectiveLevel() > logging.WARNING
@@ -190,8 +189,8 @@ class _Progress:
         if stage != self.stage:
             self.close()
             self.stage = stage
-            label = self.STAGES.get(stage, stage)
-            if not self.quiet and stage in ("peaks", "calibrate", "accuracy"):
+            label = PHASES.get(stage, stage)
+            if not self.quiet and stage in LONG_PHASES:
                 # a bar on a terminal; in a pipe, the bar's plain lines (one now, one every few seconds)
                 if interactive(sys.stderr):
                     self.say(label)

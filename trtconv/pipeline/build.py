@@ -43,6 +43,7 @@ from trtconv.plan.plan import BuildPlan, Precision, Profile, validate_plan
 from trtconv.plan.profiles import build_profiles
 from trtconv.precision.fp16 import Fp16Settings, convert_fp16
 from trtconv.precision.int8 import Int8Settings, quantize_int8
+from trtconv.precision.phases import PHASES
 from trtconv.reference import ort
 from trtconv.rewrites import RewriteResult, RewriteSettings, rewrite, trtconv_plugin_spec
 from trtconv.rewrites.catalog import rewrite_rule_for
@@ -196,6 +197,28 @@ class Reference:
         return None
 
 
+class _Phases:
+    """The precision passes' ``progress(stage, done, total)`` as phases of the build's progress
+    sink (the one TensorRT's monitor feeds): a bar per phase on a terminal, lines in a log."""
+
+    def __init__(self, sink: Any) -> None:
+        self.sink = sink
+        self.current: str | None = None
+
+    def __call__(self, stage: str, done: int, total: int | None) -> None:
+        label = PHASES.get(stage, stage)
+        if label != self.current:
+            self.close()
+            self.current = label
+            self.sink.phase_start(label, None, total or 0)
+        self.sink.step(label, done - 1)
+
+    def close(self) -> None:
+        if self.current is not None:
+            self.sink.phase_finish(self.current)
+        self.current = None
+
+
 class _Stages:
     def __init__(self, outcome: BuildOutcome, say: StageFn | None) -> None:
         self.outcome = outcome
@@ -249,7 +272,12 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
     stages.run("check", lambda: _check(loaded, req.target, shapes0))
     rewritten = stages.run("rewrite", lambda: _rewrite(loaded, req))
     reference = Reference(loaded, rewritten)
-    precisioned = stages.run("precision", lambda: _precision(rewritten.model, req, samples, reference))
+    phases = _Phases(progress) if progress is not None else None
+    try:
+        precisioned = stages.run("precision", lambda: _precision(rewritten.model, req, samples, reference, phases))
+    finally:
+        if phases is not None:
+            phases.close()
     if replacing:
         log.warning("replacing %s (derived from the model; --prepared PATH writes it elsewhere)", prepared)
     saved = stages.run("save", lambda: _save(precisioned.model, prepared))
@@ -382,7 +410,7 @@ def _recheck(saved: Saved, target: str, shapes: dict[str, tuple[int, ...]]) -> S
 
 
 def _precision(model: onnx.ModelProto, req: BuildRequest, samples: SampleSet | None,
-               reference: Reference) -> Step[Precisioned]:
+               reference: Reference, phases: _Phases | None) -> Step[Precisioned]:
     if req.precision == "fp32":
         return Step(Precisioned(model, {"method": "none"}), {"precision": "fp32"}, status="skipped")
     if req.precision == "fp16":
@@ -393,7 +421,7 @@ def _precision(model: onnx.ModelProto, req: BuildRequest, samples: SampleSet | N
         elif samples is None:
             log.warning("fp16 without --calib-data: nodes are kept in FP32 by op type and weight range only; "
                         "activation ranges are not measured (pass --calib-data DIR for that)")
-        fp16 = convert_fp16(model, Fp16Settings(), samples)  # quantize's defaults
+        fp16 = convert_fp16(model, Fp16Settings(), samples, progress=phases)  # quantize's defaults
         report = fp16.report.to_json()
         calibration = None if samples is None else {
             "method": "fp16-activation-ranges", "data_sha256": samples.digest(), "samples": len(samples)}
@@ -408,7 +436,8 @@ def _precision(model: onnx.ModelProto, req: BuildRequest, samples: SampleSet | N
     # Plugin nodes (DCN -> a TensorRT plugin) cannot run in ONNX Runtime: calibrate on the model's
     # DeformConv form instead, whose tensors carry the same names; int8 carries the scales over.
     calibration_model = None if reference.rewritten_runs else reference.deformconv
-    result = quantize_int8(model, settings, calib, eval_samples=held_out, calibration_model=calibration_model)
+    result = quantize_int8(model, settings, calib, eval_samples=held_out, calibration_model=calibration_model,
+                           progress=phases)
     calibration = {"method": settings.method, "data_sha256": calib.digest(), "samples": len(calib),
                    "held_out": len(held_out) if held_out is not None and held_out is not calib else 0}
     return Step(Precisioned(result.model, {"method": "int8-qdq", "report": result.report.to_json()}, calibration),
