@@ -33,15 +33,14 @@ from trtconv.trt.session import LogBridge, load_plugins
 
 if TYPE_CHECKING:
     import tensorrt as trt
+else:
+    from trtconv.trt.loader import trt
 
 log = logging.getLogger(__name__)
 
 
 def deserialize(data: bytes, *, logger: trt.ILogger | None = None) -> trt.ICudaEngine:
     tensorrt_version()
-    import tensorrt as trt
-
-
     logger = logger or LogBridge.make()
     runtime = trt.Runtime(logger)
     runtime.engine_host_code_allowed = True  # version-compatible engines carry their lean runtime
@@ -61,8 +60,6 @@ _KEEP: list[Any] = []
 
 
 def inspector_json(engine: trt.ICudaEngine) -> str:
-    import tensorrt as trt
-
     inspector = engine.create_engine_inspector()
     return inspector.get_engine_information(trt.LayerInformationFormat.JSON)
 
@@ -108,9 +105,6 @@ class EngineRunner:
     def __init__(self, engine_path: Path, plugin_libraries: tuple[Path, ...] = (), *,
                  check_compatibility: bool = True) -> None:
         tensorrt_version()
-        import tensorrt as trt
-
-
         self._cuda = _cuda()
         if check_compatibility:
             check_manifest(Path(engine_path))
