@@ -67,11 +67,12 @@ def pytest_collection_modifyitems(config, items):
     trt_reason = None
     gpu = None
     for item in items:
-        if "trt" in item.keywords:
+        # markers, not keywords: a test's keywords also hold its folder names (tests/trt/)
+        if item.get_closest_marker("trt"):
             trt_reason = trt_reason or _has_tensorrt() or ""
             if trt_reason:
                 item.add_marker(pytest.mark.skip(reason=f"needs TensorRT + GPU: {trt_reason}"))
-        elif "gpu" in item.keywords:
+        elif item.get_closest_marker("gpu"):
             gpu = _has_gpu() if gpu is None else gpu
             if not gpu:
                 item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU (none visible)"))
