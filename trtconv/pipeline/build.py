@@ -34,7 +34,7 @@ from trtconv.outputs import atomic_dir, check_output_path
 from trtconv.pipeline.quantize import QuantizeSettings, held_out_split, sample_set
 from trtconv.plan.corners import CORNERS, check_corners_or_skip
 from trtconv.plan.manifest import build_manifest, manifest_path, write_manifest
-from trtconv.plan.plan import BuildPlan, Precision, validate_plan
+from trtconv.plan.plan import BuildPlan, Precision, target_name, validate_plan
 from trtconv.plan.profiles import build_profiles
 from trtconv.precision.fp16 import Fp16Settings, convert_fp16
 from trtconv.precision.int8 import Int8Settings, quantize_int8
@@ -235,7 +235,7 @@ def _check(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]])
         bad = [n for n in report.nodes if n.status == "unsupported"]
         names = ", ".join(f"{n.path} ({n.op_type})" for n in bad[:5]) or "see `trtconv check`"
         raise UnsupportedModelError(
-            f"TensorRT {target} cannot parse {len(bad)} node(s) that trtconv can neither rewrite nor map to a "
+            f"{target_name(target)} cannot parse {len(bad)} node(s) that trtconv can neither rewrite nor map to a "
             f"plugin: {names}",
             hint=f"run `trtconv check {loaded.path}` for the reasons",
         )
@@ -271,7 +271,7 @@ def _recheck(prepared: Path, target: str, shapes: dict[str, tuple[int, ...]]) ->
     if left:
         names = ", ".join(f"{n.path} ({n.op_type}: {n.status})" for n in left[:5])
         raise UnsupportedModelError(
-            f"after rewrite and precision, TensorRT {target} would still reject {len(left)} node(s): {names}",
+            f"after rewrite and precision, {target_name(target)} would still reject {len(left)} node(s): {names}",
             hint=f"run `trtconv check {prepared}` for the reasons",
         )
     plugins = sorted({f"{n.domain + '::' if n.domain else ''}{n.op_type}" for n in report.nodes if n.status == "plugin"})

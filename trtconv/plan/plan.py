@@ -69,6 +69,11 @@ class Profile:
         return {name: rng.to_json() for name, rng in self.inputs}
 
 
+def target_name(target: str) -> str:
+    """``--trt`` value as a user reads it: "TensorRT 11.4", "TensorRT-RTX"."""
+    return "TensorRT-RTX" if target == RTX_TARGET else f"TensorRT {target}"
+
+
 def default_cache_dir() -> Path:
     """Where persistent timing caches live: $TRTCONV_CACHE_DIR, else $XDG_CACHE_HOME/trtconv."""
     if os.environ.get("TRTCONV_CACHE_DIR"):

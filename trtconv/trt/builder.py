@@ -269,13 +269,13 @@ def network_layer_info(network: trt.INetworkDefinition) -> dict[str, Any]:
     return {"Layers": layers}
 
 
-def builder_error(messages: list[str]) -> BuildError:
+def builder_error(messages: list[str], flavour: Flavour = TENSORRT) -> BuildError:
     """The builder returned no engine: its own error lines, in one message."""
     said = "; ".join(dict.fromkeys(m.strip().splitlines()[0] for m in messages if m.strip()))
     if len(said) > 600:
         said = said[:600] + " ..."
-    return BuildError(f"TensorRT's builder failed: {said}" if said else
-                      "TensorRT's builder failed (it reported no error; rerun with -v for its full log)",
+    return BuildError(f"{flavour.name}'s builder failed: {said}" if said else
+                      f"{flavour.name}'s builder failed (it reported no error; rerun with -v for its full log)",
                       hint="rerun with -v for TensorRT's full log; `trtconv check` lists nodes it may reject")
 
 
@@ -327,7 +327,7 @@ def _build(plan: BuildPlan, flavour: Flavour, timing_cache: Path | None, progres
     if interrupted:
         raise KeyboardInterrupt  # the build was cancelled cleanly; nothing was written
     if serialized is None:
-        raise builder_error(errors)
+        raise builder_error(errors, flavour)
     if timing_cache is not None:
         save_timing_cache(config, timing_cache)
     data = bytes(cast(Any, serialized))

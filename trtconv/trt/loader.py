@@ -29,6 +29,11 @@ def _import(flavour: Flavour) -> ModuleType:
                                       hint=flavour.install_hint) from None
 
 
+def forget() -> None:
+    """Import again on next use (for tests that hide a flavour's module)."""
+    _import.cache_clear()
+
+
 def module(flavour: Flavour | None = None) -> ModuleType:
     """The flavour's Python module (default: the active one); BackendUnavailableError if it cannot load."""
     return _import(flavour or current())
@@ -51,4 +56,4 @@ class _ActiveModule:
 
 
 trt: Any = _ActiveModule()
-__all__ = ["module", "tensorrt_version", "major_version", "trt"]
+__all__ = ["forget", "module", "tensorrt_version", "major_version", "trt"]
