@@ -176,3 +176,18 @@ def test_json_report_says_why_verify_was_skipped(tmp_path):
     assert stages["build"]["status"] == "done" and stages["build"]["timing_cache"] is None
     assert stages["verify"]["status"] == "skipped" and "RTX" in stages["verify"]["reason"]
     assert report["manifest_data"]["build"]["compute_capabilities"] == list(RTX_DEFAULT_COMPUTE_CAPABILITIES)
+
+
+def test_verify_picks_the_rtx_runtime_from_the_manifest_and_needs_an_rtx_gpu(tmp_path):
+    """verify/bench read the engine's manifest: an RTX engine goes to TensorRT-RTX's runtime, which
+    needs an RTX-class GPU; without one the answer is exit 9 in words, not a CUDA error."""
+    from trtconv.trt.environment import probe
+
+    if probe(import_tensorrt=False).gpus:
+        pytest.skip("a GPU is visible: the manifest's compute capabilities decide there (tests/plan/test_manifest.py)")
+    engine = tmp_path / "det.engine"
+    det = rapidocr_model("det")
+    assert _build(det, "-o", engine, "--shapes", "x:1x3x64x64")[0] == 0
+    res = CliRunner().invoke(cli, ["verify", str(engine), "--onnx", str(det), "--shapes", "x:1x3x64x64"])
+    assert res.exit_code == ExitCode.TENSORRT_UNAVAILABLE, res.output
+    assert "TensorRT-RTX engine" in res.output and "RTX-class GPU" in res.output
