@@ -85,3 +85,24 @@ def test_the_plan_target_picks_the_flavour_for_the_build_only(tmp_path):
     assert engine.stat().st_size == result.engine_bytes > 0
     assert current() == TENSORRT  # the context was restored
     assert for_target("rtx") == RTX and for_target("10.16") == for_target("11.4") == TENSORRT
+
+
+def test_without_tensorrt_rtx_build_stops_after_the_prepared_onnx_with_its_install_hint(monkeypatch, tmp_path):
+    import sys
+
+    from click.testing import CliRunner
+
+    from trtconv.cli.main import cli
+    from trtconv.trt.loader import forget
+
+    monkeypatch.setitem(sys.modules, "tensorrt_rtx", None)
+    forget()
+    try:
+        engine = tmp_path / "det.engine"
+        res = CliRunner().invoke(cli, ["build", str(rapidocr_model("det")), "--trt", "rtx", "-o", str(engine),
+                                       "--shapes", "x:1x3x64x64"])
+    finally:
+        forget()
+    assert res.exit_code == ExitCode.TENSORRT_UNAVAILABLE, res.output
+    assert "TensorRT-RTX is not available" in res.output and "trtconv[rtx]" in res.output
+    assert (tmp_path / "det.prepared.onnx").is_file() and not engine.exists()
