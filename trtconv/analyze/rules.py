@@ -20,6 +20,7 @@ from onnx import TensorProto, helper
 from trtconv.analyze.graph import GraphIndex
 from trtconv.analyze.report import ERROR, WARNING, Finding
 from trtconv.analyze.support import OpSupport
+from trtconv.onnxutil.domains import normalize_domain
 
 Rule = Callable[["NodeContext"], Iterator[Finding]]
 RULES: dict[str, list[Rule]] = {}  # op type -> its restriction rules
@@ -82,7 +83,7 @@ def generic(param: str) -> Callable[[Rule], Rule]:
 @functools.lru_cache(maxsize=4096)
 def _schema(op: str, domain: str, opset: int) -> onnx.defs.OpSchema | None:
     try:
-        return onnx.defs.get_schema(op, max(opset, 1), domain if domain != "ai.onnx" else "")
+        return onnx.defs.get_schema(op, max(opset, 1), normalize_domain(domain))
     except Exception:
         return None
 

@@ -29,7 +29,9 @@ from trtconv.errors import (
     UnsupportedModelError,
     UsageError,
 )
-from trtconv.load import LoadedModel, iter_graphs, load_model, model_sha256, save_model
+from trtconv.load import LoadedModel, load_model, model_sha256, save_model
+from trtconv.onnxutil.domains import qualified_op
+from trtconv.onnxutil.walk import iter_graphs
 from trtconv.outputs import atomic_dir, check_output_path
 from trtconv.pipeline.quantize import QuantizeSettings, held_out_split, sample_set
 from trtconv.plan.corners import CORNERS, check_corners_or_skip
@@ -257,7 +259,7 @@ def _recheck(prepared: Path, target: str, shapes: dict[str, tuple[int, ...]]) ->
             f"after rewrite and precision, TensorRT {target} would still reject {len(left)} node(s): {names}",
             hint=f"run `trtconv check {prepared}` for the reasons",
         )
-    plugins = sorted({f"{n.domain + '::' if n.domain else ''}{n.op_type}" for n in report.nodes if n.status == "plugin"})
+    plugins = sorted({qualified_op(n.domain, n.op_type) for n in report.nodes if n.status == "plugin"})
     return {"verdict": report.verdict, "plugin_ops": plugins}
 
 

@@ -21,8 +21,9 @@ import onnx_graphsurgeon as gs
 from onnx import version_converter
 
 from trtconv.errors import AccuracyError, UnsupportedModelError, UsageError
-from trtconv.load.model import PROTOBUF_LIMIT, LoadedModel, _approx_size, iter_graphs
+from trtconv.load.model import PROTOBUF_LIMIT, LoadedModel, _approx_size
 from trtconv.load.shapes import Shape, override_input_shapes, value_shapes
+from trtconv.onnxutil.walk import iter_graphs
 from trtconv.rewrites import cleanup, dcn
 from trtconv.rewrites.catalog import rewrite_rule_for
 from trtconv.rewrites.pluginmap import PlannedPluginNode, PluginMap
