@@ -26,6 +26,7 @@ from trtconv.errors import InvalidModelError
 from trtconv.load import LoadedModel, infer_shapes, input_dims, override_input_shapes
 from trtconv.load.shapes import Shape
 from trtconv.onnxutil.domains import is_default_domain
+from trtconv.onnxutil.walk import has_subgraphs
 from trtconv.rewrites.catalog import rewrite_rule_for
 
 NO_PLUGIN_DOMAINS = ("ai.onnx.ml", "ai.onnx.preview.training")
@@ -86,7 +87,7 @@ def _attribute_checker_error(model: onnx.ModelProto, index: GraphIndex) -> None:
         domain = node.domain or ""
         if not is_default_domain(domain) or not onnx.defs.has(node.op_type, domain):
             continue
-        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+        if has_subgraphs(node):
             continue  # its body's nodes are checked one by one
         try:
             onnx.checker.check_node(node, ctx)

@@ -19,6 +19,11 @@ def subgraphs(node: onnx.NodeProto) -> Iterator[tuple[str, onnx.GraphProto]]:
                 yield f"{attr.name}[{i}]", g
 
 
+def has_subgraphs(node: onnx.NodeProto) -> bool:
+    """True for a container node (If, Loop, Scan): one with a graph attribute."""
+    return next(subgraphs(node), None) is not None
+
+
 def iter_graphs_with_path(graph: onnx.GraphProto, path: str = "main") -> Iterator[tuple[str, onnx.GraphProto]]:
     """The graph and every subgraph, depth first, each with a path like ``main/If_0/then_branch``."""
     yield path, graph

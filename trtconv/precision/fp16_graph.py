@@ -27,12 +27,11 @@ from onnx import TensorProto, defs, helper, numpy_helper
 from trtconv.load.shapes import graph_dtypes
 from trtconv.onnxutil.domains import normalize_domain, opset_versions
 from trtconv.onnxutil.names import fresh_name, model_names
-from trtconv.onnxutil.walk import iter_graphs, subgraphs
+from trtconv.onnxutil.walk import has_subgraphs, iter_graphs, subgraphs
 from trtconv.precision.fp16_rules import FP16_MAX, NodeView, Rule, const_peak_lookup
 
 FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
 FLOATS = (FLOAT, HALF)
-CONTAINER_ATTRS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 # Inputs that carry shapes, sizes, scales, axes or counts: what feeds them is shape computation.
 SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
@@ -274,7 +273,7 @@ class _Scope:
         self.rebuild()
 
     def visit(self, idx: int, node: onnx.NodeProto, in_cone: bool, const_peak: Callable[[str], float | None]) -> None:
-        if any(a.type in CONTAINER_ATTRS for a in node.attribute):
+        if has_subgraphs(node):
             self.visit_container(idx, node)
             return
         schema = self.rw.schema(node)

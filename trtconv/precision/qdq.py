@@ -26,7 +26,7 @@ from onnx import TensorProto, helper, numpy_helper
 from trtconv.onnxutil.constants import remove_unused_constants
 from trtconv.onnxutil.domains import is_default_domain
 from trtconv.onnxutil.names import fresh_name, model_names
-from trtconv.onnxutil.walk import iter_graphs_with_path
+from trtconv.onnxutil.walk import iter_graphs_with_path, subgraphs
 
 QUANTIZABLE = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 SHAPE_ONLY = ("Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity")
@@ -406,7 +406,7 @@ def _expose(g: onnx.GraphProto, wanted: set[str], names: set[str], *, is_main: b
         here.append((t, t))
     for node in g.node:
         if node.op_type == "If":
-            branches = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
+            branches = dict(subgraphs(node))
             then_g, else_g = branches.get("then_branch"), branches.get("else_branch")
             if then_g is None or else_g is None:
                 continue

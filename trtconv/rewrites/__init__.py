@@ -14,7 +14,12 @@ proofs (proof.py), clean-ups (cleanup.py), plugin maps (pluginmap.py, pluginmap_
 
 from trtconv.rewrites.dcn_targets import TARGETS
 from trtconv.rewrites.pipeline import rewrite
-from trtconv.rewrites.plugin_spec import PluginSpec, builtin_plugin_spec, load_plugin_spec, plugin_spec
+from trtconv.rewrites.plugin_spec import (
+    PluginSpec,
+    builtin_plugin_spec,
+    load_plugin_spec,
+    resolve_plugin_spec,
+)
 from trtconv.rewrites.pluginmap import PluginMap, load_plugin_map, parse_plugin_map
 from trtconv.rewrites.report import SCHEMA, RewriteEntry, RewriteReport, RewriteResult
 from trtconv.rewrites.settings import RewriteSettings
@@ -34,6 +39,6 @@ __all__ = [
     "load_plugin_map",
     "load_plugin_spec",
     "parse_plugin_map",
-    "plugin_spec",
+    "resolve_plugin_spec",
     "rewrite",
 ]

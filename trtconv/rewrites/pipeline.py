@@ -14,6 +14,7 @@ The driver is generic: what a rule matches, emits and proves is the rule's busin
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import onnx
@@ -113,8 +114,12 @@ def _apply_rules(graph: gs.Graph, ctx: RuleContext, rules: tuple[RewriteRule, ..
     return applied
 
 
-def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSettings | None = None) -> RewriteResult:
-    """Rewrite a model for TensorRT; raise AccuracyError if any proof fails (nothing is returned then)."""
+def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSettings | None = None, *,
+            rules: Sequence[RewriteRule] | None = None) -> RewriteResult:
+    """Rewrite a model for TensorRT; raise AccuracyError if any proof fails (nothing is returned then).
+
+    ``rules``: the rules to apply, first match wins (default: the plugin map's, then the catalog's).
+    """
     settings = settings or RewriteSettings()
     check_settings(settings)
     src = loaded_or_model.proto if isinstance(loaded_or_model, LoadedModel) else loaded_or_model
@@ -148,7 +153,7 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
         shapes = value_shapes(inferred(model, large))
     ctx = RuleContext(graph, graph.tensors(), shapes, settings, opset_before,
                       frozenset(t.name for t in graph.outputs))
-    applied = _apply_rules(graph, ctx, active_rules(settings.plugin_map))
+    applied = _apply_rules(graph, ctx, tuple(rules) if rules is not None else active_rules(settings.plugin_map))
 
     if settings.remove_dead_nodes:
         graph.cleanup(remove_unused_graph_inputs=False)  # what the rewrites left unused (old weights)

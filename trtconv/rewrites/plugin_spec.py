@@ -137,7 +137,7 @@ def builtin_plugin_spec() -> PluginSpec:
     return parse_plugin_spec(builtin_spec_document(), f"trtconv/rewrites/{BUILTIN_SPEC_FILE}")
 
 
-def plugin_spec(path: str | os.PathLike[str] | None) -> PluginSpec:
+def resolve_plugin_spec(path: str | os.PathLike[str] | None) -> PluginSpec:
     """The user's spec at ``path``, or trtconv's own when ``path`` is None (``--dcn-plugin-spec``'s default)."""
     if path is None:
         return builtin_plugin_spec()

@@ -220,21 +220,14 @@ def _load_problem(before: onnx.ModelProto, after: onnx.ModelProto) -> str | None
     return None
 
 
-def _compare_graphs(
-    before: onnx.ModelProto,
-    after: onnx.ModelProto,
-    shapes: Mapping[str, tuple[int, ...]],
-    extra_cuts: set[str],
-    seed: int,
-    rtol: float = GRAPH_RTOL,
-) -> Proof:
-
+def _compare_graphs(before: onnx.ModelProto, after: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]],
+                    extra_cuts: set[str], seed: int, rtol: float) -> Proof:
+    """prove_graph's numbers: the two models on the same random inputs, cut where ORT cannot run."""
     if before.ByteSize() > PROTOBUF_LIMIT or after.ByteSize() > PROTOBUF_LIMIT:
         return Proof("none", True, reason="model over 2 GB: graph proof skipped (node proofs still ran)")
     cut = unrunnable_outputs(before) | unrunnable_outputs(after) | set(extra_cuts)
     try:
         if cut:
-
             fixed = override_input_shapes(after, shapes) if shapes else after
             known = _known_shapes(fixed)
             missing = sorted(c for c in cut if c not in known)
