@@ -25,7 +25,7 @@ from trtconv.analyze.support import SupportTable, load_table
 from trtconv.errors import InvalidModelError
 from trtconv.load import LoadedModel, infer_shapes, input_dims, override_input_shapes
 from trtconv.load.shapes import Shape
-from trtconv.onnxutil.domains import is_default_domain
+from trtconv.onnxutil.domains import DEFAULT_DOMAIN, is_default_domain
 from trtconv.onnxutil.walk import has_subgraphs
 from trtconv.rewrites.catalog import rewrite_rule_for
 
@@ -120,7 +120,7 @@ def _node_report(ref: NodeRef, table: SupportTable, index: GraphIndex, int64_wid
     if row is None and domain not in NO_PLUGIN_DOMAINS and op_type in table.ops:
         # The parser picks built-in importers by op type alone (trt-facts §2.3), with the default opset.
         row = table.ops[op_type]
-        opset = index.opsets.get("ai.onnx", opset)
+        opset = index.opsets.get(DEFAULT_DOMAIN, opset)
         findings.append(Finding("domain-ignored", WARNING, f"domain {domain!r} is ignored: the parser imports this "
                                                            f"node as the ONNX operator {op_type}",
                                 "check that the custom op has the ONNX operator's semantics, or rename it"))

@@ -16,7 +16,7 @@ import onnx
 from onnx import numpy_helper
 
 from trtconv.errors import InvalidModelError
-from trtconv.onnxutil.domains import display_domain, is_default_domain, opset_versions
+from trtconv.onnxutil.domains import is_default_domain, normalize_domain, opset_versions
 from trtconv.onnxutil.order import topological_order
 from trtconv.onnxutil.walk import subgraphs
 
@@ -38,7 +38,7 @@ def display_name(node: onnx.NodeProto, index: int) -> str:
 class GraphIndex:
     """Name -> facts maps over the main graph and all subgraphs (ONNX names are global)."""
 
-    opsets: dict[str, int]
+    opsets: dict[str, int]  # normalised domain ("" default) -> version
     nodes: list[NodeRef] = field(default_factory=list)
     producer: dict[str, onnx.NodeProto] = field(default_factory=dict)
     tensors: dict[str, onnx.TensorProto] = field(default_factory=dict)  # initializers + Constant values
@@ -164,7 +164,7 @@ def _walk(index: GraphIndex, graph: onnx.GraphProto, prefix: str, outer: list[se
     for i, node in enumerate(graph.node):
         path = prefix + display_name(node, i)
         domain = node.domain or ""
-        opset = index.opsets.get(display_domain(domain), index.opsets.get("ai.onnx", 0) if is_default_domain(domain) else 1)
+        opset = index.opsets.get(normalize_domain(domain), 0 if is_default_domain(domain) else 1)
         index.nodes.append(NodeRef(node, path, opset))
         if node.op_type == "Constant" and is_default_domain(domain) and node.output:
             t = _constant_tensor(node)
@@ -177,7 +177,7 @@ def _walk(index: GraphIndex, graph: onnx.GraphProto, prefix: str, outer: list[se
 
 def build_index(model: onnx.ModelProto) -> GraphIndex:
     """Index ``model`` (shape-inferred for best results); raise InvalidModelError on broken structure."""
-    opsets = {display_domain(d): v for d, v in opset_versions(model.opset_import).items()}
+    opsets = opset_versions(model.opset_import)
     index = GraphIndex(opsets)
     _walk(index, model.graph, "", [])
     return index
