@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
 from onnx import helper
 from onnx.reference.op_run import OpRun
 
 from trtconv.errors import UnsupportedModelError
+from trtconv.onnxutil.domains import normalize_domain
 from trtconv.rewrites.dcn_dialects import DcnNode, Dialect
 from trtconv.rewrites.dcn_targets import TARGETS, DcnInputs, DcnTarget
 from trtconv.rewrites.emitter import Emitter
@@ -28,6 +30,7 @@ from trtconv.rewrites.plugin_spec import ROLES, PluginSpec
 from trtconv.rewrites.proof import ONNXRUNTIME, REFERENCE_EVALUATOR, NodeProofCase, Proof
 from trtconv.rewrites.reference import DcnParams, modulated_deform_conv2d
 from trtconv.rewrites.rule import Emitted, RewriteRule, RuleContext, Site
+from trtconv.rewrites.settings import RewriteSettings
 
 # Keep node proofs cheap: shrink spatial dims until columns (C*K*OH*OW) fit this.
 MAX_COLUMN_ELEMENTS = 1 << 21
@@ -49,6 +52,13 @@ class DcnRule(RewriteRule):
         self.name = dialect.rule
         self.description = dialect.description
         self.ops = dialect.ops
+
+    def prepare(self, model: onnx.ModelProto, settings: RewriteSettings, large: bool) -> onnx.ModelProto:
+        target = TARGETS[settings.dcn_target]
+        if target.prepare is None or large or not any(
+                (normalize_domain(n.domain), n.op_type) in self.ops for n in model.graph.node):
+            return model
+        return target.prepare(model)
 
     def match(self, node: gs.Node, ctx: RuleContext) -> DcnMatch | None:
         dcn = self.dialect.read_checked(node)
@@ -78,9 +88,7 @@ class DcnRule(RewriteRule):
                                                  or p.pads[0] != p.pads[1]):
             notes.append("anisotropic stride/padding/dilation: TensorRT's ModulatedDeformConv2d may swap "
                          "h and w (by code reading); verify the engine with `trtconv verify`")
-        dtype = _dtype(t.get(dcn.x), t.get(dcn.weight))
-        cuts = frozenset({out.name}) if target.approximate and dtype is not None and dtype.itemsize < 4 \
-            else frozenset()
+        cuts = frozenset({out.name}) if target.cut_graph_proof else frozenset()
         return Emitted(tuple(em.nodes), target.name, tuple(notes), target.opset, cuts)
 
     def proof_case(self, ctx: RuleContext, site: Site, match: DcnMatch, emitted: Emitted) -> NodeProofCase | Proof:

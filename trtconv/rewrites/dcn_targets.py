@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
 
 from trtconv.errors import UnsupportedModelError
@@ -65,9 +66,12 @@ class DcnTarget:
     # imported by TensorRT through its ModulatedDeformConv2d, which may swap h and w
     trt_modulated_deform_conv: bool = False
     exact_proof_shapes: bool = False  # prove at the model's spatial size, never shrunk
-    # computes the op another way: FP16 outputs are held to the node proof's FP16 tolerance and
-    # the graph proof (exact rewrites only) is cut there
-    approximate: bool = False
+    # computes the op another way (rounded differently): its node proof holds it to the float64
+    # reference, and the graph proof (1e-6, for exact rewrites) is cut at its output
+    cut_graph_proof: bool = False
+    # a model-level step before the graph is imported (e.g. shapes the emitter bakes in); not for
+    # models over the large-model threshold
+    prepare: Callable[[onnx.ModelProto], onnx.ModelProto] | None = None
 
     def plugin(self, configured: PluginSpec | None) -> PluginSpec | None:
         return configured if self.needs_spec else self.spec

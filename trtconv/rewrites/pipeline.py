@@ -134,6 +134,9 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     nodes_before = _count_nodes(model)
     was_sorted = is_sorted(model)
     notes = _subgraph_notes(model)
+    active = tuple(rules) if rules is not None else active_rules(settings.plugin_map)
+    for rule in active:
+        model = rule.prepare(model, settings, large)
     # Imported with inferred shapes: graphsurgeon folds Shape nodes only where shapes are known.
     graph = gs.import_onnx(inferred(model, large))
     graph.toposort()  # rules below walk producers before consumers
@@ -153,7 +156,7 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
         shapes = value_shapes(inferred(model, large))
     ctx = RuleContext(graph, graph.tensors(), shapes, settings, opset_before,
                       frozenset(t.name for t in graph.outputs))
-    applied = _apply_rules(graph, ctx, tuple(rules) if rules is not None else active_rules(settings.plugin_map))
+    applied = _apply_rules(graph, ctx, active)
 
     if settings.remove_dead_nodes:
         graph.cleanup(remove_unused_graph_inputs=False)  # what the rewrites left unused (old weights)

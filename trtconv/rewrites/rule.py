@@ -3,6 +3,7 @@ to prove it. The driver (:mod:`trtconv.rewrites.pipeline`) knows nothing more ab
 
 A rule's life for one node, in order:
 
+0. ``prepare(model, settings, large)`` once, before the graph is imported (default: nothing);
 1. ``precheck(node, ctx)`` for every node the rule covers, before anything is built (a bad
    plugin map fails whole, never half-applied);
 2. ``match(node, ctx)``: what it read from the node, or None to leave the node as it is;
@@ -22,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import onnx
 import onnx_graphsurgeon as gs
 
 from trtconv.rewrites.proof import NodeProofCase, Proof
@@ -67,6 +69,11 @@ class RewriteRule(ABC):
     name: str  # stable rule id, used in reports and JSON
     description: str
     ops: tuple[tuple[str, str], ...]  # (domain, op_type) it covers; "" is ONNX's default domain
+
+    def prepare(self, model: onnx.ModelProto, settings: RewriteSettings, large: bool) -> onnx.ModelProto:
+        """A model-level step before the graph is imported (default: none); ``large``: over the
+        large-model threshold, where nothing may serialize the model."""
+        return model
 
     def precheck(self, node: gs.Node, ctx: RuleContext) -> None:
         """Raise before any node is built if this node cannot be rewritten (default: nothing to check)."""
