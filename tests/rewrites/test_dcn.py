@@ -264,7 +264,7 @@ def test_wrong_replacement_is_caught_by_the_node_proof():
     """The node proof compares against the *original* op: a replacement with another stride fails."""
     import onnx_graphsurgeon as gs
 
-    from trtconv.rewrites.dcn import dcn_proof_case, proof_inputs
+    from trtconv.rewrites.dcn import DcnMatch, proof_inputs
     from trtconv.rewrites.dcn_dialects import DcnNode
     from trtconv.rewrites.dcn_targets import DEFORMCONV, DcnInputs
     from trtconv.rewrites.emitter import Emitter
@@ -284,7 +284,7 @@ def test_wrong_replacement_is_caught_by_the_node_proof():
 
     def prove(nodes: list, output: str):
         values = proof_inputs(original, (2, 2, 3, 3), None, {"w": wt.values}, f32, 0)
-        return prove_node(dcn_proof_case(original, DEFORMCONV, None, nodes, output, values, f32, 19, NODE_RTOL))
+        return prove_node(DcnMatch(original, DEFORMCONV, None).proof_case(nodes, output, values, 19, NODE_RTOL))
 
     # same output shape, other numbers: dilation 2 with pads 2 instead of dilation 1 with pads 1
     same_shape = DcnNode("mmcv", "x", "off", "mask", "w", "",

@@ -43,6 +43,23 @@ class DcnMatch:
     target: DcnTarget
     spec: PluginSpec | None  # the plugin node's spec, for plugin targets
 
+    def proof_case(self, replacement: Sequence[gs.Node], output: str, values: Mapping[str, np.ndarray],
+                   opset: int, rtol: float) -> NodeProofCase:
+        """The node proof of a replacement: ``values`` by role (one dtype), the float64 reference of
+        the original op as expected; plugin nodes run through their spec's contract."""
+        d = self.dcn
+        names = {"x": d.x, "offset": d.offset, "mask": d.mask, "weight": d.weight, "bias": d.bias}
+        expected = modulated_deform_conv2d(values["x"], values["offset"], values.get("mask"), values["weight"],
+                                           values.get("bias"), d.params)
+        plugin = self.target.opset == 0
+        return NodeProofCase(
+            replacement=replacement, output=output, values={names[r]: v for r, v in values.items()},
+            expected=expected, dtype=values["x"].dtype, opset=opset if plugin else max(opset, self.target.opset),
+            runner=REFERENCE_EVALUATOR if plugin else ONNXRUNTIME,
+            custom_ops=(plugin_reference_op(self.spec),) if plugin and self.spec is not None else (),
+            rtol=rtol, shapes={r: tuple(v.shape) for r, v in values.items()},
+        )
+
 
 class DcnRule(RewriteRule):
     """Deformable convolutions of one dialect -> the target ``RewriteSettings.dcn_target`` names."""
@@ -109,25 +126,8 @@ class DcnRule(RewriteRule):
             xshape = list(xt.shape)  # an earlier DCN's output: shaped by _annotate_output only
         values = proof_inputs(dcn, wshape, xshape, consts, dtype, ctx.settings.seed + site.index,
                               exact=target.exact_proof_shapes)
-        return dcn_proof_case(dcn, target, match.spec, list(emitted.nodes), site.outputs[0].name, values,
-                              dtype, max(ctx.opset, MIN_PROOF_OPSET), ctx.settings.node_tolerance)
-
-
-def dcn_proof_case(dcn: DcnNode, target: DcnTarget, spec: PluginSpec | None, replacement: Sequence[gs.Node],
-                   output: str, values: Mapping[str, np.ndarray], dtype: np.dtype, opset: int,
-                   rtol: float) -> NodeProofCase:
-    """The node proof of a DCN replacement: ``values`` by role, the reference of ``dcn`` as expected."""
-    names = {"x": dcn.x, "offset": dcn.offset, "mask": dcn.mask, "weight": dcn.weight, "bias": dcn.bias}
-    expected = modulated_deform_conv2d(values["x"], values["offset"], values.get("mask"), values["weight"],
-                                       values.get("bias"), dcn.params)
-    plugin = target.opset == 0
-    return NodeProofCase(
-        replacement=replacement, output=output, values={names[r]: v for r, v in values.items()},
-        expected=expected, dtype=dtype, opset=opset if plugin else max(opset, target.opset),
-        runner=REFERENCE_EVALUATOR if plugin else ONNXRUNTIME,
-        custom_ops=(plugin_reference_op(spec),) if plugin and spec is not None else (),
-        rtol=rtol, shapes={r: tuple(v.shape) for r, v in values.items()},
-    )
+        return match.proof_case(emitted.nodes, site.outputs[0].name, values, max(ctx.opset, MIN_PROOF_OPSET),
+                                ctx.settings.node_tolerance)
 
 
 def _asymmetric(dcn: DcnNode) -> bool:
