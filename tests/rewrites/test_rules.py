@@ -153,3 +153,21 @@ def test_the_dcn_plugin_spec_is_found_inside_an_installed_wheel(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [dk.PLUGIN_NAMESPACE, dk.PLUGIN_NAME, dk.PLUGIN_VERSION]
+
+
+def test_replacements_get_unique_names_when_node_names_collide():
+    """Node names need not be unique in ONNX; the names replacements are built from must be."""
+    nodes = [helper.make_node("Swish", ["x"], ["s"], name="sw", domain="test"),
+             helper.make_node("Swish", ["s"], ["t"], name="sw", domain="test"),
+             helper.make_node("Swish", ["t"], ["y"], domain="test"),  # unnamed: Swish_<index>, unless taken
+             helper.make_node("Relu", ["x"], ["r"], name="Swish_3")]  # its index once sorted (last)
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [2, 5])],
+                          [helper.make_tensor_value_info(n, F, [2, 5]) for n in ("y", "r")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("test", 1)],
+                              ir_version=9)
+    res = rewrite(model, rules=(SwishRule(),))
+    first, second, unnamed = (e.node for e in res.report.rewrites)
+    assert (first, second) == ("sw", "sw_1")
+    assert unnamed == "Swish_3_1"  # Swish_3 is the Relu's name
+    names = [n.name for n in res.model.graph.node]
+    assert len(names) == len(set(names))

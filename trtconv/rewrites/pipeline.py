@@ -24,6 +24,7 @@ from trtconv.errors import AccuracyError, UsageError
 from trtconv.load.model import LoadedModel, _approx_size
 from trtconv.load.shapes import override_input_shapes, value_shapes
 from trtconv.onnxutil.domains import default_opset
+from trtconv.onnxutil.names import fresh_name
 from trtconv.onnxutil.order import is_sorted
 from trtconv.onnxutil.walk import iter_graphs
 from trtconv.rewrites import cleanup
@@ -77,9 +78,8 @@ def _apply_rules(graph: gs.Graph, ctx: RuleContext, rules: tuple[RewriteRule, ..
     used_names = {n.name for n in graph.nodes}
     bases: set[str] = set()  # replacement nodes and tensors are named "<base>/...": keep bases unique
     for index, (node, rule) in enumerate(covered):
-        name = node.name or f"{node.op}_{index}"
-        if (name != node.name and name in used_names) or name in bases:
-            name = f"{name}_{index}"
+        # an unnamed node's made-up name must not be another node's either
+        name = fresh_name(node.name or f"{node.op}_{index}", bases if node.name else bases | used_names)
         bases.add(name)
         match = rule.match(node, ctx) if rule is not None else None
         if rule is None or match is None:
