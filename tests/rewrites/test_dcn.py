@@ -265,8 +265,9 @@ def test_wrong_replacement_is_caught_by_the_node_proof():
     import onnx_graphsurgeon as gs
 
     from trtconv.rewrites.dcn import DcnMatch, proof_inputs
+    from trtconv.rewrites.dcn_deformconv import DEFORMCONV
     from trtconv.rewrites.dcn_dialects import DcnNode
-    from trtconv.rewrites.dcn_targets import DEFORMCONV, DcnInputs
+    from trtconv.rewrites.dcn_target import DcnInputs
     from trtconv.rewrites.emitter import Emitter
     from trtconv.rewrites.proof import prove_node
     from trtconv.rewrites.settings import NODE_RTOL

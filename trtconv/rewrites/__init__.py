@@ -8,7 +8,8 @@ Public API (what ``build`` calls)::
     result.report.to_json()   # schema "trtconv.rewrite/1", for the engine manifest
 
 Where things are: the rule interface (rule.py), the registry (catalog.py), the driver
-(pipeline.py), the DCN rule (dcn.py: dialects in dcn_dialects.py, targets in dcn_targets.py),
+(pipeline.py), the DCN rule (dcn.py: dialects in dcn_dialects.py, targets registered in
+dcn_targets.py: dcn_deformconv.py, dcn_plugins.py),
 proofs (proof.py), clean-ups (cleanup.py), plugin maps (pluginmap.py, pluginmap_rule.py).
 """
 

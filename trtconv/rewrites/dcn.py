@@ -24,7 +24,8 @@ from onnx.reference.op_run import OpRun
 from trtconv.errors import UnsupportedModelError
 from trtconv.onnxutil.domains import normalize_domain
 from trtconv.rewrites.dcn_dialects import DcnNode, Dialect
-from trtconv.rewrites.dcn_targets import TARGETS, DcnInputs, DcnTarget
+from trtconv.rewrites.dcn_target import DcnInputs, DcnTarget
+from trtconv.rewrites.dcn_targets import TARGETS
 from trtconv.rewrites.emitter import Emitter
 from trtconv.rewrites.plugin_spec import ROLES, PluginSpec
 from trtconv.rewrites.proof import ONNXRUNTIME, REFERENCE_EVALUATOR, NodeProofCase, Proof
@@ -106,7 +107,7 @@ class DcnRule(RewriteRule):
             notes.append("anisotropic stride/padding/dilation: TensorRT's ModulatedDeformConv2d may swap "
                          "h and w (by code reading); verify the engine with `trtconv verify`")
         cuts = frozenset({out.name}) if target.cut_graph_proof else frozenset()
-        return Emitted(tuple(em.nodes), target.name, tuple(notes), target.opset, cuts)
+        return Emitted(tuple(em.nodes), target.name, tuple(notes), target.opset, target.opset_op, cuts)
 
     def proof_case(self, ctx: RuleContext, site: Site, match: DcnMatch, emitted: Emitted) -> NodeProofCase | Proof:
         dcn, target = match.dcn, match.target

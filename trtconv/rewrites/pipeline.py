@@ -29,7 +29,6 @@ from trtconv.onnxutil.order import is_sorted
 from trtconv.onnxutil.walk import iter_graphs
 from trtconv.rewrites import cleanup
 from trtconv.rewrites.catalog import active_rules, rewrite_rule_for, rule_among
-from trtconv.rewrites.emitter import PENDING_DOMAIN
 from trtconv.rewrites.proof import Proof, prove_graph, prove_node
 from trtconv.rewrites.report import NodeInfo, RewriteEntry, RewriteReport, RewriteResult
 from trtconv.rewrites.roundtrip import (
@@ -61,7 +60,7 @@ class _Applied:
     """What the rules did to the graph, for the report and the steps after them."""
 
     entries: list[RewriteEntry]
-    pending: dict[int, set[str]]  # opset -> ops emitted in PENDING_DOMAIN that need it
+    pending: dict[int, set[str]]  # opset -> the ops that need it (emitted in PENDING_DOMAIN)
     graph_cuts: set[str]
 
 
@@ -92,8 +91,7 @@ def _apply_rules(graph: gs.Graph, ctx: RuleContext, rules: tuple[RewriteRule, ..
         emitted = rule.emit(ctx, site, match)
         new_order.extend(emitted.nodes)
         if emitted.pending_opset:
-            applied.pending.setdefault(emitted.pending_opset, set()).update(
-                n.op for n in emitted.nodes if n.domain == PENDING_DOMAIN)
+            applied.pending.setdefault(emitted.pending_opset, set()).add(emitted.pending_op)
         applied.graph_cuts |= emitted.graph_cuts
         if settings.verify:
             case = rule.proof_case(ctx, site, match, emitted)
@@ -167,8 +165,8 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     out = export(graph, model)
     strip_value_info(out)
     if applied.pending:  # the newest opset any replacement needs serves them all
-        what = "/".join(sorted(set().union(*applied.pending.values())))
-        out, converted = cleanup.finish_pending(out, max(applied.pending), what, large)
+        need = max(applied.pending)
+        out, converted = cleanup.finish_pending(out, need, "/".join(sorted(applied.pending[need])), large)
         if converted is not None:
             results.append(converted)
     if settings.prune_opsets:

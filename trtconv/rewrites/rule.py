@@ -60,6 +60,7 @@ class Emitted:
     target: str  # what the node became, for the report
     notes: tuple[str, ...] = ()
     pending_opset: int = 0  # default-domain opset the nodes emitted in PENDING_DOMAIN need (0: none)
+    pending_op: str = ""  # the op that needs it, for messages ("DeformConv")
     graph_cuts: frozenset[str] = frozenset()  # tensors the whole-graph proof must not compare
 
 
