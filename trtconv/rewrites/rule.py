@@ -9,9 +9,10 @@ A rule's life for one node, in order:
 2. ``match(node, ctx)``: what it read from the node, or None to leave the node as it is;
 3. ``emit(ctx, site, match)``: the replacement nodes writing the site's outputs (the original
    node is already disconnected), as an :class:`Emitted`;
-4. ``proof_case(ctx, site, match, emitted)`` when proofs are on (``unproven(match)`` when off): a :class:`NodeProofCase`
-   (the replacement, its inputs, and what the rule's reference implementation of the original
-   op computes on them) for the driver to run, or a finished :class:`Proof`.
+4. ``proof_case(ctx, site, match, emitted)`` when proofs are on (``unproven(match)`` when
+   off): a :class:`NodeProofCase` (the replacement, its inputs, and what the rule's reference
+   implementation of the original op computes on them) for the driver to run, or a finished
+   :class:`Proof`.
 
 New rules are registered in :mod:`trtconv.rewrites.catalog`.
 """
