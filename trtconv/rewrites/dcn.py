@@ -21,6 +21,8 @@ Targets:
   x, offset, mask, weight[, bias], the five INT fields (stride, padding, dilation, group,
   deformable_group) all present; a ones mask is synthesized when the source has none.
 * ``trtconv-plugin``: trtconv's own DCNv2 plugin, described by its spec file.
+* ``portable``: standard ONNX operators only (GridSample sampling, a 1x1 Conv), no plugin
+  at all (TensorRT-RTX); see :mod:`trtconv.rewrites.dcn_portable`.
 
 TensorRT needs symmetric pads: asymmetric ones become an explicit zero ``Pad`` of the
 input plus the symmetric remainder, which samples exactly the same values (bilinear
@@ -40,10 +42,11 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from trtconv.errors import UnsupportedModelError, UsageError
+from trtconv.rewrites import dcn_portable
 from trtconv.rewrites.pluginmap import PLUGIN_DOMAIN, read_document
 from trtconv.rewrites.reference import DcnParams
 
-TARGETS = ("deformconv", "trt-plugin", "trtconv-plugin")
+TARGETS = ("deformconv", "trt-plugin", "trtconv-plugin", dcn_portable.TARGET)
 DEFAULT_TARGET = "deformconv"
 
 # DeformConv nodes are emitted in this private domain first and moved to the default
@@ -403,6 +406,9 @@ def emit(
     bias = tensors[dcn.bias] if dcn.bias else None
     (ph, pw), extra = symmetric_split(dcn.params.pads)
     outputs = list(outputs[:1])
+    if target == dcn_portable.TARGET:
+        dcn_portable.emit(em, dcn, x, offset, mask, weight, bias, outputs[0], PENDING_DOMAIN)
+        return em.nodes
     spec = plugin if plugin is not None else TRT_MODULATED_DEFORM_CONV
     if target != "deformconv" and spec.max_kernel_taps and dcn.kernel and \
             dcn.kernel[0] * dcn.kernel[1] > spec.max_kernel_taps:
