@@ -42,11 +42,10 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from trtconv.errors import UnsupportedModelError, UsageError
-from trtconv.rewrites import dcn_portable
 from trtconv.rewrites.pluginmap import PLUGIN_DOMAIN, read_document
 from trtconv.rewrites.reference import DcnParams
 
-TARGETS = ("deformconv", "trt-plugin", "trtconv-plugin", dcn_portable.TARGET)
+TARGETS = ("deformconv", "trt-plugin", "trtconv-plugin", "portable")  # portable: dcn_portable.py
 DEFAULT_TARGET = "deformconv"
 
 # DeformConv nodes are emitted in this private domain first and moved to the default
@@ -406,9 +405,6 @@ def emit(
     bias = tensors[dcn.bias] if dcn.bias else None
     (ph, pw), extra = symmetric_split(dcn.params.pads)
     outputs = list(outputs[:1])
-    if target == dcn_portable.TARGET:
-        dcn_portable.emit(em, dcn, x, offset, mask, weight, bias, outputs[0], PENDING_DOMAIN)
-        return em.nodes
     spec = plugin if plugin is not None else TRT_MODULATED_DEFORM_CONV
     if target != "deformconv" and spec.max_kernel_taps and dcn.kernel and \
             dcn.kernel[0] * dcn.kernel[1] > spec.max_kernel_taps:

@@ -28,20 +28,21 @@ type, and FP16 normalised coordinates would lose ``W * 2^-12`` pixels of positio
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
 from onnx import helper
 
 from trtconv.errors import UnsupportedModelError
+from trtconv.load.shapes import value_dtypes, value_shapes
+from trtconv.rewrites.catalog import rewrite_rule_for
+from trtconv.rewrites.dcn import PENDING_DOMAIN, DcnNode, Emitter, read_dcn
 from trtconv.rewrites.reference import DcnParams
 
-if TYPE_CHECKING:  # dcn.py imports this module; the types only
-    from trtconv.rewrites.dcn import DcnNode, Emitter
-
-TARGET = "portable"
+TARGET = "portable"  # one of dcn.TARGETS
 # GridSample entered the default domain at opset 16; it is emitted in the pending domain
 # (see dcn.PENDING_DOMAIN) and the model's opset is raised to this when lower.
 OPSET = 16
@@ -82,9 +83,13 @@ def swap_pairs(channels: int) -> np.ndarray:
     return np.ascontiguousarray(idx[:, ::-1]).reshape(-1)
 
 
-def emit(em: Emitter, dcn: DcnNode, x: gs.Tensor, offset: gs.Tensor, mask: gs.Tensor | None,
-         weight: gs.Tensor, bias: gs.Tensor | None, output: gs.Tensor, pending_domain: str) -> None:
-    """Append the portable replacement of ``dcn`` to ``em`` (writing ``output``)."""
+def emit(graph: gs.Graph, name: str, dcn: DcnNode, tensors: Mapping[str, gs.Tensor],
+         outputs: Sequence[gs.Tensor]) -> list[gs.Node]:
+    """Replacement nodes writing ``outputs[0]`` (the caller has disconnected the original node first)."""
+    em = Emitter(graph, name)
+    x, offset, weight = tensors[dcn.x], tensors[dcn.offset], tensors[dcn.weight]
+    mask = tensors[dcn.mask] if dcn.mask else None
+    bias = tensors[dcn.bias] if dcn.bias else None
     p = dcn.params
     xs = _static(x.shape)
     if xs is None or dcn.kernel is None:
@@ -144,7 +149,7 @@ def emit(em: Emitter, dcn: DcnNode, x: gs.Tensor, offset: gs.Tensor, mask: gs.Te
     # opset 16-19, renamed "linear" from opset 20; both mean the same)
     cols = em.var("columns", dtype=sdt)
     em.node("GridSample", "sample", [img, grid], [cols], {"align_corners": 0, "padding_mode": "zeros"},
-            domain=pending_domain)
+            domain=PENDING_DOMAIN)
     xdt = _float_dtype(x)
     cols = cast(cols, "columns_cast", xdt)
     # 4. modulation
@@ -161,5 +166,39 @@ def emit(em: Emitter, dcn: DcnNode, x: gs.Tensor, offset: gs.Tensor, mask: gs.Te
     else:
         w2 = reshape(weight, "weight_1x1", [0, -1, 1, 1], weight.dtype)
     ins = [cols, w2] + ([bias] if bias is not None else [])
-    em.node("Conv", "conv1x1", ins, [output], {"kernel_shape": [1, 1], "group": group, "strides": [1, 1],
-                                               "pads": [0, 0, 0, 0], "dilations": [1, 1]})
+    em.node("Conv", "conv1x1", ins, [outputs[0]], {"kernel_shape": [1, 1], "group": group, "strides": [1, 1],
+                                                   "pads": [0, 0, 0, 0], "dilations": [1, 1]})
+    return em.nodes
+
+
+def with_dcn_output_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with a value_info ``[N, Cout, OH, OW]`` for every DCN output shape inference
+    cannot see past (a custom op), repeated until shapes stop growing: the portable form of
+    a DCN behind another (DCN → BN → ReLU → DCN) needs its input's sizes."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for _ in range(sum(1 for n in out.graph.node if rewrite_rule_for(n.domain, n.op_type)) + 1):
+        try:
+            inferred = onnx.shape_inference.infer_shapes(out, data_prop=True)
+        except Exception:  # custom ops inference cannot handle: keep what is known
+            return out
+        shapes, dtypes = value_shapes(inferred), value_dtypes(inferred)
+        added = False
+        for node in gs.import_onnx(inferred).nodes:
+            if rewrite_rule_for(node.domain or "", node.op) is None or not node.outputs:
+                continue
+            y = node.outputs[0].name
+            dcn = read_dcn(node)
+            xs, ws = shapes.get(dcn.x) if dcn else None, shapes.get(dcn.weight) if dcn else None
+            if dcn is None or y in shapes or not xs or not ws or len(xs) != 4 or len(ws) != 4 or dcn.kernel is None:
+                continue
+            h, w = xs[2], xs[3]
+            if not isinstance(h, int) or not isinstance(w, int):
+                continue
+            oh, ow = dcn.params.out_hw(h, w, *dcn.kernel)
+            dims: list[Any] = [xs[0], ws[0], oh, ow]
+            out.graph.value_info.append(helper.make_tensor_value_info(y, dtypes.get(dcn.x, 1), dims))
+            added = True
+        if not added:
+            break
+    return out

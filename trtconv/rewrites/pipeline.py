@@ -262,6 +262,8 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     nodes_before = _count_nodes(model)
     was_sorted = cleanup.is_sorted(model)
     notes = _subgraph_notes(model)
+    if settings.dcn_target == dcn_portable.TARGET and not large:
+        model = dcn_portable.with_dcn_output_shapes(model)  # it needs every DCN input's sizes
     # Imported with inferred shapes: graphsurgeon folds Shape nodes only where shapes are known.
     graph = gs.import_onnx(_inferred(model, large))
     graph.toposort()  # rules below walk producers before consumers
@@ -294,8 +296,9 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     entries: list[RewriteEntry] = []
     failures: list[str] = []
     pending_opset = 0  # opset the emitted pending-domain nodes need (0: none emitted)
-    # FP16 DCNs computed another way than the original (portable): the node proof holds them
-    # to its FP16 tolerance; the graph proof, whose 1e-6 is for exact rewrites, is cut there.
+    # DCNs computed another way than the original (portable: sampling then a 1x1 Conv, rounded
+    # differently): the node proof holds them to the float64 reference; the graph proof, whose
+    # 1e-6 is for exact rewrites, is cut at their outputs and compares everything else.
     graph_cuts: set[str] = set()
     new_order: list[gs.Node] = []
     used_names = {n.name for n in graph.nodes}
@@ -337,12 +340,12 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
         node.inputs.clear()
         node.outputs.clear()
         _annotate_output(outs[0], shapes, dcn_node, wshape, tensors)
-        new_nodes = dcn.emit(graph, name, dcn_node, settings.dcn_target, tensors, outs, plugin)
+        portable = settings.dcn_target == dcn_portable.TARGET
+        new_nodes = (dcn_portable.emit(graph, name, dcn_node, tensors, outs) if portable
+                     else dcn.emit(graph, name, dcn_node, settings.dcn_target, tensors, outs, plugin))
         new_order.extend(new_nodes)
         pending_opset = max(pending_opset, ORT_TARGET_OPSETS.get(settings.dcn_target, 0))
-        portable = settings.dcn_target == dcn_portable.TARGET
-        xdtype = _dtype(tensors.get(dcn_node.x), wt)
-        if portable and xdtype is not None and xdtype.itemsize < 4:
+        if portable:
             graph_cuts.add(outs[0].name)
         node_notes = list(dcn_node.notes)
         if needs_pad_fix and not portable:  # the portable form just moves its taps
@@ -366,7 +369,7 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
             xshape = shapes.get(dcn_node.x) or (list(xt.shape) if xt is not None and xt.shape is not None else None)
             proof = prove_dcn(dcn_node, new_nodes, outs[0].name, consts, wshape, xshape,
                               settings.dcn_target, plugin, max(opset_before, 11), settings.seed + index,
-                              settings.node_tolerance, xdtype)
+                              settings.node_tolerance, _dtype(tensors.get(dcn_node.x), wt))
             if not proof.passed:
                 why = (f"max abs error {proof.max_abs:.3g} > {proof.tolerance:.3g}" if proof.max_abs is not None
                        and proof.tolerance is not None else proof.reason)

@@ -1,0 +1,293 @@
+"""The ``portable`` DCN target: every dialect into standard ONNX ops only (GridSample + 1x1 Conv),
+proven against the float64 reference, and checked here a second time by running the rewritten
+model in ONNX Runtime ourselves (other batch sizes, offsets far outside the image, FP16)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+from trtconv.cli.main import cli
+from trtconv.errors import AccuracyError, UnsupportedModelError
+from trtconv.reference.ort import run_model
+from trtconv.rewrites import DCN_TARGETS, RewriteSettings, rewrite
+from trtconv.rewrites.dcn_portable import swap_pairs, tap_grid
+from trtconv.rewrites.reference import DcnParams, modulated_deform_conv2d
+
+# Every op the portable form may emit (plus the Relu the test models end with).
+PORTABLE_OPS = {"Cast", "Gather", "Reshape", "Mul", "Add", "Transpose", "GridSample", "Conv", "Relu"}
+DIALECTS = ("centernet", "mmcv", "onnx")
+
+# name: (C, Cout, k, H, W, stride, pads [t, l, b, r], dilation, group, deformable_group, mask, bias)
+VARIANTS = {
+    "plain": (4, 6, 3, 7, 9, (1, 1), (1, 1, 1, 1), (1, 1), 1, 1, True, True),
+    "stride2-odd": (4, 6, 3, 9, 11, (2, 2), (1, 1, 1, 1), (1, 1), 1, 1, True, True),
+    "dilation2": (4, 4, 3, 9, 8, (1, 1), (2, 2, 2, 2), (2, 2), 1, 1, True, False),
+    "anisotropic": (4, 6, 3, 8, 11, (2, 1), (2, 1, 2, 1), (1, 2), 1, 1, True, True),
+    "groups2": (4, 6, 3, 7, 9, (1, 1), (1, 1, 1, 1), (1, 1), 2, 1, True, True),
+    "dgroups2": (4, 6, 3, 7, 9, (2, 2), (1, 1, 1, 1), (1, 1), 1, 2, True, True),
+    "groups2-dgroups4": (8, 4, 3, 6, 7, (1, 2), (1, 1, 1, 1), (2, 1), 2, 4, True, True),
+    "kernel2-nopad": (2, 3, 2, 5, 6, (1, 1), (0, 0, 0, 0), (1, 1), 1, 1, True, False),
+    "kernel5": (2, 2, 5, 9, 10, (1, 1), (2, 2, 2, 2), (1, 1), 1, 1, True, True),
+    # ONNX DeformConv only: asymmetric pads, no mask
+    "asymmetric": (4, 2, 3, 6, 7, (2, 1), (0, 1, 2, 1), (1, 2), 2, 1, True, True),
+    "nomask": (4, 6, 3, 7, 9, (1, 1), (1, 1, 1, 1), (1, 1), 1, 2, False, True),
+    "nomask-nobias": (2, 3, 3, 5, 6, (1, 1), (1, 1, 1, 1), (1, 1), 1, 1, False, False),
+}
+ONNX_ONLY = {"asymmetric", "nomask", "nomask-nobias"}
+CASES = [(d, v) for d in DIALECTS for v in VARIANTS if d == "onnx" or v not in ONNX_ONLY]
+
+
+def _params(v) -> DcnParams:
+    return DcnParams(v[5], v[6], v[7], v[8], v[9])
+
+
+def _model(dialect: str, variant: str, *, batch: int | str = 1, spatial: bool = True, dtype=np.float32,
+           opset: int | None = None, seed: int = 3) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """A DCN node of ``dialect`` then Relu; the weight and bias are initializers (as exporters write them)."""
+    c, co, k, h, w, stride, pads, dil, group, dg, with_mask, with_bias = VARIANTS[variant]
+    p = _params(VARIANTS[variant])
+    oh, ow = p.out_hw(h, w, k, k)
+    rng = np.random.default_rng(seed)
+    T = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    inits = [numpy_helper.from_array((rng.standard_normal((co, c // group, k, k)) * 0.3).astype(dtype), "weight")]
+    if with_bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(co).astype(dtype), "bias"))
+    hw = [h, w] if spatial else ["H", "W"]
+    ohw = [oh, ow] if spatial else ["OH", "OW"]
+    ins = [helper.make_tensor_value_info("x", T, [batch, c, *hw]),
+           helper.make_tensor_value_info("offset", T, [batch, 2 * dg * k * k, *ohw])]
+    if with_mask:
+        ins.append(helper.make_tensor_value_info("mask", T, [batch, dg * k * k, *ohw]))
+    opsets = [helper.make_opsetid("", opset or (19 if dialect == "onnx" else 11))]
+    bias = "bias" if with_bias else ""
+    ph, pw = pads[0], pads[1]
+    if dialect == "centernet":
+        node = helper.make_node("DCNv2", ["x", "offset", "mask", "weight", bias], ["dcn"], name="dcn0",
+                                stride=list(stride), padding=[ph, pw], dilation=list(dil), deformable_groups=dg)
+    elif dialect == "mmcv":
+        node = helper.make_node("MMCVModulatedDeformConv2d", ["x", "offset", "mask", "weight"] + ([bias] if bias else []),
+                                ["dcn"], name="dcn0", domain="mmcv", stride=list(stride), padding=[ph, pw],
+                                dilation=list(dil), groups=group, deform_groups=dg)
+        opsets.append(helper.make_opsetid("mmcv", 1))
+    else:
+        names = ["x", "weight", "offset", bias, "mask" if with_mask else ""]
+        while names[-1] == "":
+            names.pop()
+        node = helper.make_node("DeformConv", names, ["dcn"], name="dcn0", strides=list(stride), pads=list(pads),
+                                dilations=list(dil), group=group, offset_group=dg, kernel_shape=[k, k])
+    g = helper.make_graph([node, helper.make_node("Relu", ["dcn"], ["y"], name="relu")], "g", ins,
+                          [helper.make_tensor_value_info("y", T, None)], initializer=inits)
+    model = helper.make_model(g, opset_imports=opsets, ir_version=8)
+    return model, {i.name: numpy_helper.to_array(i) for i in inits}
+
+
+def _feeds(variant: str, n: int, seed: int = 11, offset_scale: float = 3.0, dtype=np.float32):
+    c, co, k, h, w, *_rest = VARIANTS[variant]
+    p = _params(VARIANTS[variant])
+    dg, with_mask = VARIANTS[variant][9], VARIANTS[variant][10]
+    oh, ow = p.out_hw(h, w, k, k)
+    rng = np.random.default_rng(seed)
+    feeds = {"x": rng.standard_normal((n, c, h, w)).astype(dtype),
+             # several pixels: many taps land outside the image or straddle its border
+             "offset": (rng.standard_normal((n, 2 * dg * k * k, oh, ow)) * offset_scale).astype(dtype)}
+    if with_mask:
+        feeds["mask"] = rng.random((n, dg * k * k, oh, ow)).astype(dtype)
+    return feeds
+
+
+def _expected(variant: str, feeds, weights) -> np.ndarray:
+    ref = modulated_deform_conv2d(feeds["x"], feeds["offset"], feeds.get("mask"), weights["weight"],
+                                  weights.get("bias"), _params(VARIANTS[variant]))
+    return np.maximum(ref, 0)
+
+
+def _attrs(node: onnx.NodeProto) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+@pytest.mark.parametrize("dialect,variant", CASES, ids=[f"{d}-{v}" for d, v in CASES])
+def test_portable_form_per_dialect_and_variant(dialect, variant):
+    model, weights = _model(dialect, variant)
+    res = rewrite(model, RewriteSettings(dcn_target="portable"))
+    out = res.model
+    onnx.checker.check_model(out, full_check=True)
+    # golden structure: standard ops of the default domain only, nothing of a plugin left
+    assert {(n.domain or "") for n in out.graph.node} == {""}
+    assert {n.op_type for n in out.graph.node} <= PORTABLE_OPS
+    assert {o.domain for o in out.opset_import} == {""}
+    assert next(o.version for o in out.opset_import if o.domain == "") == (19 if dialect == "onnx" else 16)
+    gs_node = next(n for n in out.graph.node if n.op_type == "GridSample")
+    assert _attrs(gs_node) == {"align_corners": 0, "padding_mode": b"zeros"}
+    conv = [n for n in out.graph.node if n.op_type == "Conv"]
+    c, co, k, *_ = VARIANTS[variant]
+    group = VARIANTS[variant][8]
+    assert len(conv) == 1 and _attrs(conv[0])["kernel_shape"] == [1, 1] and _attrs(conv[0])["group"] == group
+    w1 = numpy_helper.to_array(next(i for i in out.graph.initializer if i.name == conv[0].input[1]))
+    assert w1.shape == (co, c // group * k * k, 1, 1)
+    assert [n.op_type for n in out.graph.node].count("Mul") == (2 if VARIANTS[variant][10] else 1)
+    # the proof ran in ONNX Runtime against the reference, at the model's own size
+    entry = res.report.rewrites[0]
+    assert entry.target == "portable" and entry.proof.method == "onnxruntime" and entry.proof.passed
+    assert entry.proof.max_abs is not None and entry.proof.max_abs <= 1e-5
+    assert entry.proof.shapes["x"] == (1, c, VARIANTS[variant][3], VARIANTS[variant][4])
+    assert not any("Pad" in n or "swap h and w" in n for n in entry.notes)
+    assert res.report.graph_proof.passed and res.report.graph_proof.method == "onnxruntime"
+    # and once more by hand, at batch 2 (the model said 1, but nothing in the form fixes the batch)
+    free = onnx.ModelProto()
+    free.CopyFrom(out)
+    for vi in free.graph.input:
+        vi.type.tensor_type.shape.dim[0].dim_param = "N"
+    feeds = _feeds(variant, 2)
+    got = run_model(free, feeds)["y"]
+    assert np.abs(got - _expected(variant, feeds, weights)).max() <= 1e-5
+
+
+def test_dynamic_batch_stays_dynamic():
+    model, weights = _model("mmcv", "groups2-dgroups4", batch="N")
+    res = rewrite(model, RewriteSettings(dcn_target="portable"))
+    assert res.model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "N"
+    for n in (1, 3):
+        feeds = _feeds("groups2-dgroups4", n, seed=n)
+        got = run_model(res.model, feeds)["y"]
+        assert got.shape[0] == n
+        assert np.abs(got - _expected("groups2-dgroups4", feeds, weights)).max() <= 1e-5
+
+
+def test_offsets_outside_the_image_sample_zeros():
+    """Every tap pushed far outside gives bias alone; taps half a pixel past the border keep half."""
+    model, weights = _model("onnx", "plain")
+    res = rewrite(model, RewriteSettings(dcn_target="portable"))
+    feeds = _feeds("plain", 1)
+    for far in (100.0, -100.0, 7.5, -8.0):  # H=7, W=9: 7.5 rows/cols down-right is outside for every tap
+        f = dict(feeds, offset=np.full_like(feeds["offset"], far))
+        got = run_model(res.model, f)["y"]
+        expected = np.maximum(np.broadcast_to(weights["bias"].reshape(1, -1, 1, 1), got.shape), 0)
+        if far in (100.0, -100.0):
+            assert np.array_equal(got, expected)
+        assert np.abs(got - _expected("plain", f, weights)).max() <= 1e-5
+    f = dict(feeds, offset=np.where(np.arange(feeds["offset"].shape[1])[None, :, None, None] % 2, -0.5, 0.5)
+             .astype(np.float32) * np.ones_like(feeds["offset"]))
+    assert np.abs(run_model(res.model, f)["y"] - _expected("plain", f, weights)).max() <= 1e-5
+
+
+def test_fp16_is_sampled_in_fp32_and_proven_in_fp16():
+    model, weights = _model("mmcv", "dgroups2", dtype=np.float16)
+    res = rewrite(model, RewriteSettings(dcn_target="portable"))
+    ops = [n.op_type for n in res.model.graph.node]
+    gs_node = res.model.graph.node[ops.index("GridSample")]
+    info = {vi.name: vi.type.tensor_type.elem_type
+            for vi in onnx.shape_inference.infer_shapes(res.model).graph.value_info}
+    # TensorRT wants x and grid in one type; both FP32 keeps positions exact to FP32
+    assert info[gs_node.input[0]] == info[gs_node.input[1]] == info[gs_node.output[0]] == TensorProto.FLOAT
+    assert ops.count("Cast") == 3  # x and offsets up, columns down
+    proof = res.report.rewrites[0].proof
+    assert proof.passed and proof.stats[0].max_abs > 0  # computed in FP16, not silently in FP32
+    assert res.report.graph_proof.passed and "cut at 1" in res.report.graph_proof.reason
+    feeds = _feeds("dgroups2", 1, dtype=np.float16)
+    got = run_model(res.model, feeds)["y"].astype(np.float64)
+    ref = _expected("dgroups2", feeds, weights)
+    assert np.abs(got - ref).max() <= 1e-2 * max(1.0, np.abs(ref).max())
+
+
+def test_stacked_dcn_layers_get_the_shape_of_the_first():
+    """The second DCN reads the first's output, whose shape only the rewrite knows (custom op)."""
+    model, weights = _model("mmcv", "plain")
+    g = model.graph
+    rng = np.random.default_rng(9)
+    g.initializer.append(numpy_helper.from_array((rng.standard_normal((6, 6, 3, 3)) * 0.2).astype(np.float32), "w2"))
+    second = helper.make_node("MMCVModulatedDeformConv2d", ["y", "offset", "mask", "w2"], ["dcn2"], name="dcn1",
+                              domain="mmcv", stride=[1, 1], padding=[1, 1], dilation=[1, 1], groups=1, deform_groups=1)
+    g.node.append(second)
+    del g.output[:]
+    g.output.append(helper.make_tensor_value_info("dcn2", TensorProto.FLOAT, None))
+    res = rewrite(model, RewriteSettings(dcn_target="portable"))
+    assert len(res.report.rewrites) == 2 and all(e.proof.passed for e in res.report.rewrites)
+    assert res.report.rewrites[1].proof.shapes["x"] == (1, 6, 7, 9)
+    feeds = _feeds("plain", 1)
+    first = _expected("plain", feeds, weights)
+    ref = modulated_deform_conv2d(first, feeds["offset"], feeds["mask"], numpy_helper.to_array(g.initializer[-1]),
+                                  None, DcnParams(pads=(1, 1, 1, 1)))
+    assert np.abs(run_model(res.model, feeds)["dcn2"] - ref).max() <= 1e-5
+
+
+@pytest.mark.parametrize("opset", [20, 22])
+def test_newer_opsets_keep_their_version(opset):
+    """GridSample's mode is left at its default: "bilinear" up to opset 19, renamed "linear" in 20."""
+    model, weights = _model("onnx", "anisotropic", opset=opset)
+    res = rewrite(model, RewriteSettings(dcn_target="portable"))
+    assert next(o.version for o in res.model.opset_import if o.domain == "") == opset
+    assert "mode" not in _attrs(next(n for n in res.model.graph.node if n.op_type == "GridSample"))
+    feeds = _feeds("anisotropic", 1)
+    assert np.abs(run_model(res.model, feeds)["y"] - _expected("anisotropic", feeds, weights)).max() <= 1e-5
+
+
+def test_dynamic_spatial_needs_shapes():
+    model, weights = _model("mmcv", "stride2-odd", batch="N", spatial=False)
+    with pytest.raises(UnsupportedModelError, match="static .*spatial sizes") as err:
+        rewrite(model, RewriteSettings(dcn_target="portable"))
+    assert "--shapes" in (err.value.hint or "")
+    res = rewrite(model, RewriteSettings(dcn_target="portable", shapes={"x": (2, 4, 9, 11)}))
+    feeds = _feeds("stride2-odd", 2)
+    assert np.abs(run_model(res.model, feeds)["y"] - _expected("stride2-odd", feeds, weights)).max() <= 1e-5
+
+
+def test_tap_positions_and_pair_swap():
+    """The two constants the form is built from, by their definitions (pixel p -> (2p + 1)/size - 1)."""
+    assert swap_pairs(6).tolist() == [1, 0, 3, 2, 5, 4]
+    p = DcnParams(stride=(2, 1), pads=(1, 2, 1, 2), dilation=(1, 3))
+    grid = tap_grid(p, (3, 2), (5, 8), (3, 4), np.dtype(np.float64))
+    assert grid.shape == (6, 2, 3, 4)
+    tap = 1 * 2 + 1  # i=1, j=1
+    oh, ow = 2, 3
+    y = oh * 2 - 1 + 1 * 1
+    x = ow * 1 - 2 + 1 * 3
+    assert grid[tap, 0, oh, ow] == pytest.approx((2 * x + 1) / 8 - 1)
+    assert grid[tap, 1, oh, ow] == pytest.approx((2 * y + 1) / 5 - 1)
+
+
+def test_tight_tolerance_fails_and_writes_nothing(tmp_path):
+    model, _ = _model("centernet", "plain")
+    with pytest.raises(AccuracyError, match="portable"):
+        rewrite(model, RewriteSettings(dcn_target="portable", node_tolerance=1e-12))
+
+
+def test_portable_is_a_listed_target():
+    assert "portable" in DCN_TARGETS
+
+
+def test_cli_exit_codes(tmp_path):
+    model, _ = _model("mmcv", "dgroups2")
+    src = tmp_path / "in.onnx"
+    onnx.save(model, src)
+    out = tmp_path / "out.onnx"
+    r = CliRunner().invoke(cli, ["rewrite", str(src), "-o", str(out), "--dcn-target", "portable", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["settings"]["dcn_target"] == "portable"
+    rw = doc["rewrites"][0]
+    assert rw["target"] == "portable" and rw["proof"]["passed"] and rw["proof"]["method"] == "onnxruntime"
+    assert {a["op"] for a in rw["after"]} <= PORTABLE_OPS and out.is_file()
+    # the result has nothing left to rewrite: check says so
+    chk = CliRunner().invoke(cli, ["check", str(out), "--json"])
+    assert chk.exit_code == 0, chk.output
+    # dynamic H/W without --shapes: exit 5, one line, nothing written
+    dyn, _ = _model("mmcv", "dgroups2", batch="N", spatial=False)
+    src2, out2 = tmp_path / "dyn.onnx", tmp_path / "dyn.out.onnx"
+    onnx.save(dyn, src2)
+    r2 = CliRunner().invoke(cli, ["rewrite", str(src2), "-o", str(out2), "--dcn-target", "portable"])
+    assert r2.exit_code == 5 and "static" in r2.output and "--shapes" in r2.output
+    assert "Traceback" not in r2.output and not out2.exists()
+    r3 = CliRunner().invoke(cli, ["rewrite", str(src2), "-o", str(out2), "--dcn-target", "portable",
+                                  "--shapes", "x:1x4x7x9"])
+    assert r3.exit_code == 0, r3.output
+    # a proof that cannot pass: exit 7, nothing written
+    out4 = tmp_path / "tight.onnx"
+    r4 = CliRunner().invoke(cli, ["rewrite", str(src), "-o", str(out4), "--dcn-target", "portable",
+                                  "--tolerance", "1e-12"])
+    assert r4.exit_code == 7 and not out4.exists()
