@@ -9,6 +9,7 @@ import json
 import numpy as np
 import onnx
 import pytest
+from builders import dcn_node_model
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
@@ -47,44 +48,8 @@ def _params(v) -> DcnParams:
     return DcnParams(v[5], v[6], v[7], v[8], v[9])
 
 
-def _model(dialect: str, variant: str, *, batch: int | str = 1, spatial: bool = True, dtype=np.float32,
-           opset: int | None = None, seed: int = 3) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    """A DCN node of ``dialect`` then Relu; the weight and bias are initializers (as exporters write them)."""
-    c, co, k, h, w, stride, pads, dil, group, dg, with_mask, with_bias = VARIANTS[variant]
-    p = _params(VARIANTS[variant])
-    oh, ow = p.out_hw(h, w, k, k)
-    rng = np.random.default_rng(seed)
-    T = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    inits = [numpy_helper.from_array((rng.standard_normal((co, c // group, k, k)) * 0.3).astype(dtype), "weight")]
-    if with_bias:
-        inits.append(numpy_helper.from_array(rng.standard_normal(co).astype(dtype), "bias"))
-    hw = [h, w] if spatial else ["H", "W"]
-    ohw = [oh, ow] if spatial else ["OH", "OW"]
-    ins = [helper.make_tensor_value_info("x", T, [batch, c, *hw]),
-           helper.make_tensor_value_info("offset", T, [batch, 2 * dg * k * k, *ohw])]
-    if with_mask:
-        ins.append(helper.make_tensor_value_info("mask", T, [batch, dg * k * k, *ohw]))
-    opsets = [helper.make_opsetid("", opset or (19 if dialect == "onnx" else 11))]
-    bias = "bias" if with_bias else ""
-    ph, pw = pads[0], pads[1]
-    if dialect == "centernet":
-        node = helper.make_node("DCNv2", ["x", "offset", "mask", "weight", bias], ["dcn"], name="dcn0",
-                                stride=list(stride), padding=[ph, pw], dilation=list(dil), deformable_groups=dg)
-    elif dialect == "mmcv":
-        node = helper.make_node("MMCVModulatedDeformConv2d", ["x", "offset", "mask", "weight"] + ([bias] if bias else []),
-                                ["dcn"], name="dcn0", domain="mmcv", stride=list(stride), padding=[ph, pw],
-                                dilation=list(dil), groups=group, deform_groups=dg)
-        opsets.append(helper.make_opsetid("mmcv", 1))
-    else:
-        names = ["x", "weight", "offset", bias, "mask" if with_mask else ""]
-        while names[-1] == "":
-            names.pop()
-        node = helper.make_node("DeformConv", names, ["dcn"], name="dcn0", strides=list(stride), pads=list(pads),
-                                dilations=list(dil), group=group, offset_group=dg, kernel_shape=[k, k])
-    g = helper.make_graph([node, helper.make_node("Relu", ["dcn"], ["y"], name="relu")], "g", ins,
-                          [helper.make_tensor_value_info("y", T, None)], initializer=inits)
-    model = helper.make_model(g, opset_imports=opsets, ir_version=8)
-    return model, {i.name: numpy_helper.to_array(i) for i in inits}
+def _model(dialect: str, variant: str, **kw) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    return dcn_node_model(dialect, VARIANTS[variant], **kw)
 
 
 def _feeds(variant: str, n: int, seed: int = 11, offset_scale: float = 3.0, dtype=np.float32):
