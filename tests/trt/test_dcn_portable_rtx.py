@@ -15,6 +15,7 @@ import pytest
 from builders import dcn_node_model
 
 from trtconv.rewrites import RewriteSettings, rewrite
+from trtconv.rewrites.reference import DcnParams
 
 trt = pytest.importorskip("tensorrt_rtx")
 
@@ -87,6 +88,36 @@ def test_fp16_portable_form_builds_in_fp16_on_rtx(tmp_path):
     assert conv.get_output(0).dtype == trt.DataType.HALF
     plan = _build(builder, network)
     assert plan is not None and len(plan) > 0
+
+
+@pytest.mark.parametrize("dialect,spec", [("mmcv", "groups-dgroups-stride"), ("onnx", "asymmetric-nomask")])
+def test_dynamic_spatial_portable_form_builds_on_rtx(tmp_path, dialect, spec):
+    """Dynamic N, H and W with a profile spanning several sizes: tap positions come from Range."""
+    model, _ = dcn_node_model(dialect, SPECS[spec], batch="N", spatial=False)
+    res = rewrite(model, RewriteSettings(dcn_target="portable"))
+    assert res.report.rewrites[0].proof.passed
+    path = tmp_path / "dynamic.onnx"
+    onnx.save(res.model, path)
+    builder, network, ok, errors, _parser = _parse(path)
+    assert ok and errors == []
+    c, _co, k, *_ = SPECS[spec]
+    p = DcnParams(*SPECS[spec][5:10])
+    dg = p.deformable_group
+    config = builder.create_builder_config()
+    profile = builder.create_optimization_profile()
+    corners = [(1, 12, 14), (2, 20, 24), (4, 33, 40)]
+    dims = {"x": [], "offset": [], "mask": []}
+    for n, h, w in corners:
+        oh, ow = p.out_hw(h, w, k, k)
+        dims["x"].append((n, c, h, w))
+        dims["offset"].append((n, 2 * dg * k * k, oh, ow))
+        dims["mask"].append((n, dg * k * k, oh, ow))
+    for i in range(network.num_inputs):
+        name = network.get_input(i).name
+        profile.set_shape(name, *dims[name])
+    config.add_optimization_profile(profile)
+    plan = builder.build_serialized_network(network, config)
+    assert plan is not None and plan.nbytes > 0
 
 
 def test_deformconv_needs_a_plugin_rtx_does_not_have(tmp_path):

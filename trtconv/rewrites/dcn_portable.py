@@ -7,7 +7,7 @@ deformable convolution written out as sampling then a dense product (im2col):
 1. ``x [N, C, H, W]`` → ``[N*G, C/G, H, W]`` (``G`` = deformable groups; skipped when 1).
 2. Sampling grid from the offsets: the (dy, dx) pairs are swapped to GridSample's (x, y)
    order by one ``Gather`` over the offset channels, scaled to normalised units and added
-   to the (constant) normalised position of every kernel tap at every output pixel,
+   to the normalised position of every kernel tap at every output pixel,
    ``[N*G, K*OH, OW, 2]`` with ``K = kh*kw``.
 3. ``GridSample`` (bilinear, ``padding_mode="zeros"``, ``align_corners=0``): pixel ``p`` is
    normalised as ``(2p + 1)/W - 1``, which ``align_corners=0`` maps back to ``p``; corners
@@ -17,9 +17,10 @@ deformable convolution written out as sampling then a dense product (im2col):
 5. The columns reshaped to ``[N, C*K, OH, OW]`` (channel ``c*K + k``) and a 1x1 ``Conv``
    with the weight reshaped ``[Cout, C/group*K, 1, 1]`` and ``group`` groups, plus bias.
 
-Spatial sizes must be static (the tap positions and the normalisation are constants);
-the batch may stay dynamic (every ``Reshape`` puts ``-1`` there). Asymmetric pads need no
-``Pad``: they only move the tap positions.
+With static spatial sizes the tap positions and the normalisation are constants; with
+dynamic ones they are computed from the offset's and the input's run-time shape (``Shape``,
+``Range``, a few element-wise nodes). The batch is always free (``-1`` in every ``Reshape``);
+the channel count must be known. Asymmetric pads need no ``Pad``: they only move the taps.
 
 FP16 models sample in FP32 (``x`` and the offsets are cast up, the columns cast back to
 FP16 before the mask multiply): TensorRT's GridSample needs ``x`` and the grid in one
@@ -83,88 +84,158 @@ def swap_pairs(channels: int) -> np.ndarray:
     return np.ascontiguousarray(idx[:, ::-1]).reshape(-1)
 
 
+class _Ops:
+    """Small node builders over an :class:`Emitter` (names ``<node>/<suffix>``)."""
+
+    def __init__(self, em: Emitter) -> None:
+        self.em = em
+
+    def op(self, op: str, suffix: str, inputs: list[gs.Tensor], dtype: Any = None,
+           attrs: Mapping[str, Any] | None = None, domain: str | None = None) -> gs.Tensor:
+        out = self.em.var(suffix, dtype=dtype)
+        self.em.node(op, suffix, inputs, [out], attrs, domain=domain)
+        return out
+
+    def const(self, suffix: str, values: Any, dtype: Any = np.int64) -> gs.Constant:
+        return self.em.const(suffix, np.asarray(values, dtype=dtype))
+
+    def cast(self, t: gs.Tensor, suffix: str, dtype: np.dtype) -> gs.Tensor:
+        if _float_dtype(t) == dtype:
+            return t
+        return self.op("Cast", suffix, [t], dtype, {"to": int(helper.np_dtype_to_tensor_dtype(dtype))})
+
+    def reshape(self, t: gs.Tensor, suffix: str, shape: Sequence[int | gs.Tensor], dtype: Any) -> gs.Tensor:
+        """``shape``: ints, and 1-D INT64 tensors for dims known only at run time."""
+        if all(isinstance(d, int) for d in shape):
+            target: gs.Tensor = self.const(f"{suffix}_shape", list(shape))
+        else:
+            parts = [d if isinstance(d, gs.Tensor) else self.const(f"{suffix}_dim{i}", [d]) for i, d in enumerate(shape)]
+            target = self.op("Concat", f"{suffix}_shape", parts, np.int64, {"axis": 0})
+        return self.op("Reshape", suffix, [t, target], dtype)
+
+
+def _check_shapes(em: Emitter, dcn: DcnNode, x: gs.Tensor, offset: gs.Tensor, weight: gs.Tensor) -> None:
+    p = dcn.params
+    xs = x.shape
+    if xs is None or len(xs) != 4 or not isinstance(xs[1], (int, np.integer)) or dcn.kernel is None:
+        raise UnsupportedModelError(
+            f"node {em.base!r}: the portable DCN form needs the input's channel count and the kernel size "
+            f"(x has shape {list(xs) if xs is not None else 'unknown'}{'' if dcn.kernel else ', kernel unknown'})",
+            hint="give --shapes INPUT:NxCxHxW, or use another --dcn-target")
+    c = int(xs[1])
+    k = dcn.kernel[0] * dcn.kernel[1]
+    sizes = _static(xs)
+    oh, ow = p.out_hw(sizes[1], sizes[2], *dcn.kernel) if sizes else (1, 1)
+    offs, ws = _static(offset.shape), _static(weight.shape)
+    if (oh < 1 or ow < 1 or c % p.deformable_group or c % p.group or (ws is not None and ws[0] * p.group != c)
+            or (offs is not None and (offs[0] != 2 * p.deformable_group * k or (sizes and offs[1:] != (oh, ow))))):
+        raise UnsupportedModelError(
+            f"node {em.base!r}: shapes do not fit together: x {list(xs)}, offset "
+            f"{list(offset.shape) if offset.shape is not None else '?'}, weight {list(weight.shape or [])}, {p}",
+            hint="the offset must be [N, 2*deformable_group*kh*kw, OH, OW] for the convolution's output size")
+
+
+def _grid_dynamic(ops: _Ops, p: DcnParams, kernel: tuple[int, int], x: gs.Tensor, offset: gs.Tensor,
+                  off5: gs.Tensor, sdt: np.dtype) -> gs.Tensor:
+    """Normalised grid ``[N*G, K, 2, OH, OW]`` for spatial sizes known only at run time:
+    ``(offset + tap position) * 2/size + (1/size - 1)``, positions from ``Range`` over OH/OW."""
+    kh, kw = kernel
+    wh = ops.op("Gather", "x_wh", [ops.op("Shape", "x_shape", [x], np.int64), ops.const("i32", [3, 2])], np.int64,
+                {"axis": 0})
+    whf = ops.cast(wh, "x_wh_float", sdt)  # [W, H]: x first, as the grid
+    scale = ops.op("Div", "xy_scale_flat", [ops.const("two", [2, 2], sdt), whf], sdt)
+    inverse = ops.op("Div", "xy_inverse", [ops.const("one", [1, 1], sdt), whf], sdt)
+    shift = ops.op("Sub", "xy_shift_flat", [inverse, ops.const("one_", [1, 1], sdt)], sdt)
+    scale = ops.reshape(scale, "xy_scale", [2, 1, 1], sdt)
+    shift = ops.reshape(shift, "xy_shift", [2, 1, 1], sdt)
+    oshape = ops.op("Shape", "offset_shape", [offset], np.int64)
+    taps = np.arange(kh * kw)
+
+    def positions(axis: int, stride: int, begin: int, tap_step: np.ndarray, name: str) -> gs.Tensor:
+        """Pixel position of every tap along one axis at every output index: [K, 1, 1, size]."""
+        size = ops.op("Gather", f"o{name}", [oshape, ops.const(f"i{axis}", axis)], np.int64, {"axis": 0})
+        index = ops.op("Range", f"o{name}_range", [ops.const(f"{name}_zero", 0), size, ops.const(f"{name}_step", 1)],
+                       np.int64, domain=PENDING_DOMAIN)  # opset 11; written for the raised opset like GridSample
+        pix = ops.op("Mul", f"o{name}_pixels", [ops.cast(index, f"o{name}_float", sdt),
+                                                 ops.const(f"s{name}", [stride], sdt)], sdt)
+        tap = ops.const(f"tap_{name}_offsets", (tap_step - begin).reshape(-1, 1, 1, 1), sdt)
+        return ops.op("Add", f"tap_{name}", [pix, tap], sdt)
+
+    cols = positions(3, p.stride[1], p.pads[1], (taps % kw) * p.dilation[1], "x")  # [K, 1, 1, OW]
+    rows = positions(2, p.stride[0], p.pads[0], (taps // kw) * p.dilation[0], "y")  # [K, 1, 1, OH]
+    rows = ops.op("Transpose", "tap_y_column", [rows], sdt, {"perm": [0, 1, 3, 2]})  # [K, 1, OH, 1]
+    px = ops.op("Mul", "tap_x_channel", [cols, ops.const("x_channel", [[[1]], [[0]]], sdt)], sdt)  # [K, 2, 1, OW]
+    py = ops.op("Mul", "tap_y_channel", [rows, ops.const("y_channel", [[[0]], [[1]]], sdt)], sdt)  # [K, 2, OH, 1]
+    pix = ops.op("Add", "grid_pixels_y", [ops.op("Add", "grid_pixels_x", [off5, px], sdt), py], sdt)
+    return ops.op("Add", "grid_taps", [ops.op("Mul", "grid_scaled", [pix, scale], sdt), shift], sdt)
+
+
 def emit(graph: gs.Graph, name: str, dcn: DcnNode, tensors: Mapping[str, gs.Tensor],
          outputs: Sequence[gs.Tensor]) -> list[gs.Node]:
     """Replacement nodes writing ``outputs[0]`` (the caller has disconnected the original node first)."""
     em = Emitter(graph, name)
+    ops = _Ops(em)
     x, offset, weight = tensors[dcn.x], tensors[dcn.offset], tensors[dcn.weight]
     mask = tensors[dcn.mask] if dcn.mask else None
     bias = tensors[dcn.bias] if dcn.bias else None
     p = dcn.params
-    xs = _static(x.shape)
-    if xs is None or dcn.kernel is None:
-        raise UnsupportedModelError(
-            f"node {em.base!r}: the portable DCN form needs static channel and spatial sizes of its input "
-            f"(x has shape {list(x.shape) if x.shape is not None else 'unknown'}"
-            f"{'' if dcn.kernel else ', kernel size unknown'})",
-            hint="give --shapes INPUT:NxCxHxW (the batch may stay dynamic), or use another --dcn-target")
-    c, h, w = xs
+    _check_shapes(em, dcn, x, offset, weight)
+    assert x.shape is not None and dcn.kernel is not None  # _check_shapes says so
+    c = int(x.shape[1])
     kh, kw = dcn.kernel
     k = kh * kw
     dg, group = p.deformable_group, p.group
-    oh, ow = p.out_hw(h, w, kh, kw)
-    offs = _static(offset.shape)
-    ws = _static(weight.shape)
-    if (oh < 1 or ow < 1 or (offs is not None and offs != (2 * dg * k, oh, ow)) or c % dg or c % group
-            or (ws is not None and ws[0] * group != c)):
-        raise UnsupportedModelError(
-            f"node {em.base!r}: shapes do not fit together: x {list(x.shape)}, offset "
-            f"{list(offset.shape) if offset.shape is not None else '?'}, weight {list(weight.shape or [])}, {p}",
-            hint="the offset must be [N, 2*deformable_group*kh*kw, OH, OW] for the convolution's output size")
+    sizes = _static(x.shape)
     sdt = _float_dtype(x)
-    low = sdt.itemsize < 4  # FP16/BF16: sample in FP32
-    if low:
+    if sdt.itemsize < 4:  # FP16/BF16: sample in FP32
         sdt = np.dtype(np.float32)
-
-    def cast(t: gs.Tensor, suffix: str, dtype: np.dtype) -> gs.Tensor:
-        if _float_dtype(t) == dtype:
-            return t
-        out = em.var(suffix, dtype=dtype)
-        em.node("Cast", suffix, [t], [out], {"to": int(helper.np_dtype_to_tensor_dtype(dtype))})
-        return out
-
-    def reshape(t: gs.Tensor, suffix: str, shape: list[int], dtype: Any) -> gs.Tensor:
-        out = em.var(suffix, dtype=dtype)
-        em.node("Reshape", suffix, [t, em.const(f"{suffix}_shape", np.array(shape, np.int64))], [out])
-        return out
+    xdt = _float_dtype(x)
+    if sizes is None:  # spatial sizes known at run time only
+        ohw: gs.Tensor = ops.op("Gather", "offset_hw", [ops.op("Shape", "offset_dims", [offset], np.int64),
+                                                        ops.const("i23", [2, 3])], np.int64, {"axis": 0})
+        ow_t = ops.op("Gather", "offset_w", [ohw, ops.const("i1", [1])], np.int64, {"axis": 0})
+        koh_t = ops.op("Mul", "taps_h", [ops.op("Gather", "offset_h", [ohw, ops.const("i0", [0])], np.int64,
+                                                {"axis": 0}), ops.const("k", [k])], np.int64)
+        shape5: list[int | gs.Tensor] = [-1, k, 2, ohw]
+        grid4: list[int | gs.Tensor] = [0, -1, ow_t, 2]
+        mask4: list[int | gs.Tensor] = [-1, 1, koh_t, ow_t]
+        cols4: list[int | gs.Tensor] = [-1, c * k, ohw]
+    else:
+        h, w = sizes[1], sizes[2]
+        oh, ow = p.out_hw(h, w, kh, kw)
+        shape5, grid4, mask4, cols4 = [-1, k, 2, oh, ow], [-1, k * oh, ow, 2], [-1, 1, k * oh, ow], [-1, c * k, oh, ow]
 
     # 1. the image, one batch entry per deformable group
-    img = cast(x, "x_float", sdt)
+    img = ops.cast(x, "x_float", sdt)
     if dg > 1:
-        img = reshape(img, "x_groups", [-1, c // dg, h, w], sdt)
+        img = ops.reshape(img, "x_groups", [-1, c // dg, 0, 0], sdt)
     # 2. the sampling grid
-    swapped = em.var("offset_xy", dtype=offset.dtype)
-    em.node("Gather", "offset_xy", [offset, em.const("xy_order", swap_pairs(2 * dg * k))], [swapped], {"axis": 1})
-    off = reshape(cast(swapped, "offset_float", sdt), "offset_taps", [-1, k, 2, oh, ow], sdt)
-    scaled = em.var("offset_normalised", dtype=sdt)
-    em.node("Mul", "offset_normalised", [off, em.const("xy_scale", np.array([2 / w, 2 / h], sdt).reshape(2, 1, 1))],
-            [scaled])
-    grid5 = em.var("grid_taps", dtype=sdt)
-    em.node("Add", "grid_taps", [scaled, em.const("tap_positions", tap_grid(p, (kh, kw), (h, w), (oh, ow), sdt))],
-            [grid5])
-    grid_last = em.var("grid_xy_last", dtype=sdt)
-    em.node("Transpose", "grid_xy_last", [grid5], [grid_last], {"perm": [0, 1, 3, 4, 2]})
-    grid = reshape(grid_last, "grid", [-1, k * oh, ow, 2], sdt)
+    swapped = ops.op("Gather", "offset_xy", [offset, ops.const("xy_order", swap_pairs(2 * dg * k))], offset.dtype,
+                     {"axis": 1})
+    off5 = ops.reshape(ops.cast(swapped, "offset_float", sdt), "offset_taps", shape5, sdt)
+    if sizes is None:
+        grid5 = _grid_dynamic(ops, p, (kh, kw), x, offset, off5, sdt)
+    else:
+        scaled = ops.op("Mul", "offset_normalised", [off5, ops.const("xy_scale", [[[2 / w]], [[2 / h]]], sdt)], sdt)
+        grid5 = ops.op("Add", "grid_taps", [scaled, em.const("tap_positions", tap_grid(p, (kh, kw), (h, w),
+                                                                                       (oh, ow), sdt))], sdt)
+    grid_last = ops.op("Transpose", "grid_xy_last", [grid5], sdt, {"perm": [0, 1, 3, 4, 2]})
+    grid = ops.reshape(grid_last, "grid", grid4, sdt)
     # 3. bilinear sampling with zeros outside (mode left at its default: "bilinear" in
     # opset 16-19, renamed "linear" from opset 20; both mean the same)
-    cols = em.var("columns", dtype=sdt)
-    em.node("GridSample", "sample", [img, grid], [cols], {"align_corners": 0, "padding_mode": "zeros"},
-            domain=PENDING_DOMAIN)
-    xdt = _float_dtype(x)
-    cols = cast(cols, "columns_cast", xdt)
+    cols = ops.op("GridSample", "sample", [img, grid], sdt, {"align_corners": 0, "padding_mode": "zeros"},
+                  domain=PENDING_DOMAIN)
+    cols = ops.cast(cols, "columns_cast", xdt)
     # 4. modulation
     if mask is not None:
-        m = reshape(mask, "mask_taps", [-1, 1, k * oh, ow], mask.dtype)
-        masked = em.var("columns_masked", dtype=xdt)
-        em.node("Mul", "modulate", [cols, m], [masked])
-        cols = masked
+        cols = ops.op("Mul", "modulate", [cols, ops.reshape(mask, "mask_taps", mask4, mask.dtype)], xdt)
     # 5. the dense product
-    cols = reshape(cols, "im2col", [-1, c * k, oh, ow], xdt)
+    cols = ops.reshape(cols, "im2col", cols4, xdt)
     if isinstance(weight, gs.Constant):
         values = np.asarray(weight.values)
         w2: gs.Tensor = em.const("weight_1x1", np.ascontiguousarray(values.reshape(values.shape[0], -1, 1, 1)))
     else:
-        w2 = reshape(weight, "weight_1x1", [0, -1, 1, 1], weight.dtype)
+        w2 = ops.reshape(weight, "weight_1x1", [0, -1, 1, 1], weight.dtype)
     ins = [cols, w2] + ([bias] if bias is not None else [])
     em.node("Conv", "conv1x1", ins, [outputs[0]], {"kernel_shape": [1, 1], "group": group, "strides": [1, 1],
                                                    "pads": [0, 0, 0, 0], "dilations": [1, 1]})
@@ -174,7 +245,8 @@ def emit(graph: gs.Graph, name: str, dcn: DcnNode, tensors: Mapping[str, gs.Tens
 def with_dcn_output_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model with a value_info ``[N, Cout, OH, OW]`` for every DCN output shape inference
     cannot see past (a custom op), repeated until shapes stop growing: the portable form of
-    a DCN behind another (DCN → BN → ReLU → DCN) needs its input's sizes."""
+    a DCN behind another (DCN → BN → ReLU → DCN) needs its input's channel count (and, to
+    use constants, its spatial size)."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
     for _ in range(sum(1 for n in out.graph.node if rewrite_rule_for(n.domain, n.op_type)) + 1):
@@ -193,10 +265,11 @@ def with_dcn_output_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
             if dcn is None or y in shapes or not xs or not ws or len(xs) != 4 or len(ws) != 4 or dcn.kernel is None:
                 continue
             h, w = xs[2], xs[3]
-            if not isinstance(h, int) or not isinstance(w, int):
-                continue
-            oh, ow = dcn.params.out_hw(h, w, *dcn.kernel)
-            dims: list[Any] = [xs[0], ws[0], oh, ow]
+            if isinstance(h, int) and isinstance(w, int):
+                dims: list[Any] = [xs[0], ws[0], *dcn.params.out_hw(h, w, *dcn.kernel)]
+            else:  # dynamic: the offset's dims (symbolic or unknown), the channel count still known
+                offs = shapes.get(dcn.offset) or [None] * 4
+                dims = [xs[0], ws[0], offs[2] if len(offs) == 4 else None, offs[3] if len(offs) == 4 else None]
             out.graph.value_info.append(helper.make_tensor_value_info(y, dtypes.get(dcn.x, 1), dims))
             added = True
         if not added:

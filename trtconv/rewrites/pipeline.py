@@ -395,6 +395,7 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     _strip_value_info(out)
     if pending_opset:
         out = _finish_pending(out, large, results, pending_opset)
+        _strip_value_info(out)  # the opset converter's inferred shapes stop at pending nodes: partial
     if settings.prune_opsets:
         results.append(cleanup.prune_opsets(out))
 
