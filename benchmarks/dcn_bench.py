@@ -73,7 +73,10 @@ def time_us(torch, fn, iters: int, reps: int) -> float:
 
 def portable_graph(n: int, c: int, cout: int, h: int, fp16: bool) -> Any:
     """The ONNX graph ``trtconv rewrite --dcn-target portable`` emits for one 3x3 DCNv2 layer
-    (x, offset, mask, weight, bias all graph inputs, so the benchmark feeds its own tensors)."""
+    (x, offset, mask, weight, bias all graph inputs, so the benchmark feeds its own tensors),
+    with what depends only on the (static) shapes folded to constants, as a TensorRT builder
+    does for an engine of static shapes."""
+    import onnx_graphsurgeon as gs
     from onnx import TensorProto, helper
 
     from trtconv.rewrites import RewriteSettings, rewrite
@@ -84,7 +87,10 @@ def portable_graph(n: int, c: int, cout: int, h: int, fp16: bool) -> Any:
     g = helper.make_graph([node], "dcn", [helper.make_tensor_value_info(k, t, v) for k, v in shapes.items()],
                           [helper.make_tensor_value_info("y", t, None)])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
-    return rewrite(model, RewriteSettings(dcn_target="portable")).model  # node proof: ONNX Runtime vs float64
+    portable = rewrite(model, RewriteSettings(dcn_target="portable")).model  # node proof: ONNX Runtime vs float64
+    graph = gs.import_onnx(portable)
+    graph.fold_constants().cleanup()
+    return gs.export_onnx(graph)
 
 
 def torch_runner(torch: Any, model: Any, device: str = "cuda") -> Any:
@@ -110,6 +116,8 @@ def torch_runner(torch: Any, model: Any, device: str = "cuda") -> Any:
         "Reshape": lambda v, **a: reshape(v, a["shape"]),
         "Mul": lambda u, v, **a: u * v,
         "Add": lambda u, v, **a: u + v,
+        "Sub": lambda u, v, **a: u - v,
+        "Div": lambda u, v, **a: u / v,
         "Transpose": lambda v, **a: v.permute(*a["perm"]),
         "GridSample": lambda v, g, **a: F.grid_sample(v, g, mode="bilinear", padding_mode="zeros",
                                                        align_corners=bool(a.get("align_corners", 0))),

@@ -6,9 +6,9 @@ deformable convolution written out as sampling then a dense product (im2col):
 
 1. ``x [N, C, H, W]`` → ``[N*G, C/G, H, W]`` (``G`` = deformable groups; skipped when 1).
 2. Sampling grid from the offsets: the (dy, dx) pairs are swapped to GridSample's (x, y)
-   order by one ``Gather`` over the offset channels, scaled to normalised units and added
-   to the normalised position of every kernel tap at every output pixel,
-   ``[N*G, K*OH, OW, 2]`` with ``K = kh*kw``.
+   order by one ``Gather`` over the offset channels, added to the position of every kernel
+   tap at every output pixel and normalised,
+   ``[N*G, K*OH, OW, 2]`` with ``K = kh*kw`` (see :func:`_grid`).
 3. ``GridSample`` (bilinear, ``padding_mode="zeros"``, ``align_corners=0``): pixel ``p`` is
    normalised as ``(2p + 1)/W - 1``, which ``align_corners=0`` maps back to ``p``; corners
    outside the image count as zeros, exactly as DCNv2 defines its border. Output
@@ -17,10 +17,10 @@ deformable convolution written out as sampling then a dense product (im2col):
 5. The columns reshaped to ``[N, C*K, OH, OW]`` (channel ``c*K + k``) and a 1x1 ``Conv``
    with the weight reshaped ``[Cout, C/group*K, 1, 1]`` and ``group`` groups, plus bias.
 
-With static spatial sizes the tap positions and the normalisation are constants; with
-dynamic ones they are computed from the offset's and the input's run-time shape (``Shape``,
-``Range``, a few element-wise nodes). The batch is always free (``-1`` in every ``Reshape``);
-the channel count must be known. Asymmetric pads need no ``Pad``: they only move the taps.
+The tap positions and the normalisation are computed from the offset's and the input's
+run-time shape (``Shape``, ``Range``, a few element-wise nodes), so batch, height and width
+may all be dynamic and the graph holds no spatial size; only the channel count must be
+known. Asymmetric pads need no ``Pad``: they only move the taps.
 
 FP16 models sample in FP32 (``x`` and the offsets are cast up, the columns cast back to
 FP16 before the mask multiply): TensorRT's GridSample needs ``x`` and the grid in one
@@ -62,20 +62,6 @@ def _float_dtype(t: gs.Tensor | None) -> np.dtype:
         return np.dtype(t.dtype)
     except TypeError:
         return np.dtype(np.float32)
-
-
-def tap_grid(params: DcnParams, kernel: tuple[int, int], hw: tuple[int, int], ohw: tuple[int, int],
-             dtype: np.dtype) -> np.ndarray:
-    """Normalised (x, y) of every kernel tap at every output pixel before offsets: ``[K, 2, OH, OW]``."""
-    kh, kw = kernel
-    h, w = hw
-    oh, ow = ohw
-    rows = np.arange(oh)[None, :] * params.stride[0] - params.pads[0] + np.arange(kh)[:, None] * params.dilation[0]
-    cols = np.arange(ow)[None, :] * params.stride[1] - params.pads[1] + np.arange(kw)[:, None] * params.dilation[1]
-    grid = np.empty((kh, kw, 2, oh, ow), dtype=np.float64)
-    grid[:, :, 0] = ((2 * cols + 1) / w - 1)[None, :, None, :]  # x: varies with j and ow
-    grid[:, :, 1] = ((2 * rows + 1) / h - 1)[:, None, :, None]  # y: varies with i and oh
-    return grid.reshape(kh * kw, 2, oh, ow).astype(dtype)
 
 
 def swap_pairs(channels: int) -> np.ndarray:
@@ -135,39 +121,43 @@ def _check_shapes(em: Emitter, dcn: DcnNode, x: gs.Tensor, offset: gs.Tensor, we
             hint="the offset must be [N, 2*deformable_group*kh*kw, OH, OW] for the convolution's output size")
 
 
-def _grid_dynamic(ops: _Ops, p: DcnParams, kernel: tuple[int, int], x: gs.Tensor, offset: gs.Tensor,
-                  off5: gs.Tensor, sdt: np.dtype) -> gs.Tensor:
-    """Normalised grid ``[N*G, K, 2, OH, OW]`` for spatial sizes known only at run time:
-    ``(offset + tap position) * 2/size + (1/size - 1)``, positions from ``Range`` over OH/OW."""
+def _grid(ops: _Ops, p: DcnParams, kernel: tuple[int, int], x: gs.Tensor, offset: gs.Tensor,
+          off5: gs.Tensor, sdt: np.dtype) -> gs.Tensor:
+    """Normalised grid ``[N*G, K, 2, OH, OW]``: ``(offset + (tap position + 0.5)) / (size/2) - 1``.
+
+    Positions come from ``Range`` over the run-time OH and OW, sizes from ``Shape(x)``, so the
+    graph holds no spatial size: it serves any size, and proving it at a small one proves it
+    (TensorRT folds it to constants when the engine's shapes are static). The order of
+    operations keeps rounding down: ``position + 0.5`` and ``size/2`` are exact, so a coordinate
+    is rounded three times (the add, the divide, the subtract); ``p*(2/W) + (1/W - 1)`` rounds
+    twice as far from the float64 result at 120x120 (measured through ONNX Runtime's GridSample).
+    """
     kh, kw = kernel
     wh = ops.op("Gather", "x_wh", [ops.op("Shape", "x_shape", [x], np.int64), ops.const("i32", [3, 2])], np.int64,
                 {"axis": 0})
-    whf = ops.cast(wh, "x_wh_float", sdt)  # [W, H]: x first, as the grid
-    scale = ops.op("Div", "xy_scale_flat", [ops.const("two", [2, 2], sdt), whf], sdt)
-    inverse = ops.op("Div", "xy_inverse", [ops.const("one", [1, 1], sdt), whf], sdt)
-    shift = ops.op("Sub", "xy_shift_flat", [inverse, ops.const("one_", [1, 1], sdt)], sdt)
-    scale = ops.reshape(scale, "xy_scale", [2, 1, 1], sdt)
-    shift = ops.reshape(shift, "xy_shift", [2, 1, 1], sdt)
+    half = ops.op("Mul", "xy_half_size_flat", [ops.cast(wh, "x_wh_float", sdt), ops.const("half", [0.5], sdt)], sdt)
+    half = ops.reshape(half, "xy_half_size", [2, 1, 1], sdt)  # [W/2, H/2]: x first, as the grid
     oshape = ops.op("Shape", "offset_shape", [offset], np.int64)
     taps = np.arange(kh * kw)
 
-    def positions(axis: int, stride: int, begin: int, tap_step: np.ndarray, name: str) -> gs.Tensor:
-        """Pixel position of every tap along one axis at every output index: [K, 1, 1, size]."""
+    def centres(axis: int, stride: int, begin: int, tap_step: np.ndarray, name: str) -> gs.Tensor:
+        """Pixel centre (position + 0.5) of every tap along one axis at every output index: [K, 1, 1, size]."""
         size = ops.op("Gather", f"o{name}", [oshape, ops.const(f"i{axis}", axis)], np.int64, {"axis": 0})
         index = ops.op("Range", f"o{name}_range", [ops.const(f"{name}_zero", 0), size, ops.const(f"{name}_step", 1)],
                        np.int64, domain=PENDING_DOMAIN)  # opset 11; written for the raised opset like GridSample
         pix = ops.op("Mul", f"o{name}_pixels", [ops.cast(index, f"o{name}_float", sdt),
                                                  ops.const(f"s{name}", [stride], sdt)], sdt)
-        tap = ops.const(f"tap_{name}_offsets", (tap_step - begin).reshape(-1, 1, 1, 1), sdt)
+        tap = ops.const(f"tap_{name}_offsets", (tap_step - begin + 0.5).reshape(-1, 1, 1, 1), sdt)
         return ops.op("Add", f"tap_{name}", [pix, tap], sdt)
 
-    cols = positions(3, p.stride[1], p.pads[1], (taps % kw) * p.dilation[1], "x")  # [K, 1, 1, OW]
-    rows = positions(2, p.stride[0], p.pads[0], (taps // kw) * p.dilation[0], "y")  # [K, 1, 1, OH]
+    cols = centres(3, p.stride[1], p.pads[1], (taps % kw) * p.dilation[1], "x")  # [K, 1, 1, OW]
+    rows = centres(2, p.stride[0], p.pads[0], (taps // kw) * p.dilation[0], "y")  # [K, 1, 1, OH]
     rows = ops.op("Transpose", "tap_y_column", [rows], sdt, {"perm": [0, 1, 3, 2]})  # [K, 1, OH, 1]
     px = ops.op("Mul", "tap_x_channel", [cols, ops.const("x_channel", [[[1]], [[0]]], sdt)], sdt)  # [K, 2, 1, OW]
     py = ops.op("Mul", "tap_y_channel", [rows, ops.const("y_channel", [[[0]], [[1]]], sdt)], sdt)  # [K, 2, OH, 1]
     pix = ops.op("Add", "grid_pixels_y", [ops.op("Add", "grid_pixels_x", [off5, px], sdt), py], sdt)
-    return ops.op("Add", "grid_taps", [ops.op("Mul", "grid_scaled", [pix, scale], sdt), shift], sdt)
+    unit = ops.op("Div", "grid_units", [pix, half], sdt)
+    return ops.op("Sub", "grid_taps", [unit, ops.const("one", [1.0], sdt)], sdt)
 
 
 def emit(graph: gs.Graph, name: str, dcn: DcnNode, tensors: Mapping[str, gs.Tensor],
@@ -185,25 +175,16 @@ def emit(graph: gs.Graph, name: str, dcn: DcnNode, tensors: Mapping[str, gs.Tens
     kh, kw = dcn.kernel
     k = kh * kw
     dg, group = p.deformable_group, p.group
-    sizes = _static(x.shape)
     sdt = _float_dtype(x)
     if sdt.itemsize < 4:  # FP16/BF16: sample in FP32
         sdt = np.dtype(np.float32)
     xdt = _float_dtype(x)
-    if sizes is None:  # spatial sizes known at run time only
-        ohw: gs.Tensor = ops.op("Gather", "offset_hw", [ops.op("Shape", "offset_dims", [offset], np.int64),
-                                                        ops.const("i23", [2, 3])], np.int64, {"axis": 0})
-        ow_t = ops.op("Gather", "offset_w", [ohw, ops.const("i1", [1])], np.int64, {"axis": 0})
-        koh_t = ops.op("Mul", "taps_h", [ops.op("Gather", "offset_h", [ohw, ops.const("i0", [0])], np.int64,
-                                                {"axis": 0}), ops.const("k", [k])], np.int64)
-        shape5: list[int | gs.Tensor] = [-1, k, 2, ohw]
-        grid4: list[int | gs.Tensor] = [0, -1, ow_t, 2]
-        mask4: list[int | gs.Tensor] = [-1, 1, koh_t, ow_t]
-        cols4: list[int | gs.Tensor] = [-1, c * k, ohw]
-    else:
-        h, w = sizes[1], sizes[2]
-        oh, ow = p.out_hw(h, w, kh, kw)
-        shape5, grid4, mask4, cols4 = [-1, k, 2, oh, ow], [-1, k * oh, ow, 2], [-1, 1, k * oh, ow], [-1, c * k, oh, ow]
+    # OH and OW as the offset has them at run time: the graph holds no spatial size
+    ohw = ops.op("Gather", "offset_hw", [ops.op("Shape", "offset_dims", [offset], np.int64), ops.const("i23", [2, 3])],
+                 np.int64, {"axis": 0})
+    ow_t = ops.op("Gather", "offset_w", [ohw, ops.const("i1", [1])], np.int64, {"axis": 0})
+    koh_t = ops.op("Mul", "taps_h", [ops.op("Gather", "offset_h", [ohw, ops.const("i0", [0])], np.int64, {"axis": 0}),
+                                     ops.const("k", [k])], np.int64)
 
     # 1. the image, one batch entry per deformable group
     img = ops.cast(x, "x_float", sdt)
@@ -212,15 +193,10 @@ def emit(graph: gs.Graph, name: str, dcn: DcnNode, tensors: Mapping[str, gs.Tens
     # 2. the sampling grid
     swapped = ops.op("Gather", "offset_xy", [offset, ops.const("xy_order", swap_pairs(2 * dg * k))], offset.dtype,
                      {"axis": 1})
-    off5 = ops.reshape(ops.cast(swapped, "offset_float", sdt), "offset_taps", shape5, sdt)
-    if sizes is None:
-        grid5 = _grid_dynamic(ops, p, (kh, kw), x, offset, off5, sdt)
-    else:
-        scaled = ops.op("Mul", "offset_normalised", [off5, ops.const("xy_scale", [[[2 / w]], [[2 / h]]], sdt)], sdt)
-        grid5 = ops.op("Add", "grid_taps", [scaled, em.const("tap_positions", tap_grid(p, (kh, kw), (h, w),
-                                                                                       (oh, ow), sdt))], sdt)
+    off5 = ops.reshape(ops.cast(swapped, "offset_float", sdt), "offset_taps", [-1, k, 2, ohw], sdt)
+    grid5 = _grid(ops, p, (kh, kw), x, offset, off5, sdt)
     grid_last = ops.op("Transpose", "grid_xy_last", [grid5], sdt, {"perm": [0, 1, 3, 4, 2]})
-    grid = ops.reshape(grid_last, "grid", grid4, sdt)
+    grid = ops.reshape(grid_last, "grid", [0, -1, ow_t, 2], sdt)
     # 3. bilinear sampling with zeros outside (mode left at its default: "bilinear" in
     # opset 16-19, renamed "linear" from opset 20; both mean the same)
     cols = ops.op("GridSample", "sample", [img, grid], sdt, {"align_corners": 0, "padding_mode": "zeros"},
@@ -228,9 +204,9 @@ def emit(graph: gs.Graph, name: str, dcn: DcnNode, tensors: Mapping[str, gs.Tens
     cols = ops.cast(cols, "columns_cast", xdt)
     # 4. modulation
     if mask is not None:
-        cols = ops.op("Mul", "modulate", [cols, ops.reshape(mask, "mask_taps", mask4, mask.dtype)], xdt)
+        cols = ops.op("Mul", "modulate", [cols, ops.reshape(mask, "mask_taps", [-1, 1, koh_t, ow_t], mask.dtype)], xdt)
     # 5. the dense product
-    cols = ops.reshape(cols, "im2col", cols4, xdt)
+    cols = ops.reshape(cols, "im2col", [-1, c * k, ohw], xdt)
     if isinstance(weight, gs.Constant):
         values = np.asarray(weight.values)
         w2: gs.Tensor = em.const("weight_1x1", np.ascontiguousarray(values.reshape(values.shape[0], -1, 1, 1)))
@@ -245,8 +221,7 @@ def emit(graph: gs.Graph, name: str, dcn: DcnNode, tensors: Mapping[str, gs.Tens
 def with_dcn_output_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model with a value_info ``[N, Cout, OH, OW]`` for every DCN output shape inference
     cannot see past (a custom op), repeated until shapes stop growing: the portable form of
-    a DCN behind another (DCN → BN → ReLU → DCN) needs its input's channel count (and, to
-    use constants, its spatial size)."""
+    a DCN behind another (DCN → BN → ReLU → DCN) needs its input's channel count."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
     for _ in range(sum(1 for n in out.graph.node if rewrite_rule_for(n.domain, n.op_type)) + 1):
