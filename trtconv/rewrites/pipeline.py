@@ -263,7 +263,7 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     was_sorted = cleanup.is_sorted(model)
     notes = _subgraph_notes(model)
     if settings.dcn_target == dcn_portable.TARGET and not large:
-        model = dcn_portable.with_dcn_output_shapes(model)  # it needs every DCN input's sizes
+        model = dcn_portable.with_dcn_output_shapes(model)  # it needs every DCN input's channel count
     # Imported with inferred shapes: graphsurgeon folds Shape nodes only where shapes are known.
     graph = gs.import_onnx(_inferred(model, large))
     graph.toposort()  # rules below walk producers before consumers
