@@ -114,10 +114,12 @@ def test_the_driver_refuses_a_rule_whose_replacement_is_wrong():
 
 
 def test_dcn_targets_are_data_and_settings_name_them():
-    assert {"deformconv", "trt-plugin", "trtconv-plugin"} <= set(TARGETS)
+    assert set(TARGETS) == {"deformconv", "trt-plugin", "trtconv-plugin", "portable"}
     assert all(t.name == name and callable(t.emit) for name, t in TARGETS.items())
     assert TARGETS["trtconv-plugin"].needs_spec and TARGETS["trt-plugin"].spec is not None
     assert TARGETS["deformconv"].opset == 19  # standard ops: proven in ONNX Runtime
+    portable = TARGETS["portable"]  # computes the op another way: node proof only, graph proof cut there
+    assert (portable.opset, portable.cut_graph_proof, portable.prepare is not None) == (16, True, True)
 
 
 def test_the_one_dcn_plugin_spec_ships_in_the_package_and_matches_the_plugin():

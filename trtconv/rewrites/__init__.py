@@ -9,7 +9,7 @@ Public API (what ``build`` calls)::
 
 Where things are: the rule interface (rule.py), the registry (catalog.py), the driver
 (pipeline.py), the DCN rule (dcn.py: dialects in dcn_dialects.py, targets registered in
-dcn_targets.py: dcn_deformconv.py, dcn_plugins.py),
+dcn_targets.py: dcn_deformconv.py, dcn_plugins.py, dcn_portable.py),
 proofs (proof.py), clean-ups (cleanup.py), plugin maps (pluginmap.py, pluginmap_rule.py).
 """
 

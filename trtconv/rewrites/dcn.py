@@ -121,12 +121,10 @@ class DcnRule(RewriteRule):
         if dtype not in (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64)):
             return Proof("none", False, reason=f"cannot prove a DCN in {dtype} (float32/float16/float64 only)")
         consts = {t.name: np.asarray(t.values) for t in site.inputs if isinstance(t, gs.Constant)}
-        xshape = ctx.shapes.get(dcn.x)
-        xt = ctx.tensors.get(dcn.x)
-        if xshape is None and target.exact_proof_shapes and xt is not None and xt.shape is not None:
-            xshape = list(xt.shape)  # an earlier DCN's output: shaped by _annotate_output only
+        xt = ctx.tensors.get(dcn.x)  # an earlier DCN's output: shaped by _annotate_output only
+        xshape = ctx.shapes.get(dcn.x) or (list(xt.shape) if xt is not None and xt.shape is not None else None)
         values = proof_inputs(dcn, wshape, xshape, consts, dtype, ctx.settings.seed + site.index,
-                              exact=target.exact_proof_shapes)
+                              target.proof_max_side)
         return match.proof_case(emitted.nodes, site.outputs[0].name, values, max(ctx.opset, MIN_PROOF_OPSET),
                                 ctx.settings.node_tolerance)
 
@@ -169,10 +167,10 @@ def _annotate_output(out: gs.Tensor, shapes: Mapping[str, list[Any]], d: DcnNode
 
 
 def proof_shapes(dcn: DcnNode, weight_shape: tuple[int, ...], x_shape: Sequence[Any] | None,
-                 exact: bool = False) -> dict[str, tuple[int, ...]]:
+                 max_side: int | None = None) -> dict[str, tuple[int, ...]]:
     """Input shapes of a node proof, by role. The model's spatial size when known and cheap
-    (always, with ``exact``: for replacements that bake it in), else a small odd size that
-    still exercises borders: offsets of a few pixels push samples outside the image."""
+    (and at most ``max_side``), else a small odd size that still exercises borders: offsets
+    of a few pixels push samples outside the image."""
     cout, cin_g, kh, kw = weight_shape
     p = dcn.params
     c = cin_g * p.group
@@ -183,7 +181,9 @@ def proof_shapes(dcn: DcnNode, weight_shape: tuple[int, ...], x_shape: Sequence[
     min_w = p.dilation[1] * (kw - 1) + 1 - p.pads[1] - p.pads[3]
     if h is None or w is None:
         h, w = max(min_h, 1) + 2 * p.stride[0] + 4, max(min_w, 1) + 2 * p.stride[1] + 6
-    while not exact:
+    if max_side is not None:
+        h, w = min(h, max(max_side, min_h + 2)), min(w, max(max_side, min_w + 2))
+    while True:
         oh, ow = p.out_hw(h, w, kh, kw)
         if c * kh * kw * oh * ow <= MAX_COLUMN_ELEMENTS or (h <= max(min_h, 1) + 8 and w <= max(min_w, 1) + 8):
             break
@@ -196,9 +196,9 @@ def proof_shapes(dcn: DcnNode, weight_shape: tuple[int, ...], x_shape: Sequence[
 
 def proof_inputs(dcn: DcnNode, weight_shape: tuple[int, ...], x_shape: Sequence[Any] | None,
                  constants: Mapping[str, np.ndarray], dtype: np.dtype, seed: int,
-                 exact: bool = False) -> dict[str, np.ndarray]:
+                 max_side: int | None = None) -> dict[str, np.ndarray]:
     """Values by role: the node's constants (its real weights), random data for the rest."""
-    shapes = proof_shapes(dcn, weight_shape, x_shape, exact)
+    shapes = proof_shapes(dcn, weight_shape, x_shape, max_side)
     rng = np.random.default_rng(seed)
     names = {"x": dcn.x, "offset": dcn.offset, "mask": dcn.mask, "weight": dcn.weight, "bias": dcn.bias}
     values: dict[str, np.ndarray] = {}

@@ -27,6 +27,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from trtconv.errors import UnsupportedModelError
+from trtconv.onnxutil.domains import normalize_domain
 from trtconv.rewrites.reference import DcnParams
 
 # Attributes that carry no semantics in the wild (names exporters add).
@@ -222,3 +223,14 @@ ONNX_DEFORMCONV = Dialect("deformconv",
                           (("", "DeformConv"),), read_onnx, native_target="deformconv")
 
 DIALECTS: tuple[Dialect, ...] = (CENTERNET, MMCV, ONNX_DEFORMCONV)
+
+
+def dialect_of(domain: str | None, op_type: str) -> Dialect | None:
+    key = (normalize_domain(domain), op_type)
+    return next((d for d in DIALECTS if key in d.ops), None)
+
+
+def read_any(node: gs.Node) -> DcnNode | None:
+    """The node as a :class:`DcnNode` whatever its dialect; None if it is no deformable convolution."""
+    dialect = dialect_of(node.domain, node.op)
+    return dialect.read_checked(node) if dialect is not None else None

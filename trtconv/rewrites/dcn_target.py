@@ -50,7 +50,7 @@ class DcnTarget:
     pads: str = "pad-node"
     # imported by TensorRT through its ModulatedDeformConv2d, which may swap h and w
     trt_modulated_deform_conv: bool = False
-    exact_proof_shapes: bool = False  # prove at the model's spatial size, never shrunk
+    proof_max_side: int | None = None  # the node proof's spatial size at most this (None: the model's, if cheap)
     # computes the op another way (rounded differently): its node proof holds it to the float64
     # reference, and the graph proof (1e-6, for exact rewrites) is cut at its output
     cut_graph_proof: bool = False

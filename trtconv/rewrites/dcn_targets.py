@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from trtconv.rewrites.dcn_deformconv import DEFORMCONV
 from trtconv.rewrites.dcn_plugins import TRT_PLUGIN, TRTCONV_PLUGIN
+from trtconv.rewrites.dcn_portable import PORTABLE
 from trtconv.rewrites.dcn_target import DcnTarget
 
-TARGETS: dict[str, DcnTarget] = {t.name: t for t in (DEFORMCONV, TRT_PLUGIN, TRTCONV_PLUGIN)}
+TARGETS: dict[str, DcnTarget] = {t.name: t for t in (DEFORMCONV, TRT_PLUGIN, TRTCONV_PLUGIN, PORTABLE)}
 DEFAULT_TARGET = DEFORMCONV.name

@@ -169,6 +169,7 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
         out, converted = cleanup.finish_pending(out, need, "/".join(sorted(applied.pending[need])), large)
         if converted is not None:
             results.append(converted)
+        strip_value_info(out)  # the opset converter's inferred shapes stop at pending nodes: partial
     if settings.prune_opsets:
         results.append(cleanup.prune_opsets(out))
 
