@@ -27,8 +27,7 @@ import sys
 from pathlib import Path
 import numpy as np
 from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static
-from trtconv.samples.images import ImagePreprocess, load_image
-from trtconv.samples.inputs import model_inputs
+from trtconv.samples.sources import ImagePreprocess, load_image, model_inputs
 import onnx
 
 model, folder, out, method = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4]

@@ -48,8 +48,7 @@ def make_data(root: Path, quick: bool) -> dict[str, dict]:
     from realdata import document_image, silero_samples, text_line_image
     from realmodels import rapidocr_model, silero_model
 
-    from trtconv.samples.images import ImagePreprocess, load_image
-    from trtconv.samples.inputs import model_inputs
+    from trtconv.samples.sources import ImagePreprocess, load_image, model_inputs
 
     n_cal, n_held = (16, 6) if quick else (32, 8)
     specs = {}
@@ -102,8 +101,7 @@ def make_data(root: Path, quick: bool) -> dict[str, dict]:
 def child(tool: str, method: str, spec: dict, out: str) -> None:
     import onnx
 
-    from trtconv.samples.inputs import model_inputs
-    from trtconv.samples.sources import SampleSet, SampleSource
+    from trtconv.samples.sources import SampleSet, SampleSource, model_inputs
 
     model = onnx.load(spec["model"])
     calib = SampleSet(SampleSource.detect(spec["calib"]), model_inputs(model))
@@ -196,8 +194,7 @@ def main() -> None:
     import onnx
 
     from trtconv.precision.int8 import accuracy_report
-    from trtconv.samples.inputs import model_inputs
-    from trtconv.samples.sources import SampleSet, SampleSource
+    from trtconv.samples.sources import SampleSet, SampleSource, model_inputs
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

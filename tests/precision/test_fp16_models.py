@@ -11,9 +11,7 @@ from realdata import ocr_det_images, ocr_line_images, silero_samples, speech_lik
 
 from trtconv.precision.fp16 import Fp16AccuracyError, Fp16Result, Fp16Settings, convert_fp16
 from trtconv.reference import ort
-from trtconv.samples.images import ImagePreprocess
-from trtconv.samples.inputs import model_inputs
-from trtconv.samples.sources import SampleSet, SampleSource
+from trtconv.samples.sources import ImagePreprocess, SampleSet, SampleSource, model_inputs
 
 NAIVE = Fp16Settings(fold_batchnorm=False, max_initializer=None, max_activation=None)
 

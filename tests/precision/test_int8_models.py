@@ -17,9 +17,7 @@ from trtconv.errors import ExitCode
 from trtconv.outputs import dumps_json
 from trtconv.precision.int8 import Int8AccuracyError, Int8Settings, quantize_int8
 from trtconv.reference.compare import Thresholds
-from trtconv.samples.images import ImagePreprocess
-from trtconv.samples.inputs import model_inputs
-from trtconv.samples.sources import ArraySamples, SampleSet, SampleSource
+from trtconv.samples.sources import ArraySamples, ImagePreprocess, SampleSet, SampleSource, model_inputs
 
 
 @pytest.fixture(scope="session")

@@ -11,9 +11,16 @@ import pytest
 from realdata import ocr_line_images
 
 from trtconv.errors import DataError, ExitCode, UsageError
-from trtconv.samples.images import ImagePreprocess, load_image
-from trtconv.samples.inputs import InputSpec
-from trtconv.samples.sources import SampleSet, SampleSource, count_samples, dataset_hash, iter_samples
+from trtconv.samples.sources import (
+    ImagePreprocess,
+    InputSpec,
+    SampleSet,
+    SampleSource,
+    count_samples,
+    dataset_hash,
+    iter_samples,
+    load_image,
+)
 
 F32 = np.dtype(np.float32)
 IMG = {"x": InputSpec(F32, ("N", 3, 48, "W"))}
@@ -159,7 +166,7 @@ def test_a_sample_onnx_runtime_rejects_is_named(tmp_path, ocr_det):
     import onnx
 
     from trtconv.precision.int8 import Int8Settings, quantize_int8
-    from trtconv.samples.inputs import model_inputs
+    from trtconv.samples.sources import model_inputs
 
     model = onnx.load(str(ocr_det))
     np.save(tmp_path / "a.npy", np.zeros((1, 3, 64, 64), np.float32))

@@ -19,9 +19,7 @@ from trtconv.precision.fp16 import DEFAULT_MAX_ACTIVATION, Fp16AccuracyError, Fp
 from trtconv.precision.fp16_rules import FP16_MAX
 from trtconv.precision.int8 import Int8AccuracyError, Int8Settings, quantize_int8
 from trtconv.reference.compare import Thresholds
-from trtconv.samples.images import ImagePreprocess
-from trtconv.samples.inputs import model_inputs
-from trtconv.samples.sources import SampleSet, SampleSource
+from trtconv.samples.sources import ImagePreprocess, SampleSet, SampleSource, model_inputs
 
 if TYPE_CHECKING:
     import onnx

@@ -17,25 +17,231 @@ import json
 import logging
 import math
 import warnings
+import zipfile
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import onnx
+from onnx import helper
+from PIL import Image, UnidentifiedImageError
 
 from trtconv.errors import DataError, UsageError
-from trtconv.load.shapes import Shape
-from trtconv.samples.arrays import ARRAY_SUFFIXES, read_array_sample
-from trtconv.samples.images import IMAGE_SUFFIXES, ImagePreprocess, load_image
-from trtconv.samples.inputs import InputSpec, Sample
+from trtconv.load.shapes import Shape, input_dims
 
 log = logging.getLogger(__name__)
 
+Sample = dict[str, np.ndarray]
+Dim = int | str | None
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+ARRAY_SUFFIXES = (".npy", ".npz")
 RANDOM_WARNING = (
     "calibrating on RANDOM data: INT8 scales will not match real inputs and accuracy will suffer; "
     "use it only to smoke-test a pipeline"
 )
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """What the model expects of one input: element type and dims (int fixed, str/None dynamic)."""
+
+    dtype: np.dtype
+    dims: tuple[Dim, ...]
+
+
+def model_inputs(model: onnx.ModelProto) -> dict[str, InputSpec]:
+    """The model's real inputs (initializers excluded) as :class:`InputSpec`."""
+    inits = {i.name for i in model.graph.initializer}
+    dims = input_dims(model)
+    out: dict[str, InputSpec] = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        dt = np.dtype(helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
+        out[vi.name] = InputSpec(dt, tuple(dims.get(vi.name, [])))
+    return out
+
+
+# --------------------------------------------------------------------------- preprocessing
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # PaddleOCR's documented preprocessing (ppocr/data/imaug: DetResizeForTest, NormalizeImage, RecResizeImg)
+    "ppocr-det": {"channel_order": "BGR", "mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225),
+                  "multiple_of": 32},
+    "ppocr-rec": {"channel_order": "BGR", "mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "size": (48, None)},
+    "ppocr-cls": {"channel_order": "BGR", "mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "size": (48, 192)},
+    "imagenet": {"channel_order": "RGB", "mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225),
+                 "size": (224, 224)},
+}
+
+
+@dataclass(frozen=True)
+class ImagePreprocess:
+    """Image → tensor: ``((pixel * scale) - mean) / std`` per channel, then layout and batch dim 1.
+
+    ``size`` is (H, W); a ``None`` entry follows the aspect ratio (or keeps the image's
+    size if both are None). A fixed H/W in the model overrides ``None``. ``multiple_of``
+    rounds free dims to a multiple (PP-OCR det needs 32).
+    """
+
+    size: tuple[int | None, int | None] = (None, None)
+    layout: Literal["NCHW", "NHWC"] = "NCHW"
+    channel_order: Literal["RGB", "BGR", "GRAY"] = "RGB"
+    scale: float = 1.0 / 255.0
+    mean: tuple[float, ...] = (0.0, 0.0, 0.0)
+    std: tuple[float, ...] = (1.0, 1.0, 1.0)
+    multiple_of: int = 1
+    max_side: int | None = None  # cap the longer side before rounding (det models on big photos)
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> ImagePreprocess:
+        if name not in PRESETS:
+            raise UsageError(f"unknown preprocessing preset {name!r}", hint=f"choose from {', '.join(PRESETS)}")
+        return cls(**{**PRESETS[name], **overrides})
+
+    @classmethod
+    def parse(cls, spec: str) -> ImagePreprocess:
+        """``"preset=ppocr-rec,size=48x320"`` or ``"size=224x224,order=bgr,mean=0.5/0.5/0.5,std=...,scale=1/255,layout=nhwc"``."""
+        fields: dict[str, Any] = {}
+        preset = None
+        for item in (p.strip() for p in spec.split(",") if p.strip()):
+            key, sep, val = item.partition("=")
+            key, val = key.strip().lower(), val.strip()
+            if not sep or not val:
+                raise UsageError(f"bad preprocessing item {item!r}", hint="write key=value, e.g. size=224x224")
+            try:
+                if key == "preset":
+                    preset = val
+                elif key == "size":
+                    h, _, w = val.lower().partition("x")
+                    fields["size"] = (_opt_int(h), _opt_int(w))
+                elif key == "layout":
+                    fields["layout"] = _choice(val.upper(), ("NCHW", "NHWC"), key)
+                elif key in ("order", "channel_order", "channels"):
+                    fields["channel_order"] = _choice(val.upper(), ("RGB", "BGR", "GRAY"), key)
+                elif key == "scale":
+                    num, _, den = val.partition("/")
+                    fields["scale"] = float(num) / (float(den) if den else 1.0)
+                elif key in ("mean", "std"):
+                    fields[key] = tuple(float(v) for v in val.split("/"))
+                elif key in ("multiple", "multiple_of"):
+                    fields["multiple_of"] = int(val)
+                elif key == "max_side":
+                    fields["max_side"] = int(val)
+                else:
+                    raise UsageError(
+                        f"unknown preprocessing key {key!r}",
+                        hint="keys: preset, size, layout, order, scale, mean, std, multiple_of, max_side",
+                    )
+            except ValueError as exc:
+                raise UsageError(f"bad preprocessing value in {item!r}: {exc}") from exc
+        pp = cls.preset(preset) if preset else cls()
+        pp = replace(pp, **fields)
+        pp.validate()
+        return pp
+
+    def validate(self) -> None:
+        channels = 1 if self.channel_order == "GRAY" else 3
+        for name, vals in (("mean", self.mean), ("std", self.std)):
+            if len(vals) not in (1, channels):
+                raise UsageError(f"preprocessing {name} has {len(vals)} values; the image has {channels} channels")
+        if any(s == 0 for s in self.std):
+            raise UsageError("preprocessing std contains 0")
+        if self.multiple_of < 1:
+            raise UsageError("preprocessing multiple_of must be >= 1")
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["size"] = list(self.size)
+        d["mean"] = list(self.mean)
+        d["std"] = list(self.std)
+        return d
+
+
+def _opt_int(v: str) -> int | None:
+    v = v.strip()
+    return None if v in ("", "?", "*", "n", "none") else int(v)
+
+
+def _choice(val: str, allowed: tuple[str, ...], key: str) -> str:
+    if val not in allowed:
+        raise UsageError(f"preprocessing {key}={val!r}", hint=f"choose from {', '.join(allowed)}")
+    return val
+
+
+def _round_to(v: float, multiple: int) -> int:
+    return max(multiple, int(round(v / multiple)) * multiple)
+
+
+def _target_size(
+    pp: ImagePreprocess, img_hw: tuple[int, int], fixed: tuple[int | None, int | None]
+) -> tuple[int, int]:
+    h0, w0 = img_hw
+    want_h = fixed[0] if fixed[0] is not None else pp.size[0]
+    want_w = fixed[1] if fixed[1] is not None else pp.size[1]
+    h: float
+    w: float
+    if want_h is None and want_w is None:
+        ratio = 1.0
+        if pp.max_side and max(h0, w0) > pp.max_side:
+            ratio = pp.max_side / max(h0, w0)
+        h, w = h0 * ratio, w0 * ratio
+    elif want_h is None:
+        assert want_w is not None
+        h, w = h0 * (want_w / w0), float(want_w)
+    elif want_w is None:
+        h, w = float(want_h), w0 * (want_h / h0)
+    else:
+        h, w = float(want_h), float(want_w)
+    mh = 1 if fixed[0] is not None else pp.multiple_of
+    mw = 1 if fixed[1] is not None else pp.multiple_of
+    return _round_to(h, mh), _round_to(w, mw)
+
+
+def load_image(path: Path, pp: ImagePreprocess, spec: InputSpec) -> np.ndarray:
+    """Read one image and turn it into the model's input tensor (batch of one)."""
+
+    dims = spec.dims
+    if len(dims) != 4:
+        raise DataError(
+            f"{path}: image data needs a 4-D image input, the model's input has rank {len(dims)}",
+            hint="give .npy/.npz samples instead",
+        )
+    hw_axes = (2, 3) if pp.layout == "NCHW" else (1, 2)
+    c_axis = 1 if pp.layout == "NCHW" else 3
+    fixed = tuple(d if isinstance(d, int) else None for d in (dims[hw_axes[0]], dims[hw_axes[1]]))
+    try:
+        with Image.open(path) as raw:
+            raw.load()
+            im = raw.convert("L" if pp.channel_order == "GRAY" else "RGB")
+            h, w = _target_size(pp, (im.height, im.width), fixed)  # type: ignore[arg-type]
+            if (h, w) != (im.height, im.width):
+                im = im.resize((w, h), Image.Resampling.BILINEAR)
+            arr = np.asarray(im, dtype=np.float32)
+    except (UnidentifiedImageError, Image.DecompressionBombError, OSError, ValueError, SyntaxError,
+            MemoryError, EOFError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DataError(f"{path}: cannot read image ({msg})", hint="remove or replace the file") from exc
+    if arr.ndim == 2:
+        arr = arr[:, :, None]
+    if pp.channel_order == "BGR":
+        arr = arr[:, :, ::-1]
+    channels = arr.shape[2]
+    want_c = dims[c_axis]
+    if isinstance(want_c, int) and want_c != channels:
+        raise DataError(
+            f"{path}: preprocessing gives {channels} channels, the model's input wants {want_c}",
+            hint="set order=gray for 1-channel models, rgb/bgr for 3",
+        )
+    mean = np.asarray(pp.mean, dtype=np.float32)
+    std = np.asarray(pp.std, dtype=np.float32)
+    arr = (arr * np.float32(pp.scale) - mean) / std
+    if pp.layout == "NCHW":
+        arr = arr.transpose(2, 0, 1)
+    return np.ascontiguousarray(arr[None]).astype(spec.dtype, copy=False)
 
 
 # --------------------------------------------------------------------------- sources
@@ -173,6 +379,75 @@ def check_sample(sample: Mapping[str, Any], inputs: Mapping[str, InputSpec], ori
     return out
 
 
+def _declared_bytes(fp: Any) -> tuple[tuple[int, ...], int] | None:
+    """(shape, bytes through the end of the data) an .npy header promises; None if not plain numeric."""
+    fmt = np.lib.format
+    version = fmt.read_magic(fp)
+    if version == (1, 0):
+        shape, _, dtype = fmt.read_array_header_1_0(fp)
+    elif version == (2, 0):
+        shape, _, dtype = fmt.read_array_header_2_0(fp)
+    else:
+        shape, _, dtype = fmt._read_array_header(fp, version)  # type: ignore[attr-defined]  # 3.0: utf-8 header
+    if dtype.hasobject:
+        return None  # np.load refuses it (allow_pickle=False) with its own message
+    return tuple(shape), fp.tell() + math.prod(shape) * dtype.itemsize
+
+
+def _check_sizes(path: Path) -> None:
+    """Refuse arrays whose header declares more data than the file holds, before numpy allocates it."""
+    try:
+        if path.suffix.lower() == ".npy":
+            with open(path, "rb") as fh:
+                members = [(path.name, _declared_bytes(fh), path.stat().st_size)]
+        else:
+            with zipfile.ZipFile(path) as zf:
+                members = []
+                for info in zf.infolist():
+                    if info.filename.endswith(".npy"):
+                        with zf.open(info) as fh:
+                            members.append((info.filename, _declared_bytes(fh), info.file_size))
+    except Exception:  # a malformed header: np.load reports it below with its own message
+        return
+    for member, declared, size in members:
+        if declared is not None and declared[1] > size:
+            where = "" if member == path.name else f" (array {member!r})"
+            raise DataError(
+                f"{path}{where}: header declares shape {list(declared[0])}, {declared[1]} bytes, "
+                f"but only {size} are there",
+                hint="the file is truncated or corrupt",
+            )
+
+
+def _npy_sample(path: Path, inputs: Mapping[str, InputSpec]) -> dict[str, np.ndarray]:
+    _check_sizes(path)
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except ValueError as exc:  # pickled object arrays, bad headers
+        raise DataError(f"{path}: cannot load ({str(exc).splitlines()[0]})",
+                        hint="save plain numeric arrays; pickled objects are refused") from exc
+    except Exception as exc:  # numpy's header parser lets tokenize/syntax errors through on garbage
+        raise DataError(f"{path}: cannot read ({_first_line(exc)})",
+                        hint="the file is truncated or not a numpy file") from exc
+    if isinstance(loaded, np.ndarray):
+        if len(inputs) != 1:
+            raise DataError(
+                f"{path}: a .npy file holds one array but the model has {len(inputs)} inputs",
+                hint=f"save an .npz with keys {', '.join(inputs)}",
+            )
+        return {next(iter(inputs)): loaded}
+    try:
+        with loaded as z:
+            return {k: z[k] for k in z.files}
+    except Exception as exc:  # a corrupt member: same policy as a corrupt .npy
+        raise DataError(f"{path}: cannot read ({_first_line(exc)})", hint="the file is truncated or corrupt") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:200]}" if text else type(exc).__name__
+
+
 def _loader_module(path: Path) -> Any:
     if not path.is_file():
         raise DataError(f"{path}: loader file not found")
@@ -254,7 +529,7 @@ def iter_samples_with_origin(
         files = _files(source)[start:stop]
         for f in files:
             if source.kind == "npy":
-                raw = read_array_sample(f, inputs)
+                raw = _npy_sample(f, inputs)
             else:
                 if len(inputs) != 1:
                     raise DataError(f"{f}: image samples need a single-input model; this one has {len(inputs)}",
