@@ -19,7 +19,7 @@ from onnx import TensorProto, helper
 
 from trtconv.errors import AccuracyError
 from trtconv.reference.ort import run_model
-from trtconv.rewrites import RewriteSettings, builtin_plugin_spec, resolve_plugin_spec, rewrite
+from trtconv.rewrites import RewriteSettings, builtin_plugin_spec, rewrite, trtconv_plugin_spec
 from trtconv.rewrites.catalog import REWRITABLE, RULES, active_rules, rewrite_rule_for
 from trtconv.rewrites.dcn_dialects import DIALECTS
 from trtconv.rewrites.dcn_targets import TARGETS
@@ -127,7 +127,7 @@ def test_the_one_dcn_plugin_spec_ships_in_the_package_and_matches_the_plugin():
     assert spec_file.is_file()
     doc = json.loads(spec_file.read_text(encoding="utf-8"))
     spec = builtin_plugin_spec()
-    assert resolve_plugin_spec(None) == spec
+    assert trtconv_plugin_spec() == spec
     assert (spec.name, spec.namespace, spec.version) == (dk.PLUGIN_NAME, dk.PLUGIN_NAMESPACE, dk.PLUGIN_VERSION)
     assert spec.inputs == tuple(i["name"] for i in doc["inputs"])
     # one copy in the source tree, nowhere else
@@ -149,7 +149,7 @@ def test_the_dcn_plugin_spec_is_found_inside_an_installed_wheel(tmp_path):
     (wheel,) = (tmp_path / "dist").glob("trtconv-*.whl")
     code = ("import trtconv.rewrites.plugin_spec as ps\n"
             f"assert ps.__file__.startswith({str(wheel)!r}), ps.__file__\n"
-            "s = ps.resolve_plugin_spec(None)\n"
+            "s = ps.trtconv_plugin_spec()\n"
             "print(s.namespace, s.name, s.version)\n")
     env = {**os.environ, "PYTHONPATH": str(wheel)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)

@@ -14,7 +14,7 @@ from trtconv.cli.options import force_option, json_option, model_argument, outpu
 from trtconv.cli.output import print_json, progress, stdout_console
 from trtconv.errors import UsageError
 from trtconv.load import parse_shapes
-from trtconv.rewrites import DCN_TARGETS, RewriteSettings, load_plugin_map, resolve_plugin_spec
+from trtconv.rewrites import DCN_TARGETS, RewriteSettings, load_plugin_map, trtconv_plugin_spec
 from trtconv.rewrites.settings import DEFAULT_FOLD_LIMIT, NODE_RTOL
 
 
@@ -72,7 +72,7 @@ def rewrite(model: Path, output: Path, force: bool, as_json: bool, shapes: str |
     shape_map = parse_shapes(shapes)
     limit = _size(fold_limit)
     pmap = load_plugin_map(plugin_map) if plugin_map else None
-    spec = resolve_plugin_spec(dcn_plugin_spec) if dcn_target == "trtconv-plugin" else None
+    spec = trtconv_plugin_spec(dcn_plugin_spec) if dcn_target == "trtconv-plugin" else None
     settings = RewriteSettings(
         dcn_target=dcn_target, dcn_plugin=spec, plugin_map=pmap, shapes=shape_map, fold_constants=fold,
         fold_size_limit=limit, int64_to_int32=int32, verify=verify, seed=seed,

@@ -41,7 +41,7 @@ from trtconv.plan.profiles import build_profiles
 from trtconv.precision.fp16 import Fp16Settings, convert_fp16
 from trtconv.precision.int8 import Int8Settings, quantize_int8
 from trtconv.reference import ort
-from trtconv.rewrites import DCN_TARGETS, RewriteSettings, resolve_plugin_spec, rewrite
+from trtconv.rewrites import DCN_TARGETS, RewriteSettings, rewrite, trtconv_plugin_spec
 from trtconv.rewrites.catalog import rewrite_rule_for
 from trtconv.trt.builder import build_engine
 from trtconv.trt.environment import probe
@@ -250,7 +250,7 @@ def _rewrite(loaded: LoadedModel, req: BuildRequest, out: dict[str, Any]) -> dic
     dcn_target = req.dcn()
     if dcn_target is not None:
         # trtconv's own DCNv2 plugin: the spec shipped inside the package
-        spec = resolve_plugin_spec(None) if dcn_target == "trtconv-plugin" else None
+        spec = trtconv_plugin_spec() if dcn_target == "trtconv-plugin" else None
         settings = replace(settings, dcn_target=dcn_target, dcn_plugin=spec)
     result = rewrite(loaded, settings)
     out["model"] = result.model

@@ -19,7 +19,7 @@ from trtconv.rewrites.plugin_spec import (
     PluginSpec,
     builtin_plugin_spec,
     load_plugin_spec,
-    resolve_plugin_spec,
+    trtconv_plugin_spec,
 )
 from trtconv.rewrites.pluginmap import PluginMap, load_plugin_map, parse_plugin_map
 from trtconv.rewrites.report import SCHEMA, RewriteEntry, RewriteReport, RewriteResult
@@ -40,6 +40,6 @@ __all__ = [
     "load_plugin_map",
     "load_plugin_spec",
     "parse_plugin_map",
-    "resolve_plugin_spec",
+    "trtconv_plugin_spec",
     "rewrite",
 ]

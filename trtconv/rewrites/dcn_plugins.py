@@ -4,7 +4,7 @@
   x, offset, mask, weight[, bias], the five INT fields (stride, padding, dilation, group,
   deformable_group) all present; a ones mask is synthesized when the source has none.
 * ``trtconv-plugin``: trtconv's own DCNv2 plugin, described by its spec
-  (:func:`trtconv.rewrites.plugin_spec.resolve_plugin_spec`).
+  (:func:`trtconv.rewrites.plugin_spec.trtconv_plugin_spec`).
 
 Both are proven in onnx's reference evaluator running the spec's contract (:mod:`.dcn`).
 """

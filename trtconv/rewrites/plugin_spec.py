@@ -137,10 +137,13 @@ def builtin_plugin_spec() -> PluginSpec:
     return parse_plugin_spec(builtin_spec_document(), f"trtconv/rewrites/{BUILTIN_SPEC_FILE}")
 
 
-def resolve_plugin_spec(path: str | os.PathLike[str] | None) -> PluginSpec:
-    """The user's spec at ``path``, or trtconv's own when ``path`` is None (``--dcn-plugin-spec``'s default)."""
+def trtconv_plugin_spec(path: str | os.PathLike[str] | None = None) -> PluginSpec:
+    """The spec of trtconv's own DCNv2 plugin: the file at ``path``, or the one shipped inside
+    the package (``--dcn-plugin-spec``'s default). The one lookup ``rewrite`` and ``build`` share."""
     if path is None:
         return builtin_plugin_spec()
     if not Path(path).is_file():
-        raise UsageError(f"DCN plugin spec {path} not found", hint="pass --dcn-plugin-spec PATH")
+        raise UsageError(f"DCN plugin spec {path} not found",
+                         hint="give the spec's path (`trtconv rewrite --dcn-plugin-spec PATH`), "
+                              "or use --dcn-target deformconv")
     return load_plugin_spec(path)

@@ -23,7 +23,7 @@ class RewriteSettings:
     """What ``rewrite`` does. Frozen: the same settings and model always give the same bytes."""
 
     dcn_target: str = DEFAULT_TARGET  # a name in dcn_targets.TARGETS
-    dcn_plugin: PluginSpec | None = None  # for targets that need a spec ("trtconv-plugin": resolve_plugin_spec(path))
+    dcn_plugin: PluginSpec | None = None  # for targets that need a spec ("trtconv-plugin": trtconv_plugin_spec(path))
     plugin_map: PluginMap | None = None
     shapes: Mapping[str, Shape] = field(default_factory=dict)
     fold_constants: bool = True
@@ -64,7 +64,7 @@ def check_settings(settings: RewriteSettings) -> None:
         raise UsageError(f"unknown DCN target {settings.dcn_target!r}", hint=f"choose one of {', '.join(TARGETS)}")
     if TARGETS[settings.dcn_target].needs_spec and settings.dcn_plugin is None:
         raise UsageError(f"DCN target {settings.dcn_target} needs the plugin's spec",
-                         hint="pass --dcn-plugin-spec PATH, or RewriteSettings(dcn_plugin=resolve_plugin_spec(None))")
+                         hint="pass --dcn-plugin-spec PATH, or RewriteSettings(dcn_plugin=trtconv_plugin_spec())")
     if not (settings.node_tolerance >= 0 and settings.graph_tolerance >= 0):
         raise UsageError("proof tolerances must be >= 0")
     if settings.fold_size_limit < 0:
