@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
 import pytest
 from onnx import TensorProto, helper
@@ -173,3 +174,29 @@ def test_replacements_get_unique_names_when_node_names_collide():
     assert unnamed == "Swish_3_1"  # Swish_3 is the Relu's name
     names = [n.name for n in res.model.graph.node]
     assert len(names) == len(set(names))
+
+
+def test_a_new_dcn_dialect_is_one_dialect_entry(tmp_path):
+    """A deformable convolution written as ``test::MyDeformConv`` with mmcv's attributes: one
+    ``Dialect`` (ops + reader) makes the rule; the targets, proofs and report come with it."""
+    from builders import dcn_model
+
+    from trtconv.rewrites.dcn import DcnRule
+    from trtconv.rewrites.dcn_dialects import Dialect, read_mmcv
+
+    model = onnx.load(dcn_model(tmp_path / "dcn.onnx"))
+    node = next(n for n in model.graph.node if n.op_type == "DCNv2")
+    node.op_type, node.domain = "MyDeformConv", "test"
+    del node.attribute[:]
+    node.attribute.extend([helper.make_attribute("stride", [1, 1]), helper.make_attribute("padding", [1, 1]),
+                           helper.make_attribute("dilation", [1, 1]), helper.make_attribute("groups", 1),
+                           helper.make_attribute("deform_groups", 1)])
+    model.opset_import.append(helper.make_opsetid("test", 1))
+    dialect = Dialect("dcnv2-test", "test::MyDeformConv -> DeformConv", (("test", "MyDeformConv"),), read_mmcv)
+    assert rewrite_rule_for("test", "MyDeformConv") is None  # not built in
+    res = rewrite(model, rules=(DcnRule(dialect),))
+    (entry,) = res.report.rewrites
+    assert (entry.rule, entry.target, entry.proof.method, entry.proof.passed) == (
+        "dcnv2-test", "deformconv", "onnxruntime", True)
+    assert "DeformConv" in [n.op_type for n in res.model.graph.node]
+    assert res.report.graph_proof.passed
