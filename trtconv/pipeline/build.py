@@ -33,8 +33,10 @@ from trtconv.errors import (
     UnsupportedModelError,
     UsageError,
 )
-from trtconv.load import LoadedModel, iter_graphs, load_model, model_sha256, save_model
+from trtconv.load import LoadedModel, load_model, model_sha256, save_model
 from trtconv.load.shapes import dynamic_inputs
+from trtconv.onnxutil.domains import qualified_op
+from trtconv.onnxutil.walk import iter_graphs
 from trtconv.outputs import check_output_path
 from trtconv.pipeline.quantize import QuantizeSettings, held_out_split, sample_set
 from trtconv.plan.corners import CORNERS, CornerRuns, run_corners
@@ -402,6 +404,7 @@ def _rewrite(loaded: LoadedModel, req: BuildRequest) -> Step[RewriteResult]:
     settings = RewriteSettings(seed=req.seed)
     dcn_target = req.dcn()
     if dcn_target is not None:
+        # trtconv's own DCNv2 plugin: the spec shipped inside the package
         spec = trtconv_plugin_spec() if dcn_target == "trtconv-plugin" else None
         settings = replace(settings, dcn_target=dcn_target, dcn_plugin=spec)
     result = rewrite(loaded, settings)
@@ -421,7 +424,7 @@ def _recheck(saved: Saved, target: str, shapes: dict[str, tuple[int, ...]]) -> S
             f"after rewrite and precision, {target_name(target)} would still reject {len(left)} node(s): {names}",
             hint=f"run `trtconv check {saved.path}` for the reasons",
         )
-    plugins = sorted({f"{n.domain + '::' if n.domain else ''}{n.op_type}" for n in report.nodes if n.status == "plugin"})
+    plugins = sorted({qualified_op(n.domain, n.op_type) for n in report.nodes if n.status == "plugin"})
     return Step(None, {"verdict": report.verdict, "plugin_ops": plugins})
 
 
