@@ -16,7 +16,7 @@ import onnx
 from onnx import numpy_helper
 
 from trtconv.errors import InvalidModelError
-from trtconv.load.model import topological_order
+from trtconv.load import topological_order
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 STANDARD_DOMAINS = ("", "ai.onnx")

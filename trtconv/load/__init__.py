@@ -1,27 +1,30 @@
 """Stage 1, load: read and check the ONNX, external data and all; infer shapes."""
 
-from trtconv.load.model import (
-    LoadedModel,
-    ModelSummary,
-    iter_graphs,
-    load_model,
-    model_sha256,
-    save_model,
-    summarize,
-)
+from trtconv.load.external import ExternalRef
+from trtconv.load.order import sort_nodes, topological_order
+from trtconv.load.proto import PROTOBUF_LIMIT, approx_size, iter_graphs, iter_tensors
+from trtconv.load.read import LoadedModel, ModelSummary, file_sha256, load_model, model_sha256, summarize
+from trtconv.load.save import save_model
 from trtconv.load.shapes import dynamic_inputs, infer_shapes, input_dims, override_input_shapes, parse_shapes
 
 __all__ = [
+    "PROTOBUF_LIMIT",
+    "ExternalRef",
     "LoadedModel",
     "ModelSummary",
+    "approx_size",
     "dynamic_inputs",
+    "file_sha256",
     "infer_shapes",
     "input_dims",
     "iter_graphs",
+    "iter_tensors",
     "load_model",
     "model_sha256",
     "override_input_shapes",
     "parse_shapes",
     "save_model",
+    "sort_nodes",
     "summarize",
+    "topological_order",
 ]

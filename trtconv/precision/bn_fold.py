@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from trtconv.load.model import iter_graphs
+from trtconv.load import iter_graphs
 
 
 @dataclass(frozen=True)

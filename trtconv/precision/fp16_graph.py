@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, defs, helper, numpy_helper
 
-from trtconv.load.model import iter_graphs
+from trtconv.load import iter_graphs
 from trtconv.load.shapes import graph_dtypes
 from trtconv.precision.fp16_rules import FP16_MAX, NodeView, Rule, const_peak_lookup
 

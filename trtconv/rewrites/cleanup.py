@@ -14,7 +14,7 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.logger import G_LOGGER
 
-from trtconv.load.model import iter_graphs
+from trtconv.load import iter_graphs
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 

@@ -21,7 +21,7 @@ import onnx_graphsurgeon as gs
 from onnx import version_converter
 
 from trtconv.errors import AccuracyError, UnsupportedModelError, UsageError
-from trtconv.load.model import PROTOBUF_LIMIT, LoadedModel, _approx_size, iter_graphs
+from trtconv.load import PROTOBUF_LIMIT, LoadedModel, approx_size, iter_graphs
 from trtconv.load.shapes import Shape, override_input_shapes, value_shapes
 from trtconv.rewrites import cleanup, dcn
 from trtconv.rewrites.catalog import rewrite_rule_for
@@ -249,7 +249,7 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     original = onnx.ModelProto()
     original.CopyFrom(src)
     model = override_input_shapes(original, settings.shapes) if settings.shapes else original
-    large = _approx_size(model) > settings.large_model_bytes
+    large = approx_size(model) > settings.large_model_bytes
     opset_before = _default_opset(model)
     nodes_before = _count_nodes(model)
     was_sorted = cleanup.is_sorted(model)

@@ -29,7 +29,7 @@ from onnx.reference.op_run import OpRun
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
 from trtconv.errors import InvalidModelError, TrtconvError, UsageError
-from trtconv.load.model import PROTOBUF_LIMIT
+from trtconv.load import PROTOBUF_LIMIT
 from trtconv.load.shapes import override_input_shapes
 from trtconv.reference.compare import OutputStats, compare_arrays
 from trtconv.reference.ort import random_feeds, run, session
