@@ -10,7 +10,7 @@ import onnx
 from onnx import numpy_helper
 
 from trtconv.errors import OutputError
-from trtconv.load.proto import approx_size, iter_tensors, tensor_nbytes
+from trtconv.load.proto import DATA_FIELDS, approx_size, copy_fields, iter_tensors, tensor_nbytes
 from trtconv.outputs import atomic_dir, check_output_path, fsync_dir, os_error
 
 # Above this we save weights externally: comfortably below the protobuf limit.
@@ -75,8 +75,6 @@ def save_model(
 
 
 EXTERNAL_TENSOR_MIN = 1024  # smaller tensors stay inline (shapes, scalars)
-_DATA_FIELDS = frozenset({"raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data",
-                          "external_data", "data_location"})
 
 
 def _streamable(model: onnx.ModelProto) -> bool:
@@ -85,18 +83,6 @@ def _streamable(model: onnx.ModelProto) -> bool:
     everywhere = sum(tensor_nbytes(t) for t in iter_tensors(model))
     initializers = sum(tensor_nbytes(t) for t in model.graph.initializer)
     return everywhere - initializers < 64 * 2**20
-
-
-def _copy_fields(src, dst, skip: frozenset[str] = frozenset()) -> None:
-    for fd, value in src.ListFields():
-        if fd.name in skip:
-            continue
-        if fd.is_repeated:
-            getattr(dst, fd.name).extend(value)
-        elif fd.type == fd.TYPE_MESSAGE:
-            getattr(dst, fd.name).CopyFrom(value)
-        else:
-            setattr(dst, fd.name, value)
 
 
 def _save_streaming(model: onnx.ModelProto, model_path: Path, data_path: Path) -> None:
@@ -108,8 +94,8 @@ def _save_streaming(model: onnx.ModelProto, model_path: Path, data_path: Path) -
     """
 
     slim = onnx.ModelProto()
-    _copy_fields(model, slim, frozenset({"graph"}))
-    _copy_fields(model.graph, slim.graph, frozenset({"initializer"}))
+    copy_fields(model, slim, frozenset({"graph"}))
+    copy_fields(model.graph, slim.graph, frozenset({"initializer"}))
     with open(data_path, "wb") as fh:
         for t in model.graph.initializer:
             nt = slim.graph.initializer.add()
@@ -118,7 +104,7 @@ def _save_streaming(model: onnx.ModelProto, model_path: Path, data_path: Path) -
             if not big:
                 nt.CopyFrom(t)
                 continue
-            _copy_fields(t, nt, _DATA_FIELDS)
+            copy_fields(t, nt, DATA_FIELDS)
             raw = t.raw_data if t.HasField("raw_data") else numpy_helper.to_array(t).tobytes()
             offset = fh.tell()
             fh.write(raw)

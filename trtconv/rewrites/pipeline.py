@@ -22,13 +22,22 @@ from onnx import version_converter
 
 from trtconv.errors import AccuracyError, UnsupportedModelError, UsageError
 from trtconv.load import PROTOBUF_LIMIT, LoadedModel, approx_size, iter_graphs
+from trtconv.load.proto import inferred_value_info, structure_only
 from trtconv.load.shapes import Shape, override_input_shapes, value_shapes
 from trtconv.rewrites import cleanup, dcn
 from trtconv.rewrites.catalog import rewrite_rule_for
 from trtconv.rewrites.pluginmap import PlannedPluginNode, PluginMap
 from trtconv.rewrites.pluginmap import emit as emit_plugin
 from trtconv.rewrites.pluginmap import plan as plan_plugin
-from trtconv.rewrites.proof import GRAPH_RTOL, NODE_RTOL, STANDARD_DOMAINS, Proof, prove_dcn, prove_graph
+from trtconv.rewrites.proof import (
+    GRAPH_RTOL,
+    NODE_RTOL,
+    STANDARD_DOMAINS,
+    Proof,
+    prove_dcn,
+    prove_graph,
+    prove_unchanged,
+)
 
 SCHEMA = "trtconv.rewrite/1"
 DEFAULT_FOLD_LIMIT = 16 << 20  # bytes: larger folded tensors stay as nodes
@@ -203,12 +212,40 @@ def _count_nodes(model: onnx.ModelProto) -> int:
 
 
 def _inferred(model: onnx.ModelProto, large: bool) -> onnx.ModelProto:
+    """``model``'s structure with inferred value infos and outputs, its large tensors stripped
+    (shapes only: inference on the whole model would copy every weight several times over)."""
+    stub = structure_only(model)
     if large:
-        return model
+        return stub
+    value_info, outputs = inferred_value_info(stub)
+    stub.graph.value_info.extend(value_info)
+    del stub.graph.output[:]
+    stub.graph.output.extend(outputs)
+    return stub
+
+
+def _import_with_shapes(model: onnx.ModelProto, shaped: onnx.ModelProto) -> gs.Graph:
+    """graphsurgeon's graph of ``model`` with the value infos and output types of ``shaped``
+    (it folds Shape nodes only where shapes are known). They are lent to ``model`` for the
+    import and taken back, so ``model`` is neither copied nor changed."""
+    keep = len(model.graph.value_info)
+    outputs = [onnx.ValueInfoProto() for _ in model.graph.output]
+    for o, src in zip(outputs, model.graph.output):
+        o.CopyFrom(src)
+    model.graph.value_info.extend(shaped.graph.value_info)
+    del model.graph.output[:]
+    model.graph.output.extend(shaped.graph.output)
     try:
-        return onnx.shape_inference.infer_shapes(model, data_prop=True)
-    except Exception:  # custom ops: keep what is known
-        return model
+        return gs.import_onnx(model)
+    finally:
+        del model.graph.value_info[keep:]
+        del model.graph.output[:]
+        model.graph.output.extend(outputs)
+
+
+def _computing_nodes(graph: gs.Graph) -> int:
+    """Nodes other than Constant: folding that only lowers Constant nodes changes no shape."""
+    return sum(1 for n in graph.nodes if n.op != "Constant")
 
 
 def _value_shapes(model: onnx.ModelProto) -> dict[str, list[Any]]:
@@ -246,20 +283,22 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     if isinstance(loaded_or_model, LoadedModel) and not loaded_or_model.weights_loaded:
         raise UsageError("rewrite needs the model's weights", hint="load it with load_model(path) (weights on)")
     _refuse_empty_list_attributes(src)
-    original = onnx.ModelProto()
-    original.CopyFrom(src)
-    model = override_input_shapes(original, settings.shapes) if settings.shapes else original
+    # Not copied: nothing below edits ``src`` (graphsurgeon reads it, the export is a new proto),
+    # and a copy would hold every weight twice.
+    model = override_input_shapes(src, settings.shapes) if settings.shapes else src
     large = approx_size(model) > settings.large_model_bytes
     opset_before = _default_opset(model)
     nodes_before = _count_nodes(model)
     was_sorted = cleanup.is_sorted(model)
     notes = _subgraph_notes(model)
     # Imported with inferred shapes: graphsurgeon folds Shape nodes only where shapes are known.
-    graph = gs.import_onnx(_inferred(model, large))
+    stub = _inferred(model, large)  # structure and shapes, no weight bytes
+    graph = _import_with_shapes(model, stub)
     graph.toposort()  # rules below walk producers before consumers
     results: list[cleanup.CleanupResult] = []
     if settings.remove_dead_nodes:  # before folding, which would otherwise sweep them up uncounted
         results.append(cleanup.remove_dead(graph))
+    shapes = _value_shapes(stub)
     # Fold first: exporters compute offsets' shapes with Shape/Slice chains, and only
     # folded graphs give the DCN rules (and their proofs) concrete shapes.
     if settings.fold_constants:
@@ -267,12 +306,13 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
             results.append(cleanup.CleanupResult("fold-constants", 0, notes=("skipped: model over the large-model "
                                                                              "threshold",)))
         else:
+            computing = _computing_nodes(graph)
             results.append(cleanup.fold_constants(graph, settings.fold_size_limit))
-        folded = gs.export_onnx(graph, do_type_check=False)
-        _copy_model_fields(model, folded)
-        shapes = _value_shapes(_inferred(folded, large))
-    else:
-        shapes = _value_shapes(_inferred(model, large))
+            if _computing_nodes(graph) != computing:  # more than Constant nodes lowered: shapes may be new
+                folded = gs.export_onnx(graph, do_type_check=False)
+                _copy_model_fields(model, folded)
+                shapes = _value_shapes(_inferred(folded, large))
+                del folded
     tensors = graph.tensors()
 
     # Plan every plugin-map rewrite first: a bad map fails before anything is built.
@@ -378,7 +418,10 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     if settings.prune_opsets:
         results.append(cleanup.prune_opsets(out))
 
-    if settings.verify and not large:
+    unchanged = prove_unchanged(model, out) if settings.verify else None
+    if unchanged is not None:
+        gproof = unchanged  # nothing to run: both graphs compute the same thing by construction
+    elif settings.verify and not large:
         # cut only where ONNX Runtime cannot run a node: a rewritten DeformConv is compared end to end
         reference = model if was_sorted else _sorted_copy(model)  # ONNX Runtime refuses unsorted graphs
         gproof = prove_graph(reference, out, settings.shapes, set(), settings.seed, settings.graph_tolerance)
