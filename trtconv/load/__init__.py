@@ -2,7 +2,14 @@
 
 from trtconv.load.external import ExternalRef
 from trtconv.load.order import sort_nodes, topological_order
-from trtconv.load.proto import PROTOBUF_LIMIT, approx_size, iter_graphs, iter_tensors
+from trtconv.load.proto import (
+    PROTOBUF_LIMIT,
+    approx_size,
+    inferred_value_info,
+    iter_graphs,
+    iter_tensors,
+    structure_only,
+)
 from trtconv.load.read import LoadedModel, ModelSummary, file_sha256, load_model, model_sha256, summarize
 from trtconv.load.save import save_model
 from trtconv.load.shapes import dynamic_inputs, infer_shapes, input_dims, override_input_shapes, parse_shapes
@@ -15,6 +22,7 @@ __all__ = [
     "approx_size",
     "dynamic_inputs",
     "file_sha256",
+    "inferred_value_info",
     "infer_shapes",
     "input_dims",
     "iter_graphs",
@@ -25,6 +33,7 @@ __all__ = [
     "parse_shapes",
     "save_model",
     "sort_nodes",
+    "structure_only",
     "summarize",
     "topological_order",
 ]

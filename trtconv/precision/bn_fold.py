@@ -25,14 +25,20 @@ class FoldedBatchNorm:
     graph: str
 
 
-def _const_arrays(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
-    """Initializers and Constant-node values of one graph, by tensor name."""
-    inputs = {i.name for i in graph.input}
-    out = {t.name: numpy_helper.to_array(t) for t in graph.initializer if t.name not in inputs}
-    for node in graph.node:
-        if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
-            out[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-    return out
+class _Constants:
+    """Initializers and Constant-node values of one graph, by tensor name, turned into arrays
+    only when asked for (converting every weight up front would copy the whole model)."""
+
+    def __init__(self, graph: onnx.GraphProto) -> None:
+        inputs = {i.name for i in graph.input}
+        self._protos = {t.name: t for t in graph.initializer if t.name not in inputs}
+        for node in graph.node:
+            if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
+                self._protos[node.output[0]] = node.attribute[0].t
+
+    def get(self, name: str) -> np.ndarray | None:
+        t = self._protos.get(name)
+        return None if t is None else numpy_helper.to_array(t)
 
 
 def _attr(node: onnx.NodeProto, name: str, default: float | int) -> float | int:
@@ -63,20 +69,23 @@ def _fresh(name: str, taken: set[str]) -> str:
     return cand
 
 
-def fold_batchnorms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, tuple[FoldedBatchNorm, ...]]:
-    """A copy of ``model`` with every foldable Conv→BatchNormalization pair folded.
+def fold_batchnorms(model: onnx.ModelProto, *, copy: bool = True) -> tuple[onnx.ModelProto, tuple[FoldedBatchNorm, ...]]:
+    """A copy of ``model`` (``copy=False``: ``model`` itself, edited in place) with every
+    foldable Conv→BatchNormalization pair folded.
 
     Foldable: the Conv's output feeds only that BatchNormalization, Conv weights/bias and
     all BN parameters are constants, and the BN runs in inference mode.
     """
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
+    out = model
+    if copy:
+        out = onnx.ModelProto()
+        out.CopyFrom(model)
     uses = _uses(out)
     taken = {t.name for g in iter_graphs(out.graph) for t in g.initializer}
     taken |= {o for g in iter_graphs(out.graph) for n in g.node for o in n.output}
     folded: list[FoldedBatchNorm] = []
     for gi, graph in enumerate(iter_graphs(out.graph)):
-        consts = _const_arrays(graph)
+        consts = _Constants(graph)
         producer = {o: n for n in graph.node for o in n.output}
         drop: list[onnx.NodeProto] = []
         for bn in graph.node:
@@ -124,10 +133,9 @@ def _drop_unused_constants(model: onnx.ModelProto) -> None:
     uses = _uses(model)
     for g in iter_graphs(model.graph):
         inputs = {i.name for i in g.input}
-        keep = [t for t in g.initializer if t.name in uses or t.name in inputs]
-        if len(keep) != len(g.initializer):
-            del g.initializer[:]
-            g.initializer.extend(keep)
+        for i in reversed(range(len(g.initializer))):  # in place: re-adding the rest would copy them
+            if g.initializer[i].name not in uses and g.initializer[i].name not in inputs:
+                del g.initializer[i]
         dead = [n for n in g.node if n.op_type == "Constant" and not any(o in uses for o in n.output)]
         for n in dead:
             g.node.remove(n)

@@ -27,6 +27,10 @@ def session(model: onnx.ModelProto | str | os.PathLike[str], *, threads: int | N
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
+    # No arena: it keeps the largest activations of every run allocated for the session's
+    # life; without it, memory between runs (and between the sessions a proof or an accuracy
+    # check opens one after the other) goes back to the allocator.
+    opts.enable_cpu_mem_arena = False
     if not optimize:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if threads:
