@@ -23,31 +23,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 from measure import peak_rss  # benchmarks/measure.py (the script's folder is on sys.path)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from bigmodels import model_bytes, widen_det  # noqa: E402  (tests/ helpers)
-
-
-def make_samples(folder: Path, hw: tuple[int, int], count: int) -> Path:
-    """``count`` rendered document pages as .npy inputs (PP-OCR det preprocessing)."""
-    from realdata import document_image
-
-    from trtconv.samples.sources import ImagePreprocess, InputSpec, load_image
-
-    pp = ImagePreprocess.preset("ppocr-det")
-    spec = InputSpec(np.dtype(np.float32), (1, 3, *hw))
-    out = folder / "calib"
-    out.mkdir(exist_ok=True)
-    for i in range(count):
-        png = folder / f"page{i}.png"
-        document_image(3000 + i, (hw[1], hw[0])).save(png)
-        np.save(out / f"{i:03d}.npy", load_image(png, pp, spec))
-        png.unlink()
-    return out
+from bigmodels import det_samples, model_bytes, widen_det  # noqa: E402  (tests/ helpers)
 
 
 def commands(model: Path, calib: Path, out: Path) -> dict[str, list[str]]:
@@ -74,6 +55,8 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=3)
     ap.add_argument("--keep", type=Path, default=None, help="generate into (and keep) this folder")
     ap.add_argument("--only", default="", help="comma-separated subset of the commands")
+    ap.add_argument("--as-limit-gib", type=float, default=None,
+                    help="address-space cap per command (RLIMIT_AS); a shared machine's safety net")
     args = ap.parse_args()
     tmp = None
     if args.keep:
@@ -88,7 +71,7 @@ def main() -> int:
         t0 = time.monotonic()
         if not model.exists() or not args.keep:
             model = widen_det(args.factor, folder, hw)
-        calib = make_samples(folder, hw, args.samples)
+        calib = det_samples(folder, hw, args.samples)
         size = model_bytes(model)
         print(f"model ready in {time.monotonic() - t0:.0f} s", file=sys.stderr)
         out = folder / "out"
@@ -101,7 +84,8 @@ def main() -> int:
         print(f"| {'command':<14} | {'wall s':>6} | {'peak RSS MiB':>12} | {'x model':>7} | within bound | exit |")
         print("|---|---|---|---|---|---|")
         for name in wanted:
-            rss, wall, rc, err = peak_rss(runs[name])
+            limit = int(args.as_limit_gib * 2**30) if args.as_limit_gib else None
+            rss, wall, rc, err = peak_rss(runs[name], as_limit=limit)
             print(f"| {name:<14} | {wall:>6.1f} | {rss:>12.0f} | {rss * 2**20 / size:>7.2f} | "
                   f"{'yes' if rss <= bound else 'NO':<12} | {rc:>4} |", flush=True)
             if rc:

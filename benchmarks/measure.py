@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import resource
 import runpy
 import subprocess
 import sys
@@ -29,15 +30,22 @@ def vmhwm_mib() -> float:
     raise RuntimeError("no VmHWM in /proc/self/status")
 
 
-def peak_rss(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, int, str]:
-    """(peak RSS MiB, wall s, exit code, stderr tail) of one fresh subprocess."""
+def peak_rss(cmd: list[str], env: dict[str, str] | None = None, as_limit: int | None = None
+             ) -> tuple[float, float, int, str]:
+    """(peak RSS MiB, wall s, exit code, stderr tail) of one fresh subprocess; ``as_limit``:
+    an address-space cap (RLIMIT_AS, bytes) so that a run that would take the machine fails instead."""
     if len(cmd) < 3 or cmd[0] != sys.executable or cmd[1] not in ("-m", "-c"):
         raise ValueError("peak_rss measures Python commands: [sys.executable, '-m'|'-c', ...]")
     with tempfile.TemporaryDirectory(prefix="measure-") as tmp:
         hwm = Path(tmp) / "hwm"
         wrapped = [sys.executable, __file__, "--hwm", str(hwm), *cmd[1:]]
         start = time.monotonic()
-        proc = subprocess.run(wrapped, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+        def cap() -> None:
+            if as_limit:
+                resource.setrlimit(resource.RLIMIT_AS, (as_limit, as_limit))
+
+        proc = subprocess.run(wrapped, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                              preexec_fn=cap)
         wall = time.monotonic() - start
         rss = float(hwm.read_text()) if hwm.exists() else float("nan")
     return rss, wall, proc.returncode, proc.stderr[-600:]

@@ -16,7 +16,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+from realdata import document_image
 from realmodels import rapidocr_model
+
+from trtconv.samples.sources import ImagePreprocess, InputSpec, load_image
 
 # Ops whose output channels follow their first input's channels.
 _KEEP = {"Relu", "Clip", "HardSigmoid", "Sigmoid", "GlobalAveragePool", "Resize", "Add", "Mul", "Div", "Sub"}
@@ -143,3 +146,17 @@ def widen_det(factor: int, folder: Path, hw: tuple[int, int] = (64, 64), name: s
 def model_bytes(path: Path) -> int:
     """Size on disk of a model and its external-data files."""
     return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+
+
+def det_samples(folder: Path, hw: tuple[int, int], count: int) -> Path:
+    """``count`` rendered document pages as .npy inputs (PP-OCR det preprocessing)."""
+    pp = ImagePreprocess.preset("ppocr-det")
+    spec = InputSpec(np.dtype(np.float32), (1, 3, *hw))
+    out = folder / "calib"
+    out.mkdir(exist_ok=True)
+    for i in range(count):
+        png = folder / f"page{i}.png"
+        document_image(3000 + i, (hw[1], hw[0])).save(png)
+        np.save(out / f"{i:03d}.npy", load_image(png, pp, spec))
+        png.unlink()
+    return out

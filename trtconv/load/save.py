@@ -77,6 +77,16 @@ def save_model(
 EXTERNAL_TENSOR_MIN = 1024  # smaller tensors stay inline (shapes, scalars)
 
 
+def write_scratch(model: onnx.ModelProto, path: Path) -> bool:
+    """Write ``model`` to ``path`` with its initializers' bytes streamed into ``path.data``,
+    for a reader in this process (no atomic rename, no fsync: a scratch copy). Returns False,
+    writing nothing, when most weights are not main-graph initializers (they would stay inline)."""
+    if not _streamable(model):
+        return False
+    _save_streaming(model, path, path.with_name(path.name + ".data"))
+    return True
+
+
 def _streamable(model: onnx.ModelProto) -> bool:
     """True when the weights sit in main-graph initializers (the usual case, and the only
     one where a copy of the model would matter): those are streamed out one by one."""

@@ -198,6 +198,8 @@ def convert_fp16(
     say("convert")
     rw = Rewriter(work, settings.rules(), keep_io_types=settings.keep_io_types, activation_peak=peak_of)
     out = rw.run()
+    del work
+    rw.model = onnx.ModelProto()  # only ``out`` and the input model are needed from here on
     out.ir_version = max(out.ir_version, 4)  # IR 3 wants every initializer listed as an input; we add some
     _check_valid(out, model)
     if samples is None or not settings.check_accuracy:
@@ -206,8 +208,6 @@ def convert_fp16(
     problems: tuple[str, ...] = ()
     if samples is not None and settings.check_accuracy:
         say("accuracy")
-        del work
-        rw.model = onnx.ModelProto()  # only ``out`` and the input model are needed from here on
         stats, n = fp16_accuracy(model, out, rw.half_tensors, samples, progress=progress, total=total,
                                  top1=settings.thresholds.min_top1 is not None, reference_outputs=reference)
         n_samples = max(n_samples, n)
