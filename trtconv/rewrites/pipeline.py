@@ -19,10 +19,11 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 from onnx import version_converter
+from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from trtconv.errors import AccuracyError, UnsupportedModelError, UsageError
 from trtconv.load import PROTOBUF_LIMIT, LoadedModel, approx_size, iter_graphs
-from trtconv.load.proto import inferred_value_info, structure_only
+from trtconv.load.proto import DATA_FIELDS, copy_fields, inferred_value_info, structure_only, tensor_nbytes
 from trtconv.load.shapes import Shape, override_input_shapes, value_shapes
 from trtconv.rewrites import cleanup, dcn
 from trtconv.rewrites.catalog import rewrite_rule_for
@@ -243,6 +244,43 @@ def _import_with_shapes(model: onnx.ModelProto, shaped: onnx.ModelProto) -> gs.G
         model.graph.output.extend(outputs)
 
 
+# Imported tensors at least this large are lent to the export as byte-less stand-ins.
+_EXPORT_STUB_BYTES = 1 << 20
+
+
+def _export(graph: gs.Graph, *, with_weights: bool = True) -> onnx.ModelProto:
+    """``gs.export_onnx`` holding each large unchanged weight once more, not twice: its
+    ``make_graph`` copies the weights into a GraphProto and ``make_model`` copies that into
+    the ModelProto. The imported (lazy) weights are swapped for byte-less stand-ins for the
+    export, and their bytes are then copied straight into the model's initializers (left
+    out with ``with_weights=False``, when only the structure is wanted)."""
+    lent: dict[str, onnx.TensorProto] = {}
+    swapped = []
+    for t in graph.tensors().values():
+        values = getattr(t, "_values", None)
+        if isinstance(t, gs.Constant) and isinstance(values, LazyValues) \
+                and isinstance(values.tensor, onnx.TensorProto) and tensor_nbytes(values.tensor) >= _EXPORT_STUB_BYTES:
+            real = values.tensor
+            stub = onnx.TensorProto()
+            copy_fields(real, stub, DATA_FIELDS)
+            values.tensor = stub
+            swapped.append((values, real))
+            lent[t.name] = real
+    try:
+        out = gs.export_onnx(graph, do_type_check=False)
+    finally:
+        for values, real in swapped:
+            values.tensor = real
+    if with_weights:
+        for init in out.graph.initializer:
+            real = lent.get(init.name)
+            if real is not None:
+                name = init.name
+                init.CopyFrom(real)
+                init.name = name
+    return out
+
+
 def _computing_nodes(graph: gs.Graph) -> int:
     """Nodes other than Constant: folding that only lowers Constant nodes changes no shape."""
     return sum(1 for n in graph.nodes if n.op != "Constant")
@@ -309,7 +347,7 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
             computing = _computing_nodes(graph)
             results.append(cleanup.fold_constants(graph, settings.fold_size_limit))
             if _computing_nodes(graph) != computing:  # more than Constant nodes lowered: shapes may be new
-                folded = gs.export_onnx(graph, do_type_check=False)
+                folded = _export(graph, with_weights=False)  # for its shapes only
                 _copy_model_fields(model, folded)
                 shapes = _value_shapes(_inferred(folded, large))
                 del folded
@@ -410,7 +448,7 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
         results.append(cleanup.int64_to_int32(graph))
     results.append(cleanup.toposort(graph, was_sorted))
 
-    out = gs.export_onnx(graph, do_type_check=False)
+    out = _export(graph)
     _copy_model_fields(model, out)
     _strip_value_info(out)
     if pending_deformconv:
