@@ -1,12 +1,10 @@
 """Stage 1, load: read and check the ONNX, external data and all; infer shapes."""
 
 from trtconv.load.external import ExternalRef
-from trtconv.load.order import sort_nodes, topological_order
 from trtconv.load.proto import (
     PROTOBUF_LIMIT,
     approx_size,
     inferred_value_info,
-    iter_graphs,
     iter_tensors,
     structure_only,
 )
@@ -25,15 +23,12 @@ __all__ = [
     "inferred_value_info",
     "infer_shapes",
     "input_dims",
-    "iter_graphs",
     "iter_tensors",
     "load_model",
     "model_sha256",
     "override_input_shapes",
     "parse_shapes",
     "save_model",
-    "sort_nodes",
     "structure_only",
     "summarize",
-    "topological_order",
 ]

@@ -14,7 +14,6 @@ from onnx import external_data_helper
 
 from trtconv.errors import InvalidModelError, UsageError
 from trtconv.load.external import ExternalRef, external_bytes, external_refs, validate_external_refs
-from trtconv.load.proto import iter_graphs
 from trtconv.load.validate import (
     MIN_IR_VERSION,
     OPSET_LIMIT,
@@ -23,6 +22,8 @@ from trtconv.load.validate import (
     check_text,
     checker_error,
 )
+from trtconv.onnxutil.domains import default_opset, display_domain, opset_versions
+from trtconv.onnxutil.walk import iter_graphs
 
 
 @dataclass(frozen=True)
@@ -37,11 +38,11 @@ class LoadedModel:
 
     @property
     def opsets(self) -> dict[str, int]:
-        return {(o.domain or "ai.onnx"): o.version for o in self.proto.opset_import}
+        return {display_domain(d): v for d, v in opset_versions(self.proto.opset_import).items()}
 
     @property
     def default_opset(self) -> int:
-        return self.opsets.get("ai.onnx", 0)
+        return default_opset(self.proto)
 
     @property
     def external_files(self) -> tuple[Path, ...]:
@@ -90,7 +91,7 @@ def read_proto(path: Path) -> onnx.ModelProto:
     for o in model.opset_import:
         if not 0 <= o.version <= OPSET_LIMIT:
             raise InvalidModelError(
-                f"{path} imports opset {o.version} of domain {o.domain or 'ai.onnx'!r}, which cannot exist",
+                f"{path} imports opset {o.version} of domain {display_domain(o.domain)!r}, which cannot exist",
                 hint="the model file is corrupt; re-export it",
             )
     if model.ir_version > OPSET_LIMIT:

@@ -19,8 +19,9 @@ except ImportError:  # pragma: no cover
     resource = None  # type: ignore[assignment]
 
 from trtconv.errors import UsageError
-from trtconv.load.proto import PROTOBUF_LIMIT, approx_size, iter_graphs, structure_only
+from trtconv.load.proto import PROTOBUF_LIMIT, approx_size, structure_only
 from trtconv.load.read import LoadedModel
+from trtconv.onnxutil.walk import iter_graphs
 
 log = logging.getLogger(__name__)
 

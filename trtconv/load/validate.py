@@ -10,8 +10,10 @@ from pathlib import Path
 import onnx
 
 from trtconv.errors import InvalidModelError
-from trtconv.load.order import topological_order
-from trtconv.load.proto import PROTOBUF_LIMIT, iter_graphs, iter_tensors
+from trtconv.load.proto import PROTOBUF_LIMIT, iter_tensors
+from trtconv.onnxutil.domains import is_default_domain, opset_versions
+from trtconv.onnxutil.order import topological_order
+from trtconv.onnxutil.walk import iter_graphs, subgraph_depth
 
 # Opset and IR versions are small numbers; anything past int32 is corruption, and
 # onnx's C++ checker cannot even take it as an argument.
@@ -146,7 +148,7 @@ def _check_attribute_schema(node: onnx.NodeProto, opsets: dict[str, int], label:
     that is a string, an If branch that is not a graph): the checker's verdict is only
     advisory, but no later stage can make sense of such a node."""
     domain = node.domain or ""
-    if domain not in ("", "ai.onnx") or not node.attribute:
+    if not is_default_domain(domain) or not node.attribute:
         return
     found = _schema_attributes(node.op_type, opsets.get("", 0))
     if found is None:  # unknown op or opset: the analysis reports it
@@ -205,9 +207,8 @@ def check_structure(model: onnx.ModelProto) -> None:
                     raise InvalidModelError(
                         f"input {vi.name!r} declares a dim of {d.dim_value}; no input that large can be fed",
                         hint="the model file is corrupt; re-export it")
-    opsets = {o.domain: o.version for o in model.opset_import}
-    opsets[""] = opsets.get("", opsets.get("ai.onnx", 0))
-    depth = _subgraph_depth(model.graph)
+    opsets = opset_versions(model.opset_import)
+    depth = subgraph_depth(model.graph)
     if depth > MAX_SUBGRAPH_DEPTH:
         raise InvalidModelError(
             f"subgraphs (If/Loop/Scan bodies) nest {depth} levels deep; trtconv handles up to {MAX_SUBGRAPH_DEPTH}",
@@ -215,16 +216,6 @@ def check_structure(model: onnx.ModelProto) -> None:
         )
     for g in iter_graphs(model.graph):
         _check_graph(g, opsets)
-
-
-def _subgraph_depth(graph: onnx.GraphProto) -> int:
-    deepest = 0
-    for node in graph.node:
-        for attr in node.attribute:
-            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
-            for sub in subs:
-                deepest = max(deepest, 1 + _subgraph_depth(sub))
-    return deepest
 
 
 def _check_graph(g: onnx.GraphProto, opsets: dict[str, int]) -> None:

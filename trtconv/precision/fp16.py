@@ -23,7 +23,9 @@ import onnx
 from onnx import TensorProto
 
 from trtconv.errors import AccuracyError, InternalError, InvalidModelError
-from trtconv.load import PROTOBUF_LIMIT, approx_size, iter_graphs, sort_nodes, structure_only
+from trtconv.load import PROTOBUF_LIMIT, approx_size, structure_only
+from trtconv.onnxutil.order import sort_nodes
+from trtconv.onnxutil.walk import iter_graphs
 from trtconv.precision import fp16_rules as rules
 from trtconv.precision.bn_fold import FoldedBatchNorm, fold_batchnorms
 from trtconv.precision.fp16_graph import Decision, Rewriter, emulate_half

@@ -1,5 +1,5 @@
-"""Node order: ONNX requires producers before consumers; Kahn's algorithm finds an order
-(and any cycle) in linear time."""
+"""Topological order: the one sort trtconv writes itself (onnx-graphsurgeon's ``Graph.toposort``
+sorts the graphs the rewrite stage edits)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import heapq
 import onnx
 
 from trtconv.errors import InvalidModelError
-from trtconv.load.proto import iter_graphs
+from trtconv.onnxutil.walk import iter_graphs, subgraphs
 
 
 def topological_order(g: onnx.GraphProto) -> tuple[list[int], int | None]:
@@ -16,9 +16,8 @@ def topological_order(g: onnx.GraphProto) -> tuple[list[int], int | None]:
     inputs give equal outputs), and the index of a node on a cycle, or None.
 
     Names from outer scopes (subgraph captures) and graph inputs count as sources.
-    The one topological sort in trtconv: loading, sorting and analysis all use it.
+    Loading, sorting and analysis all use it.
     """
-
     producer = {o: i for i, n in enumerate(g.node) for o in n.output if o}
     users: dict[int, list[int]] = {}
     indegree = [0] * len(g.node)
@@ -59,3 +58,18 @@ def sort_nodes(model: onnx.ModelProto) -> bool:
     return moved
 
 
+def is_sorted(model: onnx.ModelProto) -> bool:
+    """True if every node's inputs are known before it (in every subgraph, outer names included):
+    a check, stricter than :func:`topological_order` (a name nothing defines also fails it)."""
+
+    def check(g: onnx.GraphProto, outer: set[str]) -> bool:
+        known = set(outer) | {i.name for i in g.input} | {t.name for t in g.initializer} | {""}
+        for n in g.node:
+            if any(i not in known for i in n.input):
+                return False
+            if any(not check(sub, known) for _, sub in subgraphs(n)):
+                return False
+            known.update(n.output)
+        return True
+
+    return check(model.graph, set())
