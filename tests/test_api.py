@@ -123,15 +123,15 @@ def test_build_computes_each_thing_once(tmp_path):
     import numpy as np
     from builders import dcn_model
 
-    from trtconv.load import model as load_module
-    from trtconv.rewrites import pipeline as rewrite_module
+    from trtconv.load import load_model
+    from trtconv.rewrites import rewrite
 
     model = dcn_model(tmp_path / "dcn.onnx")
     (tmp_path / "cal").mkdir()
     rng = np.random.default_rng(0)
     for i in range(6):
         np.save(tmp_path / "cal" / f"{i}.npy", rng.standard_normal((1, 8, 32, 32)).astype(np.float32))
-    watched = {load_module.load_model.__code__: "load_model", rewrite_module.rewrite.__code__: "rewrite"}
+    watched = {load_model.__code__: "load_model", rewrite.__code__: "rewrite"}
     calls: list[tuple[str, object]] = []
 
     def profile(frame, event, _arg):

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from trtconv.analyze import analyze
 from trtconv.errors import UsageError
-from trtconv.load import load_model, parse_shapes, save_model
-from trtconv.load.model import _approx_size
+from trtconv.load import approx_size, load_model, parse_shapes, save_model
 from trtconv.outputs import check_output_path
 from trtconv.pipeline.build import BuildRequest, run_build
 from trtconv.pipeline.quantize import (
@@ -99,7 +98,7 @@ def rewrite(model: PathLike, output: PathLike | None = None, settings: RewriteSe
     result = rewrite_model(loaded, settings)
     say("rewrite")
     if output is not None:
-        external = bool(loaded.external_refs) or _approx_size(result.model) > settings.large_model_bytes
+        external = bool(loaded.external_refs) or approx_size(result.model) > settings.large_model_bytes
         save_model(result.model, output, force=force, external_data=True if external else None)
         say("save")
     return result

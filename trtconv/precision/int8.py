@@ -21,7 +21,7 @@ import onnx
 from onnx import version_converter
 
 from trtconv.errors import AccuracyError, DataError, InternalError, UnsupportedModelError
-from trtconv.load.model import load_model, model_sha256
+from trtconv.load import load_model, model_sha256
 from trtconv.onnxutil.domains import default_opset, is_default_domain
 from trtconv.precision.calib_cache import CacheInfo, cache_key, read_cache, write_cache
 from trtconv.precision.calibrate import Calibrator, CalibSettings, Method, scale_from_threshold
