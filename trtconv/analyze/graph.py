@@ -70,6 +70,27 @@ class GraphIndex:
     def is_constant(self, name: str) -> bool:
         return self.constant_source(name) is not None
 
+    def is_graph_input(self, name: str) -> bool:
+        """A network input: nothing produces it and it is not a constant (subgraph inputs included)."""
+        return bool(name) and name not in self.producer and name not in self.tensors
+
+    def depends_on_values(self, name: str, limit: int = 10000) -> bool:
+        """Whether ``name`` is computed from some input's *value* (not only from shapes via Shape/Size)."""
+        seen: set[str] = set()
+        todo = [name]
+        while todo and len(seen) < limit:
+            cur = todo.pop()
+            if not cur or cur in seen or cur in self.tensors:
+                continue
+            seen.add(cur)
+            prod = self.producer.get(cur)
+            if prod is None:
+                return True  # a graph (or subgraph) input: its value
+            if prod.op_type in ("Shape", "Size"):
+                continue
+            todo.extend(prod.input)
+        return False
+
     def constant_value(self, name: str) -> np.ndarray | None:
         """The value, or None if not a constant or its bytes live in unloaded external data."""
         t = self.constant_source(name)

@@ -14,6 +14,8 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from trtconv.analyze.corrections import Correction, corrections_for
+
 DATA_DIR = Path(__file__).parent / "data"
 COLUMNS = ("op_type", "domain", "status", "types", "params", "since", "source", "restrictions")
 
@@ -21,7 +23,13 @@ OPS_SOURCE = "onnx-tensorrt docs/operators.md (TensorRT 10.15, opset 9-24)"
 OPS_APPLIED = {
     "10.16": OPS_SOURCE + "; no 10.16 table published, 10.15 rows assumed unchanged",
     "11.4": OPS_SOURCE + "; no 11.x table published, 10.15 rows plus the 11.x deltas",
+    "rtx": OPS_SOURCE + "; TensorRT-RTX shares the 11.x parser: 11.4 rows, corrected by measurement",
 }
+VERSIONS = ("10.16", "11.4", "rtx")
+# The parser table the rows start from: a TSV copy of onnx-tensorrt docs/operators.md (10.15).
+DEFAULT_SOURCE = DATA_DIR / "onnx-trt-operators-10.15.tsv"
+RTX = "measured with TensorRT-RTX 1.7.1 (tools/oracle)"
+RTX_NO_PLUGINS = "TensorRT-RTX ships no plugin library (docs.nvidia.com/deeplearning/tensorrt-rtx: no libnvinfer_plugin)"
 CHANGELOG_11_0 = "NVIDIA/TensorRT CHANGELOG.md 11.0 GA"
 NOTES_11_2_1 = "TensorRT 11.2.1 release notes"
 PLUGIN_DIFF = "NVIDIA/TensorRT plugin/api/inferPlugin.cpp release/10.16 vs main (11.1); 11.0 OSS commit 771d8efd"
@@ -44,7 +52,9 @@ PARAMS: dict[str, str] = {
     "GridSample": "ranks=4",
     "LayerNormalization": "unsupported_outputs=1|2",
     "ScatterND": "reduction=none",
-    "LSTM": "",
+    "LSTM": "layout=0",
+    "GRU": "layout=0",
+    "RNN": "layout=0",
     "Attention": "unsupported_inputs=4|5|6;unsupported_outputs=1|2|3",
     "NonZero": "data_dependent=1",
     "NonMaxSuppression": "data_dependent=1",
@@ -130,6 +140,14 @@ REPLACEMENT = "use ONNX NonMaxSuppression (INMSLayer)"
 
 def _plugin_rows(version: str) -> list[Row]:
     rows = []
+    if version == "rtx":
+        for name in sorted(set(KEPT_IN_11) | set(REMOVED_IN_11) | set(NEW_IN_11)):
+            if name in RTX_PLUGINS:
+                rows.append(Row(name, "*", "builtin-plugin", "", "", "", RTX, RTX_PLUGINS[name]))
+            else:
+                rows.append(Row(name, "*", "unsupported", "", "", "", RTX_NO_PLUGINS + "; " + RTX,
+                                "not registered in TensorRT-RTX"))
+        return rows
     for name in KEPT_IN_11:
         status = "deprecated-plugin" if name in DEPRECATED else "builtin-plugin"
         rows.append(Row(name, "*", status, "", "", "", PLUGIN_LIST, DEPRECATED.get(name, "")))
@@ -146,8 +164,33 @@ def _plugin_rows(version: str) -> list[Row]:
     return rows
 
 
+RTX_PLUGINS = {"ROIAlign_TRT": "the only registered creators are ROIAlign_TRT v2 and MyelinWeightsTransformPlugin"}
+
+
+def _merge_params(text: str, changes: dict[str, str | None]) -> str:
+    items = dict(p.split("=", 1) if "=" in p else (p, "") for p in filter(None, text.split(";")))
+    for key, value in changes.items():
+        if value is None:
+            items.pop(key, None)
+        else:
+            items[key] = value
+    return ";".join(f"{k}={v}" for k, v in items.items())
+
+
+def _correct(row: Row, fixes: list[Correction]) -> Row:
+    for c in fixes:
+        types = row.types if c.types is None else c.types
+        if c.add_types:
+            have = [t for t in types.split(",") if t]
+            types = ",".join(have + [t for t in c.add_types.split(",") if t not in have])
+        row = replace(row, types=types, params=_merge_params(row.params, c.params),
+                      source=f"{row.source}; corrected ({c.source})")
+    return row
+
+
 def build_table(source: Path, version: str) -> list[Row]:
-    rows = _ops_rows(source, version)
+    fixes = corrections_for(version)
+    rows = [_correct(r, fixes[r.op_type]) if r.op_type in fixes else r for r in _ops_rows(source, version)]
     if not version.startswith("10."):
         rows = [replace(r, **OVERRIDES_11[r.op_type]) if r.op_type in OVERRIDES_11 else r for r in rows]  # type: ignore[arg-type]
         rows += DELTAS_11
@@ -163,11 +206,11 @@ def render(rows: list[Row]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) not in (1, 2):
-        raise SystemExit("usage: python -m trtconv.analyze.maketables OPERATORS.tsv [OUT_DIR]")
-    source = Path(args[0])
+    if len(args) > 2:
+        raise SystemExit("usage: python -m trtconv.analyze.maketables [OPERATORS.tsv [OUT_DIR]]")
+    source = Path(args[0]) if args else DEFAULT_SOURCE
     out = Path(args[1]) if len(args) == 2 else DATA_DIR
-    for version in ("10.16", "11.4"):
+    for version in VERSIONS:
         (out / f"trt-{version}.tsv").write_text(render(build_table(source, version)))
 
 

@@ -18,6 +18,8 @@ SCHEMA = "trtconv.check/1"
 SUPPORTED, REWRITABLE, PLUGIN, UNSUPPORTED = "supported", "rewritable", "plugin", "unsupported"
 STATUSES = (SUPPORTED, REWRITABLE, PLUGIN, UNSUPPORTED)
 ERROR, WARNING = "error", "warning"
+# Which TensorRT step refuses an error finding: the ONNX parser, or the builder after a clean parse.
+PARSER, BUILDER = "parser", "builder"
 
 
 @dataclass(frozen=True)
@@ -26,9 +28,11 @@ class Finding:
     severity: str  # "error": the parser rejects the node; "warning": it parses, but read this
     message: str
     hint: str = ""  # what to do about it; shown once per rule in human output
+    stage: str = PARSER  # PARSER or BUILDER: where TensorRT refuses it (for warnings: where it matters)
 
     def to_json(self) -> dict[str, str]:
-        return {"rule": self.rule, "severity": self.severity, "message": self.message, "hint": self.hint}
+        return {"rule": self.rule, "severity": self.severity, "message": self.message, "hint": self.hint,
+                "stage": self.stage}
 
 
 @dataclass(frozen=True)
@@ -80,12 +84,18 @@ class CheckReport:
     inputs: tuple[InputReport, ...]
     warnings: tuple[str, ...]  # model-level notes (checker, topological order, ...)
     checker_error: str | None
+    # Findings about the model rather than one node (e.g. inputs sharing a dim name); ``rewrite``
+    # set on a finding's entry in ``model_rewrites`` when `trtconv rewrite` fixes it.
+    findings: tuple[Finding, ...] = ()
+    model_rewrites: tuple[tuple[str, str], ...] = ()  # (finding rule, rewrite rule id)
 
     @property
     def verdict(self) -> str:
-        if self.counts.get(UNSUPPORTED, 0):
+        fixable = dict(self.model_rewrites)
+        model_errors = [f for f in self.findings if f.severity == ERROR]
+        if self.counts.get(UNSUPPORTED, 0) or any(f.rule not in fixable for f in model_errors):
             return UNSUPPORTED
-        if self.counts.get(REWRITABLE, 0) or self.counts.get(PLUGIN, 0):
+        if self.counts.get(REWRITABLE, 0) or self.counts.get(PLUGIN, 0) or model_errors:
             return "needs-rewrite"
         return SUPPORTED
 
@@ -95,7 +105,15 @@ class CheckReport:
 
     @property
     def warning_count(self) -> int:
-        return sum(1 for n in self.nodes for f in n.findings if f.severity == WARNING)
+        return sum(1 for f in self.all_findings() if f.severity == WARNING)
+
+    def all_findings(self) -> list[Finding]:
+        return [f for n in self.nodes for f in n.findings] + list(self.findings)
+
+    def stage(self) -> str | None:
+        """The first TensorRT step predicted to refuse the model: "parser", "builder", or None."""
+        stages = {f.stage for f in self.all_findings() if f.severity == ERROR}
+        return PARSER if PARSER in stages else BUILDER if stages else None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -110,4 +128,6 @@ class CheckReport:
             "nodes": [n.to_json() for n in self.nodes],
             "warnings": list(self.warnings),
             "checker_error": self.checker_error,
+            "stage": self.stage(),
+            "findings": [{**f.to_json(), "rewrite": dict(self.model_rewrites).get(f.rule)} for f in self.findings],
         }

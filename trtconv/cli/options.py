@@ -14,7 +14,7 @@ import click
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-TRT_VERSIONS = ("10.16", "11.4")
+TRT_VERSIONS = ("10.16", "11.4", "rtx")
 DEFAULT_TRT_VERSION = "11.4"
 
 

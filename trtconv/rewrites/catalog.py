@@ -16,6 +16,8 @@ class RewriteRule:
 
 DCNV2_CENTERNET = RewriteRule("dcnv2-centernet", "CenterNet DCNv2 -> DeformConv (or a DCNv2 plugin node)")
 DCNV2_MMCV = RewriteRule("dcnv2-mmcv", "mmcv MMCVModulatedDeformConv2d -> DeformConv (or a DCNv2 plugin node)")
+RENAME_SHARED_DIMS = RewriteRule("rename-shared-dims", "input dims sharing one dim_param name -> one name per dim "
+                                 "(TensorRT treats equally named dims as equal)")
 DEFORMCONV = RewriteRule("deformconv", "ONNX DeformConv with asymmetric pads -> Pad + DeformConv (or a DCNv2 plugin node)")
 
 REWRITABLE: dict[tuple[str, str], RewriteRule] = {

@@ -175,3 +175,25 @@ def prune_opsets(model: onnx.ModelProto) -> CleanupResult:
         model.opset_import.extend(keep)
     return CleanupResult("prune-opset-imports", len(dropped),
                          tuple(sorted(f"{o.domain or 'ai.onnx'} v{o.version}" for o in dropped)))
+
+
+def rename_shared_dims(model: onnx.ModelProto) -> CleanupResult:
+    """Give every dim of a graph input its own name where several share one dim_param
+    (PP-OCR cls: H and W are both '?'). TensorRT treats equally named dims as equal, so a
+    non-square profile fails the build; the names carry no meaning ONNX Runtime checks."""
+    renamed = []
+    for vi in model.graph.input:
+        if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+            continue
+        dims = vi.type.tensor_type.shape.dim
+        seen: set[str] = set()
+        for axis, d in enumerate(dims):
+            if not d.HasField("dim_param") or not d.dim_param:
+                continue
+            if d.dim_param in seen:
+                new = f"{vi.name}_dim{axis}"
+                renamed.append(f"{vi.name}[{axis}]: {d.dim_param!r} -> {new!r}")
+                d.dim_param = new
+            else:
+                seen.add(d.dim_param)
+    return CleanupResult("rename-shared-dims", len(renamed), tuple(renamed))

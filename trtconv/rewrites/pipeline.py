@@ -373,6 +373,7 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     out = gs.export_onnx(graph, do_type_check=False)
     _copy_model_fields(model, out)
     _strip_value_info(out)
+    results.append(cleanup.rename_shared_dims(out))
     if pending_deformconv:
         out = _finish_deformconv(out, large, results)
     if settings.prune_opsets:
