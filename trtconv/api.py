@@ -73,7 +73,7 @@ def check(model: PathLike, *, trt: str = DEFAULT_TRT_VERSION, shapes: ShapesArg 
     """
 
     shape_map = _shapes(shapes)  # usage errors before reading a large file
-    return analyze(load_model(model, load_weights=False), trt, shape_map)
+    return analyze(load_model(model, structure_only=True), trt, shape_map)
 
 
 # --------------------------------------------------------------------------- rewrite

@@ -71,13 +71,14 @@ def test_json_schema_on_real_model(ocr_det):
 
 
 def test_unsupported_real_model_exits_5_with_json_nodes(silero):
-    res = run("check", str(silero), "--json")
+    res = run("check", str(silero), "--json", "--trt", "rtx")
     assert res.exit_code == ExitCode.UNSUPPORTED
     doc = json.loads(res.stdout)
-    assert doc["verdict"] == "unsupported" and doc["exit_code"] == 5
-    node = doc["nodes"][0]
+    assert doc["verdict"] == "unsupported" and doc["exit_code"] == 5 and doc["stage"] == "builder"
+    node = next(n for n in doc["nodes"] if n["status"] == "unsupported")
     assert set(node) == {"path", "op_type", "domain", "status", "rewrite", "source", "findings"}
-    assert node["findings"][0]["rule"] == "if-branch-rank" and node["findings"][0]["hint"]
+    f = node["findings"][0]
+    assert f["rule"] == "rnn-in-if" and f["stage"] == "builder" and f["hint"] and "measured" in node["source"]
 
 
 def test_custom_op_exits_4(tmp_path):

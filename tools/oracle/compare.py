@@ -26,7 +26,7 @@ def _findings(report: Any) -> list[Any]:
 def predict(case: Case, target: str) -> dict[str, Any]:
     """What ``check --trt target [--shapes profile]`` says about the case, as parse/build verdicts."""
     try:
-        report = analyze(load_model(case.path, load_weights=False), target, case.shapes or None)
+        report = analyze(load_model(case.path, structure_only=True), target, case.shapes or None)
     except TrtconvError as exc:
         return {"parse": REJECT, "build": FAIL, "verdict": "invalid", "errors": [f"exit {int(exc.exit_code)}: "
                                                                                   f"{str(exc)[:160]}"]}

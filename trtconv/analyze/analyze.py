@@ -26,6 +26,7 @@ from trtconv.analyze.rules import CONVERTIBLE, NodeContext, dtype_name, run_rule
 from trtconv.analyze.support import SupportTable, load_table
 from trtconv.errors import InvalidModelError
 from trtconv.load import LoadedModel, infer_shapes, input_dims, override_input_shapes
+from trtconv.load.model import weights_stripped
 from trtconv.load.shapes import Shape
 from trtconv.rewrites.catalog import RENAME_SHARED_DIMS, rewrite_rule_for
 
@@ -54,7 +55,8 @@ def analyze(loaded: LoadedModel, target: str, shapes: Mapping[str, Shape] | None
     model = loaded.proto
     if shapes:
         model = override_input_shapes(model, shapes)
-    inferred = infer_shapes(loaded, model, symbolic=False)  # adds value_info only; never fails
+    with weights_stripped(model):  # inference needs dims and dtypes, not weight bytes
+        inferred = infer_shapes(loaded, model, symbolic=False)  # adds value_info only; never fails
     index = build_index(inferred)  # raises on broken structure (dangling input, cycle, duplicate)
     if loaded.checker_error:
         _attribute_checker_error(inferred, index)
@@ -101,7 +103,7 @@ def _io_types(model: onnx.ModelProto) -> list[Finding]:
             if which is not None and which != "tensor_type":
                 out.append(Finding("io-type", ERROR, f"{kind} {vi.name!r} is a {which.replace('_type', '')}: "
                                                      "TensorRT networks take tensors only"))
-            elif which == "tensor_type" and vi.type.tensor_type.elem_type not in (0, *CONVERTIBLE):
+            elif which == "tensor_type" and vi.type.tensor_type.elem_type not in CONVERTIBLE:
                 out.append(Finding("io-type", ERROR, f"{kind} {vi.name!r} has dtype "
                                                      f"{dtype_name(vi.type.tensor_type.elem_type)}, which TensorRT "
                                                      "has no type for"))

@@ -53,6 +53,7 @@ class GraphIndex:
     dtypes: dict[str, int] = field(default_factory=dict)
     shapes: dict[str, onnx.TensorShapeProto] = field(default_factory=dict)
     initializers: set[str] = field(default_factory=set)
+    consumed: set[str] = field(default_factory=set)  # tensors some node reads or a graph returns
     warnings: list[str] = field(default_factory=list)
 
     # --- queries used by the rules -------------------------------------------------
@@ -190,7 +191,9 @@ def _walk(index: GraphIndex, graph: onnx.GraphProto, prefix: str, outer: list[se
             f"{display_name(graph.node[late[0][0]], late[0][0])!r}); TensorRT's parser sorts it, onnx.checker rejects it"
         )
     scope = [*outer, defined]
+    index.consumed.update(o.name for o in graph.output)
     for i, node in enumerate(graph.node):
+        index.consumed.update(node.input)
         path = prefix + display_name(node, i)
         domain = node.domain or ""
         opset = index.opsets.get(domain or "ai.onnx", index.opsets.get("ai.onnx", 0) if domain in STANDARD_DOMAINS else 1)

@@ -267,13 +267,15 @@ def recurrent(ctx: NodeContext) -> Iterator[Finding]:
     if ctx.attr("direction", "forward") == "bidirectional" and acts and acts[: len(acts) // 2] != acts[len(acts) // 2:]:
         yield _error("rnn-activations", f"bidirectional {ctx.node.op_type} with different forward/reverse "
                                         f"activations {acts} is not supported by TensorRT")
-    state = [i for i in (1, 2) if ctx.output(i)]
-    if ctx.row.param("state_in_if") and state and ("/then_branch/" in ctx.path or "/else_branch/" in ctx.path):
-        yield _error("rnn-in-if", f"{ctx.node.op_type} inside an If branch with its final-state output "
-                                  f"{ctx.output_label(state[0])} used: the parser accepts it, the builder fails "
-                                  "(graphScope assertion)",
-                     "take the If out: export one graph per branch (e.g. one per sample rate), or fold the "
-                     "condition to a constant so the parser imports only the branch taken", BUILDER)
+    state = [i for i in (1, 2) if ctx.output(i) and ctx.output(i) in ctx.index.consumed]
+    severity = ctx.row.param("state_in_if")
+    if severity and state and ("/then_branch/" in ctx.path or "/else_branch/" in ctx.path):
+        make = _error if severity[0] == "error" else _warn
+        yield make("rnn-in-if", f"{ctx.node.op_type} inside an If branch with its final-state output "
+                                f"{ctx.output_label(state[0])} used: the parser accepts it, the TensorRT-RTX builder "
+                                "fails (graphScope assertion)",
+                   "take the If out: export one graph per branch (e.g. one per sample rate), or fold the "
+                   "condition to a constant so the parser imports only the branch taken", BUILDER)
 
 
 @restriction("ScatterND")

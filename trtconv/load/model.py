@@ -8,10 +8,12 @@ from strangers' files, so they are validated before anything is opened.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import heapq
 import os
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,6 +106,70 @@ def iter_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
                     yield attr.t
                 elif attr.type == onnx.AttributeProto.TENSORS:
                     yield from attr.tensors
+
+
+STRIP_MIN_BYTES = 4096  # tensors this large never feed shape inference's data propagation
+STRIPPED_LOCATION = "trtconv-weights-stripped"
+
+
+def strip_weights(model: onnx.ModelProto, min_bytes: int = STRIP_MIN_BYTES) -> int:
+    """Mark large embedded tensors external and drop their bytes, for good (``check`` needs
+    only dims and dtypes). Each one's byte count is validated first. Returns how many."""
+    count = 0
+    # Initializers only: onnx.checker checks a Constant's external location on disk, not an initializer's.
+    for t in (t for g in iter_graphs(model.graph) for t in g.initializer):
+        if t.data_location == onnx.TensorProto.EXTERNAL or not t.HasField("raw_data"):
+            continue
+        size = t.ByteSize()  # >= len(raw_data): a cheap filter before copying the bytes out
+        if size < min_bytes:
+            continue
+        have = len(t.raw_data)
+        if have < min_bytes:
+            continue
+        n = 1
+        for d in t.dims:
+            n *= d
+        bits = _element_bits(t)
+        if bits is not None and min(t.dims, default=0) >= 0 and have != (n * bits + 7) // 8:
+            continue  # left for check_tensor_sizes to report
+        t.ClearField("raw_data")
+        t.data_location = onnx.TensorProto.EXTERNAL
+        for key, value in (("location", STRIPPED_LOCATION), ("offset", "0"), ("length", str(have))):
+            entry = t.external_data.add()
+            entry.key, entry.value = key, value
+        count += 1
+    return count
+
+
+@contextlib.contextmanager
+def weights_stripped(model: onnx.ModelProto, min_bytes: int = STRIP_MIN_BYTES) -> Iterator[onnx.ModelProto]:
+    """``model`` with the bytes of its large embedded tensors taken out for the duration.
+
+    onnx.checker and shape inference serialize the whole proto (twice, for a C++ round
+    trip), which for a model with embedded weights costs more than TensorRT's parse. They
+    need dims and dtypes only; a large tensor is marked external (a location that does not
+    exist, never read) while they run, and its bytes are put back afterwards.
+    """
+    taken: list[tuple[onnx.TensorProto, bytes]] = []
+    try:
+        for t in (t for g in iter_graphs(model.graph) for t in g.initializer):
+            if t.data_location == onnx.TensorProto.EXTERNAL or not t.HasField("raw_data"):
+                continue
+            data = t.raw_data
+            if len(data) < min_bytes:
+                continue
+            taken.append((t, data))
+            t.ClearField("raw_data")
+            t.data_location = onnx.TensorProto.EXTERNAL
+            for key, value in (("location", STRIPPED_LOCATION), ("offset", "0"), ("length", str(len(data)))):
+                entry = t.external_data.add()
+                entry.key, entry.value = key, value
+        yield model
+    finally:
+        for t, data in taken:
+            del t.external_data[:]
+            t.data_location = onnx.TensorProto.DEFAULT
+            t.raw_data = data
 
 
 def _external_refs(model: onnx.ModelProto) -> list[tuple[onnx.TensorProto, ExternalRef]]:
@@ -531,12 +597,14 @@ def _read_proto(path: Path) -> onnx.ModelProto:
 
 
 def _checker_error(model: onnx.ModelProto, path: Path, has_external: bool) -> str | None:
-    """onnx.checker's complaint, if any. Kept as data: custom-domain ops fail it legitimately."""
+    """onnx.checker's complaint, if any. Kept as data: custom-domain ops fail it legitimately.
+    Embedded weights are stripped while it runs (it checks structure, not values)."""
     try:
-        if has_external or model.ByteSize() > PROTOBUF_LIMIT:
+        if has_external:
             onnx.checker.check_model(str(path))
         else:
-            onnx.checker.check_model(model)
+            with weights_stripped(model):
+                _check_stripped(model, path)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     except Exception as exc:  # the checker can raise plain errors on malformed protos
@@ -544,16 +612,35 @@ def _checker_error(model: onnx.ModelProto, path: Path, has_external: bool) -> st
     return None
 
 
-def load_model(path: str | os.PathLike[str], *, load_weights: bool = True, check: bool = True) -> LoadedModel:
+def _check_stripped(model: onnx.ModelProto, path: Path) -> None:
+    """The checker on a proto whose large initializers point at STRIPPED_LOCATION: it wants that
+    location to be a regular file beside the model, so both go to a temporary folder (kilobytes)."""
+    data = model.SerializeToString()
+    if len(data) > PROTOBUF_LIMIT:
+        onnx.checker.check_model(str(path))
+        return
+    with tempfile.TemporaryDirectory(prefix="trtconv-check-") as tmp:
+        (Path(tmp) / STRIPPED_LOCATION).write_bytes(b"")
+        (Path(tmp) / "model.onnx").write_bytes(data)
+        onnx.checker.check_model(str(Path(tmp) / "model.onnx"))
+
+
+def load_model(path: str | os.PathLike[str], *, load_weights: bool = True, check: bool = True,
+               structure_only: bool = False) -> LoadedModel:
     """Read ``path``; validate external data; optionally load it into the proto.
 
     ``load_weights=False`` keeps external tensors as references: analysis needs only
     the structure, and a 10 GB model then costs no more memory than its graph.
+    ``structure_only=True`` (implies no weights) also drops the bytes of large embedded
+    tensors after validating their size (``strip_weights``): what ``check`` reads.
     """
     path = Path(path)
     model = _read_proto(path)
     check_text(model)
-    pairs = _external_refs(model)
+    if structure_only:
+        load_weights = False
+        strip_weights(model)
+    pairs = [(t, r) for t, r in _external_refs(model) if r.location != STRIPPED_LOCATION]
     refs = [r for _, r in pairs]
     validate_external_refs(refs, path.parent)
     check_tensor_sizes(model, _external_bytes(refs, path.parent))

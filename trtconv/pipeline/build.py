@@ -249,7 +249,7 @@ def _recheck(prepared: Path, target: str, shapes: dict[str, tuple[int, ...]]) ->
     """The prepared ONNX against the parser's rules again: what rewrite left behind fails here,
     without TensorRT, instead of minutes later in its parser. Plugin nodes are expected."""
 
-    report = analyze(load_model(prepared, load_weights=False), target, shapes)
+    report = analyze(load_model(prepared, structure_only=True), target, shapes)
     left = [n for n in report.nodes if n.status in ("unsupported", "rewritable")]
     if left:
         names = ", ".join(f"{n.path} ({n.op_type}: {n.status})" for n in left[:5])
