@@ -516,3 +516,61 @@ def test_index_validates_structure_of_protos_handed_to_it_directly():
             build_index(model(nodes))
     idx = build_index(model([helper.make_node("Relu", ["a"], ["y"]), helper.make_node("Neg", ["x"], ["a"])]))
     assert len(idx.nodes) == 2 and "topologically" in idx.warnings[0]
+
+
+# ------------------------------------------------------------------ stages and hints (issue 17)
+
+
+def test_ort_dynamically_quantized_model_is_told_to_start_from_the_float_model(ocr_cls, tmp_path):
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    out = tmp_path / "cls_dyn.onnx"
+    quantize_dynamic(str(ocr_cls), str(out), weight_type=QuantType.QUInt8, op_types_to_quantize=["Conv", "MatMul"])
+    r = check(out, "rtx")
+    quant = [n for n in r.nodes if n.op_type in ("ConvInteger", "MatMulInteger", "DynamicQuantizeLinear")]
+    assert quant and all(n.status == "unsupported" for n in quant)
+    assert {f.hint for n in quant for f in n.errors} == {
+        "quantized by ONNX Runtime: start from the float model (`trtconv quantize` makes INT8 that TensorRT takes)"}
+
+
+def test_rewritable_node_hint_names_the_rewrite_not_a_plugin(tmp_path):
+    nodes = [helper.make_node("DCNv2", ["x", "off", "mask", "w"], ["y"], name="dcn")]
+    ins = [vi("x", F, [1, 2, 8, 8]), vi("off", F, [1, 18, 8, 8]), vi("mask", F, [1, 9, 8, 8]), vi("w", F, [4, 2, 3, 3])]
+    n = only(check(save(tmp_path, nodes, ins, [vi("y", F, None)])), "DCNv2")
+    assert n.status == "rewritable" and all("trtconv rewrite" in f.hint and "--plugins" not in f.hint
+                                            for f in n.errors)
+
+
+def _if_model(tmp_path, cond_from_value: bool) -> Path:
+    axes = i64("axes0", [0])
+    then_g = helper.make_graph([helper.make_node("Squeeze", ["x", "axes_t"], ["t_out"])], "then", [],
+                              [vi("t_out", F, None)], [i64("axes_t", [0])])
+    else_g = helper.make_graph([helper.make_node("Identity", ["x"], ["e_out"])], "else", [], [vi("e_out", F, None)])
+    if cond_from_value:
+        nodes = [helper.make_node("Greater", ["flag", "zero"], ["cond"])]
+        ins = [vi("x", F, ["n", 4]), vi("flag", F, [])]
+    else:
+        nodes = [helper.make_node("Shape", ["x"], ["shp"], start=0, end=1),
+                 helper.make_node("Equal", ["shp", "one"], ["c1"]), helper.make_node("Squeeze", ["c1", "axes0"], ["cond"])]
+        ins = [vi("x", F, ["n", 4])]
+    nodes.append(helper.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g, name="if"))
+    inits = [numpy_helper.from_array(np.array(0, np.float32), "zero"), i64("one", [1]), axes]
+    return save(tmp_path, nodes, ins, [vi("y", F, None)], inits, name=f"if_{cond_from_value}.onnx")
+
+
+@pytest.mark.parametrize("by_value", [True, False])
+def test_if_branch_rank_is_a_builder_finding_and_its_hint_follows_the_condition(tmp_path, by_value):
+    """Measured with RTX: both parse; a value condition fails the build, a shape-only one builds
+    with a fixed profile. 'Give static shapes' is only offered where it can help."""
+    n = only(check(_if_model(tmp_path, by_value), "rtx"), "If")
+    f = next(f for f in n.findings if f.rule == "if-branch-rank")
+    assert f.stage == "builder" and f.severity == ("error" if by_value else "warning")
+    assert ("static shapes cannot" in f.hint) is by_value and ("--shapes" in f.hint) is not by_value
+
+
+def test_casts_to_quantized_types_fail_at_the_builder_unknown_types_at_the_parser(tmp_path):
+    for to, stage in ((TensorProto.FLOAT8E4M3FN, "builder"), (TensorProto.FLOAT8E5M2, "parser")):
+        nodes = [helper.make_node("Cast", ["x"], ["y"], to=to, name="c")]
+        r = check(save(tmp_path, nodes, [vi("x", F, [4])], [vi("y", F, [4])], name=f"c{to}.onnx"), "rtx")
+        assert {f.stage for f in only(r, "Cast").errors} == {stage} and r.stage() == stage
+        assert r.to_json()["stage"] == stage
