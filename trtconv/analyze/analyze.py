@@ -26,7 +26,7 @@ from trtconv.analyze.rules import CONVERTIBLE, NodeContext, dtype_name, run_rule
 from trtconv.analyze.support import SupportTable, load_table
 from trtconv.errors import InvalidModelError
 from trtconv.load import LoadedModel, infer_shapes, input_dims, override_input_shapes
-from trtconv.load.model import weights_stripped
+from trtconv.load.model import is_stripped, weights_stripped
 from trtconv.load.shapes import Shape
 from trtconv.rewrites.catalog import RENAME_SHARED_DIMS, rewrite_rule_for
 
@@ -149,6 +149,8 @@ def _attribute_checker_error(model: onnx.ModelProto, index: GraphIndex) -> None:
             continue
         if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
             continue  # its body's nodes are checked one by one
+        if any(a.type == onnx.AttributeProto.TENSOR and is_stripped(a.t) for a in node.attribute):
+            continue  # a Constant whose (size-validated) bytes check did not load
         try:
             onnx.checker.check_node(node, ctx)
         except onnx.checker.ValidationError as exc:

@@ -108,6 +108,8 @@ def iter_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
                     yield from attr.tensors
 
 
+FLOAT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
+                         onnx.TensorProto.DOUBLE})
 STRIP_MIN_BYTES = 4096  # tensors this large never feed shape inference's data propagation
 STRIPPED_LOCATION = "trtconv-weights-stripped"
 
@@ -116,12 +118,8 @@ def strip_weights(model: onnx.ModelProto, min_bytes: int = STRIP_MIN_BYTES) -> i
     """Mark large embedded tensors external and drop their bytes, for good (``check`` needs
     only dims and dtypes). Each one's byte count is validated first. Returns how many."""
     count = 0
-    # Initializers only: onnx.checker checks a Constant's external location on disk, not an initializer's.
-    for t in (t for g in iter_graphs(model.graph) for t in g.initializer):
+    for t in _strippable(model):
         if t.data_location == onnx.TensorProto.EXTERNAL or not t.HasField("raw_data"):
-            continue
-        size = t.ByteSize()  # >= len(raw_data): a cheap filter before copying the bytes out
-        if size < min_bytes:
             continue
         have = len(t.raw_data)
         if have < min_bytes:
@@ -139,6 +137,23 @@ def strip_weights(model: onnx.ModelProto, min_bytes: int = STRIP_MIN_BYTES) -> i
             entry.key, entry.value = key, value
         count += 1
     return count
+
+
+def _strippable(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    """Initializers, and float Constant values (an integer Constant may feed shape inference's
+    data propagation, so it keeps its bytes)."""
+    for g in iter_graphs(model.graph):
+        yield from g.initializer
+        for node in g.node:
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type in FLOAT_TYPES:
+                    yield attr.t
+
+
+def is_stripped(t: onnx.TensorProto) -> bool:
+    """Whether ``strip_weights`` dropped this tensor's bytes."""
+    return t.data_location == onnx.TensorProto.EXTERNAL and any(
+        e.key == "location" and e.value == STRIPPED_LOCATION for e in t.external_data)
 
 
 @contextlib.contextmanager
