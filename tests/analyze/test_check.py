@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from trtconv.analyze import analyze, available_versions, load_table
-from trtconv.analyze.maketables import build_table, render
+from trtconv.analyze.maketables import DEFAULT_SOURCE, build_table, render
 from trtconv.analyze.rules import GENERIC_RULES, RULES
 from trtconv.errors import ExitCode, InvalidModelError, UsageError
 from trtconv.load import load_model
 from trtconv.rewrites.catalog import rewrite_rule_for
 
-from trtconv.analyze.maketables import DEFAULT_SOURCE as FACTS_TSV  # noqa: E402  (in the repository)
+FACTS_TSV = DEFAULT_SOURCE  # the 10.15 parser table, in the repository
 F = TensorProto.FLOAT
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.oracle.cases import Case
+from trtconv.trt.realparse import aborted_verdict
 
 WORKER = Path(__file__).with_name("worker.py")
 
@@ -94,13 +95,7 @@ class Worker:
 
 
 def _failed(parsed: dict[str, Any] | None, how: str, detail: object) -> dict[str, Any]:
-    """The verdict of a case whose worker died or hung: at the build if it had parsed, else at the parse."""
-    note = f"{how} ({detail})"
-    if parsed is not None:
-        return {**parsed, "built": False, "build_errors": [f"builder {note}"], "aborted": how}
-    return {"module": "", "version": "", "parsed": False, "built": None, "build_errors": [], "logs": [],
-            "parser_errors": [{"node": -1, "node_name": "", "op_type": "", "desc": f"parser {note}"}],
-            "aborted": how}
+    return aborted_verdict(parsed, how, detail)
 
 
 def run_real(cases: Iterable[Case], module: str | None = "tensorrt_rtx", build: bool = True,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from trtconv.trt.realparse import import_tensorrt, parse_and_build  # noqa: E402
+from trtconv.trt.realparse import import_tensorrt, json_stream, parse_and_build  # noqa: E402
 
 
 def main() -> int:
@@ -23,11 +23,7 @@ def main() -> int:
         print(json.dumps({"error": "no TensorRT is importable"}), flush=True)
         return 9
     build = os.environ.get("ORACLE_BUILD", "1") == "1"
-    # The protocol gets its own copy of fd 1; fd 1 itself goes to stderr, so whatever the native
-    # libraries print (cudaError lines, without a newline at times) cannot corrupt it.
-    out = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
+    out = json_stream()
     print(json.dumps({"ready": trt.__name__, "version": trt.__version__}), file=out, flush=True)
     for line in sys.stdin:
         job = json.loads(line)

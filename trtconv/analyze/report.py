@@ -75,6 +75,48 @@ class InputReport:
 
 
 @dataclass(frozen=True)
+class LiveNode:
+    """One node as check predicted it and as the real parser answered."""
+
+    path: str
+    op_type: str
+    predicted: str  # the node's status, or "supported"
+    parser: str  # "rejected: <parser's reason>", "accepted", or "no error reported" (the parse failed elsewhere)
+    agrees: bool | None  # None: the parser never got to the node
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "op_type": self.op_type, "predicted": self.predicted, "parser": self.parser,
+                "agrees": self.agrees}
+
+
+@dataclass(frozen=True)
+class LiveCheck:
+    """The real TensorRT's own answer next to the prediction (``check --live``)."""
+
+    tensorrt: str  # module and version, e.g. "tensorrt_rtx 1.7.1.116"
+    parse: str  # "accept" | "reject"
+    build: str | None  # "ok" | "fail" | None (not attempted: a TensorRT that cannot build without a GPU)
+    predicted_parse: str
+    predicted_build: str
+    nodes: tuple[LiveNode, ...]  # nodes the parser rejected or check predicted it would
+    build_errors: tuple[str, ...]
+
+    @property
+    def agrees(self) -> bool:
+        return self.parse == self.predicted_parse and self.build in (None, self.predicted_build)
+
+    @property
+    def succeeded(self) -> bool:
+        return self.parse == "accept" and self.build != "fail"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tensorrt": self.tensorrt, "parse": self.parse, "build": self.build,
+                "predicted": {"parse": self.predicted_parse, "build": self.predicted_build},
+                "agrees": self.agrees, "nodes": [n.to_json() for n in self.nodes],
+                "build_errors": list(self.build_errors)}
+
+
+@dataclass(frozen=True)
 class CheckReport:
     model: str
     target: str  # TensorRT version of the support table used
@@ -88,6 +130,7 @@ class CheckReport:
     # set on a finding's entry in ``model_rewrites`` when `trtconv rewrite` fixes it.
     findings: tuple[Finding, ...] = ()
     model_rewrites: tuple[tuple[str, str], ...] = ()  # (finding rule, rewrite rule id)
+    live: LiveCheck | None = None  # the real parser's answer (check --live), when a TensorRT was importable
 
     @property
     def verdict(self) -> str:
@@ -101,7 +144,15 @@ class CheckReport:
 
     @property
     def exit_code(self) -> ExitCode:
-        return {SUPPORTED: ExitCode.OK, "needs-rewrite": ExitCode.NEEDS_REWRITE}.get(self.verdict, ExitCode.UNSUPPORTED)
+        """From the prediction; with a live answer, from TensorRT's own: it accepted (and built) -> 0,
+        it refused -> the prediction's code if that refuses too, else 5."""
+        predicted = {SUPPORTED: ExitCode.OK, "needs-rewrite": ExitCode.NEEDS_REWRITE}.get(self.verdict,
+                                                                                          ExitCode.UNSUPPORTED)
+        if self.live is None:
+            return predicted
+        if self.live.succeeded and (self.live.build is not None or self.stage() != BUILDER):
+            return ExitCode.OK
+        return predicted if predicted != ExitCode.OK else ExitCode.UNSUPPORTED
 
     @property
     def warning_count(self) -> int:
@@ -130,4 +181,5 @@ class CheckReport:
             "checker_error": self.checker_error,
             "stage": self.stage(),
             "findings": [{**f.to_json(), "rewrite": dict(self.model_rewrites).get(f.rule)} for f in self.findings],
+            "live": self.live.to_json() if self.live is not None else None,
         }

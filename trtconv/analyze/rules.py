@@ -271,7 +271,7 @@ def recurrent(ctx: NodeContext) -> Iterator[Finding]:
     severity = ctx.row.param("state_in_if")
     if severity and state and ("/then_branch/" in ctx.path or "/else_branch/" in ctx.path):
         make = _error if severity[0] == "error" else _warn
-        yield make("rnn-in-if", f"{ctx.node.op_type} inside an If branch with its final-state output "
+        yield make("rnn-in-if", f"{ctx.node.op_type} inside an If branch with its final-state "
                                 f"{ctx.output_label(state[0])} used: the parser accepts it, the TensorRT-RTX builder "
                                 "fails (graphScope assertion)",
                    "take the If out: export one graph per branch (e.g. one per sample rate), or fold the "

@@ -8,11 +8,16 @@ GPU, ``tensorrt`` 10/11 only parse here (their builder needs one).
 
 from __future__ import annotations
 
+import argparse
 import importlib
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 RTX_MODULE = "tensorrt_rtx"
 MODULES = (RTX_MODULE, "tensorrt")
@@ -131,3 +136,74 @@ def parse_and_build(path: Path, trt: Any, *, build: bool = True,
     built = engine is not None
     return RealVerdict(module, version, True, (), built, tuple(logs[parse_logs:]) if not built else (),
                        tuple(logs[:parse_logs]))
+
+
+def aborted_verdict(parsed: Mapping[str, Any] | None, how: str, detail: object) -> dict[str, Any]:
+    """The JSON verdict of a run whose process died or hung: at the build if it had parsed, else at the parse."""
+    note = f"{how} ({detail})"
+    if parsed is not None:
+        return {**parsed, "built": False, "build_errors": [f"builder {note}"], "aborted": how}
+    return {"module": "", "version": "", "parsed": False, "built": None, "build_errors": [], "logs": [],
+            "parser_errors": [{"node": -1, "node_name": "", "op_type": "", "desc": f"parser {note}"}],
+            "aborted": how}
+
+
+def run_isolated(path: Path, module: str, *, build: bool, shapes: Mapping[str, Sequence[int]] | None = None,
+                 timeout: float = 600.0) -> dict[str, Any]:
+    """``parse_and_build`` in a child process (``python -m trtconv.trt.realparse``): a builder
+    that aborts or hangs costs that process only. Returns the verdict's JSON form."""
+    cmd = [sys.executable, "-m", "trtconv.trt.realparse", str(path), "--module", module,
+           "--shapes", json.dumps({k: list(v) for k, v in (shapes or {}).items()})] + (["--build"] if build else [])
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        out, how, detail = proc.stdout, "crash", f"exit {proc.returncode}"
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        how, detail = "timeout", f"{timeout:.0f} s"
+    parsed: dict[str, Any] | None = None
+    for line in out.splitlines():
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            continue
+        if msg.get("phase") == "done":
+            return dict(msg["real"])
+        if msg.get("phase") == "parsed":
+            parsed = msg["real"]
+    return aborted_verdict(parsed, how, detail)
+
+
+def json_stream() -> TextIO:
+    """A private copy of stdout for JSON lines; fd 1 itself then goes to stderr, so what the native
+    libraries print (cudaError lines, at times without a newline) cannot corrupt the protocol."""
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m trtconv.trt.realparse MODEL --module M [--build] [--shapes JSON]``: JSON lines on stdout."""
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("model", type=Path)
+    ap.add_argument("--module", default=RTX_MODULE, choices=MODULES)
+    ap.add_argument("--build", action="store_true")
+    ap.add_argument("--shapes", default="{}")
+    args = ap.parse_args(argv)
+    trt = import_tensorrt(args.module)
+    if trt is None:
+        print(f"{args.module} is not importable", file=sys.stderr)
+        return 9
+    out = json_stream()
+
+    def emit(phase: str, verdict: RealVerdict) -> None:
+        print(json.dumps({"phase": phase, "real": verdict.to_json()}), file=out, flush=True)
+
+    verdict = parse_and_build(args.model, trt, build=args.build, shapes=json.loads(args.shapes),
+                              on_parsed=lambda v: emit("parsed", v))
+    emit("done", verdict)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
