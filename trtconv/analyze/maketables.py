@@ -23,13 +23,12 @@ OPS_SOURCE = "onnx-tensorrt docs/operators.md (TensorRT 10.15, opset 9-24)"
 OPS_APPLIED = {
     "10.16": OPS_SOURCE + "; no 10.16 table published, 10.15 rows assumed unchanged",
     "11.4": OPS_SOURCE + "; no 11.x table published, 10.15 rows plus the 11.x deltas",
-    "rtx": OPS_SOURCE + "; TensorRT-RTX shares the 11.x parser: 11.4 rows, corrected by measurement",
+    "rtx": OPS_SOURCE + "; TensorRT-RTX 1.7 shares the 11.x parser: 11.x rows minus its plugins, corrected by "
+                        "measurement",
 }
 VERSIONS = ("10.16", "11.4", "rtx")
 # The parser table the rows start from: a TSV copy of onnx-tensorrt docs/operators.md (10.15).
 DEFAULT_SOURCE = DATA_DIR / "onnx-trt-operators-10.15.tsv"
-RTX = "measured with TensorRT-RTX 1.7.1 (tools/oracle)"
-RTX_NO_PLUGINS = "TensorRT-RTX ships no plugin library (docs.nvidia.com/deeplearning/tensorrt-rtx: no libnvinfer_plugin)"
 CHANGELOG_11_0 = "NVIDIA/TensorRT CHANGELOG.md 11.0 GA"
 NOTES_11_2_1 = "TensorRT 11.2.1 release notes"
 PLUGIN_DIFF = "NVIDIA/TensorRT plugin/api/inferPlugin.cpp release/10.16 vs main (11.1); 11.0 OSS commit 771d8efd"
@@ -140,14 +139,6 @@ REPLACEMENT = "use ONNX NonMaxSuppression (INMSLayer)"
 
 def _plugin_rows(version: str) -> list[Row]:
     rows = []
-    if version == "rtx":
-        for name in sorted(set(KEPT_IN_11) | set(REMOVED_IN_11) | set(NEW_IN_11)):
-            if name in RTX_PLUGINS:
-                rows.append(Row(name, "*", "builtin-plugin", "", "", "", RTX, RTX_PLUGINS[name]))
-            else:
-                rows.append(Row(name, "*", "unsupported", "", "", "", RTX_NO_PLUGINS + "; " + RTX,
-                                "not registered in TensorRT-RTX"))
-        return rows
     for name in KEPT_IN_11:
         status = "deprecated-plugin" if name in DEPRECATED else "builtin-plugin"
         rows.append(Row(name, "*", status, "", "", "", PLUGIN_LIST, DEPRECATED.get(name, "")))
@@ -164,7 +155,21 @@ def _plugin_rows(version: str) -> list[Row]:
     return rows
 
 
-RTX_PLUGINS = {"ROIAlign_TRT": "the only registered creators are ROIAlign_TRT v2 and MyelinWeightsTransformPlugin"}
+# TensorRT-RTX (1.7.1.116, measured with its real parser and builder on a CPU-only machine;
+# docs in ../shared/docs/trt-rtx-facts.md): no plugin library and no loadable plugins, so every
+# plugin-backed importer fails ("Plugin not found"); a few importers fail at ahead-of-time build.
+RTX_MEASURED = "TensorRT-RTX 1.7.1.116 parser/builder, measured on a CPU-only machine"
+RTX_NO_PLUGINS = "TensorRT-RTX has no plugin library and loads no plugins (NVIDIA/TensorRT-RTX issue 4)"
+OVERRIDES_RTX = {
+    "DeformConv": dict(status="unsupported", params="", source=RTX_MEASURED + ": 'Plugin not found'",
+                       restrictions="imported as the ModulatedDeformConv2d plugin, which " + RTX_NO_PLUGINS
+                       + "; rewrite DCN to standard ONNX operators"),
+    "DFT": dict(status="unsupported", params="", source=RTX_MEASURED,
+                restrictions="imported as a cuFFT plugin; " + RTX_NO_PLUGINS),
+    "RoiAlign": dict(params="", source=RTX_MEASURED + ": one of RTX's two internal plugin creators",
+                     restrictions="imported as RTX's internal ROIAlign_TRT plugin, whose constructor needs a GPU: "
+                     "a CPU-only build fails (cudaError 35)"),
+}
 
 
 def _merge_params(text: str, changes: dict[str, str | None]) -> str:
@@ -178,6 +183,7 @@ def _merge_params(text: str, changes: dict[str, str | None]) -> str:
 
 
 def _correct(row: Row, fixes: list[Correction]) -> Row:
+    """Apply the corrections (trtconv/analyze/corrections.py); each one is named in the row's source."""
     for c in fixes:
         types = row.types if c.types is None else c.types
         if c.add_types:
@@ -188,13 +194,25 @@ def _correct(row: Row, fixes: list[Correction]) -> Row:
     return row
 
 
+def _rtx_plugin_rows() -> list[Row]:
+    """Every plugin TensorRT 10.x/11.x knows is absent from TensorRT-RTX."""
+    names = sorted(set(KEPT_IN_11) | set(REMOVED_IN_11) | set(NEW_IN_11))
+    return [Row(name, "*", "removed-plugin", "", "", "", RTX_MEASURED, RTX_NO_PLUGINS) for name in names]
+
+
 def build_table(source: Path, version: str) -> list[Row]:
-    fixes = corrections_for(version)
-    rows = [_correct(r, fixes[r.op_type]) if r.op_type in fixes else r for r in _ops_rows(source, version)]
+    rows = _ops_rows(source, version)
     if not version.startswith("10."):
         rows = [replace(r, **OVERRIDES_11[r.op_type]) if r.op_type in OVERRIDES_11 else r for r in rows]  # type: ignore[arg-type]
         rows += DELTAS_11
-    rows += _plugin_rows(version)
+    if version == "rtx":
+        rows = [replace(r, **OVERRIDES_RTX[r.op_type]) if r.op_type in OVERRIDES_RTX else r for r in rows]  # type: ignore[arg-type]
+    fixes = corrections_for(version)
+    rows = [_correct(r, fixes[r.op_type]) if r.op_type in fixes else r for r in rows]
+    if version == "rtx":
+        rows += _rtx_plugin_rows()
+    else:
+        rows += _plugin_rows(version)
     return sorted(rows, key=lambda r: (r.status.endswith("plugin"), r.op_type))
 
 

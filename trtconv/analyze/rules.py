@@ -192,6 +192,14 @@ def data_dependent(ctx: NodeContext) -> Iterator[Finding]:
                                             "at run time and cannot be profiled ahead")
 
 
+@generic("no_rtx_kernel")
+def no_rtx_kernel(ctx: NodeContext) -> Iterator[Finding]:
+    """Ops TensorRT-RTX parses but cannot build ahead of time (measured: no kernel / no runner)."""
+    yield _error("no-rtx-kernel", f"{ctx.node.op_type}: TensorRT-RTX parses it, but its ahead-of-time build has no "
+                                  "kernel for it (measured)", "build for TensorRT 10/11, or replace the op with "
+                                                              "standard ONNX operators", BUILDER)
+
+
 @generic("plugin")
 def nvinfer_plugin(ctx: NodeContext) -> Iterator[Finding]:
     """Ops the parser imports as a libnvinfer_plugin plugin: that library must be loaded."""

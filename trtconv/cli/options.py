@@ -14,7 +14,7 @@ import click
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-TRT_VERSIONS = ("10.16", "11.4", "rtx")
+TRT_VERSIONS = ("10.16", "11.4", "rtx")  # "rtx": TensorRT-RTX (builds without a GPU)
 DEFAULT_TRT_VERSION = "11.4"
 
 
@@ -43,4 +43,4 @@ def shapes_option(f: F) -> F:
 
 def trt_version_option(f: F) -> F:
     return click.option("--trt", "trt_version", type=click.Choice(TRT_VERSIONS), default=DEFAULT_TRT_VERSION,
-                        show_default=True, help="Target TensorRT version.")(f)
+                        show_default=True, help="Target TensorRT version, or rtx for TensorRT-RTX.")(f)
