@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 MEASURED = "measured with TensorRT-RTX 1.7.1 (tools/oracle)"
 SOURCE = "onnx-tensorrt sources"
+CHECKERS = "onnx/onnx-tensorrt onnxOpCheckers.cpp (main, commit 0137504)"
 DOCS = "NVIDIA docs"
 ALL = ("10.16", "11.4", "rtx")
 RTX_ONLY = ("rtx",)
@@ -52,6 +53,15 @@ CORRECTIONS: tuple[Correction, ...] = (
                params={"fmod0_types": "INT32|INT64"}),
     Correction("TensorScatter", ALL, DOCS, "operators.md: 'past_cache and update must be 4D'",
                params={"ranks": "4"}),
+    Correction("LpPool", ALL, SOURCE, f"{CHECKERS} LpPool: 'Only L1 and L2 normalization are supported'",
+               params={"p": "1|2"}),
+    Correction("BatchNormalization", ALL, SOURCE, f"{CHECKERS}: 'does not support training_mode == 1'",
+               params={"training_mode": "0"}),
+    Correction("Attention", ALL, SOURCE, f"{CHECKERS}: softcap and softmax_precision are not supported",
+               params={"no_attrs": "softcap|softmax_precision"}),
+    *(Correction(op, ALL, SOURCE, f"{CHECKERS} {op}: 'Unsupported data type' unless dtype is FLOAT or FLOAT16",
+                 params={"dtype_attr": "FP32|FP16"})
+      for op in ("RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike")),
     # The types column of the window functions lists their *output* types; input 0 is the integer size.
     Correction("HannWindow", ALL, DOCS, "operators.md types are the output's; input 0 is the integer size", types=""),
     Correction("HammingWindow", ALL, DOCS, "operators.md types are the output's; input 0 is the integer size",
@@ -76,9 +86,7 @@ CORRECTIONS: tuple[Correction, ...] = (
                params={"ranks": "3|4|5"}),
     Correction("CumSum", RTX_ONLY, MEASURED, "a run-time axis parses and builds; INT32/INT64 data too",
                add_types="INT32,INT64", params={"const_inputs": None}),
-    Correction("LpPool", RTX_ONLY, MEASURED, "'Only L1 and L2 normalization are supported'", params={"p": "1|2"}),
-    Correction("BatchNormalization", RTX_ONLY, MEASURED, "'does not support training_mode == 1'",
-               params={"training_mode": "0"}),
+
     Correction("Celu", RTX_ONLY, MEASURED, "FP16/BF16 inputs fail in the importer (operand rank assertion)",
                types="FP32"),
     Correction("Range", RTX_ONLY, MEASURED, "FP32 start/limit/delta that are network inputs fail "
@@ -92,9 +100,8 @@ CORRECTIONS: tuple[Correction, ...] = (
     Correction("LSTM", RTX_ONLY, MEASURED, "layout=1 (batch first) parses and builds", params={"layout": "0|1"}),
     Correction("GRU", RTX_ONLY, MEASURED, "layout=1 (batch first) parses and builds", params={"layout": "0|1"}),
     Correction("RNN", RTX_ONLY, MEASURED, "layout=1 (batch first) parses and builds", params={"layout": "0|1"}),
-    Correction("Attention", RTX_ONLY, MEASURED, "softcap, softmax_precision, mask with is_causal, and K/V head "
-                                                "sizes that differ are refused by the importer",
-               params={"no_attrs": "softcap|softmax_precision", "mask_causal": "0", "kv_head_size": "equal"}),
+    Correction("Attention", RTX_ONLY, MEASURED, "a mask with is_causal, and K/V head sizes that differ, are refused "
+                                                "by the importer", params={"mask_causal": "0", "kv_head_size": "equal"}),
     Correction("Attention", RTX_ONLY, MEASURED, "input 6 (nonpad_kv_seqlen) parses", params={"unsupported_inputs": "4|5"}),
     # Parsed (parse level measured), but the ahead-of-time RTX build fails: a builder-stage error.
     Correction("Attention", RTX_ONLY, MEASURED, "parses; the build fails ('not supported by a dedicated kernel', "

@@ -458,6 +458,15 @@ def quantize_output_dtype(ctx: NodeContext) -> Iterator[Finding]:
         yield _error("dtype", f"output_dtype {dtype_name(int(dt))} is not a quantized type")
 
 
+@restriction("RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike")
+def random_dtype(ctx: NodeContext) -> Iterator[Finding]:
+    allowed = ctx.row.param("dtype_attr")
+    dt = ctx.attr("dtype")
+    if allowed and dt is not None and int(dt) not in (TensorProto.FLOAT, TensorProto.FLOAT16):
+        yield _error("random-dtype", f"dtype={dtype_name(int(dt))}: TensorRT {ctx.node.op_type} makes only "
+                                     f"{' or '.join(allowed)}")
+
+
 @restriction("Attention")
 def attention(ctx: NodeContext) -> Iterator[Finding]:
     for name in ctx.row.param("no_attrs"):
