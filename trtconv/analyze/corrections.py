@@ -6,8 +6,10 @@ build over ONNX's node test models) found rows that are wrong. A correction appl
 version only where it is backed for that version:
 
 - ``MEASURED``: observed with TensorRT-RTX 1.7.1 (applied to the ``rtx`` table only);
-- ``SOURCE``: read in onnx-tensorrt's importer sources (applied to every version: the
-  code has been there since 10.1 at the latest);
+- ``SOURCE``: read in onnx-tensorrt's importer sources (release 10.1 and main at commit
+  0137504, a 10.x tree with the opset-23 Attention checker). Applied to every version: 10.16
+  and 11.x sources could not be retrieved, so a check present there is assumed kept, and the
+  RTX measurement of the 11.x parser agrees with each one;
 - ``DOCS``: written in NVIDIA's own documentation of the parser.
 
 ``maketables.py`` applies them and writes the kind and text into each row's ``source``.
