@@ -392,13 +392,16 @@ def test_pytorch_exported_dcn_models(tmp_path, dialect):
     assert [n.op_type for n in res.model.graph.node].count("DeformConv") == 1
     got = run_model(res.model, {"x": x})["y"]
     assert np.abs(got - torch_y).max() <= 1e-5
-    for target in ("trt-plugin",):
+    for target in ("trt-plugin", "portable"):
         res_p = rewrite(load_model(path), RewriteSettings(dcn_target=target))
         assert all(e.proof.passed for e in res_p.report.rewrites) and len(res_p.report.rewrites) == 1
         assert res_p.report.graph_proof.method == "onnxruntime" and res_p.report.graph_proof.passed
+    # portable: standard ops only, and the whole exported model still computes what PyTorch did
+    assert {n.domain for n in res_p.model.graph.node} == {""} and "GridSample" in {n.op_type for n in res_p.model.graph.node}
+    assert np.abs(run_model(res_p.model, {"x": x})["y"] - torch_y).max() <= 1e-5
 
 
-@pytest.mark.parametrize("target", ["deformconv", "trt-plugin"])
+@pytest.mark.parametrize("target", ["deformconv", "trt-plugin", "portable"])
 def test_dcn_rewrite_is_byte_identical(tmp_path, target):
     path = _dcn_graph(tmp_path, "centernet", stride=(2, 2), dg=2)
     runs = [rewrite(load_model(path), RewriteSettings(dcn_target=target)) for _ in range(2)]

@@ -48,7 +48,8 @@ def _size(text: str) -> int:
 @shapes_option
 @click.option("--dcn-target", type=click.Choice(DCN_TARGETS), default="deformconv", show_default=True,
               help="What DCNv2 nodes become: standard ONNX DeformConv (TensorRT >= 10.1 imports it), "
-                   "TensorRT's ModulatedDeformConv2d v2 plugin node, or trtconv's own DCNv2 plugin node.")
+                   "TensorRT's ModulatedDeformConv2d v2 plugin node, trtconv's own DCNv2 plugin node, or "
+                   "portable: standard ops only (GridSample + 1x1 Conv; no plugin, e.g. TensorRT-RTX).")
 @click.option("--dcn-plugin-spec", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Spec of trtconv's DCNv2 plugin (for --dcn-target trtconv-plugin); "
                    "default plugins/dcnv2/spec.json of the source tree.")

@@ -21,6 +21,8 @@ Targets:
   x, offset, mask, weight[, bias], the five INT fields (stride, padding, dilation, group,
   deformable_group) all present; a ones mask is synthesized when the source has none.
 * ``trtconv-plugin``: trtconv's own DCNv2 plugin, described by its spec file.
+* ``portable``: standard ONNX operators only (GridSample sampling, a 1x1 Conv), no plugin
+  at all (TensorRT-RTX); see :mod:`trtconv.rewrites.dcn_portable`.
 
 TensorRT needs symmetric pads: asymmetric ones become an explicit zero ``Pad`` of the
 input plus the symmetric remainder, which samples exactly the same values (bilinear
@@ -43,7 +45,7 @@ from trtconv.errors import UnsupportedModelError, UsageError
 from trtconv.rewrites.pluginmap import PLUGIN_DOMAIN, read_document
 from trtconv.rewrites.reference import DcnParams
 
-TARGETS = ("deformconv", "trt-plugin", "trtconv-plugin")
+TARGETS = ("deformconv", "trt-plugin", "trtconv-plugin", "portable")  # portable: dcn_portable.py
 DEFAULT_TARGET = "deformconv"
 
 # DeformConv nodes are emitted in this private domain first and moved to the default

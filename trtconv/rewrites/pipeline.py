@@ -23,12 +23,20 @@ from onnx import version_converter
 from trtconv.errors import AccuracyError, UnsupportedModelError, UsageError
 from trtconv.load.model import PROTOBUF_LIMIT, LoadedModel, _approx_size, iter_graphs
 from trtconv.load.shapes import Shape, override_input_shapes, value_shapes
-from trtconv.rewrites import cleanup, dcn
+from trtconv.rewrites import cleanup, dcn, dcn_portable
 from trtconv.rewrites.catalog import rewrite_rule_for
 from trtconv.rewrites.pluginmap import PlannedPluginNode, PluginMap
 from trtconv.rewrites.pluginmap import emit as emit_plugin
 from trtconv.rewrites.pluginmap import plan as plan_plugin
-from trtconv.rewrites.proof import GRAPH_RTOL, NODE_RTOL, STANDARD_DOMAINS, Proof, prove_dcn, prove_graph
+from trtconv.rewrites.proof import (
+    GRAPH_RTOL,
+    NODE_RTOL,
+    ORT_TARGET_OPSETS,
+    STANDARD_DOMAINS,
+    Proof,
+    prove_dcn,
+    prove_graph,
+)
 
 SCHEMA = "trtconv.rewrite/1"
 DEFAULT_FOLD_LIMIT = 16 << 20  # bytes: larger folded tensors stay as nodes
@@ -38,7 +46,7 @@ DEFAULT_FOLD_LIMIT = 16 << 20  # bytes: larger folded tensors stay as nodes
 class RewriteSettings:
     """What ``rewrite`` does. Frozen: the same settings and model always give the same bytes."""
 
-    dcn_target: str = dcn.DEFAULT_TARGET  # "deformconv" | "trt-plugin" | "trtconv-plugin"
+    dcn_target: str = dcn.DEFAULT_TARGET  # "deformconv" | "trt-plugin" | "trtconv-plugin" | "portable"
     dcn_plugin: dcn.PluginSpec | None = None  # required for "trtconv-plugin" (load_plugin_spec)
     plugin_map: PluginMap | None = None
     shapes: Mapping[str, Shape] = field(default_factory=dict)
@@ -254,6 +262,8 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     nodes_before = _count_nodes(model)
     was_sorted = cleanup.is_sorted(model)
     notes = _subgraph_notes(model)
+    if settings.dcn_target == dcn_portable.TARGET and not large:
+        model = dcn_portable.with_dcn_output_shapes(model)  # it needs every DCN input's channel count
     # Imported with inferred shapes: graphsurgeon folds Shape nodes only where shapes are known.
     graph = gs.import_onnx(_inferred(model, large))
     graph.toposort()  # rules below walk producers before consumers
@@ -285,7 +295,11 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
 
     entries: list[RewriteEntry] = []
     failures: list[str] = []
-    pending_deformconv = False
+    pending_opset = 0  # opset the emitted pending-domain nodes need (0: none emitted)
+    # DCNs computed another way than the original (portable: sampling then a 1x1 Conv, rounded
+    # differently): the node proof holds them to the float64 reference; the graph proof, whose
+    # 1e-6 is for exact rewrites, is cut at their outputs and compares everything else.
+    graph_cuts: set[str] = set()
     new_order: list[gs.Node] = []
     used_names = {n.name for n in graph.nodes}
     bases: set[str] = set()  # replacement nodes and tensors are named "<base>/...": keep bases unique
@@ -326,18 +340,22 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
         node.inputs.clear()
         node.outputs.clear()
         _annotate_output(outs[0], shapes, dcn_node, wshape, tensors)
-        new_nodes = dcn.emit(graph, name, dcn_node, settings.dcn_target, tensors, outs, plugin)
+        portable = settings.dcn_target == dcn_portable.TARGET
+        new_nodes = (dcn_portable.emit(graph, name, dcn_node, tensors, outs) if portable
+                     else dcn.emit(graph, name, dcn_node, settings.dcn_target, tensors, outs, plugin))
         new_order.extend(new_nodes)
-        pending_deformconv |= settings.dcn_target == "deformconv"
+        pending_opset = max(pending_opset, ORT_TARGET_OPSETS.get(settings.dcn_target, 0))
+        if portable:
+            graph_cuts.add(outs[0].name)
         node_notes = list(dcn_node.notes)
-        if needs_pad_fix:
+        if needs_pad_fix and not portable:  # the portable form just moves its taps
             node_notes.append(f"asymmetric pads {list(dcn_node.params.pads)}: explicit zero Pad + symmetric pads"
                               if settings.dcn_target == "deformconv" or (plugin and plugin.symmetric_pads)
                               else f"asymmetric pads {list(dcn_node.params.pads)} passed to the plugin")
         if dcn_node.params.stride[0] != dcn_node.params.stride[1] or \
                 dcn_node.params.dilation[0] != dcn_node.params.dilation[1] or \
                 dcn_node.params.pads[0] != dcn_node.params.pads[1]:
-            if settings.dcn_target != "trtconv-plugin":
+            if settings.dcn_target not in ("trtconv-plugin", dcn_portable.TARGET):
                 node_notes.append("anisotropic stride/padding/dilation: TensorRT's ModulatedDeformConv2d may swap "
                                   "h and w (by code reading); verify the engine with `trtconv verify`")
         if settings.verify:
@@ -347,7 +365,9 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
                     hint="give --shapes for dynamic inputs, or --no-verify to skip the proof",
                 )
             consts = {t.name: np.asarray(t.values) for t in ins if isinstance(t, gs.Constant)}
-            proof = prove_dcn(dcn_node, new_nodes, outs[0].name, consts, wshape, shapes.get(dcn_node.x),
+            xt = tensors.get(dcn_node.x)  # an earlier DCN's output: shaped by _annotate_output only
+            xshape = shapes.get(dcn_node.x) or (list(xt.shape) if xt is not None and xt.shape is not None else None)
+            proof = prove_dcn(dcn_node, new_nodes, outs[0].name, consts, wshape, xshape,
                               settings.dcn_target, plugin, max(opset_before, 11), settings.seed + index,
                               settings.node_tolerance, _dtype(tensors.get(dcn_node.x), wt))
             if not proof.passed:
@@ -374,15 +394,16 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     _copy_model_fields(model, out)
     _strip_value_info(out)
     results.append(cleanup.rename_shared_dims(out))
-    if pending_deformconv:
-        out = _finish_deformconv(out, large, results)
+    if pending_opset:
+        out = _finish_pending(out, large, results, pending_opset)
+        _strip_value_info(out)  # the opset converter's inferred shapes stop at pending nodes: partial
     if settings.prune_opsets:
         results.append(cleanup.prune_opsets(out))
 
     if settings.verify and not large:
         # cut only where ONNX Runtime cannot run a node: a rewritten DeformConv is compared end to end
         reference = model if was_sorted else _sorted_copy(model)  # ONNX Runtime refuses unsorted graphs
-        gproof = prove_graph(reference, out, settings.shapes, set(), settings.seed, settings.graph_tolerance)
+        gproof = prove_graph(reference, out, settings.shapes, graph_cuts, settings.seed, settings.graph_tolerance)
         if not gproof.passed:
             bad = [f"{s.name}: max abs {s.max_abs:.3g}" for s in gproof.stats if s.max_abs > (gproof.tolerance or 0)]
             raise AccuracyError("rewrite changed the model's outputs: " + ("; ".join(bad) or gproof.reason),
@@ -480,28 +501,31 @@ def _copy_model_fields(src: onnx.ModelProto, dst: onnx.ModelProto) -> None:
             dst.opset_import.append(onnx.helper.make_opsetid(dom, ver))
 
 
-def _finish_deformconv(model: onnx.ModelProto, large: bool, results: list[cleanup.CleanupResult]) -> onnx.ModelProto:
-    """Raise the default opset to 19 if needed, then move DeformConv into the default domain."""
+def _finish_pending(model: onnx.ModelProto, large: bool, results: list[cleanup.CleanupResult],
+                    need: int) -> onnx.ModelProto:
+    """Raise the default opset to ``need`` (19 for DeformConv, 16 for GridSample) if lower,
+    then move the pending nodes into the default domain."""
 
     opset = _default_opset(model)
-    if opset < dcn.DEFORMCONV_OPSET:
+    what = "DeformConv" if need == dcn.DEFORMCONV_OPSET else "GridSample"
+    if opset < need:
         if large:
             raise UnsupportedModelError(
-                f"DeformConv needs opset {dcn.DEFORMCONV_OPSET}; this model is opset {opset} and too large to convert",
-                hint="re-export at opset >= 19, or use --dcn-target trt-plugin",
+                f"{what} needs opset {need}; this model is opset {opset} and too large to convert",
+                hint=f"re-export at opset >= {need}, or use --dcn-target trt-plugin",
             )
 
         ir_version = model.ir_version
         try:
-            model = version_converter.convert_version(model, dcn.DEFORMCONV_OPSET)
+            model = version_converter.convert_version(model, need)
         except Exception as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise UnsupportedModelError(
-                f"cannot raise the model's opset from {opset} to {dcn.DEFORMCONV_OPSET} for DeformConv: {first[:300]}",
-                hint="re-export at opset >= 19, or use --dcn-target trt-plugin",
+                f"cannot raise the model's opset from {opset} to {need} for {what}: {first[:300]}",
+                hint=f"re-export at opset >= {need}, or use --dcn-target trt-plugin",
             ) from exc
-        model.ir_version = max(ir_version, 9)  # opset 19 needs IR 9; never newer than ORT reads
-        results.append(cleanup.CleanupResult("opset-conversion", 1, (f"ai.onnx {opset} -> {dcn.DEFORMCONV_OPSET}",),
+        model.ir_version = max(ir_version, 9 if need >= 19 else 8)  # opset 19 needs IR 9; 16 IR 8
+        results.append(cleanup.CleanupResult("opset-conversion", 1, (f"ai.onnx {opset} -> {need}",),
                                              ("onnx.version_converter; proven by the graph proof",)))
     for g in iter_graphs(model.graph):
         for n in g.node:
