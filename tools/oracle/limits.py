@@ -16,6 +16,8 @@ from collections.abc import Callable
 import onnx
 from onnx import helper
 
+from trtconv.load.model import iter_graphs
+
 
 def _attr(node: onnx.NodeProto, name: str, default: object = None) -> object:
     for a in node.attribute:
@@ -42,22 +44,11 @@ LIMITS: dict[str, tuple[Callable[[onnx.NodeProto], bool], tuple[str, ...], str]]
 }
 
 
-def _nodes(graph: onnx.GraphProto):
-    for node in graph.node:
-        yield node
-        for a in node.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from _nodes(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    yield from _nodes(g)
-
-
 def product_limit(model: onnx.ModelProto) -> tuple[str, tuple[str, ...]] | None:
     """('Op: reason', levels) for the node of ``model`` that hits an RTX product limit, else None
     (a parse-and-build limit wins over a build-only one)."""
     found = None
-    for node in _nodes(model.graph):
+    for node in (n for g in iter_graphs(model.graph) for n in g.node):
         entry = LIMITS.get(node.op_type)
         if entry and node.domain in ("", "ai.onnx") and entry[0](node):
             if found is None or len(entry[1]) > len(found[1]):
