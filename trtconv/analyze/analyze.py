@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import onnx
 
-from trtconv.analyze.graph import STANDARD_DOMAINS, GraphIndex, NodeRef, build_index, int64_out_of_range
+from trtconv.analyze.graph import GraphIndex, NodeRef, build_index, int64_out_of_range
 from trtconv.analyze.report import (
     BUILDER,
     ERROR,
@@ -28,7 +28,10 @@ from trtconv.errors import InvalidModelError
 from trtconv.load import LoadedModel, infer_shapes, input_dims, override_input_shapes
 from trtconv.load.model import is_stripped, weights_stripped
 from trtconv.load.shapes import Shape
-from trtconv.rewrites.catalog import RENAME_SHARED_DIMS, rewrite_rule_for
+from trtconv.onnxutil.domains import DEFAULT_DOMAIN, is_default_domain
+from trtconv.onnxutil.walk import has_subgraphs
+from trtconv.rewrites.catalog import rewrite_rule_for
+from trtconv.rewrites.cleanup import RENAME_SHARED_DIMS
 
 NO_PLUGIN_DOMAINS = ("ai.onnx.ml", "ai.onnx.preview.training")
 # Inputs where ONNX exporters write INT64_MAX/MIN to mean "to the end"; the parser clamps them.
@@ -86,7 +89,7 @@ def analyze(loaded: LoadedModel, target: str, shapes: Mapping[str, Shape] | None
         warnings=tuple(warnings),
         checker_error=loaded.checker_error,
         findings=tuple(model_findings),
-        model_rewrites=((SHARED_DIMS, RENAME_SHARED_DIMS.name),) if model_findings else (),
+        model_rewrites=((SHARED_DIMS, RENAME_SHARED_DIMS),) if model_findings else (),
     )
 
 
@@ -124,7 +127,7 @@ def _shared_dim_names(model: onnx.ModelProto, shapes: Mapping[str, Shape]) -> li
                 continue
             given = shapes.get(name)
             sizes = [given[i] for i in axes] if given is not None and len(given) == len(dims) else None
-            hint = (f"`trtconv rewrite` gives each dim its own name ({RENAME_SHARED_DIMS.name}); "
+            hint = (f"`trtconv rewrite` gives each dim its own name ({RENAME_SHARED_DIMS}); "
                     "TensorRT treats equally named dims as one")
             if sizes is not None and len(set(sizes)) > 1:
                 out.append(Finding(SHARED_DIMS, ERROR, f"input {name!r}: dims {axes} share the name {sym!r}, but "
@@ -145,9 +148,9 @@ def _attribute_checker_error(model: onnx.ModelProto, index: GraphIndex) -> None:
     for ref in index.nodes:
         node = ref.node
         domain = node.domain or ""
-        if domain not in STANDARD_DOMAINS or not onnx.defs.has(node.op_type, domain):
+        if not is_default_domain(domain) or not onnx.defs.has(node.op_type, domain):
             continue
-        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+        if has_subgraphs(node):
             continue  # its body's nodes are checked one by one
         if any(a.type == onnx.AttributeProto.TENSOR and is_stripped(a.t) for a in node.attribute):
             continue  # a Constant whose (size-validated) bytes check did not load
@@ -182,7 +185,7 @@ def _node_report(ref: NodeRef, table: SupportTable, index: GraphIndex, int64_wid
     if row is None and domain not in NO_PLUGIN_DOMAINS and op_type in table.ops:
         # The parser picks built-in importers by op type alone (trt-facts §2.3), with the default opset.
         row = table.ops[op_type]
-        opset = index.opsets.get("ai.onnx", opset)
+        opset = index.opsets.get(DEFAULT_DOMAIN, opset)
         findings.append(Finding("domain-ignored", WARNING, f"domain {domain!r} is ignored: the parser imports this "
                                                            f"node as the ONNX operator {op_type}",
                                 "check that the custom op has the ONNX operator's semantics, or rename it"))
@@ -218,7 +221,7 @@ def _node_report(ref: NodeRef, table: SupportTable, index: GraphIndex, int64_wid
 def _better_hints(domain: str, op_type: str, status: str, findings: list[Finding]) -> list[Finding]:
     """Hints that point the right way: a rewritable node gets the rewrite; ONNX Runtime's dynamically
     quantized ops get 'start from the float model' (no plugin or rewrite helps them)."""
-    key = ("" if domain in STANDARD_DOMAINS else domain, op_type)
+    key = ("" if is_default_domain(domain) else domain, op_type)
     rule = rewrite_rule_for(domain, op_type) if status == REWRITABLE else None
     if rule is not None:
         hint = f"`trtconv rewrite` rewrites it ({rule.name}: {rule.description})"
@@ -230,7 +233,7 @@ def _better_hints(domain: str, op_type: str, status: str, findings: list[Finding
 
 
 def _unknown_op(node: onnx.NodeProto, domain: str, table: SupportTable) -> Finding:
-    if domain in STANDARD_DOMAINS and onnx.defs.has(node.op_type):
+    if is_default_domain(domain) and onnx.defs.has(node.op_type):
         return Finding("op-unsupported", ERROR, f"{node.op_type} is not in the TensorRT {table.version} ONNX "
                                                 "parser's operator table")
     if domain in NO_PLUGIN_DOMAINS:

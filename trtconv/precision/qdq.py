@@ -16,12 +16,17 @@ subgraphs, with weights that live in ``Constant`` nodes there.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from trtconv.onnxutil.constants import remove_unused_constants
+from trtconv.onnxutil.domains import is_default_domain
+from trtconv.onnxutil.names import fresh_name, model_names
+from trtconv.onnxutil.walk import iter_graphs_with_path, subgraphs
 
 QUANTIZABLE = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 SHAPE_ONLY = ("Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity")
@@ -80,17 +85,6 @@ class Plan:
 
 
 # ----------------------------------------------------------------------------- model index
-
-
-def iter_graphs_with_path(graph: onnx.GraphProto, path: str = "main") -> Iterator[tuple[str, onnx.GraphProto]]:
-    yield path, graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from iter_graphs_with_path(attr.g, f"{path}/{node.name or node.op_type}/{attr.name}")
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for i, g in enumerate(attr.graphs):
-                    yield from iter_graphs_with_path(g, f"{path}/{node.name or node.op_type}/{attr.name}[{i}]")
 
 
 def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
@@ -223,7 +217,7 @@ def plan_qdq(
             op = node.op_type
             name = node.name or f"{op}({', '.join(node.output)})"
             relevant = op in QUANTIZABLE or op == "Add" or op in SENSITIVE
-            if not relevant or node.domain not in ("", "ai.onnx"):
+            if not relevant or not is_default_domain(node.domain):
                 continue
             pat = _excluded(node, exclude)
             if pat is not None and (op in QUANTIZABLE or op == "Add"):
@@ -292,27 +286,6 @@ def _residual_placement(
 # ----------------------------------------------------------------------------- insertion
 
 
-def _unique(names: set[str], base: str) -> str:
-    cand = base
-    i = 1
-    while cand in names:
-        cand = f"{base}_{i}"
-        i += 1
-    names.add(cand)
-    return cand
-
-
-def _all_names(model: onnx.ModelProto) -> set[str]:
-    names: set[str] = set()
-    for _, g in iter_graphs_with_path(model.graph):
-        names.update(i.name for i in g.input)
-        names.update(i.name for i in g.initializer)
-        for n in g.node:
-            names.update(n.output)
-            names.add(n.name)
-    return names
-
-
 def quantize_weight(w: np.ndarray, axis: int | None) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric INT8 (range ±127, as TensorRT uses) → (int8 weights, float32 scales)."""
     w = w.astype(np.float32)
@@ -336,7 +309,7 @@ def insert_qdq(
     out = onnx.ModelProto()
     out.CopyFrom(model)
     idx = ModelIndex.build(out)
-    names = _all_names(out)
+    names = model_names(out)
     by_graph: dict[str, list[Placement]] = {}
     for p in placements:
         by_graph.setdefault(p.graph, []).append(p)
@@ -369,14 +342,14 @@ def insert_qdq(
 
 
 def _add_activation_qdq(g: onnx.GraphProto, nodes: list, names: set[str], tensor: str, scale: float) -> str:
-    s = _unique(names, f"{tensor}_scale")
-    z = _unique(names, f"{tensor}_zero_point")
-    q = _unique(names, f"{tensor}_quantized")
-    dq = _unique(names, f"{tensor}_dequantized")
+    s = fresh_name(f"{tensor}_scale", names)
+    z = fresh_name(f"{tensor}_zero_point", names)
+    q = fresh_name(f"{tensor}_quantized", names)
+    dq = fresh_name(f"{tensor}_dequantized", names)
     g.initializer.append(numpy_helper.from_array(np.array(scale, dtype=np.float32), s))
     g.initializer.append(numpy_helper.from_array(np.array(0, dtype=np.int8), z))
-    nodes.append(helper.make_node("QuantizeLinear", [tensor, s, z], [q], name=_unique(names, f"{tensor}_QuantizeLinear")))
-    nodes.append(helper.make_node("DequantizeLinear", [q, s, z], [dq], name=_unique(names, f"{tensor}_DequantizeLinear")))
+    nodes.append(helper.make_node("QuantizeLinear", [tensor, s, z], [q], name=fresh_name(f"{tensor}_QuantizeLinear", names)))
+    nodes.append(helper.make_node("DequantizeLinear", [q, s, z], [dq], name=fresh_name(f"{tensor}_DequantizeLinear", names)))
     return dq
 
 
@@ -384,43 +357,18 @@ def _add_weight_dq(
     g: onnx.GraphProto, nodes: list, names: set[str], tensor: str, w: np.ndarray, axis: int | None
 ) -> str:
     q, scale = quantize_weight(w, axis)
-    qn = _unique(names, f"{tensor}_quantized")
-    s = _unique(names, f"{tensor}_scale")
-    z = _unique(names, f"{tensor}_zero_point")
-    dq = _unique(names, f"{tensor}_dequantized")
+    qn = fresh_name(f"{tensor}_quantized", names)
+    s = fresh_name(f"{tensor}_scale", names)
+    z = fresh_name(f"{tensor}_zero_point", names)
+    dq = fresh_name(f"{tensor}_dequantized", names)
     g.initializer.append(numpy_helper.from_array(q, qn))
     g.initializer.append(numpy_helper.from_array(scale, s))
     g.initializer.append(numpy_helper.from_array(np.zeros(scale.shape, dtype=np.int8), z))
-    node = helper.make_node("DequantizeLinear", [qn, s, z], [dq], name=_unique(names, f"{tensor}_DequantizeLinear"))
+    node = helper.make_node("DequantizeLinear", [qn, s, z], [dq], name=fresh_name(f"{tensor}_DequantizeLinear", names))
     if axis is not None:
         node.attribute.append(helper.make_attribute("axis", axis))
     nodes.append(node)
     return dq
-
-
-def remove_unused_constants(model: onnx.ModelProto) -> None:
-    """Drop initializers and Constant nodes nothing reads any more (the float weights we replaced)."""
-    while True:
-        used: set[str] = set()
-        for _, g in iter_graphs_with_path(model.graph):
-            for n in g.node:
-                used.update(n.input)
-            used.update(o.name for o in g.output)
-        main_inputs = {i.name for i in model.graph.input}
-        removed = False
-        for _, g in iter_graphs_with_path(model.graph):
-            keep = [t for t in g.initializer if t.name in used or t.name in main_inputs]
-            if len(keep) != len(g.initializer):
-                g.ClearField("initializer")
-                g.initializer.extend(keep)
-                removed = True
-            nodes = [n for n in g.node if not (n.op_type == "Constant" and n.output and n.output[0] not in used)]
-            if len(nodes) != len(g.node):
-                g.ClearField("node")
-                g.node.extend(nodes)
-                removed = True
-        if not removed:
-            return
 
 
 # ----------------------------------------------------------------------------- calibration outputs
@@ -437,7 +385,7 @@ def expose_tensors(model: onnx.ModelProto, tensors: Sequence[str]) -> tuple[onnx
     out = onnx.ModelProto()
     out.CopyFrom(model)
     wanted = set(tensors)
-    names = _all_names(out)
+    names = model_names(out)
     mapping: dict[str, str] = {}
     exposed = _expose(out.graph, wanted, names, is_main=True)
     existing = {o.name for o in out.graph.output}
@@ -458,7 +406,7 @@ def _expose(g: onnx.GraphProto, wanted: set[str], names: set[str], *, is_main: b
         here.append((t, t))
     for node in g.node:
         if node.op_type == "If":
-            branches = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
+            branches = dict(subgraphs(node))
             then_g, else_g = branches.get("then_branch"), branches.get("else_branch")
             if then_g is None or else_g is None:
                 continue
@@ -466,14 +414,14 @@ def _expose(g: onnx.GraphProto, wanted: set[str], names: set[str], *, is_main: b
             e_exp = _expose(else_g, wanted, names, is_main=False)
             rows = [(t, True) for t in t_exp] + [(e, False) for e in e_exp]
             for (inner, tensor), in_then in rows:
-                outer = _unique(names, f"{tensor}__calib")
+                outer = fresh_name(f"{tensor}__calib", names)
                 for branch, real in ((then_g, in_then), (else_g, not in_then)):
                     if real:
                         _add_output(branch, inner, names)
                     else:
-                        empty = _unique(names, f"{tensor}__calib_empty")
+                        empty = fresh_name(f"{tensor}__calib_empty", names)
                         branch.node.append(helper.make_node(
-                            "Constant", [], [empty], name=_unique(names, empty + "_Constant"),
+                            "Constant", [], [empty], name=fresh_name(empty + "_Constant", names),
                             value=numpy_helper.from_array(np.zeros(0, dtype=np.float32), empty)))
                         _add_output(branch, empty, names)
                 node.output.append(outer)
@@ -484,7 +432,7 @@ def _expose(g: onnx.GraphProto, wanted: set[str], names: set[str], *, is_main: b
                 continue
             for inner, tensor in _expose(body, wanted, names, is_main=False):
                 _add_output(body, inner, names)
-                outer = _unique(names, f"{tensor}__calib")
+                outer = fresh_name(f"{tensor}__calib", names)
                 node.output.append(outer)
                 here.append((outer, tensor))
     return here
@@ -498,8 +446,8 @@ def _add_output(g: onnx.GraphProto, name: str, names: set[str]) -> None:
     outputs and change the model's result.
     """
     if any(o.name == name for o in g.output):
-        alias = _unique(names, f"{name}__calib_alias")
-        g.node.append(helper.make_node("Identity", [name], [alias], name=_unique(names, alias + "_Identity")))
+        alias = fresh_name(f"{name}__calib_alias", names)
+        g.node.append(helper.make_node("Identity", [name], [alias], name=fresh_name(alias + "_Identity", names)))
         name = alias
     vi = helper.make_empty_tensor_value_info(name)
     vi.type.tensor_type.elem_type = TensorProto.FLOAT

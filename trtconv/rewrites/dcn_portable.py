@@ -39,13 +39,15 @@ from onnx import helper
 
 from trtconv.errors import UnsupportedModelError
 from trtconv.load.shapes import value_dtypes, value_shapes
-from trtconv.rewrites.catalog import rewrite_rule_for
-from trtconv.rewrites.dcn import PENDING_DOMAIN, DcnNode, Emitter, read_dcn
+from trtconv.rewrites.dcn_dialects import DcnNode, dialect_of, read_any
+from trtconv.rewrites.dcn_target import DcnInputs, DcnTarget
+from trtconv.rewrites.emitter import PENDING_DOMAIN, Emitter
+from trtconv.rewrites.plugin_spec import PluginSpec
 from trtconv.rewrites.reference import DcnParams
 
-TARGET = "portable"  # one of dcn.TARGETS
+TARGET = "portable"
 # GridSample entered the default domain at opset 16; it is emitted in the pending domain
-# (see dcn.PENDING_DOMAIN) and the model's opset is raised to this when lower.
+# (see emitter.PENDING_DOMAIN) and the model's opset is raised to this when lower.
 OPSET = 16
 
 
@@ -160,14 +162,10 @@ def _grid(ops: _Ops, p: DcnParams, kernel: tuple[int, int], x: gs.Tensor, offset
     return ops.op("Sub", "grid_taps", [unit, ops.const("one", [1.0], sdt)], sdt)
 
 
-def emit(graph: gs.Graph, name: str, dcn: DcnNode, tensors: Mapping[str, gs.Tensor],
-         outputs: Sequence[gs.Tensor]) -> list[gs.Node]:
-    """Replacement nodes writing ``outputs[0]`` (the caller has disconnected the original node first)."""
-    em = Emitter(graph, name)
+def emit(em: Emitter, dcn: DcnNode, io: DcnInputs, out: gs.Tensor, _spec: PluginSpec | None) -> None:
+    """Replacement nodes writing ``out`` (the caller has disconnected the original node first)."""
     ops = _Ops(em)
-    x, offset, weight = tensors[dcn.x], tensors[dcn.offset], tensors[dcn.weight]
-    mask = tensors[dcn.mask] if dcn.mask else None
-    bias = tensors[dcn.bias] if dcn.bias else None
+    x, offset, weight, mask, bias = io.x, io.offset, io.weight, io.mask, io.bias
     p = dcn.params
     _check_shapes(em, dcn, x, offset, weight)
     assert x.shape is not None and dcn.kernel is not None  # _check_shapes says so
@@ -213,9 +211,8 @@ def emit(graph: gs.Graph, name: str, dcn: DcnNode, tensors: Mapping[str, gs.Tens
     else:
         w2 = ops.reshape(weight, "weight_1x1", [0, -1, 1, 1], weight.dtype)
     ins = [cols, w2] + ([bias] if bias is not None else [])
-    em.node("Conv", "conv1x1", ins, [outputs[0]], {"kernel_shape": [1, 1], "group": group, "strides": [1, 1],
-                                                   "pads": [0, 0, 0, 0], "dilations": [1, 1]})
-    return em.nodes
+    em.node("Conv", "conv1x1", ins, [out], {"kernel_shape": [1, 1], "group": group, "strides": [1, 1],
+                                            "pads": [0, 0, 0, 0], "dilations": [1, 1]})
 
 
 def with_dcn_output_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -224,7 +221,7 @@ def with_dcn_output_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     a DCN behind another (DCN → BN → ReLU → DCN) needs its input's channel count."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    for _ in range(sum(1 for n in out.graph.node if rewrite_rule_for(n.domain, n.op_type)) + 1):
+    for _ in range(sum(1 for n in out.graph.node if dialect_of(n.domain, n.op_type)) + 1):
         try:
             inferred = onnx.shape_inference.infer_shapes(out, data_prop=True)
         except Exception:  # custom ops inference cannot handle: keep what is known
@@ -232,10 +229,10 @@ def with_dcn_output_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
         shapes, dtypes = value_shapes(inferred), value_dtypes(inferred)
         added = False
         for node in gs.import_onnx(inferred).nodes:
-            if rewrite_rule_for(node.domain or "", node.op) is None or not node.outputs:
+            if dialect_of(node.domain, node.op) is None or not node.outputs:
                 continue
             y = node.outputs[0].name
-            dcn = read_dcn(node)
+            dcn = read_any(node)
             xs, ws = shapes.get(dcn.x) if dcn else None, shapes.get(dcn.weight) if dcn else None
             if dcn is None or y in shapes or not xs or not ws or len(xs) != 4 or len(ws) != 4 or dcn.kernel is None:
                 continue
@@ -250,3 +247,13 @@ def with_dcn_output_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
         if not added:
             break
     return out
+
+
+# The portable form samples through GridSample's normalised float32 coordinates, whose error
+# grows with the feature map like every float32 DCN's (ONNX Runtime's DeformConv reaches the
+# 1e-5 tolerance near 200x200 on random data); its graph holds no spatial size, so its proof
+# runs at most this wide, where float32 positions are exact to well under the tolerance.
+PROOF_SIDE = 64
+
+PORTABLE = DcnTarget(TARGET, emit, opset=OPSET, opset_op="GridSample", pads="taps", proof_max_side=PROOF_SIDE,
+                     cut_graph_proof=True, prepare=with_dcn_output_shapes)
