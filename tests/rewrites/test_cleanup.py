@@ -259,3 +259,29 @@ def test_real_model_arriving_unsorted_is_sorted(tmp_path, ocr_cls):
     feeds = {"x": np.random.default_rng(4).random((1, 3, 48, 192), dtype=np.float32)}
     ref, got = run_model(ocr_cls, feeds), run_model(res.model, feeds)
     assert all(np.abs(ref[k] - got[k]).max() <= 1e-6 for k in ref)
+
+
+def test_shared_dim_names_renamed_so_the_profile_may_differ(ocr_cls, tmp_path):
+    """PP-OCR cls names H and W both '?': TensorRT would force them equal (measured with RTX:
+    'contradictory IOptimizationProfile kMIN/kMAX constraints'). rewrite gives W its own name;
+    check then accepts a non-square --shapes, and ONNX Runtime still runs the model."""
+    from trtconv.analyze import analyze
+
+    before = load_model(ocr_cls)
+    dims = [d.dim_param for d in before.proto.graph.input[0].type.tensor_type.shape.dim]
+    assert dims[2] == dims[3] == "?"
+    shapes = {"x": (1, 3, 48, 192)}
+    report = analyze(load_model(ocr_cls, structure_only=True), "rtx", shapes)
+    assert {f.rule for f in report.findings} == {"shared-dim-names"} and report.verdict == "needs-rewrite"
+    assert report.to_json()["findings"][0]["rewrite"] == "rename-shared-dims"
+    res = rewrite(before)  # no --shapes: the dims stay symbolic
+    r = rule(res, "rename-shared-dims")
+    assert r.count == 1 and r.items == ("x[3]: '?' -> 'x_dim3'",)
+    after = [d.dim_param for d in res.model.graph.input[0].type.tensor_type.shape.dim]
+    assert after[2] == "?" and after[3] == "x_dim3"
+    out = save_model(res.model, tmp_path / "cls.onnx")
+    again = analyze(load_model(out, structure_only=True), "rtx", shapes)
+    assert not again.findings and again.exit_code == 0
+    x = np.random.default_rng(0).standard_normal((1, 3, 48, 192)).astype(np.float32)
+    got, want = run_model(res.model, {"x": x}), run_model(before.proto, {"x": x})
+    assert [np.asarray(v).shape for v in got.values()] == [np.asarray(v).shape for v in want.values()]

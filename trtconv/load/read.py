@@ -14,6 +14,8 @@ from onnx import external_data_helper
 
 from trtconv.errors import InvalidModelError, UsageError
 from trtconv.load.external import ExternalRef, external_bytes, external_refs, validate_external_refs
+from trtconv.load.proto import STRIPPED_LOCATION
+from trtconv.load.strip import strip_weights
 from trtconv.load.validate import (
     MIN_IR_VERSION,
     OPSET_LIMIT,
@@ -108,16 +110,22 @@ def read_proto(path: Path) -> onnx.ModelProto:
     return model
 
 
-def load_model(path: str | os.PathLike[str], *, load_weights: bool = True, check: bool = True) -> LoadedModel:
+def load_model(path: str | os.PathLike[str], *, load_weights: bool = True, check: bool = True,
+               structure_only: bool = False) -> LoadedModel:
     """Read ``path``; validate external data; optionally load it into the proto.
 
     ``load_weights=False`` keeps external tensors as references: analysis needs only
     the structure, and a 10 GB model then costs no more memory than its graph.
+    ``structure_only=True`` (implies no weights) also drops the bytes of large embedded
+    tensors after validating their size (``strip.strip_weights``): what ``check`` reads.
     """
     path = Path(path)
     model = read_proto(path)
     check_text(model)
-    pairs = external_refs(model)
+    if structure_only:
+        load_weights = False
+        strip_weights(model)
+    pairs = [(t, r) for t, r in external_refs(model) if r.location != STRIPPED_LOCATION]
     refs = [r for _, r in pairs]
     validate_external_refs(refs, path.parent)
     check_tensor_sizes(model, external_bytes(refs, path.parent))

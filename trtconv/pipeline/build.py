@@ -149,7 +149,7 @@ class Precisioned:
 class Saved:
     path: Path
     sha256: str
-    graph: LoadedModel  # the prepared ONNX as written (weights not loaded)
+    graph: LoadedModel  # the prepared ONNX as written (structure only: no weight bytes)
 
 
 @dataclass(frozen=True)
@@ -392,8 +392,9 @@ def _check(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]])
     if report.verdict not in ("supported", "needs-rewrite"):
         bad = [n for n in report.nodes if n.status == "unsupported"]
         names = ", ".join(f"{n.path} ({n.op_type})" for n in bad[:5]) or "see `trtconv check`"
+        verb = "cannot build" if report.stage() == "builder" else "cannot parse"
         raise UnsupportedModelError(
-            f"{target_name(target)} cannot parse {len(bad)} node(s) that trtconv can neither rewrite nor map to a "
+            f"{target_name(target)} {verb} {len(bad)} node(s) that trtconv can neither rewrite nor map to a "
             f"plugin: {names}",
             hint=f"run `trtconv check {loaded.path}` for the reasons",
         )
@@ -467,7 +468,7 @@ def _precision(model: onnx.ModelProto, req: BuildRequest, samples: SampleSet | N
 def _save(model: onnx.ModelProto, prepared: Path) -> Step[Saved]:
     save_model(model, prepared, force=True)
     # Hash the files, not the proto: a model over 2 GB cannot be serialized in memory.
-    graph = load_model(prepared, load_weights=False, check=False)
+    graph = load_model(prepared, structure_only=True)  # the files' hash, and the graph recheck reads
     sha = model_sha256(graph)
     return Step(Saved(prepared, sha, graph), {"path": str(prepared), "sha256": sha})
 

@@ -174,6 +174,7 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
 
     out = export(graph, model)
     strip_value_info(out)
+    results.append(cleanup.rename_shared_dims(out))
     if applied.pending:  # the newest opset any replacement needs serves them all
         need = max(applied.pending)
         out, converted = cleanup.finish_pending(out, need, "/".join(sorted(applied.pending[need])), large)
