@@ -185,7 +185,7 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
         results.append(cleanup.prune_opsets(out))
 
     if not large:  # even with proofs off: never hand back a model ONNX Runtime cannot load
-        _refuse_unloadable(out, shaped, settings.shapes)
+        _refuse_unloadable(out, shaped, settings.shapes, proven=settings.verify)
     unchanged = prove_unchanged(model, out) if settings.verify else None
     if unchanged is not None:
         gproof = unchanged  # nothing to run: both graphs compute the same thing by construction
@@ -196,7 +196,9 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
                              settings.graph_tolerance)
         if not gproof.passed:
             bad = [f"{s.name}: max abs {s.max_abs:.3g}" for s in gproof.stats if s.max_abs > (gproof.tolerance or 0)]
-            raise AccuracyError("rewrite changed the model's outputs: " + ("; ".join(bad) or gproof.reason),
+            what = "; ".join(bad) or gproof.reason or ""
+            raise AccuracyError(what if what.startswith("the rewritten model does not load") else
+                                "rewrite changed the model's outputs: " + what,
                                 hint="nothing was written; retry with --no-fold or --no-int32 and report the model")
     else:
         gproof = Proof("none", True, reason="--no-verify" if not settings.verify else
@@ -206,15 +208,24 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     return RewriteResult(out, report)
 
 
-def _refuse_unloadable(out: onnx.ModelProto, shaped: onnx.ModelProto, shapes: Mapping[str, Shape]) -> None:
-    """A rewritten model of standard ops that ONNX Runtime (default options) refuses to load is never returned.
+def _refuse_unloadable(out: onnx.ModelProto, shaped: onnx.ModelProto, shapes: Mapping[str, Shape], *,
+                      proven: bool) -> None:
+    """A rewritten model of standard ops that ONNX Runtime refuses to load is never returned.
     When the input model with ``--shapes`` applied is refused too, the shapes are the cause:
-    ONNX Runtime checks every If branch at the static shapes, even a branch these shapes never take."""
+    with its optimizer on (as a user loads a model), ONNX Runtime type-checks every If/Loop
+    branch at the static shapes, even a branch these shapes never take.
 
-    if any(normalize_domain(n.domain) not in ORT_DOMAINS for g in iter_graphs(out.graph) for n in g.node):
+    Only graphs with subgraphs get the optimizing load (its fusions copy weights: too much
+    memory to spend on every model); others get the plain load, which the graph proof
+    (``proven``) makes anyway."""
+
+    graphs = list(iter_graphs(out.graph))
+    if any(normalize_domain(n.domain) not in ORT_DOMAINS for g in graphs for n in g.node):
         return  # plugin nodes: no ONNX Runtime loads them; the node proofs stand in
+    if len(graphs) == 1 and proven:
+        return  # the graph proof loads it, and says "does not load" if it cannot
     try:
-        ort.session(out, optimize=True, refuse_too_big=False)  # as a user loads it: ORT's optimizer checks If branches harder
+        ort.session(out, optimize=len(graphs) > 1, refuse_too_big=False)
         return
     except InvalidModelError as exc:
         reason = exc.message.removeprefix("ONNX Runtime cannot load the model: ")
