@@ -39,12 +39,13 @@ from trtconv.plan.profiles import build_profiles
 from trtconv.precision.fp16 import Fp16Settings, convert_fp16
 from trtconv.precision.int8 import Int8Settings, quantize_int8
 from trtconv.reference import ort
+from trtconv.reference.compare import DEFAULT_THRESHOLDS
 from trtconv.rewrites import RewriteSettings, default_plugin_spec_path, load_plugin_spec, rewrite
 from trtconv.rewrites.catalog import rewrite_rule_for
 from trtconv.trt.builder import build_engine
 from trtconv.trt.environment import probe
 from trtconv.trt.loader import tensorrt_version
-from trtconv.verify.engine import DEFAULT_THRESHOLDS, verify_engine_corners
+from trtconv.verify.engine import verify_engine_corners
 
 log = logging.getLogger(__name__)
 StageFn = Callable[[str, str], None]  # (stage, message): progress lines for the CLI

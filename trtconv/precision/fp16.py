@@ -29,7 +29,7 @@ from trtconv.precision.bn_fold import FoldedBatchNorm, fold_batchnorms
 from trtconv.precision.fp16_graph import Decision, Rewriter, emulate_half
 from trtconv.precision.peaks import activation_peaks
 from trtconv.reference import ort
-from trtconv.reference.compare import OutputStats, Thresholds, compare_arrays, violations
+from trtconv.reference.compare import OutputStats, Thresholds, compare_arrays, violations, worse_stats
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +136,7 @@ class Fp16Report:
 class Fp16Result:
     model: onnx.ModelProto
     report: Fp16Report
+    half_tensors: frozenset[str] = frozenset()  # node outputs stored in FP16 (for emulate_half)
 
 
 class Fp16AccuracyError(AccuracyError):
@@ -152,8 +153,13 @@ def convert_fp16(
     samples: Iterable[Mapping[str, np.ndarray]] | None = None,
     *,
     progress: ProgressFn | None = None,
+    peaks: Mapping[str, float] | None = None,
 ) -> Fp16Result:
     """FP16 copy of ``model`` (weights loaded) and the report of what was kept in FP32 and why.
+
+    ``peaks``: activation peaks already measured (tensor name → max |x|), used by the
+    activation-range rule instead of measuring on ``samples`` (the INT8 stage measures once
+    and converts several candidate models).
 
     ``samples`` (re-iterable: a list, a :class:`~trtconv.samples.sources.SampleSet`)
     enables the activation-range rule and the accuracy check. Raises
@@ -181,7 +187,10 @@ def convert_fp16(
     peak_of: Callable[[str], float | None] = lambda _n: None  # noqa: E731
     n_samples = 0
     measured = False
-    if samples is not None and settings.max_activation is not None:
+    if peaks is not None and settings.max_activation is not None:
+        peak_of = peaks.get
+        measured = True
+    elif samples is not None and settings.max_activation is not None:
         say("peaks")
         peaks, n_samples = activation_peaks(work, samples, progress=lambda k: say("peaks", k))
         peak_of = peaks.get
@@ -202,7 +211,7 @@ def convert_fp16(
         n_samples = max(n_samples, n)
         problems = tuple(violations(list(stats), settings.thresholds))
     report = _report(rw.decisions, rw, folded, n_samples, measured, stats, problems, settings)
-    result = Fp16Result(out, report)
+    result = Fp16Result(out, report, frozenset(rw.half_tensors))
     if problems:
         raise Fp16AccuracyError(
             "FP16 model fails the accuracy check: " + "; ".join(problems),
@@ -248,7 +257,7 @@ def fp16_accuracy(
                 continue
             a = compare_arrays(name, r, got[name], top1=top1)
             b = compare_arrays(name, r, emu[name], top1=top1)
-            per_output.setdefault(name, []).append(_worse(a, b))
+            per_output.setdefault(name, []).append(worse_stats(a, b))
         n += 1
         if progress is not None:
             progress("accuracy", n, total)
@@ -271,15 +280,6 @@ def _worst(stats: list[OutputStats]) -> OutputStats:
 def _mean_or_none(values: list[float | None]) -> float | None:
     vals = [v for v in values if v is not None]
     return float(np.mean(vals)) if vals else None
-
-
-def _worse(a: OutputStats, b: OutputStats) -> OutputStats:
-    return OutputStats(
-        name=a.name, shape=a.shape, max_abs=max(a.max_abs, b.max_abs), mean_abs=max(a.mean_abs, b.mean_abs),
-        max_rel=max(a.max_rel, b.max_rel), cosine=min(a.cosine, b.cosine), nonfinite=max(a.nonfinite, b.nonfinite),
-        top1_agreement=None if a.top1_agreement is None or b.top1_agreement is None
-        else min(a.top1_agreement, b.top1_agreement),
-    )
 
 
 def _count_by_graph(decisions: Iterable[Decision]) -> dict[str, int]:

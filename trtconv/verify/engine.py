@@ -24,13 +24,6 @@ from trtconv.reference import ort
 from trtconv.reference.compare import OutputStats, Thresholds, compare_outputs, violations
 from trtconv.trt.engine import EngineRunner
 
-# Per requested precision: how close an engine must be to FP32 ONNX Runtime by default.
-DEFAULT_THRESHOLDS: dict[str, Thresholds] = {
-    "fp32": Thresholds(min_cosine=0.9999),
-    "fp16": Thresholds(min_cosine=0.999),
-    "int8": Thresholds(min_cosine=0.99),
-}
-
 
 @dataclass(frozen=True)
 class VerifyReport:
@@ -48,7 +41,7 @@ class VerifyReport:
         return {
             "passed": self.passed,
             "failures": list(self.failures),
-            "thresholds": {k: v for k, v in vars(self.thresholds).items() if v is not None},
+            "thresholds": self.thresholds.to_json(),
             "inputs": self.inputs,
             "seed": self.seed,
             "outputs": [s.to_json() for s in self.stats],
