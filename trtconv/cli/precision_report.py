@@ -133,9 +133,22 @@ def gate_line(doc: dict[str, Any]) -> str:
     return f"accuracy gate: not checked ({doc['accuracy_check']}; pass held-out real data to check it)"
 
 
+def print_gate(result: Any, model: Any, prepared: Any) -> None:
+    """``build``'s precision stage: the same report ``quantize`` prints, for the prepared ONNX."""
+    doc = {"model": str(model), "output": str(prepared), **result.to_json()}
+    doc["written"] = False
+    if doc["precision"] == "fp16":
+        print_accuracy(doc, doc["fp16"]["samples"])
+        stdout_console().print(gate_line(doc), markup=False)
+    else:
+        print_int8({**doc, "quiet_verdict": True})
+
+
 def print_verdict(doc: dict[str, Any]) -> None:
     con = stdout_console()
     con.print(gate_line(doc), markup=False)
+    if doc.get("quiet_verdict"):
+        return
     if doc["written"]:
         con.print(f"wrote {doc['output']}", markup=False)
     else:

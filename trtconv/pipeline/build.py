@@ -31,13 +31,21 @@ from trtconv.errors import (
 )
 from trtconv.load import LoadedModel, iter_graphs, load_model, model_sha256, save_model
 from trtconv.outputs import atomic_dir, check_output_path
-from trtconv.pipeline.quantize import QuantizeSettings, held_out_split, sample_set
+from trtconv.pipeline.quantize import (
+    QuantizeAccuracyError,
+    QuantizeResult,
+    QuantizeSettings,
+    check_gate_outputs,
+    check_quantize_settings,
+    fp16_settings,
+    run_int8,
+    sample_set,
+)
 from trtconv.plan.corners import CORNERS, check_corners_or_skip
 from trtconv.plan.manifest import build_manifest, manifest_path, write_manifest
 from trtconv.plan.plan import BuildPlan, Precision, validate_plan
 from trtconv.plan.profiles import build_profiles
-from trtconv.precision.fp16 import Fp16Settings, convert_fp16
-from trtconv.precision.int8 import Int8Settings, quantize_int8
+from trtconv.precision.fp16 import Fp16AccuracyError, convert_fp16
 from trtconv.reference import ort
 from trtconv.reference.compare import DEFAULT_THRESHOLDS
 from trtconv.rewrites import RewriteSettings, default_plugin_spec_path, load_plugin_spec, rewrite
@@ -71,6 +79,14 @@ class BuildRequest:
     dcn_target: str | None = None  # rewrite's DCN target (None: rewrite's default)
     seed: int = 0
     plan: BuildPlan | None = None  # limits, cache, compatibility, plugins (onnx/engine paths filled in)
+    # fp16/int8: samples, exclusions, INT8 options and the accuracy gate, as ``quantize`` takes them
+    # (None: quantize's defaults with calib_data / calib_limit)
+    quantize: QuantizeSettings | None = None
+
+    def quantize_settings(self) -> QuantizeSettings:
+        """The precision stage's settings (precision fp16 or int8)."""
+        base = self.quantize or QuantizeSettings(calib_data=self.calib_data, max_samples=self.calib_limit)
+        return replace(base, precision="int8" if self.precision == "int8" else "fp16")
 
     def prepared_path(self) -> Path:
         if self.prepared is not None:
@@ -97,6 +113,7 @@ class BuildOutcome:
     manifest: dict[str, Any] | None = None
     stages: list[StageRecord] = field(default_factory=list)
     stopped: str | None = None  # why the pipeline stopped before an engine, if it did
+    gate: QuantizeResult | None = None  # fp16/int8: the precision stage's accuracy gate (also when it failed)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -131,8 +148,10 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
     """The whole pipeline. Raises a TrtconvError subclass on failure (its exit code is the verdict);
     pass ``outcome`` to see how far it got (stages, prepared ONNX) when it raises."""
     plan = req.plan or BuildPlan(onnx_path=req.prepared_path(), engine_path=req.output)
-    if req.precision == "int8" and req.calib_data is None:
+    if req.precision == "int8" and not _has_samples(req.quantize_settings()):
         raise UsageError("--precision int8 needs --calib-data", hint="give a folder of .npy/.npz samples or images")
+    if req.precision != "fp32":
+        check_quantize_settings(req.quantize_settings())
     prepared = req.prepared_path()
     # Every output is checked before minutes of work: the engine, its manifest, the prepared ONNX.
     if not req.prepare_only:
@@ -158,7 +177,10 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
     stages.run("rewrite", lambda: _rewrite(loaded, req, rewritten))
     model: onnx.ModelProto = rewritten["model"]
     precision_state: dict[str, Any] = {}
-    stages.run("precision", lambda: _precision(model, req, loaded, precision_state))
+    try:
+        stages.run("precision", lambda: _precision(model, req, loaded, precision_state))
+    finally:
+        outcome.gate = precision_state.get("gate")
     model = precision_state["model"]
     stages.run("save", lambda: _save(model, prepared))
     stages.run("recheck", lambda: _recheck(prepared, req.target, shapes0))
@@ -262,11 +284,8 @@ def _recheck(prepared: Path, target: str, shapes: dict[str, tuple[int, ...]]) ->
     return {"verdict": report.verdict, "plugin_ops": plugins}
 
 
-def _samples(model: onnx.ModelProto, req: BuildRequest) -> Any:
-    """The calibration samples, found and bound exactly as ``trtconv quantize`` does."""
-
-    assert req.calib_data is not None
-    return sample_set(model, QuantizeSettings(calib_data=req.calib_data, max_samples=req.calib_limit))
+def _has_samples(settings: QuantizeSettings) -> bool:
+    return bool(settings.calib_data or settings.calib_loader or settings.random_data)
 
 
 def _ort_runnable(model: onnx.ModelProto) -> bool:
@@ -284,9 +303,10 @@ def _precision(model: onnx.ModelProto, req: BuildRequest, loaded: LoadedModel,
         out["model"] = model
         out["summary"] = {"method": "none"}
         return {"precision": "fp32", "_status": "skipped"}
+    qs = req.quantize_settings()
+    check_gate_outputs(model, qs.gate())
+    samples = sample_set(model, qs)
     if req.precision == "fp16":
-
-        samples = _samples(model, req) if req.calib_data is not None else None
         if samples is not None and not _ort_runnable(model):
             log.warning("the rewritten graph holds plugin nodes ONNX Runtime cannot run: FP16 activation "
                         "ranges are not measured (rewrite with --dcn-target deformconv to measure them)")
@@ -294,29 +314,51 @@ def _precision(model: onnx.ModelProto, req: BuildRequest, loaded: LoadedModel,
         elif samples is None:
             log.warning("fp16 without --calib-data: nodes are kept in FP32 by op type and weight range only; "
                         "activation ranges are not measured (pass --calib-data DIR for that)")
-        fp16 = convert_fp16(model, Fp16Settings(), samples)  # quantize's defaults
+        try:
+            fp16 = convert_fp16(model, fp16_settings(qs), samples)  # quantize's settings
+        except Fp16AccuracyError as exc:
+            failed = QuantizeResult(exc.result.model, qs, exc.result.report, samples.source if samples else None,
+                                    exc.result.report.samples)
+            out["gate"] = failed
+            raise QuantizeAccuracyError(exc.message, failed, exc.hint) from exc
         out["model"] = fp16.model
+        out["gate"] = QuantizeResult(fp16.model, qs, fp16.report, samples.source if samples else None,
+                                     fp16.report.samples)
         out["summary"] = {"method": "fp16-explicit", "report": fp16.report.to_json()}
         if samples is not None:
             out["calibration"] = {"method": "fp16-activation-ranges", "data_sha256": samples.digest(),
                                   "samples": len(samples)}
         kept = fp16.report.to_json().get("kept") or []
         return {"precision": "fp16", "samples": len(samples) if samples is not None else 0,
-                "kept_fp32": len(kept) if isinstance(kept, list) else kept}
+                "kept_fp32": len(kept) if isinstance(kept, list) else kept, **_gate_json(out["gate"])}
 
-    samples = _samples(model, req)
-    calib, held_out = held_out_split(samples, None, warn=log.warning)
-    settings = Int8Settings(trt_version=req.target)
+    assert samples is not None
     # Plugin nodes (DCN -> a TensorRT plugin) cannot run in ONNX Runtime: calibrate on the model's
     # DeformConv form instead, whose tensors carry the same names; int8 carries the scales over.
     calibration_model = None if _ort_runnable(model) else _deformconv_form(loaded)
-    result = quantize_int8(model, settings, calib, eval_samples=held_out, calibration_model=calibration_model)
+    try:
+        result = run_int8(model, samples, qs, calibration_model=calibration_model, trt_version=req.target,
+                          warn=log.warning)
+    except QuantizeAccuracyError as exc:
+        out["gate"] = exc.result
+        raise
+    report = result.report
     out["model"] = result.model
-    out["summary"] = {"method": "int8-qdq", "report": result.report.to_json()}
-    out["calibration"] = {"method": settings.method, "data_sha256": calib.digest(), "samples": len(calib),
-                          "held_out": len(held_out) if held_out is not None and held_out is not calib else 0}
-    return {"precision": "int8", "qdq_pairs": len(result.report.placed),
-            "calibrated_on": "model" if calibration_model is None else "DeformConv form"}
+    out["gate"] = QuantizeResult(result.model, qs, report, samples.source, report.calibration_runs or None)
+    out["summary"] = {"method": "int8-qdq", "report": report.to_json()}
+    out["calibration"] = {"method": qs.calib_method, "data_sha256": samples.digest(),
+                          "samples": report.calibration_runs, "held_out": report.accuracy_samples
+                          if report.checked_on == "held-out" else 0}
+    return {"precision": "int8", "qdq_pairs": len(report.placed), "remainder": report.remainder,
+            "auto_excluded": list(report.auto_excluded),
+            "calibrated_on": "model" if calibration_model is None else "DeformConv form", **_gate_json(out["gate"])}
+
+
+def _gate_json(result: QuantizeResult) -> dict[str, Any]:
+    """The accuracy gate's verdict for the precision stage's record (same fields as ``quantize --json``)."""
+    doc = result.to_json()
+    return {"gate": {k: doc[k] for k in ("accuracy", "thresholds", "violations", "accuracy_check", "checked",
+                                         "passed")}}
 
 
 def _save(model: onnx.ModelProto, prepared: Path) -> dict[str, Any]:
