@@ -333,7 +333,7 @@ def quantize_int8(
     if eval_samples is not None:
         accuracy, n_eval = candidate.accuracy(reference, eval_samples, settings.top1, progress, memo)
         bad = tuple(violations(list(accuracy), settings.thresholds))
-        if bad or settings.sensitivity or settings.auto_exclude:
+        if bad or settings.sensitivity:
             if progress:
                 progress("sensitivity", 0, None)
             errors = layer_errors(cal_model, builder.runnable(placed), scales, eval_samples)
