@@ -132,3 +132,64 @@ def test_fp32_remainder_opt_out_keeps_the_rest_in_fp32(ocr_cls, data, tmp_path):
     assert doc["int8"]["remainder"] == "fp32" and doc["int8"]["fp16_remainder"] is None
     counts = collections.Counter(_compute_types(onnx.load(str(out))).values())
     assert counts[onnx.TensorProto.FLOAT16] == 0 and counts[onnx.TensorProto.FLOAT] > 50
+
+
+CLS_OUT = "save_infer_model/scale_0.tmp_1"
+
+
+def test_per_output_limits_named_outputs_and_unknown_names(ocr_cls, data, tmp_path):
+    folder, extra = data["cls"]
+    out = tmp_path / "q.onnx"
+    base = ("quantize", ocr_cls, "-o", out, "--precision", "int8", "--calib-data", folder, *extra, "--json")
+    res = _invoke(*base, "--min-cosine", f"{CLS_OUT}=1.0", "--max-abs", f"{CLS_OUT}=0")
+    assert res.exit_code == 7 and not out.exists(), res.output
+    doc = json.loads(res.stdout)
+    assert doc["thresholds"] == {"min_cosine": 0.99, "per_output": {CLS_OUT: {"max_abs": 0.0, "min_cosine": 1.0}}}
+    assert any("max abs error" in v for v in doc["violations"])
+    assert "the layers adding the most error" in res.stderr
+    res = _invoke(*base, "--min-cosine", "scores=0.995")
+    assert res.exit_code == ExitCode.USAGE and "no output named 'scores'" in res.stderr
+    assert "save_infer_model" in res.stderr  # the hint lists the real outputs
+    res = _invoke(*base, "--min-cosine", "high")
+    assert res.exit_code == ExitCode.USAGE and "OUTPUT=NUMBER" in res.stderr
+
+
+def test_random_data_is_never_reported_as_passed(ocr_cls, tmp_path):
+    out = tmp_path / "q.onnx"
+    res = _invoke("quantize", ocr_cls, "-o", out, "--precision", "int8", "--random-data", "6",
+                  "--shapes", "x:1x3x48x192", "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["accuracy_check"] == "random data" and doc["passed"] is None and doc["checked"] is False
+    assert doc["written"] is True
+
+
+def test_too_few_samples_checks_on_calibration_data_and_says_so(ocr_cls, data, tmp_path):
+    folder, extra = data["cls"]
+    res = _invoke("quantize", ocr_cls, "-o", tmp_path / "q.onnx", "--precision", "int8", "--calib-data", folder,
+                  *extra, "--max-samples", "3", "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["accuracy_check"] == "calibration data" and doc["passed"] is None
+    assert doc["int8"]["accuracy_check"] == "calibration" and doc["int8"]["checked"] is False
+
+
+def test_build_prepare_only_runs_and_prints_the_same_gate(ocr_cls, data, tmp_path):
+    folder, extra = data["cls"]
+    engine = tmp_path / "cls.engine"
+    args = ("build", ocr_cls, "-o", engine, "--precision", "int8", "--calib-data", folder, *extra,
+            "--shapes", "x:1x3x48x192", "--prepare-only")
+    res = _invoke(*args, "--json")
+    assert res.exit_code == 0, res.output
+    stage = next(s for s in json.loads(res.stdout)["stages"] if s["name"] == "precision")
+    assert stage["gate"]["passed"] is True and stage["gate"]["accuracy_check"] == "held-out data"
+    assert stage["remainder"] == "fp16"
+    res = _invoke(*args, "--force", "--sensitivity")
+    assert res.exit_code == 0, res.output
+    assert "accuracy gate: passed on held-out data (min_cosine 0.99)" in res.stdout
+    assert "error each quantized layer adds" in res.stdout
+    failing = tmp_path / "strict.engine"
+    res = _invoke(*args[:3], failing, *args[4:], "--min-cosine", "1.0")
+    assert res.exit_code == 7, res.output
+    assert "accuracy gate: FAILED" in res.stdout and "the layers adding the most error" in res.stderr
+    assert not (tmp_path / "strict.prepared.onnx").exists()  # the gate stops before the prepared ONNX is saved
