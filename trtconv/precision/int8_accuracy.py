@@ -16,7 +16,7 @@ import onnx
 
 from trtconv.errors import DataError
 from trtconv.precision.qdq import SHAPE_ONLY, ModelIndex
-from trtconv.reference.compare import OutputStats, compare_arrays, worse_stats
+from trtconv.reference.compare import OutputStats, PooledStats, worse_stats
 from trtconv.reference.ort import run, session
 
 # progress(stage, done, total): total may be None
@@ -59,53 +59,6 @@ def classifier_outputs(model: onnx.ModelProto) -> set[str]:
         elif len(dims) == 2 and dims[1].HasField("dim_value") and dims[1].dim_value > 1:
             out.add(vi.name)
     return out
-
-
-class PooledStats:
-    """Per-output statistics accumulated over samples of possibly different shapes."""
-
-    def __init__(self, name: str, top1: bool) -> None:
-        self.name, self.top1 = name, top1
-        self.shape: tuple[int, ...] | None = None
-        self.max_abs = self.max_rel = 0.0
-        self.sum_abs = 0.0
-        self.n = 0
-        self.dot = self.nr = self.ng = 0.0
-        self.nonfinite = 0
-        self.top_hits = 0.0
-        self.top_rows = 0
-
-    def add(self, ref: np.ndarray, got: np.ndarray) -> None:
-        s = compare_arrays(self.name, ref, got, top1=self.top1)
-        self.shape = self.shape or s.shape
-        self.max_abs = max(self.max_abs, s.max_abs)
-        self.max_rel = max(self.max_rel, s.max_rel)
-        self.sum_abs += s.mean_abs * ref.size
-        self.n += ref.size
-        mask = np.isfinite(ref) & np.isfinite(got)
-        r = np.where(mask, ref, 0).astype(np.float64).ravel()
-        g = np.where(mask, got, 0).astype(np.float64).ravel()
-        self.dot += float(r @ g)
-        self.nr += float(r @ r)
-        self.ng += float(g @ g)
-        self.nonfinite += s.nonfinite
-        if s.top1_agreement is not None:
-            rows = ref.size // ref.shape[-1]
-            self.top_hits += s.top1_agreement * rows
-            self.top_rows += rows
-
-    def stats(self) -> OutputStats:
-        if self.nr == 0 and self.ng == 0:
-            cos = 1.0
-        elif self.nr == 0 or self.ng == 0:
-            cos = 0.0
-        else:
-            cos = float(np.clip(self.dot / np.sqrt(self.nr * self.ng), -1.0, 1.0))
-        return OutputStats(
-            name=self.name, shape=self.shape or (), max_abs=self.max_abs,
-            mean_abs=self.sum_abs / self.n if self.n else 0.0, max_rel=self.max_rel, cosine=cos,
-            nonfinite=self.nonfinite, top1_agreement=self.top_hits / self.top_rows if self.top_rows else None,
-        )
 
 
 def accuracy_report(
