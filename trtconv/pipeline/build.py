@@ -5,6 +5,9 @@ without TensorRT: it stops after writing the prepared ONNX (the explicit-precisi
 rewritten graph TensorRT will parse) with TENSORRT_UNAVAILABLE, or on purpose with
 ``prepare_only``. Stage results are collected as plain data for the manifest and
 ``--json``. TensorRT is imported only inside ``_tensorrt_build``.
+
+Over 400 lines because it is one small function per stage plus the run that orders them;
+the precision stage's gate is ``trtconv.pipeline.quantize``'s, not a copy.
 """
 
 from __future__ import annotations

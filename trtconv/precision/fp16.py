@@ -30,6 +30,7 @@ from trtconv.precision.fp16_graph import Decision, Rewriter, emulate_half
 from trtconv.precision.peaks import activation_peaks
 from trtconv.reference import ort
 from trtconv.reference.compare import OutputStats, Thresholds, compare_arrays, violations, worse_stats
+from trtconv.samples.sources import sample_count
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +168,7 @@ def convert_fp16(
     ``settings.thresholds``.
     """
     settings = settings or Fp16Settings()
-    total = _length(samples)
+    total = sample_count(samples) if samples is not None else None
 
     def say(stage: str, done: int = 0) -> None:
         if progress is not None:
@@ -287,18 +288,6 @@ def _count_by_graph(decisions: Iterable[Decision]) -> dict[str, int]:
     for d in decisions:
         out[d.graph] = out.get(d.graph, 0) + 1
     return out
-
-
-def _length(samples: Any) -> int | None:
-    if samples is None:
-        return None
-    source = getattr(samples, "source", None)
-    if getattr(source, "kind", None) == "loader":
-        return None  # counting would run user code
-    try:
-        return len(samples)
-    except TypeError:
-        return None
 
 
 def _check_loads(out: onnx.ModelProto, original: onnx.ModelProto) -> None:

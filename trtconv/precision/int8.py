@@ -4,6 +4,10 @@ The library API behind ``trtconv quantize --precision int8``. It never prints: p
 goes to an optional callback, and everything the user should know (each Q/DQ placed or
 skipped and why, every scale, the cache hit or miss, the accuracy against FP32) is in
 the returned report.
+
+Over 400 lines because settings, report and the one orchestration (calibrate → place →
+FP16 remainder → gate → auto-exclude) read best together; the calibration math, the
+placement, the accuracy runs and the per-layer sensitivity each live in their own module.
 """
 
 from __future__ import annotations
@@ -27,12 +31,13 @@ from trtconv.precision.calib_cache import CacheInfo, cache_key, read_cache, writ
 from trtconv.precision.calibrate import Calibrator, CalibSettings, Method, scale_from_threshold
 from trtconv.precision.fp16 import Fp16Report, Fp16Settings, convert_fp16
 from trtconv.precision.fp16_graph import emulate_half
-from trtconv.precision.int8_accuracy import accuracy_report, run_failure, sample_count, with_origin
+from trtconv.precision.int8_accuracy import accuracy_report, run_failure, with_origin
 from trtconv.precision.peaks import activation_peaks
 from trtconv.precision.qdq import ModelIndex, Placement, Skip, expose_tensors, insert_qdq, plan_qdq
 from trtconv.precision.sensitivity import LayerError, fewest_exclusions, layer_errors
 from trtconv.reference.compare import DEFAULT_THRESHOLDS, OutputStats, Thresholds, violations
 from trtconv.reference.ort import session
+from trtconv.samples.sources import sample_count
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,6 @@ twice — as ONNX Runtime runs it, and as its exact-rounding twin
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
 
 import numpy as np
 import onnx
@@ -21,17 +20,6 @@ from trtconv.reference.ort import run, session
 
 # progress(stage, done, total): total may be None
 ProgressFn = Callable[[str, int, "int | None"], None]
-
-
-def sample_count(samples: Any) -> int | None:
-    """len(samples) when it is cheap and safe (never for a user loader: counting would run its code)."""
-    source = getattr(samples, "source", None)
-    if source is not None and getattr(source, "kind", None) == "loader":
-        return None
-    try:
-        return len(samples)
-    except TypeError:
-        return None
 
 
 def with_origin(samples: Iterable[Mapping[str, np.ndarray]], what: str) -> Iterator[tuple[str, Mapping]]:

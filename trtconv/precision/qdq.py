@@ -292,7 +292,8 @@ def _residual_placement(
 # ----------------------------------------------------------------------------- insertion
 
 
-def _unique(names: set[str], base: str) -> str:
+def unique_name(names: set[str], base: str) -> str:
+    """``base``, or ``base_1``, ``base_2``, ... : the first not in ``names`` (which it joins)."""
     cand = base
     i = 1
     while cand in names:
@@ -369,14 +370,14 @@ def insert_qdq(
 
 
 def _add_activation_qdq(g: onnx.GraphProto, nodes: list, names: set[str], tensor: str, scale: float) -> str:
-    s = _unique(names, f"{tensor}_scale")
-    z = _unique(names, f"{tensor}_zero_point")
-    q = _unique(names, f"{tensor}_quantized")
-    dq = _unique(names, f"{tensor}_dequantized")
+    s = unique_name(names, f"{tensor}_scale")
+    z = unique_name(names, f"{tensor}_zero_point")
+    q = unique_name(names, f"{tensor}_quantized")
+    dq = unique_name(names, f"{tensor}_dequantized")
     g.initializer.append(numpy_helper.from_array(np.array(scale, dtype=np.float32), s))
     g.initializer.append(numpy_helper.from_array(np.array(0, dtype=np.int8), z))
-    nodes.append(helper.make_node("QuantizeLinear", [tensor, s, z], [q], name=_unique(names, f"{tensor}_QuantizeLinear")))
-    nodes.append(helper.make_node("DequantizeLinear", [q, s, z], [dq], name=_unique(names, f"{tensor}_DequantizeLinear")))
+    nodes.append(helper.make_node("QuantizeLinear", [tensor, s, z], [q], name=unique_name(names, f"{tensor}_QuantizeLinear")))
+    nodes.append(helper.make_node("DequantizeLinear", [q, s, z], [dq], name=unique_name(names, f"{tensor}_DequantizeLinear")))
     return dq
 
 
@@ -384,14 +385,14 @@ def _add_weight_dq(
     g: onnx.GraphProto, nodes: list, names: set[str], tensor: str, w: np.ndarray, axis: int | None
 ) -> str:
     q, scale = quantize_weight(w, axis)
-    qn = _unique(names, f"{tensor}_quantized")
-    s = _unique(names, f"{tensor}_scale")
-    z = _unique(names, f"{tensor}_zero_point")
-    dq = _unique(names, f"{tensor}_dequantized")
+    qn = unique_name(names, f"{tensor}_quantized")
+    s = unique_name(names, f"{tensor}_scale")
+    z = unique_name(names, f"{tensor}_zero_point")
+    dq = unique_name(names, f"{tensor}_dequantized")
     g.initializer.append(numpy_helper.from_array(q, qn))
     g.initializer.append(numpy_helper.from_array(scale, s))
     g.initializer.append(numpy_helper.from_array(np.zeros(scale.shape, dtype=np.int8), z))
-    node = helper.make_node("DequantizeLinear", [qn, s, z], [dq], name=_unique(names, f"{tensor}_DequantizeLinear"))
+    node = helper.make_node("DequantizeLinear", [qn, s, z], [dq], name=unique_name(names, f"{tensor}_DequantizeLinear"))
     if axis is not None:
         node.attribute.append(helper.make_attribute("axis", axis))
     nodes.append(node)
@@ -466,14 +467,14 @@ def _expose(g: onnx.GraphProto, wanted: set[str], names: set[str], *, is_main: b
             e_exp = _expose(else_g, wanted, names, is_main=False)
             rows = [(t, True) for t in t_exp] + [(e, False) for e in e_exp]
             for (inner, tensor), in_then in rows:
-                outer = _unique(names, f"{tensor}__calib")
+                outer = unique_name(names, f"{tensor}__calib")
                 for branch, real in ((then_g, in_then), (else_g, not in_then)):
                     if real:
                         _add_output(branch, inner, names)
                     else:
-                        empty = _unique(names, f"{tensor}__calib_empty")
+                        empty = unique_name(names, f"{tensor}__calib_empty")
                         branch.node.append(helper.make_node(
-                            "Constant", [], [empty], name=_unique(names, empty + "_Constant"),
+                            "Constant", [], [empty], name=unique_name(names, empty + "_Constant"),
                             value=numpy_helper.from_array(np.zeros(0, dtype=np.float32), empty)))
                         _add_output(branch, empty, names)
                 node.output.append(outer)
@@ -484,7 +485,7 @@ def _expose(g: onnx.GraphProto, wanted: set[str], names: set[str], *, is_main: b
                 continue
             for inner, tensor in _expose(body, wanted, names, is_main=False):
                 _add_output(body, inner, names)
-                outer = _unique(names, f"{tensor}__calib")
+                outer = unique_name(names, f"{tensor}__calib")
                 node.output.append(outer)
                 here.append((outer, tensor))
     return here
@@ -498,8 +499,8 @@ def _add_output(g: onnx.GraphProto, name: str, names: set[str]) -> None:
     outputs and change the model's result.
     """
     if any(o.name == name for o in g.output):
-        alias = _unique(names, f"{name}__calib_alias")
-        g.node.append(helper.make_node("Identity", [name], [alias], name=_unique(names, alias + "_Identity")))
+        alias = unique_name(names, f"{name}__calib_alias")
+        g.node.append(helper.make_node("Identity", [name], [alias], name=unique_name(names, alias + "_Identity")))
         name = alias
     vi = helper.make_empty_tensor_value_info(name)
     vi.type.tensor_type.elem_type = TensorProto.FLOAT

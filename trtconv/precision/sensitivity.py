@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 
 from trtconv.precision.int8_accuracy import run_failure, with_origin
-from trtconv.precision.qdq import Placement, expose_tensors, insert_qdq, iter_graphs_with_path
+from trtconv.precision.qdq import Placement, expose_tensors, insert_qdq, iter_graphs_with_path, unique_name
 from trtconv.reference.ort import session
 
 PROBE_SUFFIX = "__int8probe"
@@ -70,10 +70,10 @@ def _probe_model(model: onnx.ModelProto, placed: Sequence[Placement], scales: Ma
                 continue
             twin = onnx.NodeProto()
             twin.CopyFrom(node)
-            twin.name = _fresh(taken, label + PROBE_SUFFIX)
+            twin.name = unique_name(taken, label + PROBE_SUFFIX)
             for k, o in enumerate(node.output):
                 if o:
-                    twin.output[k] = _fresh(taken, o + PROBE_SUFFIX)
+                    twin.output[k] = unique_name(taken, o + PROBE_SUFFIX)
             nodes.append(twin)
             renamed[(path, label)] = twin.name
             shadows[(path, label)] = (node.op_type, node.output[0], twin.output[0])
@@ -81,15 +81,6 @@ def _probe_model(model: onnx.ModelProto, placed: Sequence[Placement], scales: Ma
         g.node.extend(nodes)
     moved = [replace(p, node=renamed[(p.graph, p.node)]) for p in placed if (p.graph, p.node) in renamed]
     return insert_qdq(probe, moved, scales), shadows
-
-
-def _fresh(taken: set[str], base: str) -> str:
-    cand, k = base, 0
-    while cand in taken:
-        k += 1
-        cand = f"{base}_{k}"
-    taken.add(cand)
-    return cand
 
 
 def layer_errors(

@@ -6,6 +6,10 @@ and a failure names the file. Samples keep their own shapes: dynamic H/W or sequ
 lengths are never cropped or padded, because that would calibrate on data the model
 never sees. Files are read lazily, one sample at a time, so a data set larger than
 memory streams.
+
+Over 400 lines because every source kind (files, many-sample .npz, loader, random) shares
+the one set of checks and the naming of a sample's origin; image preprocessing lives in
+:mod:`trtconv.samples.images`.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ log = logging.getLogger(__name__)
 Sample = dict[str, np.ndarray]
 Dim = int | str | None
 __all__ = ["ArraySamples", "ImagePreprocess", "InputSpec", "SampleSet", "SampleSource", "check_sample", "count_samples",
-           "dataset_hash", "iter_samples", "iter_samples_with_origin", "load_image", "model_inputs"]
+           "dataset_hash", "iter_samples", "iter_samples_with_origin", "load_image", "model_inputs", "sample_count"]
 
 ARRAY_SUFFIXES = (".npy", ".npz")
 RANDOM_WARNING = (
@@ -537,3 +541,14 @@ class ArraySamples:
 
 Samples = SampleSet | ArraySamples
 ProgressFn = Callable[[int, int | None], None]
+
+
+def sample_count(samples: Any) -> int | None:
+    """len(samples) when it is cheap and safe (never for a user loader: counting would run its code)."""
+    source = getattr(samples, "source", None)
+    if source is not None and getattr(source, "kind", None) == "loader":
+        return None
+    try:
+        return len(samples)
+    except TypeError:
+        return None
