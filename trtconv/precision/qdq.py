@@ -257,6 +257,10 @@ def plan_qdq(
             if op == "Gemm" and ins[0] in idx.constants:
                 skips.append(Skip(path, name, op, "constant A input: not a TensorRT INT8 pattern"))
                 continue
+            tiny = _tiny_gemm(idx, op, ins)
+            if tiny:
+                skips.append(Skip(path, name, op, f"tiny GEMM ({tiny}): INT8 gains nothing, the reformats cost"))
+                continue
             for k, t in enumerate(ins):
                 if t in idx.constants:
                     w = idx.constants[t]
@@ -268,6 +272,19 @@ def plan_qdq(
                 else:
                     placements.append(Placement(path, name, op, k, t, "activation", f"input of {op}"))
     return Plan(tuple(placements), tuple(skips))
+
+
+MIN_GEMM_DIM = 16  # TensorRT's INT8 GEMM kernels want K and N of at least one 16-wide tile
+
+
+def _tiny_gemm(idx: ModelIndex, op: str, ins: Sequence[str]) -> str | None:
+    """"K×N" when a Gemm/MatMul's constant 2-D weight has K or N below MIN_GEMM_DIM (TensorRT's guidance)."""
+    if op not in ("Gemm", "MatMul") or ins[1] not in idx.constants:
+        return None
+    w = idx.constants[ins[1]]
+    if w.ndim != 2 or min(w.shape) >= MIN_GEMM_DIM:
+        return None
+    return f"{w.shape[0]}x{w.shape[1]}"
 
 
 def _residual_placement(
