@@ -32,7 +32,7 @@ from trtconv.precision.calibrate import Calibrator, CalibSettings, Method, scale
 from trtconv.precision.fp16 import Fp16Report, Fp16Settings, convert_fp16
 from trtconv.precision.fp16_graph import emulate_half
 from trtconv.precision.int8_accuracy import accuracy_report, run_failure, with_origin
-from trtconv.precision.peaks import activation_peaks
+from trtconv.precision.peaks import activation_peaks, float_tensors, update_peak
 from trtconv.precision.qdq import ModelIndex, Placement, Skip, expose_tensors, insert_qdq, plan_qdq
 from trtconv.precision.sensitivity import LayerError, fewest_exclusions, layer_errors
 from trtconv.reference.compare import DEFAULT_THRESHOLDS, OutputStats, Thresholds, violations
@@ -194,16 +194,22 @@ def collect_scales(
     progress: ProgressFn | None = None,
     total: int | None = None,
     guarded: set[str] | None = None,
+    peaks: dict[str, float] | None = None,
 ) -> tuple[dict[str, float], int]:
     """Run ``model`` in ONNX Runtime once per sample, streaming the wanted tensors into histograms.
 
     Returns (scale per tensor that carried float data, number of runs); tensors whose entropy
-    threshold the clip guard raised are added to ``guarded``.
+    threshold the clip guard raised are added to ``guarded``. ``peaks``: filled in the same
+    runs with every float tensor's largest magnitude (the FP16 remainder's activation rule),
+    instead of a second pass over the samples.
     """
 
     inputs = {i.name for i in model.graph.input} - {i.name for i in model.graph.initializer}
     fed = [t for t in tensors if t in inputs]
-    exposed, mapping = expose_tensors(model, [t for t in tensors if t not in inputs])
+    wanted = set(tensors)
+    observed = [t for t in dict.fromkeys([*tensors, *(float_tensors(model) if peaks is not None else ())])
+                if t not in inputs]
+    exposed, mapping = expose_tensors(model, observed)
     sess = session(exposed, optimize=True)
     fetch = list(mapping)
     cal = Calibrator(settings)
@@ -219,12 +225,17 @@ def collect_scales(
             raise run_failure(origin, exc) from exc
         for name, val in zip(fetch, values):
             arr = np.asarray(val)
-            if arr.dtype == np.float32 and arr.size:
+            if peaks is not None:
+                update_peak(peaks, mapping[name], arr)
+            if arr.dtype == np.float32 and arr.size and mapping[name] in wanted:
                 cal.update(mapping[name], arr)
         for t in fed:
             arr = np.asarray(sample[t])
             if arr.dtype == np.float32:
                 cal.update(t, arr)
+        if peaks is not None:
+            for k, v in sample.items():
+                update_peak(peaks, k, np.asarray(v))
         del values
         runs += 1
         if progress:
@@ -307,10 +318,13 @@ def quantize_int8(
     hit = scales is not None
     runs = 0
     guarded: set[str] = set()
+    want_peaks = settings.remainder == "fp16" and settings.fp16.max_activation is not None
+    peaks: dict[str, float] | None = {} if want_peaks and scales is None else None
     t0 = time.perf_counter()
     if scales is None:
         scales, runs = collect_scales(cal_model, needed, calib_samples, calib, max_samples=settings.max_samples,
-                                      progress=progress, total=sample_count(calib_samples), guarded=guarded)
+                                      progress=progress, total=sample_count(calib_samples), guarded=guarded,
+                                      peaks=peaks)
         if cache_path and data_hash is not None and settings.use_cache:
             write_cache(cache_path, scales, key=key, method=settings.method, trt_version=settings.trt_version,
                         meta={"model_sha256": model_hash, "data_sha256": data_hash, "params": params})
@@ -319,8 +333,7 @@ def quantize_int8(
 
     placed, more_skips = _finalize(plan.placements, scales, absent)
     skips += more_skips
-    peaks = None
-    if settings.remainder == "fp16" and settings.fp16.max_activation is not None:
+    if want_peaks and peaks is None:  # a cache hit skipped the calibration pass that measures them
         if progress:
             progress("peaks", 0, None)
         peaks, _ = activation_peaks(cal_model, calib_samples, progress=lambda k: progress and progress("peaks", k, None))
