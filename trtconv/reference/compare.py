@@ -238,6 +238,15 @@ def violations(stats: list[OutputStats], limits: Thresholds) -> list[str]:
     return out
 
 
+def _apart(value: float, limit: float) -> str:
+    """``value`` with enough digits to differ visibly from ``limit`` (0.9999997 < 1, not 1.000000 < 1)."""
+    for digits in range(6, 13):
+        text = f"{value:.{digits}f}"
+        if float(text) != limit:
+            return text
+    return repr(value)
+
+
 def _violations(s: OutputStats, limits: Thresholds) -> list[str]:
     out = []
     if s.nonfinite and not limits.allow_nonfinite:
@@ -247,7 +256,7 @@ def _violations(s: OutputStats, limits: Thresholds) -> list[str]:
     if limits.max_rel is not None and s.max_rel > limits.max_rel:
         out.append(f"{s.name}: max rel error {s.max_rel:.3g} > {limits.max_rel:.3g}")
     if limits.min_cosine is not None and s.cosine < limits.min_cosine:
-        out.append(f"{s.name}: cosine {s.cosine:.6f} < {limits.min_cosine:.6f}")
+        out.append(f"{s.name}: cosine {_apart(s.cosine, limits.min_cosine)} < {limits.min_cosine:g}")
     if limits.min_top1 is not None and s.top1_agreement is not None and s.top1_agreement < limits.min_top1:
         out.append(f"{s.name}: top-1 agreement {s.top1_agreement:.4f} < {limits.min_top1:.4f}")
     return out
