@@ -155,12 +155,14 @@ def convert_fp16(
     *,
     progress: ProgressFn | None = None,
     peaks: Mapping[str, float] | None = None,
+    check_loads: bool = True,
 ) -> Fp16Result:
     """FP16 copy of ``model`` (weights loaded) and the report of what was kept in FP32 and why.
 
     ``peaks``: activation peaks already measured (tensor name → max |x|), used by the
     activation-range rule instead of measuring on ``samples`` (the INT8 stage measures once
-    and converts several candidate models).
+    and converts several candidate models). ``check_loads=False`` skips opening the result in
+    ONNX Runtime when the caller runs it next anyway.
 
     ``samples`` (re-iterable: a list, a :class:`~trtconv.samples.sources.SampleSet`)
     enables the activation-range rule and the accuracy check. Raises
@@ -201,7 +203,7 @@ def convert_fp16(
     out = rw.run()
     out.ir_version = max(out.ir_version, 4)  # IR 3 wants every initializer listed as an input; we add some
     _check_valid(out, model)
-    if samples is None or not settings.check_accuracy:
+    if check_loads and (samples is None or not settings.check_accuracy):
         _check_loads(out, model)
     stats: tuple[OutputStats, ...] = ()
     problems: tuple[str, ...] = ()

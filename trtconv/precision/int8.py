@@ -337,7 +337,8 @@ def quantize_int8(
         if progress:
             progress("peaks", 0, None)
         peaks, _ = activation_peaks(cal_model, calib_samples, progress=lambda k: progress and progress("peaks", k, None))
-    builder = _Builder(work, cal_model if calibration_model is not None else None, scales, settings, peaks)
+    builder = _Builder(work, cal_model if calibration_model is not None else None, scales, settings, peaks,
+                       check_loads=eval_samples is None)
 
     candidate = builder.build(placed)
     accuracy: tuple[OutputStats, ...] = ()
@@ -439,6 +440,7 @@ class _Builder:
     scales: Mapping[str, float]
     settings: Int8Settings
     peaks: Mapping[str, float] | None
+    check_loads: bool = True  # False when the accuracy check runs every candidate anyway
 
     def runnable(self, placed: Sequence[Placement]) -> list[Placement]:
         if self.twin is None:
@@ -451,7 +453,7 @@ class _Builder:
         q.ir_version = max(q.ir_version, 4)  # IR 3 wants every initializer listed as an input; we add some
         if self.settings.remainder != "fp16":
             return q, None
-        res = convert_fp16(q, self.settings.fp16, None, peaks=self.peaks or {})
+        res = convert_fp16(q, self.settings.fp16, None, peaks=self.peaks or {}, check_loads=self.check_loads)
         return res.model, res
 
     def build(self, placed: Sequence[Placement]) -> _Candidate:
