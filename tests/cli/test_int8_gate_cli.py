@@ -193,3 +193,16 @@ def test_build_prepare_only_runs_and_prints_the_same_gate(ocr_cls, data, tmp_pat
     assert res.exit_code == 7, res.output
     assert "accuracy gate: FAILED" in res.stdout and "the layers adding the most error" in res.stderr
     assert not (tmp_path / "strict.prepared.onnx").exists()  # the gate stops before the prepared ONNX is saved
+
+
+def test_build_fp16_gates_with_fp16_defaults(ocr_cls, data, tmp_path):
+    folder, extra = data["cls"]
+    res = _invoke("build", ocr_cls, "-o", tmp_path / "cls.engine", "--precision", "fp16", "--calib-data", folder,
+                  *extra, "--shapes", "x:1x3x48x192", "--prepare-only", "--json")
+    assert res.exit_code == 0, res.output
+    gate = next(s for s in json.loads(res.stdout)["stages"] if s["name"] == "precision")["gate"]
+    assert gate["thresholds"] == {"min_cosine": 0.999} and gate["passed"] is True
+    assert gate["accuracy_check"] == "sample data" and gate["accuracy"][0]["cosine"] > 0.999
+    res = _invoke("build", ocr_cls, "-o", tmp_path / "x.engine", "--precision", "fp16", "--shapes", "x:1x3x48x192",
+                  "--prepare-only", "--auto-exclude")
+    assert res.exit_code == ExitCode.USAGE and "--auto-exclude applies to --precision int8 only" in res.stderr
