@@ -110,15 +110,33 @@ exclude_options = _compose(
                  help="Keep every node of this op type out of the precision change; repeatable, comma-separated."),
 )
 
+class LimitType(click.ParamType):
+    """``X`` or ``OUTPUT=X``; a spec file may write a bare number (``min-cosine = 0.999``)."""
+
+    name = "limit"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return repr(float(value))
+        text = str(value)
+        try:
+            parse_limit(text)
+        except ValueError:
+            self.fail(f"{text!r}: expected a number or OUTPUT=NUMBER (e.g. 0.995 or scores=0.995)", param, ctx)
+        return text
+
+
+LIMIT = LimitType()
+
 gate_options = _compose(
-    click.option("--max-abs", multiple=True, metavar="[OUTPUT=]X",
+    click.option("--max-abs", multiple=True, type=LIMIT, metavar="[OUTPUT=]X",
                  help="Fail (exit 7) if an output's max abs error exceeds X; OUTPUT=X for one output. Repeatable."),
-    click.option("--max-rel", multiple=True, metavar="[OUTPUT=]X",
+    click.option("--max-rel", multiple=True, type=LIMIT, metavar="[OUTPUT=]X",
                  help="Fail (exit 7) if an output's max rel error exceeds X; OUTPUT=X for one output. Repeatable."),
-    click.option("--min-cosine", multiple=True, metavar="[OUTPUT=]X",
+    click.option("--min-cosine", multiple=True, type=LIMIT, metavar="[OUTPUT=]X",
                  help="Fail (exit 7) if an output's cosine similarity is below X [default: int8 0.99, fp16 0.999]; "
                       "OUTPUT=X for one output (e.g. scores=0.995). Repeatable."),
-    click.option("--min-top1", multiple=True, metavar="[OUTPUT=]X",
+    click.option("--min-top1", multiple=True, type=LIMIT, metavar="[OUTPUT=]X",
                  help="Fail (exit 7) if the top-1 agreement of a classifier-like output is below X. Repeatable."),
     click.option("--gate-output", "gate_outputs", multiple=True, metavar="OUTPUT",
                  help="Gate only these outputs (the others are still reported); repeatable, comma-separated."),

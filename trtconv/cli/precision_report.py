@@ -130,7 +130,9 @@ def gate_line(doc: dict[str, Any]) -> str:
         return f"accuracy gate: FAILED ({limits})"
     if doc["passed"]:
         return f"accuracy gate: passed on {doc['accuracy_check']} ({limits})"
-    return f"accuracy gate: not checked ({doc['accuracy_check']}; pass held-out real data to check it)"
+    if doc["accuracy_check"] == "not checked":
+        return "accuracy gate: not checked (no sample data)"
+    return f"accuracy gate: not checked (judged on {doc['accuracy_check']}; pass held-out real data to check it)"
 
 
 def print_gate(result: Any, model: Any, prepared: Any) -> None:
