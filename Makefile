@@ -19,7 +19,7 @@ lint:
 
 # TensorRT type stubs, generated from NVIDIA's bindings wheels (PyPI) into an ignored cache.
 TRT_STUBS ?= .cache/trt-stubs
-TRT_STUB_VERSIONS ?= 10.16 11.4
+TRT_STUB_VERSIONS ?= 10.16 11.4 rtx
 
 stubs:
 	$(PYTHON) tools/trt_stubs/generate.py --out $(TRT_STUBS)
@@ -28,7 +28,8 @@ stubs:
 typecheck-trt: stubs
 	@for v in $(TRT_STUB_VERSIONS); do \
 	  echo "mypy trtconv/trt against TensorRT $$v"; \
-	  MYPYPATH=$(TRT_STUBS)/$$v $(PYTHON) -m mypy --config-file tools/trt_stubs/mypy.ini \
+	  if [ $$v = rtx ]; then api=--always-true=RTX_API; else api=--always-false=RTX_API; fi; \
+	  MYPYPATH=$(TRT_STUBS)/$$v $(PYTHON) -m mypy --config-file tools/trt_stubs/mypy.ini $$api \
 	    --cache-dir .mypy_cache/trt-$$v trtconv/trt || exit 1; \
 	done
 

@@ -28,3 +28,19 @@ def rapidocr_model(kind: str) -> Path:
 def silero_model(name: str = "silero_vad.onnx") -> Path:
     """Silero VAD models; the default one keeps its network inside If subgraphs."""
     return _package_dir("silero_vad") / "data" / name
+
+
+def magika_model() -> Path:
+    """Google's magika file-type classifier (int32 byte features, dynamic batch)."""
+    return _package_dir("magika") / "models" / "standard_v3_3" / "model.onnx"
+
+
+def nudenet_model() -> Path:
+    """NudeNet 3.4's detector: a YOLOv8n exported with dynamic batch and image size."""
+    return _package_dir("nudenet") / "320n.onnx"
+
+
+def ddddocr_model(name: str = "common_det.onnx") -> Path:
+    """ddddocr's models: 'common_det.onnx' (a YOLOX-style text detector, static 416x416), 'common_old.onnx'
+    (a CRNN recognizer quantized by ONNX Runtime into QLinear/ConvInteger-style Q/DQ nodes)."""
+    return _package_dir("ddddocr") / name

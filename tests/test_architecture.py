@@ -1,4 +1,4 @@
-"""The TensorRT boundary: only trtconv.trt may import tensorrt."""
+"""The TensorRT boundary: only trtconv.trt may import tensorrt or tensorrt_rtx (TensorRT-RTX)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,11 @@ from pathlib import Path
 import trtconv
 
 PKG_DIR = Path(trtconv.__file__).parent
+TRT_MODULES = ("tensorrt", "tensorrt_rtx", "tensorrt_bindings", "tensorrt_rtx_bindings")
+
+
+def _is_trt(name: str) -> bool:
+    return any(name == m or name.startswith(m + ".") for m in TRT_MODULES)
 
 
 def _modules() -> list[str]:
@@ -23,11 +28,13 @@ def _modules() -> list[str]:
 
 
 def test_no_module_outside_trt_loads_tensorrt():
-    mods = [m for m in _modules() if m != "trtconv.__main__"]
+    """Not even trtconv.trt's own modules load TensorRT or TensorRT-RTX on import: only on first use."""
+    trt_mods = [info.name for info in pkgutil.walk_packages([str(PKG_DIR / "trt")], prefix="trtconv.trt.")]
+    mods = [m for m in _modules() if m != "trtconv.__main__"] + ["trtconv.trt", *trt_mods]
     code = (
         "import importlib, sys\n"
         f"for m in {mods!r}: importlib.import_module(m)\n"
-        "bad = sorted(k for k in sys.modules if k == 'tensorrt' or k.startswith('tensorrt.'))\n"
+        f"bad = sorted(k for k in sys.modules if any(k == m or k.startswith(m + '.') for m in {TRT_MODULES!r}))\n"
         "print(','.join(bad))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -48,9 +55,12 @@ def test_tensorrt_imported_only_under_trt_package():
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 names = [node.module]
-            if any(n == "tensorrt" or n.startswith("tensorrt.") for n in names):
+            if any(_is_trt(n) for n in names):
                 offenders.append(f"{rel}:{node.lineno}")
-    assert not offenders, f"tensorrt imported outside trtconv/trt/: {offenders}"
+            if (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
+                    and node.args and isinstance(node.args[0], ast.Constant) and _is_trt(str(node.args[0].value))):
+                offenders.append(f"{rel}:{node.lineno} (import_module)")
+    assert not offenders, f"tensorrt/tensorrt_rtx imported outside trtconv/trt/: {offenders}"
 
 
 # --------------------------------------------------------------------------- layers

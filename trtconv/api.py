@@ -33,6 +33,7 @@ from trtconv.plan.plan import (
     DEFAULT_OPT_LEVEL,
     BuildPlan,
     TimingCacheChoice,
+    parse_compute_capabilities,
     parse_memory_pools,
     parse_size,
 )
@@ -124,6 +125,7 @@ class BuildSettings:
     use_timing_cache: bool = True
     opt_level: int = DEFAULT_OPT_LEVEL
     hardware_compat: Literal["none", "ampere+", "same-cc"] = "none"
+    compute_capabilities: tuple[str, ...] = ()  # trt="rtx": e.g. ("8.6", "8.9"); () = RTX's portable set
     version_compatible: bool = False
     exclude_lean_runtime: bool = False
     plugins: tuple[Path, ...] = ()  # TensorRT plugin libraries to load
@@ -133,7 +135,7 @@ class BuildSettings:
     prepare_only: bool = False  # stop after the prepared ONNX (no TensorRT needed)
     verify: bool = True
     seed: int = 0
-    trt: str = DEFAULT_TRT_VERSION
+    trt: str = DEFAULT_TRT_VERSION  # a TensorRT version ("10.16", "11.4") or "rtx" for TensorRT-RTX
     # fp16/int8: samples, exclusions, INT8 options and the accuracy gate as ``quantize`` takes them;
     # None: quantize's defaults over calib_data / calib_limit
     quantize: QuantizeSettings | None = None
@@ -162,6 +164,8 @@ class BuildSettings:
             plugin_libraries=tuple(Path(p) for p in self.plugins),
             min_precision_share=self.min_precision_share,
             force=force,
+            target=self.trt,
+            compute_capabilities=parse_compute_capabilities(list(self.compute_capabilities)),
         )
         return BuildRequest(
             model=Path(model), output=Path(output), precision=self.precision, calib_data=self.calib_data,

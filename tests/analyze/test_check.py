@@ -60,8 +60,8 @@ def i64(name: str, values) -> onnx.TensorProto:
 
 
 def test_tables_exist_per_version_with_sources():
-    assert set(available_versions()) >= {"10.16", "11.4"}
-    for v in ("10.16", "11.4"):
+    assert set(available_versions()) >= {"10.16", "11.4", "rtx"}
+    for v in ("10.16", "11.4", "rtx"):
         t = load_table(v)
         rows = list(t.ops.values()) + list(t.any_domain.values())
         assert len(t.ops) >= 200
@@ -89,7 +89,7 @@ def test_every_table_parameter_is_read_by_a_rule():
     from trtconv.analyze import rules
 
     source = inspect.getsource(rules)
-    for v in ("10.16", "11.4"):
+    for v in ("10.16", "11.4", "rtx"):
         for row in load_table(v).ops.values():
             for key in row.params:
                 assert f'"{key}"' in source, f"{row.op_type}: parameter {key!r} is read by no rule"
@@ -100,7 +100,7 @@ def test_every_table_parameter_is_read_by_a_rule():
 def test_shipped_tables_regenerate_from_the_facts(tmp_path):
     from trtconv.analyze.support import DATA_DIR
 
-    for v in ("10.16", "11.4"):
+    for v in ("10.16", "11.4", "rtx"):
         assert render(build_table(FACTS_TSV, v)) == (DATA_DIR / f"trt-{v}.tsv").read_text()
         with open(DATA_DIR / f"trt-{v}.tsv", newline="") as fh:
             assert all(r["source"] for r in csv.DictReader(fh, delimiter="\t"))

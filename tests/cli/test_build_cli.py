@@ -25,12 +25,12 @@ CLS_SHAPES = "x:1x3x48x192"
 
 @pytest.fixture
 def no_tensorrt(monkeypatch):
-    from trtconv.trt.loader import tensorrt_version
+    from trtconv.trt.loader import forget
 
     monkeypatch.setitem(sys.modules, "tensorrt", None)
-    tensorrt_version.cache_clear()
+    forget()
     yield
-    tensorrt_version.cache_clear()
+    forget()
 
 
 def run(*args: str):

@@ -13,6 +13,7 @@ from trtconv.plan.manifest import (
     build_manifest,
     manifest_path,
     read_manifest,
+    runtime_mismatches,
     update_manifest,
     write_manifest,
 )
@@ -38,7 +39,8 @@ def _manifest(tmp_path: Path, **over) -> dict:
 
 def test_manifest_records_what_the_issue_lists(tmp_path: Path):
     m = _manifest(tmp_path)
-    assert m["environment"] == ENV
+    assert m["environment"] == {**ENV, "tensorrt_flavour": "TensorRT"}
+    assert m["build"]["target"] == "11.4" and m["build"]["compute_capabilities"] is None
     assert m["source"] == {"onnx": "m.onnx", "onnx_sha256": "ab" * 32, "prepared_onnx": "m.prepared.onnx"}
     assert m["rewrites"][0]["rule"] == "dcnv2-mmcv"
     assert m["precision"]["requested"] == "fp16"
@@ -103,3 +105,20 @@ def test_engine_portability_from_the_manifest(tmp_path: Path, build, here, probl
         assert found == []
     else:
         assert len(found) == 1 and problem in found[0]
+
+
+def test_rtx_manifest_records_its_targets_and_no_timing_cache(tmp_path: Path):
+    plan = BuildPlan(tmp_path / "m.prepared.onnx", tmp_path / "m.engine", target="rtx",
+                     compute_capabilities=("8.6", "8.9"))
+    env = {**ENV, "tensorrt": "1.7.1.116", "tensorrt_flavour": "TensorRT-RTX", "gpu": None, "compute_capability": None}
+    m = build_manifest(plan, onnx_sha256="ab" * 32, environment=env)
+    assert m["environment"]["tensorrt_flavour"] == "TensorRT-RTX"
+    assert m["build"]["target"] == "rtx" and m["build"]["compute_capabilities"] == ["8.6", "8.9"]
+    assert m["build"]["timing_cache"] is False  # enabled by default, but RTX never touches one
+    default = build_manifest(BuildPlan(tmp_path / "a.onnx", tmp_path / "a.engine", target="rtx"),
+                             onnx_sha256="ab" * 32, environment=env)
+    assert default["build"]["compute_capabilities"] == ["8.0", "8.6", "8.9", "12.0", "12.1"]
+    # An RTX engine on a GPU outside its targets (the H100: 9.0) is refused in words before TensorRT is asked.
+    problems = runtime_mismatches(m, "1.7.1.116", "9.0")
+    assert len(problems) == 1 and "8.6 8.9" in problems[0] and "9.0" in problems[0]
+    assert runtime_mismatches(m, "1.7.1.116", "8.6") == []

@@ -27,7 +27,8 @@ def test_doctor_json_describes_this_machine():
     assert set(data["environment"]) >= {"tensorrt", "cuda_driver", "driver", "cuda_runtime", "gpus", "packages"}
     assert data["environment"]["packages"]["onnxruntime"]
     assert data["can_build"] == (env.tensorrt.importable and bool(env.gpus) and not env.driver_error)
-    assert res.exit_code == (0 if data["can_build"] else ExitCode.TENSORRT_UNAVAILABLE)
+    assert data["can_build_rtx"] == env.tensorrt_rtx.importable
+    assert res.exit_code == (0 if data["can_build"] or data["can_build_rtx"] else ExitCode.TENSORRT_UNAVAILABLE)
     if not data["can_build"]:
         assert data["problems"], "a machine that cannot build must be told why"
         assert all(p["fix"] for p in data["problems"])
@@ -35,6 +36,7 @@ def test_doctor_json_describes_this_machine():
 
 def test_doctor_human_output_names_what_is_missing(monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorrt", None)
+    monkeypatch.setitem(sys.modules, "tensorrt_rtx", None)
     res = CliRunner().invoke(cli, ["doctor"])
     assert res.exit_code == ExitCode.TENSORRT_UNAVAILABLE
     assert "TensorRT" in res.stdout and "missing" in res.stdout
@@ -63,8 +65,11 @@ def test_real_bindings_without_native_libraries_are_diagnosed(tmp_path: Path):
     env.pop("LD_LIBRARY_PATH", None)
     out = subprocess.run([sys.executable, "-m", "trtconv", "doctor", "--json"], capture_output=True, text=True,
                          env=env, timeout=120)
-    assert out.returncode == ExitCode.TENSORRT_UNAVAILABLE, out.stderr
-    trt = json.loads(out.stdout)["environment"]["tensorrt"]
+    data = json.loads(out.stdout)
+    # TensorRT-RTX (the test extra) builds without TensorRT: then doctor is satisfied, else exit 9
+    assert out.returncode == (0 if data["can_build_rtx"] else ExitCode.TENSORRT_UNAVAILABLE), out.stderr
+    assert data["can_build"] is False
+    trt = data["environment"]["tensorrt"]
     assert not trt["importable"]
     assert "cannot open shared object file" in trt["error"] and "libnv" in trt["error"], trt["error"]
     fixes = [p["fix"] for p in json.loads(out.stdout)["problems"] if p["problem"].startswith("TensorRT")]
@@ -82,3 +87,18 @@ def test_driver_too_old_for_the_tensorrt_wheels():
                         "12.8", "570.86", "12.8", (Gpu(0, "NVIDIA L4", "8.9", 24 << 30),), None,
                         {"polygraphy": "0.53.6"})
     assert problems(env12) == []
+
+
+def test_doctor_and_version_report_tensorrt_rtx():
+    """The test extra installs TensorRT-RTX: doctor and --version name it with its real version."""
+    rtx = pytest.importorskip("tensorrt_rtx", reason="tensorrt-rtx is in the test extra: run `make install`")
+    res = CliRunner().invoke(cli, ["doctor", "--json"])
+    data = json.loads(res.stdout)
+    status = data["environment"]["tensorrt_rtx"]
+    assert status["importable"] and status["version"] == rtx.__version__
+    assert status["distributions"]["tensorrt-rtx"] == rtx.__version__
+    assert data["can_build_rtx"] is True and res.exit_code == 0
+    human = CliRunner().invoke(cli, ["doctor"]).stdout
+    assert "TensorRT-RTX" in human and "build --trt rtx" in human
+    version = CliRunner().invoke(cli, ["--version"]).stdout
+    assert f"tensorrt-rtx {rtx.__version__}" in version.splitlines()

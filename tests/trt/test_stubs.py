@@ -59,7 +59,7 @@ def build() -> None:
 '''
 
 
-@pytest.mark.parametrize("version, fp16_exists", [("10.16", True), ("11.4", False)])
+@pytest.mark.parametrize("version, fp16_exists", [("10.16", True), ("11.4", False), ("rtx", False)])
 def test_mypy_with_the_stubs_knows_which_version_has_fp16(version, fp16_exists, tmp_path, monkeypatch):
     if not (STUBS / version / "tensorrt" / "__init__.pyi").is_file():
         pytest.skip("TensorRT stubs not generated: run `make stubs`")
@@ -101,3 +101,45 @@ def test_names_looked_up_at_run_time_exist_in_both_versions(version):
     # The differences trtconv/trt/compat.py exists for:
     assert ("FP16" in builder_flags) == (version == "10.16")
     assert ("EXPLICIT_BATCH" in flags) == (version == "10.16")
+
+
+RTX_PROBE = '''
+def build() -> None:
+    import tensorrt as trt
+
+    config = trt.Builder(trt.Logger()).create_builder_config()
+    config.num_compute_capabilities = 1
+    config.set_compute_capability(trt.ComputeCapability.SM86, 0)
+'''
+
+
+@pytest.mark.parametrize("version, has_compute_capabilities", [("11.4", False), ("rtx", True)])
+def test_mypy_with_the_stubs_knows_only_rtx_targets_compute_capabilities(version, has_compute_capabilities,
+                                                                        tmp_path, monkeypatch):
+    """The RTX stubs are a `tensorrt` package too: the same adapter code is checked against RTX's API."""
+    if not (STUBS / version / "tensorrt" / "__init__.pyi").is_file():
+        pytest.skip("TensorRT stubs not generated: run `make stubs`")
+    from mypy import api
+
+    (tmp_path / "probe_rtx.py").write_text(RTX_PROBE)
+    monkeypatch.setenv("MYPYPATH", str(STUBS / version))
+    out, err, status = api.run(["--config-file", str(ROOT / "tools" / "trt_stubs" / "mypy.ini"),
+                                "--cache-dir", str(ROOT / ".mypy_cache" / f"trt-{version}"),
+                                str(tmp_path / "probe_rtx.py")])
+    if has_compute_capabilities:
+        assert status == 0, out + err
+    else:
+        assert status == 1 and "ComputeCapability" in out and "set_compute_capability" in out, out + err
+
+
+def test_rtx_names_looked_up_at_run_time_exist():
+    """compat.set_compute_capabilities builds "SM86" from "8.6"; the pools and flags trtconv names exist."""
+    from trtconv.plan.plan import MEMORY_POOLS, RTX_COMPUTE_CAPABILITIES
+
+    members = _enum_members("rtx", "ComputeCapability")
+    assert {"SM" + cc.replace(".", "") for cc in RTX_COMPUTE_CAPABILITIES} <= members
+    assert "SM90" not in members  # Hopper is no RTX target: an engine built here does not run there
+    assert {p.upper() for p in MEMORY_POOLS} <= _enum_members("rtx", "MemoryPoolType")
+    flags = {m for m in _enum_members("rtx", "NetworkDefinitionCreationFlag") if not m.startswith("_")}
+    assert flags == {"STRONGLY_TYPED"}  # no plugin flags
+    assert "FP16" not in _enum_members("rtx", "BuilderFlag")

@@ -8,6 +8,12 @@ exports those names (all returning 0), so ``import tensorrt`` succeeds and mypy'
 ``stubgen --inspect-mode`` can introspect the module. Nothing here ever *calls* into
 the stubbed module: a factory would return NULL.
 
+TensorRT-RTX ("rtx") is handled the same way: its bindings wheel's package is
+``tensorrt_rtx_bindings`` (extension ``tensorrt_rtx.so``, libraries ``libtensorrt_rtx.so.1``
+and ``libtensorrt_onnxparser_rtx.so.1``). Its stubs are written as a package named
+``tensorrt``, because trtconv's adapter imports every flavour's module under that name for
+the type checker (``trtconv/trt/loader.py``): the same code is checked against each API.
+
 Usage: ``python tools/trt_stubs/generate.py [--out .cache/trt-stubs] [--version 11.4 ...]``.
 Writes ``<out>/<version>/tensorrt/*.pyi``; re-running with the same wheels and mypy
 is a no-op (a stamp file records both).
@@ -31,8 +37,13 @@ from pathlib import Path
 WHEELS: dict[str, tuple[str, str, str]] = {
     "10.16": ("tensorrt-cu12-bindings", "10.16.1.11", "10"),
     "11.4": ("tensorrt-cu13-bindings", "11.4.0.106", "11"),
+    "rtx": ("tensorrt-rtx-cu13-bindings", "1.7.1.116", "1"),
 }
 NATIVE_LIBS = ("libnvinfer", "libnvinfer_plugin", "libnvonnxparser")
+# What differs per flavour: the wheel's package, its extension module, the native libraries it links.
+PACKAGE = {"rtx": "tensorrt_rtx_bindings"}
+EXTENSION = {"rtx": "tensorrt_rtx"}
+LIBS = {"rtx": ("libtensorrt_rtx", "libtensorrt_onnxparser_rtx")}
 # The C names the bindings link from the native libraries (nm -D --undefined-only).
 # Used when nm is unavailable; otherwise nm's list is used and must be covered by this pattern.
 KNOWN_SYMBOLS = (
@@ -85,14 +96,14 @@ def undefined_native_symbols(so: Path) -> list[str]:
     return sorted(set(names) | set(KNOWN_SYMBOLS))
 
 
-def build_native_stubs(symbols: list[str], major: str, libdir: Path) -> None:
+def build_native_stubs(symbols: list[str], major: str, libdir: Path, libs: tuple[str, ...] = NATIVE_LIBS) -> None:
     libdir.mkdir(parents=True, exist_ok=True)
     src = libdir / "trt_native_stub.c"
     src.write_text(
         "/* Generated: satisfies the dynamic linker only; every function returns 0/NULL. */\n"
         + "".join(f"void *{name}(void) {{ return 0; }}\n" for name in symbols)
     )
-    for lib in NATIVE_LIBS:
+    for lib in libs:
         so = libdir / f"{lib}.so.{major}"
         subprocess.run(
             ["gcc", "-shared", "-fPIC", "-O0", "-o", str(so), f"-Wl,-soname,{so.name}", str(src)], check=True
@@ -152,6 +163,23 @@ def fix_builtin_shadowing(text: str) -> tuple[str, int]:
     return "\n".join(out) + "\n", n
 
 
+def rename_package(gen: Path, short: str) -> None:
+    """Stubs of another package name (RTX's ``tensorrt_rtx_bindings``/``tensorrt_rtx``) → ``tensorrt``/
+    ``tensorrt.tensorrt``, the names the adapter is type-checked under."""
+    package, extension = PACKAGE.get(short, "tensorrt"), EXTENSION.get(short, "tensorrt")
+    if package == "tensorrt":
+        return
+    src = gen / package
+    for pyi in src.rglob("*.pyi"):
+        text = pyi.read_text().replace(f"{package}.{extension}", "tensorrt.tensorrt").replace(package, "tensorrt")
+        text = text.replace(f"from . import {extension} as {extension}", "from . import tensorrt as tensorrt")
+        pyi.write_text(text)
+    ext = src / f"{extension}.pyi"
+    if ext.is_file():
+        ext.rename(src / "tensorrt.pyi")
+    src.rename(gen / "tensorrt")
+
+
 def fix_reexports(init_text: str, module_text: str) -> tuple[str, int]:
     """``__init__.py`` leaks loop variables (``value``) that stubgen re-exports from
     ``tensorrt.tensorrt``, where they do not exist: drop names the module does not define."""
@@ -209,14 +237,15 @@ def generate(short: str, out: Path, wheels_dir: Path) -> Path:
         tmp = Path(tmp_name)
         with zipfile.ZipFile(wheel) as zf:
             zf.extractall(tmp / "wheel")
-        pkg = tmp / "wheel" / "tensorrt_bindings"
-        so = next(pkg.glob("tensorrt*.so"), None)
+        package = PACKAGE.get(short, "tensorrt")
+        pkg = tmp / "wheel" / PACKAGE.get(short, "tensorrt_bindings")
+        so = next(pkg.glob(f"{EXTENSION.get(short, 'tensorrt')}*.so"), None)
         if so is None:
-            raise SystemExit(f"trt-stubs: {wheel.name} has no tensorrt*.so")
-        build_native_stubs(undefined_native_symbols(so), major, tmp / "lib")
-        # The wheel's package is tensorrt_bindings; code imports it as tensorrt.
+            raise SystemExit(f"trt-stubs: {wheel.name} has no {EXTENSION.get(short, 'tensorrt')}*.so")
+        build_native_stubs(undefined_native_symbols(so), major, tmp / "lib", LIBS.get(short, NATIVE_LIBS))
         (tmp / "py").mkdir()
-        (tmp / "py" / "tensorrt").symlink_to(pkg, target_is_directory=True)
+        # TensorRT's wheel package is tensorrt_bindings, imported as tensorrt; RTX's keeps its own name.
+        (tmp / "py" / package).symlink_to(pkg, target_is_directory=True)
         env = dict(os.environ)
         env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(tmp / "lib"), env.get("LD_LIBRARY_PATH")]))
         env["PYTHONPATH"] = str(tmp / "py")
@@ -224,9 +253,10 @@ def generate(short: str, out: Path, wheels_dir: Path) -> Path:
         log(f"{short}: stubgen --inspect-mode on {wheel.name}")
         subprocess.run(
             [sys.executable, "-c", "import sys; from mypy.stubgen import main; sys.argv[0] = 'stubgen'; main()",
-             "-p", "tensorrt", "--inspect-mode", "-o", str(gen)],
+             "-p", package, "--inspect-mode", "-o", str(gen)],
             env=env, check=True, stdout=subprocess.DEVNULL,
         )
+        rename_package(gen, short)
         total = 0
         for pyi in sorted(gen.rglob("*.pyi")):
             text, n = fix_stub_syntax(pyi.read_text())

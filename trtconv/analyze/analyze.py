@@ -156,6 +156,10 @@ def _unknown_op(node: onnx.NodeProto, domain: str, table: SupportTable) -> Findi
     if domain in NO_PLUGIN_DOMAINS:
         return Finding("op-unsupported", ERROR, f"{domain} operator {node.op_type} is not supported by TensorRT")
     where = f"domain {domain!r}" if domain else "the default domain, but not an ONNX operator"
+    if not table.loads_plugins:  # TensorRT-RTX: a plugin of that name cannot exist
+        return Finding("op-unsupported", ERROR, f"custom op {node.op_type} ({where}): no built-in importer, and "
+                                                f"{table.product} loads no plugins",
+                       "rewrite it into standard ONNX operators")
     return Finding(CUSTOM_OP, ERROR, f"custom op {node.op_type} ({where}): no built-in importer",
                    "the parser looks for a plugin of that name: supply its library (--plugins)")
 

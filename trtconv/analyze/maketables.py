@@ -21,7 +21,9 @@ OPS_SOURCE = "onnx-tensorrt docs/operators.md (TensorRT 10.15, opset 9-24)"
 OPS_APPLIED = {
     "10.16": OPS_SOURCE + "; no 10.16 table published, 10.15 rows assumed unchanged",
     "11.4": OPS_SOURCE + "; no 11.x table published, 10.15 rows plus the 11.x deltas",
+    "rtx": OPS_SOURCE + "; TensorRT-RTX 1.7 shares the 11.x parser: 11.x rows minus its plugins",
 }
+VERSIONS = ("10.16", "11.4", "rtx")
 CHANGELOG_11_0 = "NVIDIA/TensorRT CHANGELOG.md 11.0 GA"
 NOTES_11_2_1 = "TensorRT 11.2.1 release notes"
 PLUGIN_DIFF = "NVIDIA/TensorRT plugin/api/inferPlugin.cpp release/10.16 vs main (11.1); 11.0 OSS commit 771d8efd"
@@ -146,12 +148,43 @@ def _plugin_rows(version: str) -> list[Row]:
     return rows
 
 
+# TensorRT-RTX (1.7.1.116, measured with its real parser and builder on a CPU-only machine;
+# docs in ../shared/docs/trt-rtx-facts.md): no plugin library and no loadable plugins, so every
+# plugin-backed importer fails ("Plugin not found"); a few importers fail at ahead-of-time build.
+RTX_MEASURED = "TensorRT-RTX 1.7.1.116 parser/builder, measured on a CPU-only machine"
+RTX_NO_PLUGINS = "TensorRT-RTX has no plugin library and loads no plugins (NVIDIA/TensorRT-RTX issue 4)"
+OVERRIDES_RTX = {
+    "DeformConv": dict(status="unsupported", params="", source=RTX_MEASURED + ": 'Plugin not found'",
+                       restrictions="imported as the ModulatedDeformConv2d plugin, which " + RTX_NO_PLUGINS
+                       + "; rewrite DCN to standard ONNX operators"),
+    "DFT": dict(status="unsupported", params="", source=RTX_MEASURED,
+                restrictions="imported as a cuFFT plugin; " + RTX_NO_PLUGINS),
+    "Attention": dict(status="unsupported", params="", source=RTX_MEASURED + ": 'not supported by a dedicated kernel'",
+                      restrictions="parses, but the ahead-of-time build fails"),
+    "NonMaxSuppression": dict(status="unsupported", params="", source=RTX_MEASURED + ": 'no runners'",
+                              restrictions="parses, but the ahead-of-time build fails"),
+    "RoiAlign": dict(params="", source=RTX_MEASURED + ": one of RTX's two internal plugin creators",
+                     restrictions="imported as RTX's internal ROIAlign_TRT plugin, whose constructor needs a GPU: "
+                     "a CPU-only build fails (cudaError 35)"),
+}
+
+
+def _rtx_plugin_rows() -> list[Row]:
+    """Every plugin TensorRT 10.x/11.x knows is absent from TensorRT-RTX."""
+    names = sorted(set(KEPT_IN_11) | set(REMOVED_IN_11) | set(NEW_IN_11))
+    return [Row(name, "*", "removed-plugin", "", "", "", RTX_MEASURED, RTX_NO_PLUGINS) for name in names]
+
+
 def build_table(source: Path, version: str) -> list[Row]:
     rows = _ops_rows(source, version)
     if not version.startswith("10."):
         rows = [replace(r, **OVERRIDES_11[r.op_type]) if r.op_type in OVERRIDES_11 else r for r in rows]  # type: ignore[arg-type]
         rows += DELTAS_11
-    rows += _plugin_rows(version)
+    if version == "rtx":
+        rows = [replace(r, **OVERRIDES_RTX[r.op_type]) if r.op_type in OVERRIDES_RTX else r for r in rows]  # type: ignore[arg-type]
+        rows += _rtx_plugin_rows()
+    else:
+        rows += _plugin_rows(version)
     return sorted(rows, key=lambda r: (r.status.endswith("plugin"), r.op_type))
 
 
@@ -167,7 +200,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("usage: python -m trtconv.analyze.maketables OPERATORS.tsv [OUT_DIR]")
     source = Path(args[0])
     out = Path(args[1]) if len(args) == 2 else DATA_DIR
-    for version in ("10.16", "11.4"):
+    for version in VERSIONS:
         (out / f"trt-{version}.tsv").write_text(render(build_table(source, version)))
 
 

@@ -67,6 +67,16 @@ class SupportTable:
     ops: dict[str, OpSupport]  # default-domain ONNX operators
     any_domain: dict[str, OpSupport]  # plugins and TensorRT custom ops, matched by op type
 
+    @property
+    def product(self) -> str:
+        """As a user reads it: "TensorRT 11.4", "TensorRT-RTX" (the table named "rtx")."""
+        return "TensorRT-RTX" if self.version == "rtx" else f"TensorRT {self.version}"
+
+    @property
+    def loads_plugins(self) -> bool:
+        """Whether this TensorRT has a plugin library (and so can load others): TensorRT-RTX has none."""
+        return any(r.status in ("builtin-plugin", "deprecated-plugin") for r in self.any_domain.values())
+
     def lookup(self, domain: str, op_type: str) -> OpSupport | None:
         """The row for a node: ONNX operators first (default domain), then plugins by name."""
         if domain in ("", "ai.onnx") and op_type in self.ops:

@@ -106,6 +106,9 @@ NOT_INPUTS = ("prepared", "timing_cache")  # path flags that are not inputs (the
               default=DEFAULT_OPT_LEVEL, show_default=True, help="TensorRT builder optimization level.")
 @click.option("--hardware-compat", type=click.Choice(HARDWARE_COMPAT), default="none", show_default=True,
               help="Build for other GPUs too (ampere+ or same compute capability); may be slower.")
+@click.option("--compute-capability", "compute_capabilities", multiple=True, metavar="CC,...",
+              help="--trt rtx: compute capabilities to build for, e.g. 8.6,8.9 (repeatable; "
+              "default: RTX's portable set 8.0 8.6 8.9 12.0 12.1).")
 @click.option("--version-compatible", is_flag=True, help="Engine runs on later TensorRT versions (lean runtime).")
 @click.option("--exclude-lean-runtime", is_flag=True, help="With --version-compatible: do not embed the runtime.")
 @click.option("--plugins", "plugins", multiple=True, type=click.Path(path_type=Path, dir_okay=False),
@@ -128,7 +131,7 @@ NOT_INPUTS = ("prepared", "timing_cache")  # path flags that are not inputs (the
 def build(model: Path, output: Path, precision: str, shapes: str | None,
           min_shapes: tuple[str, ...], opt_shapes: tuple[str, ...], max_shapes: tuple[str, ...],
           workspace: str | None, memory_pools: tuple[str, ...], timing_cache: Path | None, no_timing_cache: bool,
-          opt_level: int, hardware_compat: str, version_compatible: bool, exclude_lean_runtime: bool,
+          opt_level: int, hardware_compat: str, compute_capabilities: tuple[str, ...], version_compatible: bool, exclude_lean_runtime: bool,
           plugins: tuple[Path, ...], min_precision_share: float, dcn_target: str | None, prepared: Path | None,
           prepare_only: bool, no_verify: bool, seed: int, trt_version: str, force: bool, as_json: bool,
           **precision_flags: Any) -> None:
@@ -147,7 +150,7 @@ def build(model: Path, output: Path, precision: str, shapes: str | None,
         opt_shapes=opt_shapes, max_shapes=max_shapes, workspace=workspace, memory_pools=memory_pools,
         timing_cache=timing_cache, use_timing_cache=not no_timing_cache, opt_level=opt_level,
         hardware_compat=hardware_compat,  # type: ignore[arg-type]
-        version_compatible=version_compatible, exclude_lean_runtime=exclude_lean_runtime, plugins=plugins,
+        compute_capabilities=compute_capabilities, version_compatible=version_compatible, exclude_lean_runtime=exclude_lean_runtime, plugins=plugins,
         min_precision_share=min_precision_share, dcn_target=dcn_target, prepared=prepared,
         prepare_only=prepare_only, verify=not no_verify, seed=seed, trt=trt_version,
     )

@@ -12,6 +12,7 @@ from trtconv.analyze import CheckReport
 from trtconv.api import check as api_check
 from trtconv.cli.options import json_option, model_argument, shapes_option, trt_version_option
 from trtconv.cli.output import finish, print_json, stdout_console
+from trtconv.plan.plan import target_name
 
 STATUS_STYLE = {"supported": "green", "rewritable": "yellow", "plugin": "yellow", "unsupported": "red"}
 
@@ -48,12 +49,12 @@ def summary_line(report: CheckReport) -> str:
     if dyn:
         parts.append(f"{len(dyn)} dynamic input{'' if len(dyn) == 1 else 's'} "
                      f"({len(uncovered)} not covered by --shapes)")
-    return f"TensorRT {report.target}: {report.verdict.upper()} - " + "; ".join(parts)
+    return f"{target_name(report.target)}: {report.verdict.upper()} - " + "; ".join(parts)
 
 
 def _print_human(report: CheckReport) -> None:
     console = stdout_console()
-    console.print(f"[bold]{escape(report.model)}[/bold] against TensorRT {report.target}")
+    console.print(f"[bold]{escape(report.model)}[/bold] against {target_name(report.target)}")
     if report.nodes:
         table = Table(show_lines=False, expand=False)
         for col in ("node", "op", "status", "reason"):

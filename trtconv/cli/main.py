@@ -87,14 +87,15 @@ def _report_error(ctx: click.Context, exc: TrtconvError) -> None:
 
 def _version_text() -> str:
     lines = [f"trtconv {__version__}"]
-    for dist in ("onnx", "onnxruntime", "onnx-graphsurgeon", "tensorrt"):
+    for dist in ("onnx", "onnxruntime", "onnx-graphsurgeon", "tensorrt", "tensorrt-rtx"):
         lines.append(f"{dist} {_dist_version(dist) or 'not installed'}")
     return "\n".join(lines)
 
 
 def _dist_version(dist: str) -> str | None:
 
-    names = [dist] if dist != "tensorrt" else ["tensorrt", "tensorrt-cu13", "tensorrt-cu12"]
+    names = {"tensorrt": ["tensorrt", "tensorrt-cu13", "tensorrt-cu12"],
+             "tensorrt-rtx": ["tensorrt-rtx", "tensorrt-rtx-cu13", "tensorrt-rtx-cu12"]}.get(dist, [dist])
     for name in names:
         try:
             return metadata.version(name)

@@ -19,7 +19,7 @@ from trtconv.reference.compare import DEFAULT_THRESHOLDS, Thresholds, parse_limi
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-TRT_VERSIONS = ("10.16", "11.4")
+TRT_VERSIONS = ("10.16", "11.4", "rtx")  # "rtx": TensorRT-RTX (builds without a GPU)
 DEFAULT_TRT_VERSION = "11.4"
 
 
@@ -48,7 +48,7 @@ def shapes_option(f: F) -> F:
 
 def trt_version_option(f: F) -> F:
     return click.option("--trt", "trt_version", type=click.Choice(TRT_VERSIONS), default=DEFAULT_TRT_VERSION,
-                        show_default=True, help="Target TensorRT version.")(f)
+                        show_default=True, help="Target TensorRT version, or rtx for TensorRT-RTX.")(f)
 
 
 def _compose(*decorators: Callable[[F], F]) -> Callable[[F], F]:

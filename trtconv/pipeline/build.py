@@ -46,20 +46,25 @@ from trtconv.pipeline.quantize import (
 )
 from trtconv.plan.corners import CORNERS, check_corners_or_skip
 from trtconv.plan.manifest import build_manifest, manifest_path, write_manifest
-from trtconv.plan.plan import BuildPlan, Precision, validate_plan
+from trtconv.plan.plan import BuildPlan, Precision, target_name, validate_plan
 from trtconv.plan.profiles import build_profiles
 from trtconv.precision.fp16 import Fp16AccuracyError, convert_fp16
+from trtconv.precision.int8 import DEFAULT_TRT_VERSION
 from trtconv.reference import ort
 from trtconv.reference.compare import DEFAULT_THRESHOLDS
-from trtconv.rewrites import RewriteSettings, default_plugin_spec_path, load_plugin_spec, rewrite
+from trtconv.rewrites import DCN_TARGETS, RewriteSettings, default_plugin_spec_path, load_plugin_spec, rewrite
 from trtconv.rewrites.catalog import rewrite_rule_for
 from trtconv.trt.builder import build_engine
 from trtconv.trt.environment import probe
+from trtconv.trt.flavour import for_target
 from trtconv.trt.loader import tensorrt_version
 from trtconv.verify.engine import verify_engine_corners
 
 log = logging.getLogger(__name__)
 StageFn = Callable[[str, str], None]  # (stage, message): progress lines for the CLI
+
+
+PLUGIN_FREE_DCN = "portable"  # rewrites.dcn's target of standard ONNX ops only (no plugin, no DeformConv)
 
 
 @dataclass(frozen=True)
@@ -78,8 +83,8 @@ class BuildRequest:
     prepared: Path | None = None  # default: <output stem>.prepared.onnx
     prepare_only: bool = False
     verify: bool = True
-    target: str = "11.4"  # TensorRT version the check stage judges against
-    dcn_target: str | None = None  # rewrite's DCN target (None: rewrite's default)
+    target: str = "11.4"  # TensorRT version the check stage judges against, or "rtx" (TensorRT-RTX)
+    dcn_target: str | None = None  # rewrite's DCN target (None: default_dcn_target(target))
     seed: int = 0
     plan: BuildPlan | None = None  # limits, cache, compatibility, plugins (onnx/engine paths filled in)
     # fp16/int8: samples, exclusions, INT8 options and the accuracy gate, as ``quantize`` takes them
@@ -90,6 +95,13 @@ class BuildRequest:
         """The precision stage's settings (precision fp16 or int8)."""
         base = self.quantize or QuantizeSettings(calib_data=self.calib_data, max_samples=self.calib_limit)
         return replace(base, precision="int8" if self.precision == "int8" else "fp16")
+
+    def dcn(self) -> str | None:
+        """The DCN rewrite target: the user's, else the plugin-free form where the target TensorRT
+        has no plugins (RTX), else None (rewrite's own default)."""
+        if self.dcn_target is not None:
+            return self.dcn_target
+        return PLUGIN_FREE_DCN if not for_target(self.target).plugins and PLUGIN_FREE_DCN in DCN_TARGETS else None
 
     def prepared_path(self) -> Path:
         if self.prepared is not None:
@@ -191,9 +203,9 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
     if req.prepare_only:
         outcome.stopped = "prepare-only"
         return outcome
+    flavour = for_target(req.target)
     try:
-
-        tensorrt_version()
+        tensorrt_version(flavour)
     except BackendUnavailableError as exc:
         outcome.stopped = "tensorrt-unavailable"
         raise BackendUnavailableError(
@@ -205,7 +217,12 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
     stages.run("build", lambda: _tensorrt_build(plan, progress, build_state))
     outcome.engine = req.output
     verify_json: dict[str, Any] | None = None
-    if req.verify:
+    if req.verify and not flavour.inspects_engine:
+        verify_json = {"passed": None, **stages.run("verify", lambda: {
+            "_status": "skipped",
+            "reason": f"{flavour.name} engines run only on RTX-class GPUs of the compute capabilities they were "
+                      "built for (kernels are compiled there at first run); run `trtconv verify` on such a GPU"})}
+    elif req.verify:
         verify_json = stages.run("verify", lambda: _verify(req, plan))
         if outcome.stages[-1].status == "skipped":
             verify_json = {"passed": None, **verify_json}
@@ -245,7 +262,7 @@ def _check(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]])
         bad = [n for n in report.nodes if n.status == "unsupported"]
         names = ", ".join(f"{n.path} ({n.op_type})" for n in bad[:5]) or "see `trtconv check`"
         raise UnsupportedModelError(
-            f"TensorRT {target} cannot parse {len(bad)} node(s) that trtconv can neither rewrite nor map to a "
+            f"{target_name(target)} cannot parse {len(bad)} node(s) that trtconv can neither rewrite nor map to a "
             f"plugin: {names}",
             hint=f"run `trtconv check {loaded.path}` for the reasons",
         )
@@ -255,15 +272,16 @@ def _check(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]])
 def _rewrite(loaded: LoadedModel, req: BuildRequest, out: dict[str, Any]) -> dict[str, Any]:
 
     settings = RewriteSettings(seed=req.seed)
-    if req.dcn_target is not None:
+    dcn_target = req.dcn()
+    if dcn_target is not None:
         spec = None
-        if req.dcn_target == "trtconv-plugin":  # trtconv's own DCNv2 plugin: its shipped spec
+        if dcn_target == "trtconv-plugin":  # trtconv's own DCNv2 plugin: its shipped spec
             spec_path = default_plugin_spec_path()
             if not spec_path.is_file():
                 raise UsageError(f"DCN plugin spec {spec_path} not found",
                                  hint="reinstall trtconv, or use --dcn-target deformconv")
             spec = load_plugin_spec(spec_path)
-        settings = replace(settings, dcn_target=req.dcn_target, dcn_plugin=spec)
+        settings = replace(settings, dcn_target=dcn_target, dcn_plugin=spec)
     result = rewrite(loaded, settings)
     out["model"] = result.model
     out["report"] = result.report.to_json()
@@ -280,7 +298,7 @@ def _recheck(prepared: Path, target: str, shapes: dict[str, tuple[int, ...]]) ->
     if left:
         names = ", ".join(f"{n.path} ({n.op_type}: {n.status})" for n in left[:5])
         raise UnsupportedModelError(
-            f"after rewrite and precision, TensorRT {target} would still reject {len(left)} node(s): {names}",
+            f"after rewrite and precision, {target_name(target)} would still reject {len(left)} node(s): {names}",
             hint=f"run `trtconv check {prepared}` for the reasons",
         )
     plugins = sorted({f"{n.domain + '::' if n.domain else ''}{n.op_type}" for n in report.nodes if n.status == "plugin"})
@@ -340,7 +358,9 @@ def _precision(model: onnx.ModelProto, req: BuildRequest, loaded: LoadedModel,
     # DeformConv form instead, whose tensors carry the same names; int8 carries the scales over.
     calibration_model = None if _ort_runnable(model) else _deformconv_form(loaded)
     try:
-        result = run_int8(model, samples, qs, calibration_model=calibration_model, trt_version=req.target,
+        # the calibration cache's header names a TensorRT version; TensorRT-RTX reads none, so it gets the default
+        result = run_int8(model, samples, qs, calibration_model=calibration_model,
+                          trt_version=req.target if req.target[:1].isdigit() else DEFAULT_TRT_VERSION,
                           warn=log.warning)
     except QuantizeAccuracyError as exc:
         out["gate"] = exc.result
@@ -407,17 +427,20 @@ def _deformconv_form(loaded: LoadedModel) -> onnx.ModelProto | None:
 
 
 def _tensorrt_build(plan: BuildPlan, progress: Any, out: dict[str, Any]) -> dict[str, Any]:
-
+    flavour = for_target(plan.target)
     env = probe()
     gpu = env.gpus[0] if env.gpus else None
-    if gpu is None:
+    cache = None
+    if flavour.needs_gpu_to_build and gpu is None:
         raise BackendUnavailableError(f"no usable GPU: {env.driver_error or 'none visible'}",
-                                      hint="run `trtconv doctor`")
-    cache = plan.timing_cache.resolve(gpu.name, gpu.compute_capability, env.tensorrt.version or "unknown")
+                                      hint="run `trtconv doctor`; without a GPU, --trt rtx builds TensorRT-RTX engines")
+    if flavour.timing_cache and gpu is not None:  # TensorRT-RTX: no timing cache, never touched
+        cache = plan.timing_cache.resolve(gpu.name, gpu.compute_capability, env.tensorrt.version or "unknown")
     result = build_engine(plan, timing_cache=cache, progress=progress)
-    out["environment"] = env.manifest_fields()
+    out["environment"] = env.manifest_fields(flavour=flavour)
     share = result.precision_share
-    out["precision"] = {**result.precision.to_json(), "share": round(share, 4) if share is not None else None}
+    out["precision"] = {**result.precision.to_json(), "share": round(share, 4) if share is not None else None,
+                        "checked_on": result.precision_source}
     out["plugins_needed"] = list(result.plugins_needed)
     out["seconds"] = result.seconds
     out["engine_sha256"] = hashlib.sha256(plan.engine_path.read_bytes()).hexdigest()

@@ -18,7 +18,7 @@ from typing import Any
 from trtconv import __version__
 from trtconv.errors import DataError
 from trtconv.outputs import write_json
-from trtconv.plan.plan import BuildPlan
+from trtconv.plan.plan import RTX_TARGET, BuildPlan
 
 SCHEMA_VERSION = 1
 VOLATILE_FIELDS = ("created_at", "build.seconds", "bench")
@@ -52,6 +52,7 @@ def build_manifest(
         "created_at": created_at,
         "environment": {
             "tensorrt": environment.get("tensorrt"),
+            "tensorrt_flavour": environment.get("tensorrt_flavour", "TensorRT"),
             "cuda_runtime": environment.get("cuda_runtime"),
             "cuda_driver": environment.get("cuda_driver"),
             "driver": environment.get("driver"),
@@ -77,7 +78,11 @@ def build_manifest(
             "hardware_compat": plan.hardware_compat,
             "version_compatible": plan.version_compatible,
             "exclude_lean_runtime": plan.exclude_lean_runtime,
-            "timing_cache": plan.timing_cache.enabled,
+            # TensorRT-RTX has no timing cache (a deprecated no-op there): never used, recorded as off.
+            "timing_cache": plan.timing_cache.enabled and plan.target != RTX_TARGET,
+            "target": plan.target,
+            # RTX: the compute capabilities the engine runs on (kernels compiled there at first run).
+            "compute_capabilities": list(plan.build_targets()) or None,
         },
         "verify": dict(verify) if verify else None,
         "bench": dict(bench) if bench else None,
@@ -123,6 +128,12 @@ def runtime_mismatches(manifest: Mapping[str, Any], tensorrt: str | None, comput
     build = manifest.get("build") or {}
     out = []
     built_trt, built_cc = env.get("tensorrt"), env.get("compute_capability")
+    if build.get("target") == RTX_TARGET:
+        targets = build.get("compute_capabilities") or []
+        if compute_capability and targets and compute_capability not in targets:
+            out.append(f"a TensorRT-RTX engine built for compute capabilities {' '.join(targets)}; this GPU has "
+                       f"{compute_capability} (RTX engines do not run on data-centre GPUs such as Hopper)")
+        return out
     if built_trt and tensorrt and built_trt != tensorrt:
         if not build.get("version_compatible"):
             out.append(f"built with TensorRT {built_trt}, this is TensorRT {tensorrt} (engines need the same "

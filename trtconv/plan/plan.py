@@ -30,6 +30,12 @@ MEMORY_POOLS = (
     "dla_global_dram",
 )
 DEFAULT_OPT_LEVEL = 3
+DEFAULT_TARGET = "11.4"  # --trt: a TensorRT version, or "rtx" for TensorRT-RTX
+RTX_TARGET = "rtx"
+# TensorRT-RTX's ComputeCapability members (1.7) as "major.minor", and the set it builds when none
+# is asked for (its portable set; an RTX runtime lists exactly these when it refuses an engine).
+RTX_COMPUTE_CAPABILITIES = ("7.5", "8.0", "8.6", "8.9", "12.0", "12.1")
+RTX_DEFAULT_COMPUTE_CAPABILITIES = ("8.0", "8.6", "8.9", "12.0", "12.1")
 DEFAULT_MIN_PRECISION_SHARE = 0.5
 
 Shape = tuple[int, ...]
@@ -61,6 +67,11 @@ class Profile:
 
     def to_json(self) -> dict[str, dict[str, list[int]]]:
         return {name: rng.to_json() for name, rng in self.inputs}
+
+
+def target_name(target: str) -> str:
+    """``--trt`` value as a user reads it: "TensorRT 11.4", "TensorRT-RTX"."""
+    return "TensorRT-RTX" if target == RTX_TARGET else f"TensorRT {target}"
 
 
 def default_cache_dir() -> Path:
@@ -111,6 +122,14 @@ class BuildPlan:
     min_precision_share: float = DEFAULT_MIN_PRECISION_SHARE
     max_aux_streams: int | None = None
     force: bool = False
+    target: str = DEFAULT_TARGET  # "10.16" | "11.4" | "rtx"
+    compute_capabilities: tuple[str, ...] = ()  # RTX only; () = RTX's default portable set
+
+    def build_targets(self) -> tuple[str, ...]:
+        """The compute capabilities an RTX engine is built for (what the manifest records)."""
+        if self.target != RTX_TARGET:
+            return ()
+        return self.compute_capabilities or RTX_DEFAULT_COMPUTE_CAPABILITIES
 
     def to_json(self) -> dict[str, object]:
         d = asdict(self)
@@ -157,6 +176,23 @@ def parse_memory_pools(specs: tuple[str, ...] | list[str]) -> tuple[tuple[str, i
     return tuple(sorted(pools.items()))
 
 
+def parse_compute_capabilities(specs: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """``("8.6", "sm89,12.0")`` → ("8.6", "8.9", "12.0"), each one TensorRT-RTX can target."""
+    out: list[str] = []
+    for spec in specs:
+        for item in (s.strip().lower() for s in spec.split(",") if s.strip()):
+            digits = item.removeprefix("sm").removeprefix("_")
+            cc = digits if "." in digits else f"{digits[:-1]}.{digits[-1:]}" if digits.isdigit() and len(digits) >= 2 else item
+            if cc not in RTX_COMPUTE_CAPABILITIES:
+                raise UsageError(f"TensorRT-RTX cannot target compute capability {item!r}",
+                                 hint=f"choose from {', '.join(RTX_COMPUTE_CAPABILITIES)} (default: "
+                                 f"{' '.join(RTX_DEFAULT_COMPUTE_CAPABILITIES)}); Hopper/Blackwell data-centre "
+                                 "GPUs (9.0, 10.x) are not RTX targets")
+            if cc not in out:
+                out.append(cc)
+    return tuple(out)
+
+
 def validate_plan(plan: BuildPlan) -> None:
     """Checks that need no model: levels, shares, plugin files present."""
     if plan.precision not in PRECISIONS:
@@ -170,6 +206,26 @@ def validate_plan(plan: BuildPlan) -> None:
         raise UsageError("--min-precision-share must lie between 0 and 1")
     if plan.exclude_lean_runtime and not plan.version_compatible:
         raise UsageError("--exclude-lean-runtime needs --version-compatible")
+    if plan.target == RTX_TARGET:
+        _validate_rtx(plan)
+    elif plan.compute_capabilities:
+        raise UsageError("--compute-capability applies to TensorRT-RTX only",
+                         hint="use --trt rtx, or --hardware-compat for TensorRT")
     for lib in plan.plugin_libraries:
         if not lib.is_file():
             raise UsageError(f"plugin library {lib} not found", hint="give the path of a .so file")
+
+
+def _validate_rtx(plan: BuildPlan) -> None:
+    """What TensorRT-RTX has no use for: fail in milliseconds, not inside its builder."""
+    if plan.plugin_libraries:
+        raise UsageError("TensorRT-RTX cannot load plugin libraries (--plugins)",
+                         hint="rewrite plugin nodes into standard ONNX (`trtconv check --trt rtx` lists them)")
+    if plan.hardware_compat != "none" or plan.version_compatible:
+        raise UsageError("--hardware-compat and --version-compatible are TensorRT options; TensorRT-RTX "
+                         "targets compute capabilities", hint="use --compute-capability, e.g. 8.6,8.9")
+    if plan.timing_cache.path is not None:
+        raise UsageError("TensorRT-RTX has no timing cache (--timing-cache)",
+                         hint="drop the flag: RTX compiles kernels on the user's GPU, where a runtime cache "
+                         "plays that role (docs/build.md)")
+    parse_compute_capabilities(list(plan.compute_capabilities))

@@ -139,6 +139,22 @@ def summarize_inspector(info: str | dict[str, Any]) -> PrecisionSummary:
     )
 
 
+# Where a network's multiply-accumulates are: what fp16/int8 is for. In a built engine TensorRT fuses
+# the pointwise layers around them (an INT8 convolution absorbs its bias, scale and activation), so
+# the engine inspector shows few of those; a *network* still lists each one, in FP32 around Q/DQ.
+# Layer types as ``network_layer_info`` spells them (TensorRT's LayerType names, title case).
+MAC_LAYERS = frozenset({"Convolution", "Deconvolution", "Matrix_Multiply", "Einsum"})
+
+
+def summarize_network(info: dict[str, Any]) -> PrecisionSummary:
+    """Count the strongly typed network's multiply-accumulate layers per dtype (all compute layers if
+    it has none): the achieved precision where the engine itself cannot be inspected (TensorRT-RTX
+    without an RTX GPU). Same schema as the inspector's; a strongly typed build must follow it."""
+    layers = [layer for layer in info.get("Layers") or [] if isinstance(layer, dict)]
+    mac = [layer for layer in layers if str(layer.get("LayerType", "")) in MAC_LAYERS]
+    return summarize_inspector({"Layers": mac or layers})
+
+
 def onnx_has_reduced_precision(model: Any, requested: str) -> bool:
     """Whether the (prepared) ONNX itself asks for ``requested``: FP16 tensors or Casts to FP16
     for fp16, QuantizeLinear to INT8 for int8. Weights need not be loaded."""

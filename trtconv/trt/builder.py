@@ -1,10 +1,11 @@
 """Execute a ``BuildPlan`` with TensorRT: parse, configure, build, check precision, serialize.
 
-Works on TensorRT 10.x and 11.x. The differences that matter here (see
-docs/build.md and trtconv.trt.compat): 11.x networks are always strongly typed
-(10.x needs the STRONGLY_TYPED flag, else it would retype our explicit FP16/Q-DQ
-graph); there are no FP16/INT8 builder flags in 11.x, so precision comes from the
-ONNX on both; enum integers were renumbered, so only names are used.
+One adapter for TensorRT 10.x, 11.x and TensorRT-RTX. The API differences that matter
+here are in ``trtconv.trt.compat`` (11.x networks are always strongly typed, 10.x needs
+the STRONGLY_TYPED flag; no FP16/INT8 builder flags in 11.x/RTX, so precision comes from
+the ONNX everywhere; enum integers were renumbered, so only names are used); the product
+differences (plugins, timing cache, compute-capability targets, whether the engine can be
+inspected here) are the ``Flavour`` fields in ``trtconv.trt.flavour``.
 """
 
 from __future__ import annotations
@@ -26,15 +27,19 @@ from trtconv.plan.precision_check import (
     assert_precision,
     onnx_has_reduced_precision,
     summarize_inspector,
+    summarize_network,
 )
 from trtconv.trt import compat
 from trtconv.trt.engine import deserialize, inspector_json
+from trtconv.trt.flavour import TENSORRT, Flavour, active, for_target
 from trtconv.trt.loader import tensorrt_version
 from trtconv.trt.plugins import dcnv2
 from trtconv.trt.session import LogBridge, load_plugins, register_trtconv_plugins
 
 if TYPE_CHECKING:
     import tensorrt as trt
+else:
+    from trtconv.trt.loader import trt
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +76,9 @@ class BuildResult:
     timing_cache: Path | None
     tensorrt: str
     extra: dict[str, Any] = field(default_factory=dict)
+    flavour: str = "TensorRT"
+    precision_source: str = "engine"  # "engine" (inspector) | "network" (strongly typed layer types)
+    compute_capabilities: tuple[str, ...] = ()  # RTX: what the engine was built for
 
 
 def _progress_monitor(sink: ProgressSink, cancelled: Callable[[], bool], interrupted: list[bool]
@@ -78,8 +86,6 @@ def _progress_monitor(sink: ProgressSink, cancelled: Callable[[], bool], interru
     """TensorRT's progress callbacks → ``sink``. Ctrl-C arrives inside these Python callbacks;
     an exception must not unwind through TensorRT's C++ frames, so it is recorded and the
     build is cancelled the supported way (``step_complete`` returns False)."""
-    import tensorrt as trt
-
     class Monitor(trt.IProgressMonitor):
         def __init__(self) -> None:
             trt.IProgressMonitor.__init__(self)
@@ -112,12 +118,15 @@ def _plugins_portable(portable: bool) -> None:
     dcnv2.set_portable(portable)
 
 
-def parser_error(model_name: str, issues: list[ParserIssue], shown: int = 10) -> BuildError:
+def parser_error(model_name: str, issues: list[ParserIssue], shown: int = 10, *,
+                 flavour: Flavour = TENSORRT) -> BuildError:
     """One error naming every rejected node (up to ``shown``): name, op, TensorRT's reason."""
     lines = "; ".join(i.describe() for i in issues[:shown]) or "no details reported"
     more = f" (and {len(issues) - shown} more)" if len(issues) > shown else ""
-    return BuildError(f"TensorRT's ONNX parser rejected {model_name}: {lines}{more}",
-                      hint="run `trtconv check` for a per-node report; plugin nodes need --plugins")
+    hint = ("run `trtconv check --trt rtx` for a per-node report; TensorRT-RTX has no plugins, so plugin "
+            "nodes must be rewritten into standard ONNX" if not flavour.plugins else
+            "run `trtconv check` for a per-node report; plugin nodes need --plugins")
+    return BuildError(f"{flavour.name}'s ONNX parser rejected {model_name}: {lines}{more}", hint=hint)
 
 
 def parser_issues(parser: trt.OnnxParser) -> list[ParserIssue]:
@@ -139,9 +148,7 @@ def _dims(trt_mod: Any, shape: tuple[int, ...]) -> trt.Dims:
 
 
 def configure(builder: trt.Builder, network: trt.INetworkDefinition, plan: BuildPlan,
-              timing_cache: Path | None) -> trt.IBuilderConfig:
-    import tensorrt as trt
-
+              timing_cache: Path | None, flavour: Flavour) -> trt.IBuilderConfig:
     config = builder.create_builder_config()
     for pool, size in plan.memory_pools:
         config.set_memory_pool_limit(getattr(trt.MemoryPoolType, pool.upper()), size)
@@ -150,8 +157,12 @@ def configure(builder: trt.Builder, network: trt.INetworkDefinition, plan: Build
     config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
     if plan.max_aux_streams is not None:
         config.max_aux_streams = plan.max_aux_streams
-    config.hardware_compatibility_level = compat.hardware_level(plan.hardware_compat)
-    _plugins_portable(plan.hardware_compat == "ampere+")
+    if flavour.compute_capabilities:
+        compat.set_compute_capabilities(config, plan.build_targets())
+    if flavour.hardware_compat:
+        config.hardware_compatibility_level = compat.hardware_level(plan.hardware_compat)
+    if flavour.plugins:
+        _plugins_portable(plan.hardware_compat == "ampere+")
     if plan.version_compatible:
         config.set_flag(trt.BuilderFlag.VERSION_COMPATIBLE)
         if plan.exclude_lean_runtime:
@@ -159,7 +170,7 @@ def configure(builder: trt.Builder, network: trt.INetworkDefinition, plan: Build
         config.plugins_to_serialize = [str(p) for p in plan.plugin_libraries]
     for index, profile in enumerate(plan.profiles):
         _add_profile(builder, config, profile, index)
-    if timing_cache is not None:
+    if timing_cache is not None and flavour.timing_cache:  # RTX: never touched (it would query the GPU)
         data = b""
         if timing_cache.is_file():
             data = timing_cache.read_bytes()
@@ -171,8 +182,6 @@ def configure(builder: trt.Builder, network: trt.INetworkDefinition, plan: Build
 
 
 def _add_profile(builder: trt.Builder, config: trt.IBuilderConfig, profile: Profile, index: int) -> None:
-    import tensorrt as trt
-
     p = builder.create_optimization_profile()
     for name, rng in profile.inputs:
         try:
@@ -197,8 +206,6 @@ def plugin_layers(network: trt.INetworkDefinition) -> list[str]:
 
     ``get_layer`` returns the ILayer base; as Polygraphy does, the Python class is set to the
     layer's own type before reading its plugin. Reporting never fails a build."""
-    import tensorrt as trt
-
     found: set[str] = set()
     for i in range(network.num_layers):
         layer = network.get_layer(i)
@@ -219,9 +226,57 @@ def plugin_layers(network: trt.INetworkDefinition) -> list[str]:
 
 
 def _onnx_reduced(plan: BuildPlan) -> bool:
-
-
     return onnx_has_reduced_precision(onnx.load(str(plan.onnx_path), load_external_data=False), plan.precision)
+
+
+# A Dequantize's input tells the type its consumer computes in: TensorRT fuses Q/DQ into the
+# layer after it, so a Conv fed by DQ(int8) runs in INT8 though the network shows FP32 there.
+_QUANTIZED = ("INT8", "FP8", "INT4", "FP4")
+
+
+def _member_name(value: trt.DataType | trt.LayerType) -> str:
+    return str(value).rsplit(".", 1)[-1]
+
+
+def network_layer_info(network: trt.INetworkDefinition) -> dict[str, Any]:
+    """The parsed, strongly typed network in the engine inspector's JSON schema (layer type in title
+    case, ``DataType`` per tensor), for ``summarize_network``. A strongly typed
+    build must follow these types, so they are the achieved precision where the engine itself
+    cannot be inspected (TensorRT-RTX without an RTX GPU)."""
+    producers: dict[str, tuple[str, str]] = {}  # tensor name -> (producing layer type, its input's type)
+    layers = []
+    for i in range(network.num_layers):
+        layer = network.get_layer(i)
+        kind = _member_name(layer.type)
+        first = layer.get_input(0) if layer.num_inputs else None
+        first_type = _member_name(first.dtype) if first is not None else ""
+        for j in range(layer.num_outputs):
+            producers[layer.get_output(j).name] = (kind, first_type)
+
+        def tensor(t: trt.ITensor | None) -> dict[str, str]:
+            if t is None:  # an optional input left empty
+                return {}
+            source, source_type = producers.get(t.name, ("", ""))
+            dtype = source_type if source == "DEQUANTIZE" and source_type in _QUANTIZED else _member_name(t.dtype)
+            return {"Name": t.name, "DataType": dtype}
+
+        layers.append({
+            "Name": layer.name,
+            "LayerType": kind.title(),  # CONCATENATION -> Concatenation, as the inspector spells it
+            "Inputs": [tensor(layer.get_input(k)) for k in range(layer.num_inputs)],
+            "Outputs": [tensor(layer.get_output(k)) for k in range(layer.num_outputs)],
+        })
+    return {"Layers": layers}
+
+
+def builder_error(messages: list[str], flavour: Flavour = TENSORRT) -> BuildError:
+    """The builder returned no engine: its own error lines, in one message."""
+    said = "; ".join(dict.fromkeys(m.strip().splitlines()[0] for m in messages if m.strip()))
+    if len(said) > 600:
+        said = said[:600] + " ..."
+    return BuildError(f"{flavour.name}'s builder failed: {said}" if said else
+                      f"{flavour.name}'s builder failed (it reported no error; rerun with -v for its full log)",
+                      hint="rerun with -v for TensorRT's full log; `trtconv check` lists nodes it may reject")
 
 
 def build_engine(
@@ -234,42 +289,55 @@ def build_engine(
     """Build, check the achieved precision, then write the engine atomically.
 
     Nothing is written if the parser, builder or precision check fails."""
+    flavour = for_target(plan.target)
+    with active(flavour):
+        return _build(plan, flavour, timing_cache if flavour.timing_cache else None, progress, cancelled)
+
+
+def _build(plan: BuildPlan, flavour: Flavour, timing_cache: Path | None, progress: ProgressSink | None,
+           cancelled: Callable[[], bool]) -> BuildResult:
     version = tensorrt_version()
-    import tensorrt as trt
-
-
-    logger = LogBridge.make()
-    plugins = load_plugins(logger, plan.plugin_libraries)
+    errors: list[str] = []
+    logger = LogBridge.make(errors)
+    plugins = load_plugins(logger, plan.plugin_libraries) if flavour.plugins else []
     builder = trt.Builder(logger)
     if builder is None:
-        raise BackendUnavailableError("TensorRT could not create a builder (no usable GPU?)",
+        raise BackendUnavailableError(f"{flavour.name} could not create a builder (no usable GPU?)",
                                       hint="run `trtconv doctor` to see what TensorRT and CUDA can see")
     # trtconv's Python plugins ship ahead-of-time (PTX) implementations: prefer those, so the
     # engine runs without Python (a JIT plugin would need trtconv at deserialization).
-    network = builder.create_network(compat.network_flags(prefer_aot=bool(register_trtconv_plugins())))
+    prefer_aot = flavour.plugins and bool(register_trtconv_plugins())
+    network = builder.create_network(compat.network_flags(prefer_aot=prefer_aot))
     parser = trt.OnnxParser(network, logger)
     if not parser.parse_from_file(str(plan.onnx_path)):
-        raise parser_error(plan.onnx_path.name, parser_issues(parser))
-    config = configure(builder, network, plan, timing_cache)
+        raise parser_error(plan.onnx_path.name, parser_issues(parser), flavour=flavour)
+    network_share: tuple[PrecisionSummary, float | None] | None = None
+    if not flavour.inspects_engine:  # checked before minutes of building, from the network's types
+        summary = summarize_network(network_layer_info(network))
+        network_share = summary, assert_precision(summary, plan.precision, plan.min_precision_share)
+    config = configure(builder, network, plan, timing_cache, flavour)
     interrupted: list[bool] = []
     monitor = _progress_monitor(progress, cancelled, interrupted) if progress is not None else None
     if monitor is not None:  # TensorRT holds a raw pointer: keep the Python object alive
         config.progress_monitor = monitor
     start = time.monotonic()
+    errors.clear()  # what the parser logged was not a builder error
     serialized = builder.build_serialized_network(network, config)
     seconds = time.monotonic() - start
     if interrupted:
         raise KeyboardInterrupt  # the build was cancelled cleanly; nothing was written
     if serialized is None:
-        raise BuildError("TensorRT's builder failed (its log above says why)",
-                         hint="rerun with -v for TensorRT's full log")
+        raise builder_error(errors, flavour)
     if timing_cache is not None:
         save_timing_cache(config, timing_cache)
     data = bytes(cast(Any, serialized))
-    engine = deserialize(data, logger=logger)
-    summary = summarize_inspector(inspector_json(engine))
-    share = assert_precision(summary, plan.precision, plan.min_precision_share,
-                             onnx_reduced=_onnx_reduced(plan) if summary.opaque_layers else None)
+    if network_share is None:
+        engine = deserialize(data, logger=logger)
+        summary = summarize_inspector(inspector_json(engine))
+        share = assert_precision(summary, plan.precision, plan.min_precision_share,
+                                 onnx_reduced=_onnx_reduced(plan) if summary.opaque_layers else None)
+    else:
+        summary, share = network_share
     write_bytes(plan.engine_path, data, force=plan.force)
     needed = sorted(set(plugin_layers(network)) | set(parser.get_used_vc_plugin_libraries()))
     log.info("built %s in %.1f s (%d bytes, plugins: %s)", plan.engine_path, seconds, len(data), plugins or "none")
@@ -282,4 +350,7 @@ def build_engine(
         plugins_needed=tuple(needed),
         timing_cache=timing_cache,
         tensorrt=version,
+        flavour=flavour.name,
+        precision_source="engine" if flavour.inspects_engine else "network",
+        compute_capabilities=plan.build_targets(),
     )

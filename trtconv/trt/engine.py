@@ -21,6 +21,7 @@ import numpy as np
 from trtconv.errors import (
     BackendUnavailableError,
     BuildError,
+    DataError,
     InvalidModelError,
     UnsupportedModelError,
     UsageError,
@@ -28,20 +29,20 @@ from trtconv.errors import (
 from trtconv.plan.manifest import manifest_path, read_manifest, runtime_mismatches
 from trtconv.trt.cudart import EventTimer, capture
 from trtconv.trt.environment import probe
+from trtconv.trt.flavour import TENSORRT, Flavour, active, for_target
 from trtconv.trt.loader import tensorrt_version
 from trtconv.trt.session import LogBridge, load_plugins
 
 if TYPE_CHECKING:
     import tensorrt as trt
+else:
+    from trtconv.trt.loader import trt
 
 log = logging.getLogger(__name__)
 
 
 def deserialize(data: bytes, *, logger: trt.ILogger | None = None) -> trt.ICudaEngine:
     tensorrt_version()
-    import tensorrt as trt
-
-
     logger = logger or LogBridge.make()
     runtime = trt.Runtime(logger)
     runtime.engine_host_code_allowed = True  # version-compatible engines carry their lean runtime
@@ -61,8 +62,6 @@ _KEEP: list[Any] = []
 
 
 def inspector_json(engine: trt.ICudaEngine) -> str:
-    import tensorrt as trt
-
     inspector = engine.create_engine_inspector()
     return inspector.get_engine_information(trt.LayerInformationFormat.JSON)
 
@@ -95,6 +94,18 @@ def check_manifest(engine_path: Path, device: int = 0) -> None:
                                 hint=f"rebuild it on this machine with `trtconv build` (see {path.name})")
 
 
+def engine_flavour(engine_path: Path) -> Flavour:
+    """Which runtime an engine needs, from its manifest's build target (TensorRT when unknown)."""
+    path = manifest_path(engine_path)
+    if not path.is_file():
+        return TENSORRT
+    try:
+        build = read_manifest(path).get("build") or {}
+    except (DataError, OSError):
+        return TENSORRT
+    return for_target(str(build.get("target") or ""))
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     name: str
@@ -107,15 +118,25 @@ class EngineRunner:
 
     def __init__(self, engine_path: Path, plugin_libraries: tuple[Path, ...] = (), *,
                  check_compatibility: bool = True) -> None:
+        flavour = engine_flavour(Path(engine_path))
+        with active(flavour):  # an RTX engine needs TensorRT-RTX's runtime (on an RTX GPU)
+            self._open(Path(engine_path), plugin_libraries, check_compatibility, flavour)
+
+    def _open(self, engine_path: Path, plugin_libraries: tuple[Path, ...], check_compatibility: bool,
+              flavour: Flavour) -> None:
         tensorrt_version()
-        import tensorrt as trt
-
-
         self._cuda = _cuda()
+        if not flavour.needs_gpu_to_build and not probe(import_tensorrt=False).gpus:
+            # TensorRT-RTX builds without a GPU but cannot run without one (it would fail inside CUDA)
+            raise BackendUnavailableError(f"{engine_path.name} is a {flavour.name} engine: it runs only on an RTX-class "
+                                          "GPU, and this machine has none",
+                                          hint="run it where `trtconv doctor` lists a GPU of the compute capabilities "
+                                          f"in {manifest_path(engine_path).name}")
         if check_compatibility:
             check_manifest(Path(engine_path))
         logger = self._logger = LogBridge.make()
-        load_plugins(logger, plugin_libraries)
+        if flavour.plugins:
+            load_plugins(logger, plugin_libraries)
         self.engine = deserialize(Path(engine_path).read_bytes(), logger=logger)
         self.context = self.engine.create_execution_context()
         self.stream = self._cuda.Stream()

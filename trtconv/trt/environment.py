@@ -2,14 +2,16 @@
 
 Probed without TensorRT where possible: the CUDA driver API (libcuda) and runtime
 (libcudart) through ctypes, the driver version from /proc or nvidia-smi, package
-versions from metadata. ``tensorrt`` itself is imported only by ``probe_tensorrt``,
-so ``trtconv doctor`` can say *why* it fails to import (missing libnvinfer, wrong CUDA).
+versions from metadata. ``tensorrt`` and ``tensorrt_rtx`` are imported only by
+``probe_tensorrt``, so ``trtconv doctor`` can say *why* one fails to import (missing
+libnvinfer, wrong CUDA). TensorRT-RTX builds without a GPU, so it is "ready" on its own.
 """
 
 from __future__ import annotations
 
 import ctypes
 import glob
+import importlib
 import importlib.util
 import os
 import shutil
@@ -19,12 +21,13 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from trtconv.trt.flavour import RTX, TENSORRT, Flavour
+
 TRT_DISTS = ("tensorrt", "tensorrt-cu13", "tensorrt-cu12", "tensorrt-cu13-libs", "tensorrt-cu12-libs",
              "tensorrt-cu13-bindings", "tensorrt-cu12-bindings", "tensorrt-lean", "tensorrt-dispatch")
-INSTALL_HINT = (
-    "install TensorRT with `pip install tensorrt` (CUDA 13) or `pip install tensorrt-cu12` (CUDA 12); "
-    "the native libraries come from NVIDIA's own package index. On Jetson use the JetPack TensorRT."
-)
+RTX_DISTS = ("tensorrt-rtx", "tensorrt-rtx-cu13", "tensorrt-rtx-cu12", "tensorrt-rtx-cu13-libs",
+             "tensorrt-rtx-cu12-libs", "tensorrt-rtx-cu13-bindings", "tensorrt-rtx-cu12-bindings")
+INSTALL_HINT = TENSORRT.install_hint
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
 
@@ -54,14 +57,19 @@ class Environment:
     gpus: tuple[Gpu, ...]
     driver_error: str | None
     packages: dict[str, str | None]
+    tensorrt_rtx: TensorRTStatus = field(default_factory=lambda: TensorRTStatus(False, None, "not probed"))
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
 
-    def manifest_fields(self, device: int = 0) -> dict[str, object]:
+    def status(self, flavour: Flavour) -> TensorRTStatus:
+        return self.tensorrt_rtx if flavour == RTX else self.tensorrt
+
+    def manifest_fields(self, device: int = 0, flavour: Flavour = TENSORRT) -> dict[str, object]:
         gpu = self.gpus[device] if len(self.gpus) > device else None
         return {
-            "tensorrt": self.tensorrt.version,
+            "tensorrt": self.status(flavour).version,
+            "tensorrt_flavour": flavour.name,
             "cuda_runtime": self.cuda_runtime,
             "cuda_driver": self.cuda_driver,
             "driver": self.driver,
@@ -77,16 +85,17 @@ def _dist_version(name: str) -> str | None:
         return None
 
 
-def probe_tensorrt() -> TensorRTStatus:
-    dists = {d: v for d in TRT_DISTS if (v := _dist_version(d))}
-    if importlib.util.find_spec("tensorrt") is None:
-        return TensorRTStatus(False, None, "the Python package `tensorrt` is not installed", dists)
+def probe_tensorrt(flavour: Flavour = TENSORRT) -> TensorRTStatus:
+    name = flavour.module
+    dists = {d: v for d in (RTX_DISTS if flavour == RTX else TRT_DISTS) if (v := _dist_version(d))}
+    if importlib.util.find_spec(name) is None:
+        return TensorRTStatus(False, None, f"the Python package `{name}` is not installed", dists)
     try:
-        import tensorrt
+        mod = importlib.import_module(name)
     except Exception as exc:  # ImportError, or OSError from a missing libnvinfer
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return TensorRTStatus(False, None, f"import tensorrt failed: {text}", dists)
-    return TensorRTStatus(True, str(getattr(tensorrt, "__version__", "unknown")), None, dists)
+        return TensorRTStatus(False, None, f"import {name} failed: {text}", dists)
+    return TensorRTStatus(True, str(getattr(mod, "__version__", "unknown")), None, dists)
 
 
 def _format_cuda_version(v: int) -> str:
@@ -180,7 +189,9 @@ def probe(*, import_tensorrt: bool = True) -> Environment:
 
         packages["polygraphy"] = str(getattr(polygraphy, "__version__", "unknown"))
     trt = probe_tensorrt() if import_tensorrt else TensorRTStatus(False, None, "not probed")
+    rtx = probe_tensorrt(RTX) if import_tensorrt else TensorRTStatus(False, None, "not probed")
     return Environment(
+        tensorrt_rtx=rtx,
         tensorrt=trt,
         cuda_driver=cuda_driver,
         driver=probe_driver_version() if gpus or cuda_driver else None,

@@ -17,6 +17,8 @@ from trtconv.errors import BackendUnavailableError
 
 if TYPE_CHECKING:
     import tensorrt as trt
+else:
+    from trtconv.trt.loader import trt
 
 log = logging.getLogger(__name__)
 
@@ -25,9 +27,8 @@ class LogBridge:
     """TensorRT's log → Python logging (TensorRT's INFO is chatty: shown with -v)."""
 
     @staticmethod
-    def make() -> trt.ILogger:
-        import tensorrt as trt
-
+    def make(errors: list[str] | None = None) -> trt.ILogger:
+        """``errors`` (if given) collects every ERROR/INTERNAL_ERROR message, for one clear failure line."""
         levels = {
             trt.ILogger.Severity.INTERNAL_ERROR: logging.ERROR,
             trt.ILogger.Severity.ERROR: logging.ERROR,
@@ -42,15 +43,16 @@ class LogBridge:
                 trt.ILogger.__init__(self)
 
             def log(self, severity: trt.ILogger.Severity, msg: str) -> None:
-                trt_log.log(levels.get(severity, logging.INFO), "%s", msg)
+                level = levels.get(severity, logging.INFO)
+                if errors is not None and level >= logging.ERROR:
+                    errors.append(msg)
+                trt_log.log(level, "%s", msg)
 
         return Bridge()
 
 
 def load_plugins(logger: trt.ILogger, libraries: tuple[Path, ...]) -> list[str]:
     """TensorRT's own plugin library, extra libraries, and trtconv's plugins, in that order."""
-    import tensorrt as trt
-
     if not trt.init_libnvinfer_plugins(cast(Any, logger), ""):
         log.warning("TensorRT's plugin library (libnvinfer_plugin) did not initialise")
     registry = trt.get_plugin_registry()

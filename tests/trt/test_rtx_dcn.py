@@ -1,0 +1,53 @@
+"""DCNv2 on TensorRT-RTX: no plugins there, so `build --trt rtx` rewrites DCN into standard ONNX operators."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from builders import dcn_model
+from click.testing import CliRunner
+
+import trtconv.rewrites.dcn
+from trtconv.cli.main import cli
+from trtconv.errors import ExitCode
+from trtconv.pipeline.build import PLUGIN_FREE_DCN, BuildRequest
+
+pytest.importorskip("tensorrt_rtx", reason="tensorrt-rtx is in the test extra: run `make install`")
+portable = pytest.mark.skipif("portable" not in trtconv.rewrites.dcn.TARGETS,
+                              reason="lands with the plugin-free DCN rule")
+
+
+def _build(*args: object):
+    return CliRunner().invoke(cli, ["build", "--trt", "rtx", *[str(a) for a in args]])
+
+
+@portable
+def test_default_dcn_target_is_plugin_free_only_where_plugins_are_missing():
+    req = BuildRequest(model=Path("m.onnx"), output=Path("m.engine"), target="rtx")
+    assert req.dcn() == PLUGIN_FREE_DCN == "portable"
+    assert BuildRequest(model=Path("m.onnx"), output=Path("m.engine"), target="11.4").dcn() is None  # rewrite's own
+    assert BuildRequest(model=Path("m.onnx"), output=Path("m.engine"), target="rtx",
+                        dcn_target="deformconv").dcn() == "deformconv"  # the user's choice wins
+
+
+@portable
+def test_dcnv2_model_builds_a_real_rtx_engine_through_the_plugin_free_form(tmp_path):
+    engine = tmp_path / "dcn.engine"
+    res = _build(dcn_model(tmp_path / "dcn.onnx"), "-o", engine)
+    assert res.exit_code == 0, res.output
+    assert engine.stat().st_size > 0
+    m = json.loads(Path(str(engine) + ".json").read_text())
+    assert m["build"]["target"] == "rtx" and m["plugins"]["needed_at_runtime"] == []
+    assert [(r["node"], r["target"]) for r in m["rewrites"]] == [("dcn0", "portable")]
+    assert all(r["proof"]["passed"] for r in m["rewrites"])
+
+
+def test_dcn_as_deformconv_is_refused_before_tensorrt_rtx_is_asked(tmp_path):
+    """ONNX DeformConv needs TensorRT's plugin library: the recheck against RTX's table says so (exit 5)."""
+    engine = tmp_path / "dcn.engine"
+    res = _build(dcn_model(tmp_path / "dcn.onnx"), "-o", engine, "--dcn-target", "deformconv")
+    assert res.exit_code == ExitCode.UNSUPPORTED, res.output
+    assert "TensorRT-RTX would still reject" in res.output and "DeformConv" in res.output
+    assert not engine.exists()
