@@ -7,8 +7,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from trtconv.precision.expose import expose_tensors
 from trtconv.precision.int8 import Int8Settings, quantize_int8
-from trtconv.precision.qdq import expose_tensors, insert_qdq, plan_qdq, quantize_weight
+from trtconv.precision.qdq import insert_qdq, plan_qdq, quantize_weight
 from trtconv.reference.ort import run_model
 from trtconv.samples.sources import ArraySamples
 

@@ -16,6 +16,7 @@ import onnx
 from onnx import numpy_helper
 
 from trtconv.load.model import iter_graphs
+from trtconv.precision.graph_index import unique_name
 
 
 @dataclass(frozen=True)
@@ -52,15 +53,6 @@ def _uses(model: onnx.ModelProto) -> dict[str, int]:
         for o in g.output:
             count[o.name] = count.get(o.name, 0) + 1
     return count
-
-
-def _fresh(name: str, taken: set[str]) -> str:
-    cand, k = name, 0
-    while cand in taken:
-        k += 1
-        cand = f"{name}_{k}"
-    taken.add(cand)
-    return cand
 
 
 def fold_batchnorms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, tuple[FoldedBatchNorm, ...]]:
@@ -100,8 +92,8 @@ def fold_batchnorms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, tuple[Fold
             w_new = (w.astype(np.float64) * factor.reshape((-1,) + (1,) * (w.ndim - 1))).astype(np.float32)
             b_old = np.zeros(w.shape[0]) if b is None else b.astype(np.float64)
             b_new = ((b_old - mean) * factor + beta).astype(np.float32)
-            w_name = _fresh(conv.input[1] + "_bnfold", taken)
-            b_name = _fresh((conv.input[2] if b is not None else conv.output[0]) + "_bias_bnfold", taken)
+            w_name = unique_name(taken, conv.input[1] + "_bnfold")
+            b_name = unique_name(taken, (conv.input[2] if b is not None else conv.output[0]) + "_bias_bnfold")
             graph.initializer.append(numpy_helper.from_array(w_new, w_name))
             graph.initializer.append(numpy_helper.from_array(b_new, b_name))
             conv.input[1] = w_name

@@ -27,6 +27,7 @@ from onnx import TensorProto, defs, helper, numpy_helper
 from trtconv.load.model import iter_graphs
 from trtconv.load.shapes import graph_dtypes
 from trtconv.precision.fp16_rules import FP16_MAX, NodeView, Rule, const_peak_lookup
+from trtconv.precision.graph_index import unique_name
 
 FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
 FLOATS = (FLOAT, HALF)
@@ -122,12 +123,7 @@ class Rewriter:
         self.taken = {n for g in iter_graphs(model.graph) for n in _names(g)}
 
     def fresh(self, base: str) -> str:
-        cand, k = base, 0
-        while cand in self.taken:
-            k += 1
-            cand = f"{base}_{k}"
-        self.taken.add(cand)
-        return cand
+        return unique_name(self.taken, base)
 
     def schema(self, node: onnx.NodeProto) -> defs.OpSchema | None:
         domain = "" if node.domain in ("", "ai.onnx") else node.domain

@@ -29,11 +29,13 @@ from trtconv.load.model import load_model, model_sha256
 from trtconv.precision.bn_fold import FoldedBatchNorm, fold_batchnorms
 from trtconv.precision.calib_cache import CacheInfo, cache_key, read_cache, write_cache
 from trtconv.precision.calibrate import Calibrator, CalibSettings, Method, scale_from_threshold
+from trtconv.precision.expose import expose_tensors
 from trtconv.precision.fp16 import Fp16Report, Fp16Settings, convert_fp16
 from trtconv.precision.fp16_graph import emulate_half
+from trtconv.precision.graph_index import ModelIndex
 from trtconv.precision.int8_accuracy import accuracy_report, run_failure, with_origin
 from trtconv.precision.peaks import activation_peaks, float_tensors, update_peak
-from trtconv.precision.qdq import ModelIndex, Placement, Skip, expose_tensors, insert_qdq, plan_qdq
+from trtconv.precision.qdq import Placement, Skip, insert_qdq, plan_qdq
 from trtconv.precision.sensitivity import LayerError, fewest_exclusions, layer_errors
 from trtconv.reference.compare import DEFAULT_THRESHOLDS, OutputStats, Thresholds, violations
 from trtconv.reference.ort import session

@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 
 from trtconv.errors import DataError
-from trtconv.precision.qdq import SHAPE_ONLY, ModelIndex
+from trtconv.precision.graph_index import SHAPE_ONLY, ModelIndex
 from trtconv.reference.compare import OutputStats, PooledStats, worse_stats
 from trtconv.reference.ort import run, session
 

@@ -17,8 +17,8 @@ import onnx
 from onnx import helper
 
 from trtconv.load.model import iter_graphs
+from trtconv.precision.expose import expose_tensors
 from trtconv.precision.fp16_graph import graph_types
-from trtconv.precision.qdq import expose_tensors
 from trtconv.reference import ort
 
 log = logging.getLogger(__name__)

@@ -9,22 +9,30 @@ the Conv before it. Everything else computes in floating point; numerically sens
 ops (sigmoid/softmax heads, normalisations, Resize) get no Q/DQ by design.
 
 Unlike ONNX Runtime's and ModelOpt's quantizers, this walks into ``If``/``Loop``/``Scan``
-bodies: the placement, the calibration outputs and the inserted nodes all reach
-subgraphs, with weights that live in ``Constant`` nodes there.
+bodies: the placement, the calibration outputs (:mod:`trtconv.precision.expose`) and the
+inserted nodes all reach subgraphs, with weights that live in ``Constant`` nodes there.
+The model-wide lookups live in :mod:`trtconv.precision.graph_index`.
 """
 
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
+
+from trtconv.precision.graph_index import (
+    SHAPE_ONLY,
+    ModelIndex,
+    all_names,
+    iter_graphs_with_path,
+    unique_name,
+)
 
 QUANTIZABLE = ("Conv", "ConvTranspose", "Gemm", "MatMul")
-SHAPE_ONLY = ("Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity")
 SENSITIVE = {
     "Sigmoid": "sigmoid output head",
     "Softmax": "softmax",
@@ -37,7 +45,6 @@ SENSITIVE = {
     "Resize": "Resize interpolation",
     "Upsample": "Resize interpolation",
 }
-FLOAT_TYPES = (TensorProto.FLOAT,)
 Q_DOMAIN = ""
 
 
@@ -77,83 +84,6 @@ class Plan:
 
     def activation_tensors(self) -> list[str]:
         return sorted({p.tensor for p in self.placements if p.kind == "activation"})
-
-
-# ----------------------------------------------------------------------------- model index
-
-
-def iter_graphs_with_path(graph: onnx.GraphProto, path: str = "main") -> Iterator[tuple[str, onnx.GraphProto]]:
-    yield path, graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from iter_graphs_with_path(attr.g, f"{path}/{node.name or node.op_type}/{attr.name}")
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for i, g in enumerate(attr.graphs):
-                    yield from iter_graphs_with_path(g, f"{path}/{node.name or node.op_type}/{attr.name}[{i}]")
-
-
-def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
-    for attr in node.attribute:
-        if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
-            return numpy_helper.to_array(attr.t)
-    return None
-
-
-@dataclass
-class ModelIndex:
-    """Lookups over the whole model, subgraphs included (ONNX names are model-wide)."""
-
-    model: onnx.ModelProto
-    graphs: list[tuple[str, onnx.GraphProto]] = field(default_factory=list)
-    constants: dict[str, np.ndarray] = field(default_factory=dict)
-    producer: dict[str, tuple[str, onnx.NodeProto]] = field(default_factory=dict)
-    dtypes: dict[str, int] = field(default_factory=dict)
-    graph_inputs: set[str] = field(default_factory=set)  # main-graph inputs (fed, never computed)
-
-    @classmethod
-    def build(cls, model: onnx.ModelProto) -> ModelIndex:
-        idx = cls(model)
-        idx.graphs = list(iter_graphs_with_path(model.graph))
-        try:
-            inferred = onnx.shape_inference.infer_shapes(model)
-        except Exception:
-            inferred = model
-        for _, g in iter_graphs_with_path(inferred.graph):
-            for vi in list(g.input) + list(g.value_info) + list(g.output):
-                if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-                    idx.dtypes.setdefault(vi.name, vi.type.tensor_type.elem_type)
-        inits = {i.name for i in model.graph.initializer}
-        idx.graph_inputs = {i.name for i in model.graph.input if i.name not in inits}
-        for path, g in idx.graphs:
-            for t in g.initializer:
-                idx.constants[t.name] = numpy_helper.to_array(t)
-                idx.dtypes[t.name] = t.data_type
-            for n in g.node:
-                for o in n.output:
-                    idx.producer[o] = (path, n)
-                if n.op_type == "Constant" and n.output:
-                    val = _constant_value(n)
-                    if val is not None:
-                        idx.constants[n.output[0]] = val
-        return idx
-
-    def is_float(self, name: str) -> bool | None:
-        dt = self.dtypes.get(name)
-        if dt is None:
-            return None
-        return dt in FLOAT_TYPES
-
-    def producer_op(self, name: str, *, through: tuple[str, ...] = ()) -> str | None:
-        """The op that computes ``name``, looking back through ``through`` ops (e.g. reshapes)."""
-        for _ in range(32):
-            p = self.producer.get(name)
-            if p is None:
-                return None
-            if p[1].op_type not in through or not p[1].input:
-                return p[1].op_type
-            name = p[1].input[0]
-        return None
 
 
 def _attr(node: onnx.NodeProto, name: str, default: int) -> int:
@@ -309,28 +239,6 @@ def _residual_placement(
 # ----------------------------------------------------------------------------- insertion
 
 
-def unique_name(names: set[str], base: str) -> str:
-    """``base``, or ``base_1``, ``base_2``, ... : the first not in ``names`` (which it joins)."""
-    cand = base
-    i = 1
-    while cand in names:
-        cand = f"{base}_{i}"
-        i += 1
-    names.add(cand)
-    return cand
-
-
-def _all_names(model: onnx.ModelProto) -> set[str]:
-    names: set[str] = set()
-    for _, g in iter_graphs_with_path(model.graph):
-        names.update(i.name for i in g.input)
-        names.update(i.name for i in g.initializer)
-        for n in g.node:
-            names.update(n.output)
-            names.add(n.name)
-    return names
-
-
 def quantize_weight(w: np.ndarray, axis: int | None) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric INT8 (range ±127, as TensorRT uses) → (int8 weights, float32 scales)."""
     w = w.astype(np.float32)
@@ -354,7 +262,7 @@ def insert_qdq(
     out = onnx.ModelProto()
     out.CopyFrom(model)
     idx = ModelIndex.build(out)
-    names = _all_names(out)
+    names = all_names(out)
     by_graph: dict[str, list[Placement]] = {}
     for p in placements:
         by_graph.setdefault(p.graph, []).append(p)
@@ -439,86 +347,3 @@ def remove_unused_constants(model: onnx.ModelProto) -> None:
                 removed = True
         if not removed:
             return
-
-
-# ----------------------------------------------------------------------------- calibration outputs
-
-
-def expose_tensors(model: onnx.ModelProto, tensors: Sequence[str]) -> tuple[onnx.ModelProto, dict[str, str]]:
-    """A copy whose graph outputs include ``tensors`` (subgraph values too); output name → tensor.
-
-    A value inside an ``If`` branch becomes an extra branch output (the other branch yields
-    an empty tensor in its place), then an extra ``If`` output, up to the main graph; in a
-    ``Loop`` body it becomes an extra scan output (stacked over iterations). ``Scan`` bodies
-    are left alone. Main-graph inputs are not exposed: the caller has their values.
-    """
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    wanted = set(tensors)
-    names = _all_names(out)
-    mapping: dict[str, str] = {}
-    exposed = _expose(out.graph, wanted, names, is_main=True)
-    existing = {o.name for o in out.graph.output}
-    for name, tensor in exposed:
-        if name not in existing:
-            out.graph.output.append(helper.make_empty_tensor_value_info(name))
-            out.graph.output[-1].type.tensor_type.elem_type = TensorProto.FLOAT
-        mapping[name] = tensor
-    return out, mapping
-
-
-def _expose(g: onnx.GraphProto, wanted: set[str], names: set[str], *, is_main: bool) -> list[tuple[str, str]]:
-    here: list[tuple[str, str]] = []
-    produced = {o for n in g.node for o in n.output}
-    if not is_main:
-        produced |= {i.name for i in g.input}
-    for t in sorted(wanted & produced):
-        here.append((t, t))
-    for node in g.node:
-        if node.op_type == "If":
-            branches = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
-            then_g, else_g = branches.get("then_branch"), branches.get("else_branch")
-            if then_g is None or else_g is None:
-                continue
-            t_exp = _expose(then_g, wanted, names, is_main=False)
-            e_exp = _expose(else_g, wanted, names, is_main=False)
-            rows = [(t, True) for t in t_exp] + [(e, False) for e in e_exp]
-            for (inner, tensor), in_then in rows:
-                outer = unique_name(names, f"{tensor}__calib")
-                for branch, real in ((then_g, in_then), (else_g, not in_then)):
-                    if real:
-                        _add_output(branch, inner, names)
-                    else:
-                        empty = unique_name(names, f"{tensor}__calib_empty")
-                        branch.node.append(helper.make_node(
-                            "Constant", [], [empty], name=unique_name(names, empty + "_Constant"),
-                            value=numpy_helper.from_array(np.zeros(0, dtype=np.float32), empty)))
-                        _add_output(branch, empty, names)
-                node.output.append(outer)
-                here.append((outer, tensor))
-        elif node.op_type == "Loop":
-            body = next((a.g for a in node.attribute if a.name == "body"), None)
-            if body is None:
-                continue
-            for inner, tensor in _expose(body, wanted, names, is_main=False):
-                _add_output(body, inner, names)
-                outer = unique_name(names, f"{tensor}__calib")
-                node.output.append(outer)
-                here.append((outer, tensor))
-    return here
-
-
-def _add_output(g: onnx.GraphProto, name: str, names: set[str]) -> None:
-    """Append ``name`` as an extra output of subgraph ``g``.
-
-    A value that already is an output of ``g`` goes through an Identity under a new
-    name: a subgraph listing one name twice makes ONNX Runtime mis-wire the If/Loop
-    outputs and change the model's result.
-    """
-    if any(o.name == name for o in g.output):
-        alias = unique_name(names, f"{name}__calib_alias")
-        g.node.append(helper.make_node("Identity", [name], [alias], name=unique_name(names, alias + "_Identity")))
-        name = alias
-    vi = helper.make_empty_tensor_value_info(name)
-    vi.type.tensor_type.elem_type = TensorProto.FLOAT
-    g.output.append(vi)

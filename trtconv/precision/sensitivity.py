@@ -21,8 +21,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 import onnx
 
+from trtconv.precision.expose import expose_tensors
+from trtconv.precision.graph_index import iter_graphs_with_path, unique_name
 from trtconv.precision.int8_accuracy import run_failure, with_origin
-from trtconv.precision.qdq import Placement, expose_tensors, insert_qdq, iter_graphs_with_path, unique_name
+from trtconv.precision.qdq import Placement, insert_qdq
 from trtconv.reference.ort import session
 
 PROBE_SUFFIX = "__int8probe"
