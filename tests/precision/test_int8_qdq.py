@@ -262,3 +262,17 @@ def test_exposing_a_branch_output_keeps_the_if_result():
         branch_out = "t_out" if cond else "e_out"
         name = next(k for k, v in mapping.items() if v == branch_out)
         assert got[name].shape == (2, 4)
+
+
+def test_half_scales_are_float16_exact_and_positive():
+    """TensorRT refuses a zero scale; a dead channel's FP32 scale (1e-40) would be 0 in float16."""
+    from trtconv.precision.qdq import half_exact
+
+    w = RNG.standard_normal((3, 2, 3, 3)).astype(np.float32) * np.float32(0.01)
+    w[1] = 1e-38  # a dead channel
+    q, scale = quantize_weight(w, 0, half=True)
+    assert (scale > 0).all() and np.array_equal(scale.astype(np.float16).astype(np.float32), scale)
+    assert (np.abs(q[[0, 2]]).max(axis=(1, 2, 3)) == 127).all()  # rounded up: no channel clips
+    deq = q.astype(np.float32) * scale.reshape(-1, 1, 1, 1)
+    assert np.abs(deq[[0, 2]] - w[[0, 2]]).max() <= scale[[0, 2]].max() / 2 + 1e-9
+    assert half_exact(np.float32(0.1)) >= np.float32(0.1) and half_exact(0.0) == np.float32(2.0**-24)

@@ -451,7 +451,7 @@ class _Builder:
         return [p for p in placed if p.node in names]
 
     def _typed(self, base: onnx.ModelProto, placed: Sequence[Placement]) -> tuple[onnx.ModelProto, Any]:
-        q = insert_qdq(base, placed, self.scales)
+        q = insert_qdq(base, placed, self.scales, half=self.settings.remainder == "fp16")
         q.ir_version = max(q.ir_version, 4)  # IR 3 wants every initializer listed as an input; we add some
         if self.settings.remainder != "fp16":
             return q, None

@@ -239,8 +239,28 @@ def _residual_placement(
 # ----------------------------------------------------------------------------- insertion
 
 
-def quantize_weight(w: np.ndarray, axis: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric INT8 (range ±127, as TensorRT uses) → (int8 weights, float32 scales)."""
+HALF_TINY = np.float16(2.0**-24)  # the smallest positive float16
+
+
+def half_exact(scale: np.ndarray | float) -> np.ndarray:
+    """The smallest positive float16 value >= ``scale``, as float32.
+
+    With the FP16 remainder the scales are stored in float16: rounded down a channel would
+    clip, and a scale under 2^-24 (a dead channel's weights) would become 0, which
+    TensorRT's parser refuses ("Scale coefficients must all be positive").
+    """
+    x = np.asarray(scale, dtype=np.float32)
+    h = x.astype(np.float16)
+    h = np.where(h.astype(np.float32) < x, np.nextafter(h, np.float16(np.inf)), h)
+    return np.maximum(h, HALF_TINY).astype(np.float32)
+
+
+def quantize_weight(w: np.ndarray, axis: int | None, *, half: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric INT8 (range ±127, as TensorRT uses) → (int8 weights, float32 scales).
+
+    ``half``: the scales are made float16-exact first (:func:`half_exact`) and the weights
+    quantized with them, so the stored FP16 scale dequantizes exactly what was quantized.
+    """
     w = w.astype(np.float32)
     if axis is None:
         amax = np.array(np.abs(w).max(), dtype=np.float32)
@@ -248,6 +268,8 @@ def quantize_weight(w: np.ndarray, axis: int | None) -> tuple[np.ndarray, np.nda
         red = tuple(i for i in range(w.ndim) if i != axis)
         amax = np.abs(w).max(axis=red).astype(np.float32)
     scale = np.where(amax > 0, amax / np.float32(127.0), np.float32(1.0)).astype(np.float32)
+    if half:
+        scale = half_exact(scale)
     shape = [1] * w.ndim
     if axis is not None:
         shape[axis] = -1
@@ -256,9 +278,12 @@ def quantize_weight(w: np.ndarray, axis: int | None) -> tuple[np.ndarray, np.nda
 
 
 def insert_qdq(
-    model: onnx.ModelProto, placements: Sequence[Placement], scales: Mapping[str, float]
+    model: onnx.ModelProto, placements: Sequence[Placement], scales: Mapping[str, float], *, half: bool = False
 ) -> onnx.ModelProto:
-    """A copy of ``model`` with the placements applied; activations need a scale in ``scales``."""
+    """A copy of ``model`` with the placements applied; activations need a scale in ``scales``.
+
+    ``half``: every scale float16-exact and positive (the model is going to the FP16 remainder).
+    """
     out = onnx.ModelProto()
     out.CopyFrom(model)
     idx = ModelIndex.build(out)
@@ -283,9 +308,11 @@ def insert_qdq(
                 key = (p.tensor, p.axis if p.kind == "weight" else -1)
                 if key not in made:
                     if p.kind == "weight":
-                        made[key] = _add_weight_dq(g, new_nodes, names, p.tensor, idx.constants[p.tensor], p.axis)
+                        made[key] = _add_weight_dq(g, new_nodes, names, p.tensor, idx.constants[p.tensor], p.axis,
+                                                   half=half)
                     else:
-                        made[key] = _add_activation_qdq(g, new_nodes, names, p.tensor, scales[p.tensor])
+                        scale = float(half_exact(scales[p.tensor])) if half else scales[p.tensor]
+                        made[key] = _add_activation_qdq(g, new_nodes, names, p.tensor, scale)
                 node.input[p.input_index] = made[key]
             new_nodes.append(node)
         g.ClearField("node")
@@ -307,9 +334,10 @@ def _add_activation_qdq(g: onnx.GraphProto, nodes: list, names: set[str], tensor
 
 
 def _add_weight_dq(
-    g: onnx.GraphProto, nodes: list, names: set[str], tensor: str, w: np.ndarray, axis: int | None
+    g: onnx.GraphProto, nodes: list, names: set[str], tensor: str, w: np.ndarray, axis: int | None, *,
+    half: bool = False,
 ) -> str:
-    q, scale = quantize_weight(w, axis)
+    q, scale = quantize_weight(w, axis, half=half)
     qn = unique_name(names, f"{tensor}_quantized")
     s = unique_name(names, f"{tensor}_scale")
     z = unique_name(names, f"{tensor}_zero_point")
