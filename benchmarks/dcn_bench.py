@@ -6,6 +6,11 @@ Columns: this kernel (best tile, as TensorRT's tactic timing would pick), torchv
 ``deform_conv2d``, cuDNN dense conv2d of the same shape (NCHW), the roofline bound, and the
 relative error of each DCN against float64. Times are medians of CUDA-event timed batches.
 
+The ``portable`` columns time the plugin-free form (``trtconv rewrite --dcn-target portable``):
+the ONNX graph trtconv emits for the layer, its nodes executed one by one with the matching
+PyTorch op (GridSample → ``grid_sample``, Conv → cuDNN ``conv2d``, ...), captured in a CUDA
+graph so launch overhead stays out as it does in a TensorRT engine; no fusion between nodes.
+
     python benchmarks/dcn_bench.py [--json out.json] [--quick]
 """
 
@@ -66,6 +71,116 @@ def time_us(torch, fn, iters: int, reps: int) -> float:
     return statistics.median(samples)
 
 
+def portable_graph(n: int, c: int, cout: int, h: int, fp16: bool) -> Any:
+    """The ONNX graph ``trtconv rewrite --dcn-target portable`` emits for one 3x3 DCNv2 layer
+    (x, offset, mask, weight, bias all graph inputs, so the benchmark feeds its own tensors),
+    with what depends only on the (static) shapes folded to constants, as a TensorRT builder
+    does for an engine of static shapes."""
+    import onnx_graphsurgeon as gs
+    from onnx import TensorProto, helper
+
+    from trtconv.rewrites import RewriteSettings, rewrite
+
+    t = TensorProto.FLOAT16 if fp16 else TensorProto.FLOAT
+    shapes = {"x": [n, c, h, h], "weight": [cout, c, 3, 3], "offset": [n, 18, h, h], "bias": [cout], "mask": [n, 9, h, h]}
+    node = helper.make_node("DeformConv", list(shapes), ["y"], pads=[1, 1, 1, 1], kernel_shape=[3, 3])
+    g = helper.make_graph([node], "dcn", [helper.make_tensor_value_info(k, t, v) for k, v in shapes.items()],
+                          [helper.make_tensor_value_info("y", t, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+    portable = rewrite(model, RewriteSettings(dcn_target="portable")).model  # node proof: ONNX Runtime vs float64
+    graph = gs.import_onnx(portable)
+    graph.fold_constants().cleanup()
+    return gs.export_onnx(graph)
+
+
+def torch_runner(torch: Any, model: Any, device: str = "cuda") -> Any:
+    """``fn(feeds, skip=()) -> tensors by name``: the ONNX graph's nodes in order, each as its
+    PyTorch op; node types in ``skip`` are not run."""
+    import torch.nn.functional as F
+    from onnx import helper, numpy_helper
+
+    host = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    consts = {k: torch.from_numpy(v.copy()).to(device) for k, v in host.items()}
+    types = {1: torch.float32, 10: torch.float16}
+
+    def reshape(v: Any, shape: list[int]) -> Any:  # shapes stay on the host: no copies in a CUDA graph
+        return v.reshape([v.shape[i] if d == 0 else d for i, d in enumerate(shape)])
+
+    def conv(v: Any, w: Any, b: Any = None, **a: Any) -> Any:
+        return F.conv2d(v, w, b, a.get("strides", [1, 1]), a.get("pads", [0, 0, 0, 0])[:2],
+                        a.get("dilations", [1, 1]), a.get("group", 1))
+
+    ops = {
+        "Cast": lambda v, **a: v.to(types[a["to"]]),
+        "Gather": lambda v, i, **a: torch.index_select(v, a.get("axis", 0), i.long()),
+        "Reshape": lambda v, **a: reshape(v, a["shape"]),
+        "Mul": lambda u, v, **a: u * v,
+        "Add": lambda u, v, **a: u + v,
+        "Sub": lambda u, v, **a: u - v,
+        "Div": lambda u, v, **a: u / v,
+        "Transpose": lambda v, **a: v.permute(*a["perm"]),
+        "GridSample": lambda v, g, **a: F.grid_sample(v, g, mode="bilinear", padding_mode="zeros",
+                                                       align_corners=bool(a.get("align_corners", 0))),
+        "Conv": conv,
+    }
+    nodes = []
+    for nd in model.graph.node:
+        attrs = {x.name: helper.get_attribute_value(x) for x in nd.attribute}
+        ins = list(nd.input)
+        if nd.op_type == "Reshape":
+            attrs["shape"] = [int(d) for d in host[ins.pop()]]
+        nodes.append((ops[nd.op_type], ins, nd.output[0], attrs, nd.op_type))
+
+    def fn(feeds: dict[str, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
+        env = {**consts, **feeds}
+        for op, ins, o, attrs, kind in nodes:
+            if kind not in skip:
+                env[o] = op(*(env[i] for i in ins if i), **attrs)
+        return env
+
+    return fn
+
+
+def graphed(torch: Any, fn: Any) -> Any:
+    """``fn`` captured once in a CUDA graph; returns a replay function."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g.replay
+
+
+def portable_timings(torch: Any, F: Any, deform_conv2d: Any, tensors: tuple[Any, ...], fp16: bool, iters: int,
+                     reps: int) -> dict[str, Any]:
+    """The portable form of one layer: whole, its sampling part (every node but the Conv), its
+    1x1 Conv alone, and its error against float64 torchvision. A failure is reported, not fatal."""
+    x, w, b, off, msk = tensors
+    n, c, h = x.shape[0], x.shape[1], x.shape[2]
+    try:
+        model = portable_graph(n, c, w.shape[0], h, fp16)
+        conv = next(nd for nd in model.graph.node if nd.op_type == "Conv")
+        y = model.graph.output[0].name
+        feeds = {"x": x, "offset": off, "mask": msk, "weight": w, "bias": b}
+        run = torch_runner(torch, model)
+        whole = time_us(torch, graphed(torch, lambda: run(feeds)[y]), iters, reps)
+        sample = time_us(torch, graphed(torch, lambda: run(feeds, ("Conv",))), iters, reps)
+        env = run(feeds)
+        cols, w1 = env[conv.input[0]], env[conv.input[1]]
+        dense = time_us(torch, graphed(torch, lambda: F.conv2d(cols, w1, b)), iters, reps)
+        ref = deform_conv2d(x.double(), off.double(), w.double(), b.double(), padding=1, mask=msk.double())
+        err = float((env[y].double() - ref).norm() / ref.norm())
+        return dict(portable_us=whole, portable_sample_us=sample, portable_conv_us=dense, err_portable=err,
+                    portable_nodes=[nd.op_type for nd in model.graph.node])
+    except Exception as exc:  # keep the plugin's numbers when the portable part fails
+        print(f"# portable form failed: {type(exc).__name__}: {exc}", flush=True)
+        return dict(portable_error=f"{type(exc).__name__}: {exc}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="write all numbers here")
@@ -113,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             t_tv = time_us(torch, lambda x=x, off=off, w=w, b=b, msk=msk: deform_conv2d(x, off, w, b, padding=1, mask=msk), iters, reps)
             t_conv = time_us(torch, lambda x=x, w=w, b=b: F.conv2d(x, w, b, padding=1), iters, reps)
             t_reformat = time_us(torch, lambda x=x: x.permute(0, 2, 3, 1).contiguous(), iters, reps)
+            port_row = portable_timings(torch, F, deform_conv2d, (x, w, b, off, msk), mode == "fp16", iters, reps)
 
             ref = deform_conv2d(x.double(), off.double(), w.double(), b.double(), padding=1, mask=msk.double())
             tv = deform_conv2d(x, off, w, b, padding=1, mask=msk)
@@ -129,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                 tile_nchw=best["nchw"], tile_nhwc=best["nhwc"], tiles_us=tiles, torchvision_us=t_tv,
                 cudnn_us=t_conv, reformat_us=t_reformat, roofline_us=roofline_us(n, c, cout, h, mode, gpu),
                 err_nchw=errs["nchw"], err_nhwc=errs["nhwc"], err_torchvision=e_tv,
+                columns_mib=n * c * 9 * h * h * (2 if mode == "fp16" else 4) / 2**20, **port_row,
             )
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -164,6 +281,18 @@ def main(argv: list[str] | None = None) -> int:
             f"| {r['torchvision_us'] / r['ours_nhwc_us']:.2f} | {r['ours_nhwc_us'] / r['cudnn_us']:.2f} "
             f"| {max(r['err_nchw'], r['err_nhwc']):.1e} | {r['err_torchvision']:.1e} |"
         )
+    print("\n## The plugin-free form (--dcn-target portable), its ONNX nodes run as PyTorch ops in a CUDA graph")
+    print("| shape | mode | portable | = sampling | + 1x1 conv | plugin NHWC | portable / plugin | torchvision "
+          "| portable / tv | columns MiB | err portable |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in (r for r in rows if "portable_us" in r):
+        print(
+            f"| ({r['shape']}) | {r['mode']} | {r['portable_us']:.1f} | {r['portable_sample_us']:.1f} "
+            f"| {r['portable_conv_us']:.1f} | {r['ours_nhwc_us']:.1f} | {r['portable_us'] / r['ours_nhwc_us']:.2f} "
+            f"| {r['torchvision_us']:.1f} | {r['portable_us'] / r['torchvision_us']:.2f} | {r['columns_mib']:.0f} "
+            f"| {r['err_portable']:.1e} |"
+        )
+    print("portable nodes: " + "; ".join(sorted({" ".join(r.get("portable_nodes", ["failed"])) for r in rows})))
     print("\nbest tiles: " + "; ".join(f"({r['shape']}) {r['mode']}: {r['tile_nchw']}, {r['tile_nhwc']}" for r in rows))
     print("\n| H=W (FP16, C64→64) | " + " | ".join(str(s["h"]) for s in sweep) + " |")
     print("|---|" + "---|" * len(sweep))

@@ -176,7 +176,7 @@ def run_ort(model_path: str, calib, method: str, out: str) -> None:
 
 
 def qdq_count(model) -> int:
-    from trtconv.load import iter_graphs
+    from trtconv.onnxutil.walk import iter_graphs
 
     return sum(1 for g in iter_graphs(model.graph) for n in g.node if n.op_type == "QuantizeLinear")
 

@@ -1,4 +1,4 @@
-"""Inputs several test packages share: a small DCNv2 graph built in code, classifier calibration data."""
+"""Inputs several test packages share: small DCNv2 graphs built in code, classifier calibration data."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 from realdata import text_line_image
+
+from trtconv.rewrites.reference import DcnParams
 
 
 def dcn_model(path: Path) -> Path:
@@ -38,6 +40,48 @@ def dcn_model(path: Path) -> Path:
                           [helper.make_tensor_value_info("y", F, None)], initializer=inits)
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
     return path
+
+
+def dcn_node_model(dialect: str, spec: tuple, *, batch: int | str = 1, spatial: bool = True, dtype=np.float32,
+           opset: int | None = None, seed: int = 3) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """One DCN node of ``dialect`` ("centernet", "mmcv", "onnx") then Relu; the weight and bias are
+    initializers, as exporters write them. ``spec``: (C, Cout, k, H, W, stride, pads [t, l, b, r],
+    dilation, group, deformable_group, mask, bias). Returns the model and its initializers."""
+    c, co, k, h, w, stride, pads, dil, group, dg, with_mask, with_bias = spec
+    p = DcnParams(stride, pads, dil, group, dg)
+    oh, ow = p.out_hw(h, w, k, k)
+    rng = np.random.default_rng(seed)
+    T = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    inits = [numpy_helper.from_array((rng.standard_normal((co, c // group, k, k)) * 0.3).astype(dtype), "weight")]
+    if with_bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(co).astype(dtype), "bias"))
+    hw = [h, w] if spatial else ["H", "W"]
+    ohw = [oh, ow] if spatial else ["OH", "OW"]
+    ins = [helper.make_tensor_value_info("x", T, [batch, c, *hw]),
+           helper.make_tensor_value_info("offset", T, [batch, 2 * dg * k * k, *ohw])]
+    if with_mask:
+        ins.append(helper.make_tensor_value_info("mask", T, [batch, dg * k * k, *ohw]))
+    opsets = [helper.make_opsetid("", opset or (19 if dialect == "onnx" else 11))]
+    bias = "bias" if with_bias else ""
+    ph, pw = pads[0], pads[1]
+    if dialect == "centernet":
+        node = helper.make_node("DCNv2", ["x", "offset", "mask", "weight", bias], ["dcn"], name="dcn0",
+                                stride=list(stride), padding=[ph, pw], dilation=list(dil), deformable_groups=dg)
+    elif dialect == "mmcv":
+        node = helper.make_node("MMCVModulatedDeformConv2d", ["x", "offset", "mask", "weight"] + ([bias] if bias else []),
+                                ["dcn"], name="dcn0", domain="mmcv", stride=list(stride), padding=[ph, pw],
+                                dilation=list(dil), groups=group, deform_groups=dg)
+        opsets.append(helper.make_opsetid("mmcv", 1))
+    else:
+        names = ["x", "weight", "offset", bias, "mask" if with_mask else ""]
+        while names[-1] == "":
+            names.pop()
+        node = helper.make_node("DeformConv", names, ["dcn"], name="dcn0", strides=list(stride), pads=list(pads),
+                                dilations=list(dil), group=group, offset_group=dg, kernel_shape=[k, k])
+    g = helper.make_graph([node, helper.make_node("Relu", ["dcn"], ["y"], name="relu")], "g", ins,
+                          [helper.make_tensor_value_info("y", T, None)], initializer=inits)
+    model = helper.make_model(g, opset_imports=opsets, ir_version=8)
+    return model, {i.name: numpy_helper.to_array(i) for i in inits}
 
 
 def cls_calibration(folder: Path, n: int = 10) -> Path:

@@ -1,4 +1,4 @@
-"""Compile the DCNv2 kernels to the PTX that trtconv ships, and copy the spec beside it.
+"""Compile the DCNv2 kernels to the PTX that trtconv ships.
 
 dcnv2.cu -> dcnv2.ptx (compute_80: Ampere and later); dcnv2_sm90.cu -> dcnv2_sm90a.ptx
 (compute_90a: the wgmma kernel, Hopper only).
@@ -17,14 +17,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-SPEC = HERE / "spec.json"
 PACKAGE_DIR = ROOT / "trtconv" / "trt" / "plugins"
 # target architecture -> (source, shipped PTX)
 TARGETS = {
     "sm_80": (HERE / "dcnv2.cu", PACKAGE_DIR / "dcnv2.ptx"),
     "sm_90a": (HERE / "dcnv2_sm90.cu", PACKAGE_DIR / "dcnv2_sm90a.ptx"),
 }
-SHIPPED_SPEC = PACKAGE_DIR / "dcnv2_spec.json"
 NVCC_FLAGS = ("-std=c++17", "-O3")
 
 
@@ -55,8 +53,6 @@ def main() -> int:
             compile_ptx(arch, out)
             shutil.copyfile(out, shipped)
             print(f"wrote {shipped.relative_to(ROOT)}")
-    shutil.copyfile(SPEC, SHIPPED_SPEC)
-    print(f"wrote {SHIPPED_SPEC.relative_to(ROOT)}")
     return 0
 
 

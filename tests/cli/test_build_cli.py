@@ -323,3 +323,22 @@ def test_verify_takes_a_folder_or_a_list_of_sample_files(ocr_cls, tmp_path: Path
     Image.new("RGB", (8, 8)).save(folder / "stray.png")
     res = run("verify", engine, "--onnx", ocr_cls, "--inputs", folder)
     assert res.exit_code == ExitCode.BAD_DATA and "mixes" in res.stderr
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_dcn_target_portable_prepares_standard_ops_only(tmp_path: Path, precision: str):
+    """build --dcn-target portable: the prepared ONNX holds no plugin and no custom op, and
+    computes what the DeformConv form computes (FP16: within FP16's precision)."""
+    src = dcn_model(tmp_path / "dcn.onnx")
+    res = run("build", src, "-o", tmp_path / "m.engine", "--dcn-target", "portable", "--precision", precision,
+              "--prepare-only", "--json")
+    assert res.exit_code == 0, res.output
+    prepared = onnx.load(str(tmp_path / "m.prepared.onnx"))
+    assert {n.domain for n in prepared.graph.node} == {""} and "GridSample" in {n.op_type for n in prepared.graph.node}
+    reference = tmp_path / "ref.onnx"
+    assert run("rewrite", src, "-o", reference).exit_code == 0  # the DeformConv form, run by ONNX Runtime
+    feeds = ort.random_feeds(onnx.load(str(src)), {}, seed=1)
+    want = ort.run_model(reference, feeds)["y"]
+    got = ort.run_model(prepared, feeds)["y"].astype(np.float64)
+    rtol = 1e-5 if precision == "fp32" else 1e-2
+    assert np.abs(got - want).max() <= rtol * max(1.0, float(np.abs(want).max()))

@@ -22,13 +22,13 @@ ELEM_TYPES = [v for k, v in TensorProto.DataType.items()] + [0, 99, 4096]
 
 
 def _all_nodes(model: onnx.ModelProto) -> list[tuple[onnx.GraphProto, onnx.NodeProto]]:
-    from trtconv.load.model import iter_graphs
+    from trtconv.onnxutil.walk import iter_graphs
 
     return [(g, n) for g in iter_graphs(model.graph) for n in g.node]
 
 
 def _all_graphs(model: onnx.ModelProto) -> list[onnx.GraphProto]:
-    from trtconv.load.model import iter_graphs
+    from trtconv.onnxutil.walk import iter_graphs
 
     return list(iter_graphs(model.graph))
 

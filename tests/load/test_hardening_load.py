@@ -129,8 +129,7 @@ def test_the_unbroken_base_and_real_models_load(tmp_path, ocr_det, ocr_rec, ocr_
 
 
 def test_sort_nodes_orders_an_unsorted_graph_stably(tmp_path, ocr_cls):
-    from trtconv.load.model import sort_nodes
-    from trtconv.rewrites.cleanup import is_sorted
+    from trtconv.onnxutil.order import is_sorted, sort_nodes
 
     m = load_model(ocr_cls).proto
     want = [n.name for n in m.graph.node]

@@ -146,6 +146,6 @@ def test_silero_streaming_probabilities_match(silero_fp16):
 
 
 def _graphs(g):
-    from trtconv.load import iter_graphs
+    from trtconv.onnxutil.walk import iter_graphs
 
     return list(iter_graphs(g))

@@ -35,7 +35,7 @@ def _kept(result) -> dict[str, str]:
 
 
 def _all_nodes(model):
-    from trtconv.load import iter_graphs
+    from trtconv.onnxutil.walk import iter_graphs
 
     return [n for g in iter_graphs(model.graph) for n in g.node]
 

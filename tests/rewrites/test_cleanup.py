@@ -226,7 +226,7 @@ def test_real_model_arriving_unsorted_is_sorted(tmp_path, ocr_cls):
     m.graph.node.extend(reversed(nodes))
     res = rewrite(m, RewriteSettings(shapes={"x": (1, 3, 48, 192)}, fold_constants=False))
     assert rule(res, "toposort").count == 1
-    from trtconv.rewrites.cleanup import is_sorted
+    from trtconv.onnxutil.order import is_sorted
 
     assert not is_sorted(m) and is_sorted(res.model)
     assert res.report.graph_proof.method == "onnxruntime" and res.report.graph_proof.passed

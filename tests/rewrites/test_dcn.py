@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from trtconv.errors import AccuracyError, UnsupportedModelError
 from trtconv.load import load_model
 from trtconv.reference.ort import run_model
-from trtconv.rewrites import RewriteSettings, default_plugin_spec_path, load_plugin_spec, rewrite
+from trtconv.rewrites import RewriteSettings, builtin_plugin_spec, rewrite
 from trtconv.rewrites.catalog import rewrite_rule_for
 from trtconv.rewrites.reference import DcnParams, modulated_deform_conv2d
 
@@ -234,10 +234,7 @@ def test_symmetric_deformconv_is_left_alone(tmp_path):
 
 
 def test_trtconv_plugin_target_follows_the_spec(tmp_path):
-    spec_path = default_plugin_spec_path()
-    if not spec_path.is_file():
-        pytest.skip(f"trtconv DCNv2 plugin spec not present at {spec_path}")
-    spec = load_plugin_spec(spec_path)
+    spec = builtin_plugin_spec()  # the one shipped inside the package
     path = _dcn_graph(tmp_path, "centernet", stride=(2, 1), pad=(1, 1), dg=2, bias=False)
     res = rewrite(load_model(path), RewriteSettings(dcn_target="trtconv-plugin", dcn_plugin=spec))
     plug = next(n for n in res.model.graph.node if n.op_type == spec.name)
@@ -264,30 +261,43 @@ def test_tight_tolerance_fails_the_proof(tmp_path):
 
 
 def test_wrong_replacement_is_caught_by_the_node_proof():
-    """prove_dcn compares against the *original* op: a replacement with another stride fails."""
+    """The node proof compares against the *original* op: a replacement with another stride fails."""
     import onnx_graphsurgeon as gs
 
-    from trtconv.rewrites.dcn import DcnNode, emit
-    from trtconv.rewrites.proof import prove_dcn
+    from trtconv.rewrites.dcn import DcnMatch, proof_inputs
+    from trtconv.rewrites.dcn_deformconv import DEFORMCONV
+    from trtconv.rewrites.dcn_dialects import DcnNode
+    from trtconv.rewrites.dcn_target import DcnInputs
+    from trtconv.rewrites.emitter import Emitter
+    from trtconv.rewrites.proof import prove_node
+    from trtconv.rewrites.settings import NODE_RTOL
 
     rng = np.random.default_rng(0)
     wt = gs.Constant("w", rng.standard_normal((2, 2, 3, 3)).astype(np.float32))
     x, off, mask = (gs.Variable(n, dtype=np.float32) for n in ("x", "off", "mask"))
-    out = gs.Variable("y", dtype=np.float32)
     original = DcnNode("mmcv", "x", "off", "mask", "w", "", DcnParams(stride=(2, 2), pads=(1, 1, 1, 1)), (3, 3))
-    tensors = {"x": x, "off": off, "mask": mask, "w": wt}
+    f32 = np.dtype(np.float32)
+
+    def replaced_by(dcn: DcnNode, base: str, out: gs.Variable) -> list:
+        em = Emitter(gs.Graph(), base)
+        DEFORMCONV.emit(em, dcn, DcnInputs(x, off, mask, wt, None), out, None)
+        return em.nodes
+
+    def prove(nodes: list, output: str):
+        values = proof_inputs(original, (2, 2, 3, 3), None, {"w": wt.values}, f32, 0)
+        return prove_node(DcnMatch(original, DEFORMCONV, None).proof_case(nodes, output, values, 19, NODE_RTOL))
+
     # same output shape, other numbers: dilation 2 with pads 2 instead of dilation 1 with pads 1
     same_shape = DcnNode("mmcv", "x", "off", "mask", "w", "",
                          DcnParams(stride=(2, 2), pads=(2, 2, 2, 2), dilation=(2, 2)), (3, 3))
-    nodes = emit(gs.Graph(), "a", same_shape, "deformconv", tensors, [out])
-    proof = prove_dcn(original, nodes, "y", {"w": wt.values}, (2, 2, 3, 3), None, "deformconv", None, 19, 0)
+    proof = prove(replaced_by(same_shape, "a", gs.Variable("y", dtype=np.float32)), "y")
     assert not proof.passed and proof.max_abs is not None and proof.max_abs > 1e-2
     # another stride: the replacement cannot even run on the original's shapes
-    out2 = gs.Variable("y2", dtype=np.float32)
     crash = DcnNode("mmcv", "x", "off", "mask", "w", "", DcnParams(stride=(1, 1), pads=(1, 1, 1, 1)), (3, 3))
-    nodes = emit(gs.Graph(), "b", crash, "deformconv", tensors, [out2])
-    proof = prove_dcn(original, nodes, "y2", {"w": wt.values}, (2, 2, 3, 3), None, "deformconv", None, 19, 0)
+    proof = prove(replaced_by(crash, "b", gs.Variable("y2", dtype=np.float32)), "y2")
     assert not proof.passed and "failed to run" in proof.reason
+    # and the right replacement passes the same proof
+    assert prove(replaced_by(original, "c", gs.Variable("y3", dtype=np.float32)), "y3").passed
 
 
 def test_unknown_weight_shape_is_a_clear_error():
@@ -392,13 +402,16 @@ def test_pytorch_exported_dcn_models(tmp_path, dialect):
     assert [n.op_type for n in res.model.graph.node].count("DeformConv") == 1
     got = run_model(res.model, {"x": x})["y"]
     assert np.abs(got - torch_y).max() <= 1e-5
-    for target in ("trt-plugin",):
+    for target in ("trt-plugin", "portable"):
         res_p = rewrite(load_model(path), RewriteSettings(dcn_target=target))
         assert all(e.proof.passed for e in res_p.report.rewrites) and len(res_p.report.rewrites) == 1
         assert res_p.report.graph_proof.method == "onnxruntime" and res_p.report.graph_proof.passed
+    # portable: standard ops only, and the whole exported model still computes what PyTorch did
+    assert {n.domain for n in res_p.model.graph.node} == {""} and "GridSample" in {n.op_type for n in res_p.model.graph.node}
+    assert np.abs(run_model(res_p.model, {"x": x})["y"] - torch_y).max() <= 1e-5
 
 
-@pytest.mark.parametrize("target", ["deformconv", "trt-plugin"])
+@pytest.mark.parametrize("target", ["deformconv", "trt-plugin", "portable"])
 def test_dcn_rewrite_is_byte_identical(tmp_path, target):
     path = _dcn_graph(tmp_path, "centernet", stride=(2, 2), dg=2)
     runs = [rewrite(load_model(path), RewriteSettings(dcn_target=target)) for _ in range(2)]
@@ -420,10 +433,7 @@ def test_dynamic_shape_dcn_model_stays_correct_for_other_shapes(tmp_path):
 
 
 def test_trtconv_plugin_kernel_limit_from_the_spec():
-    spec_path = default_plugin_spec_path()
-    if not spec_path.is_file():
-        pytest.skip(f"trtconv DCNv2 plugin spec not present at {spec_path}")
-    spec = load_plugin_spec(spec_path)
+    spec = builtin_plugin_spec()  # the one shipped inside the package
     if not spec.max_kernel_taps:
         pytest.skip("the spec states no kernel-size limit")
     k = int(np.ceil(np.sqrt(spec.max_kernel_taps + 1)))
@@ -439,10 +449,7 @@ def test_trtconv_plugin_kernel_limit_from_the_spec():
 
 def test_trtconv_plugin_with_runtime_weight_gets_a_transpose():
     """A weight that is not an initializer (computed at run time) is re-laid out by a Transpose node."""
-    spec_path = default_plugin_spec_path()
-    if not spec_path.is_file():
-        pytest.skip(f"trtconv DCNv2 plugin spec not present at {spec_path}")
-    spec = load_plugin_spec(spec_path)
+    spec = builtin_plugin_spec()  # the one shipped inside the package
     if spec.weight_layout != "OHWI":
         pytest.skip("the spec keeps OIHW weights")
     node = helper.make_node("DeformConv", ["x", "w", "o", "", "m"], ["y"], name="dc", pads=[1, 1, 1, 1],

@@ -9,7 +9,6 @@ launch geometry agree with the convolution arithmetic, and the plugin module sta
 from __future__ import annotations
 
 import inspect
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -18,10 +17,11 @@ import numpy as np
 import pytest
 
 from trtconv.errors import InvalidModelError, UnsupportedModelError
+from trtconv.rewrites.plugin_spec import builtin_spec_document
 from trtconv.trt.plugins import dcnv2_kernel as dk
 
 ROOT = Path(__file__).resolve().parents[2]
-SPEC = json.loads((ROOT / "plugins" / "dcnv2" / "spec.json").read_text())
+SPEC = builtin_spec_document()
 
 
 def test_spec_names_match_the_code():

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import onnx
 
-from trtconv.analyze.graph import STANDARD_DOMAINS, GraphIndex, NodeRef, build_index, int64_out_of_range
+from trtconv.analyze.graph import GraphIndex, NodeRef, build_index, int64_out_of_range
 from trtconv.analyze.report import (
     ERROR,
     PLUGIN,
@@ -25,6 +25,8 @@ from trtconv.analyze.support import SupportTable, load_table
 from trtconv.errors import InvalidModelError
 from trtconv.load import LoadedModel, infer_shapes, input_dims, override_input_shapes
 from trtconv.load.shapes import Shape
+from trtconv.onnxutil.domains import DEFAULT_DOMAIN, is_default_domain
+from trtconv.onnxutil.walk import has_subgraphs
 from trtconv.rewrites.catalog import rewrite_rule_for
 
 NO_PLUGIN_DOMAINS = ("ai.onnx.ml", "ai.onnx.preview.training")
@@ -83,9 +85,9 @@ def _attribute_checker_error(model: onnx.ModelProto, index: GraphIndex) -> None:
     for ref in index.nodes:
         node = ref.node
         domain = node.domain or ""
-        if domain not in STANDARD_DOMAINS or not onnx.defs.has(node.op_type, domain):
+        if not is_default_domain(domain) or not onnx.defs.has(node.op_type, domain):
             continue
-        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+        if has_subgraphs(node):
             continue  # its body's nodes are checked one by one
         try:
             onnx.checker.check_node(node, ctx)
@@ -118,7 +120,7 @@ def _node_report(ref: NodeRef, table: SupportTable, index: GraphIndex, int64_wid
     if row is None and domain not in NO_PLUGIN_DOMAINS and op_type in table.ops:
         # The parser picks built-in importers by op type alone (trt-facts §2.3), with the default opset.
         row = table.ops[op_type]
-        opset = index.opsets.get("ai.onnx", opset)
+        opset = index.opsets.get(DEFAULT_DOMAIN, opset)
         findings.append(Finding("domain-ignored", WARNING, f"domain {domain!r} is ignored: the parser imports this "
                                                            f"node as the ONNX operator {op_type}",
                                 "check that the custom op has the ONNX operator's semantics, or rename it"))
@@ -150,7 +152,7 @@ def _node_report(ref: NodeRef, table: SupportTable, index: GraphIndex, int64_wid
 
 
 def _unknown_op(node: onnx.NodeProto, domain: str, table: SupportTable) -> Finding:
-    if domain in STANDARD_DOMAINS and onnx.defs.has(node.op_type):
+    if is_default_domain(domain) and onnx.defs.has(node.op_type):
         return Finding("op-unsupported", ERROR, f"{node.op_type} is not in the TensorRT {table.version} ONNX "
                                                 "parser's operator table")
     if domain in NO_PLUGIN_DOMAINS:

@@ -8,7 +8,7 @@ produces it, a cycle, or a tensor produced twice makes the model invalid.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,10 +16,11 @@ import onnx
 from onnx import numpy_helper
 
 from trtconv.errors import InvalidModelError
-from trtconv.load.model import topological_order
+from trtconv.onnxutil.domains import is_default_domain, normalize_domain, opset_versions
+from trtconv.onnxutil.order import topological_order
+from trtconv.onnxutil.walk import subgraphs
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-STANDARD_DOMAINS = ("", "ai.onnx")
 
 
 @dataclass(frozen=True)
@@ -33,20 +34,11 @@ def display_name(node: onnx.NodeProto, index: int) -> str:
     return node.name or f"{node.op_type}_{index}"
 
 
-def _subgraphs(node: onnx.NodeProto) -> Iterator[tuple[str, onnx.GraphProto]]:
-    for attr in node.attribute:
-        if attr.type == onnx.AttributeProto.GRAPH:
-            yield attr.name, attr.g
-        elif attr.type == onnx.AttributeProto.GRAPHS:
-            for i, g in enumerate(attr.graphs):
-                yield f"{attr.name}[{i}]", g
-
-
 @dataclass
 class GraphIndex:
     """Name -> facts maps over the main graph and all subgraphs (ONNX names are global)."""
 
-    opsets: dict[str, int]
+    opsets: dict[str, int]  # normalised domain ("" default) -> version
     nodes: list[NodeRef] = field(default_factory=list)
     producer: dict[str, onnx.NodeProto] = field(default_factory=dict)
     tensors: dict[str, onnx.TensorProto] = field(default_factory=dict)  # initializers + Constant values
@@ -172,20 +164,20 @@ def _walk(index: GraphIndex, graph: onnx.GraphProto, prefix: str, outer: list[se
     for i, node in enumerate(graph.node):
         path = prefix + display_name(node, i)
         domain = node.domain or ""
-        opset = index.opsets.get(domain or "ai.onnx", index.opsets.get("ai.onnx", 0) if domain in STANDARD_DOMAINS else 1)
+        opset = index.opsets.get(normalize_domain(domain), 0 if is_default_domain(domain) else 1)
         index.nodes.append(NodeRef(node, path, opset))
-        if node.op_type == "Constant" and domain in STANDARD_DOMAINS and node.output:
+        if node.op_type == "Constant" and is_default_domain(domain) and node.output:
             t = _constant_tensor(node)
             if t is not None:
                 index.tensors[node.output[0]] = t
                 index.dtypes.setdefault(node.output[0], t.data_type)
-        for attr_name, sub in _subgraphs(node):
+        for attr_name, sub in subgraphs(node):
             _walk(index, sub, f"{path}/{attr_name}/", scope)
 
 
 def build_index(model: onnx.ModelProto) -> GraphIndex:
     """Index ``model`` (shape-inferred for best results); raise InvalidModelError on broken structure."""
-    opsets = {(o.domain or "ai.onnx"): o.version for o in model.opset_import}
+    opsets = opset_versions(model.opset_import)
     index = GraphIndex(opsets)
     _walk(index, model.graph, "", [])
     return index

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trtconv.errors import ExitCode
+from trtconv.onnxutil.domains import display_domain
 
 SCHEMA = "trtconv.check/1"
 
@@ -47,7 +48,7 @@ class NodeReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "path": self.path, "op_type": self.op_type, "domain": self.domain or "ai.onnx",
+            "path": self.path, "op_type": self.op_type, "domain": display_domain(self.domain),
             "status": self.status, "rewrite": self.rewrite, "source": self.source,
             "findings": [f.to_json() for f in self.findings],
         }

@@ -20,6 +20,8 @@ from onnx import TensorProto, helper
 from trtconv.analyze.graph import GraphIndex
 from trtconv.analyze.report import ERROR, WARNING, Finding
 from trtconv.analyze.support import OpSupport
+from trtconv.onnxutil.domains import normalize_domain
+from trtconv.onnxutil.walk import subgraphs
 
 Rule = Callable[["NodeContext"], Iterator[Finding]]
 RULES: dict[str, list[Rule]] = {}  # op type -> its restriction rules
@@ -82,7 +84,7 @@ def generic(param: str) -> Callable[[Rule], Rule]:
 @functools.lru_cache(maxsize=4096)
 def _schema(op: str, domain: str, opset: int) -> onnx.defs.OpSchema | None:
     try:
-        return onnx.defs.get_schema(op, max(opset, 1), domain if domain != "ai.onnx" else "")
+        return onnx.defs.get_schema(op, max(opset, 1), normalize_domain(domain))
     except Exception:
         return None
 
@@ -304,7 +306,7 @@ def cast_target(ctx: NodeContext) -> Iterator[Finding]:
 
 @restriction("If")
 def if_branches(ctx: NodeContext) -> Iterator[Finding]:
-    branches = {a.name: a.g for a in ctx.node.attribute if a.type == onnx.AttributeProto.GRAPH}
+    branches = dict(subgraphs(ctx.node))
     then_g, else_g = branches.get("then_branch"), branches.get("else_branch")
     if then_g is None or else_g is None or ctx.index.is_constant(ctx.input(0)):
         return  # a constant condition: the parser imports only the branch taken

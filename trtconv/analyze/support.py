@@ -15,6 +15,7 @@ from pathlib import Path
 from onnx import TensorProto
 
 from trtconv.errors import UsageError
+from trtconv.onnxutil.domains import is_default_domain
 
 DATA_DIR = Path(__file__).parent / "data"
 
@@ -79,7 +80,7 @@ class SupportTable:
 
     def lookup(self, domain: str, op_type: str) -> OpSupport | None:
         """The row for a node: ONNX operators first (default domain), then plugins by name."""
-        if domain in ("", "ai.onnx") and op_type in self.ops:
+        if is_default_domain(domain) and op_type in self.ops:
             return self.ops[op_type]
         return self.any_domain.get(op_type)
 

@@ -30,6 +30,7 @@ from trtconv.cli.precision_report import print_gate
 from trtconv.errors import TrtconvError
 from trtconv.pipeline.build import BuildOutcome, run_build
 from trtconv.plan.plan import DEFAULT_MIN_PRECISION_SHARE, DEFAULT_OPT_LEVEL, HARDWARE_COMPAT, PRECISIONS
+from trtconv.rewrites import DCN_TARGETS
 
 
 class BarSink:
@@ -115,7 +116,7 @@ NOT_INPUTS = ("prepared", "timing_cache")  # path flags that are not inputs (the
               help="Extra TensorRT plugin library to load (repeatable).")
 @click.option("--min-precision-share", type=click.FloatRange(0, 1), default=DEFAULT_MIN_PRECISION_SHARE,
               show_default=True, help="fp16/int8: fail (exit 8) if fewer compute layers run in that precision.")
-@click.option("--dcn-target", type=click.Choice(["deformconv", "trt-plugin", "trtconv-plugin"]),
+@click.option("--dcn-target", type=click.Choice(DCN_TARGETS),
               help="How rewrite turns DCNv2 nodes into parseable ones (default: rewrite's default).")
 @click.option("--prepared", type=click.Path(path_type=Path, dir_okay=False),
               help="Where to write the prepared ONNX (default: ENGINE stem + .prepared.onnx).")

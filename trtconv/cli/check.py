@@ -12,6 +12,7 @@ from trtconv.analyze import CheckReport
 from trtconv.api import check as api_check
 from trtconv.cli.options import json_option, model_argument, shapes_option, trt_version_option
 from trtconv.cli.output import finish, print_json, stdout_console
+from trtconv.onnxutil.domains import qualified_op
 from trtconv.plan.plan import target_name
 
 STATUS_STYLE = {"supported": "green", "rewritable": "yellow", "plugin": "yellow", "unsupported": "red"}
@@ -62,7 +63,7 @@ def _print_human(report: CheckReport) -> None:
         for n in report.nodes:
             reasons = "\n".join(f"{'' if f.severity == 'error' else 'warning: '}{f.message}" for f in n.findings)
             status = n.status + (f" ({n.rewrite})" if n.rewrite else "")
-            op = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}"
+            op = qualified_op(n.domain, n.op_type)
             table.add_row(escape(n.path), escape(op), f"[{STATUS_STYLE[n.status]}]{escape(status)}[/]", escape(reasons))
         console.print(table)
         hints = {f.rule: f.hint for n in report.nodes for f in n.findings if f.hint}

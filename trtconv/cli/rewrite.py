@@ -14,15 +14,8 @@ from trtconv.cli.options import force_option, json_option, model_argument, outpu
 from trtconv.cli.output import print_json, progress, stdout_console
 from trtconv.errors import UsageError
 from trtconv.load import parse_shapes
-from trtconv.rewrites import (
-    DCN_TARGETS,
-    RewriteSettings,
-    default_plugin_spec_path,
-    load_plugin_map,
-    load_plugin_spec,
-)
-from trtconv.rewrites.pipeline import DEFAULT_FOLD_LIMIT
-from trtconv.rewrites.proof import NODE_RTOL
+from trtconv.rewrites import DCN_TARGETS, RewriteSettings, load_plugin_map, trtconv_plugin_spec
+from trtconv.rewrites.settings import DEFAULT_FOLD_LIMIT, NODE_RTOL
 
 
 def _size(text: str) -> int:
@@ -48,10 +41,11 @@ def _size(text: str) -> int:
 @shapes_option
 @click.option("--dcn-target", type=click.Choice(DCN_TARGETS), default="deformconv", show_default=True,
               help="What DCNv2 nodes become: standard ONNX DeformConv (TensorRT >= 10.1 imports it), "
-                   "TensorRT's ModulatedDeformConv2d v2 plugin node, or trtconv's own DCNv2 plugin node.")
+                   "TensorRT's ModulatedDeformConv2d v2 plugin node, trtconv's own DCNv2 plugin node, or "
+                   "portable: standard ops only (GridSample + 1x1 Conv; no plugin, e.g. TensorRT-RTX).")
 @click.option("--dcn-plugin-spec", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Spec of trtconv's DCNv2 plugin (for --dcn-target trtconv-plugin); "
-                   "default plugins/dcnv2/spec.json of the source tree.")
+                   "default: the spec shipped inside trtconv (trtconv/rewrites/dcnv2_spec.json).")
 @click.option("--plugin-map", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="YAML map from custom ops to plugin nodes (format in docs/rewrite.md).")
 @click.option("--verify/--no-verify", default=True, show_default=True,
@@ -78,12 +72,7 @@ def rewrite(model: Path, output: Path, force: bool, as_json: bool, shapes: str |
     shape_map = parse_shapes(shapes)
     limit = _size(fold_limit)
     pmap = load_plugin_map(plugin_map) if plugin_map else None
-    spec = None
-    if dcn_target == "trtconv-plugin":
-        spec_path = dcn_plugin_spec or default_plugin_spec_path()
-        if not spec_path.is_file():
-            raise UsageError(f"DCN plugin spec {spec_path} not found", hint="pass --dcn-plugin-spec PATH")
-        spec = load_plugin_spec(spec_path)
+    spec = trtconv_plugin_spec(dcn_plugin_spec) if dcn_target == "trtconv-plugin" else None
     settings = RewriteSettings(
         dcn_target=dcn_target, dcn_plugin=spec, plugin_map=pmap, shapes=shape_map, fold_constants=fold,
         fold_size_limit=limit, int64_to_int32=int32, verify=verify, seed=seed,

@@ -3,7 +3,6 @@
 from trtconv.load.model import (
     LoadedModel,
     ModelSummary,
-    iter_graphs,
     load_model,
     model_sha256,
     save_model,
@@ -17,7 +16,6 @@ __all__ = [
     "dynamic_inputs",
     "infer_shapes",
     "input_dims",
-    "iter_graphs",
     "load_model",
     "model_sha256",
     "override_input_shapes",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import heapq
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,6 +20,9 @@ from google.protobuf.message import DecodeError
 from onnx import external_data_helper, numpy_helper
 
 from trtconv.errors import InvalidModelError, OutputError, UsageError
+from trtconv.onnxutil.domains import default_opset, display_domain, is_default_domain, opset_versions
+from trtconv.onnxutil.order import topological_order
+from trtconv.onnxutil.walk import iter_graphs, subgraph_depth
 from trtconv.outputs import atomic_dir, check_output_path, fsync_dir, os_error
 
 PROTOBUF_LIMIT = 2**31 - 1
@@ -58,11 +60,11 @@ class LoadedModel:
 
     @property
     def opsets(self) -> dict[str, int]:
-        return {(o.domain or "ai.onnx"): o.version for o in self.proto.opset_import}
+        return {display_domain(d): v for d, v in opset_versions(self.proto.opset_import).items()}
 
     @property
     def default_opset(self) -> int:
-        return self.opsets.get("ai.onnx", 0)
+        return default_opset(self.proto)
 
     @property
     def external_files(self) -> tuple[Path, ...]:
@@ -80,18 +82,6 @@ class ModelSummary:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     external_files: tuple[str, ...] = field(default_factory=tuple)
-
-
-def iter_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    """The graph and every subgraph (If/Loop/Scan bodies), depth first."""
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from iter_graphs(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    yield from iter_graphs(g)
 
 
 def iter_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
@@ -246,7 +236,7 @@ def _check_attribute_schema(node: onnx.NodeProto, opsets: dict[str, int], label:
     that is a string, an If branch that is not a graph): the checker's verdict is only
     advisory, but no later stage can make sense of such a node."""
     domain = node.domain or ""
-    if domain not in ("", "ai.onnx") or not node.attribute:
+    if not is_default_domain(domain) or not node.attribute:
         return
     found = _schema_attributes(node.op_type, opsets.get("", 0))
     if found is None:  # unknown op or opset: the analysis reports it
@@ -305,9 +295,8 @@ def check_structure(model: onnx.ModelProto) -> None:
                     raise InvalidModelError(
                         f"input {vi.name!r} declares a dim of {d.dim_value}; no input that large can be fed",
                         hint="the model file is corrupt; re-export it")
-    opsets = {o.domain: o.version for o in model.opset_import}
-    opsets[""] = opsets.get("", opsets.get("ai.onnx", 0))
-    depth = _subgraph_depth(model.graph)
+    opsets = opset_versions(model.opset_import)
+    depth = subgraph_depth(model.graph)
     if depth > MAX_SUBGRAPH_DEPTH:
         raise InvalidModelError(
             f"subgraphs (If/Loop/Scan bodies) nest {depth} levels deep; trtconv handles up to {MAX_SUBGRAPH_DEPTH}",
@@ -315,64 +304,6 @@ def check_structure(model: onnx.ModelProto) -> None:
         )
     for g in iter_graphs(model.graph):
         _check_graph(g, opsets)
-
-
-def topological_order(g: onnx.GraphProto) -> tuple[list[int], int | None]:
-    """Node indices of ``g`` producers-first (stable: ties keep file order, so equal
-    inputs give equal outputs), and the index of a node on a cycle, or None.
-
-    Names from outer scopes (subgraph captures) and graph inputs count as sources.
-    The one topological sort in trtconv: loading, sorting and analysis all use it.
-    """
-
-    producer = {o: i for i, n in enumerate(g.node) for o in n.output if o}
-    users: dict[int, list[int]] = {}
-    indegree = [0] * len(g.node)
-    for i, n in enumerate(g.node):
-        for j in {producer[x] for x in n.input if x in producer}:
-            indegree[i] += 1
-            users.setdefault(j, []).append(i)
-    ready = [i for i, d in enumerate(indegree) if d == 0]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        j = heapq.heappop(ready)
-        order.append(j)
-        for i in users.get(j, ()):
-            indegree[i] -= 1
-            if indegree[i] == 0:
-                heapq.heappush(ready, i)
-    stuck = None if len(order) == len(g.node) else next(i for i, d in enumerate(indegree) if d > 0)
-    return order, stuck
-
-
-def sort_nodes(model: onnx.ModelProto) -> bool:
-    """Put every graph's nodes in topological order, in place. True if anything moved.
-    ONNX wants sorted graphs and passes that walk producers before consumers rely on it;
-    ONNX Runtime and TensorRT's parser accept unsorted ones, so some exporters write them."""
-    moved = False
-    for g in iter_graphs(model.graph):
-        order, stuck = topological_order(g)
-        if stuck is not None:
-            raise InvalidModelError("the graph has a cycle", hint="the model file is corrupt; re-export it")
-        if order != sorted(order):
-            nodes = [onnx.NodeProto() for _ in order]
-            for dst, i in zip(nodes, order):
-                dst.CopyFrom(g.node[i])
-            del g.node[:]
-            g.node.extend(nodes)
-            moved = True
-    return moved
-
-
-def _subgraph_depth(graph: onnx.GraphProto) -> int:
-    deepest = 0
-    for node in graph.node:
-        for attr in node.attribute:
-            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
-            for sub in subs:
-                deepest = max(deepest, 1 + _subgraph_depth(sub))
-    return deepest
 
 
 def _check_graph(g: onnx.GraphProto, opsets: dict[str, int]) -> None:
@@ -513,7 +444,7 @@ def _read_proto(path: Path) -> onnx.ModelProto:
     for o in model.opset_import:
         if not 0 <= o.version <= OPSET_LIMIT:
             raise InvalidModelError(
-                f"{path} imports opset {o.version} of domain {o.domain or 'ai.onnx'!r}, which cannot exist",
+                f"{path} imports opset {o.version} of domain {display_domain(o.domain)!r}, which cannot exist",
                 hint="the model file is corrupt; re-export it",
             )
     if model.ir_version > OPSET_LIMIT:

@@ -19,7 +19,8 @@ except ImportError:  # pragma: no cover
     resource = None  # type: ignore[assignment]
 
 from trtconv.errors import UsageError
-from trtconv.load.model import PROTOBUF_LIMIT, LoadedModel, iter_graphs
+from trtconv.load.model import PROTOBUF_LIMIT, LoadedModel
+from trtconv.onnxutil.walk import iter_graphs
 
 log = logging.getLogger(__name__)
 

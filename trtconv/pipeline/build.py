@@ -32,7 +32,9 @@ from trtconv.errors import (
     UnsupportedModelError,
     UsageError,
 )
-from trtconv.load import LoadedModel, iter_graphs, load_model, model_sha256, save_model
+from trtconv.load import LoadedModel, load_model, model_sha256, save_model
+from trtconv.onnxutil.domains import qualified_op
+from trtconv.onnxutil.walk import iter_graphs
 from trtconv.outputs import atomic_dir, check_output_path
 from trtconv.pipeline.quantize import (
     QuantizeAccuracyError,
@@ -52,7 +54,7 @@ from trtconv.precision.fp16 import Fp16AccuracyError, convert_fp16
 from trtconv.precision.int8 import DEFAULT_TRT_VERSION
 from trtconv.reference import ort
 from trtconv.reference.compare import DEFAULT_THRESHOLDS
-from trtconv.rewrites import DCN_TARGETS, RewriteSettings, default_plugin_spec_path, load_plugin_spec, rewrite
+from trtconv.rewrites import DCN_TARGETS, RewriteSettings, rewrite, trtconv_plugin_spec
 from trtconv.rewrites.catalog import rewrite_rule_for
 from trtconv.trt.builder import build_engine
 from trtconv.trt.environment import probe
@@ -274,13 +276,8 @@ def _rewrite(loaded: LoadedModel, req: BuildRequest, out: dict[str, Any]) -> dic
     settings = RewriteSettings(seed=req.seed)
     dcn_target = req.dcn()
     if dcn_target is not None:
-        spec = None
-        if dcn_target == "trtconv-plugin":  # trtconv's own DCNv2 plugin: its shipped spec
-            spec_path = default_plugin_spec_path()
-            if not spec_path.is_file():
-                raise UsageError(f"DCN plugin spec {spec_path} not found",
-                                 hint="reinstall trtconv, or use --dcn-target deformconv")
-            spec = load_plugin_spec(spec_path)
+        # trtconv's own DCNv2 plugin: the spec shipped inside the package
+        spec = trtconv_plugin_spec() if dcn_target == "trtconv-plugin" else None
         settings = replace(settings, dcn_target=dcn_target, dcn_plugin=spec)
     result = rewrite(loaded, settings)
     out["model"] = result.model
@@ -301,7 +298,7 @@ def _recheck(prepared: Path, target: str, shapes: dict[str, tuple[int, ...]]) ->
             f"after rewrite and precision, {target_name(target)} would still reject {len(left)} node(s): {names}",
             hint=f"run `trtconv check {prepared}` for the reasons",
         )
-    plugins = sorted({f"{n.domain + '::' if n.domain else ''}{n.op_type}" for n in report.nodes if n.status == "plugin"})
+    plugins = sorted({qualified_op(n.domain, n.op_type) for n in report.nodes if n.status == "plugin"})
     return {"verdict": report.verdict, "plugin_ops": plugins}
 
 

@@ -15,8 +15,9 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from trtconv.load.model import iter_graphs
-from trtconv.precision.graph_index import unique_name
+from trtconv.onnxutil.constants import remove_unused_constants
+from trtconv.onnxutil.names import fresh_name, model_names
+from trtconv.onnxutil.walk import iter_graphs
 
 
 @dataclass(frozen=True)
@@ -64,8 +65,7 @@ def fold_batchnorms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, tuple[Fold
     out = onnx.ModelProto()
     out.CopyFrom(model)
     uses = _uses(out)
-    taken = {t.name for g in iter_graphs(out.graph) for t in g.initializer}
-    taken |= {o for g in iter_graphs(out.graph) for n in g.node for o in n.output}
+    taken = model_names(out)
     folded: list[FoldedBatchNorm] = []
     for gi, graph in enumerate(iter_graphs(out.graph)):
         consts = _const_arrays(graph)
@@ -92,8 +92,8 @@ def fold_batchnorms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, tuple[Fold
             w_new = (w.astype(np.float64) * factor.reshape((-1,) + (1,) * (w.ndim - 1))).astype(np.float32)
             b_old = np.zeros(w.shape[0]) if b is None else b.astype(np.float64)
             b_new = ((b_old - mean) * factor + beta).astype(np.float32)
-            w_name = unique_name(taken, conv.input[1] + "_bnfold")
-            b_name = unique_name(taken, (conv.input[2] if b is not None else conv.output[0]) + "_bias_bnfold")
+            w_name = fresh_name(conv.input[1] + "_bnfold", taken)
+            b_name = fresh_name((conv.input[2] if b is not None else conv.output[0]) + "_bias_bnfold", taken)
             graph.initializer.append(numpy_helper.from_array(w_new, w_name))
             graph.initializer.append(numpy_helper.from_array(b_new, b_name))
             conv.input[1] = w_name
@@ -107,19 +107,5 @@ def fold_batchnorms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, tuple[Fold
                                           "main" if gi == 0 else f"subgraph {gi}"))
         for n in drop:
             graph.node.remove(n)
-    _drop_unused_constants(out)
+    remove_unused_constants(out)  # the BN parameters just folded away
     return out, tuple(folded)
-
-
-def _drop_unused_constants(model: onnx.ModelProto) -> None:
-    """Remove initializers and Constant nodes nobody reads (the BN parameters just folded away)."""
-    uses = _uses(model)
-    for g in iter_graphs(model.graph):
-        inputs = {i.name for i in g.input}
-        keep = [t for t in g.initializer if t.name in uses or t.name in inputs]
-        if len(keep) != len(g.initializer):
-            del g.initializer[:]
-            g.initializer.extend(keep)
-        dead = [n for n in g.node if n.op_type == "Constant" and not any(o in uses for o in n.output)]
-        for n in dead:
-            g.node.remove(n)

@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from trtconv.precision.graph_index import all_names, unique_name
+from trtconv.onnxutil.names import fresh_name, model_names
 
 
 def expose_tensors(model: onnx.ModelProto, tensors: Sequence[str]) -> tuple[onnx.ModelProto, dict[str, str]]:
@@ -28,7 +28,7 @@ def expose_tensors(model: onnx.ModelProto, tensors: Sequence[str]) -> tuple[onnx
     out = onnx.ModelProto()
     out.CopyFrom(model)
     wanted = set(tensors)
-    names = all_names(out)
+    names = model_names(out)
     mapping: dict[str, str] = {}
     exposed = _expose(out.graph, wanted, names, is_main=True)
     existing = {o.name for o in out.graph.output}
@@ -57,14 +57,14 @@ def _expose(g: onnx.GraphProto, wanted: set[str], names: set[str], *, is_main: b
             e_exp = _expose(else_g, wanted, names, is_main=False)
             rows = [(t, True) for t in t_exp] + [(e, False) for e in e_exp]
             for (inner, tensor), in_then in rows:
-                outer = unique_name(names, f"{tensor}__calib")
+                outer = fresh_name(f"{tensor}__calib", names)
                 for branch, real in ((then_g, in_then), (else_g, not in_then)):
                     if real:
                         _add_output(branch, inner, names)
                     else:
-                        empty = unique_name(names, f"{tensor}__calib_empty")
+                        empty = fresh_name(f"{tensor}__calib_empty", names)
                         branch.node.append(helper.make_node(
-                            "Constant", [], [empty], name=unique_name(names, empty + "_Constant"),
+                            "Constant", [], [empty], name=fresh_name(empty + "_Constant", names),
                             value=numpy_helper.from_array(np.zeros(0, dtype=np.float32), empty)))
                         _add_output(branch, empty, names)
                 node.output.append(outer)
@@ -75,7 +75,7 @@ def _expose(g: onnx.GraphProto, wanted: set[str], names: set[str], *, is_main: b
                 continue
             for inner, tensor in _expose(body, wanted, names, is_main=False):
                 _add_output(body, inner, names)
-                outer = unique_name(names, f"{tensor}__calib")
+                outer = fresh_name(f"{tensor}__calib", names)
                 node.output.append(outer)
                 here.append((outer, tensor))
     return here
@@ -89,8 +89,8 @@ def _add_output(g: onnx.GraphProto, name: str, names: set[str]) -> None:
     outputs and change the model's result.
     """
     if any(o.name == name for o in g.output):
-        alias = unique_name(names, f"{name}__calib_alias")
-        g.node.append(helper.make_node("Identity", [name], [alias], name=unique_name(names, alias + "_Identity")))
+        alias = fresh_name(f"{name}__calib_alias", names)
+        g.node.append(helper.make_node("Identity", [name], [alias], name=fresh_name(alias + "_Identity", names)))
         name = alias
     vi = helper.make_empty_tensor_value_info(name)
     vi.type.tensor_type.elem_type = TensorProto.FLOAT

@@ -23,7 +23,8 @@ import onnx
 from onnx import TensorProto
 
 from trtconv.errors import AccuracyError, InternalError, InvalidModelError
-from trtconv.load.model import PROTOBUF_LIMIT, sort_nodes
+from trtconv.load.model import PROTOBUF_LIMIT
+from trtconv.onnxutil.order import sort_nodes
 from trtconv.precision import fp16_rules as rules
 from trtconv.precision.bn_fold import FoldedBatchNorm, fold_batchnorms
 from trtconv.precision.fp16_graph import Decision, Rewriter, emulate_half

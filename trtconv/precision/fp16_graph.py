@@ -24,14 +24,14 @@ import numpy as np
 import onnx
 from onnx import TensorProto, defs, helper, numpy_helper
 
-from trtconv.load.model import iter_graphs
 from trtconv.load.shapes import graph_dtypes
+from trtconv.onnxutil.domains import normalize_domain, opset_versions
+from trtconv.onnxutil.names import fresh_name, model_names
+from trtconv.onnxutil.walk import has_subgraphs, iter_graphs, subgraphs
 from trtconv.precision.fp16_rules import FP16_MAX, NodeView, Rule, const_peak_lookup
-from trtconv.precision.graph_index import unique_name
 
 FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
 FLOATS = (FLOAT, HALF)
-CONTAINER_ATTRS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 # Inputs that carry shapes, sizes, scales, axes or counts: what feeds them is shape computation.
 SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
@@ -115,18 +115,18 @@ class Rewriter:
         self.rules = rules
         self.keep_io_types = keep_io_types
         self.activation_peak = activation_peak
-        self.opsets = {(o.domain or ""): o.version for o in model.opset_import}
-        self.opsets[""] = self.opsets.get("", self.opsets.get("ai.onnx", 0))
+        self.opsets = opset_versions(model.opset_import)
+        self.opsets.setdefault("", 0)
         self.decisions: list[Decision] = []
         self.stats = RewriteStats()
         self.half_tensors: set[str] = set()  # node outputs written in float16 (for emulate_half)
-        self.taken = {n for g in iter_graphs(model.graph) for n in _names(g)}
+        self.taken = model_names(model)
 
     def fresh(self, base: str) -> str:
-        return unique_name(self.taken, base)
+        return fresh_name(base, self.taken)
 
     def schema(self, node: onnx.NodeProto) -> defs.OpSchema | None:
-        domain = "" if node.domain in ("", "ai.onnx") else node.domain
+        domain = normalize_domain(node.domain)
         version = self.opsets.get(domain)
         if version is None:
             return None
@@ -141,17 +141,6 @@ class Rewriter:
         for g in iter_graphs(self.model.graph):
             del g.value_info[:]  # stale: types changed; consumers re-infer
         return self.model
-
-
-def _names(g: onnx.GraphProto):
-    for vi in list(g.input) + list(g.output) + list(g.value_info):
-        yield vi.name
-    for t in g.initializer:
-        yield t.name
-    for n in g.node:
-        yield from n.output
-        if n.name:
-            yield n.name
 
 
 class _Scope:
@@ -284,7 +273,7 @@ class _Scope:
         self.rebuild()
 
     def visit(self, idx: int, node: onnx.NodeProto, in_cone: bool, const_peak: Callable[[str], float | None]) -> None:
-        if any(a.type in CONTAINER_ATTRS for a in node.attribute):
+        if has_subgraphs(node):
             self.visit_container(idx, node)
             return
         schema = self.rw.schema(node)
@@ -347,13 +336,9 @@ class _Scope:
         for i, name in enumerate(node.input):
             if name:
                 node.input[i] = self.resolve(name, FLOAT if self.orig(name) == FLOAT else None)
-        for a in node.attribute:
-            graphs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
-            for j, sub in enumerate(graphs):
-                label = node.name or node.op_type
-                prefix = "" if self.parent is None else f"{self.path}/"
-                path = f"{prefix}{label}/{a.name}" + (f"[{j}]" if len(graphs) > 1 else "")
-                _Scope(self.rw, sub, self, path).process()
+        for attr_label, sub in subgraphs(node):
+            prefix = "" if self.parent is None else f"{self.path}/"
+            _Scope(self.rw, sub, self, f"{prefix}{node.name or node.op_type}/{attr_label}").process()
         for k, o in enumerate(node.output):
             if o:
                 self.define(o, self.orig(o), idx)
@@ -403,13 +388,11 @@ def _reads(g: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> set[str]:
     used: set[str] = {o.name for o in g.output}
     for n in nodes:
         used.update(n.input)
-        for a in n.attribute:
-            subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
-            for sg in subs:
-                for sub in iter_graphs(sg):
-                    for m in sub.node:
-                        used.update(m.input)
-                    used.update(o.name for o in sub.output)
+        for _, sg in subgraphs(n):
+            for sub in iter_graphs(sg):
+                for m in sub.node:
+                    used.update(m.input)
+                used.update(o.name for o in sub.output)
     return used
 
 
@@ -471,11 +454,10 @@ def emulate_half(model: onnx.ModelProto, half_tensors: set[str]) -> onnx.ModelPr
     """
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    counter = [0]
+    taken = model_names(out)
 
     def fresh(base: str) -> str:
-        counter[0] += 1
-        return f"{base}__emu{counter[0]}"
+        return fresh_name(base, taken)
 
     for g in iter_graphs(out.graph):
         for t in g.initializer:

@@ -15,6 +15,8 @@ import numpy as np
 import onnx
 from onnx import defs
 
+from trtconv.onnxutil.domains import display_domain
+
 FP16_MAX = 65504.0
 
 # Ops TensorRT's ONNX parser runs in FP32 only (onnx-tensorrt operator table: no FP16 listed).
@@ -88,8 +90,7 @@ def _fp16_allowed(schema: defs.OpSchema) -> str | None:
 def no_fp16_variant() -> Rule:
     def check(v: NodeView) -> str | None:
         if v.schema is None:
-            dom = v.node.domain or "ai.onnx"
-            return f"custom op {dom}::{v.node.op_type}: its FP16 support is unknown"
+            return f"custom op {display_domain(v.node.domain)}::{v.node.op_type}: its FP16 support is unknown"
         if v.node.op_type in DTYPE_FROM_ATTRIBUTE:
             return f"{v.node.op_type}'s output dtype is set by an attribute"
         return _fp16_allowed(v.schema)

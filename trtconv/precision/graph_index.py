@@ -1,4 +1,4 @@
-"""Lookups over a whole ONNX model, subgraphs included: producers, constants, dtypes, fresh names.
+"""Lookups over a whole ONNX model, subgraphs included: producers, constants, dtypes.
 
 ONNX tensor names are model-wide (a branch reads its parent's tensors by name), so one
 index serves Q/DQ placement, insertion, calibration outputs and the accuracy reports.
@@ -6,26 +6,16 @@ index serves Q/DQ placement, insertion, calibration outputs and the accuracy rep
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
+from trtconv.onnxutil.walk import iter_graphs_with_path
+
 SHAPE_ONLY = ("Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity")
 FLOAT_TYPES = (TensorProto.FLOAT,)
-
-
-def iter_graphs_with_path(graph: onnx.GraphProto, path: str = "main") -> Iterator[tuple[str, onnx.GraphProto]]:
-    yield path, graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from iter_graphs_with_path(attr.g, f"{path}/{node.name or node.op_type}/{attr.name}")
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for i, g in enumerate(attr.graphs):
-                    yield from iter_graphs_with_path(g, f"{path}/{node.name or node.op_type}/{attr.name}[{i}]")
 
 
 def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
@@ -89,25 +79,3 @@ class ModelIndex:
                 return p[1].op_type
             name = p[1].input[0]
         return None
-
-
-def unique_name(names: set[str], base: str) -> str:
-    """``base``, or ``base_1``, ``base_2``, ... : the first not in ``names`` (which it joins)."""
-    cand = base
-    i = 1
-    while cand in names:
-        cand = f"{base}_{i}"
-        i += 1
-    names.add(cand)
-    return cand
-
-
-def all_names(model: onnx.ModelProto) -> set[str]:
-    names: set[str] = set()
-    for _, g in iter_graphs_with_path(model.graph):
-        names.update(i.name for i in g.input)
-        names.update(i.name for i in g.initializer)
-        for n in g.node:
-            names.update(n.output)
-            names.add(n.name)
-    return names

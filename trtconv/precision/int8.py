@@ -26,6 +26,7 @@ from onnx import version_converter
 
 from trtconv.errors import AccuracyError, DataError, InternalError, UnsupportedModelError
 from trtconv.load.model import load_model, model_sha256
+from trtconv.onnxutil.domains import default_opset, is_default_domain
 from trtconv.precision.bn_fold import FoldedBatchNorm, fold_batchnorms
 from trtconv.precision.calib_cache import CacheInfo, cache_key, read_cache, write_cache
 from trtconv.precision.calibrate import Calibrator, CalibSettings, Method, scale_from_threshold
@@ -160,7 +161,7 @@ class Int8AccuracyError(AccuracyError):
 
 def upgrade_opset(model: onnx.ModelProto, target: int = MIN_QDQ_OPSET) -> tuple[onnx.ModelProto, tuple[int, int] | None]:
     """Per-channel Q/DQ needs opset 13: convert older models rather than emit invalid ones."""
-    current = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    current = default_opset(model)
     if current >= target:
         return model, None
 
@@ -469,7 +470,7 @@ def _check_valid(qmodel: onnx.ModelProto, work: onnx.ModelProto) -> None:
     try:
         onnx.checker.check_model(qmodel)
     except onnx.checker.ValidationError as exc:
-        if not any(o.domain not in ("", "ai.onnx") for o in qmodel.opset_import) and _passes_checker(work):
+        if all(is_default_domain(o.domain) for o in qmodel.opset_import) and _passes_checker(work):
             raise InternalError(f"Q/DQ insertion produced an invalid model: {str(exc).splitlines()[0]}") from exc
 
 

@@ -24,13 +24,10 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from trtconv.precision.graph_index import (
-    SHAPE_ONLY,
-    ModelIndex,
-    all_names,
-    iter_graphs_with_path,
-    unique_name,
-)
+from trtconv.onnxutil.constants import remove_unused_constants
+from trtconv.onnxutil.domains import is_default_domain
+from trtconv.onnxutil.names import fresh_name, model_names
+from trtconv.precision.graph_index import SHAPE_ONLY, ModelIndex
 
 QUANTIZABLE = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 SENSITIVE = {
@@ -153,7 +150,7 @@ def plan_qdq(
             op = node.op_type
             name = node.name or f"{op}({', '.join(node.output)})"
             relevant = op in QUANTIZABLE or op == "Add" or op in SENSITIVE
-            if not relevant or node.domain not in ("", "ai.onnx"):
+            if not relevant or not is_default_domain(node.domain):
                 continue
             pat = _excluded(node, exclude)
             if pat is not None and (op in QUANTIZABLE or op == "Add"):
@@ -287,7 +284,7 @@ def insert_qdq(
     out = onnx.ModelProto()
     out.CopyFrom(model)
     idx = ModelIndex.build(out)
-    names = all_names(out)
+    names = model_names(out)
     by_graph: dict[str, list[Placement]] = {}
     for p in placements:
         by_graph.setdefault(p.graph, []).append(p)
@@ -322,14 +319,14 @@ def insert_qdq(
 
 
 def _add_activation_qdq(g: onnx.GraphProto, nodes: list, names: set[str], tensor: str, scale: float) -> str:
-    s = unique_name(names, f"{tensor}_scale")
-    z = unique_name(names, f"{tensor}_zero_point")
-    q = unique_name(names, f"{tensor}_quantized")
-    dq = unique_name(names, f"{tensor}_dequantized")
+    s = fresh_name(f"{tensor}_scale", names)
+    z = fresh_name(f"{tensor}_zero_point", names)
+    q = fresh_name(f"{tensor}_quantized", names)
+    dq = fresh_name(f"{tensor}_dequantized", names)
     g.initializer.append(numpy_helper.from_array(np.array(scale, dtype=np.float32), s))
     g.initializer.append(numpy_helper.from_array(np.array(0, dtype=np.int8), z))
-    nodes.append(helper.make_node("QuantizeLinear", [tensor, s, z], [q], name=unique_name(names, f"{tensor}_QuantizeLinear")))
-    nodes.append(helper.make_node("DequantizeLinear", [q, s, z], [dq], name=unique_name(names, f"{tensor}_DequantizeLinear")))
+    nodes.append(helper.make_node("QuantizeLinear", [tensor, s, z], [q], name=fresh_name(f"{tensor}_QuantizeLinear", names)))
+    nodes.append(helper.make_node("DequantizeLinear", [q, s, z], [dq], name=fresh_name(f"{tensor}_DequantizeLinear", names)))
     return dq
 
 
@@ -338,40 +335,15 @@ def _add_weight_dq(
     half: bool = False,
 ) -> str:
     q, scale = quantize_weight(w, axis, half=half)
-    qn = unique_name(names, f"{tensor}_quantized")
-    s = unique_name(names, f"{tensor}_scale")
-    z = unique_name(names, f"{tensor}_zero_point")
-    dq = unique_name(names, f"{tensor}_dequantized")
+    qn = fresh_name(f"{tensor}_quantized", names)
+    s = fresh_name(f"{tensor}_scale", names)
+    z = fresh_name(f"{tensor}_zero_point", names)
+    dq = fresh_name(f"{tensor}_dequantized", names)
     g.initializer.append(numpy_helper.from_array(q, qn))
     g.initializer.append(numpy_helper.from_array(scale, s))
     g.initializer.append(numpy_helper.from_array(np.zeros(scale.shape, dtype=np.int8), z))
-    node = helper.make_node("DequantizeLinear", [qn, s, z], [dq], name=unique_name(names, f"{tensor}_DequantizeLinear"))
+    node = helper.make_node("DequantizeLinear", [qn, s, z], [dq], name=fresh_name(f"{tensor}_DequantizeLinear", names))
     if axis is not None:
         node.attribute.append(helper.make_attribute("axis", axis))
     nodes.append(node)
     return dq
-
-
-def remove_unused_constants(model: onnx.ModelProto) -> None:
-    """Drop initializers and Constant nodes nothing reads any more (the float weights we replaced)."""
-    while True:
-        used: set[str] = set()
-        for _, g in iter_graphs_with_path(model.graph):
-            for n in g.node:
-                used.update(n.input)
-            used.update(o.name for o in g.output)
-        main_inputs = {i.name for i in model.graph.input}
-        removed = False
-        for _, g in iter_graphs_with_path(model.graph):
-            keep = [t for t in g.initializer if t.name in used or t.name in main_inputs]
-            if len(keep) != len(g.initializer):
-                g.ClearField("initializer")
-                g.initializer.extend(keep)
-                removed = True
-            nodes = [n for n in g.node if not (n.op_type == "Constant" and n.output and n.output[0] not in used)]
-            if len(nodes) != len(g.node):
-                g.ClearField("node")
-                g.node.extend(nodes)
-                removed = True
-        if not removed:
-            return

@@ -21,8 +21,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 import onnx
 
+from trtconv.onnxutil.names import fresh_name
+from trtconv.onnxutil.walk import iter_graphs_with_path
 from trtconv.precision.expose import expose_tensors
-from trtconv.precision.graph_index import iter_graphs_with_path, unique_name
 from trtconv.precision.int8_accuracy import run_failure, with_origin
 from trtconv.precision.qdq import Placement, insert_qdq
 from trtconv.reference.ort import session
@@ -72,10 +73,10 @@ def _probe_model(model: onnx.ModelProto, placed: Sequence[Placement], scales: Ma
                 continue
             twin = onnx.NodeProto()
             twin.CopyFrom(node)
-            twin.name = unique_name(taken, label + PROBE_SUFFIX)
+            twin.name = fresh_name(label + PROBE_SUFFIX, taken)
             for k, o in enumerate(node.output):
                 if o:
-                    twin.output[k] = unique_name(taken, o + PROBE_SUFFIX)
+                    twin.output[k] = fresh_name(o + PROBE_SUFFIX, taken)
             nodes.append(twin)
             renamed[(path, label)] = twin.name
             shadows[(path, label)] = (node.op_type, node.output[0], twin.output[0])

@@ -1,33 +1,38 @@
-"""Which custom ops trtconv knows how to rewrite: shared by ``check`` (to say so) and ``rewrite`` (to do it).
+"""The registry of rewrite rules: ``check`` asks it whether a node is rewritable, ``rewrite``
+asks it which rule rewrites a node. It holds rule objects (:class:`~.rule.RewriteRule`).
 
-Keyed by (domain, op_type) with the empty domain spelled "" (ONNX's default domain).
+To add a rule: write it (a ``RewriteRule`` subclass in a module of its own) and append an
+instance to :data:`RULES`. A new DCN dialect needs only an entry in ``dcn_dialects.DIALECTS``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+
+from trtconv.onnxutil.domains import normalize_domain
+from trtconv.rewrites.dcn import DcnRule
+from trtconv.rewrites.dcn_dialects import DIALECTS
+from trtconv.rewrites.pluginmap import PluginMap
+from trtconv.rewrites.pluginmap_rule import PluginMapRule
+from trtconv.rewrites.rule import RewriteRule
+
+RULES: tuple[RewriteRule, ...] = tuple(DcnRule(d) for d in DIALECTS)
+
+# (domain, op_type) -> the built-in rule for it; the empty domain is ONNX's default domain
+REWRITABLE: dict[tuple[str, str], RewriteRule] = {key: rule for rule in RULES for key in rule.ops}
 
 
-@dataclass(frozen=True)
-class RewriteRule:
-    name: str  # stable rule id, used in reports and JSON
-    description: str
+def rule_among(rules: Sequence[RewriteRule], domain: str | None, op_type: str) -> RewriteRule | None:
+    """The first of ``rules`` that covers this op (``ai.onnx`` and "" are the same domain)."""
+    key = (normalize_domain(domain), op_type)
+    return next((r for r in rules if key in r.ops), None)
 
 
-DCNV2_CENTERNET = RewriteRule("dcnv2-centernet", "CenterNet DCNv2 -> DeformConv (or a DCNv2 plugin node)")
-DCNV2_MMCV = RewriteRule("dcnv2-mmcv", "mmcv MMCVModulatedDeformConv2d -> DeformConv (or a DCNv2 plugin node)")
-DEFORMCONV = RewriteRule("deformconv", "ONNX DeformConv with asymmetric pads -> Pad + DeformConv (or a DCNv2 plugin node)")
-
-REWRITABLE: dict[tuple[str, str], RewriteRule] = {
-    ("", "DCNv2"): DCNV2_CENTERNET,
-    ("mmcv", "MMCVModulatedDeformConv2d"): DCNV2_MMCV,
-    ("", "MMCVModulatedDeformConv2d"): DCNV2_MMCV,
-    ("mmdeploy", "MMCVModulatedDeformConv2d"): DCNV2_MMCV,  # mmdeploy's export of the same op
-    ("", "DeformConv"): DEFORMCONV,
-}
+def rewrite_rule_for(domain: str | None, op_type: str) -> RewriteRule | None:
+    """The built-in rule that can rewrite this op, if any."""
+    return REWRITABLE.get((normalize_domain(domain), op_type))
 
 
-def rewrite_rule_for(domain: str, op_type: str) -> RewriteRule | None:
-    """The rule that can rewrite this op, if any. ``ai.onnx`` and "" are the same domain."""
-    key = ("" if domain in ("", "ai.onnx") else domain, op_type)
-    return REWRITABLE.get(key)
+def active_rules(plugin_map: PluginMap | None) -> tuple[RewriteRule, ...]:
+    """The rules one rewrite applies, in precedence order: the user's plugin map, then the built-in ones."""
+    return ((PluginMapRule(plugin_map),) if plugin_map is not None else ()) + RULES

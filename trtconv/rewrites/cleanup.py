@@ -12,11 +12,17 @@ from typing import Any
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
+from onnx import version_converter
 from onnx_graphsurgeon.logger import G_LOGGER
 
-from trtconv.load.model import iter_graphs
+from trtconv.errors import UnsupportedModelError
+from trtconv.onnxutil.domains import default_opset, normalize_domain
+from trtconv.onnxutil.walk import gs_all_subgraphs, gs_nodes, iter_graphs
+from trtconv.rewrites.emitter import PENDING_DOMAIN
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+# The IR version an opset needs (opset 19: IR 9; 16: IR 8); the conversion never goes newer.
+MIN_IR_FOR_OPSET = {19: 9, 16: 8}
 
 # (op_type, input index) whose ONNX type constraint admits int32 *independently* of the
 # node's other inputs, so an INT64 initializer there may become INT32 without a Cast.
@@ -42,53 +48,6 @@ class CleanupResult:
         return {"rule": self.rule, "count": self.count, "items": list(self.items), "notes": list(self.notes)}
 
 
-def _all_nodes(graph: gs.Graph) -> list[gs.Node]:
-    nodes: list[gs.Node] = []
-
-    def walk(g: gs.Graph) -> None:
-        for n in g.nodes:
-            nodes.append(n)
-            for sub in n.attrs.values():
-                if isinstance(sub, gs.Graph):
-                    walk(sub)
-                elif isinstance(sub, (list, tuple)):
-                    for s in sub:
-                        if isinstance(s, gs.Graph):
-                            walk(s)
-
-    walk(graph)
-    return nodes
-
-
-def _subgraphs(graph: gs.Graph) -> list[gs.Graph]:
-    subs: list[gs.Graph] = []
-    for n in _all_nodes(graph):
-        for v in n.attrs.values():
-            if isinstance(v, gs.Graph):
-                subs.append(v)
-            elif isinstance(v, (list, tuple)):
-                subs.extend(s for s in v if isinstance(s, gs.Graph))
-    return subs
-
-
-def is_sorted(model: onnx.ModelProto) -> bool:
-    """True if every node's inputs are produced before it (in every subgraph)."""
-
-    def check(g: onnx.GraphProto, outer: set[str]) -> bool:
-        known = set(outer) | {i.name for i in g.input} | {t.name for t in g.initializer} | {""}
-        for n in g.node:
-            if any(i not in known for i in n.input):
-                return False
-            for a in n.attribute:
-                subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
-                if any(not check(s, known) for s in subs):
-                    return False
-            known.update(n.output)
-        return True
-
-    return check(model.graph, set())
-
-
 def toposort(graph: gs.Graph, was_sorted: bool) -> CleanupResult:
     graph.toposort()
     return CleanupResult("toposort", 0 if was_sorted else 1,
@@ -96,9 +55,9 @@ def toposort(graph: gs.Graph, was_sorted: bool) -> CleanupResult:
 
 
 def remove_dead(graph: gs.Graph) -> CleanupResult:
-    before = {id(n): n.name or f"(unnamed {n.op})" for n in _all_nodes(graph)}
+    before = {id(n): n.name or f"(unnamed {n.op})" for n in list(gs_nodes(graph))}
     graph.cleanup(remove_unused_graph_inputs=False)
-    after = {id(n) for n in _all_nodes(graph)}
+    after = {id(n) for n in list(gs_nodes(graph))}
     removed = sorted(label for key, label in before.items() if key not in after)
     return CleanupResult("remove-dead-nodes", len(removed), tuple(removed[:50]))
 
@@ -106,10 +65,10 @@ def remove_dead(graph: gs.Graph) -> CleanupResult:
 def fold_constants(graph: gs.Graph, size_limit: int) -> CleanupResult:
     """onnx-graphsurgeon's folding (evaluated by ONNX Runtime), results over ``size_limit`` bytes kept as nodes."""
 
-    n_before = len(_all_nodes(graph))
+    n_before = len(list(gs_nodes(graph)))
     # Subgraphs (If/Loop bodies) are folded as models of their own: give them the main
     # graph's IR version and opsets, or onnx's newest IR version makes ONNX Runtime refuse them.
-    for sub in _subgraphs(graph):
+    for sub in gs_all_subgraphs(graph):
         sub.ir_version = graph.ir_version
         if sub.opset is None:
             sub.opset = graph.opset
@@ -124,7 +83,7 @@ def fold_constants(graph: gs.Graph, size_limit: int) -> CleanupResult:
     finally:
         G_LOGGER.severity = severity
     graph.cleanup(remove_unused_graph_inputs=False)
-    folded = n_before - len(_all_nodes(graph))
+    folded = n_before - len(list(gs_nodes(graph)))
     return CleanupResult("fold-constants", max(folded, 0), notes=(f"size limit {size_limit} bytes",))
 
 
@@ -133,7 +92,7 @@ def int64_to_int32(graph: gs.Graph) -> CleanupResult:
     consumers: dict[int, list[tuple[str, int]]] = {}
     consts: dict[int, gs.Constant] = {}
     outputs = {id(t) for t in graph.outputs}
-    for n in _all_nodes(graph):
+    for n in list(gs_nodes(graph)):
         for i, t in enumerate(n.inputs):
             if isinstance(t, gs.Constant) and np.dtype(t.dtype) == np.int64:
                 consumers.setdefault(id(t), []).append((n.op, i))
@@ -159,7 +118,7 @@ def used_domains(model: onnx.ModelProto) -> set[str]:
     for f in model.functions:
         doms.add(f.domain or "")
         doms.update((n.domain or "") for n in f.node)
-    return {"" if d == "ai.onnx" else d for d in doms}
+    return {normalize_domain(d) for d in doms}
 
 
 def prune_opsets(model: onnx.ModelProto) -> CleanupResult:
@@ -168,10 +127,42 @@ def prune_opsets(model: onnx.ModelProto) -> CleanupResult:
     keep: list[onnx.OperatorSetIdProto] = []
     dropped: list[onnx.OperatorSetIdProto] = []
     for o in model.opset_import:
-        dom = "" if o.domain in ("", "ai.onnx") else o.domain
-        (keep if dom in used else dropped).append(o)
+        (keep if normalize_domain(o.domain) in used else dropped).append(o)
     if dropped:
         del model.opset_import[:]
         model.opset_import.extend(keep)
     return CleanupResult("prune-opset-imports", len(dropped),
                          tuple(sorted(f"{o.domain or 'ai.onnx'} v{o.version}" for o in dropped)))
+
+
+def finish_pending(model: onnx.ModelProto, need: int, what: str, large: bool) -> tuple[onnx.ModelProto, CleanupResult | None]:
+    """Raise the default opset to ``need`` if lower (for ``what``, e.g. DeformConv), then move the
+    nodes emitted in the pending domain into the default domain; the conversion, if any, as a result."""
+    opset = default_opset(model)
+    result = None
+    if opset < need:
+        if large:
+            raise UnsupportedModelError(
+                f"{what} needs opset {need}; this model is opset {opset} and too large to convert",
+                hint=f"re-export at opset >= {need}, or use --dcn-target trt-plugin",
+            )
+        ir_version = model.ir_version
+        try:
+            model = version_converter.convert_version(model, need)
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise UnsupportedModelError(
+                f"cannot raise the model's opset from {opset} to {need} for {what}: {first[:300]}",
+                hint=f"re-export at opset >= {need}, or use --dcn-target trt-plugin",
+            ) from exc
+        model.ir_version = max(ir_version, MIN_IR_FOR_OPSET.get(need, 9))  # never newer than ORT reads
+        result = CleanupResult("opset-conversion", 1, (f"ai.onnx {opset} -> {need}",),
+                               ("onnx.version_converter; proven by the graph proof",))
+    for g in iter_graphs(model.graph):
+        for n in g.node:
+            if n.domain == PENDING_DOMAIN:
+                n.domain = ""
+    keep = [o for o in model.opset_import if o.domain != PENDING_DOMAIN]
+    del model.opset_import[:]
+    model.opset_import.extend(keep)
+    return model, result

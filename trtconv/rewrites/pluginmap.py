@@ -22,7 +22,6 @@ out of range), so a bad map never leaves a half-rewritten model.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,14 +30,11 @@ from typing import Any
 
 import numpy as np
 import onnx_graphsurgeon as gs
-import yaml
 
 from trtconv.errors import UsageError
-
-# Domain given to plugin nodes. TensorRT's fallback importer looks the plugin up by op
-# type, plugin_version and plugin_namespace (we always set all three); the domain only
-# keeps onnx.checker from confusing the node with a (nonexistent) standard op.
-PLUGIN_DOMAIN = "trt.plugins"
+from trtconv.onnxutil.domains import normalize_domain
+from trtconv.rewrites.documents import read_document
+from trtconv.rewrites.plugin_spec import PLUGIN_DOMAIN
 
 TYPES = ("int", "ints", "float", "floats", "string", "strings")
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -73,7 +69,7 @@ class PluginMap:
     source: str = "<memory>"
 
     def lookup(self, domain: str, op_type: str) -> OpMap | None:
-        dom = "" if domain in ("", "ai.onnx") else domain
+        dom = normalize_domain(domain)
         for op in self.ops:
             if op.op_type == op_type and op.domain == dom:
                 return op
@@ -127,8 +123,7 @@ def parse_plugin_map(doc: Any, source: str = "<memory>") -> PluginMap:
         if extra:
             raise _err(source, f"{where}.{extra[0]}", f"unknown key (allowed: {', '.join(sorted(allowed))})")
         op_type = _str(entry, "op_type", source, where)
-        domain = _str(entry, "domain", source, where, "")
-        domain = "" if domain == "ai.onnx" else domain
+        domain = normalize_domain(_str(entry, "domain", source, where, ""))
         if (domain, op_type) in seen:
             raise _err(source, f"{where}.op_type", f"{domain or 'ai.onnx'}::{op_type} is mapped twice")
         seen.add((domain, op_type))
@@ -175,27 +170,6 @@ def parse_plugin_map(doc: Any, source: str = "<memory>") -> PluginMap:
             fields=tuple(fields), index=i,
         ))
     return PluginMap(tuple(ops), source)
-
-
-def read_document(path: str | os.PathLike[str], what: str) -> Any:
-    """A user's JSON (``.json``) or YAML file, parsed; every way it can be unreadable is a
-    one-line UsageError naming ``what`` and the file (plugin maps and plugin specs)."""
-
-
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"{what} {path} is not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
-    fmt = "JSON" if path.suffix == ".json" else "YAML"
-    try:
-        return json.loads(text) if fmt == "JSON" else yaml.safe_load(text)
-    except RecursionError as exc:
-        raise UsageError(f"{what} {path} is nested too deeply to be a {what}") from exc
-    except (ValueError, yaml.YAMLError) as exc:  # json.JSONDecodeError is a ValueError
-        raise UsageError(f"{what} {path} is not valid {fmt}: {str(exc).splitlines()[0]}") from exc
 
 
 def load_plugin_map(path: str | os.PathLike[str]) -> PluginMap:
@@ -287,11 +261,12 @@ def plan(op: OpMap, node: gs.Node, graph_outputs: frozenset[str] = frozenset()) 
     return PlannedPluginNode(op, ins, outs, tuple(attrs), dropped)
 
 
-def emit(graph: gs.Graph, name: str, planned: PlannedPluginNode, inputs: Sequence[gs.Tensor],
-         outputs: Sequence[gs.Tensor]) -> gs.Node:
+def emit_plugin_node(graph: gs.Graph, name: str, planned: PlannedPluginNode, inputs: Sequence[gs.Tensor],
+                     outputs: Sequence[gs.Tensor]) -> gs.Node:
     attrs: dict[str, Any] = dict(planned.attrs)
     attrs["plugin_version"] = planned.op.plugin_version
     attrs["plugin_namespace"] = planned.op.plugin_namespace
     return gs.Node(planned.op.plugin_name, name=f"{name}/plugin", attrs=attrs,
                    inputs=[inputs[i] for i in planned.inputs], outputs=[outputs[i] for i in planned.outputs],
                    domain=planned.op.node_domain)
+

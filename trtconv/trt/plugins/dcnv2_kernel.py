@@ -8,7 +8,6 @@ TensorRT embeds is launched exactly as the tests launch it. The PTX ships as pac
 
 from __future__ import annotations
 
-import json
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -28,7 +27,6 @@ PLUGIN_VERSION = "1"  # tensorrt.plugin plugins always have version "1"
 
 PTX_FILE = "dcnv2.ptx"
 SM90_PTX_FILE = "dcnv2_sm90a.ptx"
-SPEC_FILE = "dcnv2_spec.json"
 PTX_ARCH = "sm_80"  # compute_80 PTX: the driver compiles it for Ampere, Ada, Hopper and later
 SM90_PTX_ARCH = "sm_90a"  # compute_90a PTX (wgmma): runs on compute capability 9.0 only
 THREADS = 256  # block size of the compute_80 entry points
@@ -69,7 +67,7 @@ _STEM = {"float16": "f16", "bfloat16": "bf16"}
 
 @dataclass(frozen=True)
 class DCNv2Attrs:
-    """The plugin's fields, validated once (names and meaning as in spec.json)."""
+    """The plugin's fields, validated once (names and meaning as in trtconv/rewrites/dcnv2_spec.json)."""
 
     stride: tuple[int, ...] = (1, 1)  # h, w
     pads: tuple[int, ...] = (0, 0, 0, 0)  # top, left, bottom, right (ONNX order)
@@ -279,12 +277,6 @@ def single_entry(text: str, name: str, where: str = "the PTX") -> str:
         raise ValueError(f"{where} has no entry point {name}")
     end = text.find("\n.visible .entry ", start)  # the next entry, or the end of the file
     return "\n".join(header) + "\n\n" + text[start : len(text) if end < 0 else end].rstrip() + "\n"
-
-
-@lru_cache(maxsize=1)
-def load_spec() -> dict[str, Any]:
-    """The machine-readable plugin spec (a packaged copy of plugins/dcnv2/spec.json)."""
-    return json.loads(resources.files(__package__).joinpath(SPEC_FILE).read_text(encoding="utf-8"))
 
 
 class CupyLauncher:

@@ -1,0 +1,130 @@
+"""The portable DCN form through TensorRT-RTX's real ONNX parser and builder, on the CPU.
+
+TensorRT-RTX has no plugins (../shared/docs/trt-rtx-facts.md): ONNX DeformConv fails there
+with "Plugin not found". The portable form must parse and build with a dynamic batch.
+Runs wherever `pip install tensorrt-rtx` works (no GPU needed); skips elsewhere.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from builders import dcn_node_model
+
+from trtconv.rewrites import RewriteSettings, rewrite
+from trtconv.rewrites.reference import DcnParams
+
+trt = pytest.importorskip("tensorrt_rtx")
+
+# (C, Cout, k, H, W, stride, pads [t, l, b, r], dilation, group, deformable_group, mask, bias)
+SPECS = {
+    "plain": (8, 16, 3, 20, 24, (1, 1), (1, 1, 1, 1), (1, 1), 1, 1, True, True),
+    "groups-dgroups-stride": (8, 8, 3, 19, 23, (2, 2), (1, 1, 1, 1), (1, 1), 2, 4, True, True),
+    "anisotropic-dilation": (4, 6, 3, 16, 21, (2, 1), (2, 1, 2, 1), (2, 1), 1, 2, True, False),
+    "asymmetric-nomask": (4, 4, 3, 15, 17, (1, 2), (0, 1, 2, 1), (1, 2), 2, 1, False, True),
+}
+CASES = [("centernet", "plain"), ("mmcv", "groups-dgroups-stride"), ("mmcv", "anisotropic-dilation"),
+         ("onnx", "plain"), ("onnx", "asymmetric-nomask"), ("onnx", "groups-dgroups-stride")]
+
+
+def _parse(path: Path):
+    logger = trt.Logger(trt.Logger.ERROR)
+    builder = trt.Builder(logger)
+    network = builder.create_network(0)
+    parser = trt.OnnxParser(network, logger)
+    ok = parser.parse_from_file(str(path))
+    errors = [parser.get_error(i).desc() for i in range(parser.num_errors)]
+    return builder, network, ok, errors, parser
+
+
+def _build(builder, network, batch=(1, 2, 4)) -> bytes | None:
+    config = builder.create_builder_config()
+    profile = builder.create_optimization_profile()
+    for i in range(network.num_inputs):
+        t = network.get_input(i)
+        dims = tuple(t.shape)
+        profile.set_shape(t.name, *(tuple(b if d == -1 else d for d in dims) for b in batch))
+    config.add_optimization_profile(profile)
+    plan = builder.build_serialized_network(network, config)
+    return None if plan is None else bytes(plan)
+
+
+def _portable(tmp_path: Path, dialect: str, spec: str, dtype=np.float32) -> Path:
+    model, _ = dcn_node_model(dialect, SPECS[spec], batch="N", dtype=dtype)
+    res = rewrite(model, RewriteSettings(dcn_target="portable", shapes={"x": (1, *SPECS[spec][:1],
+                                                                              *SPECS[spec][3:5])}))
+    assert all(e.proof.passed for e in res.report.rewrites)
+    out = res.model
+    for vi in out.graph.input:  # --shapes fixed the batch for the proof; the engine keeps it dynamic
+        vi.type.tensor_type.shape.dim[0].dim_param = "N"
+    path = tmp_path / f"{dialect}-{spec}.portable.onnx"
+    onnx.save(out, path)
+    return path
+
+
+@pytest.mark.parametrize("dialect,spec", CASES, ids=[f"{d}-{s}" for d, s in CASES])
+def test_portable_form_parses_and_builds_on_rtx(tmp_path, dialect, spec):
+    builder, network, ok, errors, _parser = _parse(_portable(tmp_path, dialect, spec))
+    assert ok and errors == []
+    kinds = {network.get_layer(i).type for i in range(network.num_layers)}
+    assert trt.LayerType.GRID_SAMPLE in kinds and trt.LayerType.CONVOLUTION in kinds
+    assert trt.LayerType.PLUGIN_V3 not in kinds and trt.LayerType.PLUGIN_V2 not in kinds
+    assert network.get_input(0).shape[0] == -1  # the batch stayed dynamic
+    plan = _build(builder, network)
+    assert plan is not None and len(plan) > 0
+
+
+def test_fp16_portable_form_builds_in_fp16_on_rtx(tmp_path):
+    """Strongly typed: the 1x1 Conv runs in FP16, the sampling (x and grid one type) in FP32."""
+    builder, network, ok, errors, _parser = _parse(_portable(tmp_path, "mmcv", "groups-dgroups-stride", np.float16))
+    assert ok and errors == []
+    layers = [network.get_layer(i) for i in range(network.num_layers)]
+    sample = next(la for la in layers if la.type == trt.LayerType.GRID_SAMPLE)
+    conv = next(la for la in layers if la.type == trt.LayerType.CONVOLUTION)
+    assert sample.get_input(0).dtype == sample.get_input(1).dtype == trt.DataType.FLOAT
+    assert conv.get_output(0).dtype == trt.DataType.HALF
+    plan = _build(builder, network)
+    assert plan is not None and len(plan) > 0
+
+
+@pytest.mark.parametrize("dialect,spec", [("mmcv", "groups-dgroups-stride"), ("onnx", "asymmetric-nomask")])
+def test_dynamic_spatial_portable_form_builds_on_rtx(tmp_path, dialect, spec):
+    """Dynamic N, H and W with a profile spanning several sizes: tap positions come from Range."""
+    model, _ = dcn_node_model(dialect, SPECS[spec], batch="N", spatial=False)
+    res = rewrite(model, RewriteSettings(dcn_target="portable"))
+    assert res.report.rewrites[0].proof.passed
+    path = tmp_path / "dynamic.onnx"
+    onnx.save(res.model, path)
+    builder, network, ok, errors, _parser = _parse(path)
+    assert ok and errors == []
+    c, _co, k, *_ = SPECS[spec]
+    p = DcnParams(*SPECS[spec][5:10])
+    dg = p.deformable_group
+    config = builder.create_builder_config()
+    profile = builder.create_optimization_profile()
+    corners = [(1, 12, 14), (2, 20, 24), (4, 33, 40)]
+    dims = {"x": [], "offset": [], "mask": []}
+    for n, h, w in corners:
+        oh, ow = p.out_hw(h, w, k, k)
+        dims["x"].append((n, c, h, w))
+        dims["offset"].append((n, 2 * dg * k * k, oh, ow))
+        dims["mask"].append((n, dg * k * k, oh, ow))
+    for i in range(network.num_inputs):
+        name = network.get_input(i).name
+        profile.set_shape(name, *dims[name])
+    config.add_optimization_profile(profile)
+    plan = builder.build_serialized_network(network, config)
+    assert plan is not None and plan.nbytes > 0
+
+
+def test_deformconv_needs_a_plugin_rtx_does_not_have(tmp_path):
+    """Why the portable target exists: the same node as ONNX DeformConv does not parse on RTX."""
+    model, _ = dcn_node_model("onnx", SPECS["plain"], batch="N")
+    path = tmp_path / "deformconv.onnx"
+    onnx.save(model, path)
+    _builder, _network, ok, errors, parser = _parse(path)
+    assert not ok and any("plugin" in e.lower() for e in errors)
+    assert parser.get_error(0).node_operator() == "DeformConv"

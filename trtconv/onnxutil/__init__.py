@@ -1,0 +1,6 @@
+"""ONNX helpers every stage shares, written once: walking subgraphs, topological order,
+fresh names, domain names, unused constants.
+
+The bottom layer above ``errors``: plain functions over ``onnx`` protos (and
+onnx-graphsurgeon graphs where a stage edits with it), no trtconv stage imported.
+"""

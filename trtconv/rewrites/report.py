@@ -1,0 +1,134 @@
+"""What ``rewrite`` did, for humans (``to_text``) and machines (``to_json``, schema trtconv.rewrite/1)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+
+from trtconv.onnxutil.domains import qualified_op
+from trtconv.rewrites.cleanup import CleanupResult
+from trtconv.rewrites.emitter import PENDING_DOMAIN
+from trtconv.rewrites.proof import Proof
+from trtconv.rewrites.settings import RewriteSettings
+
+SCHEMA = "trtconv.rewrite/1"
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    op: str  # "domain::Op" or "Op" for the default domain
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attributes: Mapping[str, Any]
+
+    @staticmethod
+    def of(node: gs.Node) -> NodeInfo:
+        op = qualified_op(None if node.domain == PENDING_DOMAIN else node.domain, node.op)
+        return NodeInfo(node.name, op, tuple(t.name for t in node.inputs), tuple(t.name for t in node.outputs),
+                        {k: _jsonable(v) for k, v in sorted(node.attrs.items())})
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "op": self.op, "inputs": list(self.inputs), "outputs": list(self.outputs),
+                "attributes": dict(self.attributes)}
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, np.ndarray):
+        return v.tolist() if v.size <= 16 else f"<tensor {v.dtype} {list(v.shape)}>"
+    if isinstance(v, (np.integer, np.floating)):
+        return v.item()
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, gs.Graph):
+        return f"<graph {v.name}>"
+    if isinstance(v, gs.Constant):
+        return _jsonable(np.asarray(v.values))
+    if isinstance(v, (int, float, str, bool)) or v is None:
+        return v
+    return str(v)
+
+
+@dataclass(frozen=True)
+class RewriteEntry:
+    node: str
+    rule: str
+    target: str
+    before: NodeInfo
+    after: tuple[NodeInfo, ...]
+    proof: Proof
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node": self.node, "rule": self.rule, "target": self.target, "before": self.before.to_json(),
+                "after": [a.to_json() for a in self.after], "proof": self.proof.to_json(), "notes": list(self.notes)}
+
+
+@dataclass(frozen=True)
+class RewriteReport:
+    """Everything ``rewrite`` did, for humans (``to_text``) and machines (``to_json``, schema trtconv.rewrite/1)."""
+
+    settings: RewriteSettings
+    rewrites: tuple[RewriteEntry, ...]
+    cleanups: tuple[CleanupResult, ...]
+    graph_proof: Proof
+    nodes_before: int
+    nodes_after: int
+    opset_before: int
+    opset_after: int
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "settings": self.settings.to_json(),
+            "rewrites": [r.to_json() for r in self.rewrites],
+            "cleanups": [c.to_json() for c in self.cleanups],
+            "graph_proof": self.graph_proof.to_json(),
+            "summary": {
+                "nodes_before": self.nodes_before,
+                "nodes_after": self.nodes_after,
+                "rewritten": len(self.rewrites),
+                "opset_before": self.opset_before,
+                "opset_after": self.opset_after,
+            },
+            "notes": list(self.notes),
+        }
+
+    def to_text(self) -> str:
+        lines = [f"rewrote {len(self.rewrites)} node(s); nodes {self.nodes_before} -> {self.nodes_after}; "
+                 f"opset {self.opset_before} -> {self.opset_after}"]
+        for r in self.rewrites:
+            after = ", ".join(a.op for a in r.after)
+            proof = _proof_text(r.proof)
+            lines.append(f"  {r.node}: {r.rule}: {r.before.op} -> {after}  [{proof}]")
+            lines.extend(f"    note: {n}" for n in r.notes)
+        for c in self.cleanups:
+            if c.count or c.notes:
+                detail = f": {', '.join(c.items[:5])}{' ...' if len(c.items) > 5 else ''}" if c.items else ""
+                lines.append(f"  {c.rule}: {c.count}{detail}")
+                lines.extend(f"    note: {n}" for n in c.notes if c.count or c.rule != "fold-constants")
+        lines.append(f"  graph proof: {_proof_text(self.graph_proof)}")
+        lines.extend(f"  note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+
+def _proof_text(p: Proof) -> str:
+    if p.method == "none":
+        return p.reason or "not proven"
+    status = "passed" if p.passed else "FAILED"
+    err = f" max|err| {p.max_abs:.2g} <= {p.tolerance:.2g}" if p.max_abs is not None and p.tolerance else ""
+    return f"{p.method} {status}{err}" + (f" ({p.reason})" if p.reason else "")
+
+
+@dataclass(frozen=True)
+class RewriteResult:
+    model: onnx.ModelProto
+    report: RewriteReport

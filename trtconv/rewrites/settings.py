@@ -1,0 +1,71 @@
+"""What ``rewrite`` does: one frozen settings object, checked before any work starts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from trtconv.errors import UsageError
+from trtconv.load.model import PROTOBUF_LIMIT
+from trtconv.load.shapes import Shape
+from trtconv.rewrites.dcn_targets import DEFAULT_TARGET, TARGETS
+from trtconv.rewrites.plugin_spec import PluginSpec
+from trtconv.rewrites.pluginmap import PluginMap
+
+DEFAULT_FOLD_LIMIT = 16 << 20  # bytes: larger folded tensors stay as nodes
+NODE_RTOL = 1e-5  # node proofs: max |err| <= NODE_RTOL * max(1, max |ref|)
+GRAPH_RTOL = 1e-6
+
+
+@dataclass(frozen=True)
+class RewriteSettings:
+    """What ``rewrite`` does. Frozen: the same settings and model always give the same bytes."""
+
+    dcn_target: str = DEFAULT_TARGET  # a name in dcn_targets.TARGETS
+    dcn_plugin: PluginSpec | None = None  # for targets that need a spec ("trtconv-plugin": trtconv_plugin_spec(path))
+    plugin_map: PluginMap | None = None
+    shapes: Mapping[str, Shape] = field(default_factory=dict)
+    fold_constants: bool = True
+    fold_size_limit: int = DEFAULT_FOLD_LIMIT
+    remove_dead_nodes: bool = True
+    int64_to_int32: bool = True
+    prune_opsets: bool = True
+    verify: bool = True
+    seed: int = 0
+    # proofs pass when max |err| <= tolerance * max(1, max |reference|)
+    node_tolerance: float = NODE_RTOL
+    graph_tolerance: float = GRAPH_RTOL
+    # Models above this many bytes of weights take the large-model path: no protobuf
+    # serialization in memory (no folding, no graph proof), external data on save.
+    large_model_bytes: int = PROTOBUF_LIMIT
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dcn_target": self.dcn_target,
+            "dcn_plugin": None if self.dcn_plugin is None else
+            f"{self.dcn_plugin.namespace}::{self.dcn_plugin.name} v{self.dcn_plugin.version}",
+            "plugin_map": None if self.plugin_map is None else self.plugin_map.source,
+            "shapes": {k: list(v) for k, v in sorted(self.shapes.items())},
+            "fold_constants": self.fold_constants,
+            "fold_size_limit": self.fold_size_limit,
+            "remove_dead_nodes": self.remove_dead_nodes,
+            "int64_to_int32": self.int64_to_int32,
+            "prune_opsets": self.prune_opsets,
+            "verify": self.verify,
+            "seed": self.seed,
+            "node_tolerance": self.node_tolerance,
+            "graph_tolerance": self.graph_tolerance,
+        }
+
+
+def check_settings(settings: RewriteSettings) -> None:
+    if settings.dcn_target not in TARGETS:
+        raise UsageError(f"unknown DCN target {settings.dcn_target!r}", hint=f"choose one of {', '.join(TARGETS)}")
+    if TARGETS[settings.dcn_target].needs_spec and settings.dcn_plugin is None:
+        raise UsageError(f"DCN target {settings.dcn_target} needs the plugin's spec",
+                         hint="pass --dcn-plugin-spec PATH, or RewriteSettings(dcn_plugin=trtconv_plugin_spec())")
+    if not (settings.node_tolerance >= 0 and settings.graph_tolerance >= 0):
+        raise UsageError("proof tolerances must be >= 0")
+    if settings.fold_size_limit < 0:
+        raise UsageError("the constant-folding size limit must be >= 0")
