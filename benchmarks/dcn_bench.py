@@ -1,10 +1,14 @@
 """DCNv2 forward: trtconv's fused kernel against torchvision and cuDNN's dense conv (GPU only).
 
 Runs the PTX the TensorRT plugin embeds (through CuPy) on the three layer shapes of
-docs/dcn-perf.md, in FP16, FP32 I/O with TF32 math (TensorRT's default) and strict FP32.
-Columns: this kernel (best tile, as TensorRT's tactic timing would pick), torchvision
-``deform_conv2d``, cuDNN dense conv2d of the same shape (NCHW), the roofline bound, and the
-relative error of each DCN against float64. Times are medians of CUDA-event timed batches.
+docs/dcn-perf.md, in FP16, FP32 I/O with TF32 math (TensorRT's default) and strict FP32,
+and on three more FP16 shapes (a CenterNet head, a stride-2 layer, a large batch).
+Columns: this kernel in each layout of x (best tile, as TensorRT's tactic timing would
+pick), torchvision ``deform_conv2d``, cuDNN dense conv2d of the same shape in *both*
+layouts (NCHW and channels-last, each on its own freshly made tensors, same process), the
+roofline bound, and the relative error of each DCN against float64. Ratios against cuDNN
+use the faster cuDNN layout and the faster plugin layout, so like is compared with like.
+Times are medians of CUDA-event timed batches.
 
 The ``portable`` columns time the plugin-free form (``trtconv rewrite --dcn-target portable``):
 the ONNX graph trtconv emits for the layer, its nodes executed one by one with the matching
@@ -22,23 +26,39 @@ import statistics
 import sys
 from typing import Any
 
-SHAPES = {"a": (1, 64, 64, 128), "b": (8, 256, 256, 64), "c": (1, 512, 512, 32)}  # N, C, Cout, H=W
-MODES = ("fp16", "tf32", "fp32")
+# key -> (N, C, Cout, H=W, stride, math modes). (a)-(c): docs/dcn-perf.md; (d) a CenterNet-style
+# head; (e) stride 2; (f) a large batch of small maps.
+ALL_MODES = ("fp16", "tf32", "fp32")
+SHAPES: dict[str, tuple[int, int, int, int, int, tuple[str, ...]]] = {
+    "a": (1, 64, 64, 128, 1, ALL_MODES),
+    "b": (8, 256, 256, 64, 1, ALL_MODES),
+    "c": (1, 512, 512, 32, 1, ALL_MODES),
+    "d": (1, 256, 128, 32, 1, ("fp16",)),
+    "e": (8, 256, 256, 64, 2, ("fp16",)),
+    "f": (32, 128, 128, 40, 1, ("fp16",)),
+}
 # Datasheet ceilings (dcn-perf.md §3.1): HBM bytes/s, and FLOP/s per math mode.
 HBM = {"H100": 3.35e12, "H200": 4.8e12}
 PEAK = {"fp16": 989.4e12, "tf32": 494.7e12, "fp32": 66.9e12}
 
 
-def roofline_us(n: int, c: int, cout: int, h: int, mode: str, gpu: str) -> float:
-    p = n * h * h
+def out_size(h: int, stride: int) -> int:
+    """Output height of a 3x3 convolution with padding 1."""
+    return (h - 1) // stride + 1
+
+
+def roofline_us(n: int, c: int, cout: int, h: int, stride: int, mode: str, gpu: str) -> float:
+    ho = out_size(h, stride)
+    p = n * ho * ho
     flops = 2 * p * cout * c * 9
-    elems = n * c * h * h + n * 27 * h * h + cout * c * 9 + cout + n * cout * h * h
+    elems = n * c * h * h + n * 27 * ho * ho + cout * c * 9 + cout + n * cout * ho * ho
     nbytes = elems * (2 if mode == "fp16" else 4)
     return max(nbytes / HBM.get(gpu, HBM["H100"]), flops / PEAK[mode]) * 1e6
 
 
-def layer_inputs(torch: Any, gen: Any, n: int, c: int, cout: int, h: int, dtype: Any) -> tuple[Any, ...]:
+def layer_inputs(torch: Any, gen: Any, n: int, c: int, cout: int, h: int, stride: int, dtype: Any) -> tuple[Any, ...]:
     """Random inputs of one 3x3 DCNv2 layer, NCHW: x, weight (OIHW), bias, offset (~2 px), mask."""
+    ho = out_size(h, stride)
 
     def rnd(*shape: int, scale: float = 1.0, dt: Any = dtype) -> Any:
         return (torch.randn(*shape, generator=gen, device="cuda") * scale).to(dt)
@@ -46,9 +66,29 @@ def layer_inputs(torch: Any, gen: Any, n: int, c: int, cout: int, h: int, dtype:
     x = rnd(n, c, h, h)
     w = rnd(cout, c, 3, 3, scale=(9 * c) ** -0.5)
     b = rnd(cout)
-    off = rnd(n, 18, h, h, scale=2.0)
-    msk = torch.sigmoid(rnd(n, 9, h, h, dt=torch.float32)).to(dtype)
+    off = rnd(n, 18, ho, ho, scale=2.0)
+    msk = torch.sigmoid(rnd(n, 9, ho, ho, dt=torch.float32)).to(dtype)
     return x, w, b, off, msk
+
+
+def dense_conv_us(torch: Any, gen: Any, n: int, c: int, cout: int, h: int, stride: int, dtype: Any,
+                  iters: int, reps: int) -> dict[str, float]:
+    """cuDNN's dense 3x3 conv of the same shape, NCHW and channels-last, each timed on its own
+    freshly made x/weight/bias (cudnn.benchmark picks the algorithm per layout)."""
+    import torch.nn.functional as F
+
+    times = {}
+    for name, fmt in (("nchw", torch.contiguous_format), ("nhwc", torch.channels_last)):
+        x = torch.randn(n, c, h, h, generator=gen, device="cuda").to(dtype).contiguous(memory_format=fmt)
+        w = (torch.randn(cout, c, 3, 3, generator=gen, device="cuda") * (9 * c) ** -0.5).to(dtype)
+        w = w.contiguous(memory_format=fmt)
+        b = torch.randn(cout, generator=gen, device="cuda").to(dtype)
+        y = F.conv2d(x, w, b, stride=stride, padding=1)
+        if not y.is_contiguous(memory_format=fmt):
+            raise SystemExit(f"cuDNN conv did not keep the {name} layout")
+        times[name] = time_us(torch, lambda x=x, w=w, b=b: F.conv2d(x, w, b, stride=stride, padding=1), iters, reps)
+        del x, w, b, y
+    return times
 
 
 def time_us(torch, fn, iters: int, reps: int) -> float:
@@ -202,17 +242,18 @@ def main(argv: list[str] | None = None) -> int:
     gen = torch.Generator(device="cuda").manual_seed(0)
     rows = []
 
-    for key, (n, c, cout, h) in SHAPES.items():
-        for mode in MODES:
+    for key, (n, c, cout, h, stride, modes) in SHAPES.items():
+        ho = out_size(h, stride)
+        for mode in modes:
             dtype = torch.float16 if mode == "fp16" else torch.float32
             tf32 = mode == "tf32"
             torch.backends.cuda.matmul.allow_tf32 = tf32
             torch.backends.cudnn.allow_tf32 = tf32
 
-            x, w, b, off, msk = layer_inputs(torch, gen, n, c, cout, h, dtype)
+            x, w, b, off, msk = layer_inputs(torch, gen, n, c, cout, h, stride, dtype)
             w_ohwi = w.permute(0, 2, 3, 1).contiguous()
-            attrs = dk.DCNv2Attrs(pads=(1, 1, 1, 1), allow_tf32=mode != "fp32")
-            out = torch.empty(n, cout, h, h, dtype=dtype, device="cuda")
+            attrs = dk.DCNv2Attrs(stride=(stride, stride), pads=(1, 1, 1, 1), allow_tf32=mode != "fp32")
+            out = torch.empty(n, cout, ho, ho, dtype=dtype, device="cuda")
 
             x_cl = x.permute(0, 2, 3, 1).contiguous()  # what TensorRT's HWC8/HWC format holds
             tiles: dict[str, float] = {}
@@ -225,13 +266,20 @@ def main(argv: list[str] | None = None) -> int:
                     run, _ = launch.prepare(xin, off, msk, w_ohwi, b, attrs, out=out, tile=tile, layout=layout)
                     tiles[f"{layout} {tile[0]}x{tile[1]}x{tile[2]}x{tile[3]}"] = time_us(torch, run, iters, reps)
             best = {lay: min((k for k in tiles if k.startswith(lay)), key=tiles.__getitem__) for lay in dk.LAYOUTS}
-            t_tv = time_us(torch, lambda x=x, off=off, w=w, b=b, msk=msk: deform_conv2d(x, off, w, b, padding=1, mask=msk), iters, reps)
-            t_conv = time_us(torch, lambda x=x, w=w, b=b: F.conv2d(x, w, b, padding=1), iters, reps)
-            t_reformat = time_us(torch, lambda x=x: x.permute(0, 2, 3, 1).contiguous(), iters, reps)
-            port_row = portable_timings(torch, F, deform_conv2d, (x, w, b, off, msk), mode == "fp16", iters, reps)
 
-            ref = deform_conv2d(x.double(), off.double(), w.double(), b.double(), padding=1, mask=msk.double())
-            tv = deform_conv2d(x, off, w, b, padding=1, mask=msk)
+            def tv_run(x=x, off=off, w=w, b=b, msk=msk, s=stride):
+                return deform_conv2d(x, off, w, b, stride=s, padding=1, mask=msk)
+
+            t_tv = time_us(torch, tv_run, iters, reps)
+            t_conv = dense_conv_us(torch, gen, n, c, cout, h, stride, dtype, iters, reps)
+            t_reformat = time_us(torch, lambda x=x: x.permute(0, 2, 3, 1).contiguous(), iters, reps)
+            # the portable graph is built for stride 1 (portable_graph); other strides are not timed
+            port_row = (portable_timings(torch, F, deform_conv2d, (x, w, b, off, msk), mode == "fp16", iters, reps)
+                        if stride == 1 else dict(portable_error="stride != 1: not timed"))
+
+            ref = deform_conv2d(x.double(), off.double(), w.double(), b.double(), stride=stride, padding=1,
+                                mask=msk.double())
+            tv = tv_run()
             errs = {}
             for layout in dk.LAYOUTS:
                 tile = tuple(int(v) for v in best[layout].split()[1].split("x"))
@@ -240,10 +288,11 @@ def main(argv: list[str] | None = None) -> int:
                 errs[layout] = float((ours.double() - ref).norm() / ref.norm())
             e_tv = float((tv.double() - ref).norm() / ref.norm())
             row = dict(
-                shape=key, n=n, c=c, cout=cout, h=h, mode=mode,
+                gpu=prop.name, shape=key, n=n, c=c, cout=cout, h=h, stride=stride, mode=mode,
                 ours_nchw_us=tiles[best["nchw"]], ours_nhwc_us=tiles[best["nhwc"]],
                 tile_nchw=best["nchw"], tile_nhwc=best["nhwc"], tiles_us=tiles, torchvision_us=t_tv,
-                cudnn_us=t_conv, reformat_us=t_reformat, roofline_us=roofline_us(n, c, cout, h, mode, gpu),
+                cudnn_nchw_us=t_conv["nchw"], cudnn_nhwc_us=t_conv["nhwc"], cudnn_best_us=min(t_conv.values()),
+                reformat_us=t_reformat, roofline_us=roofline_us(n, c, cout, h, stride, mode, gpu),
                 err_nchw=errs["nchw"], err_nhwc=errs["nhwc"], err_torchvision=e_tv,
                 columns_mib=n * c * 9 * h * h * (2 if mode == "fp16" else 4) / 2**20, **port_row,
             )
@@ -267,18 +316,22 @@ def main(argv: list[str] | None = None) -> int:
         sweep.append(dict(h=h, err_ours=float((ours.double() - ref).norm() / ref.norm()),
                           err_torchvision=float((tv.double() - ref).norm() / ref.norm())))
 
-    print(f"\n## DCNv2 forward on {prop.name}: median µs (CUDA events); ×tv = torchvision / ours")
-    print("ours NCHW: x as TensorRT LINEAR; ours NHWC: x channels-last (TensorRT HWC8/HWC), "
-          "`+ref` = a separate NCHW->NHWC copy added.")
-    print("| shape | mode | ours NCHW | ours NHWC | NHWC+ref | torchvision | cuDNN conv | roofline "
-          "| ×tv NCHW | ×tv NHWC | NHWC/conv | err ours | err tv |")
+    print(f"\n## DCNv2 forward on {prop.name}: median µs (CUDA events)")
+    print("Layout of x per column: NCHW = TensorRT LINEAR; NHWC = channels-last (TensorRT HWC8/HWC); "
+          "`+ref` = a separate NCHW->NHWC copy added. cuDNN = torch conv2d, each layout on fresh tensors. "
+          "ours / best cuDNN = the faster plugin layout / the faster cuDNN layout; ×tv = torchvision (NCHW) / ours NHWC.")
+    print("| shape | mode | ours NCHW | ours NHWC | NHWC+ref | torchvision NCHW | cuDNN NCHW | cuDNN NHWC "
+          "| roofline | ×tv | ours / best cuDNN | err ours | err tv |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
+        ours = min(r["ours_nchw_us"], r["ours_nhwc_us"])
+        stride_note = f" s{r['stride']}" if r["stride"] != 1 else ""
         print(
-            f"| ({r['shape']}) N{r['n']} C{r['c']}→{r['cout']} {r['h']}² | {r['mode']} | {r['ours_nchw_us']:.1f} "
-            f"| {r['ours_nhwc_us']:.1f} | {r['ours_nhwc_us'] + r['reformat_us']:.1f} | {r['torchvision_us']:.1f} "
-            f"| {r['cudnn_us']:.1f} | {r['roofline_us']:.1f} | {r['torchvision_us'] / r['ours_nchw_us']:.2f} "
-            f"| {r['torchvision_us'] / r['ours_nhwc_us']:.2f} | {r['ours_nhwc_us'] / r['cudnn_us']:.2f} "
+            f"| ({r['shape']}) N{r['n']} C{r['c']}→{r['cout']} {r['h']}²{stride_note} | {r['mode']} "
+            f"| {r['ours_nchw_us']:.1f} | {r['ours_nhwc_us']:.1f} | {r['ours_nhwc_us'] + r['reformat_us']:.1f} "
+            f"| {r['torchvision_us']:.1f} | {r['cudnn_nchw_us']:.1f} | {r['cudnn_nhwc_us']:.1f} "
+            f"| {r['roofline_us']:.1f} | {r['torchvision_us'] / r['ours_nhwc_us']:.2f} "
+            f"| {ours / r['cudnn_best_us']:.2f} "
             f"| {max(r['err_nchw'], r['err_nhwc']):.1e} | {r['err_torchvision']:.1e} |"
         )
     print("\n## The plugin-free form (--dcn-target portable), its ONNX nodes run as PyTorch ops in a CUDA graph")

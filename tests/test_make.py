@@ -16,7 +16,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from trtconv.load.model import _with_raw_data
+from trtconv.load.save import _with_raw_data
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "makefile"
 MAKE = shutil.which("make")

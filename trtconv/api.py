@@ -8,16 +8,17 @@ Examples (run as tests) are in docs/api.md.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from trtconv.analyze import analyze
+from trtconv.analyze.live import compare_live
 from trtconv.errors import UsageError
-from trtconv.load import load_model, parse_shapes, save_model
-from trtconv.load.model import _approx_size
+from trtconv.load import approx_size, load_model, parse_shapes, save_model
 from trtconv.outputs import check_output_path
 from trtconv.pipeline.build import BuildRequest, run_build
 from trtconv.pipeline.quantize import (
@@ -39,6 +40,7 @@ from trtconv.plan.plan import (
 )
 from trtconv.rewrites import RewriteSettings
 from trtconv.rewrites import rewrite as rewrite_model
+from trtconv.trt.realparse import RTX_MODULE, run_isolated
 
 if TYPE_CHECKING:
     from trtconv.analyze import CheckReport
@@ -65,16 +67,28 @@ def _shapes(shapes: ShapesArg) -> dict[str, tuple[int, ...]]:
 # --------------------------------------------------------------------------- check
 
 
-def check(model: PathLike, *, trt: str = DEFAULT_TRT_VERSION, shapes: ShapesArg = None) -> CheckReport:
+def check(model: PathLike, *, trt: str = DEFAULT_TRT_VERSION, shapes: ShapesArg = None,
+          live: bool = False) -> CheckReport:
     """What TensorRT ``trt``'s ONNX parser will reject in ``model``, node by node.
 
     ``report.verdict`` is "supported", "needs-rewrite" or "unsupported"; ``report.exit_code``
     is what ``trtconv check`` would exit with. Weights are not loaded: a 10 GB model costs
-    no more than its graph.
+    no more than its graph. ``live=True`` also runs the real parser where that TensorRT is
+    installed (``tensorrt_rtx`` for ``trt="rtx"``, with a CPU-only build; ``tensorrt`` otherwise,
+    parse only), in a child process, and puts its answer in ``report.live``.
     """
 
     shape_map = _shapes(shapes)  # usage errors before reading a large file
-    return analyze(load_model(model, load_weights=False), trt, shape_map)
+    report = analyze(load_model(model, structure_only=True), trt, shape_map)
+    return _with_live(report, Path(model), trt, shape_map) if live else report
+
+
+def _with_live(report: CheckReport, path: Path, trt: str, shapes: Mapping[str, Sequence[int]]) -> CheckReport:
+    module = RTX_MODULE if trt == "rtx" else "tensorrt"
+    if importlib.util.find_spec(module) is None:
+        note = f"--live: {module} is not installed, so this is the prediction only"
+        return replace(report, warnings=(*report.warnings, note))
+    return compare_live(report, run_isolated(path, module, build=module == RTX_MODULE, shapes=shapes))
 
 
 # --------------------------------------------------------------------------- rewrite
@@ -99,7 +113,7 @@ def rewrite(model: PathLike, output: PathLike | None = None, settings: RewriteSe
     result = rewrite_model(loaded, settings)
     say("rewrite")
     if output is not None:
-        external = bool(loaded.external_refs) or _approx_size(result.model) > settings.large_model_bytes
+        external = bool(loaded.external_refs) or approx_size(result.model) > settings.large_model_bytes
         save_model(result.model, output, force=force, external_data=True if external else None)
         say("save")
     return result

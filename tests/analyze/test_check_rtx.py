@@ -26,7 +26,7 @@ def _save(tmp_path: Path, nodes, inputs, domains=()) -> Path:
 
 
 def _check(path: Path, target: str):
-    return analyze(load_model(path, load_weights=False), target, {})
+    return analyze(load_model(path, structure_only=True), target, {})
 
 
 def test_rtx_table_keeps_the_11x_operators_and_drops_every_plugin():
@@ -36,8 +36,12 @@ def test_rtx_table_keeps_the_11x_operators_and_drops_every_plugin():
     assert {r.status for r in rtx.any_domain.values() if r.domain == "*" and r.op_type in v11.any_domain
             and v11.any_domain[r.op_type].is_plugin} == {"removed-plugin"}
     changed = {k for k in v11.ops if v11.ops[k].status != rtx.ops[k].status}
-    assert changed == {"DeformConv", "DFT", "Attention", "NonMaxSuppression"}
+    assert changed == {"DeformConv", "DFT"}
     assert all(rtx.ops[k].source.startswith("TensorRT-RTX") for k in changed)
+    # measured (tools/oracle): Attention and NonMaxSuppression parse; RTX's ahead-of-time build fails them
+    for op in ("Attention", "NonMaxSuppression"):
+        assert rtx.ops[op].status == "supported" and rtx.ops[op].param("no_rtx_kernel")
+        assert "measured with TensorRT-RTX" in rtx.ops[op].source
 
 
 def _deform(tmp_path: Path) -> Path:

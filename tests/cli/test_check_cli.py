@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -71,13 +72,14 @@ def test_json_schema_on_real_model(ocr_det):
 
 
 def test_unsupported_real_model_exits_5_with_json_nodes(silero):
-    res = run("check", str(silero), "--json")
+    res = run("check", str(silero), "--json", "--trt", "rtx")
     assert res.exit_code == ExitCode.UNSUPPORTED
     doc = json.loads(res.stdout)
-    assert doc["verdict"] == "unsupported" and doc["exit_code"] == 5
-    node = doc["nodes"][0]
+    assert doc["verdict"] == "unsupported" and doc["exit_code"] == 5 and doc["stage"] == "builder"
+    node = next(n for n in doc["nodes"] if n["status"] == "unsupported")
     assert set(node) == {"path", "op_type", "domain", "status", "rewrite", "source", "findings"}
-    assert node["findings"][0]["rule"] == "if-branch-rank" and node["findings"][0]["hint"]
+    f = node["findings"][0]
+    assert f["rule"] == "rnn-in-if" and f["stage"] == "builder" and f["hint"] and "measured" in node["source"]
 
 
 def test_custom_op_exits_4(tmp_path):
@@ -169,3 +171,23 @@ def test_cli_json_is_the_python_api_report(silero):
     res = run("check", str(silero), "--json", "--trt", "10.16", "--shapes", "input:1x512")
     api = analyze(load_model(silero, load_weights=False), "10.16", {"input": (1, 512)}).to_json()
     assert json.loads(res.stdout) == json.loads(json.dumps(api))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorrt_rtx") is None, reason="tensorrt_rtx is not installed")
+def test_live_shows_the_real_parser_and_builder_next_to_the_prediction(ocr_cls):
+    res = run("check", str(ocr_cls), "--trt", "rtx", "--live", "--json", "--shapes", "x:1x3x48x192")
+    doc = json.loads(res.stdout)
+    live = doc["live"]
+    assert live["tensorrt"].startswith("tensorrt_rtx") and live["parse"] == "accept" and live["build"] == "fail"
+    assert live["predicted"] == {"parse": "accept", "build": "fail"} and live["agrees"] is True
+    assert res.exit_code == ExitCode.NEEDS_REWRITE  # TensorRT refused the build; `trtconv rewrite` fixes it
+    res = run("check", str(ocr_cls), "--trt", "rtx", "--live", "--shapes", "x:1x3x48x48")
+    assert res.exit_code == ExitCode.OK and "AGREES" in res.stdout and "built" in res.stdout
+
+
+def test_live_without_that_tensorrt_is_the_prediction_with_a_note(ocr_cls):
+    if importlib.util.find_spec("tensorrt") is not None:
+        pytest.skip("TensorRT 10/11 is installed here")
+    res = run("check", str(ocr_cls), "--trt", "11.4", "--live", "--json")
+    doc = json.loads(res.stdout)
+    assert doc["live"] is None and any("--live: tensorrt is not installed" in w for w in doc["warnings"])

@@ -14,7 +14,7 @@ from test_config import run
 from trtconv.cli.depfile import make_quote, render, write_depfile
 from trtconv.errors import ExitCode, UsageError
 from trtconv.load import load_model
-from trtconv.load.model import _with_raw_data
+from trtconv.load.save import _with_raw_data
 
 MAKE = shutil.which("make")
 needs_make = pytest.mark.skipif(MAKE is None, reason="GNU make not installed")

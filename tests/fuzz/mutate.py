@@ -43,7 +43,7 @@ def _value_infos(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
 
 
 def _tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:
-    from trtconv.load.model import iter_tensors
+    from trtconv.load import iter_tensors
 
     return list(iter_tensors(model))
 

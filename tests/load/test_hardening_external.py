@@ -21,7 +21,8 @@ from onnx import TensorProto, helper, numpy_helper
 from trtconv.cli.main import cli
 from trtconv.errors import ExitCode, InvalidModelError
 from trtconv.load import load_model
-from trtconv.load.model import ExternalRef, check_tensor_sizes, validate_external_refs
+from trtconv.load.external import ExternalRef, validate_external_refs
+from trtconv.load.validate import check_tensor_sizes
 
 COMMANDS = {
     "check": lambda m, o: ["check", str(m), "--json"],

@@ -40,7 +40,31 @@ def test_unsorted_graph_is_sorted_and_proven():
     res = rewrite(m)
     assert [n.name for n in res.model.graph.node] == ["first", "second"]
     assert rule(res, "toposort").count == 1
-    assert res.report.graph_proof.passed and res.report.graph_proof.method == "onnxruntime"
+    # Only the order changed: the same nodes and constants are a proof without running anything.
+    assert res.report.graph_proof.passed and res.report.graph_proof.method == "identical"
+
+
+def test_identical_proof_only_when_nothing_computes_differently():
+    """prove_unchanged accepts an order change and a Constant node turned initializer of the
+    same value, and refuses a changed constant, a changed attribute and a changed dtype."""
+    from trtconv.rewrites.proof import prove_unchanged
+
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    const = helper.make_node("Constant", [], ["w"], name="c", value=numpy_helper.from_array(w, "w"))
+    add = helper.make_node("Add", ["x", "w"], ["y"], name="add")
+    base = model_of([const, add], [vi("x", F, [2, 3])], [vi("y", F, [2, 3])])
+    as_init = model_of([add], [vi("x", F, [2, 3])], [vi("y", F, [2, 3])], inits=[numpy_helper.from_array(w, "w")])
+    assert prove_unchanged(base, as_init) is not None
+    changed = model_of([add], [vi("x", F, [2, 3])], [vi("y", F, [2, 3])], inits=[numpy_helper.from_array(w + 1, "w")])
+    assert prove_unchanged(base, changed) is None
+    narrowed = model_of([add], [vi("x", F, [2, 3])], [vi("y", F, [2, 3])],
+                        inits=[numpy_helper.from_array(w.astype(np.float16), "w")])
+    assert prove_unchanged(base, narrowed) is None
+    gelu = model_of([helper.make_node("Gelu", ["x"], ["y"], name="g", approximate="tanh")],
+                    [vi("x", F, [2, 3])], [vi("y", F, [2, 3])], opset=20)
+    exact = model_of([helper.make_node("Gelu", ["x"], ["y"], name="g")], [vi("x", F, [2, 3])],
+                     [vi("y", F, [2, 3])], opset=20)
+    assert prove_unchanged(gelu, exact) is None
 
 
 def test_dead_nodes_removed_but_graph_inputs_kept():
@@ -149,7 +173,8 @@ def test_real_ocr_models_need_no_rewrite_and_keep_outputs(request, name, shape):
     feeds = {"x": rng.random(shape, dtype=np.float32)}
     res = _compare_real(path, feeds, {"x": shape})
     assert res.report.rewrites == ()
-    assert res.report.graph_proof.method == "onnxruntime" and res.report.graph_proof.passed
+    # det: only its Constant nodes became initializers, which the identical proof sees as the same graph
+    assert res.report.graph_proof.method in ("onnxruntime", "identical") and res.report.graph_proof.passed
 
 
 def test_real_silero_with_subgraphs_keeps_outputs(silero):
@@ -213,7 +238,8 @@ def test_each_cleanup_alone_keeps_real_model_outputs(ocr_cls, only):
     flags[only] = True
     shape = (1, 3, 48, 192)
     res = rewrite(load_model(ocr_cls), RewriteSettings(shapes={"x": shape}, **flags))
-    assert res.report.graph_proof.passed and res.report.graph_proof.method == "onnxruntime"
+    # "identical" where the clean-up found nothing to change; the outputs are compared below either way
+    assert res.report.graph_proof.passed and res.report.graph_proof.method in ("onnxruntime", "identical")
     feeds = {"x": np.random.default_rng(3).random(shape, dtype=np.float32)}
     ref, got = run_model(ocr_cls, feeds), run_model(res.model, feeds)
     assert all(np.abs(ref[k] - got[k]).max() <= 1e-6 for k in ref)
@@ -229,7 +255,33 @@ def test_real_model_arriving_unsorted_is_sorted(tmp_path, ocr_cls):
     from trtconv.onnxutil.order import is_sorted
 
     assert not is_sorted(m) and is_sorted(res.model)
-    assert res.report.graph_proof.method == "onnxruntime" and res.report.graph_proof.passed
+    assert res.report.graph_proof.method == "identical" and res.report.graph_proof.passed  # only the order changed
     feeds = {"x": np.random.default_rng(4).random((1, 3, 48, 192), dtype=np.float32)}
     ref, got = run_model(ocr_cls, feeds), run_model(res.model, feeds)
     assert all(np.abs(ref[k] - got[k]).max() <= 1e-6 for k in ref)
+
+
+def test_shared_dim_names_renamed_so_the_profile_may_differ(ocr_cls, tmp_path):
+    """PP-OCR cls names H and W both '?': TensorRT would force them equal (measured with RTX:
+    'contradictory IOptimizationProfile kMIN/kMAX constraints'). rewrite gives W its own name;
+    check then accepts a non-square --shapes, and ONNX Runtime still runs the model."""
+    from trtconv.analyze import analyze
+
+    before = load_model(ocr_cls)
+    dims = [d.dim_param for d in before.proto.graph.input[0].type.tensor_type.shape.dim]
+    assert dims[2] == dims[3] == "?"
+    shapes = {"x": (1, 3, 48, 192)}
+    report = analyze(load_model(ocr_cls, structure_only=True), "rtx", shapes)
+    assert {f.rule for f in report.findings} == {"shared-dim-names"} and report.verdict == "needs-rewrite"
+    assert report.to_json()["findings"][0]["rewrite"] == "rename-shared-dims"
+    res = rewrite(before)  # no --shapes: the dims stay symbolic
+    r = rule(res, "rename-shared-dims")
+    assert r.count == 1 and r.items == ("x[3]: '?' -> 'x_dim3'",)
+    after = [d.dim_param for d in res.model.graph.input[0].type.tensor_type.shape.dim]
+    assert after[2] == "?" and after[3] == "x_dim3"
+    out = save_model(res.model, tmp_path / "cls.onnx")
+    again = analyze(load_model(out, structure_only=True), "rtx", shapes)
+    assert not again.findings and again.exit_code == 0
+    x = np.random.default_rng(0).standard_normal((1, 3, 48, 192)).astype(np.float32)
+    got, want = run_model(res.model, {"x": x}), run_model(before.proto, {"x": x})
+    assert [np.asarray(v).shape for v in got.values()] == [np.asarray(v).shape for v in want.values()]

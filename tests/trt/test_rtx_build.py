@@ -13,9 +13,11 @@ import hashlib
 import json
 from pathlib import Path
 
+import onnx
 import pytest
 from builders import cls_calibration
 from click.testing import CliRunner
+from onnx import TensorProto, helper
 from realmodels import ddddocr_model, magika_model, nudenet_model, rapidocr_model, silero_model
 
 from trtconv.cli.main import cli
@@ -153,11 +155,28 @@ def test_options_rtx_has_no_use_for_are_usage_errors_before_any_work(flags, word
     assert not list(tmp_path.iterdir())  # not even the prepared ONNX
 
 
-def test_a_model_the_real_builder_rejects_exits_6_with_its_message(tmp_path):
-    """PP-OCR's classifier names its batch and width dims both "?": TensorRT treats equally named dims
-    as equal, so 1 vs 192 is contradictory. The builder's own words reach the user in one line."""
+def test_shared_dim_names_are_renamed_so_a_non_square_profile_builds(tmp_path):
+    """PP-OCR's classifier names its height and width dims both "?": TensorRT treats equally named dims
+    as equal, so 48 vs 192 fails RTX's builder. `check` reports it (shared-dim-names) and the rewrite
+    stage gives the width its own name: the real builder then accepts the 48x192 profile."""
     engine = tmp_path / "cls.engine"
     code, out = _build(rapidocr_model("cls"), "-o", engine, "--shapes", "x:1x3x48x192")
+    assert code == ExitCode.OK, out
+    assert engine.exists()
+
+
+def test_a_model_the_real_builder_rejects_exits_6_with_its_message(tmp_path):
+    """Two inputs naming a dim alike ("n") with different --shapes: TensorRT treats equally named dims as
+    equal, so 4 vs 8 is contradictory (`check` flags this only within one input, where the names are
+    an exporter's accident). The builder's own words reach the user in one line."""
+    g = helper.make_graph([helper.make_node("Concat", ["a", "b"], ["y"], axis=1)], "g",
+                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, "n"]),
+                           helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, "n"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, None])])
+    model = tmp_path / "two.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), model)
+    engine = tmp_path / "two.engine"
+    code, out = _build(model, "-o", engine, "--shapes", "a:1x4,b:1x8")
     assert code == ExitCode.BUILD_FAILED, out
     assert "TensorRT-RTX's builder failed" in out and "Input dimensions with this name have different constant values" in out
     assert "Traceback" not in out
@@ -165,11 +184,12 @@ def test_a_model_the_real_builder_rejects_exits_6_with_its_message(tmp_path):
 
 
 def test_silero_vad_lstm_in_if_is_refused_by_check_on_rtx(tmp_path):
-    """Silero VAD keeps its LSTM inside If branches; `check`'s rules already refuse those If nodes
-    for TensorRT-RTX (exit 5), before the builder would fail on them (see test_rtx_adapter.py)."""
+    """Silero VAD keeps its LSTM inside If branches and uses its Y_h there; `check` refuses those LSTM
+    nodes for TensorRT-RTX (exit 5, stage builder: measured), before the builder would fail on them
+    (see test_rtx_adapter.py)."""
     code, out = _build(silero_model(), "-o", tmp_path / "vad.engine", "--shapes", "input:1x512,state:2x1x128")
     assert code == ExitCode.UNSUPPORTED, out
-    assert "TensorRT-RTX cannot parse" in out and "(If)" in out
+    assert "TensorRT-RTX cannot build" in out and "(LSTM)" in out
     assert not (tmp_path / "vad.engine").exists()
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import replace
 
 import onnx
 
 from trtconv.analyze.graph import GraphIndex, NodeRef, build_index, int64_out_of_range
 from trtconv.analyze.report import (
+    BUILDER,
     ERROR,
     PLUGIN,
     REWRITABLE,
@@ -20,19 +22,29 @@ from trtconv.analyze.report import (
     InputReport,
     NodeReport,
 )
-from trtconv.analyze.rules import NodeContext, dtype_name, run_rules
+from trtconv.analyze.rules import CONVERTIBLE, NodeContext, dtype_name, run_rules
 from trtconv.analyze.support import SupportTable, load_table
 from trtconv.errors import InvalidModelError
 from trtconv.load import LoadedModel, infer_shapes, input_dims, override_input_shapes
 from trtconv.load.shapes import Shape
+from trtconv.load.strip import is_stripped
 from trtconv.onnxutil.domains import DEFAULT_DOMAIN, is_default_domain
 from trtconv.onnxutil.walk import has_subgraphs
 from trtconv.rewrites.catalog import rewrite_rule_for
+from trtconv.rewrites.cleanup import RENAME_SHARED_DIMS
 
 NO_PLUGIN_DOMAINS = ("ai.onnx.ml", "ai.onnx.preview.training")
 # Inputs where ONNX exporters write INT64_MAX/MIN to mean "to the end"; the parser clamps them.
 SENTINEL_INPUTS = {"Slice": (1, 2, 4)}
 CUSTOM_OP = "custom-op"
+SHARED_DIMS = "shared-dim-names"
+# Ops ONNX Runtime's dynamic quantization writes (quantize_dynamic): no TensorRT importer takes them.
+ORT_DYNAMIC_QUANT = {("", "ConvInteger"), ("", "MatMulInteger"), ("", "DynamicQuantizeLinear"),
+                     ("com.microsoft", "DynamicQuantizeLSTM"), ("com.microsoft", "DynamicQuantizeMatMul"),
+                     ("com.microsoft", "MatMulIntegerToFloat"), ("com.microsoft", "QAttention"),
+                     ("com.microsoft", "DynamicQuantizeConvInteger")}
+ORT_QUANT_HINT = ("quantized by ONNX Runtime: start from the float model (`trtconv quantize` makes INT8 that "
+                  "TensorRT takes)")
 
 
 def analyze(loaded: LoadedModel, target: str, shapes: Mapping[str, Shape] | None = None) -> CheckReport:
@@ -46,7 +58,7 @@ def analyze(loaded: LoadedModel, target: str, shapes: Mapping[str, Shape] | None
     model = loaded.proto
     if shapes:
         model = override_input_shapes(model, shapes)
-    inferred = infer_shapes(loaded, model, symbolic=False)  # adds value_info only; never fails
+    inferred = infer_shapes(loaded, model, symbolic=False)  # on the structure alone; never fails
     index = build_index(inferred)  # raises on broken structure (dangling input, cycle, duplicate)
     if loaded.checker_error:
         _attribute_checker_error(inferred, index)
@@ -62,6 +74,7 @@ def analyze(loaded: LoadedModel, target: str, shapes: Mapping[str, Shape] | None
             counts[report.status] += 1
             reports.append(report)
     warnings = list(index.warnings)
+    model_findings = _io_types(loaded.proto) + _shared_dim_names(loaded.proto, shapes)
     if loaded.checker_error:
         warnings.append(f"onnx.checker: {loaded.checker_error} (every standard node passes its schema check, "
                         "so this is left as a note: custom or unregistered ops, or graph-level metadata)")
@@ -74,7 +87,56 @@ def analyze(loaded: LoadedModel, target: str, shapes: Mapping[str, Shape] | None
         inputs=_inputs(loaded.proto, shapes),
         warnings=tuple(warnings),
         checker_error=loaded.checker_error,
+        findings=tuple(model_findings),
+        model_rewrites=((SHARED_DIMS, RENAME_SHARED_DIMS),) if model_findings else (),
     )
+
+
+def _io_types(model: onnx.ModelProto) -> list[Finding]:
+    """Network inputs/outputs TensorRT cannot represent: sequences, optionals, maps, and element
+    types its parser does not convert (UINT16/32/64, INT16, FP8 E5M2, STRING, ...)."""
+    out = []
+    for kind, values in (("input", model.graph.input), ("output", model.graph.output)):
+        inits = {t.name for t in model.graph.initializer}
+        for vi in values:
+            if vi.name in inits:
+                continue
+            which = vi.type.WhichOneof("value")
+            if which is not None and which != "tensor_type":
+                out.append(Finding("io-type", ERROR, f"{kind} {vi.name!r} is a {which.replace('_type', '')}: "
+                                                     "TensorRT networks take tensors only"))
+            elif which == "tensor_type" and vi.type.tensor_type.elem_type not in CONVERTIBLE:
+                out.append(Finding("io-type", ERROR, f"{kind} {vi.name!r} has dtype "
+                                                     f"{dtype_name(vi.type.tensor_type.elem_type)}, which TensorRT "
+                                                     "has no type for"))
+    return out
+
+
+def _shared_dim_names(model: onnx.ModelProto, shapes: Mapping[str, Shape]) -> list[Finding]:
+    """Inputs whose dims share a dim_param name: TensorRT treats equally named dims as equal, so a
+    profile giving them different sizes fails the build (PP-OCR cls: H and W are both '?')."""
+    out = []
+    for name, dims in input_dims(model).items():
+        where: dict[str, list[int]] = {}
+        for i, d in enumerate(dims):
+            if isinstance(d, str) and d:
+                where.setdefault(d, []).append(i)
+        for sym, axes in where.items():
+            if len(axes) < 2:
+                continue
+            given = shapes.get(name)
+            sizes = [given[i] for i in axes] if given is not None and len(given) == len(dims) else None
+            hint = (f"`trtconv rewrite` gives each dim its own name ({RENAME_SHARED_DIMS}); "
+                    "TensorRT treats equally named dims as one")
+            if sizes is not None and len(set(sizes)) > 1:
+                out.append(Finding(SHARED_DIMS, ERROR, f"input {name!r}: dims {axes} share the name {sym!r}, but "
+                                                       f"--shapes gives them {sizes}: TensorRT requires equally named "
+                                                       "dims to be equal, so the build fails", hint, BUILDER))
+            elif sizes is None:
+                out.append(Finding(SHARED_DIMS, WARNING, f"input {name!r}: dims {axes} share the name {sym!r}: "
+                                                         "TensorRT requires them to be equal in every profile", hint,
+                                   BUILDER))
+    return out
 
 
 def _attribute_checker_error(model: onnx.ModelProto, index: GraphIndex) -> None:
@@ -89,6 +151,8 @@ def _attribute_checker_error(model: onnx.ModelProto, index: GraphIndex) -> None:
             continue
         if has_subgraphs(node):
             continue  # its body's nodes are checked one by one
+        if any(a.type == onnx.AttributeProto.TENSOR and is_stripped(a.t) for a in node.attribute):
+            continue  # a Constant whose (size-validated) bytes check did not load
         try:
             onnx.checker.check_node(node, ctx)
         except onnx.checker.ValidationError as exc:
@@ -147,8 +211,24 @@ def _node_report(ref: NodeRef, table: SupportTable, index: GraphIndex, int64_wid
     if not findings:
         return None
     findings.sort(key=lambda f: f.severity != ERROR)  # errors first; stable otherwise
-    return NodeReport(ref.path, op_type, domain, _status(domain, op_type, findings), tuple(findings),
+    status = _status(domain, op_type, findings)
+    findings = _better_hints(domain, op_type, status, findings)
+    return NodeReport(ref.path, op_type, domain, status, tuple(findings),
                       _rewrite_name(domain, op_type, findings), row.source if row else "")
+
+
+def _better_hints(domain: str, op_type: str, status: str, findings: list[Finding]) -> list[Finding]:
+    """Hints that point the right way: a rewritable node gets the rewrite; ONNX Runtime's dynamically
+    quantized ops get 'start from the float model' (no plugin or rewrite helps them)."""
+    key = ("" if is_default_domain(domain) else domain, op_type)
+    rule = rewrite_rule_for(domain, op_type) if status == REWRITABLE else None
+    if rule is not None:
+        hint = f"`trtconv rewrite` rewrites it ({rule.name}: {rule.description})"
+    elif key in ORT_DYNAMIC_QUANT:
+        hint = ORT_QUANT_HINT
+    else:
+        return findings
+    return [replace(f, hint=hint) if f.severity == ERROR else f for f in findings]
 
 
 def _unknown_op(node: onnx.NodeProto, domain: str, table: SupportTable) -> Finding:

@@ -45,6 +45,7 @@ class GraphIndex:
     dtypes: dict[str, int] = field(default_factory=dict)
     shapes: dict[str, onnx.TensorShapeProto] = field(default_factory=dict)
     initializers: set[str] = field(default_factory=set)
+    consumed: set[str] = field(default_factory=set)  # tensors some node reads or a graph returns
     warnings: list[str] = field(default_factory=list)
 
     # --- queries used by the rules -------------------------------------------------
@@ -61,6 +62,27 @@ class GraphIndex:
 
     def is_constant(self, name: str) -> bool:
         return self.constant_source(name) is not None
+
+    def is_graph_input(self, name: str) -> bool:
+        """A network input: nothing produces it and it is not a constant (subgraph inputs included)."""
+        return bool(name) and name not in self.producer and name not in self.tensors
+
+    def depends_on_values(self, name: str, limit: int = 10000) -> bool:
+        """Whether ``name`` is computed from some input's *value* (not only from shapes via Shape/Size)."""
+        seen: set[str] = set()
+        todo = [name]
+        while todo and len(seen) < limit:
+            cur = todo.pop()
+            if not cur or cur in seen or cur in self.tensors:
+                continue
+            seen.add(cur)
+            prod = self.producer.get(cur)
+            if prod is None:
+                return True  # a graph (or subgraph) input: its value
+            if prod.op_type in ("Shape", "Size"):
+                continue
+            todo.extend(prod.input)
+        return False
 
     def constant_value(self, name: str) -> np.ndarray | None:
         """The value, or None if not a constant or its bytes live in unloaded external data."""
@@ -161,7 +183,9 @@ def _walk(index: GraphIndex, graph: onnx.GraphProto, prefix: str, outer: list[se
             f"{display_name(graph.node[late[0][0]], late[0][0])!r}); TensorRT's parser sorts it, onnx.checker rejects it"
         )
     scope = [*outer, defined]
+    index.consumed.update(o.name for o in graph.output)
     for i, node in enumerate(graph.node):
+        index.consumed.update(node.input)
         path = prefix + display_name(node, i)
         domain = node.domain or ""
         opset = index.opsets.get(normalize_domain(domain), 0 if is_default_domain(domain) else 1)

@@ -14,6 +14,8 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from trtconv.analyze.corrections import Correction, corrections_for
+
 DATA_DIR = Path(__file__).parent / "data"
 COLUMNS = ("op_type", "domain", "status", "types", "params", "since", "source", "restrictions")
 
@@ -21,9 +23,12 @@ OPS_SOURCE = "onnx-tensorrt docs/operators.md (TensorRT 10.15, opset 9-24)"
 OPS_APPLIED = {
     "10.16": OPS_SOURCE + "; no 10.16 table published, 10.15 rows assumed unchanged",
     "11.4": OPS_SOURCE + "; no 11.x table published, 10.15 rows plus the 11.x deltas",
-    "rtx": OPS_SOURCE + "; TensorRT-RTX 1.7 shares the 11.x parser: 11.x rows minus its plugins",
+    "rtx": OPS_SOURCE + "; TensorRT-RTX 1.7 shares the 11.x parser: 11.x rows minus its plugins, corrected by "
+                        "measurement",
 }
 VERSIONS = ("10.16", "11.4", "rtx")
+# The parser table the rows start from: a TSV copy of onnx-tensorrt docs/operators.md (10.15).
+DEFAULT_SOURCE = DATA_DIR / "onnx-trt-operators-10.15.tsv"
 CHANGELOG_11_0 = "NVIDIA/TensorRT CHANGELOG.md 11.0 GA"
 NOTES_11_2_1 = "TensorRT 11.2.1 release notes"
 PLUGIN_DIFF = "NVIDIA/TensorRT plugin/api/inferPlugin.cpp release/10.16 vs main (11.1); 11.0 OSS commit 771d8efd"
@@ -46,7 +51,9 @@ PARAMS: dict[str, str] = {
     "GridSample": "ranks=4",
     "LayerNormalization": "unsupported_outputs=1|2",
     "ScatterND": "reduction=none",
-    "LSTM": "",
+    "LSTM": "layout=0",
+    "GRU": "layout=0",
+    "RNN": "layout=0",
     "Attention": "unsupported_inputs=4|5|6;unsupported_outputs=1|2|3",
     "NonZero": "data_dependent=1",
     "NonMaxSuppression": "data_dependent=1",
@@ -159,14 +166,32 @@ OVERRIDES_RTX = {
                        + "; rewrite DCN to standard ONNX operators"),
     "DFT": dict(status="unsupported", params="", source=RTX_MEASURED,
                 restrictions="imported as a cuFFT plugin; " + RTX_NO_PLUGINS),
-    "Attention": dict(status="unsupported", params="", source=RTX_MEASURED + ": 'not supported by a dedicated kernel'",
-                      restrictions="parses, but the ahead-of-time build fails"),
-    "NonMaxSuppression": dict(status="unsupported", params="", source=RTX_MEASURED + ": 'no runners'",
-                              restrictions="parses, but the ahead-of-time build fails"),
     "RoiAlign": dict(params="", source=RTX_MEASURED + ": one of RTX's two internal plugin creators",
                      restrictions="imported as RTX's internal ROIAlign_TRT plugin, whose constructor needs a GPU: "
                      "a CPU-only build fails (cudaError 35)"),
 }
+
+
+def _merge_params(text: str, changes: dict[str, str | None]) -> str:
+    items = dict(p.split("=", 1) if "=" in p else (p, "") for p in filter(None, text.split(";")))
+    for key, value in changes.items():
+        if value is None:
+            items.pop(key, None)
+        else:
+            items[key] = value
+    return ";".join(f"{k}={v}" for k, v in items.items())
+
+
+def _correct(row: Row, fixes: list[Correction]) -> Row:
+    """Apply the corrections (trtconv/analyze/corrections.py); each one is named in the row's source."""
+    for c in fixes:
+        types = row.types if c.types is None else c.types
+        if c.add_types:
+            have = [t for t in types.split(",") if t]
+            types = ",".join(have + [t for t in c.add_types.split(",") if t not in have])
+        row = replace(row, types=types, params=_merge_params(row.params, c.params),
+                      source=f"{row.source}; corrected ({c.source})")
+    return row
 
 
 def _rtx_plugin_rows() -> list[Row]:
@@ -182,6 +207,9 @@ def build_table(source: Path, version: str) -> list[Row]:
         rows += DELTAS_11
     if version == "rtx":
         rows = [replace(r, **OVERRIDES_RTX[r.op_type]) if r.op_type in OVERRIDES_RTX else r for r in rows]  # type: ignore[arg-type]
+    fixes = corrections_for(version)
+    rows = [_correct(r, fixes[r.op_type]) if r.op_type in fixes else r for r in rows]
+    if version == "rtx":
         rows += _rtx_plugin_rows()
     else:
         rows += _plugin_rows(version)
@@ -196,9 +224,9 @@ def render(rows: list[Row]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) not in (1, 2):
-        raise SystemExit("usage: python -m trtconv.analyze.maketables OPERATORS.tsv [OUT_DIR]")
-    source = Path(args[0])
+    if len(args) > 2:
+        raise SystemExit("usage: python -m trtconv.analyze.maketables [OPERATORS.tsv [OUT_DIR]]")
+    source = Path(args[0]) if args else DEFAULT_SOURCE
     out = Path(args[1]) if len(args) == 2 else DATA_DIR
     for version in VERSIONS:
         (out / f"trt-{version}.tsv").write_text(render(build_table(source, version)))

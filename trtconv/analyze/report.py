@@ -19,6 +19,8 @@ SCHEMA = "trtconv.check/1"
 SUPPORTED, REWRITABLE, PLUGIN, UNSUPPORTED = "supported", "rewritable", "plugin", "unsupported"
 STATUSES = (SUPPORTED, REWRITABLE, PLUGIN, UNSUPPORTED)
 ERROR, WARNING = "error", "warning"
+# Which TensorRT step refuses an error finding: the ONNX parser, or the builder after a clean parse.
+PARSER, BUILDER = "parser", "builder"
 
 
 @dataclass(frozen=True)
@@ -27,9 +29,11 @@ class Finding:
     severity: str  # "error": the parser rejects the node; "warning": it parses, but read this
     message: str
     hint: str = ""  # what to do about it; shown once per rule in human output
+    stage: str = PARSER  # PARSER or BUILDER: where TensorRT refuses it (for warnings: where it matters)
 
     def to_json(self) -> dict[str, str]:
-        return {"rule": self.rule, "severity": self.severity, "message": self.message, "hint": self.hint}
+        return {"rule": self.rule, "severity": self.severity, "message": self.message, "hint": self.hint,
+                "stage": self.stage}
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,48 @@ class InputReport:
 
 
 @dataclass(frozen=True)
+class LiveNode:
+    """One node as check predicted it and as the real parser answered."""
+
+    path: str
+    op_type: str
+    predicted: str  # the node's status, or "supported"
+    parser: str  # "rejected: <parser's reason>", "accepted", or "no error reported" (the parse failed elsewhere)
+    agrees: bool | None  # None: the parser never got to the node
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "op_type": self.op_type, "predicted": self.predicted, "parser": self.parser,
+                "agrees": self.agrees}
+
+
+@dataclass(frozen=True)
+class LiveCheck:
+    """The real TensorRT's own answer next to the prediction (``check --live``)."""
+
+    tensorrt: str  # module and version, e.g. "tensorrt_rtx 1.7.1.116"
+    parse: str  # "accept" | "reject"
+    build: str | None  # "ok" | "fail" | None (not attempted: a TensorRT that cannot build without a GPU)
+    predicted_parse: str
+    predicted_build: str
+    nodes: tuple[LiveNode, ...]  # nodes the parser rejected or check predicted it would
+    build_errors: tuple[str, ...]
+
+    @property
+    def agrees(self) -> bool:
+        return self.parse == self.predicted_parse and self.build in (None, self.predicted_build)
+
+    @property
+    def succeeded(self) -> bool:
+        return self.parse == "accept" and self.build != "fail"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tensorrt": self.tensorrt, "parse": self.parse, "build": self.build,
+                "predicted": {"parse": self.predicted_parse, "build": self.predicted_build},
+                "agrees": self.agrees, "nodes": [n.to_json() for n in self.nodes],
+                "build_errors": list(self.build_errors)}
+
+
+@dataclass(frozen=True)
 class CheckReport:
     model: str
     target: str  # TensorRT version of the support table used
@@ -81,22 +127,45 @@ class CheckReport:
     inputs: tuple[InputReport, ...]
     warnings: tuple[str, ...]  # model-level notes (checker, topological order, ...)
     checker_error: str | None
+    # Findings about the model rather than one node (e.g. inputs sharing a dim name); ``rewrite``
+    # set on a finding's entry in ``model_rewrites`` when `trtconv rewrite` fixes it.
+    findings: tuple[Finding, ...] = ()
+    model_rewrites: tuple[tuple[str, str], ...] = ()  # (finding rule, rewrite rule id)
+    live: LiveCheck | None = None  # the real parser's answer (check --live), when a TensorRT was importable
 
     @property
     def verdict(self) -> str:
-        if self.counts.get(UNSUPPORTED, 0):
+        fixable = dict(self.model_rewrites)
+        model_errors = [f for f in self.findings if f.severity == ERROR]
+        if self.counts.get(UNSUPPORTED, 0) or any(f.rule not in fixable for f in model_errors):
             return UNSUPPORTED
-        if self.counts.get(REWRITABLE, 0) or self.counts.get(PLUGIN, 0):
+        if self.counts.get(REWRITABLE, 0) or self.counts.get(PLUGIN, 0) or model_errors:
             return "needs-rewrite"
         return SUPPORTED
 
     @property
     def exit_code(self) -> ExitCode:
-        return {SUPPORTED: ExitCode.OK, "needs-rewrite": ExitCode.NEEDS_REWRITE}.get(self.verdict, ExitCode.UNSUPPORTED)
+        """From the prediction; with a live answer, from TensorRT's own: it accepted (and built) -> 0,
+        it refused -> the prediction's code if that refuses too, else 5."""
+        predicted = {SUPPORTED: ExitCode.OK, "needs-rewrite": ExitCode.NEEDS_REWRITE}.get(self.verdict,
+                                                                                          ExitCode.UNSUPPORTED)
+        if self.live is None:
+            return predicted
+        if self.live.succeeded and (self.live.build is not None or self.stage() != BUILDER):
+            return ExitCode.OK
+        return predicted if predicted != ExitCode.OK else ExitCode.UNSUPPORTED
 
     @property
     def warning_count(self) -> int:
-        return sum(1 for n in self.nodes for f in n.findings if f.severity == WARNING)
+        return sum(1 for f in self.all_findings() if f.severity == WARNING)
+
+    def all_findings(self) -> list[Finding]:
+        return [f for n in self.nodes for f in n.findings] + list(self.findings)
+
+    def stage(self) -> str | None:
+        """The first TensorRT step predicted to refuse the model: "parser", "builder", or None."""
+        stages = {f.stage for f in self.all_findings() if f.severity == ERROR}
+        return PARSER if PARSER in stages else BUILDER if stages else None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -111,4 +180,7 @@ class CheckReport:
             "nodes": [n.to_json() for n in self.nodes],
             "warnings": list(self.warnings),
             "checker_error": self.checker_error,
+            "stage": self.stage(),
+            "findings": [{**f.to_json(), "rewrite": dict(self.model_rewrites).get(f.rule)} for f in self.findings],
+            "live": self.live.to_json() if self.live is not None else None,
         }

@@ -14,11 +14,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
 from trtconv.analyze.graph import GraphIndex
-from trtconv.analyze.report import ERROR, WARNING, Finding
+from trtconv.analyze.report import BUILDER, ERROR, WARNING, Finding
 from trtconv.analyze.support import OpSupport
 from trtconv.onnxutil.domains import normalize_domain
 from trtconv.onnxutil.walk import subgraphs
@@ -115,15 +116,25 @@ def dtype_name(code: int) -> str:
         return str(code)
 
 
-def _error(rule: str, msg: str, hint: str = "") -> Finding:
-    return Finding(rule, ERROR, msg, hint)
+def _error(rule: str, msg: str, hint: str = "", stage: str = "parser") -> Finding:
+    return Finding(rule, ERROR, msg, hint, stage)
 
 
-def _warn(rule: str, msg: str, hint: str = "") -> Finding:
-    return Finding(rule, WARNING, msg, hint)
+def _warn(rule: str, msg: str, hint: str = "", stage: str = "parser") -> Finding:
+    return Finding(rule, WARNING, msg, hint, stage)
 
 
 # ---------------------------------------------------------------- generic rules
+
+
+# ONNX element types the parser can represent (onnx-tensorrt importerUtils.cpp convertDtype; DOUBLE is
+# cast down to FLOAT; FP4 since 10.8). Anything else fails the import of the tensor that has it.
+CONVERTIBLE = frozenset({TensorProto.DOUBLE, TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16,
+                         TensorProto.INT8, TensorProto.UINT8, TensorProto.BOOL, TensorProto.INT32, TensorProto.INT64,
+                         TensorProto.FLOAT8E4M3FN, TensorProto.INT4, TensorProto.FLOAT4E2M1})
+# Quantized types: a tensor of one must come from / go to a Quantize/Dequantize layer (the builder checks).
+QUANTIZED = frozenset({TensorProto.FLOAT8E4M3FN, TensorProto.INT4, TensorProto.FLOAT4E2M1})
+NO_INPUT_DTYPE_RULE = frozenset({"Cast", "CastLike"})  # cast_target checks both ends
 
 
 @generic("types")
@@ -131,13 +142,14 @@ def input_dtype(ctx: NodeContext) -> Iterator[Finding]:
     """The first (data) input's dtype must be one the table lists for the op."""
     name = ctx.input(0)
     codes = ctx.row.type_codes()
-    if not name or not codes:
+    if not name or not codes or ctx.node.op_type in NO_INPUT_DTYPE_RULE:
         return
     dt = ctx.index.dtypes.get(name)
     if dt is None or dt in codes:
         return
-    if dt == TensorProto.DOUBLE and ctx.index.is_constant(name):
-        yield _warn("dtype", f"{ctx.input_label(0)} is a DOUBLE constant; TensorRT casts it down to FLOAT")
+    if dt == TensorProto.DOUBLE and (ctx.index.is_constant(name) or TensorProto.FLOAT in codes):
+        yield _warn("dtype", f"{ctx.input_label(0)} is DOUBLE; TensorRT casts it down to FLOAT (values clamped "
+                             "to the FLOAT range)")
         return
     yield _error("dtype", f"{ctx.input_label(0)} has dtype {dtype_name(dt)}; TensorRT {ctx.node.op_type} "
                           f"accepts {', '.join(ctx.row.types)}")
@@ -180,6 +192,14 @@ def data_dependent(ctx: NodeContext) -> Iterator[Finding]:
         yield _warn("data-dependent-shape", f"{ctx.node.op_type} has a data-dependent output shape: TensorRT "
                                             "parses it, but outputs that depend on it need an output allocator "
                                             "at run time and cannot be profiled ahead")
+
+
+@generic("no_rtx_kernel")
+def no_rtx_kernel(ctx: NodeContext) -> Iterator[Finding]:
+    """Ops TensorRT-RTX parses but cannot build ahead of time (measured: no kernel / no runner)."""
+    yield _error("no-rtx-kernel", f"{ctx.node.op_type}: TensorRT-RTX parses it, but its ahead-of-time build has no "
+                                  "kernel for it (measured)", "build for TensorRT 10/11, or replace the op with "
+                                                              "standard ONNX operators", BUILDER)
 
 
 @generic("plugin")
@@ -247,14 +267,25 @@ def deform_conv(ctx: NodeContext) -> Iterator[Finding]:
 
 @restriction("LSTM", "GRU", "RNN")
 def recurrent(ctx: NodeContext) -> Iterator[Finding]:
-    if int(ctx.attr("layout", 0)) != 0:
-        yield _error("rnn-layout", f"{ctx.node.op_type} layout=1 is not supported by TensorRT (layout must be 0)")
+    layouts = ctx.row.param("layout") or ("0",)
+    if str(int(ctx.attr("layout", 0))) not in layouts:
+        yield _error("rnn-layout", f"{ctx.node.op_type} layout={int(ctx.attr('layout', 0))} is not supported by "
+                                   f"TensorRT (layout must be {' or '.join(layouts)})")
     if ctx.node.op_type == "LSTM" and int(ctx.attr("input_forget", 0)) != 0:
         yield _error("lstm-input-forget", "LSTM input_forget=1 is not supported by TensorRT")
     acts = [a.decode() if isinstance(a, bytes) else a for a in (ctx.attr("activations") or [])]
     if ctx.attr("direction", "forward") == "bidirectional" and acts and acts[: len(acts) // 2] != acts[len(acts) // 2:]:
         yield _error("rnn-activations", f"bidirectional {ctx.node.op_type} with different forward/reverse "
                                         f"activations {acts} is not supported by TensorRT")
+    state = [i for i in (1, 2) if ctx.output(i) and ctx.output(i) in ctx.index.consumed]
+    severity = ctx.row.param("state_in_if")
+    if severity and state and ("/then_branch/" in ctx.path or "/else_branch/" in ctx.path):
+        make = _error if severity[0] == "error" else _warn
+        yield make("rnn-in-if", f"{ctx.node.op_type} inside an If branch with its final-state "
+                                f"{ctx.output_label(state[0])} used: the parser accepts it, the TensorRT-RTX builder "
+                                "fails (graphScope assertion)",
+                   "take the If out: export one graph per branch (e.g. one per sample rate), or fold the "
+                   "condition to a constant so the parser imports only the branch taken", BUILDER)
 
 
 @restriction("ScatterND")
@@ -275,8 +306,11 @@ def zero_point(ctx: NodeContext) -> Iterator[Finding]:
     if not name:
         return
     value = ctx.index.constant_value(name)
+    if ctx.index.dtypes.get(name) == TensorProto.FLOAT8E4M3FN:
+        return  # an FP8 zero point is ignored (measured: parses and builds)
     if not ctx.index.is_constant(name):
-        yield _error("zero-point", f"{ctx.input_label(2)} must be a constant zero for TensorRT")
+        yield _error("zero-point", f"{ctx.input_label(2)} is computed at run time: the parser accepts it, the "
+                                   "builder needs a constant zero", "make the zero point an initializer", BUILDER)
     elif value is not None and value.size and bool((value.astype("float64") != 0).any()):
         yield _error("zero-point", f"{ctx.input_label(2)} is non-zero; TensorRT supports symmetric quantization only")
 
@@ -297,11 +331,21 @@ def constant(ctx: NodeContext) -> Iterator[Finding]:
 
 @restriction("Cast", "CastLike")
 def cast_target(ctx: NodeContext) -> Iterator[Finding]:
+    """Both ends of a cast: a type the parser cannot represent fails the parse; FP8/INT4/FP4
+    parse, but the builder wants them produced/consumed by a quantize layer, not a cast."""
     to = ctx.attr("to") if ctx.node.op_type == "Cast" else ctx.index.dtypes.get(ctx.input(1))
-    codes = ctx.row.type_codes()
-    if to is not None and codes and int(to) not in codes:
-        yield _error("dtype", f"cast to {dtype_name(int(to))} is not supported by TensorRT "
-                              f"(supported: {', '.join(ctx.row.types)})")
+    ends = (("cast to", int(to) if to is not None else None), ("cast from", ctx.index.dtypes.get(ctx.input(0))))
+    for what, dt in ends:
+        if dt is None or dt == TensorProto.UNDEFINED:
+            continue
+        if dt not in CONVERTIBLE:
+            yield _error("dtype", f"{what} {dtype_name(dt)}: TensorRT has no such type")
+        elif dt in QUANTIZED:
+            yield _error("dtype", f"{what} {dtype_name(dt)}: the parser accepts it, but the builder needs "
+                                  f"{dtype_name(dt)} tensors to come from / go to a Quantize/Dequantize layer",
+                         "use QuantizeLinear/DequantizeLinear instead of Cast for quantized types", BUILDER)
+        elif dt == TensorProto.DOUBLE:
+            yield _warn("dtype", f"{what} DOUBLE: TensorRT computes it in FLOAT")
 
 
 @restriction("If")
@@ -310,13 +354,23 @@ def if_branches(ctx: NodeContext) -> Iterator[Finding]:
     then_g, else_g = branches.get("then_branch"), branches.get("else_branch")
     if then_g is None or else_g is None or ctx.index.is_constant(ctx.input(0)):
         return  # a constant condition: the parser imports only the branch taken
+    by_value = ctx.index.depends_on_values(ctx.input(0))
+    if by_value:
+        hint = ("the condition depends on an input's value, so static shapes cannot fold it: make both branches "
+                "return the same rank (e.g. Reshape instead of a conditional Squeeze)")
+    else:
+        hint = ("the condition depends only on shapes: with static input shapes it folds to a constant and the "
+                "parser imports one branch (give --shapes, then fold constants with `trtconv rewrite`)")
     for a, b in zip(then_g.output, else_g.output):
         ra, rb = ctx.index.rank(a.name), ctx.index.rank(b.name)
         if ra is not None and rb is not None and ra != rb:
-            yield _error("if-branch-rank", f"branch outputs {a.name!r} (rank {ra}) and {b.name!r} (rank {rb}) "
-                                           "differ in rank; TensorRT needs equal ranks",
-                         "with static input shapes the condition becomes a constant and the parser imports one "
-                         "branch: fix the shapes and fold constants (polygraphy surgeon sanitize --fold-constants)")
+            msg = f"branch outputs {a.name!r} (rank {ra}) and {b.name!r} (rank {rb}) differ in rank"
+            if by_value:
+                yield _error("if-branch-rank", msg + "; the parser accepts it, the builder needs equal ranks", hint,
+                             BUILDER)
+            else:  # measured: the builder folds a shape-only condition once the profile fixes the shapes
+                yield _warn("if-branch-rank", msg + ": builds only where the optimization profile fixes the shapes "
+                                                    "the condition reads (min = max)", hint, BUILDER)
         if a.name == b.name:
             yield _error("if-branch-names", f"both branches name their output {a.name!r}; TensorRT needs "
                                             "different names")
@@ -326,6 +380,108 @@ def if_branches(ctx: NodeContext) -> Iterator[Finding]:
 def tensor_scatter(ctx: NodeContext) -> Iterator[Finding]:
     if int(ctx.attr("axis", -2)) != -2:
         yield _error("tensorscatter-axis", "TensorRT TensorScatter requires axis=-2")
+    yield from _allowed(ctx, "tensorscatter-mode", "mode", "linear")
+
+
+@restriction("Mod")
+def mod_fmod(ctx: NodeContext) -> Iterator[Finding]:
+    allowed = ctx.row.param("fmod0_types")
+    dt = ctx.index.dtypes.get(ctx.input(0))
+    if allowed and int(ctx.attr("fmod", 0)) == 0 and dt in (TensorProto.FLOAT, TensorProto.FLOAT16,
+                                                             TensorProto.BFLOAT16, TensorProto.DOUBLE):
+        yield _error("mod-fmod", f"fmod=0 with {dtype_name(dt)} inputs: TensorRT Mod supports fmod=0 only for "
+                                 f"{' and '.join(allowed)} (set fmod=1 for floats)")
+
+
+@restriction("LpPool")
+def lp_pool(ctx: NodeContext) -> Iterator[Finding]:
+    allowed = ctx.row.param("p")
+    p = int(ctx.attr("p", 2))
+    if allowed and str(p) not in allowed:
+        yield _error("lppool-p", f"p={p}: TensorRT LpPool supports only p = {' or '.join(allowed)}")
+
+
+@restriction("BatchNormalization")
+def batchnorm_training(ctx: NodeContext) -> Iterator[Finding]:
+    if ctx.row.param("training_mode") and int(ctx.attr("training_mode", 0)) != 0:
+        yield _error("batchnorm-training", "training_mode=1 is not supported by TensorRT BatchNormalization",
+                     "export the model in eval mode")
+
+
+@restriction("Range")
+def range_inputs(ctx: NodeContext) -> Iterator[Finding]:
+    if not ctx.row.param("float_const"):
+        return
+    for i in range(3):
+        name = ctx.input(i)
+        if name and ctx.index.dtypes.get(name) == TensorProto.FLOAT and ctx.index.is_graph_input(name):
+            yield _error("range-float-input", f"{ctx.input_label(i)} is a FLOAT network input: TensorRT needs "
+                                              "Range's inputs as INT32/INT64 shape tensors or constants",
+                         "make start/limit/delta integers or constants")
+            return
+
+
+@restriction("Resize", "Upsample")
+def runtime_scales(ctx: NodeContext) -> Iterator[Finding]:
+    for idx in ctx.row.param("scales_not_input"):
+        name = ctx.input(int(idx))
+        if name and ctx.index.dtypes.get(name) == TensorProto.FLOAT and ctx.index.is_graph_input(name):
+            yield _error("resize-runtime-scales", f"{ctx.input_label(int(idx))} is a FLOAT network input: TensorRT "
+                                                  "treats it as a shape tensor, which must be INT32/INT64",
+                         "make the scales an initializer, or pass output sizes instead")
+
+
+@restriction("MatMul")
+def matmul_vector(ctx: NodeContext) -> Iterator[Finding]:
+    limit = ctx.row.param("vector_matrix_max_rank")
+    ra, rb = ctx.index.rank(ctx.input(0)), ctx.index.rank(ctx.input(1))
+    if limit and ra == 1 and rb is not None and rb > int(limit[0]):
+        yield _error("matmul-vector-rank", f"a 1-D first input with a rank-{rb} second input fails in the "
+                                           "TensorRT importer", "unsqueeze the vector to rank 2 first")
+
+
+@restriction("DequantizeLinear")
+def dequantize_4bit(ctx: NodeContext) -> Iterator[Finding]:
+    if not ctx.row.param("even_4bit") or ctx.index.dtypes.get(ctx.input(0)) not in (TensorProto.INT4,
+                                                                                       TensorProto.FLOAT4E2M1):
+        return
+    dims = ctx.index.dims(ctx.input(0))
+    if dims and all(isinstance(d, int) for d in dims) and int(np.prod(dims)) % 2:
+        yield _error("dequantize-4bit-odd", f"{ctx.input_label(0)} has {int(np.prod(dims))} elements: TensorRT "
+                                            "4-bit quantization needs an even number")
+
+
+@restriction("QuantizeLinear")
+def quantize_output_dtype(ctx: NodeContext) -> Iterator[Finding]:
+    dt = ctx.attr("output_dtype")
+    if dt and int(dt) not in CONVERTIBLE | {TensorProto.UINT8}:
+        yield _error("dtype", f"output_dtype {dtype_name(int(dt))} is not a type TensorRT can quantize to")
+    elif dt and int(dt) in (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE):
+        yield _error("dtype", f"output_dtype {dtype_name(int(dt))} is not a quantized type")
+
+
+@restriction("RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike")
+def random_dtype(ctx: NodeContext) -> Iterator[Finding]:
+    allowed = ctx.row.param("dtype_attr")
+    dt = ctx.attr("dtype")
+    if allowed and dt is not None and int(dt) not in (TensorProto.FLOAT, TensorProto.FLOAT16):
+        yield _error("random-dtype", f"dtype={dtype_name(int(dt))}: TensorRT {ctx.node.op_type} makes only "
+                                     f"{' or '.join(allowed)}")
+
+
+@restriction("Attention")
+def attention(ctx: NodeContext) -> Iterator[Finding]:
+    for name in ctx.row.param("no_attrs"):
+        if ctx.has_attr(name) and ctx.attr(name) not in (0, 0.0):
+            yield _error("attention-attr", f"Attention with {name}={ctx.attr(name)} is not supported by TensorRT")
+    if ctx.row.param("mask_causal") and int(ctx.attr("is_causal", 0)) and ctx.input(3):
+        yield _error("attention-mask-causal", "Attention with both attn_mask and is_causal=1 is not supported by "
+                                              "TensorRT")
+    if ctx.row.param("kv_head_size"):
+        k, v = ctx.index.dims(ctx.input(1)), ctx.index.dims(ctx.input(2))
+        if k and v and len(k) == len(v) and isinstance(k[-1], int) and isinstance(v[-1], int) and k[-1] != v[-1]:
+            yield _error("attention-kv-size", f"key head size {k[-1]} differs from value head size {v[-1]}: "
+                                              "TensorRT needs them equal")
 
 
 @restriction("ModulatedDeformConv2d")

@@ -36,7 +36,7 @@ from trtconv import __version__
 from trtconv.cli.config import jsonable
 from trtconv.cli.depfile import OutputsFn, cached_inputs, single_output, succeeded
 from trtconv.cli.main import _dist_version
-from trtconv.load.model import file_sha256
+from trtconv.load import file_sha256
 from trtconv.outputs import TMP_PREFIX, atomic_path, check_output_path, dumps_json, temp_prefix
 from trtconv.trt.environment import probe_driver
 

@@ -23,13 +23,17 @@ STATUS_STYLE = {"supported": "green", "rewritable": "yellow", "plugin": "yellow"
 @trt_version_option
 @shapes_option
 @json_option
-def check(model: Path, trt_version: str, shapes: str | None, as_json: bool) -> None:
+@click.option("--live", is_flag=True,
+              help="Also run the real ONNX parser (and, for --trt rtx, a CPU-only build) where that TensorRT is "
+                   "installed, and show both answers per node.")
+def check(model: Path, trt_version: str, shapes: str | None, as_json: bool, live: bool) -> None:
     """Say which nodes TensorRT's ONNX parser will reject, why, and what trtconv can rewrite.
 
     Exit 0: all supported; 4: every rejected node is rewritable or needs a plugin;
-    5: some node is unsupported; 3: invalid model.
+    5: some node is unsupported; 3: invalid model. With --live and a TensorRT installed,
+    0 means TensorRT itself accepted (and built) the model.
     """
-    report = api_check(model, trt=trt_version, shapes=shapes)
+    report = api_check(model, trt=trt_version, shapes=shapes, live=live)
     if as_json:
         print_json(report.to_json())
     else:
@@ -81,4 +85,24 @@ def _print_human(report: CheckReport) -> None:
         console.print(inputs)
     for w in report.warnings:
         console.print(f"note: {w}", markup=False)
+    if report.live is not None:
+        _print_live(console, report)
     console.print(summary_line(report), markup=False)
+
+
+def _print_live(console, report: CheckReport) -> None:
+    live = report.live
+    assert live is not None
+    build = {None: "not attempted", "ok": "built", "fail": "build failed"}[live.build]
+    console.print(f"live: {live.tensorrt}: parser {live.parse}s, {build}; predicted parse {live.predicted_parse}, "
+                  f"build {live.predicted_build}: {'AGREES' if live.agrees else 'DISAGREES'}", markup=False)
+    if live.nodes:
+        table = Table(title="prediction vs the real parser")
+        for col in ("node", "op", "check", "parser", ""):
+            table.add_column(col, overflow="fold")
+        for n in live.nodes:
+            mark = {True: "", False: "[red]differs[/]", None: "[dim]?[/]"}[n.agrees]
+            table.add_row(escape(n.path), escape(n.op_type), escape(n.predicted), escape(n.parser), mark)
+        console.print(table)
+    for err in live.build_errors[-2:]:
+        console.print(f"live build error: {err}", markup=False)

@@ -19,7 +19,8 @@ except ImportError:  # pragma: no cover
     resource = None  # type: ignore[assignment]
 
 from trtconv.errors import UsageError
-from trtconv.load.model import PROTOBUF_LIMIT, LoadedModel
+from trtconv.load.proto import PROTOBUF_LIMIT, approx_size, structure_only
+from trtconv.load.read import LoadedModel
 from trtconv.onnxutil.walk import iter_graphs
 
 log = logging.getLogger(__name__)
@@ -133,7 +134,7 @@ def infer_shapes(
     """
     model = model if model is not None else loaded.proto
     try:
-        if model.ByteSize() > PROTOBUF_LIMIT:
+        if approx_size(model) > PROTOBUF_LIMIT:
 
             with tempfile.NamedTemporaryFile(suffix=".onnx") as tmp:
                 onnx.shape_inference.infer_shapes_path(str(loaded.path), tmp.name)
@@ -143,7 +144,7 @@ def infer_shapes(
     except Exception as exc:  # custom ops or malformed parts: keep what we have
         log.debug("onnx shape inference failed: %s", exc)
         inferred = model
-    if symbolic and _has_unknown_dims(inferred) and inferred.ByteSize() < PROTOBUF_LIMIT:
+    if symbolic and _has_unknown_dims(inferred) and approx_size(inferred) < PROTOBUF_LIMIT:
         try:
             from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
@@ -190,11 +191,13 @@ def graph_dtypes(g: onnx.GraphProto) -> dict[str, int]:
 def largest_static_tensor(model: onnx.ModelProto) -> tuple[str, int] | None:
     """The tensor with the most bytes among those whose shape shape inference pins down
     (name, bytes), or None. A few bytes of ConstantOfShape can declare 16 GiB: running
-    such a model must fail with a message, not wake the OOM killer."""
-    if model.ByteSize() > PROTOBUF_LIMIT:
+    such a model must fail with a message, not wake the OOM killer. Inference runs on the
+    structure alone (weights stripped), so this costs no copy of the weights."""
+    stub = structure_only(model)
+    if approx_size(stub) > PROTOBUF_LIMIT:
         return None
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(stub, data_prop=True)
     except Exception:
         return None
     best: tuple[str, int] | None = None

@@ -23,11 +23,11 @@ def remove_unused_constants(model: onnx.ModelProto) -> None:
     used = read_names(model)
     for g in iter_graphs(model.graph):
         inputs = {i.name for i in g.input}
-        keep = [t for t in g.initializer if t.name in used or t.name in inputs]
-        if len(keep) != len(g.initializer):
-            del g.initializer[:]
-            g.initializer.extend(keep)
-        nodes = [n for n in g.node if not (n.op_type == "Constant" and not any(o in used for o in n.output))]
-        if len(nodes) != len(g.node):
-            del g.node[:]
-            g.node.extend(nodes)
+        # Deleted by index, in place: clearing and re-adding the rest would copy every weight.
+        for i in reversed(range(len(g.initializer))):
+            if g.initializer[i].name not in used and g.initializer[i].name not in inputs:
+                del g.initializer[i]
+        for i in reversed(range(len(g.node))):
+            n = g.node[i]
+            if n.op_type == "Constant" and not any(o in used for o in n.output):
+                del g.node[i]

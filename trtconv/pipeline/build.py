@@ -263,8 +263,9 @@ def _check(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]])
     if report.verdict not in ("supported", "needs-rewrite"):
         bad = [n for n in report.nodes if n.status == "unsupported"]
         names = ", ".join(f"{n.path} ({n.op_type})" for n in bad[:5]) or "see `trtconv check`"
+        verb = "cannot build" if report.stage() == "builder" else "cannot parse"
         raise UnsupportedModelError(
-            f"{target_name(target)} cannot parse {len(bad)} node(s) that trtconv can neither rewrite nor map to a "
+            f"{target_name(target)} {verb} {len(bad)} node(s) that trtconv can neither rewrite nor map to a "
             f"plugin: {names}",
             hint=f"run `trtconv check {loaded.path}` for the reasons",
         )
@@ -290,7 +291,7 @@ def _recheck(prepared: Path, target: str, shapes: dict[str, tuple[int, ...]]) ->
     """The prepared ONNX against the parser's rules again: what rewrite left behind fails here,
     without TensorRT, instead of minutes later in its parser. Plugin nodes are expected."""
 
-    report = analyze(load_model(prepared, load_weights=False), target, shapes)
+    report = analyze(load_model(prepared, structure_only=True), target, shapes)
     left = [n for n in report.nodes if n.status in ("unsupported", "rewritable")]
     if left:
         names = ", ".join(f"{n.path} ({n.op_type}: {n.status})" for n in left[:5])

@@ -27,14 +27,20 @@ class FoldedBatchNorm:
     graph: str
 
 
-def _const_arrays(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
-    """Initializers and Constant-node values of one graph, by tensor name."""
-    inputs = {i.name for i in graph.input}
-    out = {t.name: numpy_helper.to_array(t) for t in graph.initializer if t.name not in inputs}
-    for node in graph.node:
-        if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
-            out[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-    return out
+class _Constants:
+    """Initializers and Constant-node values of one graph, by tensor name, turned into arrays
+    only when asked for (converting every weight up front would copy the whole model)."""
+
+    def __init__(self, graph: onnx.GraphProto) -> None:
+        inputs = {i.name for i in graph.input}
+        self._protos = {t.name: t for t in graph.initializer if t.name not in inputs}
+        for node in graph.node:
+            if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
+                self._protos[node.output[0]] = node.attribute[0].t
+
+    def get(self, name: str) -> np.ndarray | None:
+        t = self._protos.get(name)
+        return None if t is None else numpy_helper.to_array(t)
 
 
 def _attr(node: onnx.NodeProto, name: str, default: float | int) -> float | int:
@@ -56,19 +62,22 @@ def _uses(model: onnx.ModelProto) -> dict[str, int]:
     return count
 
 
-def fold_batchnorms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, tuple[FoldedBatchNorm, ...]]:
-    """A copy of ``model`` with every foldable Conv→BatchNormalization pair folded.
+def fold_batchnorms(model: onnx.ModelProto, *, copy: bool = True) -> tuple[onnx.ModelProto, tuple[FoldedBatchNorm, ...]]:
+    """A copy of ``model`` (``copy=False``: ``model`` itself, edited in place) with every
+    foldable Conv→BatchNormalization pair folded.
 
     Foldable: the Conv's output feeds only that BatchNormalization, Conv weights/bias and
     all BN parameters are constants, and the BN runs in inference mode.
     """
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
+    out = model
+    if copy:
+        out = onnx.ModelProto()
+        out.CopyFrom(model)
     uses = _uses(out)
     taken = model_names(out)
     folded: list[FoldedBatchNorm] = []
     for gi, graph in enumerate(iter_graphs(out.graph)):
-        consts = _const_arrays(graph)
+        consts = _Constants(graph)
         producer = {o: n for n in graph.node for o in n.output}
         drop: list[onnx.NodeProto] = []
         for bn in graph.node:

@@ -23,8 +23,9 @@ import onnx
 from onnx import TensorProto
 
 from trtconv.errors import AccuracyError, InternalError, InvalidModelError
-from trtconv.load.model import PROTOBUF_LIMIT
+from trtconv.load import PROTOBUF_LIMIT, approx_size, structure_only
 from trtconv.onnxutil.order import sort_nodes
+from trtconv.onnxutil.walk import iter_graphs
 from trtconv.precision import fp16_rules as rules
 from trtconv.precision.bn_fold import FoldedBatchNorm, fold_batchnorms
 from trtconv.precision.fp16_graph import Decision, Rewriter, emulate_half
@@ -36,6 +37,8 @@ from trtconv.samples.sources import sample_count
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_ACTIVATION = 4096.0
+# The FP32 outputs of the peaks pass are kept for the accuracy check up to this many bytes.
+REFERENCE_KEEP_BYTES = 256 << 20
 # progress(stage, done, total), as in trtconv.precision.int8: stages "fold", "peaks", "convert", "accuracy"
 ProgressFn = Callable[[str, int, "int | None"], None]
 
@@ -160,15 +163,13 @@ def convert_fp16(
 ) -> Fp16Result:
     """FP16 copy of ``model`` (weights loaded) and the report of what was kept in FP32 and why.
 
-    ``peaks``: activation peaks already measured (tensor name → max |x|), used by the
-    activation-range rule instead of measuring on ``samples`` (the INT8 stage measures once
-    and converts several candidate models). ``check_loads=False`` skips opening the result in
-    ONNX Runtime when the caller runs it next anyway.
-
     ``samples`` (re-iterable: a list, a :class:`~trtconv.samples.sources.SampleSet`)
     enables the activation-range rule and the accuracy check. Raises
     :class:`Fp16AccuracyError` (exit 7) when the FP16 model has NaN/Inf or misses
-    ``settings.thresholds``.
+    ``settings.thresholds``. ``peaks``: activation peaks already measured (tensor name →
+    max |x|), used by the activation-range rule instead of measuring on ``samples`` (the INT8
+    stage measures once and converts several candidate models). ``check_loads=False`` skips
+    opening the result in ONNX Runtime when the caller runs it next anyway.
     """
     settings = settings or Fp16Settings()
     total = sample_count(samples) if samples is not None else None
@@ -185,23 +186,34 @@ def convert_fp16(
     sort_nodes(work)  # the rules read each node's producers first; some exporters write unsorted graphs
     folded: tuple[FoldedBatchNorm, ...] = ()
     if settings.fold_batchnorm:
-        work, folded = fold_batchnorms(work)
+        work, folded = fold_batchnorms(work, copy=False)  # ``work`` is our own copy already
         say("fold", len(folded))
     work = _with_types(work)
     peak_of: Callable[[str], float | None] = lambda _n: None  # noqa: E731
     n_samples = 0
     measured = False
+    # The peaks pass runs the FP32 model on every sample; where it is the input model unchanged
+    # (no BatchNormalization folded) its outputs are the accuracy check's reference as well.
+    reference: list[dict[str, np.ndarray]] | None = [] if not folded else None
     if peaks is not None and settings.max_activation is not None:
         peak_of = peaks.get
         measured = True
+        reference = None
     elif samples is not None and settings.max_activation is not None:
         say("peaks")
-        peaks, n_samples = activation_peaks(work, samples, progress=lambda k: say("peaks", k))
-        peak_of = peaks.get
+        measured_peaks, n_samples = activation_peaks(work, samples, progress=lambda k: say("peaks", k),
+                                                     outputs=reference)
+        peak_of = measured_peaks.get
         measured = True
+    else:
+        reference = None
+    if reference is not None and sum(v.nbytes for r in reference for v in r.values()) > REFERENCE_KEEP_BYTES:
+        reference = None  # cheaper to run the FP32 model again than to hold its outputs
     say("convert")
     rw = Rewriter(work, settings.rules(), keep_io_types=settings.keep_io_types, activation_peak=peak_of)
     out = rw.run()
+    del work
+    rw.model = onnx.ModelProto()  # only ``out`` and the input model are needed from here on
     out.ir_version = max(out.ir_version, 4)  # IR 3 wants every initializer listed as an input; we add some
     _check_valid(out, model)
     if check_loads and (samples is None or not settings.check_accuracy):
@@ -211,7 +223,7 @@ def convert_fp16(
     if samples is not None and settings.check_accuracy:
         say("accuracy")
         stats, n = fp16_accuracy(model, out, rw.half_tensors, samples, progress=progress, total=total,
-                                 top1=settings.thresholds.min_top1 is not None)
+                                 top1=settings.thresholds.min_top1 is not None, reference_outputs=reference)
         n_samples = max(n_samples, n)
         problems = tuple(violations(list(stats), settings.thresholds))
     report = _report(rw.decisions, rw, folded, n_samples, measured, stats, problems, settings)
@@ -235,37 +247,50 @@ def fp16_accuracy(
     progress: ProgressFn | None = None,
     total: int | None = None,
     top1: bool = False,
+    reference_outputs: list[dict[str, np.ndarray]] | None = None,
 ) -> tuple[tuple[OutputStats, ...], int]:
     """Per output, the worse of: the FP16 model as ONNX Runtime runs it, and its exact-rounding twin.
 
     The first proves the model loads, runs and stays finite; the second measures the
     rounding ONNX Runtime's CPU provider skips (see :func:`emulate_half`). Statistics
-    are the worst over samples (max errors, min cosine, summed NaN/Inf).
+    are the worst over samples (max errors, min cosine, summed NaN/Inf). ``reference_outputs``:
+    the FP32 outputs per sample, when the caller already has them (no FP32 pass then).
     """
     half_inputs = {vi.name for vi in fp16_model.graph.input if vi.type.tensor_type.elem_type == TensorProto.FLOAT16}
-    ref_sess = ort.session(reference)
+    if reference_outputs is None:  # one FP32 pass per sample, unless the caller kept them
+        ref_sess = ort.session(reference)
+        reference_outputs = [ort.run(ref_sess, sample) for sample in samples]
+        del ref_sess
     try:
         cand_sess = ort.session(fp16_model)
     except InvalidModelError as exc:
         raise InternalError(f"ONNX Runtime refuses the FP16 model although it runs the FP32 one: {exc}") from exc
+    # One session at a time: each holds a copy of the weights.
+    got = _compare_all(cand_sess, samples, reference_outputs, half_inputs, np.float16, top1)
+    del cand_sess
     emu_sess = ort.session(emulate_half(fp16_model, half_tensors))
+    emu = _compare_all(emu_sess, samples, reference_outputs, half_inputs, np.float32, top1)
+    del emu_sess
     per_output: dict[str, list[OutputStats]] = {}
-    n = 0
-    for sample in samples:
-        ref = ort.run(ref_sess, sample)
-        half = {k: np.asarray(v).astype(np.float16) for k, v in sample.items() if k in half_inputs}
-        got = ort.run(cand_sess, {**sample, **half})
-        emu = ort.run(emu_sess, {**sample, **{k: v.astype(np.float32) for k, v in half.items()}})
-        for name, r in ref.items():
-            if r.dtype.kind != "f":
-                continue
-            a = compare_arrays(name, r, got[name], top1=top1)
-            b = compare_arrays(name, r, emu[name], top1=top1)
-            per_output.setdefault(name, []).append(worse_stats(a, b))
-        n += 1
+    for n, (a_sample, b_sample) in enumerate(zip(got, emu), start=1):
+        for name, a in a_sample.items():
+            per_output.setdefault(name, []).append(worse_stats(a, b_sample[name]))
         if progress is not None:
             progress("accuracy", n, total)
-    return tuple(_worst(v) for v in per_output.values()), n
+    return tuple(_worst(v) for v in per_output.values()), len(got)
+
+
+def _compare_all(sess, samples: Iterable[Mapping[str, np.ndarray]], reference_outputs: list[dict[str, np.ndarray]],
+                 half_inputs: set[str], half_dtype: Any, top1: bool) -> list[dict[str, OutputStats]]:
+    """Per sample, per float output: ``sess`` (half inputs cast to ``half_dtype`` after FP16
+    rounding) against the FP32 reference outputs."""
+    out = []
+    for sample, ref in zip(samples, reference_outputs):
+        half = {k: np.asarray(v).astype(np.float16).astype(half_dtype) for k, v in sample.items() if k in half_inputs}
+        got = ort.run(sess, {**sample, **half})
+        out.append({name: compare_arrays(name, r, got[name], top1=top1) for name, r in ref.items()
+                    if r.dtype.kind == "f"})
+    return out
 
 
 def _worst(stats: list[OutputStats]) -> OutputStats:
@@ -325,18 +350,26 @@ def _report(decisions: list[Decision], rw: Rewriter, folded, n_samples, measured
 
 
 def _with_types(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Types for every tensor we can know, subgraphs included (ONNX's inference; never fails)."""
+    """Types for every tensor we can know, subgraphs included (ONNX's inference; never fails).
+
+    Inference runs on the structure alone and its value infos are added to ``model`` in
+    place, graph by graph: inferring on the whole model would copy every weight three times.
+    """
     try:
-        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
+        inferred = onnx.shape_inference.infer_shapes(structure_only(model), check_type=False, strict_mode=False)
     except Exception as exc:  # custom ops or inconsistent exports: keep what the file declares
         log.debug("shape inference failed: %s", exc)
         return model
+    for g, ig in zip(iter_graphs(model.graph), iter_graphs(inferred.graph)):
+        known = {vi.name for vi in g.value_info}
+        g.value_info.extend(vi for vi in ig.value_info if vi.name not in known)
+    return model
 
 
 def _check_valid(out: onnx.ModelProto, original: onnx.ModelProto) -> None:
     """The converted model must pass onnx.checker wherever the original does (else: our bug)."""
 
-    if out.ByteSize() > PROTOBUF_LIMIT:
+    if approx_size(out) > PROTOBUF_LIMIT:
         log.warning("the FP16 model is over 2 GB: onnx.checker runs on the saved file only")
         return
     try:

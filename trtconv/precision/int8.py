@@ -25,7 +25,7 @@ import onnx
 from onnx import version_converter
 
 from trtconv.errors import AccuracyError, DataError, InternalError, UnsupportedModelError
-from trtconv.load.model import load_model, model_sha256
+from trtconv.load import load_model, model_sha256
 from trtconv.onnxutil.domains import default_opset, is_default_domain
 from trtconv.precision.bn_fold import FoldedBatchNorm, fold_batchnorms
 from trtconv.precision.calib_cache import CacheInfo, cache_key, read_cache, write_cache

@@ -59,16 +59,42 @@ def _probe(model: onnx.ModelProto, names: list[str]) -> tuple[onnx.ModelProto, d
     return probe, {n: n for n in names if n in main}
 
 
+def _session_exposing(model: onnx.ModelProto, names: list[str]) -> tuple[object, dict[str, str]]:
+    """A session of ``model`` (no subgraphs) with ``names`` as extra outputs. The outputs are
+    lent to ``model`` while the session is made and taken back: a probe copy would hold every
+    weight once more."""
+    keep = len(model.graph.output)
+    existing = {o.name for o in model.graph.output}
+    for n in names:
+        if n not in existing:
+            model.graph.output.append(helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None))
+    try:
+        return ort.session(model), {n: n for n in names}
+    finally:
+        del model.graph.output[keep:]
+
+
 def activation_peaks(
     model: onnx.ModelProto,
     samples: Iterable[Mapping[str, np.ndarray]],
     *,
     progress: Callable[[int], None] | None = None,
+    outputs: list[dict[str, np.ndarray]] | None = None,
 ) -> tuple[dict[str, float], int]:
-    """(peak |x| per float tensor, in any graph, and per float input; number of samples run)."""
-    probe, mapping = _probe(model, float_tensors(model))
-    sess = ort.session(probe)
+    """(peak |x| per float tensor, in any graph, and per float input; number of samples run).
+
+    ``outputs``: a list that receives each sample's model outputs, so a later accuracy check
+    compares against them instead of running the FP32 model again.
+    """
+    names = float_tensors(model)
+    if len(list(iter_graphs(model.graph))) == 1:
+        sess, mapping = _session_exposing(model, names)
+    else:  # values inside If/Loop bodies need rewiring, on a copy
+        probe, mapping = _probe(model, names)
+        sess = ort.session(probe)
+        del probe  # the session holds what it needs
     wanted = [o.name for o in sess.get_outputs()]
+    own = [o.name for o in model.graph.output]
     peaks: dict[str, float] = {}
     count = 0
     for feeds in samples:
@@ -78,10 +104,12 @@ def activation_peaks(
         values = ort.run(sess, feeds, wanted)
         for k, v in values.items():
             update_peak(peaks, mapping.get(k, k), v)
+        if outputs is not None:
+            outputs.append({k: values[k] for k in own if k in values})
+        del values  # one sample's activations at a time
         if progress is not None:
             progress(count)
     return peaks, count
-
 
 
 def update_peak(peaks: dict[str, float], name: str, value: np.ndarray) -> None:

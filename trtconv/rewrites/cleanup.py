@@ -135,6 +135,31 @@ def prune_opsets(model: onnx.ModelProto) -> CleanupResult:
                          tuple(sorted(f"{o.domain or 'ai.onnx'} v{o.version}" for o in dropped)))
 
 
+RENAME_SHARED_DIMS = "rename-shared-dims"  # the clean-up's id; `check` names it as the fix for shared-dim-names
+
+
+def rename_shared_dims(model: onnx.ModelProto) -> CleanupResult:
+    """Give every dim of a graph input its own name where several share one dim_param
+    (PP-OCR cls: H and W are both '?'). TensorRT treats equally named dims as equal, so a
+    non-square profile fails the build; the names carry no meaning ONNX Runtime checks."""
+    renamed = []
+    for vi in model.graph.input:
+        if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+            continue
+        dims = vi.type.tensor_type.shape.dim
+        seen: set[str] = set()
+        for axis, d in enumerate(dims):
+            if not d.HasField("dim_param") or not d.dim_param:
+                continue
+            if d.dim_param in seen:
+                new = f"{vi.name}_dim{axis}"
+                renamed.append(f"{vi.name}[{axis}]: {d.dim_param!r} -> {new!r}")
+                d.dim_param = new
+            else:
+                seen.add(d.dim_param)
+    return CleanupResult(RENAME_SHARED_DIMS, len(renamed), tuple(renamed))
+
+
 def finish_pending(model: onnx.ModelProto, need: int, what: str, large: bool) -> tuple[onnx.ModelProto, CleanupResult | None]:
     """Raise the default opset to ``need`` if lower (for ``what``, e.g. DeformConv), then move the
     nodes emitted in the pending domain into the default domain; the conversion, if any, as a result."""

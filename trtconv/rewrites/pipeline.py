@@ -21,7 +21,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from trtconv.errors import AccuracyError, UsageError
-from trtconv.load.model import LoadedModel, _approx_size
+from trtconv.load import LoadedModel, approx_size
 from trtconv.load.shapes import override_input_shapes, value_shapes
 from trtconv.onnxutil.domains import default_opset
 from trtconv.onnxutil.names import fresh_name
@@ -29,10 +29,11 @@ from trtconv.onnxutil.order import is_sorted
 from trtconv.onnxutil.walk import iter_graphs
 from trtconv.rewrites import cleanup
 from trtconv.rewrites.catalog import active_rules, rewrite_rule_for, rule_among
-from trtconv.rewrites.proof import Proof, prove_graph, prove_node
+from trtconv.rewrites.proof import Proof, prove_graph, prove_node, prove_unchanged
 from trtconv.rewrites.report import NodeInfo, RewriteEntry, RewriteReport, RewriteResult
 from trtconv.rewrites.roundtrip import (
     export,
+    import_with_shapes,
     inferred,
     refuse_empty_list_attributes,
     sorted_copy,
@@ -40,6 +41,11 @@ from trtconv.rewrites.roundtrip import (
 )
 from trtconv.rewrites.rule import RewriteRule, RuleContext, Site
 from trtconv.rewrites.settings import RewriteSettings, check_settings
+
+
+def _computing_nodes(graph: gs.Graph) -> int:
+    """Nodes other than Constant: folding that only lowers Constant nodes changes no shape."""
+    return sum(1 for n in graph.nodes if n.op != "Constant")
 
 
 def _count_nodes(model: onnx.ModelProto) -> int:
@@ -124,10 +130,10 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     if isinstance(loaded_or_model, LoadedModel) and not loaded_or_model.weights_loaded:
         raise UsageError("rewrite needs the model's weights", hint="load it with load_model(path) (weights on)")
     refuse_empty_list_attributes(src)
-    original = onnx.ModelProto()
-    original.CopyFrom(src)
-    model = override_input_shapes(original, settings.shapes) if settings.shapes else original
-    large = _approx_size(model) > settings.large_model_bytes
+    # Not copied: nothing below edits ``src`` (graphsurgeon reads it, rules' prepare steps and
+    # the export return new protos), and a copy would hold every weight twice.
+    model = override_input_shapes(src, settings.shapes) if settings.shapes else src
+    large = approx_size(model) > settings.large_model_bytes
     opset_before = default_opset(model)
     nodes_before = _count_nodes(model)
     was_sorted = is_sorted(model)
@@ -136,11 +142,13 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     for rule in active:
         model = rule.prepare(model, settings, large)
     # Imported with inferred shapes: graphsurgeon folds Shape nodes only where shapes are known.
-    graph = gs.import_onnx(inferred(model, large))
+    stub = inferred(model, large)  # structure and shapes, no weight bytes
+    graph = import_with_shapes(model, stub)
     graph.toposort()  # rules below walk producers before consumers
     results: list[cleanup.CleanupResult] = []
     if settings.remove_dead_nodes:  # before folding, which would otherwise sweep them up uncounted
         results.append(cleanup.remove_dead(graph))
+    shapes = value_shapes(stub)
     # Fold first: exporters compute offsets' shapes with Shape/Slice chains, and only
     # folded graphs give the DCN rules (and their proofs) concrete shapes.
     if settings.fold_constants:
@@ -148,10 +156,10 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
             results.append(cleanup.CleanupResult("fold-constants", 0, notes=("skipped: model over the large-model "
                                                                              "threshold",)))
         else:
+            computing = _computing_nodes(graph)
             results.append(cleanup.fold_constants(graph, settings.fold_size_limit))
-        shapes = value_shapes(inferred(export(graph, model), large))
-    else:
-        shapes = value_shapes(inferred(model, large))
+            if _computing_nodes(graph) != computing:  # more than Constant nodes lowered: shapes may be new
+                shapes = value_shapes(inferred(export(graph, model, with_weights=False), large))
     ctx = RuleContext(graph, graph.tensors(), shapes, settings, opset_before,
                       frozenset(t.name for t in graph.outputs))
     applied = _apply_rules(graph, ctx, active)
@@ -164,6 +172,7 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
 
     out = export(graph, model)
     strip_value_info(out)
+    results.append(cleanup.rename_shared_dims(out))
     if applied.pending:  # the newest opset any replacement needs serves them all
         need = max(applied.pending)
         out, converted = cleanup.finish_pending(out, need, "/".join(sorted(applied.pending[need])), large)
@@ -173,7 +182,10 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     if settings.prune_opsets:
         results.append(cleanup.prune_opsets(out))
 
-    if settings.verify and not large:
+    unchanged = prove_unchanged(model, out) if settings.verify else None
+    if unchanged is not None:
+        gproof = unchanged  # nothing to run: both graphs compute the same thing by construction
+    elif settings.verify and not large:
         # cut only where ONNX Runtime cannot run a node: a rewritten DeformConv is compared end to end
         reference = model if was_sorted else sorted_copy(model)  # ONNX Runtime refuses unsorted graphs
         gproof = prove_graph(reference, out, settings.shapes, applied.graph_cuts, settings.seed,

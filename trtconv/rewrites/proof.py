@@ -23,13 +23,14 @@ from typing import Any
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
-from onnx import helper
+from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
 from trtconv.errors import InvalidModelError, TrtconvError, UsageError
-from trtconv.load.model import PROTOBUF_LIMIT
+from trtconv.load import PROTOBUF_LIMIT, approx_size
+from trtconv.load.proto import structure_only
 from trtconv.load.shapes import override_input_shapes
 from trtconv.onnxutil.domains import ORT_DOMAINS, is_default_domain, normalize_domain
 from trtconv.reference.compare import OutputStats, compare_arrays
@@ -169,7 +170,7 @@ def _cut(model: onnx.ModelProto, cut: set[str], shapes: Mapping[str, tuple[list[
 
 def _known_shapes(model: onnx.ModelProto) -> dict[str, tuple[list[Any], int]]:
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(structure_only(model), data_prop=True)
     except Exception:
         inferred = model
     out: dict[str, tuple[list[Any], int]] = {}
@@ -198,11 +199,54 @@ def prove_graph(
     cannot drive), the rewritten model must at least still load wherever the original did.
     """
     proof = _compare_graphs(before, after, shapes, extra_cuts, seed, rtol)
-    if proof.method == "none" and proof.passed and before.ByteSize() <= PROTOBUF_LIMIT:
+    if proof.method == "none" and proof.passed and approx_size(before) <= PROTOBUF_LIMIT:
         problem = _load_problem(before, after)
         if problem:
             return Proof("onnxruntime", False, reason=f"the rewritten model does not load in ONNX Runtime: {problem}")
     return proof
+
+
+def prove_unchanged(before: onnx.ModelProto, after: onnx.ModelProto) -> Proof | None:
+    """A proof without running anything when the rewrite changed nothing that computes: the
+    same inputs, outputs and nodes (order aside) and the same constants, compared value by
+    value (a Constant node and an initializer of equal value are the same constant). None when
+    anything differs: then ONNX Runtime has to show that the outputs still agree."""
+    if _graph_signature(before.graph) != _graph_signature(after.graph):
+        return None
+    a, b = _constants(before.graph), _constants(after.graph)
+    if a.keys() != b.keys():
+        return None
+    for name, t in a.items():
+        u = b[name]
+        if (t.data_type, list(t.dims)) != (u.data_type, list(u.dims)):
+            return None
+        if t.data_location == onnx.TensorProto.EXTERNAL or u.data_location == onnx.TensorProto.EXTERNAL:
+            if t.SerializeToString() != u.SerializeToString():  # same file, offset and length
+                return None
+        elif not np.array_equal(numpy_helper.to_array(t), numpy_helper.to_array(u), equal_nan=True):
+            return None
+    return Proof("identical", True, reason="the graph is unchanged: same nodes and constants, compared value by value")
+
+
+def _constants(g: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
+    out = {t.name: t for t in g.initializer}
+    for n in g.node:
+        if n.op_type == "Constant" and is_default_domain(n.domain) and [a.name for a in n.attribute] == ["value"]:
+            out[n.output[0]] = n.attribute[0].t
+    return out
+
+
+def _graph_signature(g: onnx.GraphProto) -> tuple[Any, ...]:
+    """Inputs, output names and every computing node, independent of node order and of
+    whether a constant is a Constant node or an initializer."""
+    consts = _constants(g)
+    nodes = sorted(
+        (n.domain or "", n.op_type, tuple(n.input), tuple(n.output),
+         tuple(sorted(a.SerializeToString() for a in n.attribute)))
+        for n in g.node if not (n.output and n.output[0] in consts and n.op_type == "Constant")
+    )
+    inputs = tuple(sorted(i.SerializeToString() for i in g.input if i.name not in consts))
+    return inputs, tuple(o.name for o in g.output), tuple(nodes)
 
 
 def _load_problem(before: onnx.ModelProto, after: onnx.ModelProto) -> str | None:
@@ -223,7 +267,7 @@ def _load_problem(before: onnx.ModelProto, after: onnx.ModelProto) -> str | None
 def _compare_graphs(before: onnx.ModelProto, after: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]],
                     extra_cuts: set[str], seed: int, rtol: float) -> Proof:
     """prove_graph's numbers: the two models on the same random inputs, cut where ORT cannot run."""
-    if before.ByteSize() > PROTOBUF_LIMIT or after.ByteSize() > PROTOBUF_LIMIT:
+    if approx_size(before) > PROTOBUF_LIMIT or approx_size(after) > PROTOBUF_LIMIT:
         return Proof("none", True, reason="model over 2 GB: graph proof skipped (node proofs still ran)")
     cut = unrunnable_outputs(before) | unrunnable_outputs(after) | set(extra_cuts)
     try:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import onnx
 import onnx_graphsurgeon as gs
+from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from trtconv.errors import UnsupportedModelError
+from trtconv.load.proto import DATA_FIELDS, copy_fields, inferred_value_info, structure_only, tensor_nbytes
 from trtconv.onnxutil.domains import ORT_DOMAINS, normalize_domain
 from trtconv.onnxutil.walk import iter_graphs
 
@@ -28,18 +30,75 @@ def refuse_empty_list_attributes(model: onnx.ModelProto) -> None:
 
 
 def inferred(model: onnx.ModelProto, large: bool) -> onnx.ModelProto:
-    """The model with ONNX's inferred shapes (as it is when large, or when inference fails on custom ops)."""
+    """``model``'s structure with ONNX's inferred value infos and output types, its large
+    tensors stripped (``structure_only``): shapes are all callers need, and inference on the
+    whole model would copy every weight several times over. As it is when large, or when
+    inference fails on custom ops."""
+    stub = structure_only(model)
     if large:
-        return model
+        return stub
+    value_info, outputs = inferred_value_info(stub)
+    stub.graph.value_info.extend(value_info)
+    del stub.graph.output[:]
+    stub.graph.output.extend(outputs)
+    return stub
+
+
+def import_with_shapes(model: onnx.ModelProto, shaped: onnx.ModelProto) -> gs.Graph:
+    """graphsurgeon's graph of ``model`` with the value infos and output types of ``shaped``
+    (it folds Shape nodes only where shapes are known). They are lent to ``model`` for the
+    import and taken back, so ``model`` is neither copied nor changed."""
+    keep = len(model.graph.value_info)
+    outputs = [onnx.ValueInfoProto() for _ in model.graph.output]
+    for o, src in zip(outputs, model.graph.output):
+        o.CopyFrom(src)
+    model.graph.value_info.extend(shaped.graph.value_info)
+    del model.graph.output[:]
+    model.graph.output.extend(shaped.graph.output)
     try:
-        return onnx.shape_inference.infer_shapes(model, data_prop=True)
-    except Exception:  # custom ops: keep what is known
-        return model
+        return gs.import_onnx(model)
+    finally:
+        del model.graph.value_info[keep:]
+        del model.graph.output[:]
+        model.graph.output.extend(outputs)
 
 
-def export(graph: gs.Graph, like: onnx.ModelProto) -> onnx.ModelProto:
-    """``graph`` as a model with ``like``'s model-level fields and opset versions."""
-    out = gs.export_onnx(graph, do_type_check=False)
+# Imported tensors at least this large are lent to the export as byte-less stand-ins.
+EXPORT_STUB_BYTES = 1 << 20
+
+
+def export(graph: gs.Graph, like: onnx.ModelProto, *, with_weights: bool = True) -> onnx.ModelProto:
+    """``graph`` as a model with ``like``'s model-level fields and opset versions.
+
+    ``gs.export_onnx`` alone holds each weight twice more (``make_graph`` copies it into a
+    GraphProto, ``make_model`` that into the ModelProto). The imported (lazy) weights are
+    swapped for byte-less stand-ins for the export, and their bytes then copied once into the
+    model's initializers (left out with ``with_weights=False``, when only the structure is wanted).
+    """
+    lent: dict[str, onnx.TensorProto] = {}
+    swapped = []
+    for t in graph.tensors().values():
+        values = getattr(t, "_values", None)
+        if isinstance(t, gs.Constant) and isinstance(values, LazyValues) \
+                and isinstance(values.tensor, onnx.TensorProto) and tensor_nbytes(values.tensor) >= EXPORT_STUB_BYTES:
+            real = values.tensor
+            stub = onnx.TensorProto()
+            copy_fields(real, stub, DATA_FIELDS)
+            values.tensor = stub
+            swapped.append((values, real))
+            lent[t.name] = real
+    try:
+        out = gs.export_onnx(graph, do_type_check=False)
+    finally:
+        for values, real in swapped:
+            values.tensor = real
+    if with_weights:
+        for init in out.graph.initializer:
+            real = lent.get(init.name)
+            if real is not None:
+                name = init.name
+                init.CopyFrom(real)
+                init.name = name
     copy_model_fields(like, out)
     return out
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trtconv.errors import UsageError
-from trtconv.load.model import PROTOBUF_LIMIT
+from trtconv.load import PROTOBUF_LIMIT
 from trtconv.load.shapes import Shape
 from trtconv.rewrites.dcn_targets import DEFAULT_TARGET, TARGETS
 from trtconv.rewrites.plugin_spec import PluginSpec

@@ -1,0 +1,99 @@
+"""Every command stays under issue 20's memory bound on a large model from a real architecture.
+
+PP-OCRv4 det with its real weights tiled 8 times per channel (tests/bigmodels.py: it computes
+what PP-OCRv4 det computes; ~290 MB of external data, built here, never committed), three
+rendered document pages as samples. Each command runs in a fresh process under an
+address-space cap (RLIMIT_AS) of 1.5 x the model's size + 1 GiB, plus the address space the
+same command reserves without touching (VmPeak - VmHWM: thread stacks, allocator arenas,
+unread parts of libraries) as measured on the unwidened model: a run that needs more
+fails to allocate (exit code or MemoryError) and the test fails. No timing is involved.
+benchmarks/big_model_memory.py measures the same commands' peak RSS and wall time, and the
+model over 2 GB.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from bigmodels import det_samples, model_bytes, widen_det
+
+FACTOR = 8
+HW = (64, 64)
+
+
+# Runs trtconv in this process and prints VmPeak and VmHWM (kB) to stderr at exit.
+_REPORT = (
+    "import atexit, runpy, sys\n"
+    "def _report():\n"
+    "    s = {l.split(':')[0]: int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('Vm')}\n"
+    "    print('VM', s['VmPeak'], s['VmHWM'], file=sys.stderr)\n"
+    "atexit.register(_report)\n"
+    "sys.argv = ['trtconv', *sys.argv[1:]]\n"
+    "runpy.run_module('trtconv', run_name='__main__')\n"
+)
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory) -> tuple[Path, Path, int]:
+    folder = tmp_path_factory.mktemp("wide")
+    model = widen_det(FACTOR, folder, HW)
+    return model, det_samples(folder, HW, 3), model_bytes(model)
+
+
+@pytest.fixture(scope="module")
+def narrow(tmp_path_factory) -> Path:
+    return widen_det(1, tmp_path_factory.mktemp("narrow"), HW)
+
+
+def _run(args: list[str], limit: int | None = None) -> subprocess.CompletedProcess:
+    def cap() -> None:
+        if limit:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    return subprocess.run([sys.executable, "-c", _REPORT, *args], capture_output=True, text=True,
+                          preexec_fn=cap, env=env, timeout=600)
+
+
+def _untouched_address_space(proc: subprocess.CompletedProcess) -> int:
+    """VmPeak - VmHWM of a finished run, bytes."""
+    line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("VM "))
+    peak, hwm = (int(v) * 1024 for v in line.split()[1:])
+    return max(0, peak - hwm)
+
+
+def _commands(model: Path, calib: Path, out: Path) -> dict[str, list[str]]:
+    m = str(model)
+    return {
+        "check": ["check", m, "--json"],
+        "rewrite": ["rewrite", m, "-o", str(out / "r.onnx")],
+        "fp16": ["quantize", m, "--precision", "fp16", "-o", str(out / "f.onnx")],
+        "fp16-samples": ["quantize", m, "--precision", "fp16", "--calib-data", str(calib), "-o", str(out / "fd.onnx")],
+        "int8-samples": ["quantize", m, "--precision", "int8", "--calib-data", str(calib), "-o", str(out / "i.onnx")],
+        "build-prepare-only": ["build", m, "-o", str(out / "m.engine"), "--prepare-only"],
+    }
+
+
+# Not there yet (docs/benchmarks.md, "Memory and time on large models"): INT8 calibration holds
+# its own copies of the model. Strict: the day it fits, this test fails until the mark is removed.
+_OVER = pytest.mark.xfail(strict=True, reason="issue 20: still over 1.5 x model + 1 GiB")
+
+
+@pytest.mark.slow  # about two minutes: every command twice (unwidened for the baseline, then widened)
+@pytest.mark.parametrize("command", ["check", "rewrite", "fp16", "fp16-samples", "build-prepare-only",
+                                     pytest.param("int8-samples", marks=_OVER)])
+def test_command_fits_in_one_and_a_half_model_sizes_plus_1_gib(wide, narrow, tmp_path, command):
+    model, calib, size = wide
+    assert size > 250 << 20  # large enough that a second copy of the weights would not fit the slack
+    (tmp_path / "narrow").mkdir()
+    small = _run(_commands(narrow, calib, tmp_path / "narrow")[command])
+    assert small.returncode == 0, small.stderr[-1500:]
+    limit = int(1.5 * size) + (1 << 30) + _untouched_address_space(small)
+    proc = _run(_commands(model, calib, tmp_path)[command], limit)
+    # build --prepare-only writes the prepared ONNX and exits 0; without TensorRT a full build is 9
+    assert proc.returncode == 0, f"exit {proc.returncode} under RLIMIT_AS {limit >> 20} MiB: {proc.stderr[-1500:]}"

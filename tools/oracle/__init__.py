@@ -1,0 +1,1 @@
+"""The oracle: `trtconv check` next to the real TensorRT-RTX parser and builder (docs/analyze.md)."""

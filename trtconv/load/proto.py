@@ -1,0 +1,106 @@
+"""Walking and sizing a ModelProto: every graph, every tensor that may hold data, and
+how many bytes the weights take (a protobuf cannot exceed 2 GB)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import onnx
+
+from trtconv.onnxutil.walk import iter_graphs
+
+PROTOBUF_LIMIT = 2**31 - 1
+
+
+def iter_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    """Every TensorProto that may carry data: initializers and tensor attributes, in subgraphs too."""
+    for g in iter_graphs(model.graph):
+        yield from g.initializer
+        for node in g.node:
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.TENSOR:
+                    yield attr.t
+                elif attr.type == onnx.AttributeProto.TENSORS:
+                    yield from attr.tensors
+
+
+
+def tensor_nbytes(t: onnx.TensorProto) -> int:
+    """Bytes of data a tensor holds inline (external tensors hold none here)."""
+    return len(t.raw_data) + 4 * (len(t.float_data) + len(t.int32_data)) + 8 * (
+        len(t.int64_data) + len(t.double_data) + len(t.uint64_data))
+
+
+def approx_size(model: onnx.ModelProto) -> int:
+    """Bytes of inline tensor data in the whole model: what decides whether it fits one protobuf."""
+    return sum(tensor_nbytes(t) for t in iter_tensors(model))
+
+
+# Tensors at least this large lose their bytes in ``structure_only``; smaller ones (shapes,
+# axes, scalars) keep them, so shape inference can still propagate constant values.
+STRUCTURE_KEEP_BYTES = 1024
+STRIPPED_LOCATION = "trtconv-structure-only"
+
+
+def structure_only(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` without the bytes of its large tensors (main-graph initializers and
+    Constant values), which become external-data references to a file that does not exist.
+
+    Shape inference needs dims and types, not weights: handing it the whole model costs a
+    serialized copy, a parsed copy and a returned copy of every weight (seconds and several
+    times the model's size). The weights are never copied here: the copy is built field by field.
+    """
+    out = onnx.ModelProto()
+    copy_fields(model, out, frozenset({"graph"}))
+    copy_fields(model.graph, out.graph, frozenset({"initializer", "node"}))
+    for t in model.graph.initializer:
+        _stub_tensor(t, out.graph.initializer.add())
+    for n in model.graph.node:
+        nn = out.graph.node.add()
+        copy_fields(n, nn, frozenset({"attribute"}))
+        for a in n.attribute:
+            na = nn.attribute.add()
+            if a.type == onnx.AttributeProto.TENSOR:
+                copy_fields(a, na, frozenset({"t"}))
+                _stub_tensor(a.t, na.t)
+            else:
+                na.CopyFrom(a)
+    return out
+
+
+def _stub_tensor(t: onnx.TensorProto, out: onnx.TensorProto) -> None:
+    if t.data_location == onnx.TensorProto.EXTERNAL or tensor_nbytes(t) < STRUCTURE_KEEP_BYTES:
+        out.CopyFrom(t)
+        return
+    copy_fields(t, out, DATA_FIELDS)
+    out.data_location = onnx.TensorProto.EXTERNAL
+    entry = out.external_data.add()
+    entry.key, entry.value = "location", STRIPPED_LOCATION
+
+
+DATA_FIELDS = frozenset({"raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data",
+                          "string_data", "external_data", "data_location"})
+
+
+def copy_fields(src, dst, skip: frozenset[str] = frozenset()) -> None:
+    """Copy a message's set fields except ``skip`` (so big fields are never copied)."""
+    for fd, value in src.ListFields():
+        if fd.name in skip:
+            continue
+        if fd.is_repeated:
+            getattr(dst, fd.name).extend(value)
+        elif fd.type == fd.TYPE_MESSAGE:
+            getattr(dst, fd.name).CopyFrom(value)
+        else:
+            setattr(dst, fd.name, value)
+
+
+def inferred_value_info(model: onnx.ModelProto) -> tuple[list[onnx.ValueInfoProto], list[onnx.ValueInfoProto]]:
+    """Main-graph (value infos, outputs) as ONNX shape inference (with data propagation) finds
+    them, run on ``structure_only(model)``; the model's own when inference fails (custom ops:
+    unknown stays unknown)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(structure_only(model), data_prop=True)
+    except Exception:
+        return [], list(model.graph.output)
+    return list(inferred.graph.value_info), list(inferred.graph.output)

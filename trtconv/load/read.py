@@ -1,0 +1,174 @@
+"""Reading a model: the file, its external data (validated first, loaded only on request),
+the structural checks, and what the model is (summary, content hash)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import external_data_helper
+
+from trtconv.errors import InvalidModelError, UsageError
+from trtconv.load.external import ExternalRef, external_bytes, external_refs, validate_external_refs
+from trtconv.load.proto import STRIPPED_LOCATION
+from trtconv.load.strip import strip_weights
+from trtconv.load.validate import (
+    MIN_IR_VERSION,
+    OPSET_LIMIT,
+    check_structure,
+    check_tensor_sizes,
+    check_text,
+    checker_error,
+)
+from trtconv.onnxutil.domains import default_opset, display_domain, opset_versions
+from trtconv.onnxutil.walk import iter_graphs
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """An ONNX model with where it came from; ``proto`` may hold external data refs only."""
+
+    proto: onnx.ModelProto
+    path: Path
+    weights_loaded: bool
+    external_refs: tuple[ExternalRef, ...] = ()
+    checker_error: str | None = None
+
+    @property
+    def opsets(self) -> dict[str, int]:
+        return {display_domain(d): v for d, v in opset_versions(self.proto.opset_import).items()}
+
+    @property
+    def default_opset(self) -> int:
+        return default_opset(self.proto)
+
+    @property
+    def external_files(self) -> tuple[Path, ...]:
+        base = self.path.parent
+        return tuple(sorted({(base / r.location) for r in self.external_refs}))
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    ir_version: int
+    opsets: dict[str, int]
+    producer: str
+    nodes: int
+    initializers: int
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    external_files: tuple[str, ...] = field(default_factory=tuple)
+
+
+def read_proto(path: Path) -> onnx.ModelProto:
+    if not path.exists():
+        raise UsageError(f"{path}: no such file")
+    if path.is_dir():
+        raise UsageError(f"{path} is a directory, not an ONNX file")
+    if not path.is_file():  # a FIFO would block forever, /dev/zero would fill memory
+        raise UsageError(f"{path} is not a regular file", hint="give the path of an .onnx file")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except (DecodeError, RuntimeError, ValueError, TypeError, UnicodeDecodeError) as exc:
+        raise InvalidModelError(
+            f"{path} is not a readable ONNX model ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'decode failed'})",
+            hint="the file may be truncated or not ONNX at all; re-export or re-download it",
+        ) from exc
+    except OSError as exc:
+        raise InvalidModelError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if model.ir_version <= 0 or not model.HasField("graph") or (
+        not model.graph.node and not model.graph.output
+    ):
+        raise InvalidModelError(
+            f"{path} is not an ONNX model (no IR version or empty graph)",
+            hint="check that the file is an .onnx export, not another format",
+        )
+    if not model.opset_import:
+        raise InvalidModelError(f"{path} imports no opset, so its ops have no meaning",
+                                hint="the model file is corrupt; re-export it")
+    for o in model.opset_import:
+        if not 0 <= o.version <= OPSET_LIMIT:
+            raise InvalidModelError(
+                f"{path} imports opset {o.version} of domain {display_domain(o.domain)!r}, which cannot exist",
+                hint="the model file is corrupt; re-export it",
+            )
+    if model.ir_version > OPSET_LIMIT:
+        raise InvalidModelError(f"{path} declares IR version {model.ir_version}, which cannot exist",
+                                hint="the model file is corrupt; re-export it")
+    if model.ir_version < MIN_IR_VERSION:
+        raise InvalidModelError(
+            f"{path} declares IR version {model.ir_version}; ONNX Runtime and TensorRT need {MIN_IR_VERSION} or later",
+            hint="re-export the model with a current exporter",
+        )
+    if not model.graph.output:
+        raise InvalidModelError(f"{path}: the graph has no outputs, so there is nothing to convert",
+                                hint="the model file is corrupt or badly edited; re-export it")
+    return model
+
+
+def load_model(path: str | os.PathLike[str], *, load_weights: bool = True, check: bool = True,
+               structure_only: bool = False) -> LoadedModel:
+    """Read ``path``; validate external data; optionally load it into the proto.
+
+    ``load_weights=False`` keeps external tensors as references: analysis needs only
+    the structure, and a 10 GB model then costs no more memory than its graph.
+    ``structure_only=True`` (implies no weights) also drops the bytes of large embedded
+    tensors after validating their size (``strip.strip_weights``): what ``check`` reads.
+    """
+    path = Path(path)
+    model = read_proto(path)
+    check_text(model)
+    if structure_only:
+        load_weights = False
+        strip_weights(model)
+    pairs = [(t, r) for t, r in external_refs(model) if r.location != STRIPPED_LOCATION]
+    refs = [r for _, r in pairs]
+    validate_external_refs(refs, path.parent)
+    check_tensor_sizes(model, external_bytes(refs, path.parent))
+    check_structure(model)
+    err = checker_error(model, path, bool(refs)) if check else None
+    if load_weights and refs:
+        try:
+            external_data_helper.load_external_data_for_model(model, str(path.parent))
+        except (OSError, ValueError) as exc:
+            raise InvalidModelError(f"cannot load external data of {path}: {exc}") from exc
+    return LoadedModel(model, path, load_weights or not refs, tuple(refs), err)
+
+
+def summarize(loaded: LoadedModel) -> ModelSummary:
+    g = loaded.proto.graph
+    init_names = {i.name for i in g.initializer}
+    producer = " ".join(x for x in (loaded.proto.producer_name, loaded.proto.producer_version) if x)
+    return ModelSummary(
+        ir_version=loaded.proto.ir_version,
+        opsets=loaded.opsets,
+        producer=producer,
+        nodes=sum(len(sg.node) for sg in iter_graphs(g)),
+        initializers=len(g.initializer),
+        inputs=tuple(i.name for i in g.input if i.name not in init_names),
+        outputs=tuple(o.name for o in g.output),
+        external_files=tuple(sorted({r.location for r in loaded.external_refs})),
+    )
+
+
+def file_sha256(path: Path, *, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def model_sha256(loaded: LoadedModel) -> str:
+    """Hash of the model file and its external-data files, in a stable order."""
+    h = hashlib.sha256()
+    for p in (loaded.path, *loaded.external_files):
+        h.update(p.name.encode())
+        h.update(file_sha256(p).encode())
+    return h.hexdigest()
+
+
