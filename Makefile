@@ -11,11 +11,11 @@ install:
 	@command -v trtconv >/dev/null && trtconv --version | head -1
 
 test: typecheck-trt
-	$(PYTHON) -m ruff check trtconv tests benchmarks
+	$(PYTHON) -m ruff check trtconv tests benchmarks tools
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 
 lint:
-	$(PYTHON) -m ruff check trtconv tests benchmarks
+	$(PYTHON) -m ruff check trtconv tests benchmarks tools
 
 # TensorRT type stubs, generated from NVIDIA's bindings wheels (PyPI) into an ignored cache.
 TRT_STUBS ?= .cache/trt-stubs
