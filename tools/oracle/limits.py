@@ -15,7 +15,6 @@ from collections.abc import Callable
 
 import onnx
 from onnx import helper
-
 from trtconv.load.model import iter_graphs
 
 
