@@ -150,6 +150,9 @@ class BuildSettings:
     verify: bool = True
     seed: int = 0
     trt: str = DEFAULT_TRT_VERSION  # a TensorRT version ("10.16", "11.4") or "rtx" for TensorRT-RTX
+    # fp16/int8: samples, exclusions, INT8 options and the accuracy gate as ``quantize`` takes them;
+    # None: quantize's defaults over calib_data / calib_limit
+    quantize: QuantizeSettings | None = None
 
     def outputs(self, output: PathLike) -> list[Path]:
         """The files a build writes: the prepared ONNX, then (unless prepare_only) manifest and engine."""
@@ -183,7 +186,7 @@ class BuildSettings:
             calib_limit=self.calib_limit, shapes=self.shapes, min_shapes=tuple(self.min_shapes),
             opt_shapes=tuple(self.opt_shapes), max_shapes=tuple(self.max_shapes), prepared=self.prepared,
             prepare_only=self.prepare_only, verify=self.verify, target=self.trt, dcn_target=self.dcn_target,
-            seed=self.seed, plan=plan,
+            seed=self.seed, plan=plan, quantize=self.quantize,
         )
 
 

@@ -203,7 +203,7 @@ def test_verify_checks_inputs_before_tensorrt(ocr_cls, tmp_path: Path, no_tensor
     wrong_name = tmp_path / "wrong.npz"
     np.savez(wrong_name, images=np.zeros((1, 3, 48, 192), np.float32))
     res = run("verify", engine, "--onnx", ocr_cls, "--inputs", wrong_name)
-    assert res.exit_code == ExitCode.BAD_DATA and "missing x" in res.stderr and "images" in res.stderr
+    assert res.exit_code == ExitCode.BAD_DATA and "missing input(s) 'x'" in res.stderr and "images" in res.stderr
     nan = tmp_path / "nan.npz"
     np.savez(nan, x=np.full((1, 3, 48, 192), np.nan, np.float32))
     res = run("verify", engine, "--onnx", ocr_cls, "--inputs", nan)
@@ -402,12 +402,35 @@ def test_docs_and_help_agree_with_the_code():
     from trtconv.pipeline.quantize import INT8_DEFAULT_HELD_OUT
 
     docs = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
-    build_row = next(line for line in docs.splitlines() if line.startswith("| `--calib-data DIR` |"))
-    assert f"{INT8_DEFAULT_HELD_OUT:.0%} held out" in build_row
+    held_out_row = next(line for line in docs.splitlines() if line.startswith("| `--held-out N"))
+    assert f"default {INT8_DEFAULT_HELD_OUT} with ≥ 5 samples" in held_out_row  # build shares quantize's flag
     bench_help = run("bench", "--help").stdout
     assert "dynamic inputs without --shapes" not in bench_help
     assert "Dynamic inputs run at the opt shape of profile 0" in " ".join(bench_help.split())
     assert "Dynamic inputs run at the opt shape of profile 0 unless `--shapes` says otherwise" in docs
+
+
+def test_verify_takes_a_folder_or_a_list_of_sample_files(ocr_cls, tmp_path: Path, no_tensorrt):
+    engine, good = _engine_and_inputs(tmp_path, ocr_cls)
+    folder = tmp_path / "many"
+    folder.mkdir()
+    rng = np.random.default_rng(1)
+    for i in range(3):
+        np.savez(folder / f"{i}.npz", x=rng.standard_normal((1, 3, 48, 64 + 32 * i)).astype(np.float32),
+                 label=np.array(i))
+    packed = tmp_path / "packed.npz"
+    np.savez(packed, **{f"{i:03d}/x": np.zeros((1, 3, 48, 96), np.float32) for i in range(2)})
+    for inputs in ([folder], [good, packed], [packed]):
+        res = run("verify", engine, "--onnx", ocr_cls, *[a for p in inputs for a in ("--inputs", p)])
+        assert res.exit_code == ExitCode.TENSORRT_UNAVAILABLE, res.output  # every sample checked, then TensorRT
+    np.savez(folder / "3.npz", x=np.zeros((1, 4, 48, 64), np.float32))
+    res = run("verify", engine, "--onnx", ocr_cls, "--inputs", folder)
+    assert res.exit_code == ExitCode.BAD_DATA and "3.npz" in res.stderr and "fixes dim 1 to 3" in res.stderr
+    from PIL import Image
+
+    Image.new("RGB", (8, 8)).save(folder / "stray.png")
+    res = run("verify", engine, "--onnx", ocr_cls, "--inputs", folder)
+    assert res.exit_code == ExitCode.BAD_DATA and "mixes" in res.stderr
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])

@@ -41,7 +41,8 @@ def _qdq_ops(model: onnx.ModelProto) -> collections.Counter:
 def test_cls_opset11_upgraded_quantized_and_agrees_with_fp32(ocr_cls, ocr_data):
     model = onnx.load(str(ocr_cls))
     calib, held = _sets(model, ocr_data / "cls", "ppocr-cls", 4)
-    res = quantize_int8(model, Int8Settings(method="entropy"), calib, model_path=ocr_cls, eval_samples=held)
+    res = quantize_int8(model, Int8Settings(method="entropy", remainder="fp32"), calib, model_path=ocr_cls,
+                        eval_samples=held)
     rep = res.report
     assert rep.opset_upgrade == (11, 13)
     assert next(o.version for o in res.model.opset_import if o.domain == "") == 13
@@ -63,7 +64,9 @@ def test_cls_opset11_upgraded_quantized_and_agrees_with_fp32(ocr_cls, ocr_data):
 def test_det_opset12_fp32_close_after_upgrade(ocr_det, ocr_data):
     model = onnx.load(str(ocr_det))
     calib, held = _sets(model, ocr_data / "det", "ppocr-det", 2)
-    res = quantize_int8(model, Int8Settings(method="entropy"), calib, eval_samples=held)
+    # measured, not gated (Thresholds()): this checks placement on an opset-12 model with the FP32 remainder
+    res = quantize_int8(model, Int8Settings(method="entropy", remainder="fp32", thresholds=Thresholds()), calib,
+                        eval_samples=held)
     assert res.report.opset_upgrade == (12, 13)
     dq_axes = [a.i for n in res.model.graph.node if n.op_type == "DequantizeLinear" for a in n.attribute]
     assert dq_axes.count(0) >= 60 and dq_axes.count(1) == 2  # Conv weights on axis 0, ConvTranspose on 1
@@ -78,7 +81,7 @@ def test_rec_calibrates_on_samples_of_different_widths(ocr_rec, ocr_data):
     calib, held = _sets(model, ocr_data / "rec", "ppocr-rec", 4)
     widths = {s["x"].shape[3] for s in calib}
     assert len(widths) > 5  # no resizing to one width, no padding, no cropping
-    res = quantize_int8(model, Int8Settings(method="percentile"), calib, eval_samples=held)
+    res = quantize_int8(model, Int8Settings(method="percentile", thresholds=Thresholds()), calib, eval_samples=held)
     (stats,) = res.report.accuracy
     assert stats.top1_agreement is not None and stats.top1_agreement > 0.9, stats
     assert stats.cosine > 0.95

@@ -7,8 +7,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from trtconv.precision.expose import expose_tensors
 from trtconv.precision.int8 import Int8Settings, quantize_int8
-from trtconv.precision.qdq import expose_tensors, insert_qdq, plan_qdq, quantize_weight
+from trtconv.precision.qdq import insert_qdq, plan_qdq, quantize_weight
 from trtconv.reference.ort import run_model
 from trtconv.samples.sources import ArraySamples
 
@@ -59,14 +60,14 @@ def test_conv_residual_add_and_sensitive_head():
 
 
 def test_gemm_matmul_convtranspose_axes_and_exclusions():
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])
     img = helper.make_tensor_value_info("img", TensorProto.FLOAT, [1, 3, 4, 4])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 7])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 17])
     z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 2, 5, 5])
     att = helper.make_tensor_value_info("att", TensorProto.FLOAT, [2, 2])
     nodes = [
-        helper.make_node("Gemm", ["x", "wg"], ["g"], name="fc_t", transB=1),  # wg: [5, 6] -> axis 0
-        helper.make_node("MatMul", ["g", "wm"], ["y"], name="proj"),  # wm: [5, 7] -> axis 1
+        helper.make_node("Gemm", ["x", "wg"], ["g"], name="fc_t", transB=1),  # wg: [20, 16] -> axis 0
+        helper.make_node("MatMul", ["g", "wm"], ["y"], name="proj"),  # wm: [20, 17] -> axis 1
         helper.make_node("ConvTranspose", ["img", "wt"], ["z"], name="up"),  # wt: [3, 2, 2, 2] -> axis 1
         helper.make_node("Softmax", ["g"], ["p"], name="attn_softmax"),
         helper.make_node("Reshape", ["p", "shape"], ["p2"], name="reshape"),
@@ -74,8 +75,8 @@ def test_gemm_matmul_convtranspose_axes_and_exclusions():
         helper.make_node("Transpose", ["g"], ["g_t"], name="t"),
     ]
     nodes = nodes[:5] + [nodes[6], nodes[5]]
-    shape = numpy_helper.from_array(np.array([2, 5], np.int64), "shape")
-    m = _model(nodes, [x, img], [y, z, att], [_w("wg", 5, 6), _w("wm", 5, 7), _w("wt", 3, 2, 2, 2), shape])
+    shape = numpy_helper.from_array(np.array([2, 20], np.int64), "shape")
+    m = _model(nodes, [x, img], [y, z, att], [_w("wg", 20, 16), _w("wm", 20, 17), _w("wt", 3, 2, 2, 2), shape])
     plan = plan_qdq(m)
     assert _rows(plan) == [
         ("fc_t", 0, "x", "activation", None),
@@ -91,6 +92,19 @@ def test_gemm_matmul_convtranspose_axes_and_exclusions():
     assert {p.node for p in excluded.placements} == {"proj"}
     ex = {s.node: s.reason for s in excluded.skips}
     assert ex["fc_t"] == "excluded by pattern 'fc_*'" and ex["up"] == "excluded by pattern 'ConvTranspose'"
+
+
+def test_tiny_gemms_stay_in_float():
+    """TensorRT's guidance: a GEMM narrower than one 16-wide tile gains nothing from INT8."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 7])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 32])
+    nodes = [helper.make_node("MatMul", ["x", "narrow"], ["y"], name="narrow_fc"),
+             helper.make_node("MatMul", ["x", "wide"], ["z"], name="wide_fc")]
+    plan = plan_qdq(_model(nodes, [x], [y, z], [_w("narrow", 16, 7), _w("wide", 16, 32)]))
+    assert {p.node for p in plan.placements} == {"wide_fc"}
+    assert [(s.node, s.reason) for s in plan.skips] == [
+        ("narrow_fc", "tiny GEMM (16x7): INT8 gains nothing, the reformats cost")]
 
 
 def test_insertion_shares_one_qdq_per_tensor_and_runs_close_to_fp32():
@@ -186,7 +200,7 @@ def test_every_method_produces_a_valid_model(method):
 def test_loop_body_is_calibrated_through_scan_outputs_and_quantized():
     """A MatMul on a loop-carried value: measured per iteration, quantized inside the body."""
     rng = np.random.default_rng(7)
-    w = rng.standard_normal((4, 4)).astype(np.float32) * 0.5
+    w = rng.standard_normal((16, 16)).astype(np.float32) * 0.25
     body = helper.make_graph(
         [
             helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep_going"),
@@ -196,18 +210,18 @@ def test_loop_body_is_calibrated_through_scan_outputs_and_quantized():
         "body",
         [helper.make_tensor_value_info("i", TensorProto.INT64, []),
          helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("v", TensorProto.FLOAT, [1, 4])],
+         helper.make_tensor_value_info("v", TensorProto.FLOAT, [1, 16])],
         [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("v_next", TensorProto.FLOAT, [1, 4])],
+         helper.make_tensor_value_info("v_next", TensorProto.FLOAT, [1, 16])],
         [numpy_helper.from_array(w, "w_body")],
     )
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])
     trip = numpy_helper.from_array(np.array(3, np.int64), "trip")
     cond = numpy_helper.from_array(np.array(True), "cond")
     m = _model([helper.make_node("Loop", ["trip", "cond", "x"], ["y"], name="loop", body=body)], [x], [y],
                [trip, cond])
-    samples = tuple({"x": rng.uniform(-1, 1, (1, 4)).astype(np.float32)} for _ in range(16))
+    samples = tuple({"x": rng.uniform(-1, 1, (1, 16)).astype(np.float32)} for _ in range(16))
     res = quantize_int8(m, Int8Settings(method="minmax"), ArraySamples(samples[:12]),
                         eval_samples=ArraySamples(samples[12:]))
     assert [(p.graph, p.node, p.tensor, p.kind) for p in res.report.placed] == [
@@ -248,3 +262,17 @@ def test_exposing_a_branch_output_keeps_the_if_result():
         branch_out = "t_out" if cond else "e_out"
         name = next(k for k, v in mapping.items() if v == branch_out)
         assert got[name].shape == (2, 4)
+
+
+def test_half_scales_are_float16_exact_and_positive():
+    """TensorRT refuses a zero scale; a dead channel's FP32 scale (1e-40) would be 0 in float16."""
+    from trtconv.precision.qdq import half_exact
+
+    w = RNG.standard_normal((3, 2, 3, 3)).astype(np.float32) * np.float32(0.01)
+    w[1] = 1e-38  # a dead channel
+    q, scale = quantize_weight(w, 0, half=True)
+    assert (scale > 0).all() and np.array_equal(scale.astype(np.float16).astype(np.float32), scale)
+    assert (np.abs(q[[0, 2]]).max(axis=(1, 2, 3)) == 127).all()  # rounded up: no channel clips
+    deq = q.astype(np.float32) * scale.reshape(-1, 1, 1, 1)
+    assert np.abs(deq[[0, 2]] - w[[0, 2]]).max() <= scale[[0, 2]].max() / 2 + 1e-9
+    assert half_exact(np.float32(0.1)) >= np.float32(0.1) and half_exact(0.0) == np.float32(2.0**-24)

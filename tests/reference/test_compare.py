@@ -7,7 +7,15 @@ import pytest
 
 from trtconv.errors import UsageError
 from trtconv.load import load_model
-from trtconv.reference.compare import Thresholds, compare_arrays, compare_outputs, violations
+from trtconv.reference.compare import (
+    DEFAULT_THRESHOLDS,
+    Thresholds,
+    compare_arrays,
+    compare_outputs,
+    parse_limit,
+    thresholds_with,
+    violations,
+)
 from trtconv.reference.ort import random_feeds, run_model
 
 
@@ -35,3 +43,32 @@ def test_real_model_self_comparison_and_feeds(ocr_cls):
     b = run_model(model, {"x": feeds["x"] + 1e-3})
     [s] = compare_outputs(a, b, top1=True)
     assert s.shape == (2, 2) and 0 < s.max_abs < 0.1 and s.cosine > 0.99
+
+
+def test_per_output_limits_and_gating_only_named_outputs():
+    ref = np.linspace(-1, 1, 50, dtype=np.float32)
+    boxes = compare_arrays("boxes", ref, ref)
+    scores = compare_arrays("scores", ref, ref + np.float32(0.3) * np.sin(np.arange(50, dtype=np.float32)))
+    assert 0.9 < scores.cosine < 0.995
+    base = Thresholds(min_cosine=0.9)
+    assert violations([boxes, scores], base) == []
+    strict = thresholds_with(base, {"min_cosine": [("scores", 0.995)]})
+    assert [m.split(":")[0] for m in violations([boxes, scores], strict)] == ["scores"]
+    assert strict.for_output("boxes") == Thresholds(min_cosine=0.9)
+    assert strict.for_output("scores").min_cosine == 0.995
+    only_boxes = thresholds_with(strict, {}, only=["boxes"])
+    assert violations([boxes, scores], only_boxes) == [] and only_boxes.for_output("scores") is None
+    assert only_boxes.outputs_named() == {"boxes", "scores"}
+    glob = thresholds_with(DEFAULT_THRESHOLDS["int8"], {"min_cosine": [(None, 0.999)], "max_abs": [("boxes", 0.0)]})
+    assert glob.min_cosine == 0.999 and glob.to_json() == {"min_cosine": 0.999, "per_output": {"boxes": {"max_abs": 0.0}}}
+
+
+@pytest.mark.parametrize("text,expected", [("0.995", (None, 0.995)), ("scores=0.5", ("scores", 0.5)),
+                                           ("a=b=1", ("a=b", 1.0))])
+def test_parse_limit(text, expected):
+    assert parse_limit(text) == expected
+
+
+def test_parse_limit_rejects_words():
+    with pytest.raises(ValueError):
+        parse_limit("scores=high")

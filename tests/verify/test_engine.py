@@ -7,7 +7,8 @@ import onnx
 import pytest
 
 from trtconv.reference import ort
-from trtconv.verify.engine import DEFAULT_THRESHOLDS, compare_with_reference, make_inputs
+from trtconv.reference.compare import DEFAULT_THRESHOLDS
+from trtconv.verify.engine import compare_with_reference, make_inputs
 
 
 @pytest.fixture(scope="module")

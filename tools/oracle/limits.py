@@ -15,8 +15,7 @@ from collections.abc import Callable
 
 import onnx
 from onnx import helper
-
-from trtconv.onnxutil.walk import iter_graphs
+from trtconv.load.model import iter_graphs
 
 
 def _attr(node: onnx.NodeProto, name: str, default: object = None) -> object:

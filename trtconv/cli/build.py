@@ -15,8 +15,20 @@ from trtconv.api import build as api_build
 from trtconv.cli.cache import cache_option, gpu_identity
 from trtconv.cli.config import config_option
 from trtconv.cli.depfile import deps_option
-from trtconv.cli.options import force_option, json_option, model_argument, output_option, trt_version_option
+from trtconv.cli.options import (
+    exclude_options,
+    force_option,
+    gate_options,
+    int8_options,
+    json_option,
+    model_argument,
+    output_option,
+    quantize_settings,
+    sample_options,
+    trt_version_option,
+)
 from trtconv.cli.output import print_json, progress, stderr_console
+from trtconv.cli.precision_report import print_gate
 from trtconv.errors import TrtconvError
 from trtconv.pipeline.build import BuildOutcome
 from trtconv.plan.plan import DEFAULT_MIN_PRECISION_SHARE, DEFAULT_OPT_LEVEL, HARDWARE_COMPAT, PRECISIONS
@@ -80,9 +92,10 @@ NOT_INPUTS = ("prepared", "timing_cache")  # path flags that are not inputs (the
 @output_option(help="The engine file to write (its manifest goes to ENGINE.json).")
 @click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
               help="Made explicit in the ONNX (FP16 casts / INT8 Q-DQ), then built strongly typed.")
-@click.option("--calib-data", type=click.Path(path_type=Path),
-              help="Calibration samples (folder of .npy/.npz or images): required for int8, optional for fp16.")
-@click.option("--calib-limit", type=int, default=0, help="Use at most this many calibration samples (0: all).")
+@sample_options
+@exclude_options
+@int8_options
+@gate_options
 @click.option("--shapes", metavar="NAME:DxD,...", help="One profile with min = opt = max (trtexec --shapes).")
 @click.option("--min-shapes", multiple=True, metavar="NAME:DxD,...", help="Profile minimum; repeat per profile.")
 @click.option("--opt-shapes", multiple=True, metavar="NAME:DxD,...", help="Profile optimum; repeat per profile.")
@@ -119,12 +132,13 @@ NOT_INPUTS = ("prepared", "timing_cache")  # path flags that are not inputs (the
 @config_option
 @deps_option(outputs=_outputs, not_inputs=NOT_INPUTS)
 @cache_option(outputs=_outputs, not_inputs=NOT_INPUTS, key_extra=_key_extra)
-def build(model: Path, output: Path, precision: str, calib_data: Path | None, calib_limit: int, shapes: str | None,
+def build(model: Path, output: Path, precision: str, shapes: str | None,
           min_shapes: tuple[str, ...], opt_shapes: tuple[str, ...], max_shapes: tuple[str, ...],
           workspace: str | None, memory_pools: tuple[str, ...], timing_cache: Path | None, no_timing_cache: bool,
           opt_level: int, hardware_compat: str, compute_capabilities: tuple[str, ...], version_compatible: bool, exclude_lean_runtime: bool,
           plugins: tuple[Path, ...], min_precision_share: float, dcn_target: str | None, prepared: Path | None,
-          prepare_only: bool, no_verify: bool, seed: int, trt_version: str, force: bool, as_json: bool) -> None:
+          prepare_only: bool, no_verify: bool, seed: int, trt_version: str, force: bool, as_json: bool,
+          **precision_flags: Any) -> None:
     """Build MODEL into a TensorRT engine: check, rewrite, precision, build, verify.
 
     Writes ENGINE, ENGINE.json (manifest) and the prepared ONNX TensorRT parsed. Exit 0: built
@@ -132,9 +146,11 @@ def build(model: Path, output: Path, precision: str, calib_data: Path | None, ca
     reached; 7: engine differs from ONNX Runtime; 6: TensorRT failed; 5: unsupported nodes.
     """
 
+    quantize = quantize_settings(precision, {**precision_flags, "shapes": shapes}) if precision != "fp32" else None
     settings = BuildSettings(
         precision=precision,  # type: ignore[arg-type]
-        calib_data=calib_data, calib_limit=calib_limit, shapes=shapes, min_shapes=min_shapes,
+        calib_data=precision_flags.get("calib_data"), calib_limit=precision_flags.get("max_samples") or 0,
+        quantize=quantize, shapes=shapes, min_shapes=min_shapes,
         opt_shapes=opt_shapes, max_shapes=max_shapes, workspace=workspace, memory_pools=memory_pools,
         timing_cache=timing_cache, use_timing_cache=not no_timing_cache, opt_level=opt_level,
         hardware_compat=hardware_compat,  # type: ignore[arg-type]
@@ -149,6 +165,8 @@ def build(model: Path, output: Path, precision: str, calib_data: Path | None, ca
             # Always installed: it draws only on a terminal, and lets Ctrl-C cancel a build cleanly.
             api_build(model, output, settings, force=force, say=_say(as_json), progress=sink, outcome=outcome)
     except TrtconvError as exc:
+        if not as_json and outcome.gate is not None:
+            print_gate(outcome.gate, model, outcome.prepared)
         if as_json:  # CI still gets the stages and where it stopped; the error goes to stderr as usual
             if outcome.stopped is None:
                 outcome.stopped = "error"
@@ -158,6 +176,8 @@ def build(model: Path, output: Path, precision: str, calib_data: Path | None, ca
     if as_json:
         print_json({**outcome.to_json(), "manifest_data": outcome.manifest, "error": None})
         return
+    if outcome.gate is not None:
+        print_gate(outcome.gate, model, outcome.prepared)
     if outcome.stopped == "prepare-only":
         click.echo(f"prepared ONNX written to {outcome.prepared} (--prepare-only: TensorRT not run)")
     elif outcome.engine is not None:

@@ -12,8 +12,8 @@ from trtconv.cli.output import finish, print_json, stdout_console
 from trtconv.errors import ExitCode, UsageError
 from trtconv.load import parse_shapes
 from trtconv.plan.manifest import manifest_path, read_manifest
-from trtconv.reference.compare import Thresholds
-from trtconv.verify.engine import DEFAULT_THRESHOLDS, VerifyReport, verify_engine
+from trtconv.reference.compare import DEFAULT_THRESHOLDS, Thresholds
+from trtconv.verify.engine import VerifyReport, verify_engine
 
 
 def thresholds_from_flags(precision: str, atol: float | None, rtol: float | None, min_cosine: float | None,
@@ -60,8 +60,9 @@ def print_report(report: VerifyReport) -> None:
 @click.argument("engine", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--onnx", "onnx_path", type=click.Path(path_type=Path, dir_okay=False), required=True,
               help="The reference ONNX (run on ONNX Runtime, CPU).")
-@click.option("--inputs", type=click.Path(path_type=Path, dir_okay=False),
-              help=".npz of input arrays keyed by input name (default: seeded random inputs).")
+@click.option("--inputs", "inputs", multiple=True, type=click.Path(path_type=Path),
+              help=".npz of input arrays keyed by input name; repeat it, or give a folder of .npy/.npz files or one "
+                   ".npz of many samples (000/x, 001/x, ...), to verify on all of them (default: seeded random inputs).")
 @shapes_option
 @click.option("--precision", type=click.Choice(["fp32", "fp16", "int8"]),
               help="Default thresholds for this precision (default: from model.engine.json, else fp32).")
@@ -73,7 +74,7 @@ def print_report(report: VerifyReport) -> None:
               help="Plugin library the engine needs (repeatable).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
 @json_option
-def verify(engine: Path, onnx_path: Path, inputs: Path | None, shapes: str | None, precision: str | None,
+def verify(engine: Path, onnx_path: Path, inputs: tuple[Path, ...], shapes: str | None, precision: str | None,
            atol: float | None, rtol: float | None, min_cosine: float | None, min_top1: float | None,
            plugins: tuple[Path, ...], seed: int, as_json: bool) -> None:
     """Run ENGINE and the ONNX on the same inputs and compare every output.
@@ -84,7 +85,7 @@ def verify(engine: Path, onnx_path: Path, inputs: Path | None, shapes: str | Non
     if not engine.is_file():
         raise UsageError(f"{engine}: no such file")
     thresholds = thresholds_from_flags(engine_precision(engine, precision), atol, rtol, min_cosine, min_top1)
-    report = verify_engine(engine, onnx_path, inputs=inputs, shapes=parse_shapes(shapes), thresholds=thresholds,
+    report = verify_engine(engine, onnx_path, inputs=list(inputs) or None, shapes=parse_shapes(shapes), thresholds=thresholds,
                            plugin_libraries=tuple(plugins), seed=seed, top1=min_top1 is not None)
     if as_json:
         print_json(report.to_json())

@@ -7,6 +7,9 @@ rewritten graph TensorRT will parse) with TENSORRT_UNAVAILABLE, or on purpose wi
 computed once: the loaded model, its samples, the rewritten model, the graph ONNX
 Runtime runs as the reference (:class:`Reference`) and that reference's outputs at the
 profile corners (reused by verify). TensorRT is imported only inside ``_tensorrt_build``.
+
+Over 400 lines because it is one small function per stage plus the run that orders them;
+the precision stage's gate is ``trtconv.pipeline.quantize``'s, not a copy.
 """
 
 from __future__ import annotations
@@ -38,15 +41,25 @@ from trtconv.load.shapes import dynamic_inputs
 from trtconv.onnxutil.domains import qualified_op
 from trtconv.onnxutil.walk import iter_graphs
 from trtconv.outputs import check_output_path
-from trtconv.pipeline.quantize import QuantizeSettings, held_out_split, sample_set
+from trtconv.pipeline.quantize import (
+    QuantizeAccuracyError,
+    QuantizeResult,
+    QuantizeSettings,
+    check_gate_outputs,
+    check_quantize_settings,
+    fp16_settings,
+    run_int8,
+    sample_set,
+)
 from trtconv.plan.corners import CORNERS, CornerRuns, run_corners
 from trtconv.plan.manifest import build_manifest, manifest_path, write_manifest
 from trtconv.plan.plan import BuildPlan, Precision, Profile, target_name, validate_plan
 from trtconv.plan.profiles import build_profiles
-from trtconv.precision.fp16 import Fp16Settings, convert_fp16
-from trtconv.precision.int8 import Int8Settings, quantize_int8
+from trtconv.precision.fp16 import Fp16AccuracyError, convert_fp16
+from trtconv.precision.int8 import DEFAULT_TRT_VERSION
 from trtconv.precision.phases import PHASES
 from trtconv.reference import ort
+from trtconv.reference.compare import DEFAULT_THRESHOLDS
 from trtconv.rewrites import DCN_TARGETS, RewriteResult, RewriteSettings, rewrite, trtconv_plugin_spec
 from trtconv.rewrites.catalog import rewrite_rule_for
 from trtconv.samples.sources import SampleSet
@@ -54,7 +67,7 @@ from trtconv.trt.builder import build_engine
 from trtconv.trt.environment import probe
 from trtconv.trt.flavour import for_target
 from trtconv.trt.loader import tensorrt_version
-from trtconv.verify.engine import DEFAULT_THRESHOLDS, verify_engine_corners
+from trtconv.verify.engine import verify_engine_corners
 
 log = logging.getLogger(__name__)
 StageFn = Callable[[str, str], None]  # (stage, message): progress lines for the CLI
@@ -83,6 +96,14 @@ class BuildRequest:
     dcn_target: str | None = None  # rewrite's DCN target (None: default_dcn_target(target))
     seed: int = 0
     plan: BuildPlan | None = None  # limits, cache, compatibility, plugins (onnx/engine paths filled in)
+    # fp16/int8: samples, exclusions, INT8 options and the accuracy gate, as ``quantize`` takes them
+    # (None: quantize's defaults with calib_data / calib_limit)
+    quantize: QuantizeSettings | None = None
+
+    def quantize_settings(self) -> QuantizeSettings:
+        """The precision stage's settings (precision fp16 or int8)."""
+        base = self.quantize or QuantizeSettings(calib_data=self.calib_data, max_samples=self.calib_limit)
+        return replace(base, precision="int8" if self.precision == "int8" else "fp16")
 
     def dcn(self) -> str | None:
         """The DCN rewrite target: the user's, else the plugin-free form where the target TensorRT
@@ -118,6 +139,7 @@ class BuildOutcome:
     manifest: dict[str, Any] | None = None
     stages: list[StageRecord] = field(default_factory=list)
     stopped: str | None = None  # why the pipeline stopped before an engine, if it did
+    gate: QuantizeResult | None = None  # fp16/int8: the precision stage's accuracy gate (also when it failed)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -143,6 +165,7 @@ class Precisioned:
     model: onnx.ModelProto
     summary: Mapping[str, Any]  # the manifest's precision block
     calibration: Mapping[str, Any] | None = None
+    gate: QuantizeResult | None = None  # fp16/int8: the accuracy gate's verdict
 
 
 @dataclass(frozen=True)
@@ -253,8 +276,10 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
     """The whole pipeline. Raises a TrtconvError subclass on failure (its exit code is the verdict);
     pass ``outcome`` to see how far it got (stages, prepared ONNX) when it raises."""
     plan = req.plan or BuildPlan(onnx_path=req.prepared_path(), engine_path=req.output)
-    if req.precision == "int8" and req.calib_data is None:
+    if req.precision == "int8" and not _has_samples(req.quantize_settings()):
         raise UsageError("--precision int8 needs --calib-data", hint="give a folder of .npy/.npz samples or images")
+    if req.precision != "fp32":
+        check_quantize_settings(req.quantize_settings())
     prepared = req.prepared_path()
     # Every output is checked before minutes of work: the engine, its manifest, the prepared ONNX.
     if not req.prepare_only:
@@ -270,7 +295,7 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
 
     loaded = load_model(req.model)
     _refuse_requantizing(loaded, req.precision)
-    samples = _samples(loaded.proto, req) if req.calib_data is not None else None
+    samples = sample_set(loaded.proto, req.quantize_settings())  # None: no sample data
     profiles = build_profiles(
         loaded.proto, shapes=req.shapes, min_shapes=req.min_shapes, opt_shapes=req.opt_shapes,
         max_shapes=req.max_shapes, required=not req.prepare_only, command=_command(req),
@@ -286,9 +311,13 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
     phases = _Phases(progress) if progress is not None else None
     try:
         precisioned = stages.run("precision", lambda: _precision(rewritten.model, req, samples, reference, phases))
+    except QuantizeAccuracyError as exc:
+        outcome.gate = exc.result
+        raise
     finally:
         if phases is not None:
             phases.close()
+    outcome.gate = precisioned.gate
     if replacing:
         log.warning("replacing %s (derived from the model; --prepared PATH writes it elsewhere)", prepared)
     saved = stages.run("save", lambda: _save(precisioned.model, prepared))
@@ -365,10 +394,8 @@ def _refuse_requantizing(loaded: LoadedModel, precision: str) -> None:
         )
 
 
-def _samples(model: onnx.ModelProto, req: BuildRequest) -> SampleSet | None:
-    """The calibration samples, found and bound exactly as ``trtconv quantize`` does."""
-    assert req.calib_data is not None
-    return sample_set(model, QuantizeSettings(calib_data=req.calib_data, max_samples=req.calib_limit))
+def _has_samples(settings: QuantizeSettings) -> bool:
+    return bool(settings.calib_data or settings.calib_loader or settings.random_data)
 
 
 def _sample_shapes(samples: SampleSet) -> Iterator[dict[str, tuple[int, ...]]]:
@@ -433,6 +460,8 @@ def _precision(model: onnx.ModelProto, req: BuildRequest, samples: SampleSet | N
                reference: Reference, phases: _Phases | None) -> Step[Precisioned]:
     if req.precision == "fp32":
         return Step(Precisioned(model, {"method": "none"}), {"precision": "fp32"}, status="skipped")
+    qs = req.quantize_settings()
+    check_gate_outputs(model, qs.gate())
     if req.precision == "fp16":
         if samples is not None and not reference.rewritten_runs:
             log.warning("the rewritten graph holds plugin nodes ONNX Runtime cannot run: FP16 activation "
@@ -441,28 +470,44 @@ def _precision(model: onnx.ModelProto, req: BuildRequest, samples: SampleSet | N
         elif samples is None:
             log.warning("fp16 without --calib-data: nodes are kept in FP32 by op type and weight range only; "
                         "activation ranges are not measured (pass --calib-data DIR for that)")
-        fp16 = convert_fp16(model, Fp16Settings(), samples, progress=phases)  # quantize's defaults
+        source = samples.source if samples is not None else None
+        try:
+            fp16 = convert_fp16(model, fp16_settings(qs), samples, progress=phases)  # quantize's settings
+        except Fp16AccuracyError as exc:
+            failed = QuantizeResult(exc.result.model, qs, exc.result.report, source, exc.result.report.samples)
+            raise QuantizeAccuracyError(exc.message, failed, exc.hint) from exc
         report = fp16.report.to_json()
+        gate = QuantizeResult(fp16.model, qs, fp16.report, source, fp16.report.samples)
         calibration = None if samples is None else {
             "method": "fp16-activation-ranges", "data_sha256": samples.digest(), "samples": len(samples)}
         kept = report.get("kept") or []
-        return Step(Precisioned(fp16.model, {"method": "fp16-explicit", "report": report}, calibration),
+        return Step(Precisioned(fp16.model, {"method": "fp16-explicit", "report": report}, calibration, gate),
                     {"precision": "fp16", "samples": len(samples) if samples is not None else 0,
-                     "kept_fp32": len(kept) if isinstance(kept, list) else kept})
+                     "kept_fp32": len(kept) if isinstance(kept, list) else kept, **_gate_json(gate)})
 
     assert samples is not None
-    calib, held_out = held_out_split(samples, None, warn=log.warning)
-    settings = Int8Settings(trt_version=req.target)
     # Plugin nodes (DCN -> a TensorRT plugin) cannot run in ONNX Runtime: calibrate on the model's
     # DeformConv form instead, whose tensors carry the same names; int8 carries the scales over.
     calibration_model = None if reference.rewritten_runs else reference.deformconv
-    result = quantize_int8(model, settings, calib, eval_samples=held_out, calibration_model=calibration_model,
-                           progress=phases)
-    calibration = {"method": settings.method, "data_sha256": calib.digest(), "samples": len(calib),
-                   "held_out": len(held_out) if held_out is not None and held_out is not calib else 0}
-    return Step(Precisioned(result.model, {"method": "int8-qdq", "report": result.report.to_json()}, calibration),
-                {"precision": "int8", "qdq_pairs": len(result.report.placed),
-                 "calibrated_on": "model" if calibration_model is None else "DeformConv form"})
+    # the calibration cache's header names a TensorRT version; TensorRT-RTX reads none, so it gets the default
+    result = run_int8(model, samples, qs, calibration_model=calibration_model,
+                      trt_version=req.target if req.target[:1].isdigit() else DEFAULT_TRT_VERSION,
+                      progress=phases, warn=log.warning)
+    report8 = result.report
+    gate = QuantizeResult(result.model, qs, report8, samples.source, report8.calibration_runs or None)
+    calibration = {"method": qs.calib_method, "data_sha256": samples.digest(), "samples": report8.calibration_runs,
+                   "held_out": report8.accuracy_samples if report8.checked_on == "held-out" else 0}
+    return Step(Precisioned(result.model, {"method": "int8-qdq", "report": report8.to_json()}, calibration, gate),
+                {"precision": "int8", "qdq_pairs": len(report8.placed), "remainder": report8.remainder,
+                 "auto_excluded": list(report8.auto_excluded),
+                 "calibrated_on": "model" if calibration_model is None else "DeformConv form", **_gate_json(gate)})
+
+
+def _gate_json(result: QuantizeResult) -> dict[str, Any]:
+    """The accuracy gate's verdict for the precision stage's record (same fields as ``quantize --json``)."""
+    doc = result.to_json()
+    return {"gate": {k: doc[k] for k in ("accuracy", "thresholds", "violations", "accuracy_check", "checked",
+                                         "passed")}}
 
 
 def _save(model: onnx.ModelProto, prepared: Path) -> Step[Saved]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -17,8 +17,15 @@ from trtconv.load import load_model, save_model
 from trtconv.outputs import check_output_path
 from trtconv.precision.fp16 import DEFAULT_MAX_ACTIVATION, Fp16AccuracyError, Fp16Settings, convert_fp16
 from trtconv.precision.fp16_rules import FP16_MAX
-from trtconv.precision.int8 import Int8AccuracyError, Int8Settings, quantize_int8
-from trtconv.reference.compare import Thresholds
+from trtconv.precision.int8 import (
+    DEFAULT_TRT_VERSION,
+    REMAINDER_FP16,
+    Int8AccuracyError,
+    Int8Result,
+    Int8Settings,
+    quantize_int8,
+)
+from trtconv.reference.compare import DEFAULT_THRESHOLDS, Thresholds
 from trtconv.samples.sources import ImagePreprocess, SampleSet, SampleSource, model_inputs
 
 if TYPE_CHECKING:
@@ -63,7 +70,14 @@ class QuantizeSettings:
     percentile: float = 99.99
     calib_cache: Path | None = None
     use_calib_cache: bool = True
-    thresholds: Thresholds = field(default_factory=Thresholds)
+    thresholds: Thresholds | None = None  # None: the precision's default gate (int8 cosine >= 0.99, fp16 >= 0.999)
+    int8_remainder: Literal["fp16", "fp32"] = "fp16"  # int8: precision outside the Q/DQ pairs
+    auto_exclude: bool = False  # int8: keep the fewest layers out of INT8 until the gate passes
+    sensitivity: bool = False  # int8: report every quantized layer's own error
+
+    def gate(self) -> Thresholds:
+        """The accuracy limits in force: the given ones, else the precision's defaults."""
+        return self.thresholds if self.thresholds is not None else DEFAULT_THRESHOLDS[self.precision]
 
 
 @dataclass(frozen=True)
@@ -76,8 +90,22 @@ class QuantizeResult:
     output: Path | None = None  # where the model was written, if it was
 
     @property
-    def passed(self) -> bool:
-        return bool(self.report.passed)
+    def accuracy_check(self) -> str:
+        """On what the gate judged: "held-out data", "calibration data", "sample data", "random data", "not checked"."""
+        if not self.report.accuracy:
+            return "not checked"
+        if self.source is not None and self.source.kind == "random":
+            return "random data"
+        if self.settings.precision == "fp16":
+            return "sample data"
+        return "held-out data" if getattr(self.report, "checked_on", None) == "held-out" else "calibration data"
+
+    @property
+    def passed(self) -> bool | None:
+        """False: the gate failed. True: it passed on real data the model was not fitted to. None: not checked."""
+        if self.report.violations:
+            return False
+        return True if self.accuracy_check in ("held-out data", "sample data") else None
 
     def to_json(self) -> dict[str, Any]:
         """The ``trtconv quantize --json`` report (schema trtconv.quantize/1), minus the paths."""
@@ -88,7 +116,9 @@ class QuantizeResult:
             samples["accuracy_samples"] = r.get("accuracy_samples")
         return {"schema": QUANTIZE_SCHEMA, "precision": self.settings.precision, "samples": samples,
                 "fp16": r if is_fp16 else None, "int8": None if is_fp16 else r,
-                "accuracy": r.get("accuracy", []), "passed": self.passed, "written": self.output is not None}
+                "accuracy": r.get("accuracy", []), "thresholds": self.settings.gate().to_json(),
+                "violations": list(self.report.violations), "accuracy_check": self.accuracy_check,
+                "checked": self.passed is not None, "passed": self.passed, "written": self.output is not None}
 
 
 def _patterns(values: Sequence[str]) -> tuple[str, ...]:
@@ -106,9 +136,23 @@ def check_quantize_settings(settings: QuantizeSettings) -> None:
         raise UsageError(f"{' and '.join(given)} are mutually exclusive", hint="give one source of samples")
     if settings.preprocess and not settings.calib_data:
         raise UsageError("--preprocess applies to image folders given with --calib-data")
+    if settings.precision == "fp16":
+        wrong = [f for f, v in (("--auto-exclude", settings.auto_exclude), ("--sensitivity", settings.sensitivity),
+                                ("--int8-remainder fp32", settings.int8_remainder == "fp32")) if v]
+        if wrong:
+            raise UsageError(f"{wrong[0]} applies to --precision int8 only")
     if settings.precision == "int8" and not given:
         raise UsageError("int8 needs calibration data",
                          hint="pass --calib-data DIR (or --random-data N to smoke-test)")
+
+
+def check_gate_outputs(proto: onnx.ModelProto, gate: Thresholds) -> None:
+    """Output names in per-output limits or --gate-output must be the model's (a typo would gate nothing)."""
+    names = [o.name for o in proto.graph.output]
+    unknown = sorted(gate.outputs_named() - set(names))
+    if unknown:
+        raise UsageError(f"no output named {unknown[0]!r} in the model (thresholds name {', '.join(unknown)})",
+                         hint=f"the outputs are: {', '.join(names)}")
 
 
 def sample_set(proto: onnx.ModelProto, settings: QuantizeSettings) -> SampleSet | None:
@@ -141,6 +185,50 @@ def held_out_split(samples: SampleSet, held_out: int | float | None, *, warn: An
     if held_out == 0:
         return samples, None
     return samples.split(held_out)
+
+
+def fp16_settings(settings: QuantizeSettings, *, remainder: bool = False) -> Fp16Settings:
+    """The FP16 rules the flags ask for (``remainder``: for INT8's FP16 remainder, no fold or check of its own)."""
+    base = REMAINDER_FP16 if remainder else Fp16Settings()
+    return replace(
+        base, keep_io_types=settings.keep_io_types,
+        fold_batchnorm=False if remainder else settings.fold_batchnorm,
+        max_initializer=_limit(settings.max_initializer, FP16_MAX),
+        max_activation=_limit(settings.max_activation, DEFAULT_MAX_ACTIVATION),
+        exclude_ops=frozenset(() if remainder else _patterns(settings.exclude_op)),
+        exclude_nodes=() if remainder else _patterns(settings.exclude),
+        thresholds=settings.gate(),
+    )
+
+
+def int8_settings(settings: QuantizeSettings, *, trt_version: str = DEFAULT_TRT_VERSION) -> Int8Settings:
+    """The INT8 stage's settings for the flags: one mapping for ``quantize`` and ``build``."""
+    return Int8Settings(
+        method=settings.calib_method, percentile=settings.percentile,
+        exclude=_patterns(settings.exclude) + _patterns(settings.exclude_op),
+        cache_path=settings.calib_cache, use_cache=settings.use_calib_cache, thresholds=settings.gate(),
+        trt_version=trt_version, remainder=settings.int8_remainder, fp16=fp16_settings(settings, remainder=True),
+        fold_batchnorm=settings.fold_batchnorm, auto_exclude=settings.auto_exclude, sensitivity=settings.sensitivity,
+    )
+
+
+def run_int8(proto: onnx.ModelProto, samples: SampleSet, settings: QuantizeSettings, *,
+             model_path: Path | None = None, calibration_model: onnx.ModelProto | None = None,
+             trt_version: str = DEFAULT_TRT_VERSION, progress: Callable[[str, int, int | None], None] | None = None,
+             warn: Callable[[str], None] | None = None) -> Int8Result:
+    """Hold out, calibrate, gate: the INT8 path ``quantize`` and ``build --precision int8`` share.
+
+    Raises :class:`QuantizeAccuracyError` (exit 7; ``.result`` holds the report) when the gate fails.
+    """
+    calib, evaluate = held_out_split(samples, settings.held_out, warn=warn)
+    try:
+        return quantize_int8(proto, int8_settings(settings, trt_version=trt_version), calib, model_path=model_path,
+                             eval_samples=evaluate, calibration_model=calibration_model, progress=progress,
+                             eval_held_out=evaluate is not calib)
+    except Int8AccuracyError as exc:
+        failed = QuantizeResult(exc.result.model, settings, exc.result.report, samples.source,
+                                exc.result.report.calibration_runs or None)
+        raise QuantizeAccuracyError(exc.message, failed, exc.hint) from exc
 
 
 def _limit(value: float | None, default: float) -> float | None:
@@ -179,6 +267,7 @@ def quantize(model: PathLike, output: PathLike | None = None, settings: Quantize
     loaded = load_model(model)
     if loaded.checker_error and warn is not None:
         warn(f"onnx.checker: {loaded.checker_error}")
+    check_gate_outputs(loaded.proto, settings.gate())
     samples = sample_set(loaded.proto, settings)
     source = samples.source if samples is not None else None
     report: Fp16Report | Int8Report
@@ -188,15 +277,8 @@ def quantize(model: PathLike, output: PathLike | None = None, settings: Quantize
         if samples is None and warn is not None:
             warn("no sample data: the activation-range rule and the accuracy check are skipped "
                  "(pass --calib-data DIR, or --random-data N for a smoke test)")
-        fp16_settings = Fp16Settings(
-            keep_io_types=settings.keep_io_types, fold_batchnorm=settings.fold_batchnorm,
-            max_initializer=_limit(settings.max_initializer, FP16_MAX),
-            max_activation=_limit(settings.max_activation, DEFAULT_MAX_ACTIVATION),
-            exclude_ops=frozenset(_patterns(settings.exclude_op)), exclude_nodes=_patterns(settings.exclude),
-            thresholds=settings.thresholds,
-        )
         try:
-            fp16 = convert_fp16(loaded.proto, fp16_settings, samples, progress=progress)
+            fp16 = convert_fp16(loaded.proto, fp16_settings(settings), samples, progress=progress)
         except Fp16AccuracyError as exc:
             failed = QuantizeResult(exc.result.model, settings, exc.result.report, source, exc.result.report.samples)
             raise QuantizeAccuracyError(exc.message, failed, exc.hint) from exc
@@ -204,19 +286,7 @@ def quantize(model: PathLike, output: PathLike | None = None, settings: Quantize
     else:
 
         assert samples is not None
-        calib, evaluate = held_out_split(samples, settings.held_out, warn=warn)
-        int8_settings = Int8Settings(
-            method=settings.calib_method, percentile=settings.percentile,
-            exclude=_patterns(settings.exclude) + _patterns(settings.exclude_op),
-            cache_path=settings.calib_cache, use_cache=settings.use_calib_cache, thresholds=settings.thresholds,
-        )
-        try:
-            int8 = quantize_int8(loaded.proto, int8_settings, calib, model_path=Path(model), eval_samples=evaluate,
-                                 progress=progress)
-        except Int8AccuracyError as exc:
-            failed = QuantizeResult(exc.result.model, settings, exc.result.report, source,
-                                    exc.result.report.calibration_runs or None)
-            raise QuantizeAccuracyError(exc.message, failed, exc.hint) from exc
+        int8 = run_int8(loaded.proto, samples, settings, model_path=Path(model), progress=progress, warn=warn)
         result_model, report, count = int8.model, int8.report, int8.report.calibration_runs or None
     if output is not None:
         say("save")

@@ -31,7 +31,8 @@ from trtconv.precision.bn_fold import FoldedBatchNorm, fold_batchnorms
 from trtconv.precision.fp16_graph import Decision, Rewriter, emulate_half
 from trtconv.precision.peaks import activation_peaks
 from trtconv.reference import ort
-from trtconv.reference.compare import OutputStats, Thresholds, compare_arrays, violations
+from trtconv.reference.compare import OutputStats, Thresholds, compare_arrays, violations, worse_stats
+from trtconv.samples.sources import sample_count
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,7 @@ class Fp16Report:
 class Fp16Result:
     model: onnx.ModelProto
     report: Fp16Report
+    half_tensors: frozenset[str] = frozenset()  # node outputs stored in FP16 (for emulate_half)
 
 
 class Fp16AccuracyError(AccuracyError):
@@ -156,16 +158,21 @@ def convert_fp16(
     samples: Iterable[Mapping[str, np.ndarray]] | None = None,
     *,
     progress: ProgressFn | None = None,
+    peaks: Mapping[str, float] | None = None,
+    check_loads: bool = True,
 ) -> Fp16Result:
     """FP16 copy of ``model`` (weights loaded) and the report of what was kept in FP32 and why.
 
     ``samples`` (re-iterable: a list, a :class:`~trtconv.samples.sources.SampleSet`)
     enables the activation-range rule and the accuracy check. Raises
     :class:`Fp16AccuracyError` (exit 7) when the FP16 model has NaN/Inf or misses
-    ``settings.thresholds``.
+    ``settings.thresholds``. ``peaks``: activation peaks already measured (tensor name →
+    max |x|), used by the activation-range rule instead of measuring on ``samples`` (the INT8
+    stage measures once and converts several candidate models). ``check_loads=False`` skips
+    opening the result in ONNX Runtime when the caller runs it next anyway.
     """
     settings = settings or Fp16Settings()
-    total = _length(samples)
+    total = sample_count(samples) if samples is not None else None
 
     def say(stage: str, done: int = 0) -> None:
         if progress is not None:
@@ -188,10 +195,15 @@ def convert_fp16(
     # The peaks pass runs the FP32 model on every sample; where it is the input model unchanged
     # (no BatchNormalization folded) its outputs are the accuracy check's reference as well.
     reference: list[dict[str, np.ndarray]] | None = [] if not folded else None
-    if samples is not None and settings.max_activation is not None:
-        say("peaks")
-        peaks, n_samples = activation_peaks(work, samples, progress=lambda k: say("peaks", k), outputs=reference)
+    if peaks is not None and settings.max_activation is not None:
         peak_of = peaks.get
+        measured = True
+        reference = None
+    elif samples is not None and settings.max_activation is not None:
+        say("peaks")
+        measured_peaks, n_samples = activation_peaks(work, samples, progress=lambda k: say("peaks", k),
+                                                     outputs=reference)
+        peak_of = measured_peaks.get
         measured = True
     else:
         reference = None
@@ -204,7 +216,7 @@ def convert_fp16(
     rw.model = onnx.ModelProto()  # only ``out`` and the input model are needed from here on
     out.ir_version = max(out.ir_version, 4)  # IR 3 wants every initializer listed as an input; we add some
     _check_valid(out, model)
-    if samples is None or not settings.check_accuracy:
+    if check_loads and (samples is None or not settings.check_accuracy):
         _check_loads(out, model)
     stats: tuple[OutputStats, ...] = ()
     problems: tuple[str, ...] = ()
@@ -215,7 +227,7 @@ def convert_fp16(
         n_samples = max(n_samples, n)
         problems = tuple(violations(list(stats), settings.thresholds))
     report = _report(rw.decisions, rw, folded, n_samples, measured, stats, problems, settings)
-    result = Fp16Result(out, report)
+    result = Fp16Result(out, report, frozenset(rw.half_tensors))
     if problems:
         raise Fp16AccuracyError(
             "FP16 model fails the accuracy check: " + "; ".join(problems),
@@ -262,7 +274,7 @@ def fp16_accuracy(
     per_output: dict[str, list[OutputStats]] = {}
     for n, (a_sample, b_sample) in enumerate(zip(got, emu), start=1):
         for name, a in a_sample.items():
-            per_output.setdefault(name, []).append(_worse(a, b_sample[name]))
+            per_output.setdefault(name, []).append(worse_stats(a, b_sample[name]))
         if progress is not None:
             progress("accuracy", n, total)
     return tuple(_worst(v) for v in per_output.values()), len(got)
@@ -299,32 +311,11 @@ def _mean_or_none(values: list[float | None]) -> float | None:
     return float(np.mean(vals)) if vals else None
 
 
-def _worse(a: OutputStats, b: OutputStats) -> OutputStats:
-    return OutputStats(
-        name=a.name, shape=a.shape, max_abs=max(a.max_abs, b.max_abs), mean_abs=max(a.mean_abs, b.mean_abs),
-        max_rel=max(a.max_rel, b.max_rel), cosine=min(a.cosine, b.cosine), nonfinite=max(a.nonfinite, b.nonfinite),
-        top1_agreement=None if a.top1_agreement is None or b.top1_agreement is None
-        else min(a.top1_agreement, b.top1_agreement),
-    )
-
-
 def _count_by_graph(decisions: Iterable[Decision]) -> dict[str, int]:
     out: dict[str, int] = {}
     for d in decisions:
         out[d.graph] = out.get(d.graph, 0) + 1
     return out
-
-
-def _length(samples: Any) -> int | None:
-    if samples is None:
-        return None
-    source = getattr(samples, "source", None)
-    if getattr(source, "kind", None) == "loader":
-        return None  # counting would run user code
-    try:
-        return len(samples)
-    except TypeError:
-        return None
 
 
 def _check_loads(out: onnx.ModelProto, original: onnx.ModelProto) -> None:

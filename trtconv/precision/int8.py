@@ -4,6 +4,10 @@ The library API behind ``trtconv quantize --precision int8``. It never prints: p
 goes to an optional callback, and everything the user should know (each Q/DQ placed or
 skipped and why, every scale, the cache hit or miss, the accuracy against FP32) is in
 the returned report.
+
+Over 400 lines because settings, report and the one orchestration (calibrate → place →
+FP16 remainder → gate → auto-exclude) read best together; the calibration math, the
+placement, the accuracy runs and the per-layer sensitivity each live in their own module.
 """
 
 from __future__ import annotations
@@ -11,10 +15,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import onnx
@@ -23,24 +27,31 @@ from onnx import version_converter
 from trtconv.errors import AccuracyError, DataError, InternalError, UnsupportedModelError
 from trtconv.load import load_model, model_sha256
 from trtconv.onnxutil.domains import default_opset, is_default_domain
+from trtconv.precision.bn_fold import FoldedBatchNorm, fold_batchnorms
 from trtconv.precision.calib_cache import CacheInfo, cache_key, read_cache, write_cache
 from trtconv.precision.calibrate import Calibrator, CalibSettings, Method, scale_from_threshold
-from trtconv.precision.qdq import (
-    SHAPE_ONLY,
-    ModelIndex,
-    Placement,
-    Skip,
-    expose_tensors,
-    insert_qdq,
-    plan_qdq,
-)
-from trtconv.reference.compare import OutputStats, Thresholds, compare_arrays, violations
-from trtconv.reference.ort import run, session
+from trtconv.precision.expose import expose_tensors
+from trtconv.precision.fp16 import Fp16Report, Fp16Settings, convert_fp16
+from trtconv.precision.fp16_graph import emulate_half
+from trtconv.precision.graph_index import ModelIndex
+from trtconv.precision.int8_accuracy import accuracy_report, run_failure, with_origin
+from trtconv.precision.peaks import activation_peaks, float_tensors, update_peak
+from trtconv.precision.qdq import Placement, Skip, insert_qdq, plan_qdq
+from trtconv.precision.sensitivity import LayerError, fewest_exclusions, layer_errors
+from trtconv.reference.compare import DEFAULT_THRESHOLDS, OutputStats, Thresholds, violations
+from trtconv.reference.ort import session
+from trtconv.samples.sources import sample_count
 
 log = logging.getLogger(__name__)
 
 MIN_QDQ_OPSET = 13  # per-channel DequantizeLinear (axis) needs opset 13
+FP16_QDQ_OPSET = 19  # QuantizeLinear/DequantizeLinear take float16 (input, scale, output) from opset 19
 DEFAULT_TRT_VERSION = "11.4"
+WORST_NAMED = 3  # layers a failing gate names
+Remainder = Literal["fp16", "fp32"]
+# The FP16 remainder: the FP16 stage's overflow rules, without its own BN fold (done before Q/DQ)
+# and accuracy check (the INT8 gate measures the whole model).
+REMAINDER_FP16 = Fp16Settings(fold_batchnorm=False, check_accuracy=False)
 
 # progress(stage, done, total): stage is "calibrate" or "accuracy"; total may be None
 ProgressFn = Callable[[str, int, "int | None"], None]
@@ -48,7 +59,13 @@ ProgressFn = Callable[[str, int, "int | None"], None]
 
 @dataclass(frozen=True)
 class Int8Settings:
-    """How to quantize. ``thresholds`` fail the run (AccuracyError, exit 7) when accuracy misses them."""
+    """How to quantize. ``thresholds`` fail the run (AccuracyError, exit 7) when accuracy misses them.
+
+    The gate is on by default (cosine >= 0.99 per output, as ``verify`` for INT8 engines).
+    ``remainder``: what everything outside the Q/DQ pairs computes in — ``fp16`` (TensorRT 11
+    runs a strongly typed network in the types the ONNX gives) under ``fp16``'s overflow rules,
+    or ``fp32``.
+    """
 
     method: Method = "entropy"
     percentile: float = 99.99
@@ -57,9 +74,14 @@ class Int8Settings:
     cache_path: Path | None = None
     use_cache: bool = True
     trt_version: str = DEFAULT_TRT_VERSION
-    thresholds: Thresholds = field(default_factory=Thresholds)
+    thresholds: Thresholds = field(default_factory=lambda: DEFAULT_THRESHOLDS["int8"])
     top1: bool | None = None  # None: for classifier-like outputs (softmax or [N, C])
     max_samples: int = 0  # 0 = every calibration sample
+    remainder: Remainder = "fp16"
+    fp16: Fp16Settings = REMAINDER_FP16  # the rules for the FP16 remainder
+    fold_batchnorm: bool = True  # with the FP16 remainder: fold Conv -> BatchNormalization before Q/DQ
+    auto_exclude: bool = False  # keep the fewest layers out of INT8 until the gate passes
+    sensitivity: bool = False  # measure every quantized layer's own error (always done when the gate fails)
 
 
 @dataclass(frozen=True)
@@ -76,10 +98,21 @@ class Int8Report:
     accuracy_samples: int = 0
     violations: tuple[str, ...] = ()
     clip_guarded: tuple[str, ...] = ()  # entropy thresholds the clip guard raised (this run only)
+    checked_on: str | None = None  # "held-out" | "calibration" samples, None: accuracy not checked
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    remainder: str = "fp32"
+    fp16: Fp16Report | None = None  # the FP16 remainder's conversion (what stayed FP32 and why)
+    folded_batchnorms: tuple[FoldedBatchNorm, ...] = ()
+    sensitivity: tuple[LayerError, ...] = ()  # worst first
+    auto_excluded: tuple[str, ...] = ()  # layers --auto-exclude kept out of INT8
+    gate_checks: int = 0  # candidate models the auto-exclude search ran
 
     @property
-    def passed(self) -> bool:
-        return not self.violations
+    def passed(self) -> bool | None:
+        """True only when held-out accuracy meets the thresholds; None when that was not checked."""
+        if self.violations:
+            return False
+        return True if self.checked_on == "held-out" else None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -95,6 +128,16 @@ class Int8Report:
             "accuracy_samples": self.accuracy_samples,
             "violations": list(self.violations),
             "clip_guarded": list(self.clip_guarded),
+            "checked": self.checked_on == "held-out",
+            "accuracy_check": self.checked_on or "not checked",
+            "thresholds": self.thresholds.to_json(),
+            "remainder": self.remainder,
+            "fp16_remainder": None if self.fp16 is None else {
+                k: v for k, v in self.fp16.to_json().items() if k not in ("accuracy", "violations", "passed", "samples")},
+            "folded_batchnorms": [f.__dict__ for f in self.folded_batchnorms],
+            "sensitivity": [e.to_json() for e in self.sensitivity],
+            "auto_excluded": list(self.auto_excluded),
+            "gate_checks": self.gate_checks,
             "passed": self.passed,
         }
 
@@ -141,43 +184,6 @@ def _digest(samples: Any) -> str | None:
     return fn() if callable(fn) else None
 
 
-def _length(samples: Any) -> int | None:
-    source = getattr(samples, "source", None)
-    if source is not None and getattr(source, "kind", None) == "loader":
-        return None  # counting would run user code twice
-    try:
-        return len(samples)
-    except TypeError:
-        return None
-
-
-def _with_origin(samples: Iterable[Mapping[str, np.ndarray]], what: str) -> Iterator[tuple[str, Mapping]]:
-    """(where it came from, sample): file names from a SampleSet, indices otherwise."""
-    fn = getattr(samples, "with_origin", None)
-    if callable(fn):
-        return fn()
-    return ((f"{what} {i}", s) for i, s in enumerate(samples))
-
-
-def _run_failure(origin: str, exc: Exception) -> DataError:
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return DataError(f"{origin}: ONNX Runtime failed on this sample ({first[:300]})",
-                     hint="check the sample's shapes and values against the model's inputs")
-
-
-def _classifier_outputs(model: onnx.ModelProto) -> set[str]:
-
-    index = ModelIndex.build(model)
-    out = set()
-    for vi in model.graph.output:
-        dims = vi.type.tensor_type.shape.dim if vi.type.tensor_type.HasField("shape") else []
-        if index.producer_op(vi.name, through=SHAPE_ONLY) in ("Softmax", "LogSoftmax"):
-            out.add(vi.name)
-        elif len(dims) == 2 and dims[1].HasField("dim_value") and dims[1].dim_value > 1:
-            out.add(vi.name)
-    return out
-
-
 # ----------------------------------------------------------------------------- calibration
 
 
@@ -191,37 +197,48 @@ def collect_scales(
     progress: ProgressFn | None = None,
     total: int | None = None,
     guarded: set[str] | None = None,
+    peaks: dict[str, float] | None = None,
 ) -> tuple[dict[str, float], int]:
     """Run ``model`` in ONNX Runtime once per sample, streaming the wanted tensors into histograms.
 
     Returns (scale per tensor that carried float data, number of runs); tensors whose entropy
-    threshold the clip guard raised are added to ``guarded``.
+    threshold the clip guard raised are added to ``guarded``. ``peaks``: filled in the same
+    runs with every float tensor's largest magnitude (the FP16 remainder's activation rule),
+    instead of a second pass over the samples.
     """
 
     inputs = {i.name for i in model.graph.input} - {i.name for i in model.graph.initializer}
     fed = [t for t in tensors if t in inputs]
-    exposed, mapping = expose_tensors(model, [t for t in tensors if t not in inputs])
+    wanted = set(tensors)
+    observed = [t for t in dict.fromkeys([*tensors, *(float_tensors(model) if peaks is not None else ())])
+                if t not in inputs]
+    exposed, mapping = expose_tensors(model, observed)
     sess = session(exposed, optimize=True)
     fetch = list(mapping)
     cal = Calibrator(settings)
     runs = 0
     if total is not None and max_samples:
         total = min(total, max_samples)
-    for origin, sample in _with_origin(samples, "calibration sample"):
+    for origin, sample in with_origin(samples, "calibration sample"):
         if max_samples and runs >= max_samples:
             break
         try:
             values = sess.run(fetch, dict(sample)) if fetch else []
         except Exception as exc:
-            raise _run_failure(origin, exc) from exc
+            raise run_failure(origin, exc) from exc
         for name, val in zip(fetch, values):
             arr = np.asarray(val)
-            if arr.dtype == np.float32 and arr.size:
+            if peaks is not None:
+                update_peak(peaks, mapping[name], arr)
+            if arr.dtype == np.float32 and arr.size and mapping[name] in wanted:
                 cal.update(mapping[name], arr)
         for t in fed:
             arr = np.asarray(sample[t])
             if arr.dtype == np.float32:
                 cal.update(t, arr)
+        if peaks is not None:
+            for k, v in sample.items():
+                update_peak(peaks, k, np.asarray(v))
         del values
         runs += 1
         if progress:
@@ -232,87 +249,6 @@ def collect_scales(
     if guarded is not None:
         guarded.update(cal.guarded)
     return scales, runs
-
-
-# ----------------------------------------------------------------------------- accuracy
-
-
-class _Acc:
-    """Per-output statistics accumulated over samples of possibly different shapes."""
-
-    def __init__(self, name: str, top1: bool) -> None:
-        self.name, self.top1 = name, top1
-        self.shape: tuple[int, ...] | None = None
-        self.max_abs = self.max_rel = 0.0
-        self.sum_abs = 0.0
-        self.n = 0
-        self.dot = self.nr = self.ng = 0.0
-        self.nonfinite = 0
-        self.top_hits = 0.0
-        self.top_rows = 0
-
-    def add(self, ref: np.ndarray, got: np.ndarray) -> None:
-        s = compare_arrays(self.name, ref, got, top1=self.top1)
-        self.shape = self.shape or s.shape
-        self.max_abs = max(self.max_abs, s.max_abs)
-        self.max_rel = max(self.max_rel, s.max_rel)
-        self.sum_abs += s.mean_abs * ref.size
-        self.n += ref.size
-        mask = np.isfinite(ref) & np.isfinite(got)
-        r = np.where(mask, ref, 0).astype(np.float64).ravel()
-        g = np.where(mask, got, 0).astype(np.float64).ravel()
-        self.dot += float(r @ g)
-        self.nr += float(r @ r)
-        self.ng += float(g @ g)
-        self.nonfinite += s.nonfinite
-        if s.top1_agreement is not None:
-            rows = ref.size // ref.shape[-1]
-            self.top_hits += s.top1_agreement * rows
-            self.top_rows += rows
-
-    def stats(self) -> OutputStats:
-        if self.nr == 0 and self.ng == 0:
-            cos = 1.0
-        elif self.nr == 0 or self.ng == 0:
-            cos = 0.0
-        else:
-            cos = float(np.clip(self.dot / np.sqrt(self.nr * self.ng), -1.0, 1.0))
-        return OutputStats(
-            name=self.name, shape=self.shape or (), max_abs=self.max_abs,
-            mean_abs=self.sum_abs / self.n if self.n else 0.0, max_rel=self.max_rel, cosine=cos,
-            nonfinite=self.nonfinite, top1_agreement=self.top_hits / self.top_rows if self.top_rows else None,
-        )
-
-
-def accuracy_report(
-    reference: onnx.ModelProto,
-    candidate: onnx.ModelProto,
-    samples: Iterable[Mapping[str, np.ndarray]],
-    *,
-    top1: bool | None = None,
-    progress: ProgressFn | None = None,
-    total: int | None = None,
-) -> tuple[tuple[OutputStats, ...], int]:
-    """Candidate against reference (both in ONNX Runtime) per output, over all ``samples``."""
-
-    ref_sess, cand_sess = session(reference, optimize=True), session(candidate, optimize=True)
-    outputs = [o.name for o in ref_sess.get_outputs()]
-    classifiers = _classifier_outputs(reference) if top1 is None else (set(outputs) if top1 else set())
-    accs = {o: _Acc(o, o in classifiers) for o in outputs}
-    n = 0
-    for origin, sample in _with_origin(samples, "accuracy sample"):
-        try:
-            ref = run(ref_sess, sample)
-            got = run(cand_sess, sample, outputs)
-        except Exception as exc:
-            raise _run_failure(origin, exc) from exc
-        for o in outputs:
-            if ref[o].dtype.kind in "fc":
-                accs[o].add(ref[o], got[o])
-        n += 1
-        if progress:
-            progress("accuracy", n, total)
-    return tuple(a.stats() for a in accs.values() if a.n), n
 
 
 # ----------------------------------------------------------------------------- the API
@@ -336,25 +272,29 @@ def quantize_int8(
     eval_samples: Iterable[Mapping[str, np.ndarray]] | None = None,
     calibration_model: onnx.ModelProto | None = None,
     progress: ProgressFn | None = None,
+    eval_held_out: bool = True,
 ) -> Int8Result:
     """Calibrate ``model`` on ``calib_samples`` and return it with explicit INT8 Q/DQ.
 
     ``calibration_model``: an ONNX Runtime-runnable form of ``model`` with the same tensor
     names (e.g. plugin nodes replaced by ``DeformConv``); activations are measured on it and
-    the scales carried over. ``eval_samples`` must be held out from calibration; the report's
-    accuracy compares the INT8 model with ``model`` on them. Raises :class:`Int8AccuracyError`
-    (exit 7) if that misses ``settings.thresholds``, DataError (exit 11) for bad samples.
+    the scales carried over. ``eval_samples`` should be held out from calibration
+    (``eval_held_out=False`` says they are not: the report then never says "passed"); the
+    report's accuracy compares the INT8 model with ``model`` on them. Raises
+    :class:`Int8AccuracyError` (exit 7) if that misses ``settings.thresholds`` — after
+    ``settings.auto_exclude`` has tried keeping layers out of INT8 — and DataError (exit 11)
+    for bad samples.
     """
-    work, upgrade = upgrade_opset(model)
+    work, upgrade, folded = _prepare(model, settings)
     index = ModelIndex.build(work)
     plan = plan_qdq(work, exclude=settings.exclude, residual_add=settings.residual_add, index=index)
     needed = plan.activation_tensors()
     skips = list(plan.skips)
 
-    cal_model = calibration_model if calibration_model is not None else work
+    cal_model = _prepare(calibration_model, settings)[0] if calibration_model is not None else work
     if calibration_model is not None:
-        cal_index = ModelIndex.build(calibration_model)
-        known = set(cal_index.producer) | {i.name for i in calibration_model.graph.input}
+        cal_index = ModelIndex.build(cal_model)
+        known = set(cal_index.producer) | {i.name for i in cal_model.graph.input}
         absent = {t for t in needed if t not in known}
         needed = [t for t in needed if t in known]
     else:
@@ -366,7 +306,7 @@ def quantize_int8(
         model_hash = hashlib.sha256((model_hash + proto_sha256(calibration_model)).encode()).hexdigest()
     data_hash = _digest(calib_samples)
     params = {"percentile": calib.percentile, "bins": calib.bins, "levels": calib.levels,
-              "max_samples": settings.max_samples}
+              "max_samples": settings.max_samples, "batchnorm_folded": bool(folded)}
     key = cache_key(model_hash, data_hash or "", settings.method, params)
 
     scales: dict[str, float] | None = None
@@ -381,10 +321,13 @@ def quantize_int8(
     hit = scales is not None
     runs = 0
     guarded: set[str] = set()
+    want_peaks = settings.remainder == "fp16" and settings.fp16.max_activation is not None
+    peaks: dict[str, float] | None = {} if want_peaks and scales is None else None
     t0 = time.perf_counter()
     if scales is None:
         scales, runs = collect_scales(cal_model, needed, calib_samples, calib, max_samples=settings.max_samples,
-                                      progress=progress, total=_length(calib_samples), guarded=guarded)
+                                      progress=progress, total=sample_count(calib_samples), guarded=guarded,
+                                      peaks=peaks)
         if cache_path and data_hash is not None and settings.use_cache:
             write_cache(cache_path, scales, key=key, method=settings.method, trt_version=settings.trt_version,
                         meta={"model_sha256": model_hash, "data_sha256": data_hash, "params": params})
@@ -393,36 +336,142 @@ def quantize_int8(
 
     placed, more_skips = _finalize(plan.placements, scales, absent)
     skips += more_skips
-    qmodel = insert_qdq(work, placed, scales)
-    qmodel.ir_version = max(qmodel.ir_version, 4)  # IR 3 wants every initializer listed as an input; we add some
+    if want_peaks and peaks is None:  # a cache hit skipped the calibration pass that measures them
+        if progress:
+            progress("peaks", 0, None)
+        peaks, _ = activation_peaks(cal_model, calib_samples, progress=lambda k: progress and progress("peaks", k, None))
+    builder = _Builder(work, cal_model if calibration_model is not None else None, scales, settings, peaks,
+                       check_loads=eval_samples is None)
+
+    candidate = builder.build(placed)
+    accuracy: tuple[OutputStats, ...] = ()
+    n_eval = 0
+    bad: tuple[str, ...] = ()
+    errors: tuple[LayerError, ...] = ()
+    excluded: tuple[tuple[str, str], ...] = ()
+    checks = 0
+    reference = calibration_model if calibration_model is not None else model
+    memo: list[dict[str, np.ndarray]] = []
+    if eval_samples is not None:
+        accuracy, n_eval = candidate.accuracy(reference, eval_samples, settings.top1, progress, memo)
+        bad = tuple(violations(list(accuracy), settings.thresholds))
+        if bad or settings.sensitivity:
+            if progress:
+                progress("sensitivity", 0, None)
+            errors = layer_errors(cal_model, builder.runnable(placed), scales, eval_samples)
+        if bad and settings.auto_exclude:
+            tried: dict[frozenset[tuple[str, str]], tuple[_Candidate, tuple[OutputStats, ...], int]] = {}
+
+            def passes(without: frozenset[tuple[str, str]]) -> bool:
+                cand = builder.build([p for p in placed if (p.graph, p.node) not in without])
+                stats, n = cand.accuracy(reference, eval_samples, settings.top1, None, memo)
+                tried[without] = (cand, stats, n)
+                if progress:
+                    progress("auto-exclude", len(tried), None)
+                return not violations(list(stats), settings.thresholds)
+
+            found = fewest_exclusions([e.key for e in errors], passes)
+            checks = len(tried)
+            if found is not None:
+                excluded = found
+                candidate, accuracy, n_eval = tried[frozenset(found)]
+                bad = ()
+                placed = [p for p in placed if (p.graph, p.node) not in set(found)]
+                ops = {e.key: e.op_type for e in errors}
+                skips += [Skip(g, n, ops.get((g, n), ""), "kept out of INT8 by --auto-exclude: the gate passes "
+                               "without it") for g, n in found]
+    _check_valid(candidate.model, work)
+    used_scales = {p.tensor: scales[p.tensor] for p in placed if p.kind == "activation"}
+    checked_on = None if eval_samples is None or not n_eval else ("held-out" if eval_held_out else "calibration")
+    report = Int8Report(
+        method=settings.method, placed=tuple(placed), skipped=tuple(skips), scales=used_scales, cache=cache,
+        calibration_runs=runs, calibration_seconds=seconds, opset_upgrade=upgrade, accuracy=accuracy,
+        accuracy_samples=n_eval, violations=bad, clip_guarded=tuple(sorted(guarded & set(used_scales))),
+        checked_on=checked_on, thresholds=settings.thresholds, remainder=settings.remainder,
+        fp16=candidate.fp16, folded_batchnorms=folded, sensitivity=errors,
+        auto_excluded=tuple(n for _, n in excluded), gate_checks=checks,
+    )
+    result = Int8Result(candidate.model, report)
+    if bad:
+        worst = ", ".join(f"{e.node} ({e.op_type}, error {e.nmse:.3g})" for e in errors[:WORST_NAMED])
+        tried_note = " even after --auto-exclude tried keeping layers out of INT8" if settings.auto_exclude else ""
+        raise Int8AccuracyError(
+            f"INT8 accuracy below the thresholds{tried_note}: {bad[0]}"
+            + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else "")
+            + (f"; the layers adding the most error: {worst}" if worst else ""),
+            result,
+            hint=("pass --auto-exclude to keep the fewest layers out of INT8 until the gate passes, "
+                  if not settings.auto_exclude else "")
+            + "--exclude the layers named, calibrate on more representative data, or try --calib-method percentile",
+        )
+    return result
+
+
+def _prepare(model: onnx.ModelProto, settings: Int8Settings
+             ) -> tuple[onnx.ModelProto, tuple[int, int] | None, tuple[FoldedBatchNorm, ...]]:
+    """The FP32 model Q/DQ go into: opset high enough for the Q/DQ wanted; BatchNorms folded for FP16."""
+    fp16 = settings.remainder == "fp16"
+    work, upgrade = upgrade_opset(model, FP16_QDQ_OPSET if fp16 else MIN_QDQ_OPSET)
+    folded: tuple[FoldedBatchNorm, ...] = ()
+    if fp16 and settings.fold_batchnorm:
+        work, folded = fold_batchnorms(work)
+    return work, upgrade, folded
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """One INT8 model (as deployed), the model its accuracy is measured on, and its FP16 twin."""
+
+    model: onnx.ModelProto
+    runnable: onnx.ModelProto  # == model unless plugins: the calibration twin with the same Q/DQ
+    twins: tuple[onnx.ModelProto, ...]  # exact-rounding FP16 twin of ``runnable`` (FP16 remainder)
+    fp16: Fp16Report | None
+
+    def accuracy(self, reference: onnx.ModelProto, samples: Iterable[Mapping[str, np.ndarray]],
+                 top1: bool | None, progress: ProgressFn | None, memo: list[dict[str, np.ndarray]] | None = None
+                 ) -> tuple[tuple[OutputStats, ...], int]:
+        return accuracy_report(reference, self.runnable, samples, twins=self.twins, top1=top1, progress=progress,
+                               total=sample_count(samples), optimize=self.fp16 is None, memo=memo)
+
+
+@dataclass(frozen=True)
+class _Builder:
+    """Q/DQ (and the FP16 remainder) applied to the prepared model for a given set of placements."""
+
+    work: onnx.ModelProto
+    twin: onnx.ModelProto | None  # the runnable calibration form, prepared the same way
+    scales: Mapping[str, float]
+    settings: Int8Settings
+    peaks: Mapping[str, float] | None
+    check_loads: bool = True  # False when the accuracy check runs every candidate anyway
+
+    def runnable(self, placed: Sequence[Placement]) -> list[Placement]:
+        if self.twin is None:
+            return list(placed)
+        names = {n.name for _, g in ModelIndex.build(self.twin).graphs for n in g.node}
+        return [p for p in placed if p.node in names]
+
+    def _typed(self, base: onnx.ModelProto, placed: Sequence[Placement]) -> tuple[onnx.ModelProto, Any]:
+        q = insert_qdq(base, placed, self.scales, half=self.settings.remainder == "fp16")
+        q.ir_version = max(q.ir_version, 4)  # IR 3 wants every initializer listed as an input; we add some
+        if self.settings.remainder != "fp16":
+            return q, None
+        res = convert_fp16(q, self.settings.fp16, None, peaks=self.peaks or {}, check_loads=self.check_loads)
+        return res.model, res
+
+    def build(self, placed: Sequence[Placement]) -> _Candidate:
+        model, res = self._typed(self.work, placed)
+        runnable, run_res = (model, res) if self.twin is None else self._typed(self.twin, self.runnable(placed))
+        twins = (emulate_half(runnable, set(run_res.half_tensors)),) if run_res is not None else ()
+        return _Candidate(model, runnable, twins, res.report if res is not None else None)
+
+
+def _check_valid(qmodel: onnx.ModelProto, work: onnx.ModelProto) -> None:
     try:
         onnx.checker.check_model(qmodel)
     except onnx.checker.ValidationError as exc:
         if all(is_default_domain(o.domain) for o in qmodel.opset_import) and _passes_checker(work):
             raise InternalError(f"Q/DQ insertion produced an invalid model: {str(exc).splitlines()[0]}") from exc
-
-    accuracy: tuple[OutputStats, ...] = ()
-    n_eval = 0
-    if eval_samples is not None:
-        ref = calibration_model if calibration_model is not None else model
-        cand = qmodel if calibration_model is None else _carry_over(qmodel, calibration_model, placed, scales)
-        accuracy, n_eval = accuracy_report(ref, cand, eval_samples, top1=settings.top1, progress=progress,
-                                           total=_length(eval_samples))
-    bad = tuple(violations(list(accuracy), settings.thresholds)) if accuracy else ()
-    used_scales = {p.tensor: scales[p.tensor] for p in placed if p.kind == "activation"}
-    report = Int8Report(
-        method=settings.method, placed=tuple(placed), skipped=tuple(skips), scales=used_scales, cache=cache,
-        calibration_runs=runs, calibration_seconds=seconds, opset_upgrade=upgrade, accuracy=accuracy,
-        accuracy_samples=n_eval, violations=bad, clip_guarded=tuple(sorted(guarded & set(used_scales))),
-    )
-    result = Int8Result(qmodel, report)
-    if bad:
-        raise Int8AccuracyError(
-            f"INT8 accuracy below the thresholds: {bad[0]}" + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""),
-            result,
-            hint="calibrate on more representative data, try --calib-method percentile, or --exclude sensitive layers",
-        )
-    return result
 
 
 def _file_hash(path: Path) -> str:
@@ -453,12 +502,3 @@ def _finalize(
                 p = Placement(**{**p.__dict__, "scale": scales[p.tensor]})
             placed.append(p)
     return placed, skips
-
-
-def _carry_over(
-    qmodel: onnx.ModelProto, calibration_model: onnx.ModelProto, placed: Sequence[Placement], scales: Mapping[str, float]
-) -> onnx.ModelProto:
-    """The calibration model with the same Q/DQs: how to measure accuracy when the real model has plugins."""
-    work, _ = upgrade_opset(calibration_model)
-    names = {n.name for _, g in ModelIndex.build(work).graphs for n in g.node}
-    return insert_qdq(work, [p for p in placed if p.node in names], scales)

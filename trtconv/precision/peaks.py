@@ -17,8 +17,8 @@ import onnx
 from onnx import helper
 
 from trtconv.onnxutil.walk import iter_graphs
+from trtconv.precision.expose import expose_tensors
 from trtconv.precision.fp16_graph import graph_types
-from trtconv.precision.qdq import expose_tensors
 from trtconv.reference import ort
 
 log = logging.getLogger(__name__)
@@ -100,10 +100,10 @@ def activation_peaks(
     for feeds in samples:
         count += 1
         for k, v in feeds.items():
-            _update(peaks, k, np.asarray(v))
+            update_peak(peaks, k, np.asarray(v))
         values = ort.run(sess, feeds, wanted)
         for k, v in values.items():
-            _update(peaks, mapping.get(k, k), v)
+            update_peak(peaks, mapping.get(k, k), v)
         if outputs is not None:
             outputs.append({k: values[k] for k in own if k in values})
         del values  # one sample's activations at a time
@@ -112,11 +112,14 @@ def activation_peaks(
     return peaks, count
 
 
-def _update(peaks: dict[str, float], name: str, value: np.ndarray) -> None:
+def update_peak(peaks: dict[str, float], name: str, value: np.ndarray) -> None:
+    """Raise ``peaks[name]`` to the largest finite magnitude in ``value`` (float values only)."""
     if value.dtype.kind != "f" or value.size == 0:
         return
-    a = np.abs(value)
-    finite = np.isfinite(a)
-    m = float(a[finite].max()) if finite.any() else 0.0
+    m = max(float(value.max()), -float(value.min()))  # two reductions, no temporary array
+    if not np.isfinite(m):  # NaN/Inf present: the largest finite magnitude, the slow way
+        a = np.abs(value)
+        finite = np.isfinite(a)
+        m = float(a[finite].max()) if finite.any() else 0.0
     if m > peaks.get(name, -1.0):
         peaks[name] = m

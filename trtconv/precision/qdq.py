@@ -9,27 +9,27 @@ the Conv before it. Everything else computes in floating point; numerically sens
 ops (sigmoid/softmax heads, normalisations, Resize) get no Q/DQ by design.
 
 Unlike ONNX Runtime's and ModelOpt's quantizers, this walks into ``If``/``Loop``/``Scan``
-bodies: the placement, the calibration outputs and the inserted nodes all reach
-subgraphs, with weights that live in ``Constant`` nodes there.
+bodies: the placement, the calibration outputs (:mod:`trtconv.precision.expose`) and the
+inserted nodes all reach subgraphs, with weights that live in ``Constant`` nodes there.
+The model-wide lookups live in :mod:`trtconv.precision.graph_index`.
 """
 
 from __future__ import annotations
 
 import fnmatch
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 from trtconv.onnxutil.constants import remove_unused_constants
 from trtconv.onnxutil.domains import is_default_domain
 from trtconv.onnxutil.names import fresh_name, model_names
-from trtconv.onnxutil.walk import iter_graphs_with_path, subgraphs
+from trtconv.precision.graph_index import SHAPE_ONLY, ModelIndex
 
 QUANTIZABLE = ("Conv", "ConvTranspose", "Gemm", "MatMul")
-SHAPE_ONLY = ("Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity")
 SENSITIVE = {
     "Sigmoid": "sigmoid output head",
     "Softmax": "softmax",
@@ -42,7 +42,6 @@ SENSITIVE = {
     "Resize": "Resize interpolation",
     "Upsample": "Resize interpolation",
 }
-FLOAT_TYPES = (TensorProto.FLOAT,)
 Q_DOMAIN = ""
 
 
@@ -82,72 +81,6 @@ class Plan:
 
     def activation_tensors(self) -> list[str]:
         return sorted({p.tensor for p in self.placements if p.kind == "activation"})
-
-
-# ----------------------------------------------------------------------------- model index
-
-
-def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
-    for attr in node.attribute:
-        if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
-            return numpy_helper.to_array(attr.t)
-    return None
-
-
-@dataclass
-class ModelIndex:
-    """Lookups over the whole model, subgraphs included (ONNX names are model-wide)."""
-
-    model: onnx.ModelProto
-    graphs: list[tuple[str, onnx.GraphProto]] = field(default_factory=list)
-    constants: dict[str, np.ndarray] = field(default_factory=dict)
-    producer: dict[str, tuple[str, onnx.NodeProto]] = field(default_factory=dict)
-    dtypes: dict[str, int] = field(default_factory=dict)
-    graph_inputs: set[str] = field(default_factory=set)  # main-graph inputs (fed, never computed)
-
-    @classmethod
-    def build(cls, model: onnx.ModelProto) -> ModelIndex:
-        idx = cls(model)
-        idx.graphs = list(iter_graphs_with_path(model.graph))
-        try:
-            inferred = onnx.shape_inference.infer_shapes(model)
-        except Exception:
-            inferred = model
-        for _, g in iter_graphs_with_path(inferred.graph):
-            for vi in list(g.input) + list(g.value_info) + list(g.output):
-                if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-                    idx.dtypes.setdefault(vi.name, vi.type.tensor_type.elem_type)
-        inits = {i.name for i in model.graph.initializer}
-        idx.graph_inputs = {i.name for i in model.graph.input if i.name not in inits}
-        for path, g in idx.graphs:
-            for t in g.initializer:
-                idx.constants[t.name] = numpy_helper.to_array(t)
-                idx.dtypes[t.name] = t.data_type
-            for n in g.node:
-                for o in n.output:
-                    idx.producer[o] = (path, n)
-                if n.op_type == "Constant" and n.output:
-                    val = _constant_value(n)
-                    if val is not None:
-                        idx.constants[n.output[0]] = val
-        return idx
-
-    def is_float(self, name: str) -> bool | None:
-        dt = self.dtypes.get(name)
-        if dt is None:
-            return None
-        return dt in FLOAT_TYPES
-
-    def producer_op(self, name: str, *, through: tuple[str, ...] = ()) -> str | None:
-        """The op that computes ``name``, looking back through ``through`` ops (e.g. reshapes)."""
-        for _ in range(32):
-            p = self.producer.get(name)
-            if p is None:
-                return None
-            if p[1].op_type not in through or not p[1].input:
-                return p[1].op_type
-            name = p[1].input[0]
-        return None
 
 
 def _attr(node: onnx.NodeProto, name: str, default: int) -> int:
@@ -251,6 +184,10 @@ def plan_qdq(
             if op == "Gemm" and ins[0] in idx.constants:
                 skips.append(Skip(path, name, op, "constant A input: not a TensorRT INT8 pattern"))
                 continue
+            tiny = _tiny_gemm(idx, op, ins)
+            if tiny:
+                skips.append(Skip(path, name, op, f"tiny GEMM ({tiny}): INT8 gains nothing, the reformats cost"))
+                continue
             for k, t in enumerate(ins):
                 if t in idx.constants:
                     w = idx.constants[t]
@@ -262,6 +199,19 @@ def plan_qdq(
                 else:
                     placements.append(Placement(path, name, op, k, t, "activation", f"input of {op}"))
     return Plan(tuple(placements), tuple(skips))
+
+
+MIN_GEMM_DIM = 16  # TensorRT's INT8 GEMM kernels want K and N of at least one 16-wide tile
+
+
+def _tiny_gemm(idx: ModelIndex, op: str, ins: Sequence[str]) -> str | None:
+    """"K×N" when a Gemm/MatMul's constant 2-D weight has K or N below MIN_GEMM_DIM (TensorRT's guidance)."""
+    if op not in ("Gemm", "MatMul") or ins[1] not in idx.constants:
+        return None
+    w = idx.constants[ins[1]]
+    if w.ndim != 2 or min(w.shape) >= MIN_GEMM_DIM:
+        return None
+    return f"{w.shape[0]}x{w.shape[1]}"
 
 
 def _residual_placement(
@@ -286,8 +236,28 @@ def _residual_placement(
 # ----------------------------------------------------------------------------- insertion
 
 
-def quantize_weight(w: np.ndarray, axis: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric INT8 (range ±127, as TensorRT uses) → (int8 weights, float32 scales)."""
+HALF_TINY = np.float16(2.0**-24)  # the smallest positive float16
+
+
+def half_exact(scale: np.ndarray | float) -> np.ndarray:
+    """The smallest positive float16 value >= ``scale``, as float32.
+
+    With the FP16 remainder the scales are stored in float16: rounded down a channel would
+    clip, and a scale under 2^-24 (a dead channel's weights) would become 0, which
+    TensorRT's parser refuses ("Scale coefficients must all be positive").
+    """
+    x = np.asarray(scale, dtype=np.float32)
+    h = x.astype(np.float16)
+    h = np.where(h.astype(np.float32) < x, np.nextafter(h, np.float16(np.inf)), h)
+    return np.maximum(h, HALF_TINY).astype(np.float32)
+
+
+def quantize_weight(w: np.ndarray, axis: int | None, *, half: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric INT8 (range ±127, as TensorRT uses) → (int8 weights, float32 scales).
+
+    ``half``: the scales are made float16-exact first (:func:`half_exact`) and the weights
+    quantized with them, so the stored FP16 scale dequantizes exactly what was quantized.
+    """
     w = w.astype(np.float32)
     if axis is None:
         amax = np.array(np.abs(w).max(), dtype=np.float32)
@@ -295,6 +265,8 @@ def quantize_weight(w: np.ndarray, axis: int | None) -> tuple[np.ndarray, np.nda
         red = tuple(i for i in range(w.ndim) if i != axis)
         amax = np.abs(w).max(axis=red).astype(np.float32)
     scale = np.where(amax > 0, amax / np.float32(127.0), np.float32(1.0)).astype(np.float32)
+    if half:
+        scale = half_exact(scale)
     shape = [1] * w.ndim
     if axis is not None:
         shape[axis] = -1
@@ -303,9 +275,12 @@ def quantize_weight(w: np.ndarray, axis: int | None) -> tuple[np.ndarray, np.nda
 
 
 def insert_qdq(
-    model: onnx.ModelProto, placements: Sequence[Placement], scales: Mapping[str, float]
+    model: onnx.ModelProto, placements: Sequence[Placement], scales: Mapping[str, float], *, half: bool = False
 ) -> onnx.ModelProto:
-    """A copy of ``model`` with the placements applied; activations need a scale in ``scales``."""
+    """A copy of ``model`` with the placements applied; activations need a scale in ``scales``.
+
+    ``half``: every scale float16-exact and positive (the model is going to the FP16 remainder).
+    """
     out = onnx.ModelProto()
     out.CopyFrom(model)
     idx = ModelIndex.build(out)
@@ -330,9 +305,11 @@ def insert_qdq(
                 key = (p.tensor, p.axis if p.kind == "weight" else -1)
                 if key not in made:
                     if p.kind == "weight":
-                        made[key] = _add_weight_dq(g, new_nodes, names, p.tensor, idx.constants[p.tensor], p.axis)
+                        made[key] = _add_weight_dq(g, new_nodes, names, p.tensor, idx.constants[p.tensor], p.axis,
+                                                   half=half)
                     else:
-                        made[key] = _add_activation_qdq(g, new_nodes, names, p.tensor, scales[p.tensor])
+                        scale = float(half_exact(scales[p.tensor])) if half else scales[p.tensor]
+                        made[key] = _add_activation_qdq(g, new_nodes, names, p.tensor, scale)
                 node.input[p.input_index] = made[key]
             new_nodes.append(node)
         g.ClearField("node")
@@ -354,9 +331,10 @@ def _add_activation_qdq(g: onnx.GraphProto, nodes: list, names: set[str], tensor
 
 
 def _add_weight_dq(
-    g: onnx.GraphProto, nodes: list, names: set[str], tensor: str, w: np.ndarray, axis: int | None
+    g: onnx.GraphProto, nodes: list, names: set[str], tensor: str, w: np.ndarray, axis: int | None, *,
+    half: bool = False,
 ) -> str:
-    q, scale = quantize_weight(w, axis)
+    q, scale = quantize_weight(w, axis, half=half)
     qn = fresh_name(f"{tensor}_quantized", names)
     s = fresh_name(f"{tensor}_scale", names)
     z = fresh_name(f"{tensor}_zero_point", names)
@@ -369,86 +347,3 @@ def _add_weight_dq(
         node.attribute.append(helper.make_attribute("axis", axis))
     nodes.append(node)
     return dq
-
-
-# ----------------------------------------------------------------------------- calibration outputs
-
-
-def expose_tensors(model: onnx.ModelProto, tensors: Sequence[str]) -> tuple[onnx.ModelProto, dict[str, str]]:
-    """A copy whose graph outputs include ``tensors`` (subgraph values too); output name → tensor.
-
-    A value inside an ``If`` branch becomes an extra branch output (the other branch yields
-    an empty tensor in its place), then an extra ``If`` output, up to the main graph; in a
-    ``Loop`` body it becomes an extra scan output (stacked over iterations). ``Scan`` bodies
-    are left alone. Main-graph inputs are not exposed: the caller has their values.
-    """
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    wanted = set(tensors)
-    names = model_names(out)
-    mapping: dict[str, str] = {}
-    exposed = _expose(out.graph, wanted, names, is_main=True)
-    existing = {o.name for o in out.graph.output}
-    for name, tensor in exposed:
-        if name not in existing:
-            out.graph.output.append(helper.make_empty_tensor_value_info(name))
-            out.graph.output[-1].type.tensor_type.elem_type = TensorProto.FLOAT
-        mapping[name] = tensor
-    return out, mapping
-
-
-def _expose(g: onnx.GraphProto, wanted: set[str], names: set[str], *, is_main: bool) -> list[tuple[str, str]]:
-    here: list[tuple[str, str]] = []
-    produced = {o for n in g.node for o in n.output}
-    if not is_main:
-        produced |= {i.name for i in g.input}
-    for t in sorted(wanted & produced):
-        here.append((t, t))
-    for node in g.node:
-        if node.op_type == "If":
-            branches = dict(subgraphs(node))
-            then_g, else_g = branches.get("then_branch"), branches.get("else_branch")
-            if then_g is None or else_g is None:
-                continue
-            t_exp = _expose(then_g, wanted, names, is_main=False)
-            e_exp = _expose(else_g, wanted, names, is_main=False)
-            rows = [(t, True) for t in t_exp] + [(e, False) for e in e_exp]
-            for (inner, tensor), in_then in rows:
-                outer = fresh_name(f"{tensor}__calib", names)
-                for branch, real in ((then_g, in_then), (else_g, not in_then)):
-                    if real:
-                        _add_output(branch, inner, names)
-                    else:
-                        empty = fresh_name(f"{tensor}__calib_empty", names)
-                        branch.node.append(helper.make_node(
-                            "Constant", [], [empty], name=fresh_name(empty + "_Constant", names),
-                            value=numpy_helper.from_array(np.zeros(0, dtype=np.float32), empty)))
-                        _add_output(branch, empty, names)
-                node.output.append(outer)
-                here.append((outer, tensor))
-        elif node.op_type == "Loop":
-            body = next((a.g for a in node.attribute if a.name == "body"), None)
-            if body is None:
-                continue
-            for inner, tensor in _expose(body, wanted, names, is_main=False):
-                _add_output(body, inner, names)
-                outer = fresh_name(f"{tensor}__calib", names)
-                node.output.append(outer)
-                here.append((outer, tensor))
-    return here
-
-
-def _add_output(g: onnx.GraphProto, name: str, names: set[str]) -> None:
-    """Append ``name`` as an extra output of subgraph ``g``.
-
-    A value that already is an output of ``g`` goes through an Identity under a new
-    name: a subgraph listing one name twice makes ONNX Runtime mis-wire the If/Loop
-    outputs and change the model's result.
-    """
-    if any(o.name == name for o in g.output):
-        alias = fresh_name(f"{name}__calib_alias", names)
-        g.node.append(helper.make_node("Identity", [name], [alias], name=fresh_name(alias + "_Identity", names)))
-        name = alias
-    vi = helper.make_empty_tensor_value_info(name)
-    vi.type.tensor_type.elem_type = TensorProto.FLOAT
-    g.output.append(vi)

@@ -6,8 +6,8 @@ verification, so they all report the same statistics the same way.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -29,15 +29,88 @@ class OutputStats:
         return d
 
 
+LIMITS = ("max_abs", "max_rel", "min_cosine", "min_top1")
+
+
 @dataclass(frozen=True)
 class Thresholds:
-    """Pass/fail limits; None means "not checked"."""
+    """Pass/fail limits; None means "not checked".
+
+    ``per_output`` overrides limits for named outputs (``(("scores", Thresholds(min_cosine=0.995)),)``:
+    only the limits the override sets replace the global ones); ``only`` gates just the named
+    outputs (the others are still measured and reported).
+    """
 
     max_abs: float | None = None
     max_rel: float | None = None
     min_cosine: float | None = None
     min_top1: float | None = None
     allow_nonfinite: bool = False
+    per_output: tuple[tuple[str, Thresholds], ...] = ()
+    only: tuple[str, ...] | None = None
+
+    def for_output(self, name: str) -> Thresholds | None:
+        """The limits that apply to output ``name`` (None: that output is not gated)."""
+        if self.only is not None and name not in self.only:
+            return None
+        base = replace(self, per_output=(), only=None)
+        for out, over in self.per_output:
+            if out == name:
+                base = replace(base, **{k: getattr(over, k) for k in LIMITS if getattr(over, k) is not None})
+        return base
+
+    def outputs_named(self) -> set[str]:
+        """Every output name the limits mention (to check against the model's outputs)."""
+        return {n for n, _ in self.per_output} | set(self.only or ())
+
+    def to_json(self) -> dict[str, object]:
+        d: dict[str, object] = {k: getattr(self, k) for k in LIMITS if getattr(self, k) is not None}
+        if self.allow_nonfinite:
+            d["allow_nonfinite"] = True
+        if self.per_output:
+            d["per_output"] = {n: t.to_json() for n, t in self.per_output}
+        if self.only is not None:
+            d["only"] = list(self.only)
+        return d
+
+
+# Per precision: how close a model must stay to FP32 by default (``verify`` for engines, and the
+# quantize gate for the FP16/INT8 ONNX): cosine similarity per output.
+DEFAULT_THRESHOLDS: dict[str, Thresholds] = {
+    "fp32": Thresholds(min_cosine=0.9999),
+    "fp16": Thresholds(min_cosine=0.999),
+    "int8": Thresholds(min_cosine=0.99),
+}
+
+
+def thresholds_with(base: Thresholds, overrides: Mapping[str, Sequence[tuple[str | None, float]]], *,
+                    allow_nonfinite: bool = False, only: Sequence[str] = ()) -> Thresholds:
+    """``base`` with user limits applied: ``{"min_cosine": [(None, 0.98), ("scores", 0.995)]}``.
+
+    A ``None`` output name sets the global limit; a name adds a per-output override.
+    """
+    glob: dict[str, float] = {}
+    per: dict[str, dict[str, float]] = {}
+    for limit, items in overrides.items():
+        if limit not in LIMITS:
+            raise ValueError(f"unknown limit {limit!r}")
+        for name, value in items:
+            if name is None:
+                glob[limit] = value
+            else:
+                per.setdefault(name, {})[limit] = value
+    out = replace(base, **glob, allow_nonfinite=allow_nonfinite or base.allow_nonfinite)
+    if per:
+        out = replace(out, per_output=out.per_output + tuple((n, Thresholds(**v)) for n, v in per.items()))
+    if only:
+        out = replace(out, only=tuple(only))
+    return out
+
+
+def parse_limit(text: str) -> tuple[str | None, float]:
+    """``"0.995"`` -> (None, 0.995); ``"scores=0.995"`` -> ("scores", 0.995). ValueError if malformed."""
+    name, eq, value = text.rpartition("=")
+    return (name.strip() if eq else None) or None, float(value)
 
 
 def cosine_similarity(a: np.ndarray, b: np.ndarray) -> float:
@@ -88,6 +161,63 @@ def compare_arrays(name: str, ref: np.ndarray, got: np.ndarray, *, top1: bool = 
     )
 
 
+class PooledStats:
+    """Per-output statistics accumulated over samples of possibly different shapes."""
+
+    def __init__(self, name: str, top1: bool) -> None:
+        self.name, self.top1 = name, top1
+        self.shape: tuple[int, ...] | None = None
+        self.max_abs = self.max_rel = 0.0
+        self.sum_abs = 0.0
+        self.n = 0
+        self.dot = self.nr = self.ng = 0.0
+        self.nonfinite = 0
+        self.top_hits = 0.0
+        self.top_rows = 0
+
+    def add(self, ref: np.ndarray, got: np.ndarray) -> None:
+        s = compare_arrays(self.name, ref, got, top1=self.top1)
+        self.shape = self.shape or s.shape
+        self.max_abs = max(self.max_abs, s.max_abs)
+        self.max_rel = max(self.max_rel, s.max_rel)
+        self.sum_abs += s.mean_abs * ref.size
+        self.n += ref.size
+        mask = np.isfinite(ref) & np.isfinite(got)
+        r = np.where(mask, ref, 0).astype(np.float64).ravel()
+        g = np.where(mask, got, 0).astype(np.float64).ravel()
+        self.dot += float(r @ g)
+        self.nr += float(r @ r)
+        self.ng += float(g @ g)
+        self.nonfinite += s.nonfinite
+        if s.top1_agreement is not None:
+            rows = ref.size // ref.shape[-1]
+            self.top_hits += s.top1_agreement * rows
+            self.top_rows += rows
+
+    def stats(self) -> OutputStats:
+        if self.nr == 0 and self.ng == 0:
+            cos = 1.0
+        elif self.nr == 0 or self.ng == 0:
+            cos = 0.0
+        else:
+            cos = float(np.clip(self.dot / np.sqrt(self.nr * self.ng), -1.0, 1.0))
+        return OutputStats(
+            name=self.name, shape=self.shape or (), max_abs=self.max_abs,
+            mean_abs=self.sum_abs / self.n if self.n else 0.0, max_rel=self.max_rel, cosine=cos,
+            nonfinite=self.nonfinite, top1_agreement=self.top_hits / self.top_rows if self.top_rows else None,
+        )
+
+
+def worse_stats(a: OutputStats, b: OutputStats) -> OutputStats:
+    """Each statistic at its worse value of the two."""
+    return OutputStats(
+        name=a.name, shape=a.shape, max_abs=max(a.max_abs, b.max_abs), mean_abs=max(a.mean_abs, b.mean_abs),
+        max_rel=max(a.max_rel, b.max_rel), cosine=min(a.cosine, b.cosine), nonfinite=max(a.nonfinite, b.nonfinite),
+        top1_agreement=None if a.top1_agreement is None or b.top1_agreement is None
+        else min(a.top1_agreement, b.top1_agreement),
+    )
+
+
 def compare_outputs(
     ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], *, top1: bool = False
 ) -> list[OutputStats]:
@@ -101,14 +231,32 @@ def violations(stats: list[OutputStats], limits: Thresholds) -> list[str]:
     """Human-readable reasons the stats fail ``limits``; empty means pass."""
     out = []
     for s in stats:
-        if s.nonfinite and not limits.allow_nonfinite:
-            out.append(f"{s.name}: {s.nonfinite} NaN/Inf values where the reference is finite")
-        if limits.max_abs is not None and s.max_abs > limits.max_abs:
-            out.append(f"{s.name}: max abs error {s.max_abs:.3g} > {limits.max_abs:.3g}")
-        if limits.max_rel is not None and s.max_rel > limits.max_rel:
-            out.append(f"{s.name}: max rel error {s.max_rel:.3g} > {limits.max_rel:.3g}")
-        if limits.min_cosine is not None and s.cosine < limits.min_cosine:
-            out.append(f"{s.name}: cosine {s.cosine:.6f} < {limits.min_cosine:.6f}")
-        if limits.min_top1 is not None and s.top1_agreement is not None and s.top1_agreement < limits.min_top1:
-            out.append(f"{s.name}: top-1 agreement {s.top1_agreement:.4f} < {limits.min_top1:.4f}")
+        lim = limits.for_output(s.name)
+        if lim is None:
+            continue
+        out += _violations(s, lim)
+    return out
+
+
+def _apart(value: float, limit: float) -> str:
+    """``value`` with enough digits to differ visibly from ``limit`` (0.9999997 < 1, not 1.000000 < 1)."""
+    for digits in range(6, 13):
+        text = f"{value:.{digits}f}"
+        if float(text) != limit:
+            return text
+    return repr(value)
+
+
+def _violations(s: OutputStats, limits: Thresholds) -> list[str]:
+    out = []
+    if s.nonfinite and not limits.allow_nonfinite:
+        out.append(f"{s.name}: {s.nonfinite} NaN/Inf values where the reference is finite")
+    if limits.max_abs is not None and s.max_abs > limits.max_abs:
+        out.append(f"{s.name}: max abs error {s.max_abs:.3g} > {limits.max_abs:.3g}")
+    if limits.max_rel is not None and s.max_rel > limits.max_rel:
+        out.append(f"{s.name}: max rel error {s.max_rel:.3g} > {limits.max_rel:.3g}")
+    if limits.min_cosine is not None and s.cosine < limits.min_cosine:
+        out.append(f"{s.name}: cosine {_apart(s.cosine, limits.min_cosine)} < {limits.min_cosine:g}")
+    if limits.min_top1 is not None and s.top1_agreement is not None and s.top1_agreement < limits.min_top1:
+        out.append(f"{s.name}: top-1 agreement {s.top1_agreement:.4f} < {limits.min_top1:.4f}")
     return out

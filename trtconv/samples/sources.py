@@ -6,6 +6,10 @@ and a failure names the file. Samples keep their own shapes: dynamic H/W or sequ
 lengths are never cropped or padded, because that would calibrate on data the model
 never sees. Files are read lazily, one sample at a time, so a data set larger than
 memory streams.
+
+Over 400 lines because every source kind (files, many-sample .npz, loader, random) shares
+the one set of checks and the naming of a sample's origin; image preprocessing lives in
+:mod:`trtconv.samples.images`.
 """
 
 from __future__ import annotations
@@ -19,24 +23,25 @@ import math
 import warnings
 import zipfile
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import onnx
 from onnx import helper
-from PIL import Image, UnidentifiedImageError
 
 from trtconv.errors import DataError, UsageError
 from trtconv.load.shapes import Shape, input_dims
+from trtconv.samples.images import IMAGE_SUFFIXES, ImagePreprocess, load_image
 
 log = logging.getLogger(__name__)
 
 Sample = dict[str, np.ndarray]
 Dim = int | str | None
+__all__ = ["ArraySamples", "ImagePreprocess", "InputSpec", "SampleSet", "SampleSource", "check_sample", "count_samples",
+           "dataset_hash", "iter_samples", "iter_samples_with_origin", "load_image", "model_inputs", "sample_count"]
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
 ARRAY_SUFFIXES = (".npy", ".npz")
 RANDOM_WARNING = (
     "calibrating on RANDOM data: INT8 scales will not match real inputs and accuracy will suffer; "
@@ -63,185 +68,6 @@ def model_inputs(model: onnx.ModelProto) -> dict[str, InputSpec]:
         dt = np.dtype(helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
         out[vi.name] = InputSpec(dt, tuple(dims.get(vi.name, [])))
     return out
-
-
-# --------------------------------------------------------------------------- preprocessing
-
-PRESETS: dict[str, dict[str, Any]] = {
-    # PaddleOCR's documented preprocessing (ppocr/data/imaug: DetResizeForTest, NormalizeImage, RecResizeImg)
-    "ppocr-det": {"channel_order": "BGR", "mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225),
-                  "multiple_of": 32},
-    "ppocr-rec": {"channel_order": "BGR", "mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "size": (48, None)},
-    "ppocr-cls": {"channel_order": "BGR", "mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "size": (48, 192)},
-    "imagenet": {"channel_order": "RGB", "mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225),
-                 "size": (224, 224)},
-}
-
-
-@dataclass(frozen=True)
-class ImagePreprocess:
-    """Image → tensor: ``((pixel * scale) - mean) / std`` per channel, then layout and batch dim 1.
-
-    ``size`` is (H, W); a ``None`` entry follows the aspect ratio (or keeps the image's
-    size if both are None). A fixed H/W in the model overrides ``None``. ``multiple_of``
-    rounds free dims to a multiple (PP-OCR det needs 32).
-    """
-
-    size: tuple[int | None, int | None] = (None, None)
-    layout: Literal["NCHW", "NHWC"] = "NCHW"
-    channel_order: Literal["RGB", "BGR", "GRAY"] = "RGB"
-    scale: float = 1.0 / 255.0
-    mean: tuple[float, ...] = (0.0, 0.0, 0.0)
-    std: tuple[float, ...] = (1.0, 1.0, 1.0)
-    multiple_of: int = 1
-    max_side: int | None = None  # cap the longer side before rounding (det models on big photos)
-
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> ImagePreprocess:
-        if name not in PRESETS:
-            raise UsageError(f"unknown preprocessing preset {name!r}", hint=f"choose from {', '.join(PRESETS)}")
-        return cls(**{**PRESETS[name], **overrides})
-
-    @classmethod
-    def parse(cls, spec: str) -> ImagePreprocess:
-        """``"preset=ppocr-rec,size=48x320"`` or ``"size=224x224,order=bgr,mean=0.5/0.5/0.5,std=...,scale=1/255,layout=nhwc"``."""
-        fields: dict[str, Any] = {}
-        preset = None
-        for item in (p.strip() for p in spec.split(",") if p.strip()):
-            key, sep, val = item.partition("=")
-            key, val = key.strip().lower(), val.strip()
-            if not sep or not val:
-                raise UsageError(f"bad preprocessing item {item!r}", hint="write key=value, e.g. size=224x224")
-            try:
-                if key == "preset":
-                    preset = val
-                elif key == "size":
-                    h, _, w = val.lower().partition("x")
-                    fields["size"] = (_opt_int(h), _opt_int(w))
-                elif key == "layout":
-                    fields["layout"] = _choice(val.upper(), ("NCHW", "NHWC"), key)
-                elif key in ("order", "channel_order", "channels"):
-                    fields["channel_order"] = _choice(val.upper(), ("RGB", "BGR", "GRAY"), key)
-                elif key == "scale":
-                    num, _, den = val.partition("/")
-                    fields["scale"] = float(num) / (float(den) if den else 1.0)
-                elif key in ("mean", "std"):
-                    fields[key] = tuple(float(v) for v in val.split("/"))
-                elif key in ("multiple", "multiple_of"):
-                    fields["multiple_of"] = int(val)
-                elif key == "max_side":
-                    fields["max_side"] = int(val)
-                else:
-                    raise UsageError(
-                        f"unknown preprocessing key {key!r}",
-                        hint="keys: preset, size, layout, order, scale, mean, std, multiple_of, max_side",
-                    )
-            except ValueError as exc:
-                raise UsageError(f"bad preprocessing value in {item!r}: {exc}") from exc
-        pp = cls.preset(preset) if preset else cls()
-        pp = replace(pp, **fields)
-        pp.validate()
-        return pp
-
-    def validate(self) -> None:
-        channels = 1 if self.channel_order == "GRAY" else 3
-        for name, vals in (("mean", self.mean), ("std", self.std)):
-            if len(vals) not in (1, channels):
-                raise UsageError(f"preprocessing {name} has {len(vals)} values; the image has {channels} channels")
-        if any(s == 0 for s in self.std):
-            raise UsageError("preprocessing std contains 0")
-        if self.multiple_of < 1:
-            raise UsageError("preprocessing multiple_of must be >= 1")
-
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["size"] = list(self.size)
-        d["mean"] = list(self.mean)
-        d["std"] = list(self.std)
-        return d
-
-
-def _opt_int(v: str) -> int | None:
-    v = v.strip()
-    return None if v in ("", "?", "*", "n", "none") else int(v)
-
-
-def _choice(val: str, allowed: tuple[str, ...], key: str) -> str:
-    if val not in allowed:
-        raise UsageError(f"preprocessing {key}={val!r}", hint=f"choose from {', '.join(allowed)}")
-    return val
-
-
-def _round_to(v: float, multiple: int) -> int:
-    return max(multiple, int(round(v / multiple)) * multiple)
-
-
-def _target_size(
-    pp: ImagePreprocess, img_hw: tuple[int, int], fixed: tuple[int | None, int | None]
-) -> tuple[int, int]:
-    h0, w0 = img_hw
-    want_h = fixed[0] if fixed[0] is not None else pp.size[0]
-    want_w = fixed[1] if fixed[1] is not None else pp.size[1]
-    h: float
-    w: float
-    if want_h is None and want_w is None:
-        ratio = 1.0
-        if pp.max_side and max(h0, w0) > pp.max_side:
-            ratio = pp.max_side / max(h0, w0)
-        h, w = h0 * ratio, w0 * ratio
-    elif want_h is None:
-        assert want_w is not None
-        h, w = h0 * (want_w / w0), float(want_w)
-    elif want_w is None:
-        h, w = float(want_h), w0 * (want_h / h0)
-    else:
-        h, w = float(want_h), float(want_w)
-    mh = 1 if fixed[0] is not None else pp.multiple_of
-    mw = 1 if fixed[1] is not None else pp.multiple_of
-    return _round_to(h, mh), _round_to(w, mw)
-
-
-def load_image(path: Path, pp: ImagePreprocess, spec: InputSpec) -> np.ndarray:
-    """Read one image and turn it into the model's input tensor (batch of one)."""
-
-    dims = spec.dims
-    if len(dims) != 4:
-        raise DataError(
-            f"{path}: image data needs a 4-D image input, the model's input has rank {len(dims)}",
-            hint="give .npy/.npz samples instead",
-        )
-    hw_axes = (2, 3) if pp.layout == "NCHW" else (1, 2)
-    c_axis = 1 if pp.layout == "NCHW" else 3
-    fixed = tuple(d if isinstance(d, int) else None for d in (dims[hw_axes[0]], dims[hw_axes[1]]))
-    try:
-        with Image.open(path) as raw:
-            raw.load()
-            im = raw.convert("L" if pp.channel_order == "GRAY" else "RGB")
-            h, w = _target_size(pp, (im.height, im.width), fixed)  # type: ignore[arg-type]
-            if (h, w) != (im.height, im.width):
-                im = im.resize((w, h), Image.Resampling.BILINEAR)
-            arr = np.asarray(im, dtype=np.float32)
-    except (UnidentifiedImageError, Image.DecompressionBombError, OSError, ValueError, SyntaxError,
-            MemoryError, EOFError) as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise DataError(f"{path}: cannot read image ({msg})", hint="remove or replace the file") from exc
-    if arr.ndim == 2:
-        arr = arr[:, :, None]
-    if pp.channel_order == "BGR":
-        arr = arr[:, :, ::-1]
-    channels = arr.shape[2]
-    want_c = dims[c_axis]
-    if isinstance(want_c, int) and want_c != channels:
-        raise DataError(
-            f"{path}: preprocessing gives {channels} channels, the model's input wants {want_c}",
-            hint="set order=gray for 1-channel models, rgb/bgr for 3",
-        )
-    mean = np.asarray(pp.mean, dtype=np.float32)
-    std = np.asarray(pp.std, dtype=np.float32)
-    arr = (arr * np.float32(pp.scale) - mean) / std
-    if pp.layout == "NCHW":
-        arr = arr.transpose(2, 0, 1)
-    return np.ascontiguousarray(arr[None]).astype(spec.dtype, copy=False)
 
 
 # --------------------------------------------------------------------------- sources
@@ -283,7 +109,16 @@ class SampleSource:
             if p.suffix == ".py":
                 raise UsageError(f"{p} is Python code", hint="pass it as a loader with --calib-loader")
             raise DataError(f"{p}: not a .npy/.npz file or an image")
-        suffixes = {f.suffix.lower() for f in p.rglob("*") if f.is_file()}
+        found = [f.suffix.lower() for f in p.rglob("*") if f.is_file()]
+        suffixes = set(found)
+        n_arrays = sum(1 for x in found if x in ARRAY_SUFFIXES)
+        n_images = sum(1 for x in found if x in IMAGE_SUFFIXES)
+        if n_arrays and n_images:
+            raise DataError(
+                f"{p}: the folder mixes {n_arrays} array file(s) (.npy/.npz) and {n_images} image(s); "
+                "trtconv cannot tell which are the samples",
+                hint="put the images and the arrays in separate folders and pass the one you mean",
+            )
         if suffixes & set(ARRAY_SUFFIXES):
             return cls("npy", p, limit=limit)
         if suffixes & set(IMAGE_SUFFIXES):
@@ -311,7 +146,7 @@ class SampleSource:
         }
 
 
-def _files(source: SampleSource) -> list[Path]:
+def _files(source: SampleSource, *, limit: bool = True) -> list[Path]:
     assert source.path is not None
     suffixes = ARRAY_SUFFIXES if source.kind == "npy" else IMAGE_SUFFIXES
     if source.path.is_file():
@@ -323,32 +158,83 @@ def _files(source: SampleSource) -> list[Path]:
     if not files:
         kinds = "/".join(suffixes)
         raise DataError(f"{source.path}: folder holds no sample files ({kinds})", hint="add samples or fix the path")
-    return files[: source.limit] if source.limit else files
+    return files[: source.limit] if source.limit and limit else files
+
+
+SampleRef = tuple[Path, str | None]  # a file, and the group inside an .npz that holds many samples
+
+
+def _npz_groups(path: Path) -> list[str] | None:
+    """The sample groups of an .npz holding many samples (``000/images``, ``001/images``, ...); None: one sample."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            keys = [n[: -len(".npy")] if n.endswith(".npy") else n for n in zf.namelist()]
+    except (zipfile.BadZipFile, OSError):
+        return None  # np.load reports it, naming the file
+    grouped = [k for k in keys if "/" in k]
+    if not grouped:
+        return None
+    plain = [k for k in keys if "/" not in k]
+    if plain:
+        raise DataError(
+            f"{path}: mixes grouped keys ({grouped[0]!r}) and plain keys ({plain[0]!r})",
+            hint="one sample: keys are input names (images=...); many samples: every key is "
+                 "NNN/<input name> (000/images, 001/images, ...)",
+        )
+    return sorted({k.rsplit("/", 1)[0] for k in grouped})
+
+
+def _refs(source: SampleSource) -> list[SampleRef]:
+    """Every sample of a file source in order: one per file, or one per group of a many-sample .npz."""
+    refs: list[SampleRef] = []
+    for f in _files(source, limit=False):
+        groups = _npz_groups(f) if source.kind == "npy" and f.suffix.lower() == ".npz" else None
+        refs += [(f, g) for g in groups] if groups else [(f, None)]
+        if source.limit and len(refs) >= source.limit:
+            break
+    return refs[: source.limit] if source.limit else refs
+
+
+def _origin(ref: SampleRef) -> str:
+    return str(ref[0]) if ref[1] is None else f"{ref[0]}[{ref[1]}]"
 
 
 def count_samples(source: SampleSource) -> int:
     """How many samples the source yields (a loader is run once to count, unless it defines ``__len__``)."""
     if source.kind in ("npy", "images"):
-        return len(_files(source))
+        return len(_refs(source))
     if source.kind == "random":
         return source.limit
     n = sum(1 for _ in _loader_iter(source, {}))
     return min(n, source.limit) if source.limit else n
 
 
-def check_sample(sample: Mapping[str, Any], inputs: Mapping[str, InputSpec], origin: str) -> Sample:
-    """Validate one sample against the model's inputs; DataError naming ``origin`` if wrong."""
+def check_sample(sample: Mapping[str, Any], inputs: Mapping[str, InputSpec], origin: str, *,
+                 noted: set[tuple[str, ...]] | None = None) -> Sample:
+    """Validate one sample against the model's inputs; DataError naming ``origin`` if wrong.
+
+    Keys that are not model inputs are ignored (exports often save labels or metadata
+    beside the inputs), with a log note once per set of such keys in ``noted``.
+    """
     if not isinstance(sample, Mapping):
         raise DataError(f"{origin}: a sample must be a dict of input name -> array, got {type(sample).__name__}")
     missing = [n for n in inputs if n not in sample]
-    extra = [n for n in sample if n not in inputs]
-    if missing or extra:
-        parts = []
-        if missing:
-            parts.append("missing input(s) " + ", ".join(repr(n) for n in missing))
+    extra = tuple(sorted(str(n) for n in sample if n not in inputs))
+    if missing:
+        msg = "missing input(s) " + ", ".join(repr(n) for n in missing)
         if extra:
-            parts.append("unknown key(s) " + ", ".join(repr(n) for n in extra))
-        raise DataError(f"{origin}: {'; '.join(parts)}", hint=f"the model's inputs are: {', '.join(inputs)}")
+            msg += "; it has " + ", ".join(repr(n) for n in extra)
+        hint = f"the model's inputs are: {', '.join(inputs)}"
+        if origin.endswith(".npz"):
+            first = next(iter(inputs))
+            hint += (f"; an .npz holds one sample keyed by input name ({first}=...) or many keyed "
+                     f"NNN/<input> (000/{first}, 001/{first}, ...)")
+        raise DataError(f"{origin}: {msg}", hint=hint)
+    if extra and (noted is None or extra not in noted):
+        if noted is not None:
+            noted.add(extra)
+        log.warning("%s: ignoring key(s) %s that are not inputs of the model (inputs: %s)", origin,
+                    ", ".join(repr(k) for k in extra), ", ".join(inputs))
     out: Sample = {}
     for name, spec in inputs.items():
         arr = np.asarray(sample[name])
@@ -419,7 +305,7 @@ def _check_sizes(path: Path) -> None:
             )
 
 
-def _npy_sample(path: Path, inputs: Mapping[str, InputSpec]) -> dict[str, np.ndarray]:
+def _npy_sample(path: Path, inputs: Mapping[str, InputSpec], group: str | None = None) -> dict[str, np.ndarray]:
     _check_sizes(path)
     try:
         loaded = np.load(path, allow_pickle=False)
@@ -438,6 +324,8 @@ def _npy_sample(path: Path, inputs: Mapping[str, InputSpec]) -> dict[str, np.nda
         return {next(iter(inputs)): loaded}
     try:
         with loaded as z:
+            if group is not None:
+                return {k[len(group) + 1:]: z[k] for k in z.files if k.startswith(group + "/")}
             return {k: z[k] for k in z.files}
     except Exception as exc:  # a corrupt member: same policy as a corrupt .npy
         raise DataError(f"{path}: cannot read ({_first_line(exc)})", hint="the file is truncated or corrupt") from exc
@@ -525,18 +413,19 @@ def iter_samples_with_origin(
     if source.kind == "random":
         warnings.warn(RANDOM_WARNING, UserWarning, stacklevel=3)
         log.warning(RANDOM_WARNING)
+    noted: set[tuple[str, ...]] = set()
     if source.kind in ("npy", "images"):
-        files = _files(source)[start:stop]
-        for f in files:
+        for ref in _refs(source)[start:stop]:
+            f, origin = ref[0], _origin(ref)
             if source.kind == "npy":
-                raw = _npy_sample(f, inputs)
+                raw = _npy_sample(f, inputs, ref[1])
             else:
                 if len(inputs) != 1:
                     raise DataError(f"{f}: image samples need a single-input model; this one has {len(inputs)}",
                                     hint="give .npz samples with one key per input")
                 name, spec = next(iter(inputs.items()))
                 raw = {name: load_image(f, source.preprocess or ImagePreprocess(), spec)}
-            yield str(f), check_sample(raw, inputs, str(f))
+            yield origin, check_sample(raw, inputs, origin, noted=noted)
         return
     it = _loader_iter(source, inputs) if source.kind == "loader" else _random_iter(source, inputs)
     n = 0
@@ -547,7 +436,7 @@ def iter_samples_with_origin(
             break
         n += 1
         if i >= start:
-            yield origin, check_sample(sample, inputs, origin)
+            yield origin, check_sample(sample, inputs, origin, noted=noted)
     if n == 0 and start == 0 and source.kind == "loader":
         raise DataError(f"{source.path}: loader yielded no samples", hint="samples() must yield at least one dict")
 
@@ -566,9 +455,12 @@ def dataset_hash(source: SampleSource, *, start: int = 0, stop: int | None = Non
     if source.kind in ("npy", "images"):
         assert source.path is not None
         base = source.path if source.path.is_dir() else source.path.parent
-        for f in _files(source)[start:stop]:
-            h.update(str(f.relative_to(base)).encode())
-            h.update(hashlib.sha256(f.read_bytes()).digest())
+        digests: dict[Path, bytes] = {}
+        for f, group in _refs(source)[start:stop]:
+            if f not in digests:
+                digests[f] = hashlib.sha256(f.read_bytes()).digest()
+            h.update(f"{f.relative_to(base)}|{group or ''}".encode())
+            h.update(digests[f])
     elif source.kind == "loader":
         assert source.path is not None
         h.update(source.path.read_bytes())
@@ -623,11 +515,12 @@ class ArraySamples:
     origin: str = "sample"
 
     def __iter__(self) -> Iterator[Sample]:
+        noted: set[tuple[str, ...]] = set()
         for i, s in enumerate(self.samples):
             if self.inputs is None:
                 yield {k: np.asarray(v) for k, v in s.items()}
             else:
-                yield check_sample(s, self.inputs, f"{self.origin} {i}")
+                yield check_sample(s, self.inputs, f"{self.origin} {i}", noted=noted)
 
     def with_origin(self) -> Iterator[tuple[str, Sample]]:
         for i, s in enumerate(self):
@@ -648,3 +541,14 @@ class ArraySamples:
 
 Samples = SampleSet | ArraySamples
 ProgressFn = Callable[[int, int | None], None]
+
+
+def sample_count(samples: Any) -> int | None:
+    """len(samples) when it is cheap and safe (never for a user loader: counting would run its code)."""
+    source = getattr(samples, "source", None)
+    if source is not None and getattr(source, "kind", None) == "loader":
+        return None
+    try:
+        return len(samples)
+    except TypeError:
+        return None

@@ -8,7 +8,7 @@ so bad data fails with BAD_DATA on any machine. The reference is the ONNX given 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,18 +18,11 @@ import onnx
 
 from trtconv.errors import DataError, InvalidModelError
 from trtconv.load import load_model
-from trtconv.load.shapes import input_dims
 from trtconv.plan.corners import ShapesKey, does_not_fit, shapes_key
 from trtconv.reference import ort
-from trtconv.reference.compare import OutputStats, Thresholds, compare_outputs, violations
+from trtconv.reference.compare import OutputStats, PooledStats, Thresholds, compare_outputs, violations
+from trtconv.samples.sources import SampleSource, iter_samples_with_origin, model_inputs
 from trtconv.trt.engine import EngineRunner
-
-# Per requested precision: how close an engine must be to FP32 ONNX Runtime by default.
-DEFAULT_THRESHOLDS: dict[str, Thresholds] = {
-    "fp32": Thresholds(min_cosine=0.9999),
-    "fp16": Thresholds(min_cosine=0.999),
-    "int8": Thresholds(min_cosine=0.99),
-}
 
 
 @dataclass(frozen=True)
@@ -39,6 +32,7 @@ class VerifyReport:
     thresholds: Thresholds
     inputs: dict[str, list[int]] = field(default_factory=dict)
     seed: int | None = None
+    samples: int = 1  # input samples run (statistics pooled over them)
 
     @property
     def passed(self) -> bool:
@@ -48,56 +42,33 @@ class VerifyReport:
         return {
             "passed": self.passed,
             "failures": list(self.failures),
-            "thresholds": {k: v for k, v in vars(self.thresholds).items() if v is not None},
+            "thresholds": self.thresholds.to_json(),
             "inputs": self.inputs,
             "seed": self.seed,
+            "samples": self.samples,
             "outputs": [s.to_json() for s in self.stats],
         }
-
-
-def load_inputs(path: Path, model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    """An ``.npz`` of named arrays, checked against the model's inputs (names, ranks, fixed
-    dims, dtype kind, finiteness) so a mistake shows up as one clear line."""
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            feeds = {k: np.asarray(data[k]) for k in data.files}
-    except FileNotFoundError:
-        raise DataError(f"{path}: no such file") from None
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{path} is not a readable .npz file: {exc}",
-                        hint="save inputs with numpy.savez(path, input_name=array, ...)") from exc
-    dims = input_dims(model)
-    types = ort.input_types(model)
-    missing = [n for n in dims if n not in feeds]
-    extra = [n for n in feeds if n not in dims]
-    if missing or extra:
-        parts = []
-        if missing:
-            parts.append(f"missing {', '.join(missing)}")
-        if extra:
-            parts.append(f"not inputs of the model: {', '.join(extra)}")
-        raise DataError(f"{path}: {'; '.join(parts)}", hint=f"the model's inputs are {', '.join(dims)}")
-    for name, arr in feeds.items():
-        want = dims[name]
-        if want and arr.ndim != len(want):
-            raise DataError(f"{path}: input {name!r} has {arr.ndim} dims, the model expects {len(want)} {want}")
-        for axis, (d, n) in enumerate(zip(want, arr.shape)):
-            if isinstance(d, int) and d != n:
-                raise DataError(f"{path}: input {name!r} dim {axis} is {n}, the model fixes it at {d}")
-        dt = types[name]
-        if arr.dtype.kind != dt.kind and not (arr.dtype.kind in "iu" and dt.kind in "iu"):
-            raise DataError(f"{path}: input {name!r} is {arr.dtype}, the model expects {dt}")
-        if arr.dtype.kind == "f" and not np.isfinite(arr).all():
-            raise DataError(f"{path}: input {name!r} contains NaN or Inf")
-        feeds[name] = arr.astype(dt, copy=False)
-    return feeds
 
 
 def make_inputs(model: onnx.ModelProto, *, inputs: Path | None, shapes: Mapping[str, tuple[int, ...]] | None,
                 seed: int) -> dict[str, np.ndarray]:
     if inputs is not None:
-        return load_inputs(inputs, model)
+        return input_samples([inputs], model)[0][1]
     return ort.random_feeds(model, shapes, seed=seed)
+
+
+def input_samples(paths: Sequence[Path], model: onnx.ModelProto) -> list[tuple[str, dict[str, np.ndarray]]]:
+    """Every sample in ``paths`` (files or folders of .npy/.npz, an .npz of many samples), checked,
+    as (where it came from, feeds): the same loader and checks as calibration data."""
+    inputs = model_inputs(model)
+    out: list[tuple[str, dict[str, np.ndarray]]] = []
+    for path in paths:
+        source = SampleSource.detect(path)
+        if source.kind != "npy":
+            raise DataError(f"{path}: verify --inputs takes .npy/.npz samples, not images",
+                            hint="save the preprocessed tensors with numpy.savez(path, input_name=array)")
+        out += list(iter_samples_with_origin(source, inputs))
+    return out
 
 
 def preflight(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> None:
@@ -135,7 +106,7 @@ def verify_engine(
     engine_path: Path,
     onnx_path: Path,
     *,
-    inputs: Path | None = None,
+    inputs: Path | Sequence[Path] | None = None,
     shapes: Mapping[str, tuple[int, ...]] | None = None,
     thresholds: Thresholds,
     plugin_libraries: tuple[Path, ...] = (),
@@ -143,16 +114,40 @@ def verify_engine(
     top1: bool = False,
     check_compatibility: bool = True,
 ) -> VerifyReport:
-    """Inputs are prepared and checked first; only then is TensorRT loaded."""
+    """Inputs are prepared and checked first; only then is TensorRT loaded.
+
+    ``inputs``: one ``.npz`` of named arrays, or files/folders holding several samples (then
+    every sample runs and the statistics are pooled over all of them).
+    """
 
     loaded = load_model(onnx_path, load_weights=False)
-    feeds = make_inputs(loaded.proto, inputs=inputs, shapes=shapes, seed=seed)
-    preflight(loaded.proto, feeds)
+    paths = [inputs] if isinstance(inputs, Path) else list(inputs or ())
+    if paths:
+        samples = input_samples(paths, loaded.proto)
+    else:
+        samples = [("random", make_inputs(loaded.proto, inputs=None, shapes=shapes, seed=seed))]
+    for _, feeds in samples:
+        preflight(loaded.proto, feeds)
 
     runner = EngineRunner(engine_path, plugin_libraries, check_compatibility=check_compatibility)
-    got = runner.infer(feeds)
-    return compare_with_reference(onnx_path, feeds, got, thresholds, top1=top1,
-                                  seed=None if inputs is not None else seed)
+    if len(samples) == 1:
+        feeds = samples[0][1]
+        return compare_with_reference(onnx_path, feeds, runner.infer(feeds), thresholds, top1=top1,
+                                      seed=None if paths else seed)
+    pooled: dict[str, PooledStats] = {}
+    for _, feeds in samples:
+        ref = ort.run_model(onnx_path, feeds)
+        got = runner.infer(feeds)
+        missing = sorted(set(ref) - set(got))
+        if missing:
+            return VerifyReport((), (f"engine has no output named {', '.join(missing)}",), thresholds,
+                                {k: list(v.shape) for k, v in feeds.items()}, None, len(samples))
+        for name, r in ref.items():
+            pooled.setdefault(name, PooledStats(name, top1)).add(r, np.asarray(got[name]))
+    stats = [p.stats() for p in pooled.values()]
+    first = samples[0][1]
+    return VerifyReport(tuple(stats), tuple(violations(stats, thresholds)), thresholds,
+                        {k: list(v.shape) for k, v in first.items()}, None, len(samples))
 
 
 def verify_engine_corners(

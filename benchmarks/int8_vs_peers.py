@@ -1,0 +1,205 @@
+"""trtconv's default INT8 against its peers, per real model, measured side by side in one run.
+
+Rows per model (PP-OCR cls/rec/det, Silero VAD):
+
+- ``trtconv default``: ``quantize_int8`` with its defaults (entropy, FP16 remainder), what
+  ``trtconv quantize --precision int8`` writes;
+- ``ort MinMax | Percentile | Entropy``: ONNX Runtime ``quantize_static`` set up as in
+  ``benchmarks/quantize_vs_ort.py`` (QDQ, symmetric, per-channel, Entropy with 2048 bins);
+- ``modelopt``: NVIDIA ModelOpt's ONNX PTQ, ``modelopt.onnx.quantization.quantize(...,
+  quantize_mode="int8", calibration_eps=["cpu"])`` with its defaults (entropy, FP16
+  remainder). ModelOpt pins onnx and onnxruntime-gpu versions other than trtconv's, so it
+  runs in its own interpreter: ``--modelopt-python`` (a venv with ``nvidia-modelopt[onnx]``).
+
+Every tool calibrates on the same ``.npz`` samples (``quantize_vs_ort.make_data``) in a fresh
+process; ``calib s`` is the quantize call, ``process s`` the whole subprocess (imports
+included). Every written model then runs in ONNX Runtime *as written* (graph optimizations
+off: ORT 1.32 miscomputes fused float16 Q/DQ) on the held-out samples, against FP32:
+``min cosine`` over outputs, and a task metric per model — cls: top-1 agreement; rec:
+CTC-greedy-decoded string equality; det: IoU of the text mask (probability > 0.3, DB's
+threshold); Silero: agreement of the speech decision (probability > 0.5).
+
+    python benchmarks/int8_vs_peers.py [--models cls,rec,det,silero] [--modelopt-python PATH] [--skip-ort-entropy]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+import quantize_vs_ort as base  # noqa: E402  (same data, same ORT setup, same RSS probe)
+
+TOOLS = [("trtconv", "default"), ("ort", "MinMax"), ("ort", "Percentile"), ("ort", "Entropy"), ("modelopt", "default")]
+
+
+# ----------------------------------------------------------------------------- children
+
+
+def child(tool: str, method: str, spec: dict, out: str) -> None:
+    t0 = time.perf_counter()
+    error = None
+    try:
+        if tool == "modelopt":
+            run_modelopt(spec, out)
+        else:
+            import onnx
+
+            from trtconv.samples.sources import SampleSet, SampleSource, model_inputs
+
+            model = onnx.load(spec["model"])
+            calib = SampleSet(SampleSource.detect(spec["calib"]), model_inputs(model))
+            t0 = time.perf_counter()
+            if tool == "trtconv":
+                from trtconv.precision.int8 import Int8Settings, quantize_int8
+
+                onnx.save(quantize_int8(model, Int8Settings(), calib, model_path=Path(spec["model"])).model, out)
+            else:
+                base.run_ort(spec["model"], calib, method, out)
+    except Exception as exc:  # a peer that fails is a result, not a benchmark failure
+        error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+    print(json.dumps({"seconds": time.perf_counter() - t0, "rss_mib": base.peak_rss_mib(), "error": error}))
+
+
+def run_modelopt(spec: dict, out: str) -> None:
+    """ModelOpt's ONNX PTQ on the CPU, calibration data stacked along the batch axis (its input format)."""
+    from modelopt.onnx.quantization import quantize
+
+    files = sorted(Path(spec["calib"]).glob("*.npz"))
+    samples = [dict(np.load(f)) for f in files]
+    data = {k: np.concatenate([s[k] if s[k].ndim else s[k][None] for s in samples]) for k in samples[0]}
+    quantize(spec["model"], quantize_mode="int8", calibration_data=data, calibration_eps=["cpu"], output_path=out,
+             log_level="ERROR")
+
+
+# ----------------------------------------------------------------------------- task metrics
+
+
+def ctc_decode(probs: np.ndarray) -> list[tuple[int, ...]]:
+    """Greedy CTC per batch row: argmax per step, repeats merged, blank (0) dropped."""
+    out = []
+    for row in np.argmax(probs, axis=-1):
+        seq, prev = [], -1
+        for c in row:
+            if c != prev and c != 0:
+                seq.append(int(c))
+            prev = c
+        out.append(tuple(seq))
+    return out
+
+
+def task_metric(name: str, refs: list[dict], gots: list[dict]) -> tuple[str, float]:
+    if name == "cls":
+        hits = [np.argmax(r[k], -1) == np.argmax(g[k], -1) for r, g in zip(refs, gots) for k in r]
+        return "top-1 agreement", float(np.mean(np.concatenate([h.ravel() for h in hits])))
+    if name == "rec":
+        same = [a == b for r, g in zip(refs, gots) for k in r for a, b in zip(ctc_decode(r[k]), ctc_decode(g[k]))]
+        return "decoded text equal", float(np.mean(same))
+    if name == "det":
+        inter = union = 0
+        for r, g in zip(refs, gots):
+            for k in r:
+                a, b = r[k] > 0.3, g[k] > 0.3
+                inter += int(np.count_nonzero(a & b))
+                union += int(np.count_nonzero(a | b))
+        return "text-mask IoU", inter / union if union else 1.0
+    key = "output"
+    agree = [(r[key] > 0.5) == (g[key] > 0.5) for r, g in zip(refs, gots)]
+    return "speech decision agreement", float(np.mean(np.concatenate([a.ravel() for a in agree])))
+
+
+def evaluate(name: str, fp32_path: str, candidate: str, held) -> dict:
+    import onnx
+
+    from trtconv.precision.int8_accuracy import accuracy_report
+    from trtconv.reference import ort
+
+    fp32 = onnx.load(fp32_path)
+    q = onnx.load(candidate)
+    stats, n = accuracy_report(fp32, q, held, optimize=False)
+    ref_sess, cand_sess = ort.session(fp32, optimize=True), ort.session(q, optimize=False)
+    outputs = [o.name for o in fp32.graph.output]
+    refs, gots = [], []
+    for s in held:
+        refs.append({k: v for k, v in ort.run(ref_sess, s).items() if v.dtype.kind == "f"})
+        got = ort.run(cand_sess, s, outputs)
+        gots.append({k: np.asarray(got[k], dtype=np.float32) for k in refs[-1]})
+    metric, value = task_metric(name, refs, gots)
+    return {"cosine": min(s.cosine for s in stats), "metric": metric, "value": value, "held": n,
+            "qdq": base.qdq_count(q), "fp16": any(t.data_type == onnx.TensorProto.FLOAT16 for t in q.graph.initializer)}
+
+
+# ----------------------------------------------------------------------------- parent
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="cls,rec,det,silero")
+    ap.add_argument("--modelopt-python", default=sys.executable,
+                    help="interpreter with nvidia-modelopt[onnx] installed (its own venv: it pins onnx versions)")
+    ap.add_argument("--skip-ort-entropy", action="store_true", help="ORT's 2048-bin entropy takes minutes per model")
+    ap.add_argument("--child", nargs=4, metavar=("TOOL", "METHOD", "SPEC", "OUT"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.child[0], args.child[1], json.loads(args.child[2]), args.child[3])
+        return
+    import onnx
+
+    from trtconv.samples.sources import SampleSet, SampleSource, model_inputs
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        specs = base.make_data(root, quick=True)
+        for name in args.models.split(","):
+            spec = specs[name]
+            held = SampleSet(SampleSource.detect(spec["held"]), model_inputs(onnx.load(spec["model"])))
+            for tool, method in TOOLS:
+                if args.skip_ort_entropy and (tool, method) == ("ort", "Entropy"):
+                    continue
+                out = str(root / f"{name}-{tool}-{method}.onnx")
+                python = args.modelopt_python if tool == "modelopt" else sys.executable
+                t0 = time.perf_counter()
+                proc = subprocess.run([python, __file__, "--child", tool, method, json.dumps(spec), out],
+                                      capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "2"})
+                wall = time.perf_counter() - t0
+                last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "{}"
+                info = json.loads(last) if last.startswith("{") else {"error": proc.stderr.strip()[-200:]}
+                row = {"model": name, "tool": tool, "method": method, "process_s": wall, **info}
+                if not info.get("error") and Path(out).exists():
+                    try:
+                        row.update(evaluate(name, spec["model"], out, held))
+                    except Exception as exc:
+                        row["error"] = f"evaluation: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+                elif not info.get("error"):
+                    row["error"] = "no model written"
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+    print(table(rows))
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| model | tool | method | task metric | value | min cosine | Q nodes | FP16 rest | calib s | process s "
+             "| peak RSS MiB | note |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        fp16 = "-" if "fp16" not in r else ("yes" if r["fp16"] else "no")
+        lines.append(f"| {r['model']} | {r['tool']} | {r['method']} | {r.get('metric', '-')} | "
+                     f"{base._fmt(r, 'value', '.4f')} | {base._fmt(r, 'cosine', '.5f')} | {base._fmt(r, 'qdq', 'd')} | "
+                     f"{fp16} | {base._fmt(r, 'seconds', '.1f')} | {base._fmt(r, 'process_s', '.1f')} | "
+                     f"{base._fmt(r, 'rss_mib', '.0f')} | {(r.get('error') or '')[:90]} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

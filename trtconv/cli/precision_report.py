@@ -1,0 +1,157 @@
+"""The precision stage's report as text: shared by ``quantize`` and ``build --precision fp16|int8``.
+
+Both commands gate the same way, so they print the same table, the same verdict and,
+for INT8, the same worst layers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from trtconv.cli.output import print_json, stdout_console
+from trtconv.precision.fp16 import rule_summaries
+from trtconv.reference.compare import OutputStats
+
+SHOW_LAYERS = 10  # sensitivity rows printed (--json lists all)
+
+
+def emit_quantize(doc: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print_json(doc)
+    elif doc["precision"] == "fp16" and doc["fp16"] is not None:
+        print_fp16(doc)
+    elif doc["int8"] is not None:
+        print_int8(doc)
+
+
+def print_fp16(doc: dict[str, Any]) -> None:
+    r = doc["fp16"]
+    con = stdout_console()
+    con.print(f"{doc['model']} -> {doc['output']} (fp16)", markup=False)
+    con.print(f"float nodes: {r['float_nodes']}; converted to FP16: {r['converted']}; kept in FP32: {r['kept_fp32']}; "
+              f"casts inserted: {r['casts_inserted']}; BatchNorms folded: {len(r['folded_batchnorms'])}",
+              markup=False)
+    print_kept(r["kept"])
+    if not r["activation_check"]:
+        con.print("activation ranges: not measured (no sample data)")
+    print_accuracy(doc, r["samples"])
+    print_verdict(doc)
+
+
+def print_kept(kept: list[dict[str, str]], title: str = "kept in FP32, by rule:") -> None:
+    if not kept:
+        return
+    con = stdout_console()
+    summaries = rule_summaries()
+    con.print(title, markup=False)
+    groups: dict[str, list[dict[str, str]]] = {}
+    for k in kept:
+        groups.setdefault(k["rule"], []).append(k)
+    for rule, nodes in groups.items():
+        con.print(f"  {rule} ({len(nodes)}): {summaries.get(rule, '')}", markup=False)
+        for k in nodes[:20]:
+            where = "" if k["graph"] == "main" else f" in {k['graph']}"
+            con.print(f"    {k['name']} ({k['op_type']}){where}: {k['detail']}", markup=False)
+        if len(nodes) > 20:
+            con.print(f"    ... and {len(nodes) - 20} more (--json lists all)", markup=False)
+
+
+def print_int8(doc: dict[str, Any]) -> None:
+    r = doc["int8"]
+    con = stdout_console()
+    con.print(f"{doc['model']} -> {doc['output']} (int8, {r['method']} calibration, {r['remainder']} remainder)",
+              markup=False)
+    weights = sum(1 for p in r["placed"] if p["kind"] == "weight")
+    acts = sum(1 for p in r["placed"] if p["kind"] == "activation")
+    con.print(f"Q/DQ placed: {acts} activations, {weights} weights; nodes skipped: {len(r['skipped'])}; "
+              f"calibration runs: {r['calibration_runs']}", markup=False)
+    cache = r["cache"]
+    if cache.get("path"):
+        con.print(f"calibration cache {cache['path']}: {'hit' if cache['hit'] else 'miss'} ({cache['reason']})",
+                  markup=False)
+    reasons: dict[str, int] = {}
+    for s in r["skipped"]:
+        reasons[s["reason"]] = reasons.get(s["reason"], 0) + 1
+    for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
+        con.print(f"  skipped ({n}): {reason}", markup=False)
+    rem = r.get("fp16_remainder")
+    if rem:
+        con.print(f"FP16 remainder: {rem['converted']} of {rem['float_nodes']} float nodes in FP16, "
+                  f"{rem['kept_fp32']} kept in FP32; BatchNorms folded: {len(r['folded_batchnorms'])}", markup=False)
+        print_kept(rem["kept"], "  kept in FP32, by rule:")
+    if r["auto_excluded"]:
+        con.print(f"--auto-exclude kept {len(r['auto_excluded'])} layer(s) out of INT8 "
+                  f"({r['gate_checks']} candidate models checked): {', '.join(r['auto_excluded'])}", markup=False)
+    print_accuracy(doc, r["accuracy_samples"])
+    print_sensitivity(r["sensitivity"])
+    print_verdict(doc)
+
+
+def print_sensitivity(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    table = Table(title="error each quantized layer adds to its own output (held-out data, ONNX Runtime)")
+    for col in ("layer", "op", "graph", "rel. sq. error", "cosine"):
+        table.add_column(col, justify="left" if col in ("layer", "op", "graph") else "right", overflow="fold")
+    for e in rows[:SHOW_LAYERS]:
+        table.add_row(e["node"], e["op_type"], e["graph"], f"{e['nmse']:.3g}", f"{e['cosine']:.6f}")
+    stdout_console().print(table)
+    if len(rows) > SHOW_LAYERS:
+        stdout_console().print(f"... and {len(rows) - SHOW_LAYERS} more layers (--json lists all)", markup=False)
+
+
+def print_accuracy(doc: dict[str, Any], n: int) -> None:
+    con = stdout_console()
+    if not doc["accuracy"]:
+        con.print("accuracy: not checked (no sample data)")
+        return
+    table = Table(title=f"error against FP32 on {n} sample(s) ({doc['accuracy_check']}, ONNX Runtime)")
+    stats = [OutputStats(**{**s, "shape": tuple(s["shape"])}) for s in doc["accuracy"]]
+    top1 = any(st.top1_agreement is not None for st in stats)
+    for col in ("output", "shape", "max abs", "mean abs", "max rel", "cosine", "NaN/Inf") + (("top-1",) if top1 else ()):
+        table.add_column(col, justify="left" if col in ("output", "shape") else "right", overflow="fold")
+    for st in stats:
+        row = [st.name, "x".join(map(str, st.shape)), f"{st.max_abs:.3g}", f"{st.mean_abs:.3g}",
+               f"{st.max_rel:.3g}", f"{st.cosine:.6f}", str(st.nonfinite)]
+        if top1:
+            row.append("-" if st.top1_agreement is None else f"{st.top1_agreement:.4f}")
+        table.add_row(*row)
+    con.print(table)
+
+
+def gate_line(doc: dict[str, Any]) -> str:
+    """One line: the gate's verdict and on what it was judged."""
+    limits = ", ".join(f"{k} {v}" for k, v in doc["thresholds"].items() if k not in ("per_output", "only"))
+    for name, lim in doc["thresholds"].get("per_output", {}).items():
+        limits += f"; {name}: " + ", ".join(f"{k} {v}" for k, v in lim.items())
+    if doc["violations"]:
+        return f"accuracy gate: FAILED ({limits})"
+    if doc["passed"]:
+        return f"accuracy gate: passed on {doc['accuracy_check']} ({limits})"
+    if doc["accuracy_check"] == "not checked":
+        return "accuracy gate: not checked (no sample data)"
+    return f"accuracy gate: not checked (judged on {doc['accuracy_check']}; pass held-out real data to check it)"
+
+
+def print_gate(result: Any, model: Any, prepared: Any) -> None:
+    """``build``'s precision stage: the same report ``quantize`` prints, for the prepared ONNX."""
+    doc = {"model": str(model), "output": str(prepared), **result.to_json()}
+    doc["written"] = False
+    if doc["precision"] == "fp16":
+        print_accuracy(doc, doc["fp16"]["samples"])
+        stdout_console().print(gate_line(doc), markup=False)
+    else:
+        print_int8({**doc, "quiet_verdict": True})
+
+
+def print_verdict(doc: dict[str, Any]) -> None:
+    con = stdout_console()
+    con.print(gate_line(doc), markup=False)
+    if doc.get("quiet_verdict"):
+        return
+    if doc["written"]:
+        con.print(f"wrote {doc['output']}", markup=False)
+    else:
+        con.print("FAILED: " + "; ".join(doc["violations"]) + " - nothing written", markup=False)

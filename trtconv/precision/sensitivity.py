@@ -1,0 +1,166 @@
+"""Which quantized layers hurt: the error each one adds, and the fewest to keep out of INT8.
+
+**Per-layer error** (in the spirit of ONNX Runtime's ``qdq_loss_debug``): every quantized
+layer gets a *shadow* — a copy of the node that reads its inputs through the layer's own
+Q/DQ pairs while the rest of the network stays FP32 — and one ONNX Runtime session over
+the held-out samples returns both outputs of every layer. The normalized squared error
+``||int8 - fp32||² / ||fp32||²`` of a layer's output is the error that layer alone adds,
+measured on real activations in one pass, whatever the number of layers.
+
+**Auto-exclude** ranks layers by that error and finds the shortest prefix of the ranking
+whose exclusion lets the whole model pass the gate (doubling, then bisection), then
+drops from it any layer the gate does not need. Each check reuses the calibrated scales:
+only the model is rebuilt and the accuracy run again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import onnx
+
+from trtconv.onnxutil.names import fresh_name
+from trtconv.onnxutil.walk import iter_graphs_with_path
+from trtconv.precision.expose import expose_tensors
+from trtconv.precision.int8_accuracy import run_failure, with_origin
+from trtconv.precision.qdq import Placement, insert_qdq
+from trtconv.reference.ort import session
+
+PROBE_SUFFIX = "__int8probe"
+
+
+@dataclass(frozen=True)
+class LayerError:
+    """The error one quantized layer adds to its own output (everything else FP32)."""
+
+    graph: str
+    node: str
+    op_type: str
+    nmse: float  # ||int8 - fp32||^2 / ||fp32||^2 over the held-out samples
+    cosine: float
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.graph, self.node
+
+    def to_json(self) -> dict[str, object]:
+        return {"graph": self.graph, "node": self.node, "op_type": self.op_type,
+                "nmse": float(f"{self.nmse:.6g}"), "cosine": float(f"{self.cosine:.8f}")}
+
+
+def node_label(node: onnx.NodeProto) -> str:
+    """How placements name a node (its name, or op type and outputs when unnamed)."""
+    return node.name or f"{node.op_type}({', '.join(node.output)})"
+
+
+def _probe_model(model: onnx.ModelProto, placed: Sequence[Placement], scales: Mapping[str, float]
+                 ) -> tuple[onnx.ModelProto, dict[tuple[str, str], tuple[str, str, str]]]:
+    """``model`` plus one shadow per quantized layer; (graph, node) -> (op, fp32 output, int8 output)."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    layers = {(p.graph, p.node) for p in placed}
+    taken = {o for _, g in iter_graphs_with_path(probe.graph) for n in g.node for o in (*n.output, n.name)}
+    shadows: dict[tuple[str, str], tuple[str, str, str]] = {}
+    renamed: dict[tuple[str, str], str] = {}
+    for path, g in iter_graphs_with_path(probe.graph):
+        nodes: list[onnx.NodeProto] = []
+        for node in g.node:
+            nodes.append(node)
+            label = node_label(node)
+            if (path, label) not in layers or not node.output or not node.output[0]:
+                continue
+            twin = onnx.NodeProto()
+            twin.CopyFrom(node)
+            twin.name = fresh_name(label + PROBE_SUFFIX, taken)
+            for k, o in enumerate(node.output):
+                if o:
+                    twin.output[k] = fresh_name(o + PROBE_SUFFIX, taken)
+            nodes.append(twin)
+            renamed[(path, label)] = twin.name
+            shadows[(path, label)] = (node.op_type, node.output[0], twin.output[0])
+        del g.node[:]
+        g.node.extend(nodes)
+    moved = [replace(p, node=renamed[(p.graph, p.node)]) for p in placed if (p.graph, p.node) in renamed]
+    return insert_qdq(probe, moved, scales), shadows
+
+
+def layer_errors(
+    model: onnx.ModelProto,
+    placed: Sequence[Placement],
+    scales: Mapping[str, float],
+    samples: Iterable[Mapping[str, np.ndarray]],
+) -> tuple[LayerError, ...]:
+    """Every quantized layer's own error on ``samples``, worst first (``model``: the FP32 model Q/DQ went into)."""
+    if not placed:
+        return ()
+    probe, shadows = _probe_model(model, placed, scales)
+    wanted = sorted({t for _, a, b in shadows.values() for t in (a, b)})
+    exposed, mapping = expose_tensors(probe, wanted)
+    sess = session(exposed, optimize=False)
+    fetch = list(mapping)
+    acc = {k: np.zeros(4) for k in shadows}  # dot, |ref|^2, |got|^2, |diff|^2
+    for origin, sample in with_origin(samples, "accuracy sample"):
+        try:
+            values = dict(zip((mapping[f] for f in fetch), sess.run(fetch, dict(sample))))
+        except Exception as exc:
+            raise run_failure(origin, exc) from exc
+        for key, (_, ref_name, got_name) in shadows.items():
+            ref, got = values.get(ref_name), values.get(got_name)
+            if ref is None or got is None or np.asarray(ref).size == 0 or np.shape(ref) != np.shape(got):
+                continue
+            r = np.asarray(ref, dtype=np.float64).ravel()
+            q = np.asarray(got, dtype=np.float64).ravel()
+            ok = np.isfinite(r) & np.isfinite(q)
+            r, q = r[ok], q[ok]
+            acc[key] += (r @ q, r @ r, q @ q, float(np.sum((r - q) ** 2)))
+        del values
+    out = []
+    for (graph, node), (op, _, _) in shadows.items():
+        dot, rr, gg, dd = acc[(graph, node)]
+        if rr == 0 and gg == 0:
+            continue  # never ran (a branch the samples do not take)
+        cos = float(np.clip(dot / np.sqrt(rr * gg), -1, 1)) if rr > 0 and gg > 0 else 0.0
+        out.append(LayerError(graph, node, op, float(dd / rr) if rr > 0 else float("inf"), cos))
+    return tuple(sorted(out, key=lambda e: (-e.nmse, e.graph, e.node)))
+
+
+def fewest_exclusions(
+    ranking: Sequence[tuple[str, str]],
+    passes: Callable[[frozenset[tuple[str, str]]], bool],
+    *,
+    prune_up_to: int = 8,
+) -> tuple[tuple[str, str], ...] | None:
+    """The smallest set of layers (from the front of ``ranking``) whose exclusion ``passes``; None if none.
+
+    Doubling then bisection over prefixes of the ranking (``passes`` is called O(log n)
+    times), then each layer of a short answer is tried without: the gate, not the
+    ranking, has the last word.
+    """
+    if not ranking:
+        return None
+    n = len(ranking)
+    good, bad = None, 0
+    k = 1
+    while True:
+        k = min(k, n)
+        if passes(frozenset(ranking[:k])):
+            good = k
+            break
+        bad = k
+        if k == n:
+            return None
+        k *= 2
+    while good - bad > 1:
+        mid = (good + bad) // 2
+        if passes(frozenset(ranking[:mid])):
+            good = mid
+        else:
+            bad = mid
+    chosen = list(ranking[:good])
+    if len(chosen) <= prune_up_to:
+        for layer in list(chosen):
+            if len(chosen) > 1 and passes(frozenset(c for c in chosen if c != layer)):
+                chosen.remove(layer)
+    return tuple(chosen)
