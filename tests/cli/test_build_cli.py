@@ -164,12 +164,14 @@ def test_profile_comes_from_the_calibration_samples(ocr_cls, tmp_path: Path, no_
     assert stages["profiles"]["status"] == "done" and stages["profiles"]["profiles"] == 1
     from trtconv.api import BuildSettings
     from trtconv.load import load_model
-    from trtconv.pipeline.build import _sample_shapes, _samples
+    from trtconv.pipeline.build import _sample_shapes
+    from trtconv.pipeline.quantize import sample_set
     from trtconv.plan.profiles import build_profiles
 
     req = BuildSettings(calib_data=calib).request(ocr_cls, tmp_path / "m.engine")
-    (profile,) = build_profiles(load_model(ocr_cls).proto,
-                                sample_shapes=_sample_shapes(_samples(load_model(ocr_cls).proto, req)))
+    samples = sample_set(load_model(ocr_cls).proto, req.quantize_settings())
+    assert samples is not None
+    (profile,) = build_profiles(load_model(ocr_cls).proto, sample_shapes=_sample_shapes(samples))
     x = profile.as_dict()["x"]
     assert (x.min, x.opt, x.max) == ((1, 3, 48, 96), (1, 3, 48, 192), (1, 3, 48, 320))
 
