@@ -125,8 +125,7 @@ def _set_log_level(level: int) -> None:
     logger = logging.getLogger("trtconv")
     if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
         logger.addHandler(_StderrHandler())
-    logger.propagate = False
-    logger.setLevel(level)
+    logger.setLevel(level)  # records still propagate: the root logger has no handler unless a host adds one
 
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
