@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -163,7 +164,11 @@ def main() -> None:
         root = Path(tmp)
         specs = base.make_data(root, quick=True)
         for name in args.models.split(","):
-            spec = specs[name]
+            # peers may write beside or over the model they are given (one rewrote the installed
+            # PP-OCR file with inferred shapes): each gets a private copy, never the package's file
+            private = root / f"{name}-input.onnx"
+            shutil.copyfile(specs[name]["model"], private)
+            spec = {**specs[name], "model": str(private)}
             held = SampleSet(SampleSource.detect(spec["held"]), model_inputs(onnx.load(spec["model"])))
             for tool, method in TOOLS:
                 if args.skip_ort_entropy and (tool, method) == ("ort", "Entropy"):

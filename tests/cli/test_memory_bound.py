@@ -55,7 +55,9 @@ def _run(args: list[str], limit: int | None = None) -> subprocess.CompletedProce
         if limit:
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    # glibc makes a new 64 MiB malloc arena whenever threads contend, so how much address space
+    # is reserved would depend on scheduling (and so on machine load); a fixed count makes it not
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "MALLOC_ARENA_MAX": "2"}
     return subprocess.run([sys.executable, "-c", _REPORT, *args], capture_output=True, text=True,
                           preexec_fn=cap, env=env, timeout=600)
 
