@@ -9,21 +9,17 @@ import pytest
 from builders import dcn_model
 from click.testing import CliRunner
 
-import trtconv.rewrites.dcn
 from trtconv.cli.main import cli
 from trtconv.errors import ExitCode
 from trtconv.pipeline.build import PLUGIN_FREE_DCN, BuildRequest
 
 pytest.importorskip("tensorrt_rtx", reason="tensorrt-rtx is in the test extra: run `make install`")
-portable = pytest.mark.skipif("portable" not in trtconv.rewrites.dcn.TARGETS,
-                              reason="lands with the plugin-free DCN rule")
 
 
 def _build(*args: object):
     return CliRunner().invoke(cli, ["build", "--trt", "rtx", *[str(a) for a in args]])
 
 
-@portable
 def test_default_dcn_target_is_plugin_free_only_where_plugins_are_missing():
     req = BuildRequest(model=Path("m.onnx"), output=Path("m.engine"), target="rtx")
     assert req.dcn() == PLUGIN_FREE_DCN == "portable"
@@ -32,7 +28,6 @@ def test_default_dcn_target_is_plugin_free_only_where_plugins_are_missing():
                         dcn_target="deformconv").dcn() == "deformconv"  # the user's choice wins
 
 
-@portable
 def test_dcnv2_model_builds_a_real_rtx_engine_through_the_plugin_free_form(tmp_path):
     engine = tmp_path / "dcn.engine"
     res = _build(dcn_model(tmp_path / "dcn.onnx"), "-o", engine)

@@ -60,7 +60,7 @@ from trtconv.precision.int8 import DEFAULT_TRT_VERSION
 from trtconv.precision.phases import PHASES
 from trtconv.reference import ort
 from trtconv.reference.compare import DEFAULT_THRESHOLDS
-from trtconv.rewrites import DCN_TARGETS, RewriteResult, RewriteSettings, rewrite, trtconv_plugin_spec
+from trtconv.rewrites import RewriteResult, RewriteSettings, rewrite, trtconv_plugin_spec
 from trtconv.rewrites.catalog import rewrite_rule_for
 from trtconv.samples.sources import SampleSet
 from trtconv.trt.builder import build_engine
@@ -110,7 +110,7 @@ class BuildRequest:
         has no plugins (RTX), else None (rewrite's own default)."""
         if self.dcn_target is not None:
             return self.dcn_target
-        return PLUGIN_FREE_DCN if not for_target(self.target).plugins and PLUGIN_FREE_DCN in DCN_TARGETS else None
+        return PLUGIN_FREE_DCN if not for_target(self.target).plugins else None
 
     def prepared_path(self) -> Path:
         if self.prepared is not None:
