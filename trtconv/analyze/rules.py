@@ -5,6 +5,9 @@ and yields :class:`Finding`s. Version differences live in the table's ``params``
 (e.g. GridSample ``ranks=4`` on 10.16, ``ranks=4|5`` on 11.4), never in the code.
 Generic rules (dtype, constant inputs, ranks, unsupported optional I/O, data-dependent
 shapes) run for every row that sets the parameter they read.
+
+Over 400 lines because it is the whole table of small rules with its one dispatch; each rule
+is a few lines, and splitting them by op family would split the table a reader scans.
 """
 
 from __future__ import annotations

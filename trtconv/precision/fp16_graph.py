@@ -11,6 +11,10 @@ Types come from the ONNX schema of each op: inputs bound to the same type variab
 get the same dtype, inputs with a fixed type (Resize ``scales``) keep it, and type
 variables that appear only among inputs (Shape's input, Resize's ``roi``) accept
 whatever arrives. Graph inputs and outputs, and subgraph outputs, keep their types.
+
+Over 400 lines because the typing pass (home and wanted dtypes, cast placement, constant
+copies, subgraph scopes) is one algorithm over one state; which nodes stay FP32 and why is
+decided in :mod:`trtconv.precision.fp16_rules`.
 """
 
 from __future__ import annotations
