@@ -9,25 +9,19 @@ assembles for Hopper with static shared memory only (48 KiB for sm_90, 227 KiB f
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from scripts import load_script
 
 from trtconv.trt.plugins import dcnv2_kernel as dk
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def _build_module():
-    spec = importlib.util.spec_from_file_location("dcnv2_build_ptx", ROOT / "plugins" / "dcnv2" / "build_ptx.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("plugins/dcnv2/build_ptx.py", "dcnv2_build_ptx")
 
 
 @pytest.fixture(scope="module")

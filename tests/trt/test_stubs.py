@@ -4,21 +4,15 @@ them tells 10.16 from 11.4 (the point of type-checking trtconv/trt against both)
 from __future__ import annotations
 
 import ast
-import importlib.util
-from pathlib import Path
 
 import pytest
+from scripts import ROOT, load_script
 
-ROOT = Path(__file__).resolve().parents[2]
 STUBS = ROOT / ".cache" / "trt-stubs"
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("trt_stub_generate", ROOT / "tools" / "trt_stubs" / "generate.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("tools/trt_stubs/generate.py", "trt_stub_generate")
 
 
 def test_default_before_non_default_is_repaired():
