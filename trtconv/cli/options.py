@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from trtconv.api import QuantizeSettings
+from trtconv.cli.main import MODEL_KEY
 from trtconv.errors import UsageError
 from trtconv.load import parse_shapes
 from trtconv.reference.compare import DEFAULT_THRESHOLDS, Thresholds, parse_limit, thresholds_with
@@ -23,8 +24,14 @@ TRT_VERSIONS = ("10.16", "11.4", "rtx")  # "rtx": TensorRT-RTX (builds without a
 DEFAULT_TRT_VERSION = "11.4"
 
 
+def _remember_model(ctx: click.Context, _param: click.Parameter, value: Path | None) -> Path | None:
+    """The model's path, for the out-of-memory message (``ctx.meta`` is shared by the whole command)."""
+    ctx.meta[MODEL_KEY] = value
+    return value
+
+
 def model_argument(f: F) -> F:
-    return click.argument("model", type=click.Path(path_type=Path, dir_okay=False))(f)
+    return click.argument("model", type=click.Path(path_type=Path, dir_okay=False), callback=_remember_model)(f)
 
 
 def output_option(required: bool = True, help: str = "Output file.") -> Callable[[F], F]:

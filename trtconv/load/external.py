@@ -8,10 +8,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from trtconv.errors import InvalidModelError
-from trtconv.load.proto import iter_tensors
+from trtconv.load.proto import DATA_FIELDS, copy_fields, iter_tensors
 
 
 @dataclass(frozen=True)
@@ -108,4 +110,74 @@ def external_bytes(refs: list[ExternalRef], base_dir: Path) -> dict[str, int]:
             out[r.tensor] = max(0, (base_dir / r.location).stat().st_size - r.offset)
     return out
 
+
+# Smaller external tensors are loaded even in a lazy load: shape tensors and scalars, which
+# shape inference and constant folding need as values (and whose bytes cost nothing).
+LAZY_TENSOR_MIN = 64 << 10
+
+
+def make_lazy(pairs: list[tuple[onnx.TensorProto, ExternalRef]], base_dir: Path) -> None:
+    """Point every external tensor of at least ``LAZY_TENSOR_MIN`` bytes at its data file by
+    absolute path, so that it can be read (:func:`tensor_array`, graphsurgeon) or streamed into
+    an output (``save``) on demand wherever the proto goes, without ever being loaded whole;
+    load the smaller ones. Run after :func:`validate_external_refs`: the paths are the checked ones."""
+    base = base_dir.resolve()
+    for t, ref in pairs:
+        location = str((base / ref.location).resolve())
+        for entry in t.external_data:
+            if entry.key == "location":
+                entry.value = location
+        if lazy_span(t)[2] < LAZY_TENSOR_MIN:
+            raw = _read_span(t)
+            del t.external_data[:]
+            t.data_location = onnx.TensorProto.DEFAULT
+            t.raw_data = raw
+
+
+def _read_span(t: onnx.TensorProto) -> bytes:
+    location, offset, length = lazy_span(t)
+    with open(location, "rb") as fh:
+        fh.seek(offset)
+        return fh.read(length)
+
+
+def is_lazy(t: onnx.TensorProto) -> bool:
+    """An external tensor :func:`make_lazy` pointed at its data file by absolute path."""
+    if t.data_location != onnx.TensorProto.EXTERNAL:
+        return False
+    return any(e.key == "location" and os.path.isabs(e.value) for e in t.external_data)
+
+
+def lazy_span(t: onnx.TensorProto) -> tuple[str, int, int]:
+    """(file, offset, length) of a lazy tensor's bytes."""
+    info = {e.key: e.value for e in t.external_data}
+    offset = int(info.get("offset") or 0)
+    length = int(info["length"]) if info.get("length") else os.stat(info["location"]).st_size - offset
+    return info["location"], offset, length
+
+
+def tensor_array(t: onnx.TensorProto) -> np.ndarray:
+    """``numpy_helper.to_array`` that also reads lazy tensors (onnx refuses absolute locations)."""
+    if not is_lazy(t):
+        return numpy_helper.to_array(t)
+    loaded = onnx.TensorProto()
+    copy_fields(t, loaded, DATA_FIELDS)
+    loaded.raw_data = _read_span(t)
+    return numpy_helper.to_array(loaded)
+
+
+def copy_lazy(t: onnx.TensorProto, out, chunk: int = 16 << 20) -> int:
+    """Stream a lazy tensor's bytes into the open file ``out``, ``chunk`` bytes at a time; bytes written."""
+    location, offset, length = lazy_span(t)
+    left = length
+    with open(location, "rb") as fh:
+        fh.seek(offset)
+        while left:
+            block = fh.read(min(chunk, left))
+            if not block:
+                raise InvalidModelError(f"tensor {t.name!r}: external data file {location!r} is shorter than "
+                                        "when the model was loaded", hint="was it changed while trtconv ran?")
+            out.write(block)
+            left -= len(block)
+    return length
 

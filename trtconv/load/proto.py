@@ -36,6 +36,17 @@ def approx_size(model: onnx.ModelProto) -> int:
     return sum(tensor_nbytes(t) for t in iter_tensors(model))
 
 
+def weight_bytes(model: onnx.ModelProto) -> int:
+    """Bytes of all tensor data, inline and external with a known length: the model's weights."""
+    total = 0
+    for t in iter_tensors(model):
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            total += next((int(e.value) for e in t.external_data if e.key == "length" and e.value.isdigit()), 0)
+        else:
+            total += tensor_nbytes(t)
+    return total
+
+
 # Tensors at least this large lose their bytes in ``structure_only``; smaller ones (shapes,
 # axes, scalars) keep them, so shape inference can still propagate constant values.
 STRUCTURE_KEEP_BYTES = 1024

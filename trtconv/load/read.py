@@ -13,7 +13,13 @@ from google.protobuf.message import DecodeError
 from onnx import external_data_helper
 
 from trtconv.errors import InvalidModelError, UsageError
-from trtconv.load.external import ExternalRef, external_bytes, external_refs, validate_external_refs
+from trtconv.load.external import (
+    ExternalRef,
+    external_bytes,
+    external_refs,
+    make_lazy,
+    validate_external_refs,
+)
 from trtconv.load.proto import STRIPPED_LOCATION
 from trtconv.load.strip import strip_weights
 from trtconv.load.validate import (
@@ -111,7 +117,7 @@ def read_proto(path: Path) -> onnx.ModelProto:
 
 
 def load_model(path: str | os.PathLike[str], *, load_weights: bool = True, check: bool = True,
-               structure_only: bool = False) -> LoadedModel:
+               structure_only: bool = False, lazy_from: int | None = None) -> LoadedModel:
     """Read ``path``; validate external data; optionally load it into the proto.
 
     ``load_weights=False`` keeps external tensors as references: analysis needs only
@@ -131,7 +137,11 @@ def load_model(path: str | os.PathLike[str], *, load_weights: bool = True, check
     check_tensor_sizes(model, external_bytes(refs, path.parent))
     check_structure(model)
     err = checker_error(model, path, bool(refs)) if check else None
-    if load_weights and refs:
+    on_disk_initializers = sum(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+    if (load_weights and refs and lazy_from is not None and on_disk_initializers == len(pairs)
+            and sum(external_bytes(refs, path.parent).values()) >= lazy_from):
+        make_lazy(pairs, path.parent)
+    elif load_weights and refs:
         try:
             external_data_helper.load_external_data_for_model(model, str(path.parent))
         except (OSError, ValueError) as exc:

@@ -21,7 +21,8 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from trtconv.errors import AccuracyError, InvalidModelError, UsageError
-from trtconv.load import LoadedModel, approx_size
+from trtconv.load import LoadedModel
+from trtconv.load.proto import weight_bytes
 from trtconv.load.shapes import Shape, override_input_shapes, value_shapes
 from trtconv.onnxutil.domains import ORT_DOMAINS, default_opset, normalize_domain
 from trtconv.onnxutil.names import fresh_name
@@ -135,7 +136,7 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     # the export return new protos), and a copy would hold every weight twice.
     model = override_input_shapes(src, settings.shapes) if settings.shapes else src
     shaped = model  # the input as --shapes made it, before any rule prepares it
-    large = approx_size(model) > settings.large_model_bytes
+    large = weight_bytes(model) > settings.large_model_bytes  # lazy (on-disk) weights count too
     opset_before = default_opset(model)
     nodes_before = _count_nodes(model)
     was_sorted = is_sorted(model)

@@ -4,11 +4,13 @@ on what it cannot write back."""
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from trtconv.errors import UnsupportedModelError
+from trtconv.load.external import is_lazy, tensor_array
 from trtconv.load.proto import DATA_FIELDS, copy_fields, inferred_value_info, structure_only, tensor_nbytes
 from trtconv.onnxutil.domains import ORT_DOMAINS, normalize_domain
 from trtconv.onnxutil.walk import iter_graphs
@@ -56,11 +58,24 @@ def import_with_shapes(model: onnx.ModelProto, shaped: onnx.ModelProto) -> gs.Gr
     del model.graph.output[:]
     model.graph.output.extend(shaped.graph.output)
     try:
-        return gs.import_onnx(model)
+        graph = gs.import_onnx(model)
     finally:
         del model.graph.value_info[keep:]
         del model.graph.output[:]
         model.graph.output.extend(outputs)
+    for t in graph.tensors().values():
+        values = getattr(t, "_values", None)
+        if isinstance(values, LazyValues) and isinstance(values.tensor, onnx.TensorProto) and is_lazy(values.tensor):
+            t._values = _OnDisk(values.tensor)
+    return graph
+
+
+class _OnDisk(LazyValues):
+    """graphsurgeon's lazy values of a tensor left on disk (``load_model(lazy_from=...)``):
+    read from its file when a rule asks; exported as the same on-disk reference otherwise."""
+
+    def load(self) -> np.ndarray:
+        return tensor_array(self.tensor)
 
 
 # Imported tensors at least this large are lent to the export as byte-less stand-ins.

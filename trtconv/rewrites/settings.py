@@ -39,6 +39,9 @@ class RewriteSettings:
     # Models above this many bytes of weights take the large-model path: no protobuf
     # serialization in memory (no folding, no graph proof), external data on save.
     large_model_bytes: int = PROTOBUF_LIMIT
+    # Models with at least this many bytes of external data keep it on disk (``load_model``'s
+    # ``lazy_from``): tensors are read where a rule needs them and streamed into the output.
+    lazy_weights_bytes: int = 256 << 20
 
     def to_json(self) -> dict[str, Any]:
         return {
