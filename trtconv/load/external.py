@@ -111,6 +111,10 @@ def external_bytes(refs: list[ExternalRef], base_dir: Path) -> dict[str, int]:
     return out
 
 
+# Models with at least this many bytes of external data keep them on disk where a stage
+# reads weights one at a time (rewrite, FP16): ``load_model(lazy_from=...)``.
+LAZY_WEIGHTS_BYTES = 256 << 20
+
 # Smaller external tensors are loaded even in a lazy load: shape tensors and scalars, which
 # shape inference and constant folding need as values (and whose bytes cost nothing).
 LAZY_TENSOR_MIN = 64 << 10

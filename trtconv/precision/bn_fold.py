@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from trtconv.load.external import tensor_array
 from trtconv.onnxutil.constants import remove_unused_constants
 from trtconv.onnxutil.names import fresh_name, model_names
 from trtconv.onnxutil.walk import iter_graphs
@@ -40,7 +41,7 @@ class _Constants:
 
     def get(self, name: str) -> np.ndarray | None:
         t = self._protos.get(name)
-        return None if t is None else numpy_helper.to_array(t)
+        return None if t is None else tensor_array(t)  # also an initializer left on disk
 
 
 def _attr(node: onnx.NodeProto, name: str, default: float | int) -> float | int:

@@ -23,7 +23,10 @@ import onnx
 from onnx import TensorProto
 
 from trtconv.errors import AccuracyError, InternalError, InvalidModelError
-from trtconv.load import PROTOBUF_LIMIT, approx_size, structure_only
+from trtconv.load import structure_only
+from trtconv.load.external import is_lazy
+from trtconv.load.spill import spill
+from trtconv.load.validate import check_structure_only
 from trtconv.onnxutil.order import sort_nodes
 from trtconv.onnxutil.walk import iter_graphs
 from trtconv.precision import fp16_rules as rules
@@ -214,6 +217,8 @@ def convert_fp16(
     out = rw.run()
     del work
     rw.model = onnx.ModelProto()  # only ``out`` and the input model are needed from here on
+    if any(is_lazy(t) for t in model.graph.initializer):
+        out = spill(out)  # weights came from disk: the converted ones go back there until the save
     out.ir_version = max(out.ir_version, 4)  # IR 3 wants every initializer listed as an input; we add some
     _check_valid(out, model)
     if check_loads and (samples is None or not settings.check_accuracy):
@@ -369,14 +374,13 @@ def _with_types(model: onnx.ModelProto) -> onnx.ModelProto:
 def _check_valid(out: onnx.ModelProto, original: onnx.ModelProto) -> None:
     """The converted model must pass onnx.checker wherever the original does (else: our bug)."""
 
-    if approx_size(out) > PROTOBUF_LIMIT:
-        log.warning("the FP16 model is over 2 GB: onnx.checker runs on the saved file only")
-        return
+    # The structure alone (kilobytes): the checker checks structure, not values, and the
+    # whole model would be serialized once more for it.
     try:
-        onnx.checker.check_model(out)
+        check_structure_only(out, None)
     except onnx.checker.ValidationError as exc:
         try:
-            onnx.checker.check_model(original)
+            check_structure_only(original, None)
         except onnx.checker.ValidationError:
             log.warning("the input model fails onnx.checker too; the FP16 model inherits that")
             return

@@ -28,7 +28,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, defs, helper, numpy_helper
 
+from trtconv.load.external import is_lazy, tensor_array
 from trtconv.load.shapes import graph_dtypes
+from trtconv.load.spill import lazy_as
 from trtconv.onnxutil.domains import normalize_domain, opset_versions
 from trtconv.onnxutil.names import fresh_name, model_names
 from trtconv.onnxutil.walk import has_subgraphs, iter_graphs, subgraphs
@@ -195,7 +197,7 @@ class _Scope:
         if s is None:
             return None
         if name in s.inits:
-            return numpy_helper.to_array(s.inits[name])
+            return tensor_array(s.inits[name])  # also an initializer left on disk (load_model lazy_from)
         if name in s.const_nodes:
             return numpy_helper.to_array(s.graph.node[s.const_nodes[name]].attribute[0].t)
         return None
@@ -216,7 +218,7 @@ class _Scope:
         suffix = "_fp16" if want == HALF else "_fp32"
         new = self.rw.fresh(name + suffix)
         if name in s.inits:
-            arr = _to_dtype(numpy_helper.to_array(s.inits[name]), want)
+            arr = _to_dtype(tensor_array(s.inits[name]), want)
             s.new_inits.append(numpy_helper.from_array(arr, new))
             s.replaced.add(name)
             self.rw.stats.constants_converted += 1
@@ -465,7 +467,9 @@ def emulate_half(model: onnx.ModelProto, half_tensors: set[str]) -> onnx.ModelPr
 
     for g in iter_graphs(out.graph):
         for t in g.initializer:
-            if t.data_type == HALF:
+            if t.data_type == HALF and is_lazy(t):  # on disk: converted there, one tensor at a time
+                t.CopyFrom(lazy_as(t, FLOAT))
+            elif t.data_type == HALF:
                 t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
         for vi in list(g.input) + list(g.output):
             if vi.type.tensor_type.elem_type == HALF:
