@@ -88,9 +88,10 @@ class OutOfMemoryError(TrtconvError):
 
 # How C++ libraries word a failed allocation when it reaches Python as an exception
 # (ONNX Runtime: "bad_alloc", "Failed to allocate memory"; glibc's ENOMEM text; CPython
-# when a thread's stack cannot be mapped).
+# when a thread's stack cannot be mapped; the dynamic loader when a library cannot be mapped).
 _ALLOCATION_WORDS = ("bad_alloc", "bad allocation", "failed to allocate", "cannot allocate memory",
-                     "unable to allocate", "out of memory", "can't start new thread")
+                     "unable to allocate", "out of memory", "can't start new thread",
+                     "failed to map segment")
 
 
 def is_allocation_failure(exc: BaseException) -> bool:

@@ -20,6 +20,7 @@ from trtconv.load.external import (
     make_lazy,
     validate_external_refs,
 )
+from trtconv.load.memory import ensure_room
 from trtconv.load.proto import STRIPPED_LOCATION
 from trtconv.load.strip import strip_weights
 from trtconv.load.validate import (
@@ -77,6 +78,7 @@ def read_proto(path: Path) -> onnx.ModelProto:
         raise UsageError(f"{path} is a directory, not an ONNX file")
     if not path.is_file():  # a FIFO would block forever, /dev/zero would fill memory
         raise UsageError(f"{path} is not a regular file", hint="give the path of an .onnx file")
+    ensure_room(path.stat().st_size, "reading the model")
     try:
         model = onnx.load(str(path), load_external_data=False)
     except (DecodeError, RuntimeError, ValueError, TypeError, UnicodeDecodeError) as exc:
@@ -142,6 +144,7 @@ def load_model(path: str | os.PathLike[str], *, load_weights: bool = True, check
             and sum(external_bytes(refs, path.parent).values()) >= lazy_from):
         make_lazy(pairs, path.parent)
     elif load_weights and refs:
+        ensure_room(sum(external_bytes(refs, path.parent).values()), "reading the model's external data")
         try:
             external_data_helper.load_external_data_for_model(model, str(path.parent))
         except (OSError, ValueError) as exc:

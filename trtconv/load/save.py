@@ -7,9 +7,10 @@ import os
 from pathlib import Path
 
 import onnx
+from google.protobuf.message import EncodeError
 from onnx import numpy_helper
 
-from trtconv.errors import OutputError
+from trtconv.errors import OutOfMemoryError, OutputError
 from trtconv.load.external import copy_lazy, is_lazy
 from trtconv.load.proto import DATA_FIELDS, approx_size, copy_fields, iter_tensors, tensor_nbytes
 from trtconv.outputs import atomic_dir, check_output_path, fsync_dir, os_error
@@ -70,6 +71,8 @@ def save_model(
             fsync_dir(parent)
         except OSError as exc:
             raise os_error(path, exc) from exc
+        except EncodeError as exc:  # a proto under 2 GB that cannot be serialized: the copy did not fit
+            raise OutOfMemoryError("out of memory while writing the output") from exc
         except ValueError as exc:  # onnx refuses a >2 GB proto when told to keep weights inline
             raise OutputError(f"cannot write {path}: {str(exc).splitlines()[0] if str(exc) else exc}",
                               hint="large models need external data") from exc

@@ -23,8 +23,9 @@ import onnx
 from onnx import TensorProto
 
 from trtconv.errors import AccuracyError, InternalError, InvalidModelError
-from trtconv.load import structure_only
+from trtconv.load import approx_size, structure_only
 from trtconv.load.external import is_lazy
+from trtconv.load.memory import ensure_room
 from trtconv.load.spill import spill
 from trtconv.load.validate import check_structure_only
 from trtconv.onnxutil.order import sort_nodes
@@ -183,6 +184,7 @@ def convert_fp16(
 
     if samples is not None and not hasattr(samples, "__len__"):
         samples = list(samples)  # a generator: we need two passes
+    ensure_room(approx_size(model), "copying the model for FP16")  # protobuf's copy crashes when out of memory
     work = onnx.ModelProto()
     work.CopyFrom(model)
 
@@ -273,6 +275,7 @@ def fp16_accuracy(
     # One session at a time: each holds a copy of the weights.
     got = _compare_all(cand_sess, samples, reference_outputs, half_inputs, np.float16, top1)
     del cand_sess
+    ensure_room(3 * approx_size(fp16_model), "making the FP16 model's FP32 twin")  # a copy, then FP32 weights
     emu_sess = ort.session(emulate_half(fp16_model, half_tensors))
     emu = _compare_all(emu_sess, samples, reference_outputs, half_inputs, np.float32, top1)
     del emu_sess

@@ -11,6 +11,7 @@ from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from trtconv.errors import UnsupportedModelError
 from trtconv.load.external import is_lazy, tensor_array
+from trtconv.load.memory import ensure_room
 from trtconv.load.proto import DATA_FIELDS, copy_fields, inferred_value_info, structure_only, tensor_nbytes
 from trtconv.onnxutil.domains import ORT_DOMAINS, normalize_domain
 from trtconv.onnxutil.walk import iter_graphs
@@ -108,6 +109,7 @@ def export(graph: gs.Graph, like: onnx.ModelProto, *, with_weights: bool = True)
         for values, real in swapped:
             values.tensor = real
     if with_weights:
+        ensure_room(sum(tensor_nbytes(t) for t in lent.values()), "writing the rewritten graph's weights")
         for init in out.graph.initializer:
             real = lent.get(init.name)
             if real is not None:
