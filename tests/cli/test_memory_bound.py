@@ -3,15 +3,15 @@
 PP-OCRv4 det with its real weights tiled 8 times per channel (tests/bigmodels.py: it computes
 what PP-OCRv4 det computes; ~290 MB of external data, built here, never committed), three
 rendered document pages as samples. The model is over ``LAZY_WEIGHTS_BYTES``, so its weights
-take the path a model over 2 GB takes (left on disk, streamed into outputs). Each command runs in a fresh process whose peak RSS
-(VmHWM, read by the process itself at exit) must stay within 1.5 x the model's size + 1 GiB,
-under an address-space cap (RLIMIT_AS) of that bound plus what the same command reserves
-without touching (VmPeak - VmHWM: thread stacks, allocator arenas, unread parts of
-libraries; measured on the unwidened model): a run that needs a second copy of the weights fails to allocate (exit 12) and the test
-fails. A tighter check replaces the 1 GiB by what the same command's peak was on the
-unwidened model. No timing is involved.
-benchmarks/big_model_memory.py measures the same commands' peak RSS and wall time, and the
-model over 2 GB.
+take the path a model over 2 GB takes (left on disk, streamed into outputs). Each command
+runs in a fresh process whose peak RSS (VmHWM, read by the process itself at exit) must stay
+within 1.5 x the model's size + 1 GiB, under an address-space cap (RLIMIT_AS) of that bound
+plus what the same command reserves without touching (VmPeak - VmHWM: thread stacks,
+allocator arenas, unread parts of libraries; measured on the unwidened model): a run that
+needs a second copy of the weights fails to allocate (exit 12) and the test fails. A tighter
+check replaces the 1 GiB by what the same command's peak was on the unwidened model. No
+timing is involved. benchmarks/big_model_memory.py measures the same commands' peak RSS and
+wall time, and the model over 2 GB.
 """
 
 from __future__ import annotations
