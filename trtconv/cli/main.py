@@ -37,7 +37,10 @@ COMMANDS: dict[str, str] = {
 }
 
 TRACEBACK_KEY = "trtconv.traceback"
-MODEL_KEY = "trtconv.model"  # the command's model path (cli.options.model_argument), for out-of-memory messages
+# The command's model path and a function giving its weights' bytes (cli.options.model_argument),
+# for the out-of-memory message.
+MODEL_KEY = "trtconv.model"
+MODEL_BYTES_KEY = "trtconv.model-bytes"
 
 
 class LazyGroup(click.Group):
@@ -136,30 +139,15 @@ def _report_out_of_memory(ctx: click.Context, exc: BaseException, stage: str) ->
         if e is not None and e.__traceback__ is not None:
             traceback.clear_frames(e.__traceback__)
     remove_own_temps()
-    model = ctx.meta.get(MODEL_KEY)
-    size = _model_bytes(model) if model is not None else None
+    model, sizer = ctx.meta.get(MODEL_KEY), ctx.meta.get(MODEL_BYTES_KEY)
+    try:
+        size = sizer() if sizer is not None else None
+    except Exception:  # an unreadable model has no size to report; the error line stands without it
+        size = None
     need = (f": {model} holds {size / 2**30:.2f} GiB of weights, and trtconv needs up to about "
             f"{(1.5 * size + 2**30) / 2**30:.1f} GiB (1.5 x the model + 1 GiB)" if size else "")
     click.echo(f"trtconv: error: out of memory while {stage}{need}; nothing was written", err=True)
     click.echo("  hint: free memory, or raise the limit (ulimit -v, the container's memory limit)", err=True)
-
-
-def _model_bytes(path: os.PathLike[str]) -> int | None:
-    """The model file's size plus that of the external-data files it names: what its
-    weights take in memory, near enough for a message."""
-    import onnx  # only on this error path
-
-    try:
-        size = os.stat(path).st_size
-        if size > 64 << 20:  # weights inline: the file is the size
-            return size
-        proto = onnx.load(os.fspath(path), load_external_data=False)
-        folder = os.path.dirname(os.fspath(path))
-        files = {e.value for t in proto.graph.initializer for e in t.external_data if e.key == "location"}
-        return size + sum(os.stat(os.path.join(folder, f)).st_size for f in files
-                          if os.path.isfile(os.path.join(folder, f)))
-    except Exception:  # an unreadable model has no size to report; the error line stands without it
-        return None
 
 
 def _report_usage(exc: click.exceptions.ClickException) -> None:

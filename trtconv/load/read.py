@@ -185,3 +185,15 @@ def model_sha256(loaded: LoadedModel) -> str:
     return h.hexdigest()
 
 
+def disk_bytes(path: str | os.PathLike[str]) -> int:
+    """The model file's size plus that of the external-data files it names: what its weights
+    take once loaded, near enough for an out-of-memory message. A large file is its weights:
+    it is not parsed."""
+    size = os.stat(path).st_size
+    if size > 64 << 20:
+        return size
+    proto = onnx.load(os.fspath(path), load_external_data=False)
+    folder = Path(path).parent
+    files = {e.value for t in proto.graph.initializer for e in t.external_data if e.key == "location"}
+    return size + sum((folder / f).stat().st_size for f in files if (folder / f).is_file())
+
