@@ -17,6 +17,7 @@ import onnx
 from onnx import helper
 
 from trtconv.errors import InvalidModelError, OutOfMemoryError, UsageError, is_allocation_failure
+from trtconv.load.external import is_lazy
 from trtconv.load.memory import available_memory
 from trtconv.load.proto import weight_bytes
 from trtconv.load.save import write_scratch
@@ -53,7 +54,8 @@ def session(model: onnx.ModelProto | str | os.PathLike[str], *, threads: int | N
     if isinstance(model, onnx.ModelProto):
         if refuse_too_big:
             _refuse_if_too_big(model)
-        if weight_bytes(model) >= PATH_SESSION_BYTES:  # lazy weights too: they are streamed into the scratch file
+        # weights left on disk go this way at any size: ONNX Runtime refuses absolute data paths
+        if weight_bytes(model) >= PATH_SESSION_BYTES or any(is_lazy(t) for t in model.graph.initializer):
             with tempfile.TemporaryDirectory(prefix="trtconv-ort-") as tmp:
                 path = Path(tmp) / "model.onnx"
                 if write_scratch(model, path):
