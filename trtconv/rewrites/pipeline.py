@@ -37,6 +37,7 @@ from trtconv.rewrites.roundtrip import (
     export,
     import_with_shapes,
     inferred,
+    load_foldable,
     refuse_empty_list_attributes,
     sorted_copy,
     strip_value_info,
@@ -160,6 +161,7 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
                                                                              "threshold",)))
         else:
             computing = _computing_nodes(graph)
+            load_foldable(graph)  # weights left on disk that folding evaluates (ONNX Runtime reads no absolute path)
             results.append(cleanup.fold_constants(graph, settings.fold_size_limit))
             if _computing_nodes(graph) != computing:  # more than Constant nodes lowered: shapes may be new
                 shapes = value_shapes(inferred(export(graph, model, with_weights=False), large))

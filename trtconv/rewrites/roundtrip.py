@@ -71,6 +71,24 @@ def import_with_shapes(model: onnx.ModelProto, shaped: onnx.ModelProto) -> gs.Gr
     return graph
 
 
+def load_foldable(graph: gs.Graph) -> int:
+    """Read into memory the on-disk constants that constant folding would evaluate (those
+    feeding a node whose inputs are all constant, directly or through such nodes): ONNX
+    Runtime, which graphsurgeon folds with, refuses absolute data paths. Others stay on disk.
+    Returns how many were read."""
+    known: set[str] = {t.name for t in graph.tensors().values() if isinstance(t, gs.Constant)}
+    feeding: list[gs.Constant] = []
+    for node in graph.nodes:  # sorted: producers first
+        ins = [t for t in node.inputs if t.name]
+        if node.op != "Constant" and ins and all(t.name in known for t in ins):
+            known.update(o.name for o in node.outputs)
+            feeding.extend(t for t in ins if isinstance(t, gs.Constant) and isinstance(t._values, _OnDisk))
+    for t in feeding:
+        if isinstance(t._values, _OnDisk):
+            t.values = t._values.load()
+    return len(feeding)
+
+
 class _OnDisk(LazyValues):
     """graphsurgeon's lazy values of a tensor left on disk (``load_model(lazy_from=...)``):
     read from its file when a rule asks; exported as the same on-disk reference otherwise."""
