@@ -23,7 +23,7 @@ CTC-greedy-decoded string equality; det: IoU of the text mask (probability > 0.3
 threshold); Silero: agreement of the speech decision (probability > 0.5).
 
     python benchmarks/int8_vs_peers.py [--models cls,rec,det,silero,silero16k] [--modelopt-python PATH]
-                                       [--skip-ort-entropy]
+                                       [--silero16k-speech recorded|synthetic] [--skip-ort-entropy]
 """
 
 from __future__ import annotations
@@ -104,17 +104,18 @@ def run_modelopt(spec: dict, out: str, method: str) -> None:
              output_path=out, log_level="ERROR", high_precision_dtype="fp32" if method == "fp32-rest" else "fp16")
 
 
-def silero16k_data(root: Path) -> dict:
+def silero16k_data(root: Path, speech: str = "recorded") -> dict:
     """``silero_vad_16k_op15.onnx`` fed a real recorded sentence (tests/realdata.py ``recorded_speech``) at
     seed-chosen levels and noise: 4 calibration and 4 held-out versions, differing in level and noise (seeds 0-3
     and 100-103); every 8th chunk calibrates (64), every 2nd is held out (252: more than the other rows, the
-    speech decision is one bit per chunk)."""
-    from realdata import recorded_speech, silero_samples
+    speech decision is one bit per chunk). ``speech="synthetic"``: 4 s of ``speech_like`` per seed instead."""
+    from realdata import recorded_speech, silero_samples, speech_like
     from realmodels import silero_model
 
     model = silero_model("silero_vad_16k_op15.onnx")
-    parts = {"calib": silero_samples(model, range(4), every=8, speech=recorded_speech),
-             "held": silero_samples(model, range(100, 104), every=2, speech=recorded_speech)}
+    audio = recorded_speech if speech == "recorded" else speech_like
+    parts = {"calib": silero_samples(model, range(4), seconds=4.0, every=8, speech=audio),
+             "held": silero_samples(model, range(100, 104), seconds=4.0, every=2, speech=audio)}
     for part, samples in parts.items():
         (root / "silero16k" / part).mkdir(parents=True)
         for i, s in enumerate(samples):
@@ -187,6 +188,8 @@ def main() -> None:
     ap.add_argument("--models", default="cls,rec,det,silero,silero16k")
     ap.add_argument("--modelopt-python", default=sys.executable,
                     help="interpreter with nvidia-modelopt[onnx] installed (its own venv: it pins onnx versions)")
+    ap.add_argument("--silero16k-speech", choices=("recorded", "synthetic"), default="recorded",
+                    help="silero16k's audio: the recorded sentence (default) or tests/realdata.py's synthesised speech")
     ap.add_argument("--skip-ort-entropy", action="store_true", help="ORT's 2048-bin entropy takes minutes per model")
     ap.add_argument("--child", nargs=4, metavar=("TOOL", "METHOD", "SPEC", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -203,7 +206,7 @@ def main() -> None:
         names = args.models.split(",")
         specs = base.make_data(root, quick=True) if set(names) - {"silero16k"} else {}
         if "silero16k" in names:
-            specs["silero16k"] = silero16k_data(root)
+            specs["silero16k"] = silero16k_data(root, args.silero16k_speech)
         for name in names:
             # peers may write beside or over the model they are given (one rewrote the installed
             # PP-OCR file with inferred shapes): each gets a private copy, never the package's file
