@@ -23,7 +23,8 @@ CTC-greedy-decoded string equality; det: IoU of the text mask (probability > 0.3
 threshold); Silero: agreement of the speech decision (probability > 0.5).
 
     python benchmarks/int8_vs_peers.py [--models cls,rec,det,silero,silero16k] [--modelopt-python PATH]
-                                       [--silero16k-speech recorded|synthetic] [--skip-ort-entropy]
+                                       [--silero16k-speech recorded|synthetic] [--silero16k-held 100-103]
+                                       [--skip-ort-entropy]
 """
 
 from __future__ import annotations
@@ -104,18 +105,19 @@ def run_modelopt(spec: dict, out: str, method: str) -> None:
              output_path=out, log_level="ERROR", high_precision_dtype="fp32" if method == "fp32-rest" else "fp16")
 
 
-def silero16k_data(root: Path, speech: str = "recorded") -> dict:
+def silero16k_data(root: Path, speech: str = "recorded", held: range = range(100, 104)) -> dict:
     """``silero_vad_16k_op15.onnx`` fed a real recorded sentence (tests/realdata.py ``recorded_speech``) at
     seed-chosen levels and noise: 4 calibration and 4 held-out versions, differing in level and noise (seeds 0-3
     and 100-103); every 8th chunk calibrates (64), every 2nd is held out (252: more than the other rows, the
-    speech decision is one bit per chunk). ``speech="synthetic"``: 4 s of ``speech_like`` per seed instead."""
+    speech decision is one bit per chunk). ``speech="synthetic"``: 4 s of ``speech_like`` per seed instead;
+    ``held``: other held-out seeds (a second, disjoint check of the same calibration)."""
     from realdata import recorded_speech, silero_samples, speech_like
     from realmodels import silero_model
 
     model = silero_model("silero_vad_16k_op15.onnx")
     audio = recorded_speech if speech == "recorded" else speech_like
     parts = {"calib": silero_samples(model, range(4), seconds=4.0, every=8, speech=audio),
-             "held": silero_samples(model, range(100, 104), seconds=4.0, every=2, speech=audio)}
+             "held": silero_samples(model, held, seconds=4.0, every=2, speech=audio)}
     for part, samples in parts.items():
         (root / "silero16k" / part).mkdir(parents=True)
         for i, s in enumerate(samples):
@@ -190,6 +192,8 @@ def main() -> None:
                     help="interpreter with nvidia-modelopt[onnx] installed (its own venv: it pins onnx versions)")
     ap.add_argument("--silero16k-speech", choices=("recorded", "synthetic"), default="recorded",
                     help="silero16k's audio: the recorded sentence (default) or tests/realdata.py's synthesised speech")
+    ap.add_argument("--silero16k-held", default="100-103", metavar="FIRST-LAST",
+                    help="silero16k's held-out seeds (calibration is always seeds 0-3)")
     ap.add_argument("--skip-ort-entropy", action="store_true", help="ORT's 2048-bin entropy takes minutes per model")
     ap.add_argument("--child", nargs=4, metavar=("TOOL", "METHOD", "SPEC", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -206,7 +210,8 @@ def main() -> None:
         names = args.models.split(",")
         specs = base.make_data(root, quick=True) if set(names) - {"silero16k"} else {}
         if "silero16k" in names:
-            specs["silero16k"] = silero16k_data(root, args.silero16k_speech)
+            first, last = (int(x) for x in args.silero16k_held.split("-"))
+            specs["silero16k"] = silero16k_data(root, args.silero16k_speech, range(first, last + 1))
         for name in names:
             # peers may write beside or over the model they are given (one rewrote the installed
             # PP-OCR file with inferred shapes): each gets a private copy, never the package's file
