@@ -102,13 +102,13 @@ def test_graph_view_answers_from_the_proto_subgraphs_included(silero, ocr_det):
     model = onnx.load(silero)
     view = GraphView(model)
     assert [p for p, _ in view.graphs] == [p for p, _ in iter_graphs_with_path(model.graph)]
-    sites = view.sites()
-    assert len(sites) == sum(len(g.node) for g in iter_graphs(model.graph))
-    for site in sites:
-        assert site.graph.node[site.index] is site.node
-        for o in site.node.output:
-            if o:
-                assert view.producer(o) is site
+    sites = []
+    for path, g in iter_graphs_with_path(model.graph):
+        for i, node in enumerate(g.node):
+            site = view.producer(node.output[0])
+            assert (site.path, site.graph, site.index, site.node) == (path, g, i, node)
+            assert all(view.producer(o) is site for o in node.output if o)
+            sites.append(site)
     # a name read inside a body but produced outside it: ONNX names are model-wide
     captured = next(s for s in sites[len(model.graph.node):] for i in s.node.input
                     if (p := view.producer(i)) is not None and p.graph is not s.graph)

@@ -1,12 +1,14 @@
 """The one graph view and the one clean-up of the passes that edit ONNX protos directly
-(FP16, INT8 Q/DQ, BatchNorm folding, calibration outputs).
+(FP16, INT8 Q/DQ, BatchNorm folding).
 
 Why not onnx-graphsurgeon, as the rewrite stage uses: those passes work on the proto, in
-node order, one scope at a time, and add or rename a few tensors; graphsurgeon's import
-and export would copy every weight unless weights are lent as byte-less stand-ins
-(``rewrites/roundtrip.py``), and would drop value infos the FP16 typing reads. What they
-lacked was one shared answer to "who produces / who reads this name": each built its own
-map and kept its own dead-constant removal. Here both are written once:
+node order, one scope at a time, and add or rename a few tensors next to what exists;
+graphsurgeon's import and export would copy every weight unless weights are lent as
+byte-less stand-ins (``rewrites/roundtrip.py``), and the FP16 typing, an algorithm over
+node indices and scopes, would have to be rewritten rather than moved. What they lacked
+was one shared answer to "who produces / who reads this name": each built its own map and
+kept its own removal of replaced constants. Here both are written once (less code than
+either port, and no copy):
 
 - :class:`GraphView`: producers, readers and constants of every tensor name, model-wide
   (ONNX names are model-wide: a branch reads its parent's tensors by name), computed from
@@ -61,7 +63,6 @@ class GraphView:
         self._returned: dict[str, int] = {}
         self._initializer: dict[str, onnx.TensorProto] = {}
         self._inputs: set[str] = set()
-        self._sites: list[Site] = []
         for path, g in self.graphs:
             self._inputs.update(i.name for i in g.input)
             self._initializer.update((t.name, t) for t in g.initializer)
@@ -69,17 +70,12 @@ class GraphView:
                 self._returned[o.name] = self._returned.get(o.name, 0) + 1
             for i, node in enumerate(g.node):
                 site = Site(path, g, i, node)
-                self._sites.append(site)
                 for name in node.input:
                     if name:
                         self._readers.setdefault(name, []).append(site)
                 for name in node.output:
                     if name:
                         self._producer[name] = site
-
-    def sites(self) -> tuple[Site, ...]:
-        """Every node, graph by graph (depth first), in node order."""
-        return tuple(self._sites)
 
     def producer(self, name: str) -> Site | None:
         """The node that computes ``name`` (None: an input, an initializer, or nothing)."""
