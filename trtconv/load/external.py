@@ -8,12 +8,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from trtconv.errors import InvalidModelError
-from trtconv.load.proto import DATA_FIELDS, copy_fields, iter_tensors
+from trtconv.load.proto import iter_tensors
+from trtconv.onnxutil.tensors import is_lazy, lazy_span, read_span, tensor_array  # noqa: F401 - re-exported
 
 
 @dataclass(frozen=True)
@@ -132,42 +131,10 @@ def make_lazy(pairs: list[tuple[onnx.TensorProto, ExternalRef]], base_dir: Path)
             if entry.key == "location":
                 entry.value = location
         if lazy_span(t)[2] < LAZY_TENSOR_MIN:
-            raw = _read_span(t)
+            raw = read_span(t)
             del t.external_data[:]
             t.data_location = onnx.TensorProto.DEFAULT
             t.raw_data = raw
-
-
-def _read_span(t: onnx.TensorProto) -> bytes:
-    location, offset, length = lazy_span(t)
-    with open(location, "rb") as fh:
-        fh.seek(offset)
-        return fh.read(length)
-
-
-def is_lazy(t: onnx.TensorProto) -> bool:
-    """An external tensor :func:`make_lazy` pointed at its data file by absolute path."""
-    if t.data_location != onnx.TensorProto.EXTERNAL:
-        return False
-    return any(e.key == "location" and os.path.isabs(e.value) for e in t.external_data)
-
-
-def lazy_span(t: onnx.TensorProto) -> tuple[str, int, int]:
-    """(file, offset, length) of a lazy tensor's bytes."""
-    info = {e.key: e.value for e in t.external_data}
-    offset = int(info.get("offset") or 0)
-    length = int(info["length"]) if info.get("length") else os.stat(info["location"]).st_size - offset
-    return info["location"], offset, length
-
-
-def tensor_array(t: onnx.TensorProto) -> np.ndarray:
-    """``numpy_helper.to_array`` that also reads lazy tensors (onnx refuses absolute locations)."""
-    if not is_lazy(t):
-        return numpy_helper.to_array(t)
-    loaded = onnx.TensorProto()
-    copy_fields(t, loaded, DATA_FIELDS)
-    loaded.raw_data = _read_span(t)
-    return numpy_helper.to_array(loaded)
 
 
 def copy_lazy(t: onnx.TensorProto, out, chunk: int = 16 << 20) -> int:
