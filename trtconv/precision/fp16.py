@@ -28,6 +28,7 @@ from trtconv.load.external import is_lazy
 from trtconv.load.memory import ensure_room
 from trtconv.load.spill import spill
 from trtconv.load.validate import check_structure_only
+from trtconv.onnxutil.graph import GraphView
 from trtconv.onnxutil.order import sort_nodes
 from trtconv.onnxutil.walk import iter_graphs
 from trtconv.precision import fp16_rules as rules
@@ -219,6 +220,7 @@ def convert_fp16(
     out = rw.run()
     del work
     rw.model = onnx.ModelProto()  # only ``out`` and the input model are needed from here on
+    rw.view = GraphView(rw.model)  # the view holds ``out``'s tensors too: it would keep them in memory
     if any(is_lazy(t) for t in model.graph.initializer):
         out = spill(out)  # weights came from disk: the converted ones go back there until the save
     out.ir_version = max(out.ir_version, 4)  # IR 3 wants every initializer listed as an input; we add some
