@@ -6,23 +6,48 @@ index serves Q/DQ placement, insertion, calibration outputs and the accuracy rep
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
+from trtconv.load.proto import structure_only
 from trtconv.onnxutil.walk import iter_graphs_with_path
 
 SHAPE_ONLY = ("Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity")
 FLOAT_TYPES = (TensorProto.FLOAT,)
 
 
-def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
+def _constant_value(node: onnx.NodeProto) -> onnx.TensorProto | None:
     for attr in node.attribute:
         if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
-            return numpy_helper.to_array(attr.t)
+            return attr.t
     return None
+
+
+class Constants(Mapping[str, np.ndarray]):
+    """Constant tensors by name, each turned into an array when read (not kept): arrays of
+    every weight up front would be one more copy of the model for the index's whole life."""
+
+    def __init__(self) -> None:
+        self._protos: dict[str, onnx.TensorProto] = {}
+
+    def __setitem__(self, name: str, t: onnx.TensorProto) -> None:
+        self._protos[name] = t
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return numpy_helper.to_array(self._protos[name])
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._protos
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._protos)
+
+    def __len__(self) -> int:
+        return len(self._protos)
 
 
 @dataclass
@@ -31,7 +56,7 @@ class ModelIndex:
 
     model: onnx.ModelProto
     graphs: list[tuple[str, onnx.GraphProto]] = field(default_factory=list)
-    constants: dict[str, np.ndarray] = field(default_factory=dict)
+    constants: Constants = field(default_factory=Constants)
     producer: dict[str, tuple[str, onnx.NodeProto]] = field(default_factory=dict)
     dtypes: dict[str, int] = field(default_factory=dict)
     graph_inputs: set[str] = field(default_factory=set)  # main-graph inputs (fed, never computed)
@@ -41,7 +66,7 @@ class ModelIndex:
         idx = cls(model)
         idx.graphs = list(iter_graphs_with_path(model.graph))
         try:
-            inferred = onnx.shape_inference.infer_shapes(model)
+            inferred = onnx.shape_inference.infer_shapes(structure_only(model))  # dtypes need no weights
         except Exception:
             inferred = model
         for _, g in iter_graphs_with_path(inferred.graph):
@@ -52,7 +77,7 @@ class ModelIndex:
         idx.graph_inputs = {i.name for i in model.graph.input if i.name not in inits}
         for path, g in idx.graphs:
             for t in g.initializer:
-                idx.constants[t.name] = numpy_helper.to_array(t)
+                idx.constants[t.name] = t
                 idx.dtypes[t.name] = t.data_type
             for n in g.node:
                 for o in n.output:

@@ -26,11 +26,13 @@ from onnx import version_converter
 
 from trtconv.errors import AccuracyError, DataError, InternalError, UnsupportedModelError
 from trtconv.load import load_model, model_sha256
+from trtconv.load.proto import structure_only
+from trtconv.load.strip import is_stripped
 from trtconv.onnxutil.domains import default_opset, is_default_domain
 from trtconv.precision.bn_fold import FoldedBatchNorm, fold_batchnorms
 from trtconv.precision.calib_cache import CacheInfo, cache_key, read_cache, write_cache
 from trtconv.precision.calibrate import Calibrator, CalibSettings, Method, scale_from_threshold
-from trtconv.precision.expose import expose_tensors
+from trtconv.precision.expose import session_exposing
 from trtconv.precision.fp16 import Fp16Report, Fp16Settings, convert_fp16
 from trtconv.precision.fp16_graph import emulate_half
 from trtconv.precision.graph_index import ModelIndex
@@ -39,7 +41,6 @@ from trtconv.precision.peaks import activation_peaks, float_tensors, update_peak
 from trtconv.precision.qdq import Placement, Skip, insert_qdq, plan_qdq
 from trtconv.precision.sensitivity import LayerError, fewest_exclusions, layer_errors
 from trtconv.reference.compare import DEFAULT_THRESHOLDS, OutputStats, Thresholds, violations
-from trtconv.reference.ort import session
 from trtconv.samples.sources import sample_count
 
 log = logging.getLogger(__name__)
@@ -166,13 +167,48 @@ def upgrade_opset(model: onnx.ModelProto, target: int = MIN_QDQ_OPSET) -> tuple[
         return model, None
 
     try:
-        converted = version_converter.convert_version(model, target)
+        converted = version_converter.convert_version(structure_only(model), target)
+        if not _restore_weights(converted, model):  # an adapter renamed or rewrote a weight: the slow way
+            converted = version_converter.convert_version(model, target)
     except Exception as exc:
         raise UnsupportedModelError(
             f"cannot upgrade the model from opset {current} to {target} for INT8 Q/DQ: {str(exc).splitlines()[0]}",
             hint="re-export the model with opset >= 13",
         ) from exc
     return converted, (current, target)
+
+
+def _main_constants(model: onnx.ModelProto) -> dict[str, onnx.TensorProto]:
+    """Main-graph initializers and Constant-node values, by tensor name (what ``structure_only`` strips)."""
+    out = {t.name: t for t in model.graph.initializer}
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.output:
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.TENSOR:
+                    out[n.output[0]] = a.t
+    return out
+
+
+def _restore_weights(converted: onnx.ModelProto, original: onnx.ModelProto) -> bool:
+    """Put the original's bytes back into the tensors ``structure_only`` stripped (each weight is
+    copied once, here); False when one of them has no original of the same name and size.
+
+    The version converter serializes and parses the whole model on each side: on the structure
+    alone it costs nothing, where the weights made it several transient copies of the model.
+    """
+    source = _main_constants(original)
+    for name, t in _main_constants(converted).items():
+        if not is_stripped(t):
+            continue
+        src = source.get(name)
+        if src is None or list(src.dims) != list(t.dims) or src.data_type != t.data_type:
+            return False
+        keep = t.name
+        t.CopyFrom(src)
+        t.name = keep
+        if t.data_location == onnx.TensorProto.DEFAULT:
+            t.ClearField("data_location")  # as the converter writes it (loading external data sets it)
+    return not any(is_stripped(t) for t in _main_constants(converted).values())
 
 
 def proto_sha256(model: onnx.ModelProto) -> str:
@@ -212,8 +248,7 @@ def collect_scales(
     wanted = set(tensors)
     observed = [t for t in dict.fromkeys([*tensors, *(float_tensors(model) if peaks is not None else ())])
                 if t not in inputs]
-    exposed, mapping = expose_tensors(model, observed)
-    sess = session(exposed, optimize=True)
+    sess, mapping = session_exposing(model, observed, optimize=True)
     fetch = list(mapping)
     cal = Calibrator(settings)
     runs = 0
@@ -340,10 +375,24 @@ def quantize_int8(
         if progress:
             progress("peaks", 0, None)
         peaks, _ = activation_peaks(cal_model, calib_samples, progress=lambda k: progress and progress("peaks", k, None))
-    builder = _Builder(work, cal_model if calibration_model is not None else None, scales, settings, peaks,
-                       check_loads=eval_samples is None)
 
+    def builder_for(work: onnx.ModelProto, cal_model: onnx.ModelProto) -> _Builder:
+        return _Builder(work, cal_model if calibration_model is not None else None, scales, settings, peaks,
+                        check_loads=eval_samples is None)
+
+    def prepared_again() -> tuple[onnx.ModelProto, onnx.ModelProto]:
+        """The prepared models once more (the same, deterministically), for what needs them after the build."""
+        work = _prepare(model, settings)[0]
+        return work, (_prepare(calibration_model, settings)[0] if calibration_model is not None else work)
+
+    builder = builder_for(work, cal_model)
     candidate = builder.build(placed)
+    runnable = builder.runnable(placed)
+    # The prepared models hold a copy of the weights, and measuring the candidate does not need
+    # them: they go now, and only a failed gate (sensitivity, auto-exclude) derives them again.
+    del builder, work, cal_model, index
+    if calibration_model is not None:
+        del cal_index
     accuracy: tuple[OutputStats, ...] = ()
     n_eval = 0
     bad: tuple[str, ...] = ()
@@ -358,29 +407,35 @@ def quantize_int8(
         if bad or settings.sensitivity:
             if progress:
                 progress("sensitivity", 0, None)
-            errors = layer_errors(cal_model, builder.runnable(placed), scales, eval_samples)
+            work, cal_model = prepared_again()
+            errors = layer_errors(cal_model, runnable, scales, eval_samples)
         if bad and settings.auto_exclude:
-            tried: dict[frozenset[tuple[str, str]], tuple[_Candidate, tuple[OutputStats, ...], int]] = {}
+            builder = builder_for(work, cal_model)
+            tried: dict[frozenset[tuple[str, str]], tuple[_Candidate | None, tuple[OutputStats, ...], int]] = {}
 
             def passes(without: frozenset[tuple[str, str]]) -> bool:
                 cand = builder.build([p for p in placed if (p.graph, p.node) not in without])
                 stats, n = cand.accuracy(reference, eval_samples, settings.top1, None, memo)
-                tried[without] = (cand, stats, n)
+                ok = not violations(list(stats), settings.thresholds)
+                tried[without] = (cand if ok else None, stats, n)  # only a passing one may be kept
                 if progress:
                     progress("auto-exclude", len(tried), None)
-                return not violations(list(stats), settings.thresholds)
+                return ok
 
             found = fewest_exclusions([e.key for e in errors], passes)
             checks = len(tried)
+            del builder
             if found is not None:
                 excluded = found
-                candidate, accuracy, n_eval = tried[frozenset(found)]
+                kept, accuracy, n_eval = tried[frozenset(found)]
+                assert kept is not None
+                candidate = kept
                 bad = ()
                 placed = [p for p in placed if (p.graph, p.node) not in set(found)]
                 ops = {e.key: e.op_type for e in errors}
                 skips += [Skip(g, n, ops.get((g, n), ""), "kept out of INT8 by --auto-exclude: the gate passes "
                                "without it") for g, n in found]
-    _check_valid(candidate.model, work)
+    _check_valid(candidate.model, lambda: prepared_again()[0])
     used_scales = {p.tensor: scales[p.tensor] for p in placed if p.kind == "activation"}
     checked_on = None if eval_samples is None or not n_eval else ("held-out" if eval_held_out else "calibration")
     report = Int8Report(
@@ -414,7 +469,7 @@ def _prepare(model: onnx.ModelProto, settings: Int8Settings
     work, upgrade = upgrade_opset(model, FP16_QDQ_OPSET if fp16 else MIN_QDQ_OPSET)
     folded: tuple[FoldedBatchNorm, ...] = ()
     if fp16 and settings.fold_batchnorm:
-        work, folded = fold_batchnorms(work)
+        work, folded = fold_batchnorms(work, copy=work is model)  # the upgrade's copy is ours to edit
     return work, upgrade, folded
 
 
@@ -466,11 +521,12 @@ class _Builder:
         return _Candidate(model, runnable, twins, res.report if res is not None else None)
 
 
-def _check_valid(qmodel: onnx.ModelProto, work: onnx.ModelProto) -> None:
+def _check_valid(qmodel: onnx.ModelProto, work: Callable[[], onnx.ModelProto]) -> None:
+    """``work()``: the model Q/DQ went into, whose own verdict is asked only when ``qmodel`` fails."""
     try:
         onnx.checker.check_model(qmodel)
     except onnx.checker.ValidationError as exc:
-        if all(is_default_domain(o.domain) for o in qmodel.opset_import) and _passes_checker(work):
+        if all(is_default_domain(o.domain) for o in qmodel.opset_import) and _passes_checker(work()):
             raise InternalError(f"Q/DQ insertion produced an invalid model: {str(exc).splitlines()[0]}") from exc
 
 

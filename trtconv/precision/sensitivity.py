@@ -23,10 +23,9 @@ import onnx
 
 from trtconv.onnxutil.names import fresh_name
 from trtconv.onnxutil.walk import iter_graphs_with_path
-from trtconv.precision.expose import expose_tensors
+from trtconv.precision.expose import session_exposing
 from trtconv.precision.int8_accuracy import run_failure, with_origin
 from trtconv.precision.qdq import Placement, insert_qdq
-from trtconv.reference.ort import session
 
 PROBE_SUFFIX = "__int8probe"
 
@@ -97,8 +96,8 @@ def layer_errors(
         return ()
     probe, shadows = _probe_model(model, placed, scales)
     wanted = sorted({t for _, a, b in shadows.values() for t in (a, b)})
-    exposed, mapping = expose_tensors(probe, wanted)
-    sess = session(exposed, optimize=False)
+    sess, mapping = session_exposing(probe, wanted)
+    del probe  # the session holds what it needs
     fetch = list(mapping)
     acc = {k: np.zeros(4) for k in shadows}  # dot, |ref|^2, |got|^2, |diff|^2
     for origin, sample in with_origin(samples, "accuracy sample"):
