@@ -16,7 +16,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -403,6 +403,7 @@ def quantize_int8(
     memo: list[dict[str, np.ndarray]] = []
     if eval_samples is not None:
         accuracy, n_eval = candidate.accuracy(reference, eval_samples, settings.top1, progress, memo)
+        candidate = replace(candidate, twins=())  # measured: what follows needs the model, not its twins
         bad = tuple(violations(list(accuracy), settings.thresholds))
         if bad or settings.sensitivity:
             if progress:
