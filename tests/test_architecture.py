@@ -183,3 +183,68 @@ def test_every_package_is_in_a_layer():
     units |= {p.stem for p in PKG_DIR.glob("*.py") if p.stem != "__init__"}
     placed = set().union(*LAYERS)
     assert units <= placed, f"not in LAYERS: {sorted(units - placed)}"
+
+
+# --------------------------------------------------------------------------- graph editing
+# One graph-editing style (docs/design.md, "Graph editing"): who produces or reads a tensor comes
+# from onnxutil's GraphView (rewrites: onnx-graphsurgeon), never from a map a pass builds itself.
+EDGE_MAP_FREE = ("precision",)
+
+
+def _edge_maps_in(tree: ast.AST) -> list[int]:
+    """Lines that key a dict by node outputs or inputs: ``{o: n for n in g.node for o in n.output}``,
+    or ``for o in n.output: m[o] = ...`` (``m.setdefault(o, ...)``, and the same over ``.input``)."""
+    def over_edges(loop: ast.comprehension | ast.For) -> str | None:
+        it = loop.iter
+        if isinstance(it, ast.Attribute) and it.attr in ("output", "input") and isinstance(loop.target, ast.Name):
+            return loop.target.id
+        return None
+
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.DictComp) and isinstance(node.key, ast.Name) \
+                and node.key.id in {over_edges(g) for g in node.generators}:
+            lines.append(node.lineno)
+        elif isinstance(node, ast.For) and (name := over_edges(node)):
+            for inner in ast.walk(node):
+                keyed = (isinstance(inner, ast.Subscript) and isinstance(inner.ctx, ast.Store)
+                         and isinstance(inner.slice, ast.Name) and inner.slice.id == name)
+                keyed |= (isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute)
+                          and inner.func.attr == "setdefault" and bool(inner.args)
+                          and isinstance(inner.args[0], ast.Name) and inner.args[0].id == name)
+                if keyed:
+                    lines.append(inner.lineno)
+    return lines
+
+
+def edge_map_violations(pkg_dir: Path = PKG_DIR) -> list[str]:
+    bad = []
+    for unit in EDGE_MAP_FREE:
+        for path in sorted((pkg_dir / unit).rglob("*.py")):
+            bad += [f"{path.relative_to(pkg_dir.parent)}:{line}" for line in _edge_maps_in(ast.parse(path.read_text()))]
+    return bad
+
+
+def test_precision_passes_build_no_producer_or_consumer_map_of_their_own():
+    bad = edge_map_violations()
+    assert not bad, ("a hand-made producer/consumer map; ask trtconv.onnxutil.graph.GraphView instead:\n"
+                     + "\n".join(bad))
+
+
+def test_edge_map_check_catches_planted_maps(tmp_path: Path):
+    """The check above must be able to fail: plant a producer map and a consumer map in a copy."""
+    import shutil
+
+    copy = tmp_path / "trtconv"
+    shutil.copytree(PKG_DIR, copy, ignore=shutil.ignore_patterns("__pycache__", "*.ptx"))
+    target = copy / "precision" / "bn_fold.py"
+    target.write_text(target.read_text() + (
+        "\n\ndef _planted(graph):\n"
+        "    producer = {o: n for n in graph.node for o in n.output}\n"
+        "    readers = {}\n"
+        "    for n in graph.node:\n"
+        "        for name in n.input:\n"
+        "            readers.setdefault(name, []).append(n)\n"
+        "    return producer, readers\n"))
+    found = edge_map_violations(copy)
+    assert len(found) == 2 and all(f.startswith("trtconv/precision/bn_fold.py:") for f in found), found

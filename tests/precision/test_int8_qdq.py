@@ -7,9 +7,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from trtconv.onnxutil.walk import iter_graphs_with_path
 from trtconv.precision.expose import expose_tensors
 from trtconv.precision.int8 import Int8Settings, quantize_int8
-from trtconv.precision.qdq import insert_qdq, plan_qdq, quantize_weight
+from trtconv.precision.qdq import Placement, insert_qdq, plan_qdq, quantize_weight
 from trtconv.reference.ort import run_model
 from trtconv.samples.sources import ArraySamples
 
@@ -176,6 +177,22 @@ def test_if_subgraph_calibration_outputs_and_qdq():
         assert ops.count("QuantizeLinear") == 2 and ops.count("DequantizeLinear") == 3, attr.name
         assert "Constant" not in ops  # the float weight was replaced by its INT8 initializer
     assert all(s.cosine > 0.99 for s in res.report.accuracy)
+
+
+def test_qdq_lands_in_the_main_graph_and_in_its_bodies_at_once(silero):
+    """Silero VAD keeps its network in If bodies: one Q/DQ in the main graph must not cost the bodies theirs."""
+    m = onnx.load(silero)
+    plan = plan_qdq(m)
+    per_graph = {g: sum(p.graph == g for p in plan.placements) for g in {p.graph for p in plan.placements}}
+    assert per_graph and "main" not in per_graph
+    ident = next(n for n in m.graph.node if n.op_type == "Identity")
+    extra = Placement("main", ident.name, "Identity", 0, ident.input[0], "activation", "a main-graph tensor")
+    scales = dict.fromkeys([*plan.activation_tensors(), ident.input[0]], 0.05)
+    q = insert_qdq(m, (*plan.placements, extra), scales)
+    dq = {path: sum(n.op_type == "DequantizeLinear" for n in g.node) for path, g in iter_graphs_with_path(q.graph)}
+    assert dq["main"] == 1
+    for path, count in per_graph.items():
+        assert 0 < dq[path] <= count, path  # weights shared by several placements share one DQ
 
 
 def test_branch_never_taken_is_reported_not_quantized():

@@ -15,9 +15,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from trtconv.onnxutil.constants import remove_unused_constants
+from trtconv.onnxutil.graph import GraphView, cleanup
 from trtconv.onnxutil.names import fresh_name, model_names
-from trtconv.onnxutil.walk import iter_graphs
 
 
 @dataclass(frozen=True)
@@ -27,39 +26,11 @@ class FoldedBatchNorm:
     graph: str
 
 
-class _Constants:
-    """Initializers and Constant-node values of one graph, by tensor name, turned into arrays
-    only when asked for (converting every weight up front would copy the whole model)."""
-
-    def __init__(self, graph: onnx.GraphProto) -> None:
-        inputs = {i.name for i in graph.input}
-        self._protos = {t.name: t for t in graph.initializer if t.name not in inputs}
-        for node in graph.node:
-            if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
-                self._protos[node.output[0]] = node.attribute[0].t
-
-    def get(self, name: str) -> np.ndarray | None:
-        t = self._protos.get(name)
-        return None if t is None else numpy_helper.to_array(t)
-
-
 def _attr(node: onnx.NodeProto, name: str, default: float | int) -> float | int:
     for a in node.attribute:
         if a.name == name:
             return a.f if a.type == onnx.AttributeProto.FLOAT else a.i
     return default
-
-
-def _uses(model: onnx.ModelProto) -> dict[str, int]:
-    """How often each tensor name is read, in any graph (subgraphs read outer names too)."""
-    count: dict[str, int] = {}
-    for g in iter_graphs(model.graph):
-        for n in g.node:
-            for i in n.input:
-                count[i] = count.get(i, 0) + 1
-        for o in g.output:
-            count[o.name] = count.get(o.name, 0) + 1
-    return count
 
 
 def fold_batchnorms(model: onnx.ModelProto, *, copy: bool = True) -> tuple[onnx.ModelProto, tuple[FoldedBatchNorm, ...]]:
@@ -73,24 +44,23 @@ def fold_batchnorms(model: onnx.ModelProto, *, copy: bool = True) -> tuple[onnx.
     if copy:
         out = onnx.ModelProto()
         out.CopyFrom(model)
-    uses = _uses(out)
+    view = GraphView(out)  # the model before the folds: each reads only names no fold renames
     taken = model_names(out)
     folded: list[FoldedBatchNorm] = []
-    for gi, graph in enumerate(iter_graphs(out.graph)):
-        consts = _Constants(graph)
-        producer = {o: n for n in graph.node for o in n.output}
+    for gi, (_, graph) in enumerate(view.graphs):
         drop: list[onnx.NodeProto] = []
         for bn in graph.node:
             if bn.op_type != "BatchNormalization" or len(bn.output) != 1 or _attr(bn, "training_mode", 0):
                 continue
             if _attr(bn, "spatial", 1) != 1 or len(bn.input) != 5:
                 continue
-            conv = producer.get(bn.input[0])
-            if conv is None or conv.op_type != "Conv" or uses.get(bn.input[0], 0) != 1:
+            site = view.producer(bn.input[0])
+            if site is None or site.graph is not graph or site.node.op_type != "Conv" or view.uses(bn.input[0]) != 1:
                 continue
-            params = [consts.get(n) for n in bn.input[1:]]
-            w = consts.get(conv.input[1]) if len(conv.input) > 1 else None
-            b = consts.get(conv.input[2]) if len(conv.input) > 2 and conv.input[2] else None
+            conv = site.node
+            params = [view.value(n, overridable=False) for n in bn.input[1:]]
+            w = view.value(conv.input[1], overridable=False) if len(conv.input) > 1 else None
+            b = view.value(conv.input[2], overridable=False) if len(conv.input) > 2 and conv.input[2] else None
             if w is None or any(p is None for p in params) or (len(conv.input) > 2 and conv.input[2] and b is None):
                 continue
             scale, beta, mean, var = (np.asarray(p, dtype=np.float64) for p in params)  # type: ignore[arg-type]
@@ -116,5 +86,5 @@ def fold_batchnorms(model: onnx.ModelProto, *, copy: bool = True) -> tuple[onnx.
                                           "main" if gi == 0 else f"subgraph {gi}"))
         for n in drop:
             graph.node.remove(n)
-    remove_unused_constants(out)  # the BN parameters just folded away
+    cleanup(out)  # the BN parameters just folded away
     return out, tuple(folded)

@@ -30,6 +30,7 @@ from onnx import TensorProto, defs, helper, numpy_helper
 
 from trtconv.load.shapes import graph_dtypes
 from trtconv.onnxutil.domains import normalize_domain, opset_versions
+from trtconv.onnxutil.graph import GraphView, cleanup, constant_tensor
 from trtconv.onnxutil.names import fresh_name, model_names
 from trtconv.onnxutil.walk import has_subgraphs, iter_graphs, subgraphs
 from trtconv.precision.fp16_rules import FP16_MAX, NodeView, Rule, const_peak_lookup
@@ -80,19 +81,17 @@ def graph_types(graph: onnx.GraphProto) -> dict[str, int]:
     return types
 
 
-def shape_cone(graph: onnx.GraphProto) -> set[int]:
+def shape_cone(graph: onnx.GraphProto, view: GraphView) -> set[int]:
     """Indices of nodes whose outputs flow (in this graph) into a shape-like input."""
-    producer = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
     stack = [n.input[i] for n in graph.node for i in SHAPE_INPUTS.get(n.op_type, ()) if i < len(n.input)]
     cone: set[int] = set()
     while stack:
-        t = stack.pop()
-        p = producer.get(t)
-        if p is None or p in cone:
+        site = view.producer(stack.pop())
+        if site is None or site.graph is not graph or site.index in cone:
             continue
-        cone.add(p)
-        if graph.node[p].op_type not in SHAPE_SOURCES:
-            stack.extend(x for x in graph.node[p].input if x)
+        cone.add(site.index)
+        if site.node.op_type not in SHAPE_SOURCES:
+            stack.extend(x for x in site.node.input if x)
     return cone
 
 
@@ -125,6 +124,8 @@ class Rewriter:
         self.stats = RewriteStats()
         self.half_tensors: set[str] = set()  # node outputs written in float16 (for emulate_half)
         self.taken = model_names(model)
+        # The model as given: the walk renames and inserts only after it has read a name's producer.
+        self.view = GraphView(model)
 
     def fresh(self, base: str) -> str:
         return fresh_name(base, self.taken)
@@ -144,6 +145,7 @@ class Rewriter:
         main.process()
         for g in iter_graphs(self.model.graph):
             del g.value_info[:]  # stale: types changed; consumers re-infer
+        cleanup(self.model)  # originals that converted copies replaced everywhere
         return self.model
 
 
@@ -156,13 +158,9 @@ class _Scope:
         self.types = graph_types(graph)
         self.home: dict[str, int | None] = {}
         self.alias: dict[str, str] = {}
-        self.producer: dict[str, int] = {}
-        self.inits: dict[str, TensorProto] = {}
-        self.const_nodes: dict[str, int] = {}
         self.casts: dict[tuple[str, int], str] = {}
         self.after: dict[int, list[onnx.NodeProto]] = defaultdict(list)
         self.new_inits: list[TensorProto] = []
-        self.replaced: set[str] = set()
         self.reserved: dict[str, int] = {}
 
     # ---------------------------------------------------------------- lookups
@@ -187,18 +185,10 @@ class _Scope:
         return s.home[name] if s else self.orig(name)
 
     def is_const(self, name: str) -> bool:
-        s = self.owner(name)
-        return s is not None and (name in s.inits or name in s.const_nodes)
+        return self.owner(name) is not None and self.rw.view.constant(name, overridable=False) is not None
 
     def const_value(self, name: str) -> np.ndarray | None:
-        s = self.owner(name)
-        if s is None:
-            return None
-        if name in s.inits:
-            return numpy_helper.to_array(s.inits[name])
-        if name in s.const_nodes:
-            return numpy_helper.to_array(s.graph.node[s.const_nodes[name]].attribute[0].t)
-        return None
+        return self.rw.view.value(name, overridable=False) if self.owner(name) is not None else None
 
     # ---------------------------------------------------------------- value plumbing
     def resolve(self, name: str, want: int | None) -> str:
@@ -215,20 +205,18 @@ class _Scope:
             return s.casts[key]
         suffix = "_fp16" if want == HALF else "_fp32"
         new = self.rw.fresh(name + suffix)
-        if name in s.inits:
-            arr = _to_dtype(numpy_helper.to_array(s.inits[name]), want)
-            s.new_inits.append(numpy_helper.from_array(arr, new))
-            s.replaced.add(name)
-            self.rw.stats.constants_converted += 1
-        elif name in s.const_nodes:
-            idx = s.const_nodes[name]
-            arr = _to_dtype(numpy_helper.to_array(s.graph.node[idx].attribute[0].t), want)
-            s.after[idx].append(helper.make_node("Constant", [], [new], value=numpy_helper.from_array(arr, new),
-                                                 name=self.rw.fresh(new + "_const")))
-            s.replaced.add(name)
+        const = self.rw.view.constant(name, overridable=False)
+        site = self.rw.view.producer(name)
+        if const is not None:  # converted copies replace constants; cleanup drops unread originals
+            arr = _to_dtype(numpy_helper.to_array(const), want)
+            if site is None:
+                s.new_inits.append(numpy_helper.from_array(arr, new))
+            else:
+                s.after[site.index].append(helper.make_node(
+                    "Constant", [], [new], value=numpy_helper.from_array(arr, new), name=self.rw.fresh(new + "_const")))
             self.rw.stats.constants_converted += 1
         else:
-            s.after[s.producer.get(name, -1)].append(
+            s.after[-1 if site is None else site.index].append(
                 helper.make_node("Cast", [actual], [new], to=want, name=self.rw.fresh(new + "_cast")))
             self.rw.stats.casts += 1
             if want == HALF:
@@ -236,34 +224,31 @@ class _Scope:
         s.casts[key] = new
         return new
 
-    def define(self, name: str, home: int | None, producer: int) -> None:
+    def define(self, name: str, home: int | None) -> None:
         self.home[name] = home
-        self.producer[name] = producer
 
     # ---------------------------------------------------------------- the pass
     def process(self) -> None:
         g = self.graph
         is_main = self.parent is None
         for t in g.initializer:
-            self.define(t.name, t.data_type, -1)
-            self.inits[t.name] = t
-        for vi in g.input:
-            self.inits.pop(vi.name, None)  # an initializer that is also an input may be overridden
+            self.define(t.name, t.data_type)
+        for vi in g.input:  # an initializer that is also an input may be overridden: no constant
             dt = self.types.get(vi.name)
             if is_main and not self.rw.keep_io_types and dt == FLOAT:
                 vi.type.tensor_type.elem_type = HALF
                 dt = HALF
-            self.define(vi.name, dt, -1)
+            self.define(vi.name, dt)
         if is_main:
             for vi in g.output:
                 if self.types.get(vi.name) == FLOAT:
                     self.reserved[vi.name] = FLOAT if self.rw.keep_io_types else HALF
-        cone = shape_cone(g)
+        cone = shape_cone(g, self.rw.view)
         const_peak = const_peak_lookup(self.const_value)
         for idx, node in enumerate(g.node):
-            if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
-                self.define(node.output[0], node.attribute[0].t.data_type, idx)
-                self.const_nodes[node.output[0]] = idx
+            const = constant_tensor(node)
+            if const is not None:
+                self.define(node.output[0], const.data_type)
                 continue
             self.visit(idx, node, idx in cone, const_peak)
         for vi in g.output:
@@ -313,7 +298,7 @@ class _Scope:
                 continue
             tv = bind_out[k]
             home = tv_dtype.get(tv) if tv is not None and tv_dtype.get(tv) is not None else self.orig(o)
-            self.define(o, home, idx)
+            self.define(o, home)
             if home == HALF:
                 self.rw.half_tensors.add(o)
             self.rename_reserved(idx, node, k, home)
@@ -345,7 +330,7 @@ class _Scope:
             _Scope(self.rw, sub, self, f"{prefix}{node.name or node.op_type}/{attr_label}").process()
         for k, o in enumerate(node.output):
             if o:
-                self.define(o, self.orig(o), idx)
+                self.define(o, self.orig(o))
                 self.rename_reserved(idx, node, k, self.orig(o))
 
     def type_vars(self, node, schema, bind_in, bind_out, convert) -> dict[str, int | None]:
@@ -371,33 +356,15 @@ class _Scope:
         return out
 
     def rebuild(self) -> None:
+        """The scope's nodes with the casts and converted constants placed right after their sources."""
         g = self.graph
         nodes = list(self.after.get(-1, []))
         for idx, node in enumerate(g.node):
             nodes.append(node)
             nodes.extend(self.after.get(idx, []))
-        # originals fully replaced by converted copies go away
-        used = _reads(g, nodes)
-        nodes = [n for n in nodes if not (n.op_type == "Constant" and n.output[0] in self.replaced
-                                          and n.output[0] not in used)]
         del g.node[:]
         g.node.extend(nodes)
-        keep = [t for t in g.initializer if not (t.name in self.replaced and t.name not in used)]
-        del g.initializer[:]
-        g.initializer.extend(keep + self.new_inits)
-
-
-def _reads(g: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> set[str]:
-    """Names read by ``nodes`` (the graph's new node list), their subgraphs, and the graph outputs."""
-    used: set[str] = {o.name for o in g.output}
-    for n in nodes:
-        used.update(n.input)
-        for _, sg in subgraphs(n):
-            for sub in iter_graphs(sg):
-                for m in sub.node:
-                    used.update(m.input)
-                used.update(o.name for o in sub.output)
-    return used
+        g.initializer.extend(self.new_inits)
 
 
 def _bindings(node: onnx.NodeProto, schema: defs.OpSchema | None) -> tuple[list[str | None], list[str | None]]:

@@ -29,13 +29,14 @@ from trtconv.load import load_model, model_sha256
 from trtconv.load.proto import structure_only
 from trtconv.load.strip import is_stripped
 from trtconv.onnxutil.domains import default_opset, is_default_domain
+from trtconv.onnxutil.graph import GraphView
+from trtconv.onnxutil.walk import iter_graphs
 from trtconv.precision.bn_fold import FoldedBatchNorm, fold_batchnorms
 from trtconv.precision.calib_cache import CacheInfo, cache_key, read_cache, write_cache
 from trtconv.precision.calibrate import Calibrator, CalibSettings, Method, scale_from_threshold
 from trtconv.precision.expose import session_exposing
 from trtconv.precision.fp16 import Fp16Report, Fp16Settings, convert_fp16
 from trtconv.precision.fp16_graph import emulate_half
-from trtconv.precision.graph_index import ModelIndex
 from trtconv.precision.int8_accuracy import accuracy_report, run_failure, with_origin
 from trtconv.precision.peaks import activation_peaks, float_tensors, update_peak
 from trtconv.precision.qdq import Placement, Skip, insert_qdq, plan_qdq
@@ -321,15 +322,13 @@ def quantize_int8(
     for bad samples.
     """
     work, upgrade, folded = _prepare(model, settings)
-    index = ModelIndex.build(work)
-    plan = plan_qdq(work, exclude=settings.exclude, residual_add=settings.residual_add, index=index)
+    plan = plan_qdq(work, exclude=settings.exclude, residual_add=settings.residual_add)
     needed = plan.activation_tensors()
     skips = list(plan.skips)
 
     cal_model = _prepare(calibration_model, settings)[0] if calibration_model is not None else work
     if calibration_model is not None:
-        cal_index = ModelIndex.build(cal_model)
-        known = set(cal_index.producer) | {i.name for i in cal_model.graph.input}
+        known = set(GraphView(cal_model).produced()) | {i.name for i in cal_model.graph.input}
         absent = {t for t in needed if t not in known}
         needed = [t for t in needed if t in known]
     else:
@@ -390,9 +389,7 @@ def quantize_int8(
     runnable = builder.runnable(placed)
     # The prepared models hold a copy of the weights, and measuring the candidate does not need
     # them: they go now, and only a failed gate (sensitivity, auto-exclude) derives them again.
-    del builder, work, cal_model, index
-    if calibration_model is not None:
-        del cal_index
+    del builder, work, cal_model
     accuracy: tuple[OutputStats, ...] = ()
     n_eval = 0
     bad: tuple[str, ...] = ()
@@ -504,7 +501,7 @@ class _Builder:
     def runnable(self, placed: Sequence[Placement]) -> list[Placement]:
         if self.twin is None:
             return list(placed)
-        names = {n.name for _, g in ModelIndex.build(self.twin).graphs for n in g.node}
+        names = {n.name for g in iter_graphs(self.twin.graph) for n in g.node}
         return [p for p in placed if p.node in names]
 
     def _typed(self, base: onnx.ModelProto, placed: Sequence[Placement]) -> tuple[onnx.ModelProto, Any]:

@@ -16,7 +16,8 @@ import numpy as np
 import onnx
 
 from trtconv.errors import DataError
-from trtconv.precision.graph_index import SHAPE_ONLY, ModelIndex
+from trtconv.onnxutil.graph import GraphView
+from trtconv.precision.qdq import SHAPE_ONLY
 from trtconv.reference.compare import OutputStats, PooledStats, worse_stats
 from trtconv.reference.ort import run, session
 
@@ -40,11 +41,11 @@ def run_failure(origin: str, exc: Exception) -> DataError:
 
 def classifier_outputs(model: onnx.ModelProto) -> set[str]:
     """Outputs that look like class scores: computed by a Softmax, or shaped [N, C]."""
-    index = ModelIndex.build(model)
+    view = GraphView(model)
     out = set()
     for vi in model.graph.output:
         dims = vi.type.tensor_type.shape.dim if vi.type.tensor_type.HasField("shape") else []
-        if index.producer_op(vi.name, through=SHAPE_ONLY) in ("Softmax", "LogSoftmax"):
+        if view.producer_op(vi.name, through=SHAPE_ONLY) in ("Softmax", "LogSoftmax"):
             out.add(vi.name)
         elif len(dims) == 2 and dims[1].HasField("dim_value") and dims[1].dim_value > 1:
             out.add(vi.name)

@@ -11,7 +11,8 @@ ops (sigmoid/softmax heads, normalisations, Resize) get no Q/DQ by design.
 Unlike ONNX Runtime's and ModelOpt's quantizers, this walks into ``If``/``Loop``/``Scan``
 bodies: the placement, the calibration outputs (:mod:`trtconv.precision.expose`) and the
 inserted nodes all reach subgraphs, with weights that live in ``Constant`` nodes there.
-The model-wide lookups live in :mod:`trtconv.precision.graph_index`.
+Who produces what, and which names are constants, comes from the shared
+:class:`trtconv.onnxutil.graph.GraphView`; insertion ends in its :func:`~trtconv.onnxutil.graph.cleanup`.
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
-from trtconv.onnxutil.constants import remove_unused_constants
+from trtconv.load.proto import structure_only
 from trtconv.onnxutil.domains import is_default_domain
+from trtconv.onnxutil.graph import GraphView, cleanup
 from trtconv.onnxutil.names import fresh_name, model_names
-from trtconv.precision.graph_index import SHAPE_ONLY, ModelIndex
+from trtconv.onnxutil.walk import iter_graphs
 
 QUANTIZABLE = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 SENSITIVE = {
@@ -43,6 +45,7 @@ SENSITIVE = {
     "Upsample": "Resize interpolation",
 }
 Q_DOMAIN = ""
+SHAPE_ONLY = ("Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity")
 
 
 @dataclass(frozen=True)
@@ -114,23 +117,41 @@ def _excluded(node: onnx.NodeProto, patterns: Sequence[str]) -> str | None:
     return None
 
 
-def _conv_like_producer(idx: ModelIndex, name: str) -> bool:
-    op = idx.producer_op(name)
+def element_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Every tensor's element type that ONNX shape inference or the initializers give, subgraphs included."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(structure_only(model))  # types need no weights
+    except Exception:
+        inferred = model
+    types: dict[str, int] = {}
+    for g in iter_graphs(inferred.graph):
+        for vi in list(g.input) + list(g.value_info) + list(g.output):
+            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+                types.setdefault(vi.name, vi.type.tensor_type.elem_type)
+    for g in iter_graphs(model.graph):
+        types.update((t.name, t.data_type) for t in g.initializer)
+    return types
+
+
+def _not_float(types: Mapping[str, int], name: str) -> bool:
+    """Known to be something other than float32 (unknown types pass)."""
+    return name in types and types[name] != TensorProto.FLOAT
+
+
+def _conv_like_producer(view: GraphView, name: str) -> bool:
+    op = view.producer_op(name)
     if op in ("Conv", "ConvTranspose"):
         return True
     if op == "BatchNormalization":  # Conv -> BN folds into the Conv in TensorRT
-        path_node = idx.producer[name][1]
-        return idx.producer_op(path_node.input[0]) in ("Conv", "ConvTranspose")
+        bn = view.producer(name).node  # type: ignore[union-attr]
+        return view.producer_op(bn.input[0]) in ("Conv", "ConvTranspose")
     return False
 
 
-def _node_order(idx: ModelIndex) -> dict[str, int]:
-    order: dict[str, int] = {}
-    for _, g in idx.graphs:
-        for i, n in enumerate(g.node):
-            for o in n.output:
-                order[o] = i
-    return order
+def _position(view: GraphView, name: str) -> int:
+    """Where the producer of ``name`` stands in its graph (-1: nothing in the model computes it)."""
+    site = view.producer(name)
+    return -1 if site is None else site.index
 
 
 def plan_qdq(
@@ -138,14 +159,13 @@ def plan_qdq(
     *,
     exclude: Sequence[str] = (),
     residual_add: bool = True,
-    index: ModelIndex | None = None,
 ) -> Plan:
     """Decide every Q/DQ (and every deliberate non-Q/DQ) with its reason; touches nothing."""
-    idx = index or ModelIndex.build(model)
-    order = _node_order(idx)
+    view = GraphView(model)
+    types = element_types(model)
     placements: list[Placement] = []
     skips: list[Skip] = []
-    for path, g in idx.graphs:
+    for path, g in view.graphs:
         for node in g.node:
             op = node.op_type
             name = node.name or f"{op}({', '.join(node.output)})"
@@ -161,36 +181,36 @@ def plan_qdq(
                 continue
             if op == "Add":
                 if residual_add:
-                    p = _residual_placement(idx, path, node, name, order)
+                    p = _residual_placement(view, types, path, node, name)
                     if p is not None:
                         placements.append(p)
                 continue
             ins = [i for i in node.input[:2] if i]
             if len(ins) < 2:
                 continue
-            if all(i in idx.constants for i in ins):
+            if all(view.constant(i) is not None for i in ins):
                 skips.append(Skip(path, name, op, "all inputs are constants (TensorRT folds it)"))
                 continue
-            nonfloat = [i for i in ins if idx.is_float(i) is False]
+            nonfloat = [i for i in ins if _not_float(types, i)]
             if nonfloat:
                 skips.append(Skip(path, name, op, f"input {nonfloat[0]!r} is not float32"))
                 continue
-            if op in ("Conv", "ConvTranspose") and ins[1] not in idx.constants:
+            if op in ("Conv", "ConvTranspose") and view.constant(ins[1]) is None:
                 skips.append(Skip(path, name, op, "weight is computed at run time, not a constant"))
                 continue
-            if op == "MatMul" and any(idx.producer_op(i, through=SHAPE_ONLY) in ("Softmax", "LogSoftmax") for i in ins):
+            if op == "MatMul" and any(view.producer_op(i, through=SHAPE_ONLY) in ("Softmax", "LogSoftmax") for i in ins):
                 skips.append(Skip(path, name, op, "an input is a softmax output: attention probabilities stay in float"))
                 continue
-            if op == "Gemm" and ins[0] in idx.constants:
+            if op == "Gemm" and view.constant(ins[0]) is not None:
                 skips.append(Skip(path, name, op, "constant A input: not a TensorRT INT8 pattern"))
                 continue
-            tiny = _tiny_gemm(idx, op, ins)
+            tiny = _tiny_gemm(view, op, ins)
             if tiny:
                 skips.append(Skip(path, name, op, f"tiny GEMM ({tiny}): INT8 gains nothing, the reformats cost"))
                 continue
             for k, t in enumerate(ins):
-                if t in idx.constants:
-                    w = idx.constants[t]
+                w = view.value(t)
+                if w is not None:
                     if w.dtype != np.float32:
                         break
                     axis = weight_axis(node, k, w)
@@ -204,29 +224,27 @@ def plan_qdq(
 MIN_GEMM_DIM = 16  # TensorRT's INT8 GEMM kernels want K and N of at least one 16-wide tile
 
 
-def _tiny_gemm(idx: ModelIndex, op: str, ins: Sequence[str]) -> str | None:
+def _tiny_gemm(view: GraphView, op: str, ins: Sequence[str]) -> str | None:
     """"K×N" when a Gemm/MatMul's constant 2-D weight has K or N below MIN_GEMM_DIM (TensorRT's guidance)."""
-    if op not in ("Gemm", "MatMul") or ins[1] not in idx.constants:
+    w = view.constant(ins[1]) if op in ("Gemm", "MatMul") else None
+    if w is None or len(w.dims) != 2 or min(w.dims) >= MIN_GEMM_DIM:
         return None
-    w = idx.constants[ins[1]]
-    if w.ndim != 2 or min(w.shape) >= MIN_GEMM_DIM:
-        return None
-    return f"{w.shape[0]}x{w.shape[1]}"
+    return f"{w.dims[0]}x{w.dims[1]}"
 
 
 def _residual_placement(
-    idx: ModelIndex, path: str, node: onnx.NodeProto, name: str, order: Mapping[str, int]
+    view: GraphView, types: Mapping[str, int], path: str, node: onnx.NodeProto, name: str
 ) -> Placement | None:
-    if len(node.input) != 2 or any(i in idx.constants or not i for i in node.input):
+    if len(node.input) != 2 or any(not i or view.constant(i) is not None for i in node.input):
         return None
     a, b = node.input
-    conv_a, conv_b = _conv_like_producer(idx, a), _conv_like_producer(idx, b)
+    conv_a, conv_b = _conv_like_producer(view, a), _conv_like_producer(view, b)
     if not (conv_a or conv_b):
         return None
-    if idx.is_float(a) is False or idx.is_float(b) is False:
+    if _not_float(types, a) or _not_float(types, b):
         return None
     if conv_a and conv_b:  # fuse the later conv, quantize the earlier branch (the skip path)
-        k = 0 if order.get(a, -1) <= order.get(b, -1) else 1
+        k = 0 if _position(view, a) <= _position(view, b) else 1
     else:
         k = 1 if conv_a else 0
     return Placement(path, name, "Add", k, node.input[k], "activation",
@@ -283,12 +301,14 @@ def insert_qdq(
     """
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    idx = ModelIndex.build(out)
+    view = GraphView(out)  # read for the weights' values only, which insertion leaves alone
     names = model_names(out)
     by_graph: dict[str, list[Placement]] = {}
     for p in placements:
         by_graph.setdefault(p.graph, []).append(p)
-    for path, g in idx.graphs:
+    # Bodies before the graphs holding them: a graph's nodes are re-added below (copies), so a body
+    # edited after its parent would be edited in a copy the model no longer holds.
+    for path, g in reversed(view.graphs):
         todo = by_graph.get(path)
         if not todo:
             continue
@@ -305,7 +325,7 @@ def insert_qdq(
                 key = (p.tensor, p.axis if p.kind == "weight" else -1)
                 if key not in made:
                     if p.kind == "weight":
-                        made[key] = _add_weight_dq(g, new_nodes, names, p.tensor, idx.constants[p.tensor], p.axis,
+                        made[key] = _add_weight_dq(g, new_nodes, names, p.tensor, view.value(p.tensor), p.axis,
                                                    half=half)
                     else:
                         scale = float(half_exact(scales[p.tensor])) if half else scales[p.tensor]
@@ -314,7 +334,7 @@ def insert_qdq(
             new_nodes.append(node)
         g.ClearField("node")
         g.node.extend(new_nodes)
-    remove_unused_constants(out)
+    cleanup(out)  # the float weights now quantized
     return out
 
 

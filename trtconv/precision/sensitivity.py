@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import onnx
 
-from trtconv.onnxutil.names import fresh_name
+from trtconv.onnxutil.names import fresh_name, model_names
 from trtconv.onnxutil.walk import iter_graphs_with_path
 from trtconv.precision.expose import session_exposing
 from trtconv.precision.int8_accuracy import run_failure, with_origin
@@ -63,7 +63,7 @@ def _probe_model(model: onnx.ModelProto, placed: Sequence[Placement], scales: Ma
     to would hold every weight once more.
     """
     layers = {(p.graph, p.node) for p in placed}
-    taken = {o for _, g in iter_graphs_with_path(model.graph) for n in g.node for o in (*n.output, n.name)}
+    taken = model_names(model)
     shadows: dict[tuple[str, str], tuple[str, str, str]] = {}
     renamed: dict[tuple[str, str], str] = {}
     lent: list[tuple[onnx.GraphProto, int]] = []
