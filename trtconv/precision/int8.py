@@ -224,9 +224,28 @@ def _digest(samples: Any) -> str | None:
 # ----------------------------------------------------------------------------- calibration
 
 
+@dataclass(frozen=True)
+class CalibrationSession:
+    """An ONNX Runtime session exposing what calibration reads. Made before the samples run, so
+    that the model it was made from can go meanwhile: the session holds what it needs."""
+
+    session: Any
+    mapping: dict[str, str]  # output name -> tensor
+    fed: tuple[str, ...]  # wanted tensors that are graph inputs: read from the samples themselves
+    wanted: frozenset[str]
+    every_float: bool  # every float tensor exposed too (the FP16 remainder's activation peaks)
+
+
+def calibration_session(model: onnx.ModelProto, tensors: Sequence[str], *, peaks: bool = False) -> CalibrationSession:
+    """``model`` with ``tensors`` (and with ``peaks``, every float tensor) exposed, graph optimizations on."""
+    inputs = {i.name for i in model.graph.input} - {i.name for i in model.graph.initializer}
+    observed = [t for t in dict.fromkeys([*tensors, *(float_tensors(model) if peaks else ())]) if t not in inputs]
+    sess, mapping = session_exposing(model, observed, optimize=True)
+    return CalibrationSession(sess, mapping, tuple(t for t in tensors if t in inputs), frozenset(tensors), peaks)
+
+
 def collect_scales(
-    model: onnx.ModelProto,
-    tensors: Sequence[str],
+    run: CalibrationSession,
     samples: Iterable[Mapping[str, np.ndarray]],
     settings: CalibSettings,
     *,
@@ -236,20 +255,17 @@ def collect_scales(
     guarded: set[str] | None = None,
     peaks: dict[str, float] | None = None,
 ) -> tuple[dict[str, float], int]:
-    """Run ``model`` in ONNX Runtime once per sample, streaming the wanted tensors into histograms.
+    """Run the session once per sample, streaming the wanted tensors into histograms.
 
     Returns (scale per tensor that carried float data, number of runs); tensors whose entropy
-    threshold the clip guard raised are added to ``guarded``. ``peaks``: filled in the same
-    runs with every float tensor's largest magnitude (the FP16 remainder's activation rule),
-    instead of a second pass over the samples.
+    threshold the clip guard raised are added to ``guarded``. ``peaks`` (the session must expose
+    every float tensor): filled in the same runs with every float tensor's largest magnitude
+    (the FP16 remainder's activation rule), instead of a second pass over the samples.
     """
 
-    inputs = {i.name for i in model.graph.input} - {i.name for i in model.graph.initializer}
-    fed = [t for t in tensors if t in inputs]
-    wanted = set(tensors)
-    observed = [t for t in dict.fromkeys([*tensors, *(float_tensors(model) if peaks is not None else ())])
-                if t not in inputs]
-    sess, mapping = session_exposing(model, observed, optimize=True)
+    if peaks is not None and not run.every_float:
+        raise InternalError("activation peaks asked of a calibration session that does not expose every float tensor")
+    sess, mapping, fed, wanted = run.session, run.mapping, run.fed, run.wanted
     fetch = list(mapping)
     cal = Calibrator(settings)
     runs = 0
@@ -334,6 +350,16 @@ def quantize_int8(
     else:
         absent = set()
 
+    def prepared_again() -> tuple[onnx.ModelProto, onnx.ModelProto]:
+        """The prepared models once more (the same: upgrade and fold are deterministic), for what
+        needs them after they were let go."""
+        work = _prepare(model, settings)[0]
+        return work, (_prepare(calibration_model, settings)[0] if calibration_model is not None else work)
+
+    def builder_for(work: onnx.ModelProto, cal_model: onnx.ModelProto) -> _Builder:
+        return _Builder(work, cal_model if calibration_model is not None else None, scales, settings, peaks,
+                        check_loads=eval_samples is None)
+
     calib = CalibSettings(method=settings.method, percentile=settings.percentile)
     model_hash = proto_sha256(model) if model_path is None else _file_hash(model_path)
     if calibration_model is not None:
@@ -358,14 +384,22 @@ def quantize_int8(
     want_peaks = settings.remainder == "fp16" and settings.fp16.max_activation is not None
     peaks: dict[str, float] | None = {} if want_peaks and scales is None else None
     t0 = time.perf_counter()
+    calibrated = scales is None
     if scales is None:
-        scales, runs = collect_scales(cal_model, needed, calib_samples, calib, max_samples=settings.max_samples,
+        run = calibration_session(cal_model, needed, peaks=peaks is not None)
+        # The prepared models (a copy of the weights) are not needed while the samples run, next to
+        # every exposed activation of a sample: they go, and come back (the same) for the build.
+        del work, cal_model
+        scales, runs = collect_scales(run, calib_samples, calib, max_samples=settings.max_samples,
                                       progress=progress, total=sample_count(calib_samples), guarded=guarded,
                                       peaks=peaks)
+        del run
         if cache_path and data_hash is not None and settings.use_cache:
             write_cache(cache_path, scales, key=key, method=settings.method, trt_version=settings.trt_version,
                         meta={"model_sha256": model_hash, "data_sha256": data_hash, "params": params})
     seconds = time.perf_counter() - t0
+    if calibrated:
+        work, cal_model = prepared_again()
     cache = CacheInfo(str(cache_path) if cache_path else None, key, hit, reason)
 
     placed, more_skips = _finalize(plan.placements, scales, absent)
@@ -374,15 +408,6 @@ def quantize_int8(
         if progress:
             progress("peaks", 0, None)
         peaks, _ = activation_peaks(cal_model, calib_samples, progress=lambda k: progress and progress("peaks", k, None))
-
-    def builder_for(work: onnx.ModelProto, cal_model: onnx.ModelProto) -> _Builder:
-        return _Builder(work, cal_model if calibration_model is not None else None, scales, settings, peaks,
-                        check_loads=eval_samples is None)
-
-    def prepared_again() -> tuple[onnx.ModelProto, onnx.ModelProto]:
-        """The prepared models once more (the same, deterministically), for what needs them after the build."""
-        work = _prepare(model, settings)[0]
-        return work, (_prepare(calibration_model, settings)[0] if calibration_model is not None else work)
 
     builder = builder_for(work, cal_model)
     candidate = builder.build(placed)
