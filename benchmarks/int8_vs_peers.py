@@ -1,6 +1,8 @@
 """trtconv's default INT8 against its peers, per real model, measured side by side in one run.
 
-Rows per model (PP-OCR cls/rec/det, Silero VAD):
+Rows per model (PP-OCR cls/rec/det; Silero VAD: ``silero``, the packaged model with its network in
+``If`` branches, fed 16 and 8 kHz chunks, and ``silero16k``, ``silero_vad_16k_op15.onnx``: the 16 kHz
+network in the main graph, fed a real recorded sentence, see ``silero16k_data``):
 
 - ``trtconv default``: ``quantize_int8`` with its defaults (entropy, FP16 remainder), what
   ``trtconv quantize --precision int8`` writes;
@@ -8,10 +10,11 @@ Rows per model (PP-OCR cls/rec/det, Silero VAD):
   ``benchmarks/quantize_vs_ort.py`` (QDQ, symmetric, per-channel, Entropy with 2048 bins);
 - ``modelopt``: NVIDIA ModelOpt's ONNX PTQ, ``modelopt.onnx.quantization.quantize(...,
   quantize_mode="int8", calibration_eps=["cpu"])`` with its defaults (entropy, FP16
-  remainder). ModelOpt pins onnx and onnxruntime-gpu versions other than trtconv's, so it
-  runs in its own interpreter: ``--modelopt-python`` (a venv with ``nvidia-modelopt[onnx]``).
+  remainder); where that fails, once more with ``high_precision_dtype="fp32"`` (``fp32-rest``).
+  ModelOpt pins onnx and onnxruntime-gpu versions other than trtconv's, so it runs in its own
+  interpreter: ``--modelopt-python`` (a venv with ``nvidia-modelopt[onnx]``).
 
-Every tool calibrates on the same ``.npz`` samples (``quantize_vs_ort.make_data``) in a fresh
+Every tool calibrates on the same ``.npz`` samples (``quantize_vs_ort.make_data``, ``silero16k_data``) in a fresh
 process; ``calib s`` is the quantize call, ``process s`` the whole subprocess (imports
 included). Every written model then runs in ONNX Runtime *as written* (graph optimizations
 off: ORT 1.32 miscomputes fused float16 Q/DQ) on the held-out samples, against FP32:
@@ -19,7 +22,9 @@ off: ORT 1.32 miscomputes fused float16 Q/DQ) on the held-out samples, against F
 CTC-greedy-decoded string equality; det: IoU of the text mask (probability > 0.3, DB's
 threshold); Silero: agreement of the speech decision (probability > 0.5).
 
-    python benchmarks/int8_vs_peers.py [--models cls,rec,det,silero] [--modelopt-python PATH] [--skip-ort-entropy]
+    python benchmarks/int8_vs_peers.py [--models cls,rec,det,silero,silero16k] [--modelopt-python PATH]
+                                       [--silero16k-speech recorded|synthetic] [--silero16k-held 100-103]
+                                       [--skip-ort-entropy]
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ def child(tool: str, method: str, spec: dict, out: str) -> None:
     error = None
     try:
         if tool == "modelopt":
-            run_modelopt(spec, out)
+            run_modelopt(spec, out, method)
         else:
             import onnx
 
@@ -73,15 +78,51 @@ def child(tool: str, method: str, spec: dict, out: str) -> None:
     print(json.dumps({"seconds": time.perf_counter() - t0, "rss_mib": base.peak_rss_mib(), "error": error}))
 
 
-def run_modelopt(spec: dict, out: str) -> None:
-    """ModelOpt's ONNX PTQ on the CPU, calibration data stacked along the batch axis (its input format)."""
+def run_modelopt(spec: dict, out: str, method: str) -> None:
+    """ModelOpt's ONNX PTQ on the CPU, fed the same samples one by one through its ``calibration_data_reader``
+    (stacked arrays, its other input, are split along axis 0: Silero's state [2, batch, 128] and scalar
+    sample rate cannot be fed that way). ``fp32-rest``: its ``high_precision_dtype="fp32"``, run only where
+    its default fails (its FP16 conversion crashes on Silero 16k's nested ``If`` subgraphs)."""
     from modelopt.onnx.quantization import quantize
+    from onnxruntime.quantization import CalibrationDataReader
 
-    files = sorted(Path(spec["calib"]).glob("*.npz"))
-    samples = [dict(np.load(f)) for f in files]
-    data = {k: np.concatenate([s[k] if s[k].ndim else s[k][None] for s in samples]) for k in samples[0]}
-    quantize(spec["model"], quantize_mode="int8", calibration_data=data, calibration_eps=["cpu"], output_path=out,
-             log_level="ERROR")
+    samples = [dict(np.load(f)) for f in sorted(Path(spec["calib"]).glob("*.npz"))]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.it = iter(samples)
+
+        def get_next(self):
+            return next(self.it, None)
+
+        def get_first(self):
+            return samples[0]
+
+        def rewind(self) -> None:
+            self.it = iter(samples)
+
+    quantize(spec["model"], quantize_mode="int8", calibration_data_reader=Reader(), calibration_eps=["cpu"],
+             output_path=out, log_level="ERROR", high_precision_dtype="fp32" if method == "fp32-rest" else "fp16")
+
+
+def silero16k_data(root: Path, speech: str = "recorded", held: range = range(100, 104)) -> dict:
+    """``silero_vad_16k_op15.onnx`` fed a real recorded sentence (tests/realdata.py ``recorded_speech``) at
+    seed-chosen levels and noise: 4 calibration and 4 held-out versions, differing in level and noise (seeds 0-3
+    and 100-103); every 8th chunk calibrates (64), every 2nd is held out (252: more than the other rows, the
+    speech decision is one bit per chunk). ``speech="synthetic"``: 4 s of ``speech_like`` per seed instead;
+    ``held``: other held-out seeds (a second, disjoint check of the same calibration)."""
+    from realdata import recorded_speech, silero_samples, speech_like
+    from realmodels import silero_model
+
+    model = silero_model("silero_vad_16k_op15.onnx")
+    audio = recorded_speech if speech == "recorded" else speech_like
+    parts = {"calib": silero_samples(model, range(4), seconds=4.0, every=8, speech=audio),
+             "held": silero_samples(model, held, seconds=4.0, every=2, speech=audio)}
+    for part, samples in parts.items():
+        (root / "silero16k" / part).mkdir(parents=True)
+        for i, s in enumerate(samples):
+            np.savez(root / "silero16k" / part / f"{i:03d}.npz", **s)
+    return {"model": str(model), "calib": str(root / "silero16k" / "calib"), "held": str(root / "silero16k" / "held")}
 
 
 # ----------------------------------------------------------------------------- task metrics
@@ -146,9 +187,13 @@ def evaluate(name: str, fp32_path: str, candidate: str, held) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--models", default="cls,rec,det,silero")
+    ap.add_argument("--models", default="cls,rec,det,silero,silero16k")
     ap.add_argument("--modelopt-python", default=sys.executable,
                     help="interpreter with nvidia-modelopt[onnx] installed (its own venv: it pins onnx versions)")
+    ap.add_argument("--silero16k-speech", choices=("recorded", "synthetic"), default="recorded",
+                    help="silero16k's audio: the recorded sentence (default) or tests/realdata.py's synthesised speech")
+    ap.add_argument("--silero16k-held", default="100-103", metavar="FIRST-LAST",
+                    help="silero16k's held-out seeds (calibration is always seeds 0-3)")
     ap.add_argument("--skip-ort-entropy", action="store_true", help="ORT's 2048-bin entropy takes minutes per model")
     ap.add_argument("--child", nargs=4, metavar=("TOOL", "METHOD", "SPEC", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -162,15 +207,21 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        specs = base.make_data(root, quick=True)
-        for name in args.models.split(","):
+        names = args.models.split(",")
+        specs = base.make_data(root, quick=True) if set(names) - {"silero16k"} else {}
+        if "silero16k" in names:
+            first, last = (int(x) for x in args.silero16k_held.split("-"))
+            specs["silero16k"] = silero16k_data(root, args.silero16k_speech, range(first, last + 1))
+        for name in names:
             # peers may write beside or over the model they are given (one rewrote the installed
             # PP-OCR file with inferred shapes): each gets a private copy, never the package's file
             private = root / f"{name}-input.onnx"
             shutil.copyfile(specs[name]["model"], private)
             spec = {**specs[name], "model": str(private)}
             held = SampleSet(SampleSource.detect(spec["held"]), model_inputs(onnx.load(spec["model"])))
-            for tool, method in TOOLS:
+            todo = list(TOOLS)
+            while todo:
+                tool, method = todo.pop(0)
                 if args.skip_ort_entropy and (tool, method) == ("ort", "Entropy"):
                     continue
                 out = str(root / f"{name}-{tool}-{method}.onnx")
@@ -191,6 +242,8 @@ def main() -> None:
                     row["error"] = "no model written"
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
+                if (tool, method) == ("modelopt", "default") and row.get("error"):
+                    todo.append(("modelopt", "fp32-rest"))
     print(table(rows))
 
 

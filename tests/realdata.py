@@ -4,7 +4,9 @@ OCR: text rendered with a real TrueType font (DejaVu from fonts-dejavu-core, or 
 one Pillow bundles) on paper-like backgrounds, preprocessed the way PaddleOCR
 documents it. Silero VAD: speech-like audio synthesised with numpy — a glottal pulse
 train with jittered pitch through vowel formant resonators, syllable envelopes, pauses
-and background noise — fed chunk by chunk with the recurrent state the model itself
+and background noise — or a real recorded English sentence (CMU ARCTIC a0007, 16 kHz,
+4 s, shipped in pysptk's wheel source: the test extra) at a seed-chosen level and
+signal-to-noise ratio; fed chunk by chunk with the recurrent state the model itself
 produces, as silero-vad's own wrapper does.
 """
 
@@ -159,12 +161,42 @@ def speech_like(seed: int, seconds: float = 3.0) -> np.ndarray:
     return out.astype(np.float32)
 
 
+def recorded_speech_path() -> Path:
+    """CMU ARCTIC's a0007 (a US English speaker, 16 kHz mono, 4 s), as pysptk installs it."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("pysptk")  # found, not imported: pysptk's import needs pkg_resources
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("package pysptk is missing: run `make install` (it is in the test extra)")
+    return Path(next(iter(spec.submodule_search_locations))) / "example_audio_data" / "arctic_a0007.wav"
+
+
+def recorded_speech(seed: int, seconds: float = 4.0) -> np.ndarray:
+    """The recorded sentence at a level of -30..-6 dBFS peak with room noise at 0..25 dB SNR (both
+    chosen by ``seed``): real speech, in the conditions a VAD decides in. ``seconds`` is ignored
+    (the recording's length); the parameter keeps the signature of ``speech_like``."""
+    import wave
+
+    with wave.open(str(recorded_speech_path())) as w:
+        assert w.getframerate() == SR and w.getnchannels() == 1 and w.getsampwidth() == 2
+        clean = np.frombuffer(w.readframes(w.getnframes()), np.int16).astype(np.float64) / 32768
+    rng = np.random.default_rng(seed)
+    speech = clean / np.abs(clean).max() * 10 ** (rng.uniform(-30, -6) / 20)
+    noise = np.cumsum(rng.normal(0, 1, len(speech))) * 0.02 + rng.normal(0, 1, len(speech))  # pinkish
+    noise -= np.convolve(noise, np.ones(400) / 400, mode="same")  # no DC drift
+    loud = speech[np.abs(speech) > 0.1 * np.abs(speech).max()]
+    snr_db = rng.uniform(0, 25)
+    noise *= np.sqrt(np.mean(loud**2) / np.mean(noise**2)) * 10 ** (-snr_db / 20)
+    return (speech + noise).astype(np.float32)
+
+
 def silero_samples(
-    model_path: Path, seeds: range, *, seconds: float = 2.0, every: int = 4, sr: int = SR
+    model_path: Path, seeds: range, *, seconds: float = 2.0, every: int = 4, sr: int = SR, speech=speech_like
 ) -> list[dict]:
     """Input dicts for silero_vad.onnx as its wrapper feeds it (context + a 512-sample chunk at
     16 kHz, 32 + 256 at 8 kHz; the state the FP32 model produced on the preceding chunks);
-    every ``every``-th chunk is kept. 8 kHz audio takes the model's other If branch."""
+    every ``every``-th chunk is kept. 8 kHz audio takes the model's other If branch.
+    ``speech``: ``speech_like`` (synthesised) or ``recorded_speech`` (a real recording), per seed."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -173,7 +205,7 @@ def silero_samples(
     samples = []
     chunk, ctx = (512, 64) if sr == SR else (256, 32)
     for seed in seeds:
-        audio = speech_like(seed, seconds)
+        audio = speech(seed, seconds)
         if sr != SR:
             audio = audio.reshape(-1, SR // sr).mean(axis=1).astype(np.float32)
         state = np.zeros((2, 1, 128), np.float32)

@@ -18,7 +18,8 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
-from realdata import ocr_det_images, ocr_line_images, silero_samples
+from realdata import ocr_det_images, ocr_line_images, recorded_speech, silero_samples
+from realmodels import silero_model
 
 from trtconv.cli.main import cli
 from trtconv.errors import ExitCode
@@ -44,10 +45,20 @@ def data(tmp_path_factory, silero) -> dict[str, tuple[Path, tuple[str, ...]]]:
     s8 = silero_samples(silero, range(1), seconds=1.5, every=3, sr=8000)
     for i, sample in enumerate(x for pair in zip(s16, s8) for x in pair):  # both rates in the held-out part
         np.savez(root / "vad" / f"{i:03d}.npz", **sample)
+    # Silero 16k on a real recorded sentence: 32 chunks of two versions calibrate, and the held-out 20%
+    # (the last 8 files) is a third version (other level and noise) sampled across the whole sentence
+    (root / "vad16k").mkdir()
+    model16k = silero_model("silero_vad_16k_op15.onnx")
+    calib = silero_samples(model16k, range(2), every=8, speech=recorded_speech)
+    held = silero_samples(model16k, range(2, 3), every=16, speech=recorded_speech)
+    for i, sample in enumerate(calib + held):
+        np.savez(root / "vad16k" / f"{i:03d}.npz", **sample)
+    assert (len(calib), len(held)) == (32, 8)
     return {"cls": (root / "cls", ("--preprocess", "preset=ppocr-cls")),
             "rec": (root / "rec", ("--preprocess", "preset=ppocr-rec")),
             "det": (root / "det", ("--preprocess", "preset=ppocr-det")),
-            "silero": (root / "vad", ())}
+            "silero": (root / "vad", ()),
+            "silero16k": (root / "vad16k", ())}
 
 
 def _compute_types(model: onnx.ModelProto) -> dict[str, int]:
@@ -73,9 +84,10 @@ def _compute_types(model: onnx.ModelProto) -> dict[str, int]:
     return out
 
 
-@pytest.mark.parametrize("name", ["cls", "det", "rec", "silero"])
+@pytest.mark.parametrize("name", ["cls", "det", "rec", "silero", "silero16k"])
 def test_real_model_passes_the_default_gate_and_a_planted_scale_fails_it(name, request, data, tmp_path):
-    model = request.getfixturevalue("silero" if name == "silero" else f"ocr_{name}")
+    model = (silero_model("silero_vad_16k_op15.onnx") if name == "silero16k"
+             else request.getfixturevalue("silero" if name == "silero" else f"ocr_{name}"))
     folder, extra = data[name]
     cache, out = tmp_path / "calib.cache", tmp_path / "q.onnx"
     res = _invoke("quantize", model, "-o", out, "--precision", "int8", "--calib-data", folder, *extra,
@@ -91,6 +103,8 @@ def test_real_model_passes_the_default_gate_and_a_planted_scale_fails_it(name, r
     assert not set(excluded) & {p["node"] for p in r["placed"]}
     if excluded:  # the search ran and its choice is what the report's accuracy describes
         assert r["gate_checks"] >= 1 and r["sensitivity"]
+    if name == "silero16k":  # all 6 Conv layers (STFT, encoder, decoder) in INT8, none excluded to pass
+        assert not excluded and collections.Counter(p["op_type"] for p in r["placed"]) == {"Conv": 12}
 
     # The remainder is FP16: every float compute node outside Q/DQ is FP16 unless the report lists it as kept.
     written = onnx.load(str(out))
