@@ -4,6 +4,7 @@ ONNX Runtime returns only graph outputs. A value inside an ``If`` branch becomes
 branch output (the other branch yields an empty tensor), then an extra ``If`` output, up
 to the main graph; inside a ``Loop`` body it becomes an extra scan output. Calibration,
 the FP16 activation peaks and the per-layer sensitivity all read tensors this way.
+A model without subgraphs is not copied: its outputs are lent to it while a session is made.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from trtconv.onnxutil.names import fresh_name, model_names
+from trtconv.onnxutil.walk import has_subgraphs
+from trtconv.reference import ort
 
 
 def expose_tensors(model: onnx.ModelProto, tensors: Sequence[str]) -> tuple[onnx.ModelProto, dict[str, str]]:
@@ -38,6 +41,31 @@ def expose_tensors(model: onnx.ModelProto, tensors: Sequence[str]) -> tuple[onnx
             out.graph.output[-1].type.tensor_type.elem_type = TensorProto.FLOAT
         mapping[name] = tensor
     return out, mapping
+
+
+def session_exposing(model: onnx.ModelProto, tensors: Sequence[str], *, optimize: bool = False
+                     ) -> tuple[object, dict[str, str]]:
+    """An ONNX Runtime session of ``model`` with ``tensors`` as extra outputs; output name → tensor.
+
+    Without subgraphs the outputs are added to ``model`` itself while the session is made and
+    taken off again, so ``model`` ends as it was (a copy would hold every weight once more).
+    Values inside If/Loop bodies need rewiring, on a copy.
+    """
+    if any(has_subgraphs(n) for n in model.graph.node):
+        exposed, mapping = expose_tensors(model, tensors)
+        return ort.session(exposed, optimize=optimize), mapping
+    keep = len(model.graph.output)
+    existing = {o.name for o in model.graph.output}
+    produced = {o for n in model.graph.node for o in n.output}
+    mapping = {t: t for t in sorted(set(tensors) & produced)}  # the order expose_tensors gives
+    try:
+        for name in mapping:
+            if name not in existing:
+                model.graph.output.append(helper.make_empty_tensor_value_info(name))
+                model.graph.output[-1].type.tensor_type.elem_type = TensorProto.FLOAT
+        return ort.session(model, optimize=optimize), mapping
+    finally:
+        del model.graph.output[keep:]
 
 
 def _expose(g: onnx.GraphProto, wanted: set[str], names: set[str], *, is_main: bool) -> list[tuple[str, str]]:

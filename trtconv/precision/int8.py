@@ -16,7 +16,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,13 +26,15 @@ from onnx import version_converter
 
 from trtconv.errors import AccuracyError, DataError, InternalError, UnsupportedModelError
 from trtconv.load import load_model, model_sha256
+from trtconv.load.proto import structure_only
+from trtconv.load.strip import is_stripped
 from trtconv.onnxutil.domains import default_opset, is_default_domain
 from trtconv.onnxutil.graph import GraphView
 from trtconv.onnxutil.walk import iter_graphs
 from trtconv.precision.bn_fold import FoldedBatchNorm, fold_batchnorms
 from trtconv.precision.calib_cache import CacheInfo, cache_key, read_cache, write_cache
 from trtconv.precision.calibrate import Calibrator, CalibSettings, Method, scale_from_threshold
-from trtconv.precision.expose import expose_tensors
+from trtconv.precision.expose import session_exposing
 from trtconv.precision.fp16 import Fp16Report, Fp16Settings, convert_fp16
 from trtconv.precision.fp16_graph import emulate_half
 from trtconv.precision.int8_accuracy import accuracy_report, run_failure, with_origin
@@ -40,7 +42,6 @@ from trtconv.precision.peaks import activation_peaks, float_tensors, update_peak
 from trtconv.precision.qdq import Placement, Skip, insert_qdq, plan_qdq
 from trtconv.precision.sensitivity import LayerError, fewest_exclusions, layer_errors
 from trtconv.reference.compare import DEFAULT_THRESHOLDS, OutputStats, Thresholds, violations
-from trtconv.reference.ort import session
 from trtconv.samples.sources import sample_count
 
 log = logging.getLogger(__name__)
@@ -167,13 +168,48 @@ def upgrade_opset(model: onnx.ModelProto, target: int = MIN_QDQ_OPSET) -> tuple[
         return model, None
 
     try:
-        converted = version_converter.convert_version(model, target)
+        converted = version_converter.convert_version(structure_only(model), target)
+        if not _restore_weights(converted, model):  # an adapter renamed or rewrote a weight: the slow way
+            converted = version_converter.convert_version(model, target)
     except Exception as exc:
         raise UnsupportedModelError(
             f"cannot upgrade the model from opset {current} to {target} for INT8 Q/DQ: {str(exc).splitlines()[0]}",
             hint="re-export the model with opset >= 13",
         ) from exc
     return converted, (current, target)
+
+
+def _main_constants(model: onnx.ModelProto) -> dict[str, onnx.TensorProto]:
+    """Main-graph initializers and Constant-node values, by tensor name (what ``structure_only`` strips)."""
+    out = {t.name: t for t in model.graph.initializer}
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.output:
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.TENSOR:
+                    out[n.output[0]] = a.t
+    return out
+
+
+def _restore_weights(converted: onnx.ModelProto, original: onnx.ModelProto) -> bool:
+    """Put the original's bytes back into the tensors ``structure_only`` stripped (each weight is
+    copied once, here); False when one of them has no original of the same name and size.
+
+    The version converter serializes and parses the whole model on each side: on the structure
+    alone it costs nothing, where the weights made it several transient copies of the model.
+    """
+    source = _main_constants(original)
+    for name, t in _main_constants(converted).items():
+        if not is_stripped(t):
+            continue
+        src = source.get(name)
+        if src is None or list(src.dims) != list(t.dims) or src.data_type != t.data_type:
+            return False
+        keep = t.name
+        t.CopyFrom(src)
+        t.name = keep
+        if t.data_location == onnx.TensorProto.DEFAULT:
+            t.ClearField("data_location")  # as the converter writes it (loading external data sets it)
+    return not any(is_stripped(t) for t in _main_constants(converted).values())
 
 
 def proto_sha256(model: onnx.ModelProto) -> str:
@@ -188,9 +224,28 @@ def _digest(samples: Any) -> str | None:
 # ----------------------------------------------------------------------------- calibration
 
 
+@dataclass(frozen=True)
+class CalibrationSession:
+    """An ONNX Runtime session exposing what calibration reads. Made before the samples run, so
+    that the model it was made from can go meanwhile: the session holds what it needs."""
+
+    session: Any
+    mapping: dict[str, str]  # output name -> tensor
+    fed: tuple[str, ...]  # wanted tensors that are graph inputs: read from the samples themselves
+    wanted: frozenset[str]
+    every_float: bool  # every float tensor exposed too (the FP16 remainder's activation peaks)
+
+
+def calibration_session(model: onnx.ModelProto, tensors: Sequence[str], *, peaks: bool = False) -> CalibrationSession:
+    """``model`` with ``tensors`` (and with ``peaks``, every float tensor) exposed, graph optimizations on."""
+    inputs = {i.name for i in model.graph.input} - {i.name for i in model.graph.initializer}
+    observed = [t for t in dict.fromkeys([*tensors, *(float_tensors(model) if peaks else ())]) if t not in inputs]
+    sess, mapping = session_exposing(model, observed, optimize=True)
+    return CalibrationSession(sess, mapping, tuple(t for t in tensors if t in inputs), frozenset(tensors), peaks)
+
+
 def collect_scales(
-    model: onnx.ModelProto,
-    tensors: Sequence[str],
+    run: CalibrationSession,
     samples: Iterable[Mapping[str, np.ndarray]],
     settings: CalibSettings,
     *,
@@ -200,21 +255,17 @@ def collect_scales(
     guarded: set[str] | None = None,
     peaks: dict[str, float] | None = None,
 ) -> tuple[dict[str, float], int]:
-    """Run ``model`` in ONNX Runtime once per sample, streaming the wanted tensors into histograms.
+    """Run the session once per sample, streaming the wanted tensors into histograms.
 
     Returns (scale per tensor that carried float data, number of runs); tensors whose entropy
-    threshold the clip guard raised are added to ``guarded``. ``peaks``: filled in the same
-    runs with every float tensor's largest magnitude (the FP16 remainder's activation rule),
-    instead of a second pass over the samples.
+    threshold the clip guard raised are added to ``guarded``. ``peaks`` (the session must expose
+    every float tensor): filled in the same runs with every float tensor's largest magnitude
+    (the FP16 remainder's activation rule), instead of a second pass over the samples.
     """
 
-    inputs = {i.name for i in model.graph.input} - {i.name for i in model.graph.initializer}
-    fed = [t for t in tensors if t in inputs]
-    wanted = set(tensors)
-    observed = [t for t in dict.fromkeys([*tensors, *(float_tensors(model) if peaks is not None else ())])
-                if t not in inputs]
-    exposed, mapping = expose_tensors(model, observed)
-    sess = session(exposed, optimize=True)
+    if peaks is not None and not run.every_float:
+        raise InternalError("activation peaks asked of a calibration session that does not expose every float tensor")
+    sess, mapping, fed, wanted = run.session, run.mapping, run.fed, run.wanted
     fetch = list(mapping)
     cal = Calibrator(settings)
     runs = 0
@@ -299,6 +350,16 @@ def quantize_int8(
     else:
         absent = set()
 
+    def prepared_again() -> tuple[onnx.ModelProto, onnx.ModelProto]:
+        """The prepared models once more (the same: upgrade and fold are deterministic), for what
+        needs them after they were let go."""
+        work = _prepare(model, settings)[0]
+        return work, (_prepare(calibration_model, settings)[0] if calibration_model is not None else work)
+
+    def builder_for(work: onnx.ModelProto, cal_model: onnx.ModelProto) -> _Builder:
+        return _Builder(work, cal_model if calibration_model is not None else None, scales, settings, peaks,
+                        check_loads=eval_samples is None)
+
     calib = CalibSettings(method=settings.method, percentile=settings.percentile)
     model_hash = proto_sha256(model) if model_path is None else _file_hash(model_path)
     if calibration_model is not None:
@@ -323,14 +384,22 @@ def quantize_int8(
     want_peaks = settings.remainder == "fp16" and settings.fp16.max_activation is not None
     peaks: dict[str, float] | None = {} if want_peaks and scales is None else None
     t0 = time.perf_counter()
+    calibrated = scales is None
     if scales is None:
-        scales, runs = collect_scales(cal_model, needed, calib_samples, calib, max_samples=settings.max_samples,
+        run = calibration_session(cal_model, needed, peaks=peaks is not None)
+        # The prepared models (a copy of the weights) are not needed while the samples run, next to
+        # every exposed activation of a sample: they go, and come back (the same) for the build.
+        del work, cal_model
+        scales, runs = collect_scales(run, calib_samples, calib, max_samples=settings.max_samples,
                                       progress=progress, total=sample_count(calib_samples), guarded=guarded,
                                       peaks=peaks)
+        del run
         if cache_path and data_hash is not None and settings.use_cache:
             write_cache(cache_path, scales, key=key, method=settings.method, trt_version=settings.trt_version,
                         meta={"model_sha256": model_hash, "data_sha256": data_hash, "params": params})
     seconds = time.perf_counter() - t0
+    if calibrated:
+        work, cal_model = prepared_again()
     cache = CacheInfo(str(cache_path) if cache_path else None, key, hit, reason)
 
     placed, more_skips = _finalize(plan.placements, scales, absent)
@@ -339,10 +408,13 @@ def quantize_int8(
         if progress:
             progress("peaks", 0, None)
         peaks, _ = activation_peaks(cal_model, calib_samples, progress=lambda k: progress and progress("peaks", k, None))
-    builder = _Builder(work, cal_model if calibration_model is not None else None, scales, settings, peaks,
-                       check_loads=eval_samples is None)
 
+    builder = builder_for(work, cal_model)
     candidate = builder.build(placed)
+    runnable = builder.runnable(placed)
+    # The prepared models hold a copy of the weights, and measuring the candidate does not need
+    # them: they go now, and only a failed gate (sensitivity, auto-exclude) derives them again.
+    del builder, work, cal_model
     accuracy: tuple[OutputStats, ...] = ()
     n_eval = 0
     bad: tuple[str, ...] = ()
@@ -353,33 +425,40 @@ def quantize_int8(
     memo: list[dict[str, np.ndarray]] = []
     if eval_samples is not None:
         accuracy, n_eval = candidate.accuracy(reference, eval_samples, settings.top1, progress, memo)
+        candidate = replace(candidate, twins=())  # measured: what follows needs the model, not its twins
         bad = tuple(violations(list(accuracy), settings.thresholds))
         if bad or settings.sensitivity:
             if progress:
                 progress("sensitivity", 0, None)
-            errors = layer_errors(cal_model, builder.runnable(placed), scales, eval_samples)
+            work, cal_model = prepared_again()
+            errors = layer_errors(cal_model, runnable, scales, eval_samples)
         if bad and settings.auto_exclude:
-            tried: dict[frozenset[tuple[str, str]], tuple[_Candidate, tuple[OutputStats, ...], int]] = {}
+            builder = builder_for(work, cal_model)
+            tried: dict[frozenset[tuple[str, str]], tuple[_Candidate | None, tuple[OutputStats, ...], int]] = {}
 
             def passes(without: frozenset[tuple[str, str]]) -> bool:
                 cand = builder.build([p for p in placed if (p.graph, p.node) not in without])
                 stats, n = cand.accuracy(reference, eval_samples, settings.top1, None, memo)
-                tried[without] = (cand, stats, n)
+                ok = not violations(list(stats), settings.thresholds)
+                tried[without] = (cand if ok else None, stats, n)  # only a passing one may be kept
                 if progress:
                     progress("auto-exclude", len(tried), None)
-                return not violations(list(stats), settings.thresholds)
+                return ok
 
             found = fewest_exclusions([e.key for e in errors], passes)
             checks = len(tried)
+            del builder
             if found is not None:
                 excluded = found
-                candidate, accuracy, n_eval = tried[frozenset(found)]
+                kept, accuracy, n_eval = tried[frozenset(found)]
+                assert kept is not None
+                candidate = kept
                 bad = ()
                 placed = [p for p in placed if (p.graph, p.node) not in set(found)]
                 ops = {e.key: e.op_type for e in errors}
                 skips += [Skip(g, n, ops.get((g, n), ""), "kept out of INT8 by --auto-exclude: the gate passes "
                                "without it") for g, n in found]
-    _check_valid(candidate.model, work)
+    _check_valid(candidate.model, lambda: prepared_again()[0])
     used_scales = {p.tensor: scales[p.tensor] for p in placed if p.kind == "activation"}
     checked_on = None if eval_samples is None or not n_eval else ("held-out" if eval_held_out else "calibration")
     report = Int8Report(
@@ -413,7 +492,7 @@ def _prepare(model: onnx.ModelProto, settings: Int8Settings
     work, upgrade = upgrade_opset(model, FP16_QDQ_OPSET if fp16 else MIN_QDQ_OPSET)
     folded: tuple[FoldedBatchNorm, ...] = ()
     if fp16 and settings.fold_batchnorm:
-        work, folded = fold_batchnorms(work)
+        work, folded = fold_batchnorms(work, copy=work is model)  # the upgrade's copy is ours to edit
     return work, upgrade, folded
 
 
@@ -465,11 +544,12 @@ class _Builder:
         return _Candidate(model, runnable, twins, res.report if res is not None else None)
 
 
-def _check_valid(qmodel: onnx.ModelProto, work: onnx.ModelProto) -> None:
+def _check_valid(qmodel: onnx.ModelProto, work: Callable[[], onnx.ModelProto]) -> None:
+    """``work()``: the model Q/DQ went into, whose own verdict is asked only when ``qmodel`` fails."""
     try:
         onnx.checker.check_model(qmodel)
     except onnx.checker.ValidationError as exc:
-        if all(is_default_domain(o.domain) for o in qmodel.opset_import) and _passes_checker(work):
+        if all(is_default_domain(o.domain) for o in qmodel.opset_import) and _passes_checker(work()):
             raise InternalError(f"Q/DQ insertion produced an invalid model: {str(exc).splitlines()[0]}") from exc
 
 

@@ -4,6 +4,8 @@ Statistics are pooled over samples of possibly different shapes (cosine from sum
 products, top-1 agreement over every row). With an FP16 remainder the candidate runs
 twice — as ONNX Runtime runs it, and as its exact-rounding twin
 (:func:`trtconv.precision.fp16_graph.emulate_half`) — and each statistic is the worse of the two.
+Each session runs over every sample before the next is made (the reference's outputs kept):
+sessions alive together would hold their weights together.
 """
 
 from __future__ import annotations
@@ -71,31 +73,36 @@ def accuracy_report(
     (the auto-exclude search measures many candidates on the same samples).
     """
 
-    ref_sess = session(reference, optimize=True) if not memo else None
-    cands = [session(m, optimize=optimize) for m in (candidate, *twins)]
     outputs = [o.name for o in reference.graph.output]
     classifiers = classifier_outputs(reference) if top1 is None else (set(outputs) if top1 else set())
-    accs = [{o: PooledStats(o, o in classifiers) for o in outputs} for _ in cands]
-    n = 0
-    for origin, sample in with_origin(samples, "accuracy sample"):
-        try:
-            if memo is not None and n < len(memo):
-                ref = memo[n]
-            else:
-                ref_sess = ref_sess or session(reference, optimize=True)
-                ref = run(ref_sess, sample)
-                if memo is not None:
-                    memo.append(ref)
-            gots = [run(c, sample, outputs) for c in cands]
-        except Exception as exc:
-            raise run_failure(origin, exc) from exc
-        for o in outputs:
-            if ref[o].dtype.kind in "fc":
-                for acc, got in zip(accs, gots):
-                    acc[o].add(ref[o], np.asarray(got[o]).astype(ref[o].dtype))
-        n += 1
-        if progress:
-            progress("accuracy", n, total)
+    models = (candidate, *twins)
+    accs = [{o: PooledStats(o, o in classifiers) for o in outputs} for _ in models]
+    refs: list[dict[str, np.ndarray]] = memo if memo is not None else []
+    if iter(samples) is samples:  # one pass only: every session alive at once, sample by sample
+        n = _interleaved(reference, models, samples, accs, refs, optimize, progress, total)
+    else:  # one session at a time, each over every sample: the reference first, its outputs kept
+        passes = len(models) + (0 if refs else 1)
+        scale = None if total is None else total * passes
+        done = 0
+        if not refs:
+            ref_sess = session(reference, optimize=True)
+            for origin, sample in with_origin(samples, "accuracy sample"):
+                refs.append(_run(ref_sess, sample, None, origin))
+                done += 1
+                if progress:
+                    progress("accuracy", done, scale)
+            del ref_sess
+        n = 0
+        for model, acc in zip(models, accs):
+            sess = session(model, optimize=optimize)
+            n = 0
+            for ref, (origin, sample) in zip(refs, with_origin(samples, "accuracy sample")):
+                _add(acc, outputs, ref, _run(sess, sample, outputs, origin))
+                n += 1
+                done += 1
+                if progress:
+                    progress("accuracy", done, scale)
+            del sess
     result = []
     for o in outputs:
         if not accs[0][o].n:
@@ -105,3 +112,40 @@ def accuracy_report(
             st = worse_stats(st, acc[o].stats())
         result.append(st)
     return tuple(result), n
+
+
+def _run(sess, sample: Mapping[str, np.ndarray], outputs: list[str] | None, origin: str) -> dict[str, np.ndarray]:
+    try:
+        return run(sess, sample, outputs)
+    except Exception as exc:
+        raise run_failure(origin, exc) from exc
+
+
+def _add(acc: dict[str, PooledStats], outputs: Sequence[str], ref: Mapping[str, np.ndarray],
+         got: Mapping[str, np.ndarray]) -> None:
+    for o in outputs:
+        if ref[o].dtype.kind in "fc":
+            acc[o].add(ref[o], np.asarray(got[o]).astype(ref[o].dtype))
+
+
+def _interleaved(reference: onnx.ModelProto, models: Sequence[onnx.ModelProto], samples: Iterable[Mapping[str, np.ndarray]],
+                 accs: list[dict[str, PooledStats]], refs: list[dict[str, np.ndarray]], optimize: bool,
+                 progress: ProgressFn | None, total: int | None) -> int:
+    """Samples that can be read once: the reference and every candidate run on each sample in turn."""
+    outputs = [o.name for o in reference.graph.output]
+    ref_sess = session(reference, optimize=True) if len(refs) == 0 else None
+    sessions = [session(m, optimize=optimize) for m in models]
+    n = 0
+    for origin, sample in with_origin(samples, "accuracy sample"):
+        if n < len(refs):
+            ref = refs[n]
+        else:
+            ref_sess = ref_sess or session(reference, optimize=True)
+            ref = _run(ref_sess, sample, None, origin)
+            refs.append(ref)
+        for sess, acc in zip(sessions, accs):
+            _add(acc, outputs, ref, _run(sess, sample, outputs, origin))
+        n += 1
+        if progress:
+            progress("accuracy", n, total)
+    return n

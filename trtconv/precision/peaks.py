@@ -17,7 +17,7 @@ import onnx
 from onnx import helper
 
 from trtconv.onnxutil.walk import iter_graphs
-from trtconv.precision.expose import expose_tensors
+from trtconv.precision.expose import expose_tensors, session_exposing
 from trtconv.precision.fp16_graph import graph_types
 from trtconv.reference import ort
 
@@ -59,21 +59,6 @@ def _probe(model: onnx.ModelProto, names: list[str]) -> tuple[onnx.ModelProto, d
     return probe, {n: n for n in names if n in main}
 
 
-def _session_exposing(model: onnx.ModelProto, names: list[str]) -> tuple[object, dict[str, str]]:
-    """A session of ``model`` (no subgraphs) with ``names`` as extra outputs. The outputs are
-    lent to ``model`` while the session is made and taken back: a probe copy would hold every
-    weight once more."""
-    keep = len(model.graph.output)
-    existing = {o.name for o in model.graph.output}
-    for n in names:
-        if n not in existing:
-            model.graph.output.append(helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None))
-    try:
-        return ort.session(model), {n: n for n in names}
-    finally:
-        del model.graph.output[keep:]
-
-
 def activation_peaks(
     model: onnx.ModelProto,
     samples: Iterable[Mapping[str, np.ndarray]],
@@ -88,7 +73,7 @@ def activation_peaks(
     """
     names = float_tensors(model)
     if len(list(iter_graphs(model.graph))) == 1:
-        sess, mapping = _session_exposing(model, names)
+        sess, mapping = session_exposing(model, names)
     else:  # values inside If/Loop bodies need rewiring, on a copy
         probe, mapping = _probe(model, names)
         sess = ort.session(probe)

@@ -25,6 +25,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from trtconv.load.proto import structure_only
 from trtconv.onnxutil.domains import is_default_domain
 from trtconv.onnxutil.graph import GraphView, cleanup
 from trtconv.onnxutil.names import fresh_name, model_names
@@ -119,7 +120,7 @@ def _excluded(node: onnx.NodeProto, patterns: Sequence[str]) -> str | None:
 def element_types(model: onnx.ModelProto) -> dict[str, int]:
     """Every tensor's element type that ONNX shape inference or the initializers give, subgraphs included."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(model)
+        inferred = onnx.shape_inference.infer_shapes(structure_only(model))  # types need no weights
     except Exception:
         inferred = model
     types: dict[str, int] = {}

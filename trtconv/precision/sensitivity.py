@@ -23,10 +23,9 @@ import onnx
 
 from trtconv.onnxutil.names import fresh_name, model_names
 from trtconv.onnxutil.walk import iter_graphs_with_path
-from trtconv.precision.expose import expose_tensors
+from trtconv.precision.expose import session_exposing
 from trtconv.precision.int8_accuracy import run_failure, with_origin
 from trtconv.precision.qdq import Placement, insert_qdq
-from trtconv.reference.ort import session
 
 PROBE_SUFFIX = "__int8probe"
 
@@ -57,33 +56,40 @@ def node_label(node: onnx.NodeProto) -> str:
 
 def _probe_model(model: onnx.ModelProto, placed: Sequence[Placement], scales: Mapping[str, float]
                  ) -> tuple[onnx.ModelProto, dict[tuple[str, str], tuple[str, str, str]]]:
-    """``model`` plus one shadow per quantized layer; (graph, node) -> (op, fp32 output, int8 output)."""
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
+    """A new model: ``model`` plus one shadow per quantized layer; (graph, node) -> (op, fp32 output, int8 output).
+
+    The shadows are lent to ``model`` (appended to their graphs, after every node they read)
+    while ``insert_qdq`` makes its copy, then taken off again: a copy of ``model`` to add them
+    to would hold every weight once more.
+    """
     layers = {(p.graph, p.node) for p in placed}
-    taken = model_names(probe)
+    taken = model_names(model)
     shadows: dict[tuple[str, str], tuple[str, str, str]] = {}
     renamed: dict[tuple[str, str], str] = {}
-    for path, g in iter_graphs_with_path(probe.graph):
-        nodes: list[onnx.NodeProto] = []
-        for node in g.node:
-            nodes.append(node)
-            label = node_label(node)
-            if (path, label) not in layers or not node.output or not node.output[0]:
-                continue
-            twin = onnx.NodeProto()
-            twin.CopyFrom(node)
-            twin.name = fresh_name(label + PROBE_SUFFIX, taken)
-            for k, o in enumerate(node.output):
-                if o:
-                    twin.output[k] = fresh_name(o + PROBE_SUFFIX, taken)
-            nodes.append(twin)
-            renamed[(path, label)] = twin.name
-            shadows[(path, label)] = (node.op_type, node.output[0], twin.output[0])
-        del g.node[:]
-        g.node.extend(nodes)
-    moved = [replace(p, node=renamed[(p.graph, p.node)]) for p in placed if (p.graph, p.node) in renamed]
-    return insert_qdq(probe, moved, scales), shadows
+    lent: list[tuple[onnx.GraphProto, int]] = []
+    try:
+        for path, g in list(iter_graphs_with_path(model.graph)):
+            twins: list[onnx.NodeProto] = []
+            for node in g.node:
+                label = node_label(node)
+                if (path, label) not in layers or not node.output or not node.output[0]:
+                    continue
+                twin = onnx.NodeProto()
+                twin.CopyFrom(node)
+                twin.name = fresh_name(label + PROBE_SUFFIX, taken)
+                for k, o in enumerate(node.output):
+                    if o:
+                        twin.output[k] = fresh_name(o + PROBE_SUFFIX, taken)
+                twins.append(twin)
+                renamed[(path, label)] = twin.name
+                shadows[(path, label)] = (node.op_type, node.output[0], twin.output[0])
+            lent.append((g, len(g.node)))
+            g.node.extend(twins)
+        moved = [replace(p, node=renamed[(p.graph, p.node)]) for p in placed if (p.graph, p.node) in renamed]
+        return insert_qdq(model, moved, scales), shadows
+    finally:
+        for g, keep in lent:
+            del g.node[keep:]
 
 
 def layer_errors(
@@ -97,8 +103,8 @@ def layer_errors(
         return ()
     probe, shadows = _probe_model(model, placed, scales)
     wanted = sorted({t for _, a, b in shadows.values() for t in (a, b)})
-    exposed, mapping = expose_tensors(probe, wanted)
-    sess = session(exposed, optimize=False)
+    sess, mapping = session_exposing(probe, wanted)
+    del probe  # the session holds what it needs
     fetch = list(mapping)
     acc = {k: np.zeros(4) for k in shadows}  # dot, |ref|^2, |got|^2, |diff|^2
     for origin, sample in with_origin(samples, "accuracy sample"):
