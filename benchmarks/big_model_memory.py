@@ -12,7 +12,7 @@ weight in memory once) and ``onnx.checker.check_model`` on the path.
     python benchmarks/big_model_memory.py [--factor 23] [--hw 64] [--samples 3] [--keep DIR]
         [--only check,rewrite,...]
 
-Run one at a time: a 2.2 GiB model needs up to about 4.5 GB while a command runs.
+Run one at a time: on the 2.2 GiB model a command needs up to about 3.5 GB (INT8: 4.3 GB).
 """
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ def rewrite(model: PathLike, output: PathLike | None = None, settings: RewriteSe
     if output is not None:
         check_output_path(Path(output), force=force)  # fail before the work, not after
         not_the_input(model, output)
-    loaded = load_model(model)
+    loaded = load_model(model, lazy_from=settings.lazy_weights_bytes)
     say("load")
     result = rewrite_model(loaded, settings)
     say("rewrite")

@@ -26,6 +26,7 @@ class ExitCode(IntEnum):
     TENSORRT_UNAVAILABLE = 9  # TensorRT, a GPU or a plugin library is missing
     IO_ERROR = 10  # output folder read-only/full, file unreadable
     BAD_DATA = 11  # calibration or input data wrong: shape, dtype, NaN, corrupt file
+    OUT_OF_MEMORY = 12  # an allocation failed (memory or address-space limit): nothing written
     INTERRUPTED = 130  # Ctrl-C
 
 
@@ -77,6 +78,35 @@ class OutputError(TrtconvError):
 
 class DataError(TrtconvError):
     exit_code = ExitCode.BAD_DATA
+
+
+class OutOfMemoryError(TrtconvError):
+    """An allocation failed: Python's MemoryError, or ONNX Runtime's/protobuf's bad_alloc."""
+
+    exit_code = ExitCode.OUT_OF_MEMORY
+
+
+# How C++ libraries word a failed allocation when it reaches Python as an exception
+# (ONNX Runtime: "bad_alloc", "Failed to allocate memory"; glibc's ENOMEM text; CPython
+# when a thread's stack cannot be mapped; the dynamic loader when a library cannot be mapped).
+_ALLOCATION_WORDS = ("bad_alloc", "bad allocation", "failed to allocate", "cannot allocate memory",
+                     "unable to allocate", "out of memory", "can't start new thread",
+                     "failed to map segment")
+
+
+def is_allocation_failure(exc: BaseException) -> bool:
+    """True when ``exc``, or an exception it was raised from, is a failed allocation."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, MemoryError) or (isinstance(cur, OSError) and cur.errno == 12):  # ENOMEM
+            return True
+        text = str(cur).lower()
+        if any(w in text for w in _ALLOCATION_WORDS):
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
 
 
 class InternalError(TrtconvError):

@@ -2,15 +2,17 @@
 
 PP-OCRv4 det with its real weights tiled 8 times per channel (tests/bigmodels.py: it computes
 what PP-OCRv4 det computes; ~290 MB of external data, built here, never committed), three
-rendered document pages as samples. Each command runs in a fresh process whose peak RSS
-(VmHWM, read by the process itself at exit) must stay within 1.5 x the model's size + 1 GiB,
-under an address-space cap (RLIMIT_AS) of that bound plus what the same command reserves
-without touching (VmPeak - VmHWM: thread stacks, allocator arenas, unread parts of
-libraries; measured on the unwidened model) plus one model size for the memory-mapped
-scratch copy of the weights: a run that needs a second copy fails to allocate (exit code or
-MemoryError) and the test fails. No timing is involved.
-benchmarks/big_model_memory.py measures the same commands' peak RSS and wall time, and the
-model over 2 GB.
+rendered document pages as samples. The model is over ``LAZY_WEIGHTS_BYTES``, so its weights
+take the path a model over 2 GB takes (left on disk, streamed into outputs). Each command
+runs in a fresh process whose peak RSS (VmHWM, read by the process itself at exit) must stay
+within 1.5 x the model's size + 1 GiB, under an address-space cap (RLIMIT_AS) of that bound
+plus what the same command reserves without touching (VmPeak - VmHWM: thread stacks,
+allocator arenas, unread parts of libraries; measured on the unwidened model): a run that
+needs a second copy of the weights fails to allocate (exit 12) and the test fails. Where the
+weights stay on disk (all but INT8), a tighter check replaces the 1 GiB by what the same
+command's peak was on the unwidened model. No
+timing is involved. benchmarks/big_model_memory.py measures the same commands' peak RSS and
+wall time, and the model over 2 GB.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from pathlib import Path
 
 import pytest
 from bigmodels import det_samples, model_bytes, widen_det
+
+from trtconv.load.external import LAZY_WEIGHTS_BYTES
 
 FACTOR = 8
 HW = (64, 64)
@@ -102,17 +106,23 @@ _EXIT = {"int8-gate-fails": 7}  # the accuracy gate's exit code; every other com
                                      "int8-samples", "int8-gate-fails"])
 def test_command_fits_in_one_and_a_half_model_sizes_plus_1_gib(wide, narrow, tmp_path, command):
     model, calib, size = wide
-    assert size > 250 << 20  # large enough that a second copy of the weights would not fit the slack
+    assert size > LAZY_WEIGHTS_BYTES  # the >2 GB path: weights left on disk; a second copy would not fit
     (tmp_path / "narrow").mkdir()
     small = _run(_commands(narrow, calib, tmp_path / "narrow")[command])
     assert small.returncode == _EXIT.get(command, 0), small.stderr[-1500:]
     bound = int(1.5 * size) + (1 << 30)
-    # The cap is on address space, which also counts what is reserved but never touched and the
-    # memory-mapped scratch copy of the weights ONNX Runtime reads (page cache, not this process's
-    # memory): with those allowed for, a second copy of the weights still does not fit.
-    limit = bound + _untouched_address_space(small) + size
+    # The cap is on address space, which also counts what is reserved but never touched: with
+    # that allowed for, a second copy of the weights does not fit.
+    limit = bound + _untouched_address_space(small)
     proc = _run(_commands(model, calib, tmp_path)[command], limit)
     # build --prepare-only writes the prepared ONNX and exits 0; without TensorRT a full build is 9
     assert proc.returncode == _EXIT.get(command, 0), f"exit {proc.returncode} under RLIMIT_AS {limit >> 20} MiB: {proc.stderr[-1500:]}"
     peak_rss = _vm(proc)[1]
     assert peak_rss <= bound, f"peak RSS {peak_rss >> 20} MiB > 1.5 x model + 1 GiB = {bound >> 20} MiB"
+    if command.startswith("int8"):
+        return  # INT8 calibration loads the weights (no on-disk path): the issue's bound only
+    # Tighter, where the weights stay on disk: the fixed part is what the same command costs on the
+    # unwidened model (interpreter, libraries, its activations), not 1 GiB; 64 MiB for allocator noise.
+    tight = int(1.5 * size) + _vm(small)[1] + (64 << 20)
+    assert peak_rss <= tight, (f"peak RSS {peak_rss >> 20} MiB > 1.5 x model + the unwidened run's "
+                               f"{_vm(small)[1] >> 20} MiB + 64 MiB = {tight >> 20} MiB")

@@ -19,7 +19,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from trtconv.errors import ExitCode
 from trtconv.load import load_model, override_input_shapes
-from trtconv.load.shapes import available_memory, largest_static_tensor
+from trtconv.load.memory import available_memory
+from trtconv.load.shapes import largest_static_tensor
 
 LIMIT = 6 * 2**30
 
@@ -48,7 +49,7 @@ def _limited() -> None:
 
 
 def test_available_memory_honours_rlimit():
-    code = "from trtconv.load.shapes import available_memory; print(available_memory())"
+    code = "from trtconv.load.memory import available_memory; print(available_memory())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, preexec_fn=_limited)
     assert int(out.stdout) <= LIMIT
     assert (available_memory() or 0) > 0

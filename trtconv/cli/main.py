@@ -22,7 +22,7 @@ from typing import Any
 import click
 
 from trtconv import __version__
-from trtconv.errors import ExitCode, TrtconvError
+from trtconv.errors import ExitCode, OutOfMemoryError, TrtconvError, is_allocation_failure
 from trtconv.outputs import remove_own_temps
 
 # command name -> "module:attribute". Add a command by adding a line here.
@@ -37,6 +37,10 @@ COMMANDS: dict[str, str] = {
 }
 
 TRACEBACK_KEY = "trtconv.traceback"
+# The command's model path and a function giving its weights' bytes (cli.options.model_argument),
+# for the out-of-memory message.
+MODEL_KEY = "trtconv.model"
+MODEL_BYTES_KEY = "trtconv.model-bytes"
 
 
 class LazyGroup(click.Group):
@@ -74,6 +78,9 @@ class LazyGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except OutOfMemoryError as exc:
+            _report_out_of_memory(ctx, exc, exc.message.removeprefix("out of memory while "))
+            raise click.exceptions.Exit(int(ExitCode.OUT_OF_MEMORY)) from None
         except TrtconvError as exc:
             _report_error(ctx, exc)
             raise click.exceptions.Exit(int(exc.exit_code)) from None
@@ -88,13 +95,59 @@ class LazyGroup(click.Group):
             raise click.exceptions.Exit(int(ExitCode.IO_ERROR)) from None
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
-        except Exception:
+        except Exception as exc:
+            if is_allocation_failure(exc):
+                _report_out_of_memory(ctx, exc, _stage_of(exc))
+                raise click.exceptions.Exit(int(ExitCode.OUT_OF_MEMORY)) from None
             click.echo(traceback.format_exc(), err=True, nl=False)
             click.echo(
                 "trtconv: internal error (a bug in trtconv). Please report it with the traceback above.",
                 err=True,
             )
             raise click.exceptions.Exit(int(ExitCode.INTERNAL)) from None
+
+
+# Where a failed allocation happened, by the innermost trtconv module on the stack.
+_STAGES = (
+    ("trtconv.load.save", "writing the output"), ("trtconv.outputs", "writing the output"),
+    ("trtconv.load", "reading the model"), ("trtconv.reference", "running ONNX Runtime"),
+    ("trtconv.samples", "reading the samples"), ("trtconv.rewrites", "rewriting the model"),
+    ("trtconv.precision.calibrate", "calibrating"), ("trtconv.precision.peaks", "calibrating"),
+    ("trtconv.precision", "converting the precision"), ("trtconv.analyze", "analysing the model"),
+    ("trtconv.trt", "building the engine"), ("trtconv.verify", "verifying the engine"),
+    ("trtconv.bench", "benchmarking"), ("trtconv.plan", "planning the build"),
+)
+
+
+def _stage_of(exc: BaseException) -> str:
+    """What trtconv was doing when ``exc`` was raised, in words."""
+    stage = "running"
+    for frame, _line in traceback.walk_tb(exc.__traceback__):
+        module = str(frame.f_globals.get("__name__", ""))
+        stage = next((words for prefix, words in _STAGES if module.startswith(prefix)), stage)
+    return stage
+
+
+def _report_out_of_memory(ctx: click.Context, exc: BaseException, stage: str) -> None:
+    """One line for a failed allocation: where, how large the model is, what to do.
+
+    The traceback's frames hold the work's arrays and protos: they are cleared first, so
+    that writing the message (and removing temp files) has memory to run in."""
+    if ctx.meta.get(TRACEBACK_KEY):
+        click.echo("".join(traceback.format_exception(exc)), err=True, nl=False)
+    for e in (exc, exc.__cause__, exc.__context__):
+        if e is not None and e.__traceback__ is not None:
+            traceback.clear_frames(e.__traceback__)
+    remove_own_temps()
+    model, sizer = ctx.meta.get(MODEL_KEY), ctx.meta.get(MODEL_BYTES_KEY)
+    try:
+        size = sizer() if sizer is not None else None
+    except Exception:  # an unreadable model has no size to report; the error line stands without it
+        size = None
+    need = (f": {model} holds {size / 2**30:.2f} GiB of weights, and trtconv needs up to about "
+            f"{(1.5 * size + 2**30) / 2**30:.1f} GiB (1.5 x the model + 1 GiB)" if size else "")
+    click.echo(f"trtconv: error: out of memory while {stage}{need}; nothing was written", err=True)
+    click.echo("  hint: free memory, or raise the limit (ulimit -v, the container's memory limit)", err=True)
 
 
 def _report_usage(exc: click.exceptions.ClickException) -> None:

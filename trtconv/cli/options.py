@@ -6,6 +6,7 @@ The vocabulary follows trtexec where it has a word for the thing (--shapes,
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -13,8 +14,10 @@ from typing import Any, TypeVar
 import click
 
 from trtconv.api import QuantizeSettings
+from trtconv.cli.main import MODEL_BYTES_KEY, MODEL_KEY
 from trtconv.errors import UsageError
 from trtconv.load import parse_shapes
+from trtconv.load.read import disk_bytes
 from trtconv.reference.compare import DEFAULT_THRESHOLDS, Thresholds, parse_limit, thresholds_with
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -23,8 +26,15 @@ TRT_VERSIONS = ("10.16", "11.4", "rtx")  # "rtx": TensorRT-RTX (builds without a
 DEFAULT_TRT_VERSION = "11.4"
 
 
+def _remember_model(ctx: click.Context, _param: click.Parameter, value: Path | None) -> Path | None:
+    """The model's path, for the out-of-memory message (``ctx.meta`` is shared by the whole command)."""
+    ctx.meta[MODEL_KEY] = value
+    ctx.meta[MODEL_BYTES_KEY] = None if value is None else functools.partial(disk_bytes, value)
+    return value
+
+
 def model_argument(f: F) -> F:
-    return click.argument("model", type=click.Path(path_type=Path, dir_okay=False))(f)
+    return click.argument("model", type=click.Path(path_type=Path, dir_okay=False), callback=_remember_model)(f)
 
 
 def output_option(required: bool = True, help: str = "Output file.") -> Callable[[F], F]:

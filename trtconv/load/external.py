@@ -12,6 +12,7 @@ import onnx
 
 from trtconv.errors import InvalidModelError
 from trtconv.load.proto import iter_tensors
+from trtconv.onnxutil.tensors import is_lazy, lazy_span, read_span, tensor_array  # noqa: F401 - re-exported
 
 
 @dataclass(frozen=True)
@@ -108,4 +109,46 @@ def external_bytes(refs: list[ExternalRef], base_dir: Path) -> dict[str, int]:
             out[r.tensor] = max(0, (base_dir / r.location).stat().st_size - r.offset)
     return out
 
+
+# Models with at least this many bytes of external data keep them on disk where a stage
+# reads weights one at a time (rewrite, FP16): ``load_model(lazy_from=...)``.
+LAZY_WEIGHTS_BYTES = 256 << 20
+
+# Smaller external tensors are loaded even in a lazy load: shape tensors and scalars, which
+# shape inference and constant folding need as values (and whose bytes cost nothing).
+LAZY_TENSOR_MIN = 64 << 10
+
+
+def make_lazy(pairs: list[tuple[onnx.TensorProto, ExternalRef]], base_dir: Path) -> None:
+    """Point every external tensor of at least ``LAZY_TENSOR_MIN`` bytes at its data file by
+    absolute path, so that it can be read (:func:`tensor_array`, graphsurgeon) or streamed into
+    an output (``save``) on demand wherever the proto goes, without ever being loaded whole;
+    load the smaller ones. Run after :func:`validate_external_refs`: the paths are the checked ones."""
+    base = base_dir.resolve()
+    for t, ref in pairs:
+        location = str((base / ref.location).resolve())
+        for entry in t.external_data:
+            if entry.key == "location":
+                entry.value = location
+        if lazy_span(t)[2] < LAZY_TENSOR_MIN:
+            raw = read_span(t)
+            del t.external_data[:]
+            t.data_location = onnx.TensorProto.DEFAULT
+            t.raw_data = raw
+
+
+def copy_lazy(t: onnx.TensorProto, out, chunk: int = 16 << 20) -> int:
+    """Stream a lazy tensor's bytes into the open file ``out``, ``chunk`` bytes at a time; bytes written."""
+    location, offset, length = lazy_span(t)
+    left = length
+    with open(location, "rb") as fh:
+        fh.seek(offset)
+        while left:
+            block = fh.read(min(chunk, left))
+            if not block:
+                raise InvalidModelError(f"tensor {t.name!r}: external data file {location!r} is shorter than "
+                                        "when the model was loaded", hint="was it changed while trtconv ran?")
+            out.write(block)
+            left -= len(block)
+    return length
 

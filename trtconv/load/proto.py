@@ -3,6 +3,7 @@ how many bytes the weights take (a protobuf cannot exceed 2 GB)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import onnx
@@ -36,6 +37,17 @@ def approx_size(model: onnx.ModelProto) -> int:
     return sum(tensor_nbytes(t) for t in iter_tensors(model))
 
 
+def weight_bytes(model: onnx.ModelProto) -> int:
+    """Bytes of all tensor data, inline and external with a known length: the model's weights."""
+    total = 0
+    for t in iter_tensors(model):
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            total += next((int(e.value) for e in t.external_data if e.key == "length" and e.value.isdigit()), 0)
+        else:
+            total += tensor_nbytes(t)
+    return total
+
+
 # Tensors at least this large lose their bytes in ``structure_only``; smaller ones (shapes,
 # axes, scalars) keep them, so shape inference can still propagate constant values.
 STRUCTURE_KEEP_BYTES = 1024
@@ -44,7 +56,8 @@ STRIPPED_LOCATION = "trtconv-structure-only"
 
 def structure_only(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of ``model`` without the bytes of its large tensors (main-graph initializers and
-    Constant values), which become external-data references to a file that does not exist.
+    Constant values), which become external-data references to a file that does not exist
+    (so do tensors left on disk by ``load_model(lazy_from=...)``).
 
     Shape inference needs dims and types, not weights: handing it the whole model costs a
     serialized copy, a parsed copy and a returned copy of every weight (seconds and several
@@ -69,7 +82,9 @@ def structure_only(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _stub_tensor(t: onnx.TensorProto, out: onnx.TensorProto) -> None:
-    if t.data_location == onnx.TensorProto.EXTERNAL or tensor_nbytes(t) < STRUCTURE_KEEP_BYTES:
+    on_disk = t.data_location == onnx.TensorProto.EXTERNAL
+    lazy = on_disk and any(e.key == "location" and os.path.isabs(e.value) for e in t.external_data)
+    if (on_disk and not lazy) or (not on_disk and tensor_nbytes(t) < STRUCTURE_KEEP_BYTES):
         out.CopyFrom(t)
         return
     copy_fields(t, out, DATA_FIELDS)

@@ -13,7 +13,14 @@ from google.protobuf.message import DecodeError
 from onnx import external_data_helper
 
 from trtconv.errors import InvalidModelError, UsageError
-from trtconv.load.external import ExternalRef, external_bytes, external_refs, validate_external_refs
+from trtconv.load.external import (
+    ExternalRef,
+    external_bytes,
+    external_refs,
+    make_lazy,
+    validate_external_refs,
+)
+from trtconv.load.memory import ensure_room
 from trtconv.load.proto import STRIPPED_LOCATION
 from trtconv.load.strip import strip_weights
 from trtconv.load.validate import (
@@ -71,6 +78,7 @@ def read_proto(path: Path) -> onnx.ModelProto:
         raise UsageError(f"{path} is a directory, not an ONNX file")
     if not path.is_file():  # a FIFO would block forever, /dev/zero would fill memory
         raise UsageError(f"{path} is not a regular file", hint="give the path of an .onnx file")
+    ensure_room(path.stat().st_size, "reading the model")
     try:
         model = onnx.load(str(path), load_external_data=False)
     except (DecodeError, RuntimeError, ValueError, TypeError, UnicodeDecodeError) as exc:
@@ -111,7 +119,7 @@ def read_proto(path: Path) -> onnx.ModelProto:
 
 
 def load_model(path: str | os.PathLike[str], *, load_weights: bool = True, check: bool = True,
-               structure_only: bool = False) -> LoadedModel:
+               structure_only: bool = False, lazy_from: int | None = None) -> LoadedModel:
     """Read ``path``; validate external data; optionally load it into the proto.
 
     ``load_weights=False`` keeps external tensors as references: analysis needs only
@@ -131,7 +139,12 @@ def load_model(path: str | os.PathLike[str], *, load_weights: bool = True, check
     check_tensor_sizes(model, external_bytes(refs, path.parent))
     check_structure(model)
     err = checker_error(model, path, bool(refs)) if check else None
-    if load_weights and refs:
+    on_disk_initializers = sum(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+    if (load_weights and refs and lazy_from is not None and on_disk_initializers == len(pairs)
+            and sum(external_bytes(refs, path.parent).values()) >= lazy_from):
+        make_lazy(pairs, path.parent)
+    elif load_weights and refs:
+        ensure_room(sum(external_bytes(refs, path.parent).values()), "reading the model's external data")
         try:
             external_data_helper.load_external_data_for_model(model, str(path.parent))
         except (OSError, ValueError) as exc:
@@ -171,4 +184,16 @@ def model_sha256(loaded: LoadedModel) -> str:
         h.update(file_sha256(p).encode())
     return h.hexdigest()
 
+
+def disk_bytes(path: str | os.PathLike[str]) -> int:
+    """The model file's size plus that of the external-data files it names: what its weights
+    take once loaded, near enough for an out-of-memory message. A large file is its weights:
+    it is not parsed."""
+    size = os.stat(path).st_size
+    if size > 64 << 20:
+        return size
+    proto = onnx.load(os.fspath(path), load_external_data=False)
+    folder = Path(path).parent
+    files = {e.value for t in proto.graph.initializer for e in t.external_data if e.key == "location"}
+    return size + sum((folder / f).stat().st_size for f in files if (folder / f).is_file())
 

@@ -7,9 +7,11 @@ import os
 from pathlib import Path
 
 import onnx
+from google.protobuf.message import EncodeError
 from onnx import numpy_helper
 
-from trtconv.errors import OutputError
+from trtconv.errors import OutOfMemoryError, OutputError
+from trtconv.load.external import copy_lazy, is_lazy
 from trtconv.load.proto import DATA_FIELDS, approx_size, copy_fields, iter_tensors, tensor_nbytes
 from trtconv.outputs import atomic_dir, check_output_path, fsync_dir, os_error
 
@@ -32,8 +34,9 @@ def save_model(
     """
     path = Path(path)
     check_output_path(path, force=force)
-    if external_data is None:
-        external_data = approx_size(model) > EXTERNAL_DATA_THRESHOLD
+    lazy = any(is_lazy(t) for t in model.graph.initializer)
+    if external_data is None or lazy:  # lazy weights are streamed from their file: always external
+        external_data = lazy or approx_size(model) > EXTERNAL_DATA_THRESHOLD
     data_name = path.name + ".data"
     parent = path.parent if str(path.parent) else Path(".")
     if external_data:
@@ -68,6 +71,8 @@ def save_model(
             fsync_dir(parent)
         except OSError as exc:
             raise os_error(path, exc) from exc
+        except EncodeError as exc:  # a proto under 2 GB that cannot be serialized: the copy did not fit
+            raise OutOfMemoryError("out of memory while writing the output") from exc
         except ValueError as exc:  # onnx refuses a >2 GB proto when told to keep weights inline
             raise OutputError(f"cannot write {path}: {str(exc).splitlines()[0] if str(exc) else exc}",
                               hint="large models need external data") from exc
@@ -97,7 +102,8 @@ def _streamable(model: onnx.ModelProto) -> bool:
 
 def _save_streaming(model: onnx.ModelProto, model_path: Path, data_path: Path) -> None:
     """Write the initializers' bytes to ``data_path`` one tensor at a time and a slim
-    copy of the model (everything but those bytes) to ``model_path``.
+    copy of the model (everything but those bytes) to ``model_path``. Lazy tensors
+    (``external.make_lazy``) are copied from their file, never loaded whole.
 
     onnx's own saver edits the proto it is given, so it needs a full copy of the
     model: twice the weights in memory, which a 10 GB model may not have room for.
@@ -109,6 +115,15 @@ def _save_streaming(model: onnx.ModelProto, model_path: Path, data_path: Path) -
     with open(data_path, "wb") as fh:
         for t in model.graph.initializer:
             nt = slim.graph.initializer.add()
+            if is_lazy(t):  # still in the input's data file: copied over a block at a time
+                copy_fields(t, nt, DATA_FIELDS)
+                nt.data_location = onnx.TensorProto.EXTERNAL
+                offset = fh.tell()
+                length = copy_lazy(t, fh)
+                for key, value in (("location", data_path.name), ("offset", str(offset)), ("length", str(length))):
+                    entry = nt.external_data.add()
+                    entry.key, entry.value = key, value
+                continue
             big = (t.data_location != onnx.TensorProto.EXTERNAL and t.data_type != onnx.TensorProto.STRING
                    and tensor_nbytes(t) >= EXTERNAL_TENSOR_MIN)
             if not big:

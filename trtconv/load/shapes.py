@@ -13,11 +13,6 @@ from collections.abc import Mapping
 
 import onnx
 
-try:  # POSIX only; Windows (TensorRT-RTX desktops) has no RLIMIT_AS
-    import resource
-except ImportError:  # pragma: no cover
-    resource = None  # type: ignore[assignment]
-
 from trtconv.errors import UsageError
 from trtconv.load.proto import PROTOBUF_LIMIT, approx_size, structure_only
 from trtconv.load.read import LoadedModel
@@ -219,23 +214,3 @@ def largest_static_tensor(model: onnx.ModelProto) -> tuple[str, int] | None:
                 best = (vi.name, size)
     return best
 
-
-def available_memory() -> int | None:
-    """Bytes this process can still allocate: MemAvailable, capped by RLIMIT_AS if set."""
-    avail: int | None = None
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    avail = int(line.split()[1]) * 1024
-                    break
-    except (OSError, ValueError):
-        pass
-    if resource is not None:
-        try:
-            soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-            if soft != resource.RLIM_INFINITY:
-                avail = soft if avail is None else min(avail, soft)
-        except (OSError, ValueError):
-            pass
-    return avail

@@ -283,13 +283,14 @@ def _one_line(message: str, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def check_structure_only(model: onnx.ModelProto, path: Path) -> None:
+def check_structure_only(model: onnx.ModelProto, path: Path | None) -> None:
     """onnx.checker on the model's structure: a ``structure_only`` copy (kilobytes for most
     models) beside an empty file at the stripped tensors' location, which the checker wants
-    to exist. Falls back to the file on disk when even the structure is over 2 GB."""
+    to exist. Falls back to the file on disk (if any) when even the structure is over 2 GB."""
     data = structure_only(model).SerializeToString()
     if len(data) > PROTOBUF_LIMIT:
-        onnx.checker.check_model(str(path))
+        if path is not None:
+            onnx.checker.check_model(str(path))
         return
     with tempfile.TemporaryDirectory(prefix="trtconv-check-") as tmp:
         (Path(tmp) / STRIPPED_LOCATION).write_bytes(b"")

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from trtconv.onnxutil.order import sort_nodes
+from trtconv.onnxutil.tensors import tensor_array
 from trtconv.onnxutil.walk import iter_graphs_with_path
 
 
@@ -117,7 +117,7 @@ class GraphView:
         """:meth:`constant` as an array, converted only when asked (converting every weight up
         front would copy the whole model)."""
         t = self.constant(name, overridable=overridable)
-        return None if t is None else numpy_helper.to_array(t)
+        return None if t is None else tensor_array(t)  # also a tensor left on disk (onnxutil.tensors)
 
 
 def cleanup(model: onnx.ModelProto) -> None:

@@ -37,6 +37,7 @@ from trtconv.errors import (
     UsageError,
 )
 from trtconv.load import LoadedModel, load_model, model_sha256, save_model
+from trtconv.load.external import LAZY_WEIGHTS_BYTES
 from trtconv.load.shapes import dynamic_inputs
 from trtconv.onnxutil.domains import qualified_op
 from trtconv.onnxutil.walk import iter_graphs
@@ -293,7 +294,9 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
     outcome.prepared = prepared
     stages = _Stages(outcome, say)
 
-    loaded = load_model(req.model)
+    # Large weights stay on disk through rewrite, FP16 and the save (streamed into the prepared
+    # ONNX); INT8 calibration still loads them.
+    loaded = load_model(req.model, lazy_from=None if req.precision == "int8" else LAZY_WEIGHTS_BYTES)
     _refuse_requantizing(loaded, req.precision)
     samples = sample_set(loaded.proto, req.quantize_settings())  # None: no sample data
     profiles = build_profiles(

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from trtconv.errors import AccuracyError, UsageError
 from trtconv.load import load_model, save_model
+from trtconv.load.external import LAZY_WEIGHTS_BYTES
 from trtconv.outputs import check_output_path
 from trtconv.precision.fp16 import DEFAULT_MAX_ACTIVATION, Fp16AccuracyError, Fp16Settings, convert_fp16
 from trtconv.precision.fp16_rules import FP16_MAX
@@ -264,7 +265,9 @@ def quantize(model: PathLike, output: PathLike | None = None, settings: Quantize
         check_output_path(Path(output), force=force)
         not_the_input(model, output)
     say("load")
-    loaded = load_model(model)
+    # FP16 reads each weight once, where it converts it: the large ones stay on disk until then
+    # (INT8 calibration still loads them).
+    loaded = load_model(model, lazy_from=LAZY_WEIGHTS_BYTES if settings.precision == "fp16" else None)
     if loaded.checker_error and warn is not None:
         warn(f"onnx.checker: {loaded.checker_error}")
     check_gate_outputs(loaded.proto, settings.gate())

@@ -20,7 +20,8 @@ import onnx
 
 from trtconv.errors import UsageError
 from trtconv.load import override_input_shapes
-from trtconv.load.shapes import available_memory, largest_static_tensor
+from trtconv.load.memory import available_memory
+from trtconv.load.shapes import largest_static_tensor
 from trtconv.plan.plan import Profile
 from trtconv.reference import ort
 

@@ -23,7 +23,12 @@ import onnx
 from onnx import TensorProto
 
 from trtconv.errors import AccuracyError, InternalError, InvalidModelError
-from trtconv.load import PROTOBUF_LIMIT, approx_size, structure_only
+from trtconv.load import approx_size, structure_only
+from trtconv.load.external import is_lazy
+from trtconv.load.memory import ensure_room
+from trtconv.load.spill import spill
+from trtconv.load.validate import check_structure_only
+from trtconv.onnxutil.graph import GraphView
 from trtconv.onnxutil.order import sort_nodes
 from trtconv.onnxutil.walk import iter_graphs
 from trtconv.precision import fp16_rules as rules
@@ -180,6 +185,7 @@ def convert_fp16(
 
     if samples is not None and not hasattr(samples, "__len__"):
         samples = list(samples)  # a generator: we need two passes
+    ensure_room(approx_size(model), "copying the model for FP16")  # protobuf's copy crashes when out of memory
     work = onnx.ModelProto()
     work.CopyFrom(model)
 
@@ -214,6 +220,9 @@ def convert_fp16(
     out = rw.run()
     del work
     rw.model = onnx.ModelProto()  # only ``out`` and the input model are needed from here on
+    rw.view = GraphView(rw.model)  # the view holds ``out``'s tensors too: it would keep them in memory
+    if any(is_lazy(t) for t in model.graph.initializer):
+        out = spill(out)  # weights came from disk: the converted ones go back there until the save
     out.ir_version = max(out.ir_version, 4)  # IR 3 wants every initializer listed as an input; we add some
     _check_valid(out, model)
     if check_loads and (samples is None or not settings.check_accuracy):
@@ -268,6 +277,7 @@ def fp16_accuracy(
     # One session at a time: each holds a copy of the weights.
     got = _compare_all(cand_sess, samples, reference_outputs, half_inputs, np.float16, top1)
     del cand_sess
+    ensure_room(3 * approx_size(fp16_model), "making the FP16 model's FP32 twin")  # a copy, then FP32 weights
     emu_sess = ort.session(emulate_half(fp16_model, half_tensors))
     emu = _compare_all(emu_sess, samples, reference_outputs, half_inputs, np.float32, top1)
     del emu_sess
@@ -369,14 +379,13 @@ def _with_types(model: onnx.ModelProto) -> onnx.ModelProto:
 def _check_valid(out: onnx.ModelProto, original: onnx.ModelProto) -> None:
     """The converted model must pass onnx.checker wherever the original does (else: our bug)."""
 
-    if approx_size(out) > PROTOBUF_LIMIT:
-        log.warning("the FP16 model is over 2 GB: onnx.checker runs on the saved file only")
-        return
+    # The structure alone (kilobytes): the checker checks structure, not values, and the
+    # whole model would be serialized once more for it.
     try:
-        onnx.checker.check_model(out)
+        check_structure_only(out, None)
     except onnx.checker.ValidationError as exc:
         try:
-            onnx.checker.check_model(original)
+            check_structure_only(original, None)
         except onnx.checker.ValidationError:
             log.warning("the input model fails onnx.checker too; the FP16 model inherits that")
             return

@@ -29,9 +29,11 @@ import onnx
 from onnx import TensorProto, defs, helper, numpy_helper
 
 from trtconv.load.shapes import graph_dtypes
+from trtconv.load.spill import lazy_as
 from trtconv.onnxutil.domains import normalize_domain, opset_versions
 from trtconv.onnxutil.graph import GraphView, cleanup, constant_tensor
 from trtconv.onnxutil.names import fresh_name, model_names
+from trtconv.onnxutil.tensors import is_lazy, tensor_array
 from trtconv.onnxutil.walk import has_subgraphs, iter_graphs, subgraphs
 from trtconv.precision.fp16_rules import FP16_MAX, NodeView, Rule, const_peak_lookup
 
@@ -208,7 +210,7 @@ class _Scope:
         const = self.rw.view.constant(name, overridable=False)
         site = self.rw.view.producer(name)
         if const is not None:  # converted copies replace constants; cleanup drops unread originals
-            arr = _to_dtype(numpy_helper.to_array(const), want)
+            arr = _to_dtype(tensor_array(const), want)  # also a weight left on disk
             if site is None:
                 s.new_inits.append(numpy_helper.from_array(arr, new))
             else:
@@ -432,7 +434,9 @@ def emulate_half(model: onnx.ModelProto, half_tensors: set[str]) -> onnx.ModelPr
 
     for g in iter_graphs(out.graph):
         for t in g.initializer:
-            if t.data_type == HALF:
+            if t.data_type == HALF and is_lazy(t):  # on disk: converted there, one tensor at a time
+                t.CopyFrom(lazy_as(t, FLOAT))
+            elif t.data_type == HALF:
                 t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
         for vi in list(g.input) + list(g.output):
             if vi.type.tensor_type.elem_type == HALF:

@@ -16,10 +16,12 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from trtconv.errors import InvalidModelError, UsageError
-from trtconv.load import approx_size
+from trtconv.errors import InvalidModelError, OutOfMemoryError, UsageError, is_allocation_failure
+from trtconv.load.external import is_lazy
+from trtconv.load.memory import available_memory
+from trtconv.load.proto import weight_bytes
 from trtconv.load.save import write_scratch
-from trtconv.load.shapes import Shape, available_memory, input_dims, largest_static_tensor
+from trtconv.load.shapes import Shape, input_dims, largest_static_tensor
 
 Feeds = dict[str, np.ndarray]
 # Models with at least this many bytes of weights reach ONNX Runtime through a scratch file
@@ -52,7 +54,8 @@ def session(model: onnx.ModelProto | str | os.PathLike[str], *, threads: int | N
     if isinstance(model, onnx.ModelProto):
         if refuse_too_big:
             _refuse_if_too_big(model)
-        if approx_size(model) >= PATH_SESSION_BYTES:
+        # weights left on disk go this way at any size: ONNX Runtime refuses absolute data paths
+        if weight_bytes(model) >= PATH_SESSION_BYTES or any(is_lazy(t) for t in model.graph.initializer):
             with tempfile.TemporaryDirectory(prefix="trtconv-ort-") as tmp:
                 path = Path(tmp) / "model.onnx"
                 if write_scratch(model, path):
@@ -66,6 +69,8 @@ def _inference_session(ort, src: str | bytes, opts):
     try:
         return ort.InferenceSession(src, sess_options=opts, providers=["CPUExecutionProvider"])
     except Exception as exc:  # ORT raises its own Fail/InvalidGraph/NotImplemented types
+        if is_allocation_failure(exc):
+            raise OutOfMemoryError("out of memory while ONNX Runtime loads the model") from exc
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InvalidModelError(
             f"ONNX Runtime cannot load the model: {first}",
@@ -96,6 +101,8 @@ def run(sess, feeds: Mapping[str, np.ndarray], outputs: list[str] | None = None)
     try:
         values = sess.run(names, dict(feeds))
     except Exception as exc:  # ORT's Fail/InvalidArgument/RuntimeException, allocation failures included
+        if is_allocation_failure(exc):
+            raise OutOfMemoryError("out of memory while ONNX Runtime runs the model") from exc
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InvalidModelError(
             f"ONNX Runtime failed running the model: {first[:300]}",

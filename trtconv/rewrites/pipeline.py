@@ -21,7 +21,8 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from trtconv.errors import AccuracyError, InvalidModelError, UsageError
-from trtconv.load import LoadedModel, approx_size
+from trtconv.load import LoadedModel
+from trtconv.load.proto import weight_bytes
 from trtconv.load.shapes import Shape, override_input_shapes, value_shapes
 from trtconv.onnxutil.domains import ORT_DOMAINS, default_opset, normalize_domain
 from trtconv.onnxutil.names import fresh_name
@@ -36,6 +37,7 @@ from trtconv.rewrites.roundtrip import (
     export,
     import_with_shapes,
     inferred,
+    load_foldable,
     refuse_empty_list_attributes,
     sorted_copy,
     strip_value_info,
@@ -135,7 +137,7 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     # the export return new protos), and a copy would hold every weight twice.
     model = override_input_shapes(src, settings.shapes) if settings.shapes else src
     shaped = model  # the input as --shapes made it, before any rule prepares it
-    large = approx_size(model) > settings.large_model_bytes
+    large = weight_bytes(model) > settings.large_model_bytes  # lazy (on-disk) weights count too
     opset_before = default_opset(model)
     nodes_before = _count_nodes(model)
     was_sorted = is_sorted(model)
@@ -159,6 +161,7 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
                                                                              "threshold",)))
         else:
             computing = _computing_nodes(graph)
+            load_foldable(graph)  # weights left on disk that folding evaluates (ONNX Runtime reads no absolute path)
             results.append(cleanup.fold_constants(graph, settings.fold_size_limit))
             if _computing_nodes(graph) != computing:  # more than Constant nodes lowered: shapes may be new
                 shapes = value_shapes(inferred(export(graph, model, with_weights=False), large))

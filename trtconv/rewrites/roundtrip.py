@@ -4,11 +4,14 @@ on what it cannot write back."""
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from trtconv.errors import UnsupportedModelError
+from trtconv.load.external import is_lazy, tensor_array
+from trtconv.load.memory import ensure_room
 from trtconv.load.proto import DATA_FIELDS, copy_fields, inferred_value_info, structure_only, tensor_nbytes
 from trtconv.onnxutil.domains import ORT_DOMAINS, normalize_domain
 from trtconv.onnxutil.walk import iter_graphs
@@ -56,11 +59,42 @@ def import_with_shapes(model: onnx.ModelProto, shaped: onnx.ModelProto) -> gs.Gr
     del model.graph.output[:]
     model.graph.output.extend(shaped.graph.output)
     try:
-        return gs.import_onnx(model)
+        graph = gs.import_onnx(model)
     finally:
         del model.graph.value_info[keep:]
         del model.graph.output[:]
         model.graph.output.extend(outputs)
+    for t in graph.tensors().values():
+        values = getattr(t, "_values", None)
+        if isinstance(values, LazyValues) and isinstance(values.tensor, onnx.TensorProto) and is_lazy(values.tensor):
+            t._values = _OnDisk(values.tensor)
+    return graph
+
+
+def load_foldable(graph: gs.Graph) -> int:
+    """Read into memory the on-disk constants that constant folding would evaluate (those
+    feeding a node whose inputs are all constant, directly or through such nodes): ONNX
+    Runtime, which graphsurgeon folds with, refuses absolute data paths. Others stay on disk.
+    Returns how many were read."""
+    known: set[str] = {t.name for t in graph.tensors().values() if isinstance(t, gs.Constant)}
+    feeding: list[gs.Constant] = []
+    for node in graph.nodes:  # sorted: producers first
+        ins = [t for t in node.inputs if t.name]
+        if node.op != "Constant" and ins and all(t.name in known for t in ins):
+            known.update(o.name for o in node.outputs)
+            feeding.extend(t for t in ins if isinstance(t, gs.Constant) and isinstance(t._values, _OnDisk))
+    for t in feeding:
+        if isinstance(t._values, _OnDisk):
+            t.values = t._values.load()
+    return len(feeding)
+
+
+class _OnDisk(LazyValues):
+    """graphsurgeon's lazy values of a tensor left on disk (``load_model(lazy_from=...)``):
+    read from its file when a rule asks; exported as the same on-disk reference otherwise."""
+
+    def load(self) -> np.ndarray:
+        return tensor_array(self.tensor)
 
 
 # Imported tensors at least this large are lent to the export as byte-less stand-ins.
@@ -93,6 +127,7 @@ def export(graph: gs.Graph, like: onnx.ModelProto, *, with_weights: bool = True)
         for values, real in swapped:
             values.tensor = real
     if with_weights:
+        ensure_room(sum(tensor_nbytes(t) for t in lent.values()), "writing the rewritten graph's weights")
         for init in out.graph.initializer:
             real = lent.get(init.name)
             if real is not None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from trtconv.errors import UsageError
 from trtconv.load import PROTOBUF_LIMIT
+from trtconv.load.external import LAZY_WEIGHTS_BYTES
 from trtconv.load.shapes import Shape
 from trtconv.rewrites.dcn_targets import DEFAULT_TARGET, TARGETS
 from trtconv.rewrites.plugin_spec import PluginSpec
@@ -39,6 +40,9 @@ class RewriteSettings:
     # Models above this many bytes of weights take the large-model path: no protobuf
     # serialization in memory (no folding, no graph proof), external data on save.
     large_model_bytes: int = PROTOBUF_LIMIT
+    # Models with at least this many bytes of external data keep it on disk (``load_model``'s
+    # ``lazy_from``): tensors are read where a rule needs them and streamed into the output.
+    lazy_weights_bytes: int = LAZY_WEIGHTS_BYTES
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -1,0 +1,78 @@
+"""Weights spilled to this process's scratch folder: a model built in memory (an FP16
+conversion of a large model) hands its large tensors to a data file there and keeps lazy
+references to them (``external.make_lazy``'s kind), so that the stages after it (ONNX
+Runtime sessions from scratch files, the final save, which streams them) never hold the
+weights in memory again. The folder goes when the process exits."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from trtconv.load.external import LAZY_TENSOR_MIN, is_lazy, tensor_array
+from trtconv.load.proto import DATA_FIELDS, copy_fields, tensor_nbytes
+
+_FOLDER: list[Path] = []  # created on first use
+
+
+def _scratch_file(stem: str) -> Path:
+    if not _FOLDER:
+        folder = Path(tempfile.mkdtemp(prefix="trtconv-spill-"))
+        atexit.register(shutil.rmtree, folder, True)
+        _FOLDER.append(folder)
+    fd, name = tempfile.mkstemp(prefix=stem + "-", suffix=".data", dir=_FOLDER[0])
+    os.close(fd)
+    return Path(name)
+
+
+def _lazy_ref(t: onnx.TensorProto, out: onnx.TensorProto, path: Path, offset: int, length: int) -> None:
+    copy_fields(t, out, DATA_FIELDS)
+    out.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", str(path)), ("offset", str(offset)), ("length", str(length))):
+        entry = out.external_data.add()
+        entry.key, entry.value = key, value
+
+
+def spill(model: onnx.ModelProto, min_bytes: int = LAZY_TENSOR_MIN) -> onnx.ModelProto:
+    """A copy of ``model`` whose main-graph initializers of at least ``min_bytes`` held in
+    memory are in a scratch data file instead; lazy ones stay references. Drop ``model``
+    afterwards: its weights' memory goes with it (a protobuf frees its bytes only as a whole)."""
+    path = _scratch_file("spill")
+    out = onnx.ModelProto()
+    copy_fields(model, out, frozenset({"graph"}))
+    copy_fields(model.graph, out.graph, frozenset({"initializer"}))
+    with open(path, "wb") as fh:
+        for t in model.graph.initializer:
+            nt = out.graph.initializer.add()
+            inline = t.data_location != onnx.TensorProto.EXTERNAL and t.data_type != onnx.TensorProto.STRING
+            if not inline or tensor_nbytes(t) < min_bytes:
+                nt.CopyFrom(t)
+                continue
+            raw = t.raw_data if t.HasField("raw_data") else tensor_array(t).tobytes()
+            offset = fh.tell()
+            fh.write(raw)
+            _lazy_ref(t, nt, path, offset, len(raw))
+            del raw
+    return out
+
+
+def lazy_as(t: onnx.TensorProto, dtype: int) -> onnx.TensorProto:
+    """A lazy tensor's values converted to ``dtype`` into a new scratch data file, as a lazy
+    tensor of the same name: one tensor in memory at a time (an FP32 twin of FP16 weights)."""
+    if not is_lazy(t):
+        raise ValueError(f"tensor {t.name!r} is not on disk")
+    arr = tensor_array(t).astype(helper.tensor_dtype_to_np_dtype(dtype))
+    path = _scratch_file("as")
+    raw = np.ascontiguousarray(arr).tobytes()
+    path.write_bytes(raw)
+    out = onnx.TensorProto()
+    _lazy_ref(t, out, path, 0, len(raw))
+    out.data_type = dtype
+    return out
