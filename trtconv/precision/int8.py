@@ -26,8 +26,10 @@ from onnx import version_converter
 
 from trtconv.errors import AccuracyError, DataError, InternalError, UnsupportedModelError
 from trtconv.load import load_model, model_sha256
+from trtconv.load.external import is_lazy
 from trtconv.load.proto import structure_only
 from trtconv.load.strip import is_stripped
+from trtconv.load.validate import check_structure_only
 from trtconv.onnxutil.domains import default_opset, is_default_domain
 from trtconv.onnxutil.graph import GraphView
 from trtconv.onnxutil.walk import iter_graphs
@@ -309,7 +311,7 @@ def collect_scales(
 def _passes_checker(model: onnx.ModelProto) -> bool:
     """The input's own verdict: Q/DQ insertion inherits what the input already breaks (unsorted nodes...)."""
     try:
-        onnx.checker.check_model(model)
+        check_structure_only(model, None)
     except onnx.checker.ValidationError:
         return False
     return True
@@ -350,9 +352,15 @@ def quantize_int8(
     else:
         absent = set()
 
+    # Weights left on disk (a large model): the prepared models hold references to them and to
+    # their folded forms in scratch files, kilobytes: they are kept, not derived again.
+    kept = (work, cal_model) if _on_disk(model) and (calibration_model is None or _on_disk(calibration_model)) else None
+
     def prepared_again() -> tuple[onnx.ModelProto, onnx.ModelProto]:
         """The prepared models once more (the same: upgrade and fold are deterministic), for what
         needs them after they were let go."""
+        if kept is not None:
+            return kept
         work = _prepare(model, settings)[0]
         return work, (_prepare(calibration_model, settings)[0] if calibration_model is not None else work)
 
@@ -485,6 +493,11 @@ def quantize_int8(
     return result
 
 
+def _on_disk(model: onnx.ModelProto) -> bool:
+    """Weights left on disk (``load_model(lazy_from=...)``): each is read where it is used."""
+    return any(is_lazy(t) for t in model.graph.initializer)
+
+
 def _prepare(model: onnx.ModelProto, settings: Int8Settings
              ) -> tuple[onnx.ModelProto, tuple[int, int] | None, tuple[FoldedBatchNorm, ...]]:
     """The FP32 model Q/DQ go into: opset high enough for the Q/DQ wanted; BatchNorms folded for FP16."""
@@ -546,8 +559,10 @@ class _Builder:
 
 def _check_valid(qmodel: onnx.ModelProto, work: Callable[[], onnx.ModelProto]) -> None:
     """``work()``: the model Q/DQ went into, whose own verdict is asked only when ``qmodel`` fails."""
+    # The structure alone: the checker checks structure, not values; the whole model would be
+    # serialized once more for it, and refuses the absolute paths of weights left on disk.
     try:
-        onnx.checker.check_model(qmodel)
+        check_structure_only(qmodel, None)
     except onnx.checker.ValidationError as exc:
         if all(is_default_domain(o.domain) for o in qmodel.opset_import) and _passes_checker(work()):
             raise InternalError(f"Q/DQ insertion produced an invalid model: {str(exc).splitlines()[0]}") from exc
