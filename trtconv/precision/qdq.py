@@ -95,16 +95,16 @@ def _attr(node: onnx.NodeProto, name: str, default: int) -> int:
     return default
 
 
-def weight_axis(node: onnx.NodeProto, input_index: int, weight: np.ndarray) -> int | None:
-    """The output-channel axis TensorRT expects for per-channel weights; None means per-tensor."""
+def weight_axis(node: onnx.NodeProto, input_index: int, ndim: int) -> int | None:
+    """The output-channel axis TensorRT expects for per-channel weights of rank ``ndim``; None means per-tensor."""
     op = node.op_type
-    if op == "Conv" and input_index == 1 and weight.ndim >= 3:
+    if op == "Conv" and input_index == 1 and ndim >= 3:
         return 0
-    if op == "ConvTranspose" and input_index == 1 and weight.ndim >= 3:
+    if op == "ConvTranspose" and input_index == 1 and ndim >= 3:
         return 1 if _attr(node, "group", 1) == 1 else None
-    if op == "Gemm" and input_index == 1 and weight.ndim == 2:
+    if op == "Gemm" and input_index == 1 and ndim == 2:
         return 0 if _attr(node, "transB", 0) else 1
-    if op == "MatMul" and input_index == 1 and weight.ndim == 2:
+    if op == "MatMul" and input_index == 1 and ndim == 2:
         return 1
     return None
 
@@ -211,11 +211,11 @@ def plan_qdq(
                 skips.append(Skip(path, name, op, f"tiny GEMM ({tiny}): INT8 gains nothing, the reformats cost"))
                 continue
             for k, t in enumerate(ins):
-                w = view.value(t)
+                w = view.constant(t)  # type and rank only: a weight left on disk stays there
                 if w is not None:
-                    if w.dtype != np.float32:
+                    if w.data_type != TensorProto.FLOAT:
                         break
-                    axis = weight_axis(node, k, w)
+                    axis = weight_axis(node, k, len(w.dims))
                     why = "weight, per-channel" if axis is not None else "weight, per-tensor"
                     placements.append(Placement(path, name, op, k, t, "weight", why, axis))
                 else:
