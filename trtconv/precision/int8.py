@@ -26,7 +26,7 @@ from onnx import version_converter
 
 from trtconv.errors import AccuracyError, DataError, InternalError, UnsupportedModelError
 from trtconv.load import load_model, model_sha256
-from trtconv.load.external import is_lazy
+from trtconv.load.external import copy_lazy, is_lazy, tensor_array
 from trtconv.load.proto import structure_only
 from trtconv.load.strip import is_stripped
 from trtconv.load.validate import check_structure_only
@@ -215,7 +215,32 @@ def _restore_weights(converted: onnx.ModelProto, original: onnx.ModelProto) -> b
 
 
 def proto_sha256(model: onnx.ModelProto) -> str:
-    return hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()
+    """The model's structure and the bytes of each large main-graph tensor: the same whether the
+    weights are loaded or left on disk (content, never where it lies), read a block at a time."""
+    stub = structure_only(model)
+    h = hashlib.sha256(stub.SerializeToString(deterministic=True))
+    pairs = list(zip(model.graph.initializer, stub.graph.initializer))
+    for n, sn in zip(model.graph.node, stub.graph.node):
+        pairs += [(a.t, sa.t) for a, sa in zip(n.attribute, sn.attribute) if a.type == onnx.AttributeProto.TENSOR]
+    for t, st in pairs:
+        if not is_stripped(st):
+            continue
+        h.update(t.name.encode() + b"\0")
+        if is_lazy(t):
+            copy_lazy(t, _Hashing(h))
+        else:
+            h.update(t.raw_data if t.HasField("raw_data") else tensor_array(t).tobytes())
+    return h.hexdigest()
+
+
+@dataclass
+class _Hashing:
+    """A file-like ``write`` into a hash (what ``copy_lazy`` streams into)."""
+
+    h: Any
+
+    def write(self, block: bytes) -> None:
+        self.h.update(block)
 
 
 def _digest(samples: Any) -> str | None:
