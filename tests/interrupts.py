@@ -2,7 +2,10 @@
 
 The process runs ``trtconv.cli.main.main`` with one change: when it is about to rename a
 finished temp file into the watched folder (``os.replace``, the moment an output would
-appear), it sends itself ``sig`` and waits for the handler. The signal travels the real path
+appear), it sends ``sig`` to its own main thread and waits for the handler (a signal sent
+to the process may land on another thread, a library's worker, and Python runs handlers in
+the main thread only when it next checks: after a plain 120 s sleep, under load, it once
+came too late). The signal travels the real path
 (SIGINT -> KeyboardInterrupt, SIGTERM -> trtconv's handler), with the temp file written in
 full and the output not yet there: the latest moment an interrupt can still leave nothing.
 """
@@ -14,15 +17,16 @@ import sys
 from pathlib import Path
 
 _RUNNER = """
-import os, signal, sys, time
+import os, signal, sys, threading, time
 from pathlib import Path
 folder, sig = Path(sys.argv[1]).resolve(), int(sys.argv[2])
 real_replace = os.replace
 def replace(src, dst, *args, **kwargs):
     if Path(dst).resolve().parent == folder:
         print("signal before rename of", os.path.relpath(src, folder), file=sys.stderr, flush=True)
-        os.kill(os.getpid(), sig)
-        time.sleep(120)  # the handler raises in here
+        signal.pthread_kill(threading.main_thread().ident, sig)
+        for _ in range(1200):  # the handler raises in here; short sleeps, so the interpreter
+            time.sleep(0.1)    # checks for it even if the kernel woke no sleeping thread
         raise SystemExit("the signal was not delivered")
     return real_replace(src, dst, *args, **kwargs)
 os.replace = replace
