@@ -2,16 +2,15 @@
 
 The process runs ``trtconv.cli.main.main`` with one change: when it is about to rename a
 finished temp file into the watched folder (``os.replace``, the moment an output would
-appear), it sends ``sig`` to its own main thread and waits for the handler (a signal sent
-to the process may land on another thread, a library's worker, and Python runs handlers in
-the main thread only when it next checks: after a plain 120 s sleep, under load, it once
-came too late). The signal travels the real path
+appear), it sends ``sig`` to its own main thread and waits for the handler, in short sleeps
+so that the interpreter checks for it. The signal travels the real path
 (SIGINT -> KeyboardInterrupt, SIGTERM -> trtconv's handler), with the temp file written in
 full and the output not yet there: the latest moment an interrupt can still leave nothing.
 """
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -42,4 +41,14 @@ def interrupt_before_rename(args: list[str], folder: Path, sig: int, timeout: fl
     The outcome does not depend on timing; ``timeout`` is only generous (a loaded CI runner
     was seen to take five minutes over the 32 MB quantize)."""
     return subprocess.run([sys.executable, "-c", _RUNNER, str(folder), str(int(sig)), *args],
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, preexec_fn=_as_from_a_terminal)
+
+
+def _as_from_a_terminal() -> None:
+    """SIGINT and SIGTERM at their defaults, as in a command typed at a shell. A test run
+    started in the background (``make test &``, a non-interactive shell's ``&``) ignores
+    SIGINT, the child inherits that, and Python then installs no KeyboardInterrupt handler:
+    the Ctrl-C tests would fail for a reason that has nothing to do with trtconv."""
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
