@@ -30,6 +30,7 @@ from trtconv.cli.options import (
 from trtconv.cli.output import print_json, progress, stderr_console
 from trtconv.cli.precision_report import print_gate
 from trtconv.errors import TrtconvError
+from trtconv.load.memory import return_large_blocks
 from trtconv.pipeline.build import BuildOutcome
 from trtconv.plan.plan import DEFAULT_MIN_PRECISION_SHARE, DEFAULT_OPT_LEVEL, HARDWARE_COMPAT, PRECISIONS
 from trtconv.rewrites import DCN_TARGETS
@@ -147,6 +148,7 @@ def build(model: Path, output: Path, precision: str, shapes: str | None,
     """
 
     quantize = quantize_settings(precision, {**precision_flags, "shapes": shapes}) if precision != "fp32" else None
+    return_large_blocks()  # freed weights and activations leave the RSS (issue 20's memory bound)
     settings = BuildSettings(
         precision=precision,  # type: ignore[arg-type]
         calib_data=precision_flags.get("calib_data"), calib_limit=precision_flags.get("max_samples") or 0,

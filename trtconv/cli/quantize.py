@@ -37,6 +37,7 @@ from trtconv.cli.options import (
 from trtconv.cli.output import interactive, progress, warn
 from trtconv.cli.precision_report import emit_quantize
 from trtconv.errors import AccuracyError
+from trtconv.load.memory import return_large_blocks
 from trtconv.precision.phases import LONG_PHASES, PHASES
 
 
@@ -76,6 +77,7 @@ def quantize(model: Path, output: Path, precision: str, force: bool, as_json: bo
     """
 
     settings = quantize_settings(precision, params)
+    return_large_blocks()  # freed weights and activations leave the RSS (issue 20's memory bound)
     bar = _Progress()
     bar.say(f"quantizing {model} to {precision}")
     doc: dict[str, Any] = {"model": str(model), "output": str(output)}

@@ -3,6 +3,8 @@ front, in one line, instead of failing inside a C++ allocator (which may crash t
 
 from __future__ import annotations
 
+import ctypes
+
 try:  # POSIX only; Windows (TensorRT-RTX desktops) has no RLIMIT_AS
     import resource
 except ImportError:  # pragma: no cover
@@ -63,3 +65,24 @@ def ensure_room(nbytes: int, stage: str) -> None:
     left = address_space_left()
     if left is not None and nbytes > left:
         raise OutOfMemoryError(f"out of memory while {stage}")
+
+
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+LARGE_BLOCK = 1 << 20
+
+
+def return_large_blocks(threshold: int = LARGE_BLOCK) -> bool:
+    """Ask glibc to give every block of at least ``threshold`` bytes its own mapping, returned
+    to the system when freed (True where it agreed).
+
+    By default glibc raises that threshold (up to 32 MiB) each time such a block is freed, so
+    the activations, weights and serialized models of one stage, tens of MiB apiece, end up
+    on the heap and stay part of the process's RSS after they are freed: the stages after it
+    (ONNX Runtime sessions one after the other) then start from a higher floor. A fixed
+    threshold keeps that floor where the live data is. Elsewhere (musl, macOS, Windows): False.
+    """
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError, TypeError):
+        return False
+    return bool(mallopt(M_MMAP_THRESHOLD, threshold))

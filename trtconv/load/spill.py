@@ -63,6 +63,18 @@ def spill(model: onnx.ModelProto, min_bytes: int = LAZY_TENSOR_MIN) -> onnx.Mode
     return out
 
 
+def spill_tensor(t: onnx.TensorProto) -> onnx.TensorProto:
+    """``t`` (values in memory) written to a new scratch data file, as a lazy tensor of the
+    same name, type and shape: a weight computed from weights on disk (a folded or quantized
+    one) goes back there as soon as it is made, not once the whole model is done."""
+    raw = t.raw_data if t.HasField("raw_data") else tensor_array(t).tobytes()
+    path = _scratch_file("made")
+    path.write_bytes(raw)
+    out = onnx.TensorProto()
+    _lazy_ref(t, out, path, 0, len(raw))
+    return out
+
+
 def lazy_as(t: onnx.TensorProto, dtype: int) -> onnx.TensorProto:
     """A lazy tensor's values converted to ``dtype`` into a new scratch data file, as a lazy
     tensor of the same name: one tensor in memory at a time (an FP32 twin of FP16 weights)."""

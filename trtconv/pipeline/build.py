@@ -294,9 +294,9 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
     outcome.prepared = prepared
     stages = _Stages(outcome, say)
 
-    # Large weights stay on disk through rewrite, FP16 and the save (streamed into the prepared
-    # ONNX); INT8 calibration still loads them.
-    loaded = load_model(req.model, lazy_from=None if req.precision == "int8" else LAZY_WEIGHTS_BYTES)
+    # Large weights stay on disk through rewrite, FP16, INT8 and the save (streamed into the
+    # prepared ONNX).
+    loaded = load_model(req.model, lazy_from=LAZY_WEIGHTS_BYTES)
     _refuse_requantizing(loaded, req.precision)
     samples = sample_set(loaded.proto, req.quantize_settings())  # None: no sample data
     profiles = build_profiles(

@@ -265,9 +265,8 @@ def quantize(model: PathLike, output: PathLike | None = None, settings: Quantize
         check_output_path(Path(output), force=force)
         not_the_input(model, output)
     say("load")
-    # FP16 reads each weight once, where it converts it: the large ones stay on disk until then
-    # (INT8 calibration still loads them).
-    loaded = load_model(model, lazy_from=LAZY_WEIGHTS_BYTES if settings.precision == "fp16" else None)
+    # FP16 and INT8 read each weight where they convert it: the large ones stay on disk until then.
+    loaded = load_model(model, lazy_from=LAZY_WEIGHTS_BYTES)
     if loaded.checker_error and warn is not None:
         warn(f"onnx.checker: {loaded.checker_error}")
     check_gate_outputs(loaded.proto, settings.gate())

@@ -15,6 +15,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from trtconv.load.external import LAZY_TENSOR_MIN, is_lazy
+from trtconv.load.spill import spill_tensor
 from trtconv.onnxutil.graph import GraphView, cleanup
 from trtconv.onnxutil.names import fresh_name, model_names
 
@@ -73,7 +75,12 @@ def fold_batchnorms(model: onnx.ModelProto, *, copy: bool = True) -> tuple[onnx.
             b_new = ((b_old - mean) * factor + beta).astype(np.float32)
             w_name = fresh_name(conv.input[1] + "_bnfold", taken)
             b_name = fresh_name((conv.input[2] if b is not None else conv.output[0]) + "_bias_bnfold", taken)
-            graph.initializer.append(numpy_helper.from_array(w_new, w_name))
+            folded_w = numpy_helper.from_array(w_new, w_name)
+            source = view.constant(conv.input[1], overridable=False)
+            if source is not None and is_lazy(source) and w_new.nbytes >= LAZY_TENSOR_MIN:
+                folded_w = spill_tensor(folded_w)  # read from disk, folded, back to disk: never all in memory
+            graph.initializer.append(folded_w)
+            del w, w_new
             graph.initializer.append(numpy_helper.from_array(b_new, b_name))
             conv.input[1] = w_name
             if len(conv.input) > 2:

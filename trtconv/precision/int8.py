@@ -26,8 +26,10 @@ from onnx import version_converter
 
 from trtconv.errors import AccuracyError, DataError, InternalError, UnsupportedModelError
 from trtconv.load import load_model, model_sha256
+from trtconv.load.external import copy_lazy, is_lazy, tensor_array
 from trtconv.load.proto import structure_only
 from trtconv.load.strip import is_stripped
+from trtconv.load.validate import check_structure_only
 from trtconv.onnxutil.domains import default_opset, is_default_domain
 from trtconv.onnxutil.graph import GraphView
 from trtconv.onnxutil.walk import iter_graphs
@@ -213,7 +215,32 @@ def _restore_weights(converted: onnx.ModelProto, original: onnx.ModelProto) -> b
 
 
 def proto_sha256(model: onnx.ModelProto) -> str:
-    return hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()
+    """The model's structure and the bytes of each large main-graph tensor: the same whether the
+    weights are loaded or left on disk (content, never where it lies), read a block at a time."""
+    stub = structure_only(model)
+    h = hashlib.sha256(stub.SerializeToString(deterministic=True))
+    pairs = list(zip(model.graph.initializer, stub.graph.initializer))
+    for n, sn in zip(model.graph.node, stub.graph.node):
+        pairs += [(a.t, sa.t) for a, sa in zip(n.attribute, sn.attribute) if a.type == onnx.AttributeProto.TENSOR]
+    for t, st in pairs:
+        if not is_stripped(st):
+            continue
+        h.update(t.name.encode() + b"\0")
+        if is_lazy(t):
+            copy_lazy(t, _Hashing(h))
+        else:
+            h.update(t.raw_data if t.HasField("raw_data") else tensor_array(t).tobytes())
+    return h.hexdigest()
+
+
+@dataclass
+class _Hashing:
+    """A file-like ``write`` into a hash (what ``copy_lazy`` streams into)."""
+
+    h: Any
+
+    def write(self, block: bytes) -> None:
+        self.h.update(block)
 
 
 def _digest(samples: Any) -> str | None:
@@ -309,7 +336,7 @@ def collect_scales(
 def _passes_checker(model: onnx.ModelProto) -> bool:
     """The input's own verdict: Q/DQ insertion inherits what the input already breaks (unsorted nodes...)."""
     try:
-        onnx.checker.check_model(model)
+        check_structure_only(model, None)
     except onnx.checker.ValidationError:
         return False
     return True
@@ -350,9 +377,15 @@ def quantize_int8(
     else:
         absent = set()
 
+    # Weights left on disk (a large model): the prepared models hold references to them and to
+    # their folded forms in scratch files, kilobytes: they are kept, not derived again.
+    kept = (work, cal_model) if _on_disk(model) and (calibration_model is None or _on_disk(calibration_model)) else None
+
     def prepared_again() -> tuple[onnx.ModelProto, onnx.ModelProto]:
         """The prepared models once more (the same: upgrade and fold are deterministic), for what
         needs them after they were let go."""
+        if kept is not None:
+            return kept
         work = _prepare(model, settings)[0]
         return work, (_prepare(calibration_model, settings)[0] if calibration_model is not None else work)
 
@@ -485,6 +518,11 @@ def quantize_int8(
     return result
 
 
+def _on_disk(model: onnx.ModelProto) -> bool:
+    """Weights left on disk (``load_model(lazy_from=...)``): each is read where it is used."""
+    return any(is_lazy(t) for t in model.graph.initializer)
+
+
 def _prepare(model: onnx.ModelProto, settings: Int8Settings
              ) -> tuple[onnx.ModelProto, tuple[int, int] | None, tuple[FoldedBatchNorm, ...]]:
     """The FP32 model Q/DQ go into: opset high enough for the Q/DQ wanted; BatchNorms folded for FP16."""
@@ -546,8 +584,10 @@ class _Builder:
 
 def _check_valid(qmodel: onnx.ModelProto, work: Callable[[], onnx.ModelProto]) -> None:
     """``work()``: the model Q/DQ went into, whose own verdict is asked only when ``qmodel`` fails."""
+    # The structure alone: the checker checks structure, not values; the whole model would be
+    # serialized once more for it, and refuses the absolute paths of weights left on disk.
     try:
-        onnx.checker.check_model(qmodel)
+        check_structure_only(qmodel, None)
     except onnx.checker.ValidationError as exc:
         if all(is_default_domain(o.domain) for o in qmodel.opset_import) and _passes_checker(work()):
             raise InternalError(f"Q/DQ insertion produced an invalid model: {str(exc).splitlines()[0]}") from exc

@@ -25,7 +25,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from trtconv.load.external import LAZY_TENSOR_MIN, is_lazy
 from trtconv.load.proto import structure_only
+from trtconv.load.spill import spill_tensor
 from trtconv.onnxutil.domains import is_default_domain
 from trtconv.onnxutil.graph import GraphView, cleanup
 from trtconv.onnxutil.names import fresh_name, model_names
@@ -93,16 +95,16 @@ def _attr(node: onnx.NodeProto, name: str, default: int) -> int:
     return default
 
 
-def weight_axis(node: onnx.NodeProto, input_index: int, weight: np.ndarray) -> int | None:
-    """The output-channel axis TensorRT expects for per-channel weights; None means per-tensor."""
+def weight_axis(node: onnx.NodeProto, input_index: int, ndim: int) -> int | None:
+    """The output-channel axis TensorRT expects for per-channel weights of rank ``ndim``; None means per-tensor."""
     op = node.op_type
-    if op == "Conv" and input_index == 1 and weight.ndim >= 3:
+    if op == "Conv" and input_index == 1 and ndim >= 3:
         return 0
-    if op == "ConvTranspose" and input_index == 1 and weight.ndim >= 3:
+    if op == "ConvTranspose" and input_index == 1 and ndim >= 3:
         return 1 if _attr(node, "group", 1) == 1 else None
-    if op == "Gemm" and input_index == 1 and weight.ndim == 2:
+    if op == "Gemm" and input_index == 1 and ndim == 2:
         return 0 if _attr(node, "transB", 0) else 1
-    if op == "MatMul" and input_index == 1 and weight.ndim == 2:
+    if op == "MatMul" and input_index == 1 and ndim == 2:
         return 1
     return None
 
@@ -209,11 +211,11 @@ def plan_qdq(
                 skips.append(Skip(path, name, op, f"tiny GEMM ({tiny}): INT8 gains nothing, the reformats cost"))
                 continue
             for k, t in enumerate(ins):
-                w = view.value(t)
+                w = view.constant(t)  # type and rank only: a weight left on disk stays there
                 if w is not None:
-                    if w.dtype != np.float32:
+                    if w.data_type != TensorProto.FLOAT:
                         break
-                    axis = weight_axis(node, k, w)
+                    axis = weight_axis(node, k, len(w.dims))
                     why = "weight, per-channel" if axis is not None else "weight, per-tensor"
                     placements.append(Placement(path, name, op, k, t, "weight", why, axis))
                 else:
@@ -325,8 +327,9 @@ def insert_qdq(
                 key = (p.tensor, p.axis if p.kind == "weight" else -1)
                 if key not in made:
                     if p.kind == "weight":
+                        source = view.constant(p.tensor)
                         made[key] = _add_weight_dq(g, new_nodes, names, p.tensor, view.value(p.tensor), p.axis,
-                                                   half=half)
+                                                   half=half, on_disk=source is not None and is_lazy(source))
                     else:
                         scale = float(half_exact(scales[p.tensor])) if half else scales[p.tensor]
                         made[key] = _add_activation_qdq(g, new_nodes, names, p.tensor, scale)
@@ -352,14 +355,17 @@ def _add_activation_qdq(g: onnx.GraphProto, nodes: list, names: set[str], tensor
 
 def _add_weight_dq(
     g: onnx.GraphProto, nodes: list, names: set[str], tensor: str, w: np.ndarray, axis: int | None, *,
-    half: bool = False,
+    half: bool = False, on_disk: bool = False,
 ) -> str:
+    """``on_disk``: ``w`` was read from disk, and its INT8 values go back there (load/spill.py)."""
     q, scale = quantize_weight(w, axis, half=half)
+    del w
     qn = fresh_name(f"{tensor}_quantized", names)
     s = fresh_name(f"{tensor}_scale", names)
     z = fresh_name(f"{tensor}_zero_point", names)
     dq = fresh_name(f"{tensor}_dequantized", names)
-    g.initializer.append(numpy_helper.from_array(q, qn))
+    qt = numpy_helper.from_array(q, qn)
+    g.initializer.append(spill_tensor(qt) if on_disk and q.nbytes >= LAZY_TENSOR_MIN else qt)
     g.initializer.append(numpy_helper.from_array(scale, s))
     g.initializer.append(numpy_helper.from_array(np.zeros(scale.shape, dtype=np.int8), z))
     node = helper.make_node("DequantizeLinear", [qn, s, z], [dq], name=fresh_name(f"{tensor}_DequantizeLinear", names))

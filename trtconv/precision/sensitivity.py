@@ -21,7 +21,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 import onnx
 
+from trtconv.onnxutil.graph import GraphView
 from trtconv.onnxutil.names import fresh_name, model_names
+from trtconv.onnxutil.tensors import is_lazy
 from trtconv.onnxutil.walk import iter_graphs_with_path
 from trtconv.precision.expose import session_exposing
 from trtconv.precision.int8_accuracy import run_failure, with_origin
@@ -98,15 +100,69 @@ def layer_errors(
     scales: Mapping[str, float],
     samples: Iterable[Mapping[str, np.ndarray]],
 ) -> tuple[LayerError, ...]:
-    """Every quantized layer's own error on ``samples``, worst first (``model``: the FP32 model Q/DQ went into)."""
+    """Every quantized layer's own error on ``samples``, worst first (``model``: the FP32 model Q/DQ went into).
+
+    Weights left on disk (a large model): the shadows go in ``ON_DISK_GROUPS`` groups of about
+    equal weight, one session each over every sample (re-iterable samples), so that a session
+    maps the INT8 copies of a fraction of the weights, not all. Each shadow reads only FP32
+    values, so its error is the same whichever group it is in.
+    """
     if not placed:
         return ()
+    acc: dict[tuple[str, str], np.ndarray] = {}
+    ops: dict[tuple[str, str], str] = {}
+    for group in _groups(model, placed, split=iter(samples) is not samples):
+        _accumulate(model, group, scales, samples, acc, ops)
+    out = []
+    for (graph, node), (dot, rr, gg, dd) in acc.items():
+        if rr == 0 and gg == 0:
+            continue  # never ran (a branch the samples do not take)
+        cos = float(np.clip(dot / np.sqrt(rr * gg), -1, 1)) if rr > 0 and gg > 0 else 0.0
+        out.append(LayerError(graph, node, ops[(graph, node)], float(dd / rr) if rr > 0 else float("inf"), cos))
+    return tuple(sorted(out, key=lambda e: (-e.nmse, e.graph, e.node)))
+
+
+ON_DISK_GROUPS = 4
+
+
+def _groups(model: onnx.ModelProto, placed: Sequence[Placement], *, split: bool) -> list[list[Placement]]:
+    """The placements in groups of whole layers: one group, or ``ON_DISK_GROUPS`` of about equal
+    weight bytes when the weights are on disk (and ``split``: the samples can be read again)."""
+    if not split or not any(is_lazy(t) for t in model.graph.initializer):
+        return [list(placed)]
+    view = GraphView(model)
+    layers: dict[tuple[str, str], list[Placement]] = {}
+    for p in placed:
+        layers.setdefault((p.graph, p.node), []).append(p)
+
+    def size(ps: list[Placement]) -> int:
+        ts = [view.constant(p.tensor) for p in ps if p.kind == "weight"]
+        return sum(int(np.prod(t.dims, dtype=np.int64)) for t in ts if t is not None)
+
+    total = sum(size(ps) for ps in layers.values()) or 1
+    groups: list[list[Placement]] = [[]]
+    filled = 0
+    for ps in layers.values():
+        if groups[-1] and filled >= total * len(groups) / ON_DISK_GROUPS:
+            groups.append([])
+        groups[-1].extend(ps)
+        filled += size(ps)
+    return groups
+
+
+def _accumulate(model: onnx.ModelProto, placed: Sequence[Placement], scales: Mapping[str, float],
+                samples: Iterable[Mapping[str, np.ndarray]], acc: dict[tuple[str, str], np.ndarray],
+                ops: dict[tuple[str, str], str]) -> None:
+    """One session with the shadows of ``placed``, over every sample: into ``acc``, per layer,
+    (dot, |ref|^2, |got|^2, |diff|^2)."""
     probe, shadows = _probe_model(model, placed, scales)
     wanted = sorted({t for _, a, b in shadows.values() for t in (a, b)})
     sess, mapping = session_exposing(probe, wanted)
     del probe  # the session holds what it needs
     fetch = list(mapping)
-    acc = {k: np.zeros(4) for k in shadows}  # dot, |ref|^2, |got|^2, |diff|^2
+    for key, (op, _, _) in shadows.items():
+        acc[key] = np.zeros(4)
+        ops[key] = op
     for origin, sample in with_origin(samples, "accuracy sample"):
         try:
             values = dict(zip((mapping[f] for f in fetch), sess.run(fetch, dict(sample))))
@@ -122,14 +178,6 @@ def layer_errors(
             r, q = r[ok], q[ok]
             acc[key] += (r @ q, r @ r, q @ q, float(np.sum((r - q) ** 2)))
         del values
-    out = []
-    for (graph, node), (op, _, _) in shadows.items():
-        dot, rr, gg, dd = acc[(graph, node)]
-        if rr == 0 and gg == 0:
-            continue  # never ran (a branch the samples do not take)
-        cos = float(np.clip(dot / np.sqrt(rr * gg), -1, 1)) if rr > 0 and gg > 0 else 0.0
-        out.append(LayerError(graph, node, op, float(dd / rr) if rr > 0 else float("inf"), cos))
-    return tuple(sorted(out, key=lambda e: (-e.nmse, e.graph, e.node)))
 
 
 def fewest_exclusions(
