@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterator
 
 import onnx
+from onnx import numpy_helper
 
 from trtconv.onnxutil.walk import iter_graphs
 
@@ -95,6 +96,36 @@ def _stub_tensor(t: onnx.TensorProto, out: onnx.TensorProto) -> None:
 
 DATA_FIELDS = frozenset({"raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data",
                           "string_data", "external_data", "data_location"})
+
+
+def without_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` with no main-graph initializers, for a writer that adds them back
+    one at a time (pointing into a data file); nothing large is copied."""
+    out = onnx.ModelProto()
+    copy_fields(model, out, frozenset({"graph"}))
+    copy_fields(model.graph, out.graph, frozenset({"initializer"}))
+    return out
+
+
+def is_inline_weight(t: onnx.TensorProto, min_bytes: int) -> bool:
+    """Whether ``t`` holds at least ``min_bytes`` of numeric data in memory (the tensors a
+    writer moves into a data file)."""
+    return (t.data_location != onnx.TensorProto.EXTERNAL and t.data_type != onnx.TensorProto.STRING
+            and tensor_nbytes(t) >= min_bytes)
+
+
+def inline_bytes(t: onnx.TensorProto) -> bytes:
+    """The bytes a data file holds for in-memory tensor ``t`` (ONNX's raw layout)."""
+    return t.raw_data if t.HasField("raw_data") else numpy_helper.to_array(t).tobytes()
+
+
+def point_to_file(src: onnx.TensorProto, out: onnx.TensorProto, location: str, offset: int, length: int) -> None:
+    """Make ``out`` the external-data tensor ``src`` is, its bytes at ``location``[offset:offset+length]."""
+    copy_fields(src, out, DATA_FIELDS)
+    out.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
+        entry = out.external_data.add()
+        entry.key, entry.value = key, value
 
 
 def copy_fields(src, dst, skip: frozenset[str] = frozenset()) -> None:

@@ -12,7 +12,15 @@ from onnx import numpy_helper
 
 from trtconv.errors import OutOfMemoryError, OutputError
 from trtconv.load.external import copy_lazy, is_lazy
-from trtconv.load.proto import DATA_FIELDS, approx_size, copy_fields, iter_tensors, tensor_nbytes
+from trtconv.load.proto import (
+    approx_size,
+    inline_bytes,
+    is_inline_weight,
+    iter_tensors,
+    point_to_file,
+    tensor_nbytes,
+    without_initializers,
+)
 from trtconv.outputs import atomic_dir, check_output_path, fsync_dir, os_error
 
 # Above this we save weights externally: comfortably below the protobuf limit.
@@ -109,35 +117,21 @@ def _save_streaming(model: onnx.ModelProto, model_path: Path, data_path: Path) -
     model: twice the weights in memory, which a 10 GB model may not have room for.
     """
 
-    slim = onnx.ModelProto()
-    copy_fields(model, slim, frozenset({"graph"}))
-    copy_fields(model.graph, slim.graph, frozenset({"initializer"}))
+    slim = without_initializers(model)
     with open(data_path, "wb") as fh:
         for t in model.graph.initializer:
             nt = slim.graph.initializer.add()
             if is_lazy(t):  # still in the input's data file: copied over a block at a time
-                copy_fields(t, nt, DATA_FIELDS)
-                nt.data_location = onnx.TensorProto.EXTERNAL
                 offset = fh.tell()
-                length = copy_lazy(t, fh)
-                for key, value in (("location", data_path.name), ("offset", str(offset)), ("length", str(length))):
-                    entry = nt.external_data.add()
-                    entry.key, entry.value = key, value
-                continue
-            big = (t.data_location != onnx.TensorProto.EXTERNAL and t.data_type != onnx.TensorProto.STRING
-                   and tensor_nbytes(t) >= EXTERNAL_TENSOR_MIN)
-            if not big:
+                point_to_file(t, nt, data_path.name, offset, copy_lazy(t, fh))
+            elif is_inline_weight(t, EXTERNAL_TENSOR_MIN):
+                raw = inline_bytes(t)
+                offset = fh.tell()
+                fh.write(raw)
+                point_to_file(t, nt, data_path.name, offset, len(raw))
+                del raw
+            else:
                 nt.CopyFrom(t)
-                continue
-            copy_fields(t, nt, DATA_FIELDS)
-            raw = t.raw_data if t.HasField("raw_data") else numpy_helper.to_array(t).tobytes()
-            offset = fh.tell()
-            fh.write(raw)
-            nt.data_location = onnx.TensorProto.EXTERNAL
-            for key, value in (("location", data_path.name), ("offset", str(offset)), ("length", str(len(raw)))):
-                entry = nt.external_data.add()
-                entry.key, entry.value = key, value
-            del raw
     model_path.write_bytes(slim.SerializeToString())
 
 

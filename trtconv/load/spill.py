@@ -17,7 +17,7 @@ import onnx
 from onnx import helper
 
 from trtconv.load.external import LAZY_TENSOR_MIN, is_lazy, tensor_array
-from trtconv.load.proto import DATA_FIELDS, copy_fields, tensor_nbytes
+from trtconv.load.proto import inline_bytes, is_inline_weight, point_to_file, without_initializers
 
 _FOLDER: list[Path] = []  # created on first use
 
@@ -32,33 +32,22 @@ def _scratch_file(stem: str) -> Path:
     return Path(name)
 
 
-def _lazy_ref(t: onnx.TensorProto, out: onnx.TensorProto, path: Path, offset: int, length: int) -> None:
-    copy_fields(t, out, DATA_FIELDS)
-    out.data_location = onnx.TensorProto.EXTERNAL
-    for key, value in (("location", str(path)), ("offset", str(offset)), ("length", str(length))):
-        entry = out.external_data.add()
-        entry.key, entry.value = key, value
-
-
 def spill(model: onnx.ModelProto, min_bytes: int = LAZY_TENSOR_MIN) -> onnx.ModelProto:
     """A copy of ``model`` whose main-graph initializers of at least ``min_bytes`` held in
     memory are in a scratch data file instead; lazy ones stay references. Drop ``model``
     afterwards: its weights' memory goes with it (a protobuf frees its bytes only as a whole)."""
     path = _scratch_file("spill")
-    out = onnx.ModelProto()
-    copy_fields(model, out, frozenset({"graph"}))
-    copy_fields(model.graph, out.graph, frozenset({"initializer"}))
+    out = without_initializers(model)
     with open(path, "wb") as fh:
         for t in model.graph.initializer:
             nt = out.graph.initializer.add()
-            inline = t.data_location != onnx.TensorProto.EXTERNAL and t.data_type != onnx.TensorProto.STRING
-            if not inline or tensor_nbytes(t) < min_bytes:
+            if not is_inline_weight(t, min_bytes):
                 nt.CopyFrom(t)
                 continue
-            raw = t.raw_data if t.HasField("raw_data") else tensor_array(t).tobytes()
+            raw = inline_bytes(t)
             offset = fh.tell()
             fh.write(raw)
-            _lazy_ref(t, nt, path, offset, len(raw))
+            point_to_file(t, nt, str(path), offset, len(raw))
             del raw
     return out
 
@@ -67,11 +56,11 @@ def spill_tensor(t: onnx.TensorProto) -> onnx.TensorProto:
     """``t`` (values in memory) written to a new scratch data file, as a lazy tensor of the
     same name, type and shape: a weight computed from weights on disk (a folded or quantized
     one) goes back there as soon as it is made, not once the whole model is done."""
-    raw = t.raw_data if t.HasField("raw_data") else tensor_array(t).tobytes()
+    raw = inline_bytes(t)
     path = _scratch_file("made")
     path.write_bytes(raw)
     out = onnx.TensorProto()
-    _lazy_ref(t, out, path, 0, len(raw))
+    point_to_file(t, out, str(path), 0, len(raw))
     return out
 
 
@@ -85,6 +74,6 @@ def lazy_as(t: onnx.TensorProto, dtype: int) -> onnx.TensorProto:
     raw = np.ascontiguousarray(arr).tobytes()
     path.write_bytes(raw)
     out = onnx.TensorProto()
-    _lazy_ref(t, out, path, 0, len(raw))
+    point_to_file(t, out, str(path), 0, len(raw))
     out.data_type = dtype
     return out
