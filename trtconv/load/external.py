@@ -12,7 +12,13 @@ import onnx
 
 from trtconv.errors import InvalidModelError
 from trtconv.load.proto import iter_tensors
-from trtconv.onnxutil.tensors import is_lazy, lazy_span, read_span, tensor_array  # noqa: F401 - re-exported
+from trtconv.onnxutil.tensors import (  # noqa: F401 - re-exported
+    has_lazy_weights,
+    is_lazy,
+    lazy_span,
+    read_span,
+    tensor_array,
+)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from google.protobuf.message import EncodeError
 from onnx import numpy_helper
 
 from trtconv.errors import OutOfMemoryError, OutputError
-from trtconv.load.external import copy_lazy, is_lazy
+from trtconv.load.external import copy_lazy, has_lazy_weights, is_lazy
 from trtconv.load.proto import (
     approx_size,
     inline_bytes,
@@ -42,7 +42,7 @@ def save_model(
     """
     path = Path(path)
     check_output_path(path, force=force)
-    lazy = any(is_lazy(t) for t in model.graph.initializer)
+    lazy = has_lazy_weights(model)
     if external_data is None or lazy:  # lazy weights are streamed from their file: always external
         external_data = lazy or approx_size(model) > EXTERNAL_DATA_THRESHOLD
     data_name = path.name + ".data"

@@ -19,6 +19,12 @@ def is_lazy(t: onnx.TensorProto) -> bool:
     return any(e.key == "location" and os.path.isabs(e.value) for e in t.external_data)
 
 
+def has_lazy_weights(model: onnx.ModelProto) -> bool:
+    """Whether ``model``'s weights were left on disk (``load_model(lazy_from=...)``): then its
+    stages read each where they use it, and ONNX Runtime must get it through a scratch file."""
+    return any(is_lazy(t) for t in model.graph.initializer)
+
+
 def lazy_span(t: onnx.TensorProto) -> tuple[str, int, int]:
     """(file, offset, length) of a lazy tensor's bytes."""
     info = {e.key: e.value for e in t.external_data}

@@ -24,7 +24,7 @@ from onnx import TensorProto
 
 from trtconv.errors import AccuracyError, InternalError, InvalidModelError
 from trtconv.load import approx_size, structure_only
-from trtconv.load.external import is_lazy
+from trtconv.load.external import has_lazy_weights
 from trtconv.load.memory import ensure_room
 from trtconv.load.spill import spill
 from trtconv.load.validate import check_structure_only
@@ -221,7 +221,7 @@ def convert_fp16(
     del work
     rw.model = onnx.ModelProto()  # only ``out`` and the input model are needed from here on
     rw.view = GraphView(rw.model)  # the view holds ``out``'s tensors too: it would keep them in memory
-    if any(is_lazy(t) for t in model.graph.initializer):
+    if has_lazy_weights(model):
         out = spill(out)  # weights came from disk: the converted ones go back there until the save
     out.ir_version = max(out.ir_version, 4)  # IR 3 wants every initializer listed as an input; we add some
     _check_valid(out, model)

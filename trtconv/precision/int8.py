@@ -26,7 +26,7 @@ from onnx import version_converter
 
 from trtconv.errors import AccuracyError, DataError, InternalError, UnsupportedModelError
 from trtconv.load import load_model, model_sha256
-from trtconv.load.external import copy_lazy, is_lazy, tensor_array
+from trtconv.load.external import copy_lazy, has_lazy_weights, is_lazy, tensor_array
 from trtconv.load.proto import structure_only
 from trtconv.load.strip import is_stripped
 from trtconv.load.validate import check_structure_only
@@ -379,7 +379,7 @@ def quantize_int8(
 
     # Weights left on disk (a large model): the prepared models hold references to them and to
     # their folded forms in scratch files, kilobytes: they are kept, not derived again.
-    kept = (work, cal_model) if _on_disk(model) and (calibration_model is None or _on_disk(calibration_model)) else None
+    kept = (work, cal_model) if has_lazy_weights(model) and (calibration_model is None or has_lazy_weights(calibration_model)) else None
 
     def prepared_again() -> tuple[onnx.ModelProto, onnx.ModelProto]:
         """The prepared models once more (the same: upgrade and fold are deterministic), for what
@@ -516,11 +516,6 @@ def quantize_int8(
             + "--exclude the layers named, calibrate on more representative data, or try --calib-method percentile",
         )
     return result
-
-
-def _on_disk(model: onnx.ModelProto) -> bool:
-    """Weights left on disk (``load_model(lazy_from=...)``): each is read where it is used."""
-    return any(is_lazy(t) for t in model.graph.initializer)
 
 
 def _prepare(model: onnx.ModelProto, settings: Int8Settings

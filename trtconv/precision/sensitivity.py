@@ -23,7 +23,7 @@ import onnx
 
 from trtconv.onnxutil.graph import GraphView
 from trtconv.onnxutil.names import fresh_name, model_names
-from trtconv.onnxutil.tensors import is_lazy
+from trtconv.onnxutil.tensors import has_lazy_weights
 from trtconv.onnxutil.walk import iter_graphs_with_path
 from trtconv.precision.expose import session_exposing
 from trtconv.precision.int8_accuracy import run_failure, with_origin
@@ -128,7 +128,7 @@ ON_DISK_GROUPS = 4
 def _groups(model: onnx.ModelProto, placed: Sequence[Placement], *, split: bool) -> list[list[Placement]]:
     """The placements in groups of whole layers: one group, or ``ON_DISK_GROUPS`` of about equal
     weight bytes when the weights are on disk (and ``split``: the samples can be read again)."""
-    if not split or not any(is_lazy(t) for t in model.graph.initializer):
+    if not split or not has_lazy_weights(model):
         return [list(placed)]
     view = GraphView(model)
     layers: dict[tuple[str, str], list[Placement]] = {}

@@ -17,7 +17,7 @@ import onnx
 from onnx import helper
 
 from trtconv.errors import InvalidModelError, OutOfMemoryError, UsageError, is_allocation_failure
-from trtconv.load.external import is_lazy
+from trtconv.load.external import has_lazy_weights
 from trtconv.load.memory import available_memory
 from trtconv.load.proto import weight_bytes
 from trtconv.load.save import write_scratch
@@ -55,7 +55,7 @@ def session(model: onnx.ModelProto | str | os.PathLike[str], *, threads: int | N
         if refuse_too_big:
             _refuse_if_too_big(model)
         # weights left on disk go this way at any size: ONNX Runtime refuses absolute data paths
-        if weight_bytes(model) >= PATH_SESSION_BYTES or any(is_lazy(t) for t in model.graph.initializer):
+        if weight_bytes(model) >= PATH_SESSION_BYTES or has_lazy_weights(model):
             with tempfile.TemporaryDirectory(prefix="trtconv-ort-") as tmp:
                 path = Path(tmp) / "model.onnx"
                 if write_scratch(model, path):
