@@ -3,12 +3,12 @@ how many bytes the weights take (a protobuf cannot exceed 2 GB)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import onnx
 from onnx import numpy_helper
 
+from trtconv.onnxutil.tensors import is_lazy
 from trtconv.onnxutil.walk import iter_graphs
 
 PROTOBUF_LIMIT = 2**31 - 1
@@ -84,8 +84,7 @@ def structure_only(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def _stub_tensor(t: onnx.TensorProto, out: onnx.TensorProto) -> None:
     on_disk = t.data_location == onnx.TensorProto.EXTERNAL
-    lazy = on_disk and any(e.key == "location" and os.path.isabs(e.value) for e in t.external_data)
-    if (on_disk and not lazy) or (not on_disk and tensor_nbytes(t) < STRUCTURE_KEEP_BYTES):
+    if (on_disk and not is_lazy(t)) or (not on_disk and tensor_nbytes(t) < STRUCTURE_KEEP_BYTES):
         out.CopyFrom(t)
         return
     copy_fields(t, out, DATA_FIELDS)

@@ -136,15 +136,16 @@ def load_model(path: str | os.PathLike[str], *, load_weights: bool = True, check
     pairs = [(t, r) for t, r in external_refs(model) if r.location != STRIPPED_LOCATION]
     refs = [r for _, r in pairs]
     validate_external_refs(refs, path.parent)
-    check_tensor_sizes(model, external_bytes(refs, path.parent))
+    sizes = external_bytes(refs, path.parent)
+    check_tensor_sizes(model, sizes)
     check_structure(model)
     err = checker_error(model, path, bool(refs)) if check else None
     on_disk_initializers = sum(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
     if (load_weights and refs and lazy_from is not None and on_disk_initializers == len(pairs)
-            and sum(external_bytes(refs, path.parent).values()) >= lazy_from):
+            and sum(sizes.values()) >= lazy_from):
         make_lazy(pairs, path.parent)
     elif load_weights and refs:
-        ensure_room(sum(external_bytes(refs, path.parent).values()), "reading the model's external data")
+        ensure_room(sum(sizes.values()), "reading the model's external data")
         try:
             external_data_helper.load_external_data_for_model(model, str(path.parent))
         except (OSError, ValueError) as exc:

@@ -26,12 +26,12 @@ from onnx import version_converter
 
 from trtconv.errors import AccuracyError, DataError, InternalError, UnsupportedModelError
 from trtconv.load import load_model, model_sha256
-from trtconv.load.external import copy_lazy, has_lazy_weights, is_lazy, tensor_array
-from trtconv.load.proto import structure_only
+from trtconv.load.external import copy_lazy, has_lazy_weights, is_lazy
+from trtconv.load.proto import inline_bytes, structure_only
 from trtconv.load.strip import is_stripped
 from trtconv.load.validate import check_structure_only
 from trtconv.onnxutil.domains import default_opset, is_default_domain
-from trtconv.onnxutil.graph import GraphView
+from trtconv.onnxutil.graph import GraphView, constant_tensor
 from trtconv.onnxutil.walk import iter_graphs
 from trtconv.precision.bn_fold import FoldedBatchNorm, fold_batchnorms
 from trtconv.precision.calib_cache import CacheInfo, cache_key, read_cache, write_cache
@@ -185,10 +185,9 @@ def _main_constants(model: onnx.ModelProto) -> dict[str, onnx.TensorProto]:
     """Main-graph initializers and Constant-node values, by tensor name (what ``structure_only`` strips)."""
     out = {t.name: t for t in model.graph.initializer}
     for n in model.graph.node:
-        if n.op_type == "Constant" and n.output:
-            for a in n.attribute:
-                if a.type == onnx.AttributeProto.TENSOR:
-                    out[n.output[0]] = a.t
+        t = constant_tensor(n)
+        if t is not None:
+            out[n.output[0]] = t
     return out
 
 
@@ -229,7 +228,7 @@ def proto_sha256(model: onnx.ModelProto) -> str:
         if is_lazy(t):
             copy_lazy(t, _Hashing(h))
         else:
-            h.update(t.raw_data if t.HasField("raw_data") else tensor_array(t).tobytes())
+            h.update(inline_bytes(t))
     return h.hexdigest()
 
 
