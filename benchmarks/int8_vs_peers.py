@@ -74,7 +74,7 @@ def child(tool: str, method: str, spec: dict, out: str) -> None:
             else:
                 base.run_ort(spec["model"], calib, method, out)
     except Exception as exc:  # a peer that fails is a result, not a benchmark failure
-        error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+        error = f"{type(exc).__name__}: {_first_line(exc)}"
     print(json.dumps({"seconds": time.perf_counter() - t0, "rss_mib": base.peak_rss_mib(), "error": error}))
 
 
@@ -237,7 +237,7 @@ def main() -> None:
                     try:
                         row.update(evaluate(name, spec["model"], out, held))
                     except Exception as exc:
-                        row["error"] = f"evaluation: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+                        row["error"] = f"evaluation: {type(exc).__name__}: {_first_line(exc)}"
                 elif not info.get("error"):
                     row["error"] = "no model written"
                 rows.append(row)
@@ -245,6 +245,12 @@ def main() -> None:
                 if (tool, method) == ("modelopt", "default") and row.get("error"):
                     todo.append(("modelopt", "fp32-rest"))
     print(table(rows))
+
+
+def _first_line(exc: BaseException) -> str:
+    """The error's first line, whole (a cut one loses names and numbers)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
 
 
 def table(rows: list[dict]) -> str:
@@ -255,7 +261,7 @@ def table(rows: list[dict]) -> str:
         lines.append(f"| {r['model']} | {r['tool']} | {r['method']} | {r.get('metric', '-')} | "
                      f"{base._fmt(r, 'value', '.4f')} | {base._fmt(r, 'cosine', '.5f')} | {base._fmt(r, 'qdq', 'd')} | "
                      f"{fp16} | {base._fmt(r, 'seconds', '.1f')} | {base._fmt(r, 'process_s', '.1f')} | "
-                     f"{base._fmt(r, 'rss_mib', '.0f')} | {(r.get('error') or '')[:90]} |")
+                     f"{base._fmt(r, 'rss_mib', '.0f')} | {(r.get('error') or '').replace('|', '/')} |")
     return "\n".join(lines)
 
 
