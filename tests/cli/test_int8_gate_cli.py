@@ -200,7 +200,7 @@ def test_build_prepare_only_runs_and_prints_the_same_gate(ocr_cls, data, tmp_pat
     assert stage["remainder"] == "fp16"
     res = _invoke(*args, "--force", "--sensitivity")
     assert res.exit_code == 0, res.output
-    assert "accuracy gate: passed on held-out data (min_cosine 0.99)" in res.stdout
+    assert "accuracy gate: passed on n=2 samples: weak (held-out data; min_cosine 0.99)" in res.stdout
     assert "error each quantized layer adds" in res.stdout
     failing = tmp_path / "strict.engine"
     res = _invoke(*args[:3], failing, *args[4:], "--min-cosine", "1.0")

@@ -85,8 +85,16 @@ def print_int8(doc: dict[str, Any]) -> None:
         con.print(f"--auto-exclude kept {len(r['auto_excluded'])} layer(s) out of INT8 "
                   f"({r['gate_checks']} candidate models checked): {', '.join(r['auto_excluded'])}", markup=False)
     print_accuracy(doc, r["accuracy_samples"])
+    print_worst(r.get("worst_samples") or [])
     print_sensitivity(r["sensitivity"])
     print_verdict(doc)
+
+
+def print_worst(rows: list[dict[str, Any]]) -> None:
+    """Each output's worst held-out sample: where a pass is closest to failing."""
+    if rows:
+        stdout_console().print("worst sample per output: " + "; ".join(
+            f"{w['output']}: #{w['index']} ({w['sample']}) cosine {w['cosine']:.6f}" for w in rows), markup=False)
 
 
 def print_sensitivity(rows: list[dict[str, Any]]) -> None:
@@ -126,8 +134,13 @@ def gate_line(doc: dict[str, Any]) -> str:
     limits = ", ".join(f"{k} {v}" for k, v in doc["thresholds"].items() if k not in ("per_output", "only"))
     for name, lim in doc["thresholds"].get("per_output", {}).items():
         limits += f"; {name}: " + ", ".join(f"{k} {v}" for k, v in lim.items())
+    n = f" on n={doc['held_out_samples']} samples" if doc.get("held_out_samples") else ""
     if doc["violations"]:
-        return f"accuracy gate: FAILED ({limits})"
+        return f"accuracy gate: FAILED{n} ({limits})"
+    if doc["passed"] and doc.get("verdict"):
+        weak = ("; too few held-out samples for the pass to hold on new data: give more sample data "
+                "(docs/precision.md)") if doc.get("weak") else ""
+        return f"accuracy gate: {doc['verdict']} ({doc['accuracy_check']}; {limits}){weak}"
     if doc["passed"]:
         return f"accuracy gate: passed on {doc['accuracy_check']} ({limits})"
     if doc["accuracy_check"] == "not checked":

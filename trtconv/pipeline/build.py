@@ -509,8 +509,9 @@ def _precision(model: onnx.ModelProto, req: BuildRequest, samples: SampleSet | N
 def _gate_json(result: QuantizeResult) -> dict[str, Any]:
     """The accuracy gate's verdict for the precision stage's record (same fields as ``quantize --json``)."""
     doc = result.to_json()
-    return {"gate": {k: doc[k] for k in ("accuracy", "thresholds", "violations", "accuracy_check", "checked",
-                                         "passed")}}
+    keys = ("accuracy", "thresholds", "violations", "accuracy_check", "checked", "passed", "held_out_samples",
+            "worst_samples", "weak", "verdict")
+    return {"gate": {k: doc[k] for k in keys if k in doc}}
 
 
 def _save(model: onnx.ModelProto, prepared: Path) -> Step[Saved]:

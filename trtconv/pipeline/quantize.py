@@ -119,7 +119,8 @@ class QuantizeResult:
                 "fp16": r if is_fp16 else None, "int8": None if is_fp16 else r,
                 "accuracy": r.get("accuracy", []), "thresholds": self.settings.gate().to_json(),
                 "violations": list(self.report.violations), "accuracy_check": self.accuracy_check,
-                "checked": self.passed is not None, "passed": self.passed, "written": self.output is not None}
+                "checked": self.passed is not None, "passed": self.passed, "written": self.output is not None,
+                **({} if is_fp16 else {k: r[k] for k in ("held_out_samples", "worst_samples", "weak", "verdict")})}
 
 
 def _patterns(values: Sequence[str]) -> tuple[str, ...]:

@@ -17,10 +17,9 @@ from trtconv.onnxutil.domains import is_default_domain
 from trtconv.onnxutil.walk import iter_graphs
 from trtconv.precision.fp16 import Fp16Report, convert_fp16
 from trtconv.precision.fp16_graph import emulate_half
-from trtconv.precision.int8_accuracy import accuracy_report
+from trtconv.precision.int8_accuracy import Accuracy, accuracy_details
 from trtconv.precision.int8_settings import Int8Settings, ProgressFn
 from trtconv.precision.qdq import Placement, Skip, insert_qdq
-from trtconv.reference.compare import OutputStats
 from trtconv.samples.sources import sample_count
 
 
@@ -35,8 +34,8 @@ class Candidate:
 
     def accuracy(self, reference: onnx.ModelProto, samples: Iterable[Mapping[str, np.ndarray]],
                  top1: bool | None, progress: ProgressFn | None, memo: list[dict[str, np.ndarray]] | None = None
-                 ) -> tuple[tuple[OutputStats, ...], int]:
-        return accuracy_report(reference, self.runnable, samples, twins=self.twins, top1=top1, progress=progress,
+                 ) -> Accuracy:
+        return accuracy_details(reference, self.runnable, samples, twins=self.twins, top1=top1, progress=progress,
                                total=sample_count(samples), optimize=self.fp16 is None, memo=memo)
 
 

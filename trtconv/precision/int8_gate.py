@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import onnx
 
+from trtconv.precision.int8_accuracy import Accuracy, WorstSample
 from trtconv.precision.int8_candidate import Candidate, CandidateBuilder
 from trtconv.precision.int8_prepare import Pair, PreparedModels
 from trtconv.precision.int8_settings import Int8Settings, ProgressFn
@@ -29,6 +30,7 @@ class GateOutcome:
     placed: tuple[Placement, ...]
     accuracy: tuple[OutputStats, ...] = ()
     samples: int = 0
+    worst: tuple[WorstSample, ...] = ()  # each output's worst held-out sample
     violations: tuple[str, ...] = ()
     sensitivity: tuple[LayerError, ...] = ()  # worst first
     excluded: tuple[Key, ...] = ()  # kept out of INT8 by auto-exclude
@@ -54,10 +56,10 @@ def run_gate(candidate: Candidate, placed: Sequence[Placement], gate: GateInputs
     ``auto_exclude`` is on, search for the fewest layers to keep out of INT8."""
     settings = gate.settings
     memo: list[dict[str, np.ndarray]] = []  # the reference's outputs, kept for every candidate
-    accuracy, n = candidate.accuracy(gate.reference, gate.samples, settings.top1, progress, memo)
+    acc = candidate.accuracy(gate.reference, gate.samples, settings.top1, progress, memo)
     candidate = replace(candidate, twins=())  # measured: what follows needs the model, not its twins
-    bad = tuple(violations(list(accuracy), settings.thresholds))
-    outcome = GateOutcome(candidate, tuple(placed), accuracy, n, bad)
+    bad = tuple(violations(list(acc.stats), settings.thresholds))
+    outcome = GateOutcome(candidate, tuple(placed), acc.stats, acc.samples, acc.worst, bad)
     if not bad and not settings.sensitivity:
         return outcome
     if progress:
@@ -75,13 +77,13 @@ def _auto_exclude(outcome: GateOutcome, gate: GateInputs, prepared: PreparedMode
     settings = gate.settings
     builder = gate.builder(prepared.get())
     placed = outcome.placed
-    tried: dict[frozenset[Key], tuple[Candidate | None, tuple[OutputStats, ...], int]] = {}
+    tried: dict[frozenset[Key], tuple[Candidate | None, Accuracy]] = {}
 
     def passes(without: frozenset[Key]) -> bool:
         cand = builder.build([p for p in placed if (p.graph, p.node) not in without])
-        stats, n = cand.accuracy(gate.reference, gate.samples, settings.top1, None, memo)
-        ok = not violations(list(stats), settings.thresholds)
-        tried[without] = (cand if ok else None, stats, n)  # only a passing one may be kept
+        acc = cand.accuracy(gate.reference, gate.samples, settings.top1, None, memo)
+        ok = not violations(list(acc.stats), settings.thresholds)
+        tried[without] = (cand if ok else None, acc)  # only a passing one may be kept
         if progress:
             progress("auto-exclude", len(tried), None)
         return ok
@@ -89,10 +91,10 @@ def _auto_exclude(outcome: GateOutcome, gate: GateInputs, prepared: PreparedMode
     found = fewest_exclusions([e.key for e in outcome.sensitivity], passes)
     if found is None:
         return replace(outcome, checks=len(tried))
-    kept, accuracy, n = tried[frozenset(found)]
+    kept, acc = tried[frozenset(found)]
     assert kept is not None
     ops = {e.key: e.op_type for e in outcome.sensitivity}
     skips = tuple(Skip(g, node, ops.get((g, node), ""), "kept out of INT8 by --auto-exclude: the gate passes "
                        "without it") for g, node in found)
     return replace(outcome, candidate=kept, placed=tuple(p for p in placed if (p.graph, p.node) not in set(found)),
-                   accuracy=accuracy, samples=n, violations=(), excluded=found, checks=len(tried), skips=skips)
+                   accuracy=acc.stats, samples=acc.samples, worst=acc.worst, violations=(), excluded=found, checks=len(tried), skips=skips)
