@@ -201,4 +201,5 @@ def quantize_settings(precision: str, params: Mapping[str, Any]) -> QuantizeSett
         thresholds=gate_thresholds(precision, params),
         int8_remainder=get("int8_remainder") or "fp16", auto_exclude=bool(get("auto_exclude")),
         sensitivity=bool(get("sensitivity")),
+        **({} if get("min_precision_share") is None else {"min_precision_share": get("min_precision_share")}),
     )

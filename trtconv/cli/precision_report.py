@@ -84,6 +84,10 @@ def print_int8(doc: dict[str, Any]) -> None:
     if r["auto_excluded"]:
         con.print(f"--auto-exclude kept {len(r['auto_excluded'])} layer(s) out of INT8 "
                   f"({r['gate_checks']} candidate models checked): {', '.join(r['auto_excluded'])}", markup=False)
+    if r.get("sensitivity_sessions"):
+        con.print(f"gate cost: {r['gate_evaluations']} full-model evaluations over the held-out samples "
+                  f"(reference, {r['gate_checks'] + 1} candidate(s) with their FP16 twins, "
+                  f"{r['sensitivity_sessions']} sensitivity session(s))", markup=False)
     print_accuracy(doc, r["accuracy_samples"])
     print_worst(r.get("worst_samples") or [])
     print_sensitivity(r["sensitivity"])
@@ -101,10 +105,11 @@ def print_sensitivity(rows: list[dict[str, Any]]) -> None:
     if not rows:
         return
     table = Table(title="error each quantized layer adds to its own output (held-out data, ONNX Runtime)")
-    for col in ("layer", "op", "graph", "rel. sq. error", "cosine"):
+    for col in ("layer", "op", "graph", "rel. sq. error", "cosine", "INT8"):
         table.add_column(col, justify="left" if col in ("layer", "op", "graph") else "right", overflow="fold")
     for e in rows[:SHOW_LAYERS]:
-        table.add_row(e["node"], e["op_type"], e["graph"], f"{e['nmse']:.3g}", f"{e['cosine']:.6f}")
+        table.add_row(e["node"], e["op_type"], e["graph"], f"{e['nmse']:.3g}", f"{e['cosine']:.6f}",
+                      "excluded" if e.get("excluded") else "yes")
     stdout_console().print(table)
     if len(rows) > SHOW_LAYERS:
         stdout_console().print(f"... and {len(rows) - SHOW_LAYERS} more layers (--json lists all)", markup=False)

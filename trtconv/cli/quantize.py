@@ -58,6 +58,9 @@ from trtconv.precision.phases import LONG_PHASES, PHASES
                    "[default: 65504; 0: off].")
 @click.option("--no-fold-batchnorm", is_flag=True, help="Do not fold BatchNormalization into the Conv before it.")
 @int8_options
+@click.option("--min-precision-share", type=click.FloatRange(0, 1), default=None, metavar="SHARE",
+              help="int8 --auto-exclude: keep at least this share of Conv/MatMul/Gemm layers in INT8, and stop "
+                   "(exit 8) as soon as the gate cannot pass within it [default: 0.5, as build].")
 @gate_options
 @force_option
 @json_option

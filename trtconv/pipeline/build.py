@@ -104,7 +104,8 @@ class BuildRequest:
     def quantize_settings(self) -> QuantizeSettings:
         """The precision stage's settings (precision fp16 or int8)."""
         base = self.quantize or QuantizeSettings(calib_data=self.calib_data, max_samples=self.calib_limit)
-        return replace(base, precision="int8" if self.precision == "int8" else "fp16")
+        share = self.plan.min_precision_share if self.plan is not None else base.min_precision_share
+        return replace(base, precision="int8" if self.precision == "int8" else "fp16", min_precision_share=share)
 
     def dcn(self) -> str | None:
         """The DCN rewrite target: the user's, else the plugin-free form where the target TensorRT

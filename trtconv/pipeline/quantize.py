@@ -16,6 +16,7 @@ from trtconv.errors import AccuracyError, UsageError
 from trtconv.load import load_model, save_model
 from trtconv.load.external import LAZY_WEIGHTS_BYTES
 from trtconv.outputs import check_output_path
+from trtconv.plan.plan import DEFAULT_MIN_PRECISION_SHARE
 from trtconv.precision.fp16 import DEFAULT_MAX_ACTIVATION, Fp16AccuracyError, Fp16Settings, convert_fp16
 from trtconv.precision.fp16_rules import FP16_MAX
 from trtconv.precision.int8 import (
@@ -74,6 +75,8 @@ class QuantizeSettings:
     thresholds: Thresholds | None = None  # None: the precision's default gate (int8 cosine >= 0.99, fp16 >= 0.999)
     int8_remainder: Literal["fp16", "fp32"] = "fp16"  # int8: precision outside the Q/DQ pairs
     auto_exclude: bool = False  # int8: keep the fewest layers out of INT8 until the gate passes
+    # int8 --auto-exclude: keep at least this share of Conv/MatMul/Gemm in INT8 (exit 8 as soon as it cannot)
+    min_precision_share: float = DEFAULT_MIN_PRECISION_SHARE
     sensitivity: bool = False  # int8: report every quantized layer's own error
 
     def gate(self) -> Thresholds:
@@ -211,6 +214,7 @@ def int8_settings(settings: QuantizeSettings, *, trt_version: str = DEFAULT_TRT_
         cache_path=settings.calib_cache, use_cache=settings.use_calib_cache, thresholds=settings.gate(),
         trt_version=trt_version, remainder=settings.int8_remainder, fp16=fp16_settings(settings, remainder=True),
         fold_batchnorm=settings.fold_batchnorm, auto_exclude=settings.auto_exclude, sensitivity=settings.sensitivity,
+        min_share=settings.min_precision_share,
     )
 
 

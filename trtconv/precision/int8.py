@@ -22,8 +22,9 @@ from typing import Any
 import numpy as np
 import onnx
 
-from trtconv.errors import AccuracyError
+from trtconv.errors import AccuracyError, PrecisionNotAchievedError
 from trtconv.onnxutil.graph import GraphView
+from trtconv.onnxutil.walk import iter_graphs
 from trtconv.precision.bn_fold import FoldedBatchNorm
 from trtconv.precision.calib_cache import CacheInfo
 from trtconv.precision.fp16 import Fp16Report
@@ -37,7 +38,14 @@ from trtconv.precision.int8_calibration import (
     proto_sha256,
 )
 from trtconv.precision.int8_candidate import Candidate, CandidateBuilder, check_valid, finalize_placements
-from trtconv.precision.int8_gate import GateInputs, GateOutcome, run_gate
+from trtconv.precision.int8_gate import (
+    AUTO_EXCLUDED,
+    COMPUTE_OPS,
+    GateInputs,
+    GateOutcome,
+    ShareLimit,
+    run_gate,
+)
 from trtconv.precision.int8_prepare import Pair, PreparedModels, _prepare, upgrade_opset
 from trtconv.precision.int8_settings import (
     DEFAULT_TRT_VERSION,
@@ -54,7 +62,7 @@ from trtconv.reference.compare import OutputStats, Thresholds
 
 __all__ = [
     "DEFAULT_TRT_VERSION", "FP16_QDQ_OPSET", "MIN_QDQ_OPSET", "REMAINDER_FP16", "CalibrationSession",
-    "WEAK_BELOW", "Int8AccuracyError", "Int8Report", "gate_verdict", "Int8Result", "Int8Settings", "ProgressFn", "Remainder", "_prepare",
+    "WEAK_BELOW", "Int8AccuracyError", "Int8ShareError", "Int8Report", "gate_verdict", "Int8Result", "Int8Settings", "ProgressFn", "Remainder", "_prepare",
     "accuracy_report", "calibration_session", "collect_scales", "proto_sha256", "quantize_int8", "upgrade_opset",
 ]
 
@@ -97,6 +105,8 @@ class Int8Report:
     auto_excluded: tuple[str, ...] = ()  # layers --auto-exclude kept out of INT8
     gate_checks: int = 0  # candidate models the auto-exclude search ran
     worst_samples: tuple[WorstSample, ...] = ()  # each output's worst held-out sample
+    gate_evaluations: int = 0  # full-model ONNX Runtime passes over the held-out samples
+    sensitivity_sessions: int = 0  # of them, the per-layer error's (1; 4 with weights on disk)
 
     @property
     def passed(self) -> bool | None:
@@ -116,6 +126,7 @@ class Int8Report:
         return gate_verdict(self.passed, self.accuracy_samples)
 
     def to_json(self) -> dict[str, Any]:
+        excluded = {(s.graph, s.node) for s in self.skipped if s.reason.startswith(AUTO_EXCLUDED)}
         return {
             "method": self.method,
             "placed": [p.to_json() for p in self.placed],
@@ -136,9 +147,11 @@ class Int8Report:
             "fp16_remainder": None if self.fp16 is None else {
                 k: v for k, v in self.fp16.to_json().items() if k not in ("accuracy", "violations", "passed", "samples")},
             "folded_batchnorms": [f.__dict__ for f in self.folded_batchnorms],
-            "sensitivity": [e.to_json() for e in self.sensitivity],
+            "sensitivity": [{**e.to_json(), "excluded": e.key in excluded} for e in self.sensitivity],
             "auto_excluded": list(self.auto_excluded),
             "gate_checks": self.gate_checks,
+            "gate_evaluations": self.gate_evaluations,
+            "sensitivity_sessions": self.sensitivity_sessions,
             "passed": self.passed,
             "held_out_samples": self.accuracy_samples if self.checked_on == "held-out" else 0,
             "worst_samples": [w.to_json() for w in self.worst_samples],
@@ -151,6 +164,14 @@ class Int8Report:
 class Int8Result:
     model: onnx.ModelProto
     report: Int8Report
+
+
+class Int8ShareError(PrecisionNotAchievedError):
+    """Auto-exclude stopped: the gate needs more layers out of INT8 than ``min_share`` allows (exit 8)."""
+
+    def __init__(self, message: str, result: Int8Result, hint: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.result = result
 
 
 class Int8AccuracyError(AccuracyError):
@@ -171,16 +192,18 @@ class _Placement:
     plan: Plan
     needed: list[str]  # activation tensors to calibrate (those the calibration form has)
     absent: set[str]  # activation tensors the calibration form lacks
+    compute_layers: int  # Conv/ConvTranspose/MatMul/Gemm in the prepared model (what the INT8 share counts)
 
 
 def _place(prepared: PreparedModels, settings: Int8Settings) -> _Placement:
     work, cal_model = prepared.get()
     plan = plan_qdq(work, exclude=settings.exclude, residual_add=settings.residual_add)
     needed = plan.activation_tensors()
+    compute = sum(n.op_type in COMPUTE_OPS for g in iter_graphs(work.graph) for n in g.node)
     if prepared.twin is None:
-        return _Placement(plan, needed, set())
+        return _Placement(plan, needed, set(), compute)
     known = set(GraphView(cal_model).produced()) | {i.name for i in cal_model.graph.input}
-    return _Placement(plan, [t for t in needed if t in known], {t for t in needed if t not in known})
+    return _Placement(plan, [t for t in needed if t in known], {t for t in needed if t not in known}, compute)
 
 
 def _builder(cal: Calibration, settings: Int8Settings, has_twin: bool, check_loads: bool):
@@ -231,17 +254,21 @@ def quantize_int8(
     placed, late_skips = finalize_placements(where.plan.placements, cal.scales, where.absent)
     make = _builder(cal, settings, calibration_model is not None, check_loads=eval_samples is None)
     candidate, runnable = _first_candidate(prepared, make, placed)
+    share = ShareLimit(settings.min_share, where.compute_layers,
+                       len({(p.graph, p.node) for p in placed if p.op_type in COMPUTE_OPS}))
     if eval_samples is None:
         outcome = GateOutcome(candidate, tuple(placed))
     else:
         reference = calibration_model if calibration_model is not None else model
-        outcome = run_gate(candidate, placed, GateInputs(reference, eval_samples, settings, cal.scales, runnable, make),
-                           prepared, progress)
+        outcome = run_gate(candidate, placed, GateInputs(reference, eval_samples, settings, cal.scales, runnable, make,
+                                                         share), prepared, progress)
     check_valid(outcome.candidate.model, lambda: prepared.get()[0])
     checked_on = None if eval_samples is None or not outcome.samples else (
         "held-out" if eval_held_out else "calibration")
     report = _report(settings, prepared, cal, outcome, (*where.plan.skips, *late_skips, *outcome.skips), checked_on)
     result = Int8Result(outcome.candidate.model, report)
+    if outcome.unreachable:
+        raise _share_unreachable(result, share)
     if report.violations:
         raise _gate_failed(result, settings)
     return result
@@ -257,7 +284,8 @@ def _report(settings: Int8Settings, prepared: PreparedModels, cal: Calibration, 
         clip_guarded=tuple(sorted(cal.guarded & set(used))), checked_on=checked_on, thresholds=settings.thresholds,
         remainder=settings.remainder, fp16=outcome.candidate.fp16, folded_batchnorms=prepared.folded,
         sensitivity=outcome.sensitivity, auto_excluded=tuple(n for _, n in outcome.excluded),
-        gate_checks=outcome.checks, worst_samples=outcome.worst,
+        gate_checks=outcome.checks, worst_samples=outcome.worst, gate_evaluations=outcome.evaluations,
+        sensitivity_sessions=outcome.sensitivity_sessions,
     )
 
 
@@ -273,4 +301,15 @@ def _gate_failed(result: Int8Result, settings: Int8Settings) -> Int8AccuracyErro
         hint=("pass --auto-exclude to keep the fewest layers out of INT8 until the gate passes, "
               if not settings.auto_exclude else "")
         + "--exclude the layers named, calibrate on more representative data, or try --calib-method percentile",
+    )
+
+
+def _share_unreachable(result: Int8Result, share: ShareLimit) -> Int8ShareError:
+    r = result.report
+    return Int8ShareError(
+        f"INT8 needs more than {max(share.budget, 0)} of {share.compute_layers} layers excluded to pass the gate; "
+        f"below the share ({share.min_share:.0%} in INT8); use fp16 or lower it (stopped after {r.gate_checks} "
+        f"candidate check(s), {r.gate_evaluations} full-model evaluations)",
+        result,
+        hint="--precision fp16, or a lower --min-precision-share; --sensitivity lists the layers to blame",
     )

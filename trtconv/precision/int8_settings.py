@@ -47,4 +47,7 @@ class Int8Settings:
     fp16: Fp16Settings = REMAINDER_FP16  # the rules for the FP16 remainder
     fold_batchnorm: bool = True  # with the FP16 remainder: fold Conv -> BatchNormalization before Q/DQ
     auto_exclude: bool = False  # keep the fewest layers out of INT8 until the gate passes
+    # auto_exclude keeps at least this share of the Conv/ConvTranspose/MatMul/Gemm layers in INT8, and
+    # stops (Int8ShareError, exit 8) as soon as the gate cannot pass within it; 0: no limit
+    min_share: float = 0.0
     sensitivity: bool = False  # measure every quantized layer's own error (always done when the gate fails)

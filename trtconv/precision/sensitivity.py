@@ -180,21 +180,33 @@ def _accumulate(model: onnx.ModelProto, placed: Sequence[Placement], scales: Map
         del values
 
 
+def sensitivity_sessions(model: onnx.ModelProto, placed: Sequence[Placement],
+                         samples: Iterable[Mapping[str, np.ndarray]]) -> int:
+    """How many ONNX Runtime sessions (each one pass over the samples) ``layer_errors`` runs."""
+    return len(_groups(model, placed, split=iter(samples) is not samples)) if placed else 0
+
+
 def fewest_exclusions(
     ranking: Sequence[tuple[str, str]],
     passes: Callable[[frozenset[tuple[str, str]]], bool],
     *,
     prune_up_to: int = 8,
+    limit: int | None = None,
 ) -> tuple[tuple[str, str], ...] | None:
     """The smallest set of layers (from the front of ``ranking``) whose exclusion ``passes``; None if none.
 
     Doubling then bisection over prefixes of the ranking (``passes`` is called O(log n)
     times), then each layer of a short answer is tried without: the gate, not the
-    ranking, has the last word.
+    ranking, has the last word. ``limit``: no prefix longer than this is tried, and the
+    longest allowed one is tried first, so an unreachable goal costs one check (none at 0).
     """
     if not ranking:
         return None
     n = len(ranking)
+    if limit is not None and limit < n:
+        if limit <= 0 or not passes(frozenset(ranking[:limit])):
+            return None
+        n = limit
     good, bad = None, 0
     k = 1
     while True:

@@ -1,0 +1,69 @@
+"""``--auto-exclude`` knows its limits and its cost (issue 27, Deliver 2).
+
+The search respects ``--min-precision-share`` from the start: it tries the most it may keep
+out of INT8 first and, when the gate still fails there, stops at once with one line and
+exit 8. The report counts the full-model evaluations the gate spent, and the sensitivity
+table marks the layers kept out.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import numpy as np
+from click.testing import CliRunner
+from realdata import ocr_det_images, silero_samples
+
+from trtconv.cli.main import cli
+from trtconv.errors import ExitCode
+
+
+def _invoke(*args: object):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def test_an_unreachable_share_stops_after_one_check_in_seconds(ocr_det, tmp_path):
+    ocr_det_images(tmp_path / "det", range(5), sizes=((224, 288), (256, 224), (192, 320)))
+    args = ("quantize", ocr_det, "-o", tmp_path / "det.onnx", "--precision", "int8", "--calib-data", tmp_path / "det",
+            "--preprocess", "preset=ppocr-det", "--auto-exclude", "--min-cosine", "0.9999")
+    t0 = time.perf_counter()
+    res = _invoke(*args, "--min-precision-share", "0.6")
+    seconds = time.perf_counter() - t0
+    assert res.exit_code == ExitCode.PRECISION_NOT_ACHIEVED, res.output
+    errors = [ln for ln in res.stderr.splitlines() if "error:" in ln]
+    assert len(errors) == 1, res.stderr
+    line = errors[0]
+    m = re.search(r"INT8 needs more than (\d+) of (\d+) layers excluded to pass the gate; below the share "
+                  r"\(60% in INT8\); use fp16 or lower it \(stopped after 1 candidate check\(s\), (\d+) full-model", line)
+    assert m, line
+    budget, layers, evaluations = map(int, m.groups())
+    assert 0 < budget < layers * 0.4 + 1 and layers > 50
+    assert evaluations <= 6  # reference, candidate and its FP16 twin, one sensitivity session, one check (x2)
+    assert not (tmp_path / "det.onnx").exists()
+    assert seconds < 120, seconds  # one check, not the whole search (minutes on larger models)
+
+
+def test_auto_exclude_marks_the_excluded_layers_and_counts_its_evaluations(silero, tmp_path):
+    folder = tmp_path / "vad"
+    folder.mkdir()
+    s16 = silero_samples(silero, range(1), seconds=1.5, every=3)
+    s8 = silero_samples(silero, range(1), seconds=1.5, every=3, sr=8000)
+    for i, sample in enumerate(x for pair in zip(s16, s8) for x in pair):
+        np.savez(folder / f"{i:03d}.npz", **sample)
+    args = ("quantize", silero, "-o", tmp_path / "vad.onnx", "--precision", "int8", "--calib-data", folder,
+            "--auto-exclude", "--force")
+    res = _invoke(*args, "--json")
+    assert res.exit_code == 0, res.output
+    r = json.loads(res.stdout)["int8"]
+    assert r["auto_excluded"], "the test data needs auto-exclude on Silero"
+    marked = [e["node"] for e in r["sensitivity"] if e["excluded"]]
+    assert sorted(marked) == sorted(r["auto_excluded"])
+    per_candidate = 2  # the candidate and its exact-rounding FP16 twin
+    assert r["sensitivity_sessions"] == 1
+    assert r["gate_evaluations"] == 1 + per_candidate * (1 + r["gate_checks"]) + r["sensitivity_sessions"]
+    text = _invoke(*args)
+    assert text.exit_code == 0, text.output
+    assert f"gate cost: {r['gate_evaluations']} full-model evaluations" in text.stdout
+    assert "excluded" in text.stdout.split("error each quantized layer adds")[1]
