@@ -95,8 +95,10 @@ sample_options = _compose(
 )
 
 int8_options = _compose(
-    click.option("--calib-method", type=click.Choice(["entropy", "percentile", "minmax"]), default="entropy",
-                 show_default=True, help="int8: how activation ranges are chosen from the calibration data."),
+    click.option("--calib-method", type=click.Choice(["entropy", "percentile", "minmax", "mse", "auto"]),
+                 default="entropy", show_default=True,
+                 help="int8: how activation ranges are chosen from the calibration data (auto: try entropy, "
+                      "percentile 99.9/99.99/99.999, minmax and mse, keep the one most accurate on the held-out data)."),
     click.option("--percentile", type=click.FloatRange(50.0, 100.0), default=99.99, show_default=True,
                  help="int8: the percentile for --calib-method percentile."),
     click.option("--calib-cache", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",

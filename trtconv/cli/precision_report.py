@@ -63,6 +63,10 @@ def print_int8(doc: dict[str, Any]) -> None:
     con = stdout_console()
     con.print(f"{doc['model']} -> {doc['output']} (int8, {r['method']} calibration, {r['remainder']} remainder)",
               markup=False)
+    if r.get("calibration_choice"):
+        con.print(f"calibration chosen by held-out accuracy: {r['chosen_method']} (worst output cosine: "
+                  + ", ".join(f"{o['method']} {o['worst_cosine']:.4f}" + (" passes" if o["passes"] else "")
+                              for o in r["calibration_choice"]) + ")", markup=False)
     weights = sum(1 for p in r["placed"] if p["kind"] == "weight")
     acts = sum(1 for p in r["placed"] if p["kind"] == "activation")
     con.print(f"Q/DQ placed: {acts} activations, {weights} weights; nodes skipped: {len(r['skipped'])}; "

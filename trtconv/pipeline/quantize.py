@@ -68,7 +68,7 @@ class QuantizeSettings:
     max_activation: float | None = None  # fp16: None = default (4096); 0 = off
     max_initializer: float | None = None  # fp16: None = default (65504); 0 = off
     fold_batchnorm: bool = True
-    calib_method: Literal["entropy", "percentile", "minmax"] = "entropy"
+    calib_method: Literal["entropy", "percentile", "minmax", "mse", "auto"] = "entropy"
     percentile: float = 99.99
     calib_cache: Path | None = None
     use_calib_cache: bool = True

@@ -20,7 +20,9 @@ from pathlib import Path
 from trtconv.errors import DataError
 from trtconv.outputs import write_json, write_text
 
-ALGORITHM = {"entropy": "EntropyCalibration2", "minmax": "MinMaxCalibration", "percentile": "LegacyCalibration"}
+# mse and auto (the chosen candidate's scales) have no TensorRT calibrator: the legacy header, as percentile
+ALGORITHM = {"entropy": "EntropyCalibration2", "minmax": "MinMaxCalibration", "percentile": "LegacyCalibration",
+             "mse": "LegacyCalibration", "auto": "LegacyCalibration"}
 
 
 def trt_version_number(version: str) -> int:

@@ -21,8 +21,13 @@ from typing import Literal
 
 import numpy as np
 
-Method = Literal["entropy", "percentile", "minmax"]
-METHODS: tuple[Method, ...] = ("entropy", "percentile", "minmax")
+Method = Literal["entropy", "percentile", "minmax", "mse", "auto"]
+METHODS: tuple[Method, ...] = ("entropy", "percentile", "minmax", "mse", "auto")
+# "auto": every candidate below from one pass of histograms; the INT8 stage keeps the one whose
+# model agrees best with FP32 on the held-out samples. (method, percentile) pairs.
+AUTO_CANDIDATES: tuple[tuple[Method, float | None], ...] = (
+    ("entropy", None), ("percentile", 99.9), ("percentile", 99.99), ("percentile", 99.999), ("minmax", None),
+    ("mse", None))
 
 ENTROPY_BINS = 2048
 QUANT_LEVELS = 128  # |x| maps onto 128 positive int8 levels (0..127)
@@ -101,6 +106,33 @@ def entropy_threshold(hist: np.ndarray, amax: float, *, levels: int = QUANT_LEVE
     width = amax / len(hist)
     best, _ = entropy_search(hist, levels=levels, start=start)
     return min(amax, best * width)
+
+
+def mse_threshold(hist: np.ndarray, amax: float, *, levels: int = QUANT_LEVELS) -> float:
+    """|x| threshold over ``[0, amax]`` minimising the expected squared INT8 error of the histogram's values.
+
+    For a candidate threshold ``t`` (every bin edge), values below half a step round to 0
+    (error ``x²``: ReLU zeros cost nothing), the other values below ``t`` round to a grid of
+    step ``t / 127`` (error variance step²/12), and values above it clip to ``t`` (error
+    ``(|x| - t)²``), each value at its bin centre; prefix sums make every candidate O(1).
+    """
+    h = np.asarray(hist, dtype=np.float64)
+    if amax <= 0 or h.sum() == 0:
+        return 0.0
+    n = h.size
+    width = amax / n
+    centres = (np.arange(n) + 0.5) * width
+    c0 = np.concatenate([[0.0], np.cumsum(h)])  # sums over bins < k
+    c1 = np.concatenate([[0.0], np.cumsum(h * centres)])
+    c2 = np.concatenate([[0.0], np.cumsum(h * centres**2)])
+    i = np.arange(1, n + 1)
+    t = i * width
+    step = t / (levels - 1)
+    small = np.minimum(np.ceil(step / 2 / width - 0.5).astype(np.int64), i)  # bins whose centre < step / 2
+    rounded = (c0[i] - c0[small]) * step**2 / 12.0 + c2[small]
+    clipped = (c2[n] - c2[i]) - 2 * t * (c1[n] - c1[i]) + t**2 * (c0[n] - c0[i])
+    err = rounded + np.maximum(clipped, 0.0)
+    return float(min(amax, t[int(np.argmin(err))]))
 
 
 class AbsHistogram:
@@ -221,13 +253,18 @@ class Calibrator:
     def seen(self) -> set[str]:
         return set(self._amax)
 
-    def threshold(self, name: str) -> float:
+    def threshold(self, name: str, method: Method | None = None, percentile: float | None = None) -> float:
+        """``name``'s |x| threshold by ``method`` (default: the settings'; any method but minmax needs
+        the histograms, which every method but minmax keeps)."""
         s = self.settings
-        if s.method == "minmax":
+        method = method or s.method
+        if method == "minmax":
             return self._amax[name]
         h = self._hist[name]
-        if s.method == "percentile":
-            return h.percentile(s.percentile)
+        if method == "percentile":
+            return h.percentile(s.percentile if percentile is None else percentile)
+        if method == "mse":
+            return mse_threshold(h.over_amax(s.bins), h.amax, levels=s.levels)
         th = entropy_threshold(h.over_amax(s.bins), h.amax, levels=s.levels)
         if s.max_clip is not None:
             floor = h.percentile(100.0 * (1.0 - s.max_clip))
@@ -236,8 +273,8 @@ class Calibrator:
                 th = floor
         return th
 
-    def thresholds(self) -> dict[str, float]:
-        return {n: self.threshold(n) for n in sorted(self._amax)}
+    def thresholds(self, method: Method | None = None, percentile: float | None = None) -> dict[str, float]:
+        return {n: self.threshold(n, method, percentile) for n in sorted(self._amax)}
 
     def amax(self) -> dict[str, float]:
         return dict(self._amax)

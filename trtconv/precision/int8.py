@@ -15,7 +15,7 @@ and holds the report.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +35,11 @@ from trtconv.precision.int8_calibration import (
     calibrate,
     calibration_session,
     collect_scales,
+    keep_candidate,
     proto_sha256,
 )
 from trtconv.precision.int8_candidate import Candidate, CandidateBuilder, check_valid, finalize_placements
+from trtconv.precision.int8_choice import CalibrationOption, choose_calibration
 from trtconv.precision.int8_gate import (
     AUTO_EXCLUDED,
     COMPUTE_OPS,
@@ -106,6 +108,8 @@ class Int8Report:
     gate_checks: int = 0  # candidate models the auto-exclude search ran
     worst_samples: tuple[WorstSample, ...] = ()  # each output's worst held-out sample
     gate_evaluations: int = 0  # full-model ONNX Runtime passes over the held-out samples
+    chosen_method: str = ""  # method "auto": the candidate kept ("cache": the cached choice)
+    calibration_choice: tuple[CalibrationOption, ...] = ()  # method "auto": every candidate and its score
     sensitivity_sessions: int = 0  # of them, the per-layer error's (1; 4 with weights on disk)
 
     @property
@@ -151,6 +155,8 @@ class Int8Report:
             "auto_excluded": list(self.auto_excluded),
             "gate_checks": self.gate_checks,
             "gate_evaluations": self.gate_evaluations,
+            "chosen_method": self.chosen_method or self.method,
+            "calibration_choice": [o.to_json() for o in self.calibration_choice],
             "sensitivity_sessions": self.sensitivity_sessions,
             "passed": self.passed,
             "held_out_samples": self.accuracy_samples if self.checked_on == "held-out" else 0,
@@ -209,10 +215,25 @@ def _place(prepared: PreparedModels, settings: Int8Settings) -> _Placement:
 def _builder(cal: Calibration, settings: Int8Settings, has_twin: bool, check_loads: bool):
     """How to build a candidate from the prepared pair, with these scales and peaks."""
 
-    def make(pair: Pair) -> CandidateBuilder:
-        return CandidateBuilder(pair[0], pair[1] if has_twin else None, cal.scales, settings, cal.peaks,
-                                check_loads=check_loads)
+    def make(pair: Pair, scales: Mapping[str, float] | None = None) -> CandidateBuilder:
+        return CandidateBuilder(pair[0], pair[1] if has_twin else None, cal.scales if scales is None else scales,
+                                settings, cal.peaks, check_loads=check_loads)
     return make
+
+
+def _choose(cal: Calibration, where: _Placement, prepared: PreparedModels, reference: onnx.ModelProto,
+            samples: Iterable[Mapping[str, np.ndarray]] | None, settings: Int8Settings, has_twin: bool,
+            progress: ProgressFn | None) -> tuple[Calibration, str, tuple[CalibrationOption, ...]]:
+    """``method="auto"``: the candidate calibration whose model agrees best on the held-out samples
+    (without them, or on a cache hit, the scales at hand: entropy, or the cached choice)."""
+    if not cal.candidates:
+        return cal, ("cache" if cal.cache.hit else settings.method), ()
+    if samples is None:
+        return keep_candidate(cal, "entropy", settings), "entropy", ()
+    make = _builder(cal, settings, has_twin, check_loads=False)
+    label, options = choose_calibration(cal.candidates, where.plan.placements, where.absent, make, prepared,
+                                        reference, samples, settings, progress)
+    return keep_candidate(cal, label, settings), label, options
 
 
 def _first_candidate(prepared: PreparedModels, make: Any, placed: Sequence[Placement]
@@ -251,6 +272,9 @@ def quantize_int8(
     prepared = PreparedModels.of(model, calibration_model, settings)
     where = _place(prepared, settings)
     cal = calibrate(prepared, where.needed, calib_samples, settings, model_path=model_path, progress=progress)
+    reference = calibration_model if calibration_model is not None else model
+    cal, chosen, options = _choose(cal, where, prepared, reference, eval_samples, settings,
+                                   calibration_model is not None, progress)
     placed, late_skips = finalize_placements(where.plan.placements, cal.scales, where.absent)
     make = _builder(cal, settings, calibration_model is not None, check_loads=eval_samples is None)
     candidate, runnable = _first_candidate(prepared, make, placed)
@@ -259,13 +283,13 @@ def quantize_int8(
     if eval_samples is None:
         outcome = GateOutcome(candidate, tuple(placed))
     else:
-        reference = calibration_model if calibration_model is not None else model
         outcome = run_gate(candidate, placed, GateInputs(reference, eval_samples, settings, cal.scales, runnable, make,
                                                          share), prepared, progress)
     check_valid(outcome.candidate.model, lambda: prepared.get()[0])
     checked_on = None if eval_samples is None or not outcome.samples else (
         "held-out" if eval_held_out else "calibration")
     report = _report(settings, prepared, cal, outcome, (*where.plan.skips, *late_skips, *outcome.skips), checked_on)
+    report = replace(report, chosen_method=chosen, calibration_choice=options)
     result = Int8Result(outcome.candidate.model, report)
     if outcome.unreachable:
         raise _share_unreachable(result, share)

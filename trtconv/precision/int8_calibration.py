@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from trtconv.load.external import copy_lazy, is_lazy
 from trtconv.load.proto import inline_bytes, structure_only
 from trtconv.load.strip import is_stripped
 from trtconv.precision.calib_cache import CacheInfo, cache_key, read_cache, write_cache
-from trtconv.precision.calibrate import Calibrator, CalibSettings, scale_from_threshold
+from trtconv.precision.calibrate import AUTO_CANDIDATES, Calibrator, CalibSettings, scale_from_threshold
 from trtconv.precision.expose import session_exposing
 from trtconv.precision.int8_accuracy import run_failure, with_origin
 from trtconv.precision.int8_prepare import PreparedModels
@@ -102,6 +102,7 @@ def collect_scales(
     total: int | None = None,
     guarded: set[str] | None = None,
     peaks: dict[str, float] | None = None,
+    candidates: dict[str, dict[str, float]] | None = None,
 ) -> tuple[dict[str, float], int]:
     """Run the session once per sample, streaming the wanted tensors into histograms.
 
@@ -109,6 +110,7 @@ def collect_scales(
     threshold the clip guard raised are added to ``guarded``. ``peaks`` (the session must expose
     every float tensor): filled in the same runs with every float tensor's largest magnitude
     (the FP16 remainder's activation rule), instead of a second pass over the samples.
+    ``candidates``: filled with every ``AUTO_CANDIDATES`` method's scales, from the same histograms.
     """
 
     if peaks is not None and not run.every_float:
@@ -146,11 +148,30 @@ def collect_scales(
     if runs == 0:
         raise DataError("no calibration samples", hint="give at least one sample (dozens to hundreds are typical)")
     scales = {t: scale_from_threshold(th) for t, th in cal.thresholds().items()}
+    if candidates is not None:
+        for method, pct in AUTO_CANDIDATES:
+            candidates[candidate_label(method, pct)] = {
+                t: scale_from_threshold(th) for t, th in cal.thresholds(method, pct).items()}
     if guarded is not None:
         guarded.update(cal.guarded)
     return scales, runs
 
 
+def candidate_label(method: str, percentile: float | None) -> str:
+    """"entropy", "percentile-99.99", ...: how the report names a calibration candidate."""
+    return method if percentile is None else f"{method}-{percentile:g}"
+
+
+
+
+@dataclass(frozen=True)
+class _Keyed:
+    """The cache's key and what went into it."""
+
+    key: str
+    model_hash: str
+    data_hash: str | None
+    params: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -163,16 +184,8 @@ class Calibration:
     seconds: float
     guarded: frozenset[str]  # entropy thresholds the clip guard raised (this run only)
     peaks: dict[str, float] | None  # every float tensor's largest magnitude (FP16 remainder), else None
-
-
-@dataclass(frozen=True)
-class _Keyed:
-    """The cache's key and what went into it."""
-
-    key: str
-    model_hash: str
-    data_hash: str | None
-    params: dict[str, Any]
+    candidates: dict[str, dict[str, float]] = field(default_factory=dict)  # method "auto": scales per candidate
+    keyed: _Keyed | None = None  # the cache key (to save the chosen candidate under)
 
 
 def _cache_key(model: onnx.ModelProto, calibration_model: onnx.ModelProto | None, model_path: Path | None,
@@ -212,18 +225,18 @@ def calibrate(prepared: PreparedModels, needed: Sequence[str], samples: Iterable
     want_peaks = settings.remainder == "fp16" and settings.fp16.max_activation is not None
     peaks: dict[str, float] | None = {} if want_peaks and scales is None else None
     guarded: set[str] = set()
+    candidates: dict[str, dict[str, float]] = {}
     runs = 0
     t0 = time.perf_counter()
     if scales is None:
         run = calibration_session(prepared.get()[1], needed, peaks=peaks is not None)
         prepared.release()
         scales, runs = collect_scales(run, samples, calib, max_samples=settings.max_samples, progress=progress,
-                                      total=sample_count(samples), guarded=guarded, peaks=peaks)
+                                      total=sample_count(samples), guarded=guarded, peaks=peaks,
+                                      candidates=candidates if settings.method == "auto" else None)
         del run
-        if cache_path and keyed.data_hash is not None and settings.use_cache:
-            write_cache(cache_path, scales, key=keyed.key, method=settings.method, trt_version=settings.trt_version,
-                        meta={"model_sha256": keyed.model_hash, "data_sha256": keyed.data_hash,
-                              "params": keyed.params})
+        if settings.method != "auto":  # auto: the chosen candidate's scales are saved once chosen
+            save_scales(cache_path, scales, keyed, settings)
     seconds = time.perf_counter() - t0
     if want_peaks and peaks is None:  # a cache hit skipped the calibration pass that measures them
         if progress:
@@ -231,4 +244,19 @@ def calibrate(prepared: PreparedModels, needed: Sequence[str], samples: Iterable
         peaks, _ = activation_peaks(prepared.get()[1], samples,
                                     progress=lambda k: progress and progress("peaks", k, None))
     cache = CacheInfo(str(cache_path) if cache_path else None, keyed.key, hit, reason)
-    return Calibration(scales, cache, runs, seconds, frozenset(guarded), peaks)
+    return Calibration(scales, cache, runs, seconds, frozenset(guarded), peaks, candidates, keyed)
+
+
+def save_scales(cache_path: Path | None, scales: dict[str, float], keyed: _Keyed, settings: Int8Settings) -> None:
+    """Write the calibration cache and its key sidecar (when a cache is asked for and can be keyed)."""
+    if cache_path and keyed.data_hash is not None and settings.use_cache:
+        write_cache(cache_path, scales, key=keyed.key, method=settings.method, trt_version=settings.trt_version,
+                    meta={"model_sha256": keyed.model_hash, "data_sha256": keyed.data_hash, "params": keyed.params})
+
+
+def keep_candidate(cal: Calibration, label: str, settings: Int8Settings) -> Calibration:
+    """``cal`` with the chosen candidate's scales, which the cache then holds."""
+    scales = dict(cal.candidates[label])
+    if cal.keyed is not None:
+        save_scales(Path(settings.cache_path) if settings.cache_path else None, scales, cal.keyed, settings)
+    return replace(cal, scales=scales)
