@@ -21,6 +21,7 @@ from trtconv.errors import UsageError
 from trtconv.load import approx_size, load_model, parse_shapes, save_model
 from trtconv.outputs import check_output_path
 from trtconv.pipeline.build import BuildRequest, run_build
+from trtconv.pipeline.identity import request_identity
 from trtconv.pipeline.quantize import (
     QuantizeAccuracyError,
     QuantizeResult,
@@ -28,6 +29,7 @@ from trtconv.pipeline.quantize import (
     not_the_input,
     quantize,
 )
+from trtconv.plan.identity import identity_hash
 from trtconv.plan.manifest import manifest_path
 from trtconv.plan.plan import (
     DEFAULT_MIN_PRECISION_SHARE,
@@ -202,3 +204,10 @@ def build(model: PathLike, output: PathLike, settings: BuildSettings | None = No
 
     req = (settings or BuildSettings()).request(model, output, force=force)
     return run_build(req, say=say, progress=progress, outcome=outcome)
+
+
+def engine_identity_hash(model: PathLike, output: PathLike, settings: BuildSettings | None = None) -> str:
+    """The identity hash the manifest of ``build(model, output, settings)`` will record (the result
+    cache keys on it): ONNX, settings, TensorRT version, plugin libraries, target."""
+    req = (settings or BuildSettings()).request(model, output)
+    return identity_hash(request_identity(req))

@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "bench": "trtconv.cli.bench:bench",
     "quantize": "trtconv.cli.quantize:quantize",
     "rewrite": "trtconv.cli.rewrite:rewrite",
+    "inspect": "trtconv.cli.inspect_engine:inspect",
 }
 
 TRACEBACK_KEY = "trtconv.traceback"
