@@ -30,6 +30,7 @@ from trtconv.cli.options import (
 )
 from trtconv.cli.output import print_json, progress, stderr_console
 from trtconv.cli.precision_report import print_gate
+from trtconv.cli.triton_repo import triton_repo_option
 from trtconv.errors import DataError, TrtconvError
 from trtconv.inspection.layers import layer_rows, off_precision
 from trtconv.load.memory import return_large_blocks
@@ -200,6 +201,7 @@ NOT_INPUTS = ("prepared", "timing_cache")  # path flags that are not inputs (the
 @json_option
 @config_option
 @deps_option(outputs=_outputs, not_inputs=NOT_INPUTS)
+@triton_repo_option
 @cache_option(outputs=_outputs, not_inputs=NOT_INPUTS, key_extra=_key_extra, validate=_entry_problems)
 def build(model: Path, output: Path, precision: str, shapes: str | None,
           min_shapes: tuple[str, ...], opt_shapes: tuple[str, ...], max_shapes: tuple[str, ...],

@@ -48,7 +48,7 @@ ENTRY = "entry.json"
 ENV_VAR = "TRTCONV_RESULT_CACHE_DIR"
 FILES = "files"
 # Settings that change how a command runs or reports, never what it produces.
-NOT_SETTINGS = frozenset({"force", "deps", "cache_dir", "config", "print_config"})
+NOT_SETTINGS = frozenset({"force", "deps", "cache_dir", "config", "print_config", "triton_repo", "report"})
 KEYED_DISTRIBUTIONS = ("onnx", "onnxruntime", "onnx-graphsurgeon", "numpy", "tensorrt")
 
 

@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "quantize": "trtconv.cli.quantize:quantize",
     "rewrite": "trtconv.cli.rewrite:rewrite",
     "inspect": "trtconv.cli.inspect_engine:inspect",
+    "triton-repo": "trtconv.cli.triton_repo:triton_repo",
 }
 
 TRACEBACK_KEY = "trtconv.traceback"
