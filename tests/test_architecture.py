@@ -78,7 +78,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(s.split()) for s in (
     "precision",
     "plan",
     "trt",
-    "verify bench inspection triton",
+    "verify bench inspection triton htmlreport",
     "pipeline",
     "api",
     "cli",

@@ -12,9 +12,11 @@ import click
 
 from trtconv.api import BuildSettings, engine_identity_hash
 from trtconv.api import build as api_build
+from trtconv.api import check as api_check
 from trtconv.cli.cache import cache_option, gpu_identity
 from trtconv.cli.config import config_option
 from trtconv.cli.depfile import deps_option
+from trtconv.cli.html_report import record, report_option
 from trtconv.cli.inspect_engine import off_precision_lines
 from trtconv.cli.options import (
     exclude_options,
@@ -202,6 +204,7 @@ NOT_INPUTS = ("prepared", "timing_cache")  # path flags that are not inputs (the
 @config_option
 @deps_option(outputs=_outputs, not_inputs=NOT_INPUTS)
 @triton_repo_option
+@report_option
 @cache_option(outputs=_outputs, not_inputs=NOT_INPUTS, key_extra=_key_extra, validate=_entry_problems)
 def build(model: Path, output: Path, precision: str, shapes: str | None,
           min_shapes: tuple[str, ...], opt_shapes: tuple[str, ...], max_shapes: tuple[str, ...],
@@ -226,6 +229,7 @@ def build(model: Path, output: Path, precision: str, shapes: str | None,
             # Always installed: it draws only on a terminal, and lets Ctrl-C cancel a build cleanly.
             api_build(model, output, settings, force=force, say=_say(as_json), progress=sink, outcome=outcome)
     except TrtconvError as exc:
+        _record(outcome, model, settings.trt)
         if not as_json and outcome.gate is not None:
             print_gate(outcome.gate, model, outcome.prepared)
         if as_json:  # CI still gets the stages and where it stopped; the error goes to stderr as usual
@@ -234,6 +238,7 @@ def build(model: Path, output: Path, precision: str, shapes: str | None,
             print_json({**outcome.to_json(), "manifest_data": outcome.manifest,
                         "error": {"exit_code": int(exc.exit_code), "message": exc.message, "hint": exc.hint}})
         raise
+    _record(outcome, model, settings.trt)
     if as_json:
         extra = {"off_precision": _off(outcome.manifest)} if layers and outcome.manifest is not None else {}
         print_json({**outcome.to_json(), "manifest_data": outcome.manifest, "error": None, **extra})
@@ -247,3 +252,17 @@ def build(model: Path, output: Path, precision: str, shapes: str | None,
         if layers and outcome.manifest is not None:
             for line in _layer_summary(outcome.manifest):
                 click.echo(line)
+
+
+def _record(outcome: BuildOutcome, model: Path, target: str) -> None:
+    """What --report shows of a build: the model's per-node check, the precision gate, the manifest."""
+    if click.get_current_context().params.get("report") is None:
+        return
+    try:
+        record("check", api_check(model, trt=target).to_json())
+    except TrtconvError:  # the build's own error says what is wrong with the model
+        pass
+    if outcome.gate is not None:
+        record("gate", outcome.gate.to_json())
+    if outcome.manifest is not None:
+        record("manifest", outcome.manifest)

@@ -1,0 +1,2 @@
+"""``--report FILE.html``: one self-contained page (inline CSS and SVG, no script, no fetch) with what a
+command found and did, readable from a CI artifact."""
