@@ -45,7 +45,7 @@ def _size(text: str) -> int:
                    "portable: standard ops only (GridSample + 1x1 Conv; no plugin, e.g. TensorRT-RTX).")
 @click.option("--dcn-plugin-spec", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Spec of trtconv's DCNv2 plugin (for --dcn-target trtconv-plugin); "
-                   "default: the spec shipped inside trtconv (trtconv/rewrites/dcnv2_spec.json).")
+                   "default: the spec shipped inside trtconv (trtconv/rewrites/dcn/dcnv2_spec.json).")
 @click.option("--plugin-map", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="YAML map from custom ops to plugin nodes (format in docs/rewrite.md).")
 @click.option("--verify/--no-verify", default=True, show_default=True,

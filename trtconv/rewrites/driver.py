@@ -30,7 +30,7 @@ from trtconv.onnxutil.order import is_sorted
 from trtconv.onnxutil.walk import iter_graphs
 from trtconv.reference import ort
 from trtconv.rewrites import cleanup
-from trtconv.rewrites.catalog import active_rules, rewrite_rule_for, rule_among
+from trtconv.rewrites.catalog import active_rules, check_settings, rewrite_rule_for, rule_among
 from trtconv.rewrites.proof import Proof, prove_graph, prove_node, prove_unchanged
 from trtconv.rewrites.report import NodeInfo, RewriteEntry, RewriteReport, RewriteResult
 from trtconv.rewrites.roundtrip import (
@@ -43,7 +43,7 @@ from trtconv.rewrites.roundtrip import (
     strip_value_info,
 )
 from trtconv.rewrites.rule import RewriteRule, RuleContext, Site
-from trtconv.rewrites.settings import RewriteSettings, check_settings
+from trtconv.rewrites.settings import RewriteSettings
 
 
 def _computing_nodes(graph: gs.Graph) -> int:
