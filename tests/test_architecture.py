@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import trtconv
 
 PKG_DIR = Path(trtconv.__file__).parent
@@ -110,26 +112,64 @@ def _module_name(path: Path, pkg_dir: Path = PKG_DIR) -> str:
     return ".".join(parts)
 
 
+def _lazy_exports(pkg_dir: Path) -> dict[str, str]:
+    """trtconv's lazy attributes (PEP 562): public name -> the module that defines it."""
+    for node in ast.walk(ast.parse((pkg_dir / "__init__.py").read_text())):
+        if isinstance(node, ast.AnnAssign | ast.Assign):
+            targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
+            if any(isinstance(x, ast.Name) and x.id == "_EXPORTS" for x in targets) and node.value is not None:
+                exports: dict[str, str] = ast.literal_eval(node.value)
+                return exports
+    return {}
+
+
+def _resolve(name: str, exports: dict[str, str]) -> str:
+    """What ``name`` really loads: ``trtconv.check`` (a lazy attribute) -> ``trtconv.api``;
+    ``trtconv.__version__`` -> ``trtconv``; module names stay as they are."""
+    parts = name.split(".")
+    if parts[0] != "trtconv" or len(parts) < 2:
+        return name
+    if parts[1] in exports:
+        return exports[parts[1]]
+    if parts[1].startswith("__"):
+        return "trtconv"
+    return name
+
+
 def _imports(path: Path, pkg_dir: Path) -> list[tuple[str, int, bool]]:
-    """(imported module, line, inside a function) for every import statement in ``path``."""
+    """(imported module, line, inside a function) for every import in ``path``: import statements
+    (``from trtconv import api`` and ``from .. import api`` import ``trtconv.api``), calls of
+    ``importlib.import_module``/``__import__`` with a literal name, and ``trtconv.<name>``
+    attribute use (the package's lazy attributes load their module). Lazy names resolve to it."""
     module = _module_name(path, pkg_dir)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    exports = _lazy_exports(pkg_dir)
     tree = ast.parse(path.read_text())
     local: set[int] = set()
     for fn in ast.walk(tree):
         if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
-            local.update(id(n) for n in ast.walk(fn) if isinstance(n, ast.Import | ast.ImportFrom))
+            local.update(id(n) for n in ast.walk(fn))
     found = []
     for node in ast.walk(tree):
+        names: list[str] = []
         if isinstance(node, ast.Import):
-            found += [(a.name, node.lineno, id(node) in local) for a in node.names]
+            names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 name = ".".join(base + ([node.module] if node.module else []))
             else:
                 name = node.module or ""
-            found.append((name, node.lineno, id(node) in local))
+            # ``from trtconv import api`` / ``from .. import api``: the names are what is imported
+            names = [f"{name}.{a.name}" for a in node.names] if name == "trtconv" else [name]
+        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str)
+              and getattr(node.func, "attr", getattr(node.func, "id", "")) in ("import_module", "__import__")):
+            names = [node.args[0].value]
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "trtconv":
+            names = [f"trtconv.{node.attr}"]
+        lazy = id(node) in local and not isinstance(node, ast.Attribute)  # using a name is no import
+        found += [(_resolve(n, exports), node.lineno, lazy) for n in names]
     return found
 
 
@@ -163,19 +203,44 @@ def test_packages_import_only_downwards_and_only_heavy_dependencies_lazily():
     assert not bad, "layering broken (docs/design.md, 'Layers'):\n" + "\n".join(bad)
 
 
-def test_layers_test_catches_a_planted_upward_import(tmp_path: Path):
-    """The check above must be able to fail: plant an upward and a lazy import in a copy."""
+def _copy_with(tmp_path: Path, rel: str, planted: str) -> Path:
+    """A copy of the package with ``planted`` appended to ``rel``."""
     import shutil
 
     copy = tmp_path / "trtconv"
     shutil.copytree(PKG_DIR, copy, ignore=shutil.ignore_patterns("__pycache__", "*.ptx"))
-    target = copy / "load" / "shapes.py"
-    target.write_text(target.read_text() + "\n\ndef _planted():\n    import json\n"
+    target = copy / rel
+    target.write_text(target.read_text() + planted)
+    return copy
+
+
+def test_layers_test_catches_a_planted_upward_import(tmp_path: Path):
+    """The check above must be able to fail: plant an upward and a lazy import in a copy."""
+    copy = _copy_with(tmp_path, "load/shapes.py", "\n\ndef _planted():\n    import json\n"
                       "\n\nfrom trtconv.api import check  # noqa\n")
     found = layer_violations(copy)
     assert any("load imports trtconv.api, a higher layer" in b for b in found), found
     assert any("`json` imported inside a function" in b for b in found), found
     assert len(found) == 2, found
+
+
+@pytest.mark.parametrize("planted", [
+    "from trtconv import api  # noqa",
+    "from .. import api  # noqa",
+    "import importlib\nimportlib.import_module('trtconv.api')",
+    "__import__('trtconv.api')",
+    "import trtconv\n\n\ndef _planted():\n    return trtconv.check('model.onnx')",
+])
+def test_layers_test_catches_every_way_of_reaching_a_higher_layer(tmp_path: Path, planted: str):
+    """Issue 24's five holes: each form, planted in load/, is an upward import of trtconv.api."""
+    found = layer_violations(_copy_with(tmp_path, "load/shapes.py", "\n\n" + planted + "\n"))
+    assert len(found) == 1 and "load imports trtconv.api, a higher layer" in found[0], found
+
+
+def test_the_package_version_stays_importable_from_anywhere(tmp_path: Path):
+    found = layer_violations(_copy_with(tmp_path, "load/shapes.py", "\n\nfrom trtconv import __version__  # noqa\n"
+                                        "import trtconv\n\nVERSION = trtconv.__version__\n"))
+    assert found == [], found
 
 
 def test_every_package_is_in_a_layer():
