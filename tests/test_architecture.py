@@ -313,3 +313,96 @@ def test_edge_map_check_catches_planted_maps(tmp_path: Path):
         "    return producer, readers\n"))
     found = edge_map_violations(copy)
     assert len(found) == 2 and all(f.startswith("trtconv/precision/bn_fold.py:") for f in found), found
+
+
+# --------------------------------------------------------------------------- front doors
+# Each package says in its ``__init__``'s ``__all__`` what other packages may use; they import
+# only that, only from there (docs/design.md, "Front doors"). Inside a package anything goes.
+def _packages(pkg_dir: Path) -> set[str]:
+    return {p.name for p in pkg_dir.iterdir() if (p / "__init__.py").exists()}
+
+
+def _front_door(pkg_dir: Path, package: str) -> set[str] | None:
+    """The names in ``trtconv/<package>/__init__.py``'s ``__all__`` (None: it has none)."""
+    for node in ast.parse((pkg_dir / package / "__init__.py").read_text()).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    return None
+
+
+def front_door_violations(pkg_dir: Path = PKG_DIR) -> list[str]:
+    packages = _packages(pkg_dir)
+    doors = {p: _front_door(pkg_dir, p) for p in packages}
+    bad = []
+    for path in sorted(pkg_dir.rglob("*.py")):
+        rel = path.relative_to(pkg_dir.parent)
+        module = _module_name(path, pkg_dir)
+        unit, package = _unit(module), (module if path.name == "__init__.py" else module.rpartition(".")[0])
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [(a.name, None) for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+                name = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module or ""
+                targets = [(name, [a.name for a in node.names])]
+            else:
+                continue
+            for name, names in targets:
+                parts = name.split(".")
+                if parts[0] != "trtconv" or len(parts) < 2 or parts[1] not in packages or parts[1] == unit:
+                    continue
+                if len(parts) > 2 or names is None:
+                    bad.append(f"{rel}:{node.lineno}: imports {name}, an inner module of trtconv.{parts[1]}: "
+                               f"import from trtconv.{parts[1]} (its __all__)")
+                    continue
+                door = doors[parts[1]] or set()
+                bad += [f"{rel}:{node.lineno}: imports {n} from trtconv.{parts[1]}, not in its __all__"
+                        for n in names if n not in door]
+    return bad
+
+
+def test_every_package_has_a_front_door():
+    missing = sorted(p for p in _packages(PKG_DIR) if _front_door(PKG_DIR, p) is None)
+    assert not missing, f"no __all__ in the __init__ of: {missing}"
+
+
+def test_packages_import_each_other_only_through_front_doors():
+    bad = front_door_violations()
+    assert not bad, "an import past a package's front door (docs/design.md, 'Front doors'):\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("planted", [
+    "from trtconv.load.shapes import value_shapes  # noqa",
+    "from trtconv.load import shapes  # noqa",
+    "import trtconv.load.shapes  # noqa",
+])
+def test_front_door_check_catches_an_import_of_an_inner_module(tmp_path: Path, planted: str):
+    found = front_door_violations(_copy_with(tmp_path, "precision/bn_fold.py", "\n\n" + planted + "\n"))
+    assert len(found) == 1 and found[0].startswith("trtconv/precision/bn_fold.py:"), found
+
+
+# The CLI calls only the Python API (issue 24): trtconv.api, the shared error and output helpers,
+# and its own modules.
+CLI_MAY_IMPORT = frozenset({"api", "errors", "outputs", "cli"})
+
+
+def cli_violations(pkg_dir: Path = PKG_DIR) -> list[str]:
+    bad = []
+    for path in sorted((pkg_dir / "cli").rglob("*.py")):
+        for name, line, _ in _imports(path, pkg_dir):
+            if name.split(".")[0] == "trtconv" and name != "trtconv" and _unit(name) not in CLI_MAY_IMPORT:
+                bad.append(f"{path.relative_to(pkg_dir.parent)}:{line}: imports {name}")
+    return bad
+
+
+@pytest.mark.xfail(strict=False, reason="issue 24: settings helper moves cli onto trtconv.api")
+def test_cli_imports_only_the_python_api():
+    bad = cli_violations()
+    assert not bad, "the CLI reaches past trtconv.api:\n" + "\n".join(bad)
+
+
+def test_cli_check_catches_a_deep_import(tmp_path: Path):
+    copy = _copy_with(tmp_path, "cli/doctor.py", "\n\nfrom trtconv.precision.int8 import quantize_int8  # noqa\n")
+    before = set(cli_violations())
+    found = set(cli_violations(copy)) - {b for b in before}
+    assert len(found) == 1 and "trtconv.precision.int8" in next(iter(found)), found

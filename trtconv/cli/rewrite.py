@@ -14,8 +14,14 @@ from trtconv.cli.options import force_option, json_option, model_argument, outpu
 from trtconv.cli.output import print_json, progress, stdout_console
 from trtconv.errors import UsageError
 from trtconv.load import parse_shapes
-from trtconv.rewrites import DCN_TARGETS, RewriteSettings, load_plugin_map, trtconv_plugin_spec
-from trtconv.rewrites.settings import DEFAULT_FOLD_LIMIT, NODE_RTOL
+from trtconv.rewrites import (
+    DCN_TARGETS,
+    DEFAULT_FOLD_LIMIT,
+    NODE_RTOL,
+    RewriteSettings,
+    load_plugin_map,
+    trtconv_plugin_spec,
+)
 
 
 def _size(text: str) -> int:

@@ -15,6 +15,12 @@ listed), the driver (driver.py), proofs (proof.py), the report (report.py), sett
 ``dcn/`` (deformable convolutions) and ``plugin_map/`` (the user's ``--plugin-map``).
 """
 
+from trtconv.rewrites.catalog import (
+    rewrite_rule_for,
+)
+from trtconv.rewrites.cleanup import (
+    RENAME_SHARED_DIMS,
+)
 from trtconv.rewrites.dcn import (
     TARGETS,
     PluginSpec,
@@ -26,12 +32,19 @@ from trtconv.rewrites.dcn import (
 from trtconv.rewrites.driver import rewrite
 from trtconv.rewrites.plugin_map import PluginMap, load_plugin_map, parse_plugin_map
 from trtconv.rewrites.report import SCHEMA, RewriteEntry, RewriteReport, RewriteResult
-from trtconv.rewrites.settings import RewriteSettings
+from trtconv.rewrites.settings import (
+    DEFAULT_FOLD_LIMIT,
+    NODE_RTOL,
+    RewriteSettings,
+)
 
 DCN_TARGETS = tuple(TARGETS)
 
 __all__ = [
     "DCN_TARGETS",
+    "DEFAULT_FOLD_LIMIT",
+    "NODE_RTOL",
+    "RENAME_SHARED_DIMS",
     "SCHEMA",
     "PluginMap",
     "PluginSpec",
@@ -44,6 +57,7 @@ __all__ = [
     "load_plugin_map",
     "load_plugin_spec",
     "parse_plugin_map",
-    "trtconv_plugin_spec",
     "rewrite",
+    "rewrite_rule_for",
+    "trtconv_plugin_spec",
 ]

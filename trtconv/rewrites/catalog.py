@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from trtconv.onnxutil.domains import normalize_domain
+from trtconv.onnxutil import normalize_domain
 from trtconv.rewrites import dcn
 from trtconv.rewrites import settings as core_settings
 from trtconv.rewrites.plugin_map import PluginMap, PluginMapRule

@@ -7,9 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trtconv.errors import UsageError
-from trtconv.load import PROTOBUF_LIMIT
-from trtconv.load.external import LAZY_WEIGHTS_BYTES
-from trtconv.load.shapes import Shape
+from trtconv.load import LAZY_WEIGHTS_BYTES, PROTOBUF_LIMIT, Shape
 
 if TYPE_CHECKING:  # the families' own types; the families import this module, so not at run time
     from trtconv.rewrites.dcn import PluginSpec

@@ -22,7 +22,7 @@ from onnx import helper
 from onnx.reference.op_run import OpRun
 
 from trtconv.errors import UnsupportedModelError
-from trtconv.onnxutil.domains import normalize_domain
+from trtconv.onnxutil import normalize_domain
 from trtconv.rewrites.dcn.deform_math import DcnParams, modulated_deform_conv2d
 from trtconv.rewrites.dcn.dialects import DcnNode, Dialect
 from trtconv.rewrites.dcn.lowering import DcnInputs, DcnTarget

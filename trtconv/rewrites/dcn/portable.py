@@ -38,7 +38,7 @@ import onnx_graphsurgeon as gs
 from onnx import helper
 
 from trtconv.errors import UnsupportedModelError
-from trtconv.load.shapes import value_dtypes, value_shapes
+from trtconv.load import value_dtypes, value_shapes
 from trtconv.rewrites.dcn.deform_math import DcnParams
 from trtconv.rewrites.dcn.dialects import DcnNode, dialect_of, read_any
 from trtconv.rewrites.dcn.lowering import DcnInputs, DcnTarget

@@ -32,7 +32,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from trtconv.errors import UsageError
-from trtconv.onnxutil.domains import normalize_domain
+from trtconv.onnxutil import normalize_domain
 from trtconv.rewrites.documents import read_document
 from trtconv.rewrites.emitter import PLUGIN_DOMAIN
 
