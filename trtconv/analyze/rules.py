@@ -21,8 +21,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from trtconv.analyze.graph import GraphIndex
-from trtconv.analyze.report import BUILDER, ERROR, WARNING, Finding
+from trtconv.analyze.check_report import BUILDER, ERROR, WARNING, Finding
+from trtconv.analyze.lookups import GraphIndex
 from trtconv.analyze.support import OpSupport
 from trtconv.onnxutil import normalize_domain, subgraphs
 

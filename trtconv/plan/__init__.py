@@ -1,22 +1,6 @@
 """Layer plan: what TensorRT will be asked (profiles, limits, plugins, corners) and the manifest; no TensorRT here."""
 
-from trtconv.plan.corners import (
-    CORNERS,
-    CornerRuns,
-    ShapesKey,
-    does_not_fit,
-    run_corners,
-    shapes_key,
-)
-from trtconv.plan.manifest import (
-    build_manifest,
-    manifest_path,
-    read_manifest,
-    runtime_mismatches,
-    update_manifest,
-    write_manifest,
-)
-from trtconv.plan.plan import (
+from trtconv.plan.build_plan import (
     DEFAULT_MIN_PRECISION_SHARE,
     DEFAULT_OPT_LEVEL,
     HARDWARE_COMPAT,
@@ -32,6 +16,22 @@ from trtconv.plan.plan import (
     parse_size,
     target_name,
     validate_plan,
+)
+from trtconv.plan.corners import (
+    CORNERS,
+    CornerRuns,
+    ShapesKey,
+    does_not_fit,
+    run_corners,
+    shapes_key,
+)
+from trtconv.plan.manifest import (
+    build_manifest,
+    manifest_path,
+    read_manifest,
+    runtime_mismatches,
+    update_manifest,
+    write_manifest,
 )
 from trtconv.plan.precision_check import (
     PrecisionSummary,

@@ -20,7 +20,7 @@ import onnx
 
 from trtconv.errors import UsageError
 from trtconv.load import available_memory, largest_static_tensor, override_input_shapes
-from trtconv.plan.plan import Profile
+from trtconv.plan.build_plan import Profile
 from trtconv.reference import ort
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ Public API (what ``build`` calls)::
 
 Where things are. The rule framework, which knows no rule family: the rule interface and
 ``RuleFamily`` (rule.py), the registry of families (catalog.py: the one place a family is
-listed), the driver (driver.py), proofs (proof.py), the report (report.py), settings
+listed), the driver (driver.py), proofs (proof.py), the report (rewrite_report.py), settings
 (settings.py), node emission (emitter.py), clean-ups (cleanup.py), the large-model round trip
 (roundtrip.py), JSON/YAML reading (documents.py). The rule families, one subpackage each:
 ``dcn/`` (deformable convolutions) and ``plugin_map/`` (the user's ``--plugin-map``).
@@ -31,7 +31,7 @@ from trtconv.rewrites.dcn import (
 )
 from trtconv.rewrites.driver import rewrite
 from trtconv.rewrites.plugin_map import PluginMap, load_plugin_map, parse_plugin_map
-from trtconv.rewrites.report import SCHEMA, RewriteEntry, RewriteReport, RewriteResult
+from trtconv.rewrites.rewrite_report import SCHEMA, RewriteEntry, RewriteReport, RewriteResult
 from trtconv.rewrites.settings import (
     DEFAULT_FOLD_LIMIT,
     NODE_RTOL,

@@ -27,7 +27,7 @@ from trtconv.reference import ort
 from trtconv.rewrites import cleanup
 from trtconv.rewrites.catalog import active_rules, check_settings, rewrite_rule_for, rule_among
 from trtconv.rewrites.proof import Proof, prove_graph, prove_node, prove_unchanged
-from trtconv.rewrites.report import NodeInfo, RewriteEntry, RewriteReport, RewriteResult
+from trtconv.rewrites.rewrite_report import NodeInfo, RewriteEntry, RewriteReport, RewriteResult
 from trtconv.rewrites.roundtrip import (
     export,
     import_with_shapes,

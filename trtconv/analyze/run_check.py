@@ -8,8 +8,7 @@ from dataclasses import replace
 
 import onnx
 
-from trtconv.analyze.graph import GraphIndex, NodeRef, build_index, int64_out_of_range
-from trtconv.analyze.report import (
+from trtconv.analyze.check_report import (
     BUILDER,
     ERROR,
     PLUGIN,
@@ -22,6 +21,7 @@ from trtconv.analyze.report import (
     InputReport,
     NodeReport,
 )
+from trtconv.analyze.lookups import GraphIndex, NodeRef, build_index, int64_out_of_range
 from trtconv.analyze.rules import CONVERTIBLE, NodeContext, dtype_name, run_rules
 from trtconv.analyze.support import SupportTable, load_table
 from trtconv.errors import InvalidModelError
