@@ -7,8 +7,8 @@ import pytest
 from realmodels import rapidocr_model
 
 from trtconv.api import BuildSettings
-from trtconv.pipeline.identity import gpu_properties, request_identity
-from trtconv.plan.identity import identity_hash
+from trtconv.pipeline import gpu_properties, request_identity
+from trtconv.plan import identity_hash
 
 pytestmark = pytest.mark.gpu
 

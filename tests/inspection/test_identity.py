@@ -13,8 +13,8 @@ from realmodels import rapidocr_model
 
 from trtconv.api import BuildSettings
 from trtconv.cli.main import cli
-from trtconv.pipeline.identity import request_identity
-from trtconv.plan.identity import identity, identity_hash, identity_problems, plugin_fingerprints
+from trtconv.pipeline import request_identity
+from trtconv.plan import identity, identity_hash, identity_problems, plugin_fingerprints
 
 
 def _plugin(path: Path, payload: bytes) -> Path:

@@ -34,12 +34,18 @@ from trtconv.cli.output import print_json, progress, stderr_console
 from trtconv.cli.precision_report import print_gate
 from trtconv.cli.triton_repo import triton_repo_option
 from trtconv.errors import DataError, TrtconvError
-from trtconv.inspection.layers import layer_rows, off_precision
-from trtconv.load.memory import return_large_blocks
-from trtconv.pipeline.build import BuildOutcome
-from trtconv.plan.identity import identity_problems
-from trtconv.plan.manifest import manifest_path, read_manifest
-from trtconv.plan.plan import DEFAULT_MIN_PRECISION_SHARE, DEFAULT_OPT_LEVEL, HARDWARE_COMPAT, PRECISIONS
+from trtconv.inspection import layer_rows, off_precision
+from trtconv.load import return_large_blocks
+from trtconv.pipeline import BuildOutcome
+from trtconv.plan import (
+    DEFAULT_MIN_PRECISION_SHARE,
+    DEFAULT_OPT_LEVEL,
+    HARDWARE_COMPAT,
+    PRECISIONS,
+    identity_problems,
+    manifest_path,
+    read_manifest,
+)
 from trtconv.rewrites import DCN_TARGETS
 
 

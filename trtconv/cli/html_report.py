@@ -11,10 +11,10 @@ from typing import Any, TypeVar
 import click
 
 from trtconv.errors import DataError, TrtconvError
-from trtconv.htmlreport.document import report_html
-from trtconv.inspection.layers import layer_rows, off_precision
+from trtconv.htmlreport import report_html
+from trtconv.inspection import layer_rows, off_precision
 from trtconv.outputs import write_text
-from trtconv.plan.manifest import manifest_path, read_manifest
+from trtconv.plan import manifest_path, read_manifest
 
 F = TypeVar("F", bound=Callable[..., Any])
 KEY = "trtconv.report"

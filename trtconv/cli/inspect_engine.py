@@ -10,7 +10,7 @@ import click
 
 from trtconv.cli.options import json_option
 from trtconv.cli.output import print_json
-from trtconv.inspection.engine import inspect_engine
+from trtconv.inspection import inspect_engine
 
 
 def _tensors(tensors: Iterable[Mapping[str, Any]]) -> str:

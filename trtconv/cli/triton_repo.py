@@ -10,8 +10,8 @@ from typing import Any, TypeVar
 import click
 
 from trtconv.cli.options import force_option
-from trtconv.inspection.engine import inspect_engine
-from trtconv.triton.repository import PlanSource, model_name, write_repository
+from trtconv.inspection import inspect_engine
+from trtconv.triton import PlanSource, model_name, write_repository
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -12,14 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from trtconv.plan.precision_check import (
-    FLOAT_TYPES,
-    MAC_LAYERS,
-    NON_COMPUTE,
-    REDUCED,
-    layer_dtype,
-    tensor_dtype,
-)
+from trtconv.plan import FLOAT_TYPES, MAC_LAYERS, NON_COMPUTE, REDUCED, layer_dtype, tensor_dtype
 
 
 def _tensor(t: Mapping[str, Any]) -> dict[str, Any]:

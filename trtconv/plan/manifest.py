@@ -18,7 +18,7 @@ from typing import Any
 from trtconv import __version__
 from trtconv.errors import DataError
 from trtconv.outputs import write_json
-from trtconv.plan.plan import RTX_TARGET, BuildPlan
+from trtconv.plan.build_plan import RTX_TARGET, BuildPlan
 
 SCHEMA_VERSION = 1
 VOLATILE_FIELDS = ("created_at", "build.seconds", "bench")
@@ -50,7 +50,7 @@ def build_manifest(
 ) -> dict[str, Any]:
     """The manifest as a JSON-ready dict. ``environment`` holds the TensorRT, CUDA and driver
     versions and the GPU name and compute capability (from ``trtconv.trt``), and ``gpu_properties``
-    (SM count, memory) where a GPU exists; ``identity`` is ``trtconv.plan.identity.identity(...)``;
+    (SM count, memory) where a GPU exists; ``identity`` is ``trtconv.plan.engine_identity.identity(...)``;
     ``layers`` the layer table (``source``: engine or network, ``layers``) ``trtconv inspect`` shows."""
     return {
         "schema": SCHEMA_VERSION,

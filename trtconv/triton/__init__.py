@@ -4,3 +4,8 @@
 records); ``repository`` lays out the folder, one plan per compute capability when engines
 built for several GPUs are gathered (Triton's ``cc_model_filenames``).
 """
+
+from trtconv.triton.model_config import TRITON_TYPES, batching, config_pbtxt
+from trtconv.triton.repository import PlanSource, model_name, write_repository
+
+__all__ = ["TRITON_TYPES", "PlanSource", "batching", "config_pbtxt", "model_name", "write_repository"]

@@ -17,7 +17,7 @@ from typing import Any
 
 from trtconv.errors import UsageError
 from trtconv.outputs import atomic_path, check_output_path, write_text
-from trtconv.triton.config import config_pbtxt
+from trtconv.triton.model_config import config_pbtxt
 
 VERSION = "1"
 

@@ -1,4 +1,4 @@
-"""A build request's engine identity (``trtconv.plan.identity``), computed the same way before a
+"""A build request's engine identity (``trtconv.plan.engine_identity``), computed the same way before a
 build (the result cache's key) and during it (the manifest), so that the two always agree."""
 
 from __future__ import annotations
@@ -10,10 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trtconv.load import load_model, model_sha256
-from trtconv.plan.identity import identity_material, plugin_fingerprints
-from trtconv.plan.plan import RTX_TARGET
-from trtconv.trt.environment import probe_driver, probe_tensorrt
-from trtconv.trt.flavour import for_target
+from trtconv.plan import RTX_TARGET, identity_material, plugin_fingerprints
+from trtconv.trt import for_target, probe_driver, probe_tensorrt
 
 if TYPE_CHECKING:
     from trtconv.pipeline.build import BuildRequest

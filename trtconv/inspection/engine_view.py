@@ -13,10 +13,8 @@ from typing import Any
 
 from trtconv.errors import BackendUnavailableError, DataError, InvalidModelError, UsageError
 from trtconv.inspection.layers import layer_rows, off_precision
-from trtconv.plan.identity import identity_problems
-from trtconv.plan.manifest import manifest_path, read_manifest
-from trtconv.trt.describe import describe_engine
-from trtconv.trt.engine import engine_flavour
+from trtconv.plan import identity_problems, manifest_path, read_manifest
+from trtconv.trt import describe_engine, engine_flavour
 
 RECORDED = {"network": "recorded at build time from the strongly typed network (a strongly typed build follows "
                        "these types; fused layers appear one by one)",
