@@ -74,7 +74,10 @@ def report_option(f: F) -> F:
             status = f"failed (exit {int(exc.exit_code)}): {exc.message}"
             raise
         finally:
-            write_report(report, ctx.command.name or "", dict(ctx.params), ctx.meta.get(KEY, {}), status)
+            docs = ctx.meta.get(KEY, {})
+            if not docs and ctx.command.name != "build" and status == "passed":
+                status = "passed (result restored from the cache: the stored run's details are not kept)"
+            write_report(report, ctx.command.name or "", dict(ctx.params), docs, status)
             click.echo(f"trtconv: report written to {report}", err=True)
 
     return click.option("--report", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE.html",
