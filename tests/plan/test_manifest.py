@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from trtconv.errors import DataError, UsageError
+from trtconv.plan.build_plan import BuildPlan, InputRange, Profile
 from trtconv.plan.manifest import (
     VOLATILE_FIELDS,
     build_manifest,
@@ -17,7 +18,6 @@ from trtconv.plan.manifest import (
     update_manifest,
     write_manifest,
 )
-from trtconv.plan.plan import BuildPlan, InputRange, Profile
 
 ENV = {"tensorrt": "11.4.0.106", "cuda_runtime": "13.0", "cuda_driver": "13.0", "driver": "580.65.06",
        "gpu": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}
@@ -39,7 +39,7 @@ def _manifest(tmp_path: Path, **over) -> dict:
 
 def test_manifest_records_what_the_issue_lists(tmp_path: Path):
     m = _manifest(tmp_path)
-    assert m["environment"] == {**ENV, "tensorrt_flavour": "TensorRT"}
+    assert m["environment"] == {**ENV, "tensorrt_flavour": "TensorRT", "gpu_properties": None}
     assert m["build"]["target"] == "11.4" and m["build"]["compute_capabilities"] is None
     assert m["source"] == {"onnx": "m.onnx", "onnx_sha256": "ab" * 32, "prepared_onnx": "m.prepared.onnx"}
     assert m["rewrites"][0]["rule"] == "dcnv2-mmcv"

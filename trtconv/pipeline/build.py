@@ -36,12 +36,10 @@ from trtconv.errors import (
     UnsupportedModelError,
     UsageError,
 )
-from trtconv.load import LoadedModel, load_model, model_sha256, save_model
-from trtconv.load.external import LAZY_WEIGHTS_BYTES
-from trtconv.load.shapes import dynamic_inputs
-from trtconv.onnxutil.domains import qualified_op
-from trtconv.onnxutil.walk import iter_graphs
+from trtconv.load import LAZY_WEIGHTS_BYTES, LoadedModel, dynamic_inputs, load_model, model_sha256, save_model
+from trtconv.onnxutil import iter_graphs, qualified_op
 from trtconv.outputs import check_output_path
+from trtconv.pipeline.build_identity import gpu_properties, request_identity
 from trtconv.pipeline.quantize import (
     QuantizeAccuracyError,
     QuantizeResult,
@@ -52,23 +50,28 @@ from trtconv.pipeline.quantize import (
     run_int8,
     sample_set,
 )
-from trtconv.plan.corners import CORNERS, CornerRuns, run_corners
-from trtconv.plan.manifest import build_manifest, manifest_path, write_manifest
-from trtconv.plan.plan import BuildPlan, Precision, Profile, target_name, validate_plan
-from trtconv.plan.profiles import build_profiles
-from trtconv.precision.fp16 import Fp16AccuracyError, convert_fp16
-from trtconv.precision.int8 import DEFAULT_TRT_VERSION
-from trtconv.precision.phases import PHASES
-from trtconv.reference import ort
-from trtconv.reference.compare import DEFAULT_THRESHOLDS
-from trtconv.rewrites import RewriteResult, RewriteSettings, rewrite, trtconv_plugin_spec
-from trtconv.rewrites.catalog import rewrite_rule_for
-from trtconv.samples.sources import SampleSet
-from trtconv.trt.builder import build_engine
-from trtconv.trt.environment import probe
-from trtconv.trt.flavour import for_target
-from trtconv.trt.loader import tensorrt_version
-from trtconv.verify.engine import verify_engine_corners
+from trtconv.plan import (
+    CORNERS,
+    BuildPlan,
+    CornerRuns,
+    Precision,
+    Profile,
+    build_manifest,
+    build_profiles,
+    identity,
+    manifest_path,
+    plugin_fingerprints,
+    run_corners,
+    target_name,
+    validate_plan,
+    write_manifest,
+)
+from trtconv.precision import DEFAULT_TRT_VERSION, PHASES, Fp16AccuracyError, convert_fp16
+from trtconv.reference import DEFAULT_THRESHOLDS, ort
+from trtconv.rewrites import RewriteResult, RewriteSettings, rewrite, rewrite_rule_for, trtconv_plugin_spec
+from trtconv.samples import SampleSet
+from trtconv.trt import build_engine, for_target, probe, tensorrt_version
+from trtconv.verify import verify_engine_corners
 
 log = logging.getLogger(__name__)
 StageFn = Callable[[str, str], None]  # (stage, message): progress lines for the CLI
@@ -184,6 +187,7 @@ class Built:
     plugins_needed: tuple[str, ...]
     seconds: float
     engine_sha256: str
+    extra: Mapping[str, Any] = field(default_factory=dict)  # layer table, bindings, plugin creators
 
 
 @dataclass(frozen=True)
@@ -352,8 +356,15 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
                                                              {"reason": reason}, "skipped")))
     elif req.verify:
         verify_json = dict(stages.run("verify", lambda: _verify(req, plan, reference, corners)))
+    plugin_details = plugin_fingerprints(plan.plugin_libraries, built.extra.get("plugin_creators") or {})
+    material = request_identity(req, onnx_sha256=onnx_sha, plugins=plugin_details)
+    layer_source = "engine" if flavour.inspects_engine else "network"
     manifest = build_manifest(
         plan,
+        identity=identity(material),
+        layers={"source": layer_source, "layers": list(built.extra.get("layers") or [])},
+        bindings=list(built.extra.get("bindings") or []),
+        plugin_details=plugin_details,
         onnx_sha256=onnx_sha,
         environment=dict(built.environment),
         source_onnx=req.model.name,
@@ -559,12 +570,13 @@ def _tensorrt_build(plan: BuildPlan, progress: Any) -> Step[Built]:
     result = build_engine(plan, timing_cache=cache, progress=progress)
     share = result.precision_share
     built = Built(
-        environment=env.manifest_fields(flavour=flavour),
+        environment={**env.manifest_fields(flavour=flavour), "gpu_properties": gpu_properties()},
         precision={**result.precision.to_json(), "share": round(share, 4) if share is not None else None,
                    "checked_on": result.precision_source},
         plugins_needed=tuple(result.plugins_needed),
         seconds=result.seconds,
         engine_sha256=hashlib.sha256(plan.engine_path.read_bytes()).hexdigest(),
+        extra=result.extra,
     )
     return Step(built, {"engine": str(plan.engine_path), "bytes": result.engine_bytes,
                         "timing_cache": str(cache) if cache else None})

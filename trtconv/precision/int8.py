@@ -23,8 +23,7 @@ import numpy as np
 import onnx
 
 from trtconv.errors import AccuracyError, PrecisionNotAchievedError
-from trtconv.onnxutil.graph import GraphView
-from trtconv.onnxutil.walk import iter_graphs
+from trtconv.onnxutil import GraphView, iter_graphs
 from trtconv.precision.bn_fold import FoldedBatchNorm
 from trtconv.precision.calib_cache import CacheInfo
 from trtconv.precision.fp16 import Fp16Report
@@ -60,7 +59,7 @@ from trtconv.precision.int8_settings import (
 )
 from trtconv.precision.qdq import Placement, Plan, Skip, plan_qdq
 from trtconv.precision.sensitivity import LayerError
-from trtconv.reference.compare import OutputStats, Thresholds
+from trtconv.reference import OutputStats, Thresholds
 
 __all__ = [
     "DEFAULT_TRT_VERSION", "FP16_QDQ_OPSET", "MIN_QDQ_OPSET", "REMAINDER_FP16", "CalibrationSession",

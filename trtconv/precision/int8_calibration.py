@@ -18,10 +18,15 @@ import numpy as np
 import onnx
 
 from trtconv.errors import DataError, InternalError
-from trtconv.load import load_model, model_sha256
-from trtconv.load.external import copy_lazy, is_lazy
-from trtconv.load.proto import inline_bytes, structure_only
-from trtconv.load.strip import is_stripped
+from trtconv.load import (
+    copy_lazy,
+    inline_bytes,
+    is_lazy,
+    is_stripped,
+    load_model,
+    model_sha256,
+    structure_only,
+)
 from trtconv.precision.calib_cache import CacheInfo, cache_key, read_cache, write_cache
 from trtconv.precision.calibrate import AUTO_CANDIDATES, Calibrator, CalibSettings, scale_from_threshold
 from trtconv.precision.expose import session_exposing
@@ -29,7 +34,7 @@ from trtconv.precision.int8_accuracy import run_failure, with_origin
 from trtconv.precision.int8_prepare import PreparedModels
 from trtconv.precision.int8_settings import Int8Settings, ProgressFn
 from trtconv.precision.peaks import activation_peaks, float_tensors, update_peak
-from trtconv.samples.sources import sample_count
+from trtconv.samples import sample_count
 
 
 def proto_sha256(model: onnx.ModelProto) -> str:

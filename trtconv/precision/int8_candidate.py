@@ -12,15 +12,14 @@ import numpy as np
 import onnx
 
 from trtconv.errors import InternalError
-from trtconv.load.validate import check_structure_only
-from trtconv.onnxutil.domains import is_default_domain
-from trtconv.onnxutil.walk import iter_graphs
+from trtconv.load import check_structure_only
+from trtconv.onnxutil import is_default_domain, iter_graphs
 from trtconv.precision.fp16 import Fp16Report, convert_fp16
 from trtconv.precision.fp16_graph import emulate_half
 from trtconv.precision.int8_accuracy import Accuracy, accuracy_details
 from trtconv.precision.int8_settings import Int8Settings, ProgressFn
 from trtconv.precision.qdq import Placement, Skip, insert_qdq
-from trtconv.samples.sources import sample_count
+from trtconv.samples import sample_count
 
 
 @dataclass(frozen=True)

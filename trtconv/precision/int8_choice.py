@@ -19,7 +19,7 @@ from trtconv.precision.int8_candidate import CandidateBuilder, finalize_placemen
 from trtconv.precision.int8_prepare import Pair, PreparedModels
 from trtconv.precision.int8_settings import Int8Settings, ProgressFn
 from trtconv.precision.qdq import Placement
-from trtconv.reference.compare import violations
+from trtconv.reference import violations
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from trtconv.precision.int8_prepare import Pair, PreparedModels
 from trtconv.precision.int8_settings import Int8Settings, ProgressFn
 from trtconv.precision.qdq import Placement, Skip
 from trtconv.precision.sensitivity import LayerError, fewest_exclusions, layer_errors, sensitivity_sessions
-from trtconv.reference.compare import OutputStats, violations
+from trtconv.reference import OutputStats, violations
 
 Samples = Iterable[Mapping[str, np.ndarray]]
 Key = tuple[str, str]  # (graph, node)

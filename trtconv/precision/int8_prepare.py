@@ -15,11 +15,8 @@ import onnx
 from onnx import version_converter
 
 from trtconv.errors import UnsupportedModelError
-from trtconv.load.external import has_lazy_weights
-from trtconv.load.proto import structure_only
-from trtconv.load.strip import is_stripped
-from trtconv.onnxutil.domains import default_opset
-from trtconv.onnxutil.graph import constant_tensor
+from trtconv.load import has_lazy_weights, is_stripped, structure_only
+from trtconv.onnxutil import constant_tensor, default_opset
 from trtconv.precision.bn_fold import FoldedBatchNorm, fold_batchnorms
 from trtconv.precision.int8_settings import FP16_QDQ_OPSET, MIN_QDQ_OPSET, Int8Settings
 

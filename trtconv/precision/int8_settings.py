@@ -9,7 +9,7 @@ from typing import Literal
 
 from trtconv.precision.calibrate import Method
 from trtconv.precision.fp16 import Fp16Settings
-from trtconv.reference.compare import DEFAULT_THRESHOLDS, Thresholds
+from trtconv.reference import DEFAULT_THRESHOLDS, Thresholds
 
 MIN_QDQ_OPSET = 13  # per-channel DequantizeLinear (axis) needs opset 13
 FP16_QDQ_OPSET = 19  # QuantizeLinear/DequantizeLinear take float16 (input, scale, output) from opset 19
