@@ -148,6 +148,7 @@ class BuildSettings:
     prepared: Path | None = None  # default: ENGINE stem + .prepared.onnx
     prepare_only: bool = False  # stop after the prepared ONNX (no TensorRT needed)
     verify: bool = True
+    preflight: bool = True  # run the graph at every profile corner on ONNX Runtime before TensorRT
     seed: int = 0
     trt: str = DEFAULT_TRT_VERSION  # a TensorRT version ("10.16", "11.4") or "rtx" for TensorRT-RTX
     # fp16/int8: samples, exclusions, INT8 options and the accuracy gate as ``quantize`` takes them;
@@ -185,7 +186,7 @@ class BuildSettings:
             model=Path(model), output=Path(output), precision=self.precision, calib_data=self.calib_data,
             calib_limit=self.calib_limit, shapes=self.shapes, min_shapes=tuple(self.min_shapes),
             opt_shapes=tuple(self.opt_shapes), max_shapes=tuple(self.max_shapes), prepared=self.prepared,
-            prepare_only=self.prepare_only, verify=self.verify, target=self.trt, dcn_target=self.dcn_target,
+            prepare_only=self.prepare_only, verify=self.verify, preflight=self.preflight, target=self.trt, dcn_target=self.dcn_target,
             seed=self.seed, plan=plan, quantize=self.quantize,
         )
 

@@ -135,8 +135,9 @@ def test_batch_dynamic_model_builds_at_batch_1_with_a_warning(ocr_cls, tmp_path:
     res = run("build", model, "-o", tmp_path / "m.engine", "--prepare-only", "--json")
     assert res.exit_code == 0, res.output
     warnings = [line for line in res.stderr.splitlines() if "warning:" in line]
-    assert warnings == ["trtconv: warning: dynamic batch dim of x set to 1 (give --shapes or "
-                        "--min/--opt/--max-shapes for other sizes)"]
+    assert warnings == ["trtconv: warning: profile 0 taken from the model, its dynamic batch dim set to 1 (no shapes "
+                        "were given): x 1x3x48x192 (give --shapes or --min-shapes/--opt-shapes/--max-shapes to "
+                        "choose it)"]
     stages = {s["name"]: s for s in json.loads(res.stdout)["stages"]}
     assert stages["profiles"]["status"] == "done" and stages["profiles"]["profiles"] == 1
 

@@ -126,6 +126,8 @@ NOT_INPUTS = ("prepared", "timing_cache")  # path flags that are not inputs (the
               help="Where to write the prepared ONNX (default: ENGINE stem + .prepared.onnx).")
 @click.option("--prepare-only", is_flag=True, help="Stop after writing the prepared ONNX (no TensorRT needed).")
 @click.option("--no-verify", is_flag=True, help="Skip comparing the engine with ONNX Runtime.")
+@click.option("--no-preflight", is_flag=True,
+              help="Skip running the graph at every profile corner on ONNX Runtime before the TensorRT build.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for proofs and verification inputs.")
 @trt_version_option
 @force_option
@@ -138,7 +140,7 @@ def build(model: Path, output: Path, precision: str, shapes: str | None,
           workspace: str | None, memory_pools: tuple[str, ...], timing_cache: Path | None, no_timing_cache: bool,
           opt_level: int, hardware_compat: str, compute_capabilities: tuple[str, ...], version_compatible: bool, exclude_lean_runtime: bool,
           plugins: tuple[Path, ...], min_precision_share: float, dcn_target: str | None, prepared: Path | None,
-          prepare_only: bool, no_verify: bool, seed: int, trt_version: str, force: bool, as_json: bool,
+          prepare_only: bool, no_verify: bool, no_preflight: bool, seed: int, trt_version: str, force: bool, as_json: bool,
           **precision_flags: Any) -> None:
     """Build MODEL into a TensorRT engine: check, rewrite, precision, build, verify.
 
@@ -158,7 +160,7 @@ def build(model: Path, output: Path, precision: str, shapes: str | None,
         hardware_compat=hardware_compat,  # type: ignore[arg-type]
         compute_capabilities=compute_capabilities, version_compatible=version_compatible, exclude_lean_runtime=exclude_lean_runtime, plugins=plugins,
         min_precision_share=min_precision_share, dcn_target=dcn_target, prepared=prepared,
-        prepare_only=prepare_only, verify=not no_verify, seed=seed, trt=trt_version,
+        prepare_only=prepare_only, verify=not no_verify, preflight=not no_preflight, seed=seed, trt=trt_version,
     )
     sink = BarSink()
     outcome = BuildOutcome(prepared=settings.outputs(output)[0])

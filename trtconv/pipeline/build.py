@@ -93,6 +93,7 @@ class BuildRequest:
     prepared: Path | None = None  # default: <output stem>.prepared.onnx
     prepare_only: bool = False
     verify: bool = True
+    preflight: bool = True  # run the graph at every profile corner on ONNX Runtime before TensorRT
     target: str = "11.4"  # TensorRT version the check stage judges against, or "rtx" (TensorRT-RTX)
     dcn_target: str | None = None  # rewrite's DCN target (None: default_dcn_target(target))
     seed: int = 0
@@ -299,10 +300,16 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
     loaded = load_model(req.model, lazy_from=LAZY_WEIGHTS_BYTES)
     _refuse_requantizing(loaded, req.precision)
     samples = sample_set(loaded.proto, req.quantize_settings())  # None: no sample data
-    profiles = build_profiles(
-        loaded.proto, shapes=req.shapes, min_shapes=req.min_shapes, opt_shapes=req.opt_shapes,
-        max_shapes=req.max_shapes, required=not req.prepare_only, command=_command(req),
-        sample_shapes=None if samples is None else _sample_shapes(samples))
+    if samples is not None:
+        next(iter(samples), None)  # names, shapes and dtypes of the data, before any heavy stage (exit 11)
+    try:
+        profiles = build_profiles(
+            loaded.proto, shapes=req.shapes, min_shapes=req.min_shapes, opt_shapes=req.opt_shapes,
+            max_shapes=req.max_shapes, required=not req.prepare_only, command=_command(req),
+            sample_shapes=None if samples is None else _sample_shapes(samples))
+    except UsageError:
+        _check(loaded, req.target, {})  # a model no shapes could build says so first, with the reason (exit 5)
+        raise
     plan = replace(plan, onnx_path=prepared, engine_path=req.output, precision=req.precision, profiles=profiles)
     validate_plan(plan)
     onnx_sha = model_sha256(loaded)
@@ -326,7 +333,7 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
     saved = stages.run("save", lambda: _save(precisioned.model, prepared))
     stages.run("recheck", lambda: _recheck(saved, req.target, shapes0))
     keep = not req.prepare_only and req.verify  # verify reuses the reference's outputs
-    corners = stages.run("profiles", lambda: _corners(reference, profiles, req.seed, keep))
+    corners = stages.run("profiles", lambda: _corners(reference, profiles, req, samples, keep))
     if req.prepare_only:
         outcome.stopped = "prepare-only"
         return outcome
@@ -439,8 +446,11 @@ def _rewrite(loaded: LoadedModel, req: BuildRequest) -> Step[RewriteResult]:
         spec = trtconv_plugin_spec() if dcn_target == "trtconv-plugin" else None
         settings = replace(settings, dcn_target=dcn_target, dcn_plugin=spec)
     result = rewrite(loaded, settings)
+    proof = result.report.graph_proof
     return Step(result, {"rewritten": len(result.report.rewrites),
-                         "nodes": [result.report.nodes_before, result.report.nodes_after]})
+                         "nodes": [result.report.nodes_before, result.report.nodes_after],
+                         "graph_proof": {"method": proof.method, "passed": proof.passed,
+                                         "tolerance": proof.tolerance, "arithmetic": proof.arithmetic}})
 
 
 def _recheck(saved: Saved, target: str, shapes: dict[str, tuple[int, ...]]) -> Step[None]:
@@ -521,10 +531,13 @@ def _save(model: onnx.ModelProto, prepared: Path) -> Step[Saved]:
     return Step(Saved(prepared, sha, graph), {"path": str(prepared), "sha256": sha})
 
 
-def _corners(reference: Reference, profiles: tuple[Profile, ...], seed: int,
+def _corners(reference: Reference, profiles: tuple[Profile, ...], req: BuildRequest, samples: SampleSet | None,
              keep_outputs: bool) -> Step[CornerRuns | None]:
-    """Every profile corner run on the reference graph before TensorRT spends minutes on it; the
-    outputs are kept for verify, which judges the engine on the same inputs."""
+    """Every profile corner run on the reference graph before TensorRT spends minutes on it (on a
+    real sample of the corner's shapes where --calib-data has one); the outputs are kept for
+    verify, which judges the engine on the same inputs."""
+    if not req.preflight:
+        return Step(None, {"reason": "--no-preflight"}, "skipped")
     if not profiles and dynamic_inputs(reference.loaded.proto):  # only with --prepare-only: build needs one
         return Step(None, {"reason": "no profile: dynamic inputs and no shapes (--prepare-only)"}, "skipped")
     graph = reference.graph
@@ -532,16 +545,19 @@ def _corners(reference: Reference, profiles: tuple[Profile, ...], seed: int,
         log.warning("profile shapes not checked on ONNX Runtime: it can run neither the model nor its rewritten "
                     "graph")
         return Step(None, {"reason": "ONNX Runtime cannot run this graph"}, "skipped")
-    runs = run_corners(graph.model, profiles, seed=seed, path=graph.path, keep_outputs=keep_outputs)
+    runs = run_corners(graph.model, profiles, seed=req.seed, path=graph.path, keep_outputs=keep_outputs,
+                       samples=samples)
     if runs.failures:
         first = runs.failures[0]
         raise UsageError(
             f"the graph cannot run at {first.describe()}",
             hint="TensorRT would fail on the same shapes minutes into the build; narrow the profile "
-            "(--min-shapes/--opt-shapes/--max-shapes) to shapes the model supports",
+            "(--min-shapes/--opt-shapes/--max-shapes) to shapes the model supports, or skip this check "
+            "with --no-preflight",
         )
     return Step(runs, {"profiles": len(profiles), "corners_run": "min/opt/max", "graph": graph.label,
-                       "not_run": list(runs.skipped)})
+                       "not_run": list(runs.skipped),
+                       "failed_on_synthetic_values": [f.describe() for f in runs.value_failures]})
 
 
 def _tensorrt_build(plan: BuildPlan, progress: Any) -> Step[Built]:

@@ -8,9 +8,10 @@ milliseconds and names the node.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 CORNERS: tuple[Literal["min", "opt", "max"], ...] = ("min", "opt", "max")
 _NODE = re.compile(r"Name:'([^']*)'")
 _OP = re.compile(r"running (\w+) node")
+SAMPLES_LOOKED_AT = 64  # real samples searched for one of a corner's shapes
 
 
 @dataclass(frozen=True)
@@ -70,17 +72,25 @@ def shapes_key(shapes: dict[str, tuple[int, ...]]) -> ShapesKey:
 @dataclass(frozen=True)
 class CornerRuns:
     """What running the graph at every corner found: the failures, the corners not run (and why),
+    the corners that failed only on trtconv's synthetic input values (warnings, not failures),
     and, when kept, each corner's inputs and outputs (the reference a built engine is judged by)."""
 
     failures: tuple[CornerFailure, ...]
     skipped: tuple[str, ...] = ()
     outputs: Mapping[ShapesKey, tuple[ort.Feeds, ort.Feeds]] = field(default_factory=dict)
+    value_failures: tuple[CornerFailure, ...] = ()
 
 
 def run_corners(model: onnx.ModelProto, profiles: tuple[Profile, ...], *, seed: int = 0,
-                path: Path | None = None, keep_outputs: bool = False) -> CornerRuns:
+                path: Path | None = None, keep_outputs: bool = False,
+                samples: Iterable[Mapping[str, np.ndarray]] | None = None) -> CornerRuns:
     """Run ``model`` at each corner; the first failure per corner (none: all ran).
     Corners whose tensors would not fit in host memory are not run, and say why.
+
+    Inputs: a sample of ``samples`` whose shapes are the corner's, else seeded random data
+    (integer inputs within the tables they index). A corner that fails on those values but runs
+    with every integer input 0 (or 1) failed on the *values*, which TensorRT never sees: it is a
+    warning (``value_failures``), never blamed on the shapes.
 
     Raises InvalidModelError only if ONNX Runtime cannot load the model at all; callers
     that hold a not-ORT-runnable graph (plugin nodes) should pass its ORT-runnable form.
@@ -93,6 +103,7 @@ def run_corners(model: onnx.ModelProto, profiles: tuple[Profile, ...], *, seed: 
     quiet = onnxruntime.RunOptions()
     quiet.log_severity_level = 4  # the failure is reported by us, with the node named
     failures: list[CornerFailure] = []
+    value_failures: list[CornerFailure] = []
     skipped: list[str] = []
     outputs: dict[ShapesKey, tuple[ort.Feeds, ort.Feeds]] = {}
     seen: set[ShapesKey] = set()
@@ -111,18 +122,55 @@ def run_corners(model: onnx.ModelProto, profiles: tuple[Profile, ...], *, seed: 
                 skipped.append(f"{where}: {too_big}")
                 continue
             try:
-                feeds = ort.random_feeds(model, shapes, seed=seed)
+                feeds = _sample_at(model, shapes, samples) or ort.random_feeds(model, shapes, seed=seed)
             except UsageError as exc:
                 failures.append(CornerFailure(index, corner, shapes, None, None, exc.message))
                 continue
             try:
                 values = sess.run(names, feeds, quiet)
             except Exception as exc:  # ORT raises its own RuntimeException types
-                failures.append(_failure(index, corner, shapes, exc))
-                continue
+                failure = _failure(index, corner, shapes, exc)
+                rerun = _rerun_with_plain_integers(sess, names, feeds, quiet)
+                if rerun is None:
+                    failures.append(failure)
+                    continue
+                value_failures.append(failure)
+                log.warning("%s: ONNX Runtime failed on trtconv's synthetic input values, not on the shapes (it "
+                            "runs with integer inputs %d); TensorRT does not look at values, the build goes on",
+                            failure.describe(), rerun[0])
+                feeds, values = rerun[1], rerun[2]
             if keep_outputs:
                 outputs[key] = (feeds, {n: np.asarray(v) for n, v in zip(names, values)})
-    return CornerRuns(tuple(failures), tuple(skipped), outputs)
+    return CornerRuns(tuple(failures), tuple(skipped), outputs, tuple(value_failures))
+
+
+def _sample_at(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]],
+               samples: Iterable[Mapping[str, np.ndarray]] | None) -> ort.Feeds | None:
+    """The first real sample whose every input has the corner's shape (inputs not in ``shapes``
+    are static: any sample fits them), or None."""
+    if samples is None:
+        return None
+    wanted = list(ort.input_types(model))
+    for sample in itertools.islice(samples, SAMPLES_LOOKED_AT):
+        if set(wanted) <= set(sample) and all(tuple(sample[n].shape) == tuple(s) for n, s in shapes.items()
+                                              if n in sample):
+            return {n: np.asarray(sample[n]) for n in wanted}
+    return None
+
+
+def _rerun_with_plain_integers(sess: object, names: list[str], feeds: ort.Feeds, options: object
+                               ) -> tuple[int, ort.Feeds, list[object]] | None:
+    """The same shapes with every integer input 0, then 1: (the value, its feeds, the outputs) of
+    the first that runs, or None when neither does (or there is no integer input to change)."""
+    if not any(v.dtype.kind in "iu" for v in feeds.values()):
+        return None
+    for fill in (0, 1):
+        plain = {n: (np.full_like(v, fill) if v.dtype.kind in "iu" else v) for n, v in feeds.items()}
+        try:
+            return fill, plain, sess.run(names, plain, options)  # type: ignore[attr-defined]
+        except Exception:  # ORT raises its own RuntimeException types
+            continue
+    return None
 
 
 def _failure(index: int, corner: str, shapes: dict[str, tuple[int, ...]], exc: Exception) -> CornerFailure:

@@ -198,7 +198,8 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
         gproof = prove_graph(reference, out, settings.shapes, applied.graph_cuts, settings.seed,
                              settings.graph_tolerance)
         if not gproof.passed:
-            bad = [f"{s.name}: max abs {s.max_abs:.3g}" for s in gproof.stats if s.max_abs > (gproof.tolerance or 0)]
+            bad = [f"{s.name}: max abs {s.max_abs:.3g} > {gproof.tolerance or 0:.3g} ({gproof.arithmetic} tolerance)"
+                   for s in gproof.stats if s.max_abs > (gproof.tolerance or 0)]
             what = "; ".join(bad) or gproof.reason or ""
             raise AccuracyError(what if what.startswith("the rewritten model does not load") else
                                 "rewrite changed the model's outputs: " + what,

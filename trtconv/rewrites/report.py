@@ -125,6 +125,8 @@ def _proof_text(p: Proof) -> str:
         return p.reason or "not proven"
     status = "passed" if p.passed else "FAILED"
     err = f" max|err| {p.max_abs:.2g} <= {p.tolerance:.2g}" if p.max_abs is not None and p.tolerance else ""
+    if err and p.arithmetic != "float32":
+        err += f" ({p.arithmetic} arithmetic)"
     return f"{p.method} {status}{err}" + (f" ({p.reason})" if p.reason else "")
 
 
