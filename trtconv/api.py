@@ -154,6 +154,8 @@ class BuildSettings:
     # fp16/int8: samples, exclusions, INT8 options and the accuracy gate as ``quantize`` takes them;
     # None: quantize's defaults over calib_data / calib_limit
     quantize: QuantizeSettings | None = None
+    # the command line hints repeat (the CLI's, with the user's options; None: one made from these settings)
+    command: str | None = None
 
     def outputs(self, output: PathLike) -> list[Path]:
         """The files a build writes: the prepared ONNX, then (unless prepare_only) manifest and engine."""
@@ -187,7 +189,7 @@ class BuildSettings:
             calib_limit=self.calib_limit, shapes=self.shapes, min_shapes=tuple(self.min_shapes),
             opt_shapes=tuple(self.opt_shapes), max_shapes=tuple(self.max_shapes), prepared=self.prepared,
             prepare_only=self.prepare_only, verify=self.verify, preflight=self.preflight, target=self.trt, dcn_target=self.dcn_target,
-            seed=self.seed, plan=plan, quantize=self.quantize,
+            seed=self.seed, plan=plan, quantize=self.quantize, command=self.command,
         )
 
 

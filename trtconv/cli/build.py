@@ -16,6 +16,7 @@ from trtconv.cli.cache import cache_option, gpu_identity
 from trtconv.cli.config import config_option
 from trtconv.cli.depfile import deps_option
 from trtconv.cli.options import (
+    command_line,
     exclude_options,
     force_option,
     gate_options,
@@ -85,7 +86,8 @@ def _key_extra(params: Mapping[str, Any]) -> dict[str, Any]:
     return {} if params.get("prepare_only") else gpu_identity()
 
 
-NOT_INPUTS = ("prepared", "timing_cache")  # path flags that are not inputs (the build updates the cache)
+NOT_INPUTS = ("prepared", "timing_cache")
+SHAPE_FLAGS = ("shapes", "min_shapes", "opt_shapes", "max_shapes")  # a shapes hint gives its own  # path flags that are not inputs (the build updates the cache)
 
 
 @click.command("build")
@@ -161,6 +163,7 @@ def build(model: Path, output: Path, precision: str, shapes: str | None,
         compute_capabilities=compute_capabilities, version_compatible=version_compatible, exclude_lean_runtime=exclude_lean_runtime, plugins=plugins,
         min_precision_share=min_precision_share, dcn_target=dcn_target, prepared=prepared,
         prepare_only=prepare_only, verify=not no_verify, preflight=not no_preflight, seed=seed, trt=trt_version,
+        command=command_line(click.get_current_context(), drop=SHAPE_FLAGS),
     )
     sink = BarSink()
     outcome = BuildOutcome(prepared=settings.outputs(output)[0])

@@ -101,6 +101,7 @@ class BuildRequest:
     # fp16/int8: samples, exclusions, INT8 options and the accuracy gate, as ``quantize`` takes them
     # (None: quantize's defaults with calib_data / calib_limit)
     quantize: QuantizeSettings | None = None
+    command: str | None = None  # the user's command line without its shape flags, for hints that repeat it
 
     def quantize_settings(self) -> QuantizeSettings:
         """The precision stage's settings (precision fp16 or int8)."""
@@ -385,8 +386,13 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
 
 
 def _command(req: BuildRequest) -> str:
-    """The command line a hint repeats, with the user's paths."""
+    """The command line a hint repeats: the user's own (the CLI passes it), else one with the
+    request's paths and the options that change what is built."""
+    if req.command:
+        return req.command
     flags = f" --precision {req.precision}" if req.precision != "fp32" else ""
+    flags += f" --trt {req.target}"  # always: the default target depends on what is installed
+    flags += f" --calib-data {shlex.quote(str(req.calib_data))}" if req.calib_data else ""
     return (f"trtconv build {shlex.quote(str(req.model))} -o {shlex.quote(str(req.output))}{flags}"
             + (" --prepare-only" if req.prepare_only else ""))
 
@@ -433,7 +439,7 @@ def _check(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]])
         raise UnsupportedModelError(
             f"{target_name(target)} {verb} {len(bad)} node(s) that trtconv can neither rewrite nor map to a "
             f"plugin: {names}",
-            hint=f"run `trtconv check {loaded.path}` for the reasons",
+            hint=f"run `trtconv check --trt {target} {shlex.quote(str(loaded.path))}` for the reasons",
         )
     return Step(None, {"verdict": report.verdict, "target": target})
 
@@ -463,7 +469,7 @@ def _recheck(saved: Saved, target: str, shapes: dict[str, tuple[int, ...]]) -> S
         names = ", ".join(f"{n.path} ({n.op_type}: {n.status})" for n in left[:5])
         raise UnsupportedModelError(
             f"after rewrite and precision, {target_name(target)} would still reject {len(left)} node(s): {names}",
-            hint=f"run `trtconv check {saved.path}` for the reasons",
+            hint=f"run `trtconv check --trt {target} {shlex.quote(str(saved.path))}` for the reasons",
         )
     plugins = sorted({qualified_op(n.domain, n.op_type) for n in report.nodes if n.status == "plugin"})
     return Step(None, {"verdict": report.verdict, "plugin_ops": plugins})

@@ -197,9 +197,19 @@ def suggest_shapes(model: onnx.ModelProto, dynamic: Mapping[str, list[int | str 
     """``--shapes`` text with real numbers: batch dims 1, other dynamic dims the first of a few
     common sizes the graph runs at in ONNX Runtime (or the first size, if none runs)."""
 
+    # A named dim is one size wherever it appears (ONNX Runtime refuses "batch" = 1 in one input and
+    # 224 in another): a batch if it leads any input of rank >= 2, else a size.
+    batch_names = {dims[0] for dims in dynamic.values() if len(dims) >= 2 and isinstance(dims[0], str) and dims[0]}
+
+    def value(axis: int, dims: list[int | str | None], d: int | str | None, size: int) -> int:
+        if isinstance(d, int):
+            return d
+        if isinstance(d, str) and d:
+            return 1 if d in batch_names else size
+        return 1 if axis == 0 and len(dims) >= 2 else size
+
     def fill(size: int) -> dict[str, Shape]:
-        return {n: tuple(d if isinstance(d, int) else (1 if axis == 0 and len(dims) >= 2 else size)
-                         for axis, d in enumerate(dims)) for n, dims in dynamic.items()}
+        return {n: tuple(value(axis, dims, d, size) for axis, d in enumerate(dims)) for n, dims in dynamic.items()}
 
     def text(shapes: Mapping[str, Shape]) -> str:
         return ",".join(f"{n}:{'x'.join(map(str, s))}" for n, s in shapes.items())
