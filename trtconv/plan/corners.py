@@ -44,6 +44,8 @@ class CornerFailure:
 
     def describe(self) -> str:
         where = f"node {self.node!r}" + (f" ({self.op})" if self.op else "") if self.node else "the graph"
+        if not self.shapes:  # a static model: no profile
+            return f"the model's static shapes: {where} fails: {self.message}"
         dims = ", ".join(f"{k}:{'x'.join(map(str, v))}" for k, v in self.shapes.items())
         return f"profile {self.profile} {self.corner} shapes ({dims}): {where} fails: {self.message}"
 
