@@ -63,3 +63,13 @@ def test_profile_from_calibration_data_is_announced_and_narrowing_warned(ocr_cls
     narrowed = [w for w in warnings if "dim 3" in w]
     assert len(narrowed) == 1 and "spans only 96..320" in narrowed[0]
     assert not any("dim 0" in w for w in warnings)  # the batch is announced in the profile line only
+
+
+def test_contradicting_options_are_reported_before_the_model_is_read(tmp_path):
+    """--timing-cache with --trt rtx needs no model to refuse: a file that is not even ONNX
+    gets the usage error (exit 2), not exit 3 after reading it."""
+    model = tmp_path / "big.onnx"
+    model.write_bytes(b"not an onnx model")
+    res = run("build", model, "-o", tmp_path / "m.engine", "--trt", "rtx", "--timing-cache", tmp_path / "t.cache")
+    assert res.exit_code == ExitCode.USAGE, res.output
+    assert "timing cache" in res.stderr

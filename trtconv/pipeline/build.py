@@ -279,6 +279,7 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
     """The whole pipeline. Raises a TrtconvError subclass on failure (its exit code is the verdict);
     pass ``outcome`` to see how far it got (stages, prepared ONNX) when it raises."""
     plan = req.plan or BuildPlan(onnx_path=req.prepared_path(), engine_path=req.output)
+    validate_plan(replace(plan, precision=req.precision))  # option consistency first: no model needed
     if req.precision == "int8" and not _has_samples(req.quantize_settings()):
         raise UsageError("--precision int8 needs --calib-data", hint="give a folder of .npy/.npz samples or images")
     if req.precision != "fp32":
@@ -312,7 +313,6 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
         _check(loaded, req.target, {})  # a model no shapes could build says so first, with the reason (exit 5)
         raise
     plan = replace(plan, onnx_path=prepared, engine_path=req.output, precision=req.precision, profiles=profiles)
-    validate_plan(plan)
     onnx_sha = model_sha256(loaded)
     shapes0 = profiles[0].corner("opt") if profiles else {}
 
