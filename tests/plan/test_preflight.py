@@ -99,3 +99,17 @@ def test_profile_corner_of_a_token_table_runs(tmp_path):
     profile = Profile(tuple((n, InputRange((1, 4), (2, 16), (4, 32))) for n in INPUTS))
     runs = run_corners(model, (profile,), seed=7)
     assert runs.failures == () and runs.value_failures == ()
+
+
+def test_build_runs_the_corners_on_the_given_samples(tmp_path):
+    """With --calib-data the corner runs on the real sample of its shape: valid ids, no warning."""
+    pytest.importorskip("tensorrt_rtx")
+    model = shifted_index_model(tmp_path / "shifted.onnx")
+    data = tmp_path / "ids.npz"
+    np.savez(data, ids=np.array([[0, 1, 2, 2, 1, 0, 1, 2]], np.int64))
+    res = CliRunner().invoke(cli, ["build", str(model), "-o", str(tmp_path / "s.engine"), "--trt", "rtx",
+                                   "--calib-data", str(data), "--json"])
+    assert res.exit_code == ExitCode.OK, res.output
+    assert "synthetic input values" not in res.stderr
+    (profiles,) = [s for s in json.loads(res.stdout)["stages"] if s["name"] == "profiles"]
+    assert profiles["failed_on_synthetic_values"] == []

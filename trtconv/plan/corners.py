@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 CORNERS: tuple[Literal["min", "opt", "max"], ...] = ("min", "opt", "max")
 _NODE = re.compile(r"Name:'([^']*)'")
 _OP = re.compile(r"running (\w+) node")
-SAMPLES_LOOKED_AT = 64  # real samples searched for one of a corner's shapes
+SAMPLES_LOOKED_AT = 64  # real samples searched for the corners' shapes
 
 
 @dataclass(frozen=True)
@@ -110,6 +110,7 @@ def run_corners(model: onnx.ModelProto, profiles: tuple[Profile, ...], *, seed: 
     outputs: dict[ShapesKey, tuple[ort.Feeds, ort.Feeds]] = {}
     seen: set[ShapesKey] = set()
     names = [o.name for o in sess.get_outputs()]
+    real = _samples_by_shape(model, samples)
     for index, profile in enumerate(profiles or (Profile(()),)):
         for corner in CORNERS:
             shapes = profile.corner(corner)
@@ -124,7 +125,7 @@ def run_corners(model: onnx.ModelProto, profiles: tuple[Profile, ...], *, seed: 
                 skipped.append(f"{where}: {too_big}")
                 continue
             try:
-                feeds = _sample_at(model, shapes, samples) or ort.random_feeds(model, shapes, seed=seed)
+                feeds = _sample_at(shapes, real) or ort.random_feeds(model, shapes, seed=seed)
             except UsageError as exc:
                 failures.append(CornerFailure(index, corner, shapes, None, None, exc.message))
                 continue
@@ -146,17 +147,27 @@ def run_corners(model: onnx.ModelProto, profiles: tuple[Profile, ...], *, seed: 
     return CornerRuns(tuple(failures), tuple(skipped), outputs, tuple(value_failures))
 
 
-def _sample_at(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]],
-               samples: Iterable[Mapping[str, np.ndarray]] | None) -> ort.Feeds | None:
-    """The first real sample whose every input has the corner's shape (inputs not in ``shapes``
-    are static: any sample fits them), or None."""
+def _samples_by_shape(model: onnx.ModelProto, samples: Iterable[Mapping[str, np.ndarray]] | None
+                      ) -> list[ort.Feeds]:
+    """The first of the first SAMPLES_LOOKED_AT samples of each distinct set of input shapes (read
+    once for every corner; only samples holding every input)."""
     if samples is None:
-        return None
+        return []
     wanted = list(ort.input_types(model))
+    kept: dict[tuple[tuple[int, ...], ...], ort.Feeds] = {}
     for sample in itertools.islice(samples, SAMPLES_LOOKED_AT):
-        if set(wanted) <= set(sample) and all(tuple(sample[n].shape) == tuple(s) for n, s in shapes.items()
-                                              if n in sample):
-            return {n: np.asarray(sample[n]) for n in wanted}
+        if set(wanted) <= set(sample):
+            feeds = {n: np.asarray(sample[n]) for n in wanted}
+            kept.setdefault(tuple(tuple(v.shape) for v in feeds.values()), feeds)
+    return list(kept.values())
+
+
+def _sample_at(shapes: Mapping[str, tuple[int, ...]], samples: list[ort.Feeds]) -> ort.Feeds | None:
+    """A real sample whose inputs have the corner's shapes (inputs not in ``shapes`` are static:
+    every sample fits them), or None."""
+    for sample in samples:
+        if all(tuple(sample[n].shape) == tuple(s) for n, s in shapes.items() if n in sample):
+            return sample
     return None
 
 
