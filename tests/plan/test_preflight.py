@@ -20,7 +20,7 @@ from trtconv.cli.main import cli
 from trtconv.errors import ExitCode
 from trtconv.onnxutil.indices import index_limits
 from trtconv.plan.corners import run_corners
-from trtconv.plan.plan import InputRange, Profile
+from trtconv.plan.build_plan import InputRange, Profile
 from trtconv.reference.ort import random_feeds
 
 STATIC = "--shapes", ",".join(f"{n}:1x8" for n in INPUTS)

@@ -17,12 +17,16 @@ import onnx
 from onnx import helper
 
 from trtconv.errors import InvalidModelError, OutOfMemoryError, UsageError, is_allocation_failure
-from trtconv.load.external import has_lazy_weights
-from trtconv.load.memory import available_memory
-from trtconv.load.proto import weight_bytes
-from trtconv.load.save import write_scratch
-from trtconv.load.shapes import Shape, input_dims, largest_static_tensor
-from trtconv.onnxutil.indices import index_limits
+from trtconv.load import (
+    Shape,
+    available_memory,
+    has_lazy_weights,
+    input_dims,
+    largest_static_tensor,
+    weight_bytes,
+    write_scratch,
+)
+from trtconv.onnxutil import index_limits
 
 Feeds = dict[str, np.ndarray]
 SMALL_INTS = 4  # random integer inputs are drawn from 0 .. SMALL_INTS - 1 (or fewer: a table's rows)
