@@ -19,8 +19,8 @@ from textmodels import INPUTS, bert_like, shifted_index_model
 from trtconv.cli.main import cli
 from trtconv.errors import ExitCode
 from trtconv.onnxutil.indices import index_limits
-from trtconv.plan.corners import run_corners
 from trtconv.plan.build_plan import InputRange, Profile
+from trtconv.plan.corners import run_corners
 from trtconv.reference.ort import random_feeds
 
 STATIC = "--shapes", ",".join(f"{n}:1x8" for n in INPUTS)
