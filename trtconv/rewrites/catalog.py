@@ -14,9 +14,13 @@ from trtconv.rewrites.dcn import DcnRule
 from trtconv.rewrites.dcn_dialects import DIALECTS
 from trtconv.rewrites.pluginmap import PluginMap
 from trtconv.rewrites.pluginmap_rule import PluginMapRule
+from trtconv.rewrites.quantized.dynamic_integer import DynamicIntegerRule
+from trtconv.rewrites.quantized.dynamic_lstm import DynamicLstmRule
 from trtconv.rewrites.rule import RewriteRule
 
 RULES: tuple[RewriteRule, ...] = tuple(DcnRule(d) for d in DIALECTS)
+RULES += (DynamicIntegerRule(),)
+RULES += (DynamicLstmRule(),)
 
 # (domain, op_type) -> the built-in rule for it; the empty domain is ONNX's default domain
 REWRITABLE: dict[tuple[str, str], RewriteRule] = {key: rule for rule in RULES for key in rule.ops}

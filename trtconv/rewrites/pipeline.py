@@ -31,7 +31,7 @@ from trtconv.onnxutil.walk import iter_graphs
 from trtconv.reference import ort
 from trtconv.rewrites import cleanup
 from trtconv.rewrites.catalog import active_rules, rewrite_rule_for, rule_among
-from trtconv.rewrites.proof import Proof, prove_graph, prove_node, prove_unchanged
+from trtconv.rewrites.proof import Proof, measure_drift, prove_graph, prove_node, prove_unchanged
 from trtconv.rewrites.report import NodeInfo, RewriteEntry, RewriteReport, RewriteResult
 from trtconv.rewrites.roundtrip import (
     export,
@@ -71,6 +71,7 @@ class _Applied:
     entries: list[RewriteEntry]
     pending: dict[int, set[str]]  # opset -> the ops that need it (emitted in PENDING_DOMAIN)
     graph_cuts: set[str]
+    inexact: bool = False  # a replacement changed the numbers on purpose (Emitted.exact False)
 
 
 def _apply_rules(graph: gs.Graph, ctx: RuleContext, rules: tuple[RewriteRule, ...]) -> _Applied:
@@ -85,7 +86,10 @@ def _apply_rules(graph: gs.Graph, ctx: RuleContext, rules: tuple[RewriteRule, ..
     new_order: list[gs.Node] = []
     used_names = {n.name for n in graph.nodes}
     bases: set[str] = set()  # replacement nodes and tensors are named "<base>/...": keep bases unique
+    absorbed: set[int] = set()  # id() of nodes a replacement stands for: dropped, never visited
     for index, (node, rule) in enumerate(covered):
+        if id(node) in absorbed:
+            continue
         # an unnamed node's made-up name must not be another node's either
         name = fresh_name(node.name or f"{node.op}_{index}", bases if node.name else bases | used_names)
         bases.add(name)
@@ -102,6 +106,8 @@ def _apply_rules(graph: gs.Graph, ctx: RuleContext, rules: tuple[RewriteRule, ..
         if emitted.pending_opset:
             applied.pending.setdefault(emitted.pending_opset, set()).add(emitted.pending_op)
         applied.graph_cuts |= emitted.graph_cuts
+        absorbed.update(id(n) for n in emitted.absorbed)
+        applied.inexact = applied.inexact or not emitted.exact
         if settings.verify:
             case = rule.proof_case(ctx, site, match, emitted)
             proof = case if isinstance(case, Proof) else prove_node(case)
@@ -113,7 +119,7 @@ def _apply_rules(graph: gs.Graph, ctx: RuleContext, rules: tuple[RewriteRule, ..
             proof = rule.unproven(match)
         applied.entries.append(RewriteEntry(name, rule.name, emitted.target, before,
                                             tuple(NodeInfo.of(n) for n in emitted.nodes), proof, emitted.notes))
-    graph.nodes = new_order
+    graph.nodes = [n for n in new_order if id(n) not in absorbed]
     if failures:
         raise AccuracyError("rewrite proof failed: " + "; ".join(failures),
                             hint="nothing was written; the replacement does not compute what the original op does "
@@ -206,8 +212,12 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     else:
         gproof = Proof("none", True, reason="--no-verify" if not settings.verify else
                        "model over the large-model threshold: graph proof skipped (node proofs still ran)")
+    drift = None
+    if applied.inexact and settings.verify and not large:
+        drift = measure_drift(model if was_sorted else sorted_copy(model), out,
+                              {**settings.proof_shapes, **settings.shapes}, settings.seed)
     report = RewriteReport(settings, tuple(applied.entries), tuple(results), gproof, nodes_before,
-                           _count_nodes(out), opset_before, default_opset(out), tuple(notes))
+                           _count_nodes(out), opset_before, default_opset(out), tuple(notes), drift)
     return RewriteResult(out, report)
 
 

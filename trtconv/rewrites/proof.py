@@ -206,6 +206,20 @@ def prove_graph(
     return proof
 
 
+def measure_drift(before: onnx.ModelProto, after: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]],
+                  seed: int) -> Proof:
+    """How far the whole model moved where a rule changed the numbers on purpose (dynamic
+    quantization dropped): both models end to end, uncut, on the same random inputs. A figure
+    to report, not a pass/fail (the node proofs hold each replacement to its bound)."""
+    p = _compare_graphs(before, after, shapes, set(), seed, float("inf"))
+    if p.method == "none":
+        return p
+    cos = min((s.cosine for s in p.stats), default=1.0)
+    return Proof(p.method, True, None, p.stats, p.shapes,
+                 f"measured, not a pass/fail: the original's own quantization noise, dropped by a rule, is what "
+                 f"changed (min cosine {cos:.6f})")
+
+
 def prove_unchanged(before: onnx.ModelProto, after: onnx.ModelProto) -> Proof | None:
     """A proof without running anything when the rewrite changed nothing that computes: the
     same inputs, outputs and nodes (order aside) and the same constants, compared value by

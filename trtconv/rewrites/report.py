@@ -84,6 +84,7 @@ class RewriteReport:
     opset_before: int
     opset_after: int
     notes: tuple[str, ...] = ()
+    drift: Proof | None = None  # the whole model against the original, where a rule changed the numbers
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -92,6 +93,7 @@ class RewriteReport:
             "rewrites": [r.to_json() for r in self.rewrites],
             "cleanups": [c.to_json() for c in self.cleanups],
             "graph_proof": self.graph_proof.to_json(),
+            "drift": None if self.drift is None else self.drift.to_json(),
             "summary": {
                 "nodes_before": self.nodes_before,
                 "nodes_after": self.nodes_after,
@@ -116,6 +118,8 @@ class RewriteReport:
                 lines.append(f"  {c.rule}: {c.count}{detail}")
                 lines.extend(f"    note: {n}" for n in c.notes if c.count or c.rule != "fold-constants")
         lines.append(f"  graph proof: {_proof_text(self.graph_proof)}")
+        if self.drift is not None:
+            lines.append(f"  against the original: {_drift_text(self.drift)}")
         lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(lines)
 
@@ -126,6 +130,13 @@ def _proof_text(p: Proof) -> str:
     status = "passed" if p.passed else "FAILED"
     err = f" max|err| {p.max_abs:.2g} <= {p.tolerance:.2g}" if p.max_abs is not None and p.tolerance else ""
     return f"{p.method} {status}{err}" + (f" ({p.reason})" if p.reason else "")
+
+
+def _drift_text(p: Proof) -> str:
+    if p.method == "none" or not p.stats:
+        return p.reason or "not measured"
+    worst = max(p.stats, key=lambda s: s.max_abs)
+    return f"max|err| {worst.max_abs:.3g}, max rel {worst.max_rel:.3g}, cosine {worst.cosine:.6f} ({p.reason})"
 
 
 @dataclass(frozen=True)

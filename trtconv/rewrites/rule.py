@@ -20,7 +20,7 @@ New rules are registered in :mod:`trtconv.rewrites.catalog`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +63,19 @@ class Emitted:
     pending_opset: int = 0  # default-domain opset the nodes emitted in PENDING_DOMAIN need (0: none)
     pending_op: str = ""  # the op that needs it, for messages ("DeformConv")
     graph_cuts: frozenset[str] = frozenset()  # tensors the whole-graph proof must not compare
+    # Other nodes the replacement stands for (a quantized op's Cast/Mul tail): the rule detaches
+    # them (:func:`detach`) before emitting, the driver drops them and never visits them.
+    absorbed: tuple[gs.Node, ...] = ()
+    # False: the replacement changes the numbers on purpose (dynamic quantization dropped); its
+    # node proof holds a measured bound, and the report adds the whole model's measured drift.
+    exact: bool = True
+
+
+def detach(nodes: Sequence[gs.Node]) -> None:
+    """Disconnect nodes a replacement absorbs, before the replacement writes their outputs."""
+    for n in nodes:
+        n.inputs.clear()
+        n.outputs.clear()
 
 
 class RewriteRule(ABC):

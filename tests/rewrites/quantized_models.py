@@ -1,0 +1,49 @@
+"""Small float graphs built in code and quantized by ONNX Runtime's own quantizers (or built
+with its QOperator ops directly): the originals of the tests of trtconv/rewrites/quantized/."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+F = TensorProto.FLOAT
+
+
+def _init(rng: np.random.Generator, name: str, shape: tuple[int, ...], scale: float = 1.0) -> onnx.TensorProto:
+    return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+
+def conv_matmul_model(path: Path) -> Path:
+    """Conv(+bias) -> Relu -> Flatten -> MatMul -> Add: what quantize_dynamic makes ConvInteger/MatMulInteger of."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["r"]), helper.make_node("Flatten", ["r"], ["f"]),
+             helper.make_node("MatMul", ["f", "M"], ["mm"], name="mm"), helper.make_node("Add", ["mm", "MB"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [1, 3, 6, 6])],
+                          [helper.make_tensor_value_info("y", F, [1, 10])],
+                          [_init(rng, "W", (8, 3, 3, 3)), _init(rng, "B", (8,)), _init(rng, "M", (288, 10), 0.1),
+                           _init(rng, "MB", (10,))])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def lstm_model(path: Path, hidden: int = 8, size: int = 6) -> Path:
+    """A bidirectional LSTM: what quantize_dynamic makes com.microsoft::DynamicQuantizeLSTM of."""
+    rng = np.random.default_rng(1)
+    node = helper.make_node("LSTM", ["x", "W", "R", "B"], ["y"], hidden_size=hidden, direction="bidirectional")
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", F, [5, 1, size])],
+                          [helper.make_tensor_value_info("y", F, None)],
+                          [_init(rng, "W", (2, 4 * hidden, size), 0.3), _init(rng, "R", (2, 4 * hidden, hidden), 0.3),
+                           _init(rng, "B", (2, 8 * hidden), 0.1)])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def quantized_dynamic(float_model: Path, out: Path, weight_type: str = "QInt8", per_channel: bool = False) -> Path:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(str(float_model), str(out), weight_type=getattr(QuantType, weight_type), per_channel=per_channel)
+    return out

@@ -1,0 +1,122 @@
+"""Reading ONNX Runtime's quantized patterns out of a graphsurgeon graph, and running the original
+pattern in ONNX Runtime for the proofs (the quantized ops only it implements)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+from onnx import helper
+from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
+
+from trtconv.reference.ort import run, session
+
+MS_DOMAIN = "com.microsoft"
+
+
+def producer(t: gs.Tensor | None) -> gs.Node | None:
+    return t.inputs[0] if t is not None and isinstance(t, gs.Variable) and len(t.inputs) == 1 else None
+
+
+def sole_consumer(t: gs.Tensor, graph_outputs: frozenset[str]) -> gs.Node | None:
+    """The one node reading ``t`` (None when several do, or the graph outputs it)."""
+    if t.name in graph_outputs or len(t.outputs) != 1:
+        return None
+    return t.outputs[0]
+
+
+def const(t: gs.Tensor | None) -> np.ndarray | None:
+    return np.asarray(t.values) if isinstance(t, gs.Constant) else None
+
+
+def given(node: gs.Node, i: int) -> gs.Tensor | None:
+    """Input ``i`` of ``node``, None when absent or empty (an optional input left out)."""
+    return node.inputs[i] if i < len(node.inputs) and node.inputs[i].name else None
+
+
+def other_input(node: gs.Node, t: gs.Tensor) -> gs.Tensor | None:
+    """The other input of a binary node that reads ``t``."""
+    if len(node.inputs) != 2:
+        return None
+    a, b = node.inputs
+    return b if a is t else a if b is t else None
+
+
+def dequantize(q: np.ndarray, scale: np.ndarray, zero: np.ndarray | None, axis: int) -> np.ndarray:
+    """``(q - zero) * scale`` in float64; per-channel scale/zero broadcast along ``axis`` of ``q``."""
+    def along(v: np.ndarray) -> np.ndarray:
+        v = np.asarray(v, dtype=np.float64)
+        if v.size == 1:
+            return v.reshape(())
+        shape = [1] * q.ndim
+        shape[axis] = v.size
+        return v.reshape(shape)
+    z = along(zero) if zero is not None else 0.0
+    return (q.astype(np.float64) - z) * along(scale)
+
+
+def upstream(out: gs.Tensor, stop: Sequence[gs.Tensor]) -> list[gs.Node] | None:
+    """The nodes computing ``out`` from ``stop`` and constants, producers first; None when anything
+    else (another variable) feeds in."""
+    stop_names = {t.name for t in stop}
+    seen: dict[int, gs.Node] = {}
+    order: list[gs.Node] = []
+
+    def visit(t: gs.Tensor) -> bool:
+        if isinstance(t, gs.Constant) or t.name in stop_names or not t.name:
+            return True
+        p = producer(t)
+        if p is None:
+            return False
+        if id(p) in seen:
+            return True
+        seen[id(p)] = p
+        if not all(visit(i) for i in p.inputs):
+            return False
+        order.append(p)
+        return True
+
+    return order if visit(out) else None
+
+
+@dataclass(frozen=True)
+class Original:
+    """The original pattern as ONNX, taken before the rewrite rewires its nodes: what the proof runs."""
+
+    nodes: tuple[onnx.NodeProto, ...]
+    constants: Mapping[str, np.ndarray]
+
+    @staticmethod
+    def of(nodes: Sequence[gs.Node]) -> Original:
+        consts = {t.name: np.asarray(t.values) for n in nodes for t in n.inputs if isinstance(t, gs.Constant)}
+        return Original(tuple(OnnxExporter.export_node(n) for n in nodes), consts)
+
+    def run(self, inputs: Mapping[str, np.ndarray], output: str, opset: int,
+            output_type: int = onnx.TensorProto.FLOAT) -> np.ndarray:
+        """The pattern's output in ONNX Runtime (the one implementation of its quantized ops)."""
+        model = original_model(self, inputs, output, opset, output_type)
+        return run(session(model), dict(inputs), [output])[output]
+
+
+def original_model(original: Original, inputs: Mapping[str, np.ndarray], output: str, opset: int,
+                   output_type: int = onnx.TensorProto.FLOAT) -> onnx.ModelProto:
+    protos, consts = original.nodes, original.constants
+    g = helper.make_graph(
+        protos, "original",
+        [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+         for k, v in inputs.items()],
+        [helper.make_tensor_value_info(output, output_type, None)],
+        initializer=[onnx.numpy_helper.from_array(v, k) for k, v in sorted(consts.items())],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS_DOMAIN, 1)],
+                             ir_version=9)
+
+
+def concrete(shape: Sequence[object] | None, fill: Sequence[int]) -> tuple[int, ...] | None:
+    """``shape`` with unknown dims replaced by ``fill[axis]`` (None when the rank is unknown)."""
+    if shape is None or len(shape) != len(fill):
+        return None
+    return tuple(d if isinstance(d, int) and d > 0 else f for d, f in zip(shape, fill))
