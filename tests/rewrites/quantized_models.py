@@ -47,3 +47,45 @@ def quantized_dynamic(float_model: Path, out: Path, weight_type: str = "QInt8", 
 
     quantize_dynamic(str(float_model), str(out), weight_type=getattr(QuantType, weight_type), per_channel=per_channel)
     return out
+
+
+def ops_model(path: Path) -> Path:
+    """Conv, Sigmoid, Mul, LeakyRelu, AveragePool, Concat, GlobalAveragePool, Gemm: what quantize_static's
+    QOperator format makes QLinearConv, QLinearSigmoid, QLinearMul, ..., QGemm of."""
+    rng = np.random.default_rng(2)
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["m"]),
+             helper.make_node("LeakyRelu", ["m"], ["l"], alpha=0.1),
+             helper.make_node("AveragePool", ["l"], ["ap"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Concat", ["ap", "ap"], ["cc"], axis=1),
+             helper.make_node("GlobalAveragePool", ["cc"], ["g"]), helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("Gemm", ["f", "G", "GB"], ["y"], transB=1)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", F, [1, 5])],
+                          [_init(rng, "W", (8, 3, 3, 3)), _init(rng, "B", (8,)), _init(rng, "G", (5, 16), 0.3),
+                           _init(rng, "GB", (5,))])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def quantized_static(float_model: Path, out: Path, fmt: str, activation: str = "QInt8", weight: str = "QInt8",
+                     symmetric: bool = False) -> Path:
+    """quantize_static on four seeded random samples of the model's one input."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    model = onnx.load(str(float_model))
+    inp = model.graph.input[0]
+    shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.it = iter([{inp.name: np.random.default_rng(i).standard_normal(shape).astype(np.float32)}
+                            for i in range(4)])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    quantize_static(str(float_model), str(out), Reader(), quant_format=getattr(QuantFormat, fmt),
+                    activation_type=getattr(QuantType, activation), weight_type=getattr(QuantType, weight),
+                    extra_options={"ActivationSymmetric": symmetric})
+    return out

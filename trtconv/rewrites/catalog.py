@@ -16,11 +16,15 @@ from trtconv.rewrites.pluginmap import PluginMap
 from trtconv.rewrites.pluginmap_rule import PluginMapRule
 from trtconv.rewrites.quantized.dynamic_integer import DynamicIntegerRule
 from trtconv.rewrites.quantized.dynamic_lstm import DynamicLstmRule
+from trtconv.rewrites.quantized.qdq import QdqRule
+from trtconv.rewrites.quantized.qoperator import QOperatorRule
 from trtconv.rewrites.rule import RewriteRule
 
 RULES: tuple[RewriteRule, ...] = tuple(DcnRule(d) for d in DIALECTS)
 RULES += (DynamicIntegerRule(),)
 RULES += (DynamicLstmRule(),)
+RULES += (QdqRule(),)
+RULES += (QOperatorRule(),)
 
 # (domain, op_type) -> the built-in rule for it; the empty domain is ONNX's default domain
 REWRITABLE: dict[tuple[str, str], RewriteRule] = {key: rule for rule in RULES for key in rule.ops}

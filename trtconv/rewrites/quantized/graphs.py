@@ -15,6 +15,70 @@ from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 from trtconv.reference.ort import run, session
 
 MS_DOMAIN = "com.microsoft"
+INT_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
+QOPERATOR_OPS = {("", "QLinearConv"), ("", "QLinearMatMul"), (MS_DOMAIN, "QGemm"), (MS_DOMAIN, "QLinearAdd"),
+                 (MS_DOMAIN, "QLinearMul"), (MS_DOMAIN, "QLinearSigmoid"), (MS_DOMAIN, "QLinearGlobalAveragePool"),
+                 (MS_DOMAIN, "QLinearConcat"), (MS_DOMAIN, "QLinearLeakyRelu"), (MS_DOMAIN, "QLinearAveragePool")}
+# ops that move or select values without computing: a quantized tensor passes through them unchanged
+PASSTHROUGH = ("Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "MaxPool", "Slice", "Gather",
+               "Expand", "Tile", "DepthToSpace", "SpaceToDepth", "Split")
+
+
+def is_float(t: gs.Tensor) -> bool:
+    """A tensor already float: an earlier rewrite's output, or a float model tensor."""
+    return t.dtype is not None and np.dtype(t.dtype).kind == "f"
+
+
+def float_root(t: gs.Tensor) -> gs.Tensor | None:
+    """Up through pass-through ops to where ``t`` comes from, if that is float by now (an earlier
+    rewrite's output); the pass-through tensors on the way are marked float. None otherwise."""
+    path = []
+    cur: gs.Tensor | None = t
+    while cur is not None and not is_float(cur):
+        p = producer(cur)
+        if p is None or p.op not in PASSTHROUGH:
+            return None
+        path.append(cur)
+        cur = p.inputs[0]
+    if cur is None:
+        return None
+    for x in path:
+        x.dtype = np.float32
+    return cur
+
+
+def feeds_qoperator(t: gs.Tensor) -> bool:
+    """Whether a QOperator op reads ``t``, directly or through pass-through ops."""
+    for c in t.outputs:
+        if ((c.domain or "", c.op) in QOPERATOR_OPS
+                or (c.op in PASSTHROUGH and c.outputs and feeds_qoperator(c.outputs[0]))):
+            return True
+    return False
+
+
+def float_frontier(t: gs.Tensor) -> frozenset[str]:
+    """The first float tensors downstream of quantized ``t`` (its DequantizeLinear outputs, through
+    pass-through ops): where a whole-graph proof can cut both models."""
+    out: set[str] = set()
+    for c in t.outputs:
+        if c.op == "DequantizeLinear" and c.outputs:
+            out.add(c.outputs[0].name)
+        elif c.op in PASSTHROUGH and c.outputs:
+            out |= float_frontier(c.outputs[0])
+    return frozenset(out)
+
+
+def dequantized(q: np.ndarray, scale: np.ndarray, zero: np.ndarray | None, axis: int) -> np.ndarray:
+    """ONNX Runtime's float32 ``(q - zero) * scale``, per-axis scale/zero along ``axis``."""
+    def along(v: np.ndarray) -> np.ndarray:
+        v = np.asarray(v)
+        if v.size == 1 or q.ndim == 0:
+            return v.reshape(())
+        shape = [1] * q.ndim
+        shape[axis % q.ndim] = v.size
+        return v.reshape(shape)
+    z = along(zero).astype(np.int64) if zero is not None else 0
+    return ((q.astype(np.int64) - z).astype(np.float32) * along(scale).astype(np.float32)).astype(np.float32)
 
 
 def producer(t: gs.Tensor | None) -> gs.Node | None:
