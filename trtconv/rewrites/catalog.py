@@ -7,11 +7,14 @@ instance to :data:`RULES`. A new DCN dialect needs only an entry in ``dcn_dialec
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+
+import onnx
 
 from trtconv.onnxutil.domains import normalize_domain
 from trtconv.rewrites.dcn import DcnRule
 from trtconv.rewrites.dcn_dialects import DIALECTS
+from trtconv.rewrites.dtypes.uint8_input import Uint8InputRule
 from trtconv.rewrites.pluginmap import PluginMap
 from trtconv.rewrites.pluginmap_rule import PluginMapRule
 from trtconv.rewrites.quantized.dynamic_integer import DynamicIntegerRule
@@ -25,9 +28,10 @@ RULES += (DynamicIntegerRule(),)
 RULES += (DynamicLstmRule(),)
 RULES += (QdqRule(),)
 RULES += (QOperatorRule(),)
+RULES += (Uint8InputRule(),)
 
 # (domain, op_type) -> the built-in rule for it; the empty domain is ONNX's default domain
-REWRITABLE: dict[tuple[str, str], RewriteRule] = {key: rule for rule in RULES for key in rule.ops}
+REWRITABLE: dict[tuple[str, str], RewriteRule] = {key: rule for rule in RULES if rule.claims_ops for key in rule.ops}
 
 
 def rule_among(rules: Sequence[RewriteRule], domain: str | None, op_type: str) -> RewriteRule | None:
@@ -39,6 +43,13 @@ def rule_among(rules: Sequence[RewriteRule], domain: str | None, op_type: str) -
 def rewrite_rule_for(domain: str | None, op_type: str) -> RewriteRule | None:
     """The built-in rule that can rewrite this op, if any."""
     return REWRITABLE.get((normalize_domain(domain), op_type))
+
+
+def rule_settling(node: onnx.NodeProto, errors: Sequence[tuple[str, str]],
+                  producer: Mapping[str, onnx.NodeProto]) -> RewriteRule | None:
+    """The built-in rule whose rewrite also clears these ``check`` errors of ``node`` (an op no rule
+    covers: a uint8 tensor passing through a Flatten, ...), if any."""
+    return next((r for r in RULES if errors and r.settles(node, errors, producer)), None)
 
 
 def active_rules(plugin_map: PluginMap | None) -> tuple[RewriteRule, ...]:

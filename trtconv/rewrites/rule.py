@@ -84,6 +84,9 @@ class RewriteRule(ABC):
     name: str  # stable rule id, used in reports and JSON
     description: str
     ops: tuple[tuple[str, str], ...]  # (domain, op_type) it covers; "" is ONNX's default domain
+    # ``check`` calls every erroring node of ``ops`` rewritable by this rule; False for a rule that
+    # matches a common op only in one context (a Cast after a uint8 input): it claims nodes by ``settles``
+    claims_ops: bool = True
 
     def prepare(self, model: onnx.ModelProto, settings: RewriteSettings, large: bool) -> onnx.ModelProto:
         """A model-level step before the graph is imported (default: none); ``large``: over the
@@ -105,6 +108,13 @@ class RewriteRule(ABC):
     @abstractmethod
     def proof_case(self, ctx: RuleContext, site: Site, match: Any, emitted: Emitted) -> NodeProofCase | Proof:
         """How to prove the replacement computes what the original did (or why it cannot be run)."""
+
+    def settles(self, node: onnx.NodeProto, errors: Sequence[tuple[str, str]],
+                producer: Mapping[str, onnx.NodeProto]) -> bool:
+        """Whether applying this rule also clears ``check``'s errors ((finding rule, message) pairs) on
+        ``node``, an op the rule does not cover (a uint8 tensor a Flatten only passes along, say);
+        ``producer``: tensor name -> the node writing it. Default: no."""
+        return False
 
     def unproven(self, match: Any) -> Proof:
         """The proof entry when proofs are off (``--no-verify``)."""

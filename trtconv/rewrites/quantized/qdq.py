@@ -3,8 +3,8 @@
 TensorRT-RTX 1.7 (measured, tests/rewrites/test_quantized_static.py) refuses a
 ``DequantizeLinear`` of int32 ("input has type Int32 but must have type FP8, FP4, Int4, Int8, or
 UInt8": the bias of ONNX Runtime's static QDQ models) and any non-zero zero point ("Non-zero zero
-point is not supported": uint8 activations, asymmetric int8). It takes int8/uint8 with zero
-point 0.
+point is not supported": uint8 activations, asymmetric int8). It takes int8 with zero point 0
+(uint8 with zero point 0 too, but the parser's table and TensorRT 10 do not: uint8 is rewritten).
 
 * ``DequantizeLinear`` of a constant it refuses (the int32 bias, an asymmetric weight) -> the
   float constant, computed as ONNX Runtime does (exact);
@@ -63,7 +63,9 @@ def _zero(node: gs.Node) -> tuple[np.ndarray | None, bool]:
 
 
 def _refused(q_dtype: np.dtype, zero: np.ndarray | None) -> bool:
-    return q_dtype == np.dtype(np.int32) or (zero is not None and bool(np.any(zero != 0)))
+    """int32, uint8 (the parser's table lists int8 only; 1.7 takes uint8 with a zero point 0, but
+    TensorRT 10 does not), or a non-zero zero point."""
+    return q_dtype in (np.dtype(np.int32), np.dtype(np.uint8)) or (zero is not None and bool(np.any(zero != 0)))
 
 
 class QdqRule(RewriteRule):

@@ -15,11 +15,12 @@ quantized inputs and holds the replacement to one output step.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
 from onnx import helper
 
@@ -29,6 +30,8 @@ from trtconv.rewrites.proof import NodeProofCase, Proof
 from trtconv.rewrites.quantized.graphs import (
     INT_RANGES,
     MS_DOMAIN,
+    PASSTHROUGH,
+    QOPERATOR_OPS,
     Original,
     const,
     dequantized,
@@ -182,6 +185,24 @@ class QOperatorRule(RewriteRule):
     name = "ort-qoperator"
     description = "ONNX Runtime QOperator ops (QLinearConv, QLinearMatMul, QGemm, QLinearAdd, ...) -> float ops"
     ops = tuple(OPS)
+
+    def settles(self, node: onnx.NodeProto, errors: Sequence[tuple[str, str]],
+                producer: Mapping[str, onnx.NodeProto]) -> bool:
+        """A pass-through op (Flatten, ...) ``check`` refuses for the (u)int8 tensor a QOperator op or a
+        QuantizeLinear made: it reads float once they are rewritten."""
+        if node.op_type not in PASSTHROUGH or not all(r == "dtype" and "INT8" in m for r, m in errors):
+            return False
+        name = node.input[0] if node.input else ""
+        for _ in range(16):
+            p = producer.get(name)
+            if p is None or not p.input:
+                return False
+            if (p.domain or "", p.op_type) in QOPERATOR_OPS or p.op_type == "QuantizeLinear":
+                return True
+            if p.op_type not in PASSTHROUGH:
+                return False
+            name = p.input[0]
+        return False
 
     def match(self, node: gs.Node, ctx: RuleContext) -> QMatch | None:
         spec = OPS.get((node.domain or "", node.op))
