@@ -358,6 +358,7 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
         source_onnx=req.model.name,
         rewrites=rewritten.report.to_json().get("rewrites", []),
         rewrite_drift=None if rewritten.report.drift is None else rewritten.report.drift.to_json(),
+        dtype_changes=[c.to_json() for c in rewritten.report.dtype_changes],
         precision={**precisioned.summary, "achieved": dict(built.precision)},
         calibration=None if precisioned.calibration is None else dict(precisioned.calibration),
         plugins_needed=list(built.plugins_needed),

@@ -31,6 +31,7 @@ from trtconv.onnxutil.walk import iter_graphs
 from trtconv.reference import ort
 from trtconv.rewrites import cleanup
 from trtconv.rewrites.catalog import active_rules, rewrite_rule_for, rule_among
+from trtconv.rewrites.dtypes.float64 import narrow_float64
 from trtconv.rewrites.proof import Proof, measure_drift, prove_graph, prove_node, prove_unchanged
 from trtconv.rewrites.report import NodeInfo, RewriteEntry, RewriteReport, RewriteResult
 from trtconv.rewrites.roundtrip import (
@@ -143,6 +144,7 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     # the export return new protos), and a copy would hold every weight twice.
     model = override_input_shapes(src, settings.shapes) if settings.shapes else src
     shaped = model  # the input as --shapes made it, before any rule prepares it
+    model, narrowed, dtype_changes = narrow_float64(model)  # TensorRT computes no float64: said, not silent
     large = weight_bytes(model) > settings.large_model_bytes  # lazy (on-disk) weights count too
     opset_before = default_opset(model)
     nodes_before = _count_nodes(model)
@@ -155,7 +157,7 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     stub = inferred(model, large)  # structure and shapes, no weight bytes
     graph = import_with_shapes(model, stub)
     graph.toposort()  # rules below walk producers before consumers
-    results: list[cleanup.CleanupResult] = []
+    results: list[cleanup.CleanupResult] = [narrowed] if narrowed.count else []
     if settings.remove_dead_nodes:  # before folding, which would otherwise sweep them up uncounted
         results.append(cleanup.remove_dead(graph))
     shapes = value_shapes(stub)
@@ -195,14 +197,16 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
 
     if not large:  # even with proofs off: never hand back a model ONNX Runtime cannot load
         _refuse_unloadable(out, shaped, settings.shapes, proven=settings.verify)
-    unchanged = prove_unchanged(model, out) if settings.verify else None
+    before = shaped if narrowed.count else model  # a narrowed model is proven against the float64 one
+    unchanged = prove_unchanged(before, out) if settings.verify else None
     if unchanged is not None:
         gproof = unchanged  # nothing to run: both graphs compute the same thing by construction
     elif settings.verify and not large:
         # cut only where ONNX Runtime cannot run a node: a rewritten DeformConv is compared end to end
-        reference = model if was_sorted else sorted_copy(model)  # ONNX Runtime refuses unsorted graphs
-        gproof = prove_graph(reference, out, settings.shapes, applied.graph_cuts, settings.seed,
-                             settings.graph_tolerance)
+        reference = before if was_sorted else sorted_copy(before)  # ONNX Runtime refuses unsorted graphs
+        tolerance = max(settings.graph_tolerance, settings.node_tolerance) if narrowed.count else \
+            settings.graph_tolerance  # float32 against float64: float32's rounding, not 1e-6
+        gproof = prove_graph(reference, out, settings.shapes, applied.graph_cuts, settings.seed, tolerance)
         if not gproof.passed:
             bad = [f"{s.name}: max abs {s.max_abs:.3g}" for s in gproof.stats if s.max_abs > (gproof.tolerance or 0)]
             what = "; ".join(bad) or gproof.reason or ""
@@ -214,10 +218,10 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
                        "model over the large-model threshold: graph proof skipped (node proofs still ran)")
     drift = None
     if applied.inexact and settings.verify and not large:
-        drift = measure_drift(model if was_sorted else sorted_copy(model), out,
+        drift = measure_drift(before if was_sorted else sorted_copy(before), out,
                               {**settings.proof_shapes, **settings.shapes}, settings.seed)
     report = RewriteReport(settings, tuple(applied.entries), tuple(results), gproof, nodes_before,
-                           _count_nodes(out), opset_before, default_opset(out), tuple(notes), drift)
+                           _count_nodes(out), opset_before, default_opset(out), tuple(notes), drift, dtype_changes)
     return RewriteResult(out, report)
 
 
