@@ -89,3 +89,22 @@ def quantized_static(float_model: Path, out: Path, fmt: str, activation: str = "
                     activation_type=getattr(QuantType, activation), weight_type=getattr(QuantType, weight),
                     extra_options={"ActivationSymmetric": symmetric})
     return out
+
+
+def fused_matmul_model(op: str) -> onnx.ModelProto:
+    """com.microsoft::DynamicQuantizeMatMul or MatMulIntegerToFloat (after a DynamicQuantizeLinear), built
+    directly, as ONNX Runtime's optimizer fuses them: x [2, 16] float -> [2, 6] float."""
+    rng = np.random.default_rng(4)
+    b = numpy_helper.from_array(rng.integers(-127, 128, (16, 6)).astype(np.int8), "B")
+    bs = numpy_helper.from_array(np.full((6,), 0.01, np.float32) * np.arange(1, 7, dtype=np.float32), "b_scale")
+    bz = numpy_helper.from_array(np.zeros((6,), np.int8), "b_zero")
+    bias = numpy_helper.from_array(rng.standard_normal(6).astype(np.float32), "bias")
+    if op == "DynamicQuantizeMatMul":
+        nodes = [helper.make_node(op, ["x", "B", "b_scale", "b_zero", "bias"], ["y"], domain="com.microsoft")]
+    else:
+        nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+                 helper.make_node(op, ["xq", "B", "xs", "b_scale", "xz", "b_zero", "bias"], ["y"],
+                                  domain="com.microsoft")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [2, 16])],
+                          [helper.make_tensor_value_info("y", F, [2, 6])], [b, bs, bz, bias])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])

@@ -11,7 +11,7 @@ import importlib.util
 import numpy as np
 import onnx
 import pytest
-from quantized_models import conv_matmul_model, lstm_model, quantized_dynamic
+from quantized_models import conv_matmul_model, fused_matmul_model, lstm_model, quantized_dynamic
 
 from trtconv.errors import AccuracyError
 from trtconv.load import save_model
@@ -87,5 +87,19 @@ def test_dynamic_quantize_lstm_becomes_lstm(tmp_path):
     assert res.report.drift is not None and res.report.drift.stats[0].cosine > 0.9999
     kept = rewrite(q, rules=_without("ort-dynamic-lstm"))
     assert [n.op_type for n in kept.model.graph.node] == ["DynamicQuantizeLSTM"]
+    if HAVE_RTX:
+        assert not _rtx_parses(q, tmp_path, "orig") and _rtx_parses(res.model, tmp_path, "rewritten")
+
+
+@pytest.mark.parametrize("op", ["DynamicQuantizeMatMul", "MatMulIntegerToFloat"])
+def test_fused_dynamic_matmuls_become_matmul_on_dequantized_weights(tmp_path, op):
+    q = fused_matmul_model(op)
+    res = rewrite(q)
+    assert [n.op_type for n in res.model.graph.node] == ["MatMul", "Add"]
+    (e,) = res.report.rewrites
+    assert e.rule == "ort-dynamic-matmul" and e.proof.passed and 0 < e.proof.max_abs <= e.proof.tolerance
+    assert res.report.drift is not None and res.report.drift.stats[0].cosine > 0.999
+    kept = rewrite(q, rules=_without("ort-dynamic-matmul"))
+    assert op in {n.op_type for n in kept.model.graph.node}
     if HAVE_RTX:
         assert not _rtx_parses(q, tmp_path, "orig") and _rtx_parses(res.model, tmp_path, "rewritten")

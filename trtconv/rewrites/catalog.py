@@ -19,6 +19,7 @@ from trtconv.rewrites.pluginmap import PluginMap
 from trtconv.rewrites.pluginmap_rule import PluginMapRule
 from trtconv.rewrites.quantized.dynamic_integer import DynamicIntegerRule
 from trtconv.rewrites.quantized.dynamic_lstm import DynamicLstmRule
+from trtconv.rewrites.quantized.dynamic_matmul import DynamicMatMulRule
 from trtconv.rewrites.quantized.qdq import QdqRule
 from trtconv.rewrites.quantized.qoperator import QOperatorRule
 from trtconv.rewrites.rule import RewriteRule
@@ -26,6 +27,7 @@ from trtconv.rewrites.rule import RewriteRule
 RULES: tuple[RewriteRule, ...] = tuple(DcnRule(d) for d in DIALECTS)
 RULES += (DynamicIntegerRule(),)
 RULES += (DynamicLstmRule(),)
+RULES += (DynamicMatMulRule(),)
 RULES += (QdqRule(),)
 RULES += (QOperatorRule(),)
 RULES += (Uint8InputRule(),)
