@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
+from trtconv.errors import UnsupportedModelError
 from trtconv.onnxutil.walk import iter_graphs
 from trtconv.rewrites.cleanup import CleanupResult
 
@@ -59,7 +60,9 @@ def _has_double(model: onnx.ModelProto) -> bool:
 def _narrow_tensor(t: onnx.TensorProto) -> int:
     """Narrow ``t`` in place; returns how many values left float32's range (they become +-inf)."""
     if t.data_location == TensorProto.EXTERNAL:
-        raise ValueError(f"float64 initializer {t.name!r} is stored outside the model")
+        raise UnsupportedModelError(f"float64 initializer {t.name!r} is stored outside the model: trtconv narrows "
+                                    "float64 to float32 (TensorRT computes none) and does not stream it",
+                                    hint="convert the model's float64 weights to float32 first, or load it whole")
     v = numpy_helper.to_array(t)
     finite = np.isfinite(v)
     with np.errstate(over="ignore"):
