@@ -434,7 +434,7 @@ def _check(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]])
 
 
 def _rewrite(loaded: LoadedModel, req: BuildRequest, proof_shapes: Mapping[str, tuple[int, ...]]) -> Step[RewriteResult]:
-    settings = RewriteSettings(seed=req.seed, proof_shapes=dict(proof_shapes))
+    settings = RewriteSettings(seed=req.seed, proof_shapes=dict(proof_shapes), target=req.target)
     dcn_target = req.dcn()
     if dcn_target is not None:
         # trtconv's own DCNv2 plugin: the spec shipped inside the package

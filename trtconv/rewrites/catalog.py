@@ -14,6 +14,7 @@ import onnx
 from trtconv.onnxutil.domains import normalize_domain
 from trtconv.rewrites.dcn import DcnRule
 from trtconv.rewrites.dcn_dialects import DIALECTS
+from trtconv.rewrites.detection.roi_align import RoiAlignRule
 from trtconv.rewrites.dtypes.uint8_input import Uint8InputRule
 from trtconv.rewrites.pluginmap import PluginMap
 from trtconv.rewrites.pluginmap_rule import PluginMapRule
@@ -31,6 +32,7 @@ RULES += (DynamicMatMulRule(),)
 RULES += (QdqRule(),)
 RULES += (QOperatorRule(),)
 RULES += (Uint8InputRule(),)
+RULES += (RoiAlignRule(),)
 
 # (domain, op_type) -> the built-in rule for it; the empty domain is ONNX's default domain
 REWRITABLE: dict[tuple[str, str], RewriteRule] = {key: rule for rule in RULES if rule.claims_ops for key in rule.ops}

@@ -151,6 +151,7 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     was_sorted = is_sorted(model)
     notes = _subgraph_notes(model)
     active = tuple(rules) if rules is not None else active_rules(settings.plugin_map)
+    active = tuple(r for r in active if not r.targets or settings.target in r.targets)
     for rule in active:
         model = rule.prepare(model, settings, large)
     # Imported with inferred shapes: graphsurgeon folds Shape nodes only where shapes are known.

@@ -87,6 +87,9 @@ class RewriteRule(ABC):
     # ``check`` calls every erroring node of ``ops`` rewritable by this rule; False for a rule that
     # matches a common op only in one context (a Cast after a uint8 input): it claims nodes by ``settles``
     claims_ops: bool = True
+    # the ``--trt`` targets that need the rule (RewriteSettings.target); empty: every target. A rule
+    # for some targets only is applied when the settings name one of them (``build --trt rtx``).
+    targets: tuple[str, ...] = ()
 
     def prepare(self, model: onnx.ModelProto, settings: RewriteSettings, large: bool) -> onnx.ModelProto:
         """A model-level step before the graph is imported (default: none); ``large``: over the
