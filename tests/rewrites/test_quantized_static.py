@@ -1,5 +1,5 @@
 """ONNX Runtime's static quantization (QDQ and QOperator formats) -> what TensorRT takes
-(trtconv/rewrites/quantized/qdq.py, qoperator.py). Originals made by quantize_static from float
+(trtconv/rewrites/quantized/qdq_boundary.py, qoperator.py). Originals made by quantize_static from float
 graphs built in code; each rewrite proven against ONNX Runtime's run of the original; the real
 TensorRT-RTX parser refuses every original and takes every rewrite."""
 

@@ -1,8 +1,11 @@
-"""The registry of rewrite rules: ``check`` asks it whether a node is rewritable, ``rewrite``
-asks it which rule rewrites a node. It holds rule objects (:class:`~.rule.RewriteRule`).
+"""The registry of rewrite rules, the one place rule families are listed: ``check`` asks it
+whether a node is rewritable, ``rewrite`` asks it which rule rewrites a node and which family
+checks which settings. It holds rule objects (:class:`~.rule.RewriteRule`) grouped in
+:class:`~.rule.RuleFamily` objects.
 
-To add a rule: write it (a ``RewriteRule`` subclass in a module of its own) and append an
-instance to :data:`RULES`. A new DCN dialect needs only an entry in ``dcn_dialects.DIALECTS``.
+To add a family: a subpackage of ``trtconv.rewrites`` (like ``dcn/``) whose front door exports
+its ``FAMILY``, and one more entry in :data:`FAMILIES`. A new DCN dialect needs only an entry in
+``dcn.dialects.DIALECTS``; a new DCN target one in ``dcn.targets.TARGETS``.
 """
 
 from __future__ import annotations
@@ -11,31 +14,31 @@ from collections.abc import Mapping, Sequence
 
 import onnx
 
-from trtconv.onnxutil.domains import normalize_domain
-from trtconv.rewrites.dcn import DcnRule
-from trtconv.rewrites.dcn_dialects import DIALECTS
-from trtconv.rewrites.detection.roi_align import RoiAlignRule
-from trtconv.rewrites.dtypes.uint8_input import Uint8InputRule
-from trtconv.rewrites.pluginmap import PluginMap
-from trtconv.rewrites.pluginmap_rule import PluginMapRule
-from trtconv.rewrites.quantized.dynamic_integer import DynamicIntegerRule
-from trtconv.rewrites.quantized.dynamic_lstm import DynamicLstmRule
-from trtconv.rewrites.quantized.dynamic_matmul import DynamicMatMulRule
-from trtconv.rewrites.quantized.qdq import QdqRule
-from trtconv.rewrites.quantized.qoperator import QOperatorRule
-from trtconv.rewrites.rule import RewriteRule
+from trtconv.onnxutil import normalize_domain
+from trtconv.rewrites import dcn, detection, dtypes, quantized
+from trtconv.rewrites import settings as core_settings
+from trtconv.rewrites.plugin_map import PluginMap, PluginMapRule
+from trtconv.rewrites.rule import RewriteRule, RuleFamily
+from trtconv.rewrites.settings import RewriteSettings
 
-RULES: tuple[RewriteRule, ...] = tuple(DcnRule(d) for d in DIALECTS)
-RULES += (DynamicIntegerRule(),)
-RULES += (DynamicLstmRule(),)
-RULES += (DynamicMatMulRule(),)
-RULES += (QdqRule(),)
-RULES += (QOperatorRule(),)
-RULES += (Uint8InputRule(),)
-RULES += (RoiAlignRule(),)
+FAMILIES: tuple[RuleFamily, ...] = (
+    dcn.FAMILY,
+    quantized.FAMILY,
+    dtypes.FAMILY,
+    detection.FAMILY,
+)
+
+RULES: tuple[RewriteRule, ...] = tuple(rule for family in FAMILIES for rule in family.rules)
 
 # (domain, op_type) -> the built-in rule for it; the empty domain is ONNX's default domain
 REWRITABLE: dict[tuple[str, str], RewriteRule] = {key: rule for rule in RULES if rule.claims_ops for key in rule.ops}
+
+
+def check_settings(settings: RewriteSettings) -> None:
+    """UsageError for settings no rewrite can run with: each family's, then the framework's."""
+    for family in FAMILIES:
+        family.check_settings(settings)
+    core_settings.check_settings(settings)
 
 
 def rule_among(rules: Sequence[RewriteRule], domain: str | None, op_type: str) -> RewriteRule | None:

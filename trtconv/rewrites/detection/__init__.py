@@ -3,3 +3,10 @@
 * :mod:`.roi_align`: ``RoiAlign`` (TensorRT-RTX imports it through a plugin it lacks) -> a
   plugin-free form of standard ops (``GridSample`` sampling and a mean), for ``--trt rtx`` only.
 """
+
+from trtconv.rewrites.detection.roi_align import RoiAlignRule
+from trtconv.rewrites.rule import RuleFamily
+
+FAMILY = RuleFamily("detection", (RoiAlignRule(),))
+
+__all__ = ["FAMILY", "RoiAlignRule"]

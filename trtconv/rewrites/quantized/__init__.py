@@ -12,3 +12,15 @@ takes. One rule per module; each is registered in :mod:`trtconv.rewrites.catalog
 The dynamic rules drop the per-call activation quantization: they change the numbers by the
 original's own quantization noise, so their node proofs hold a measured bound, not 1e-5.
 """
+
+from trtconv.rewrites.quantized.dynamic_integer import DynamicIntegerRule
+from trtconv.rewrites.quantized.dynamic_lstm import DynamicLstmRule
+from trtconv.rewrites.quantized.dynamic_matmul import DynamicMatMulRule
+from trtconv.rewrites.quantized.qdq_boundary import QdqRule
+from trtconv.rewrites.quantized.qoperator import QOperatorRule
+from trtconv.rewrites.rule import RuleFamily
+
+FAMILY = RuleFamily("quantized", (DynamicIntegerRule(), DynamicLstmRule(), DynamicMatMulRule(), QdqRule(),
+                                  QOperatorRule()))
+
+__all__ = ["FAMILY", "DynamicIntegerRule", "DynamicLstmRule", "DynamicMatMulRule", "QOperatorRule", "QdqRule"]

@@ -12,7 +12,7 @@ import onnx_graphsurgeon as gs
 from onnx import helper
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
-from trtconv.reference.ort import run, session
+from trtconv.reference import run, session
 
 MS_DOMAIN = "com.microsoft"
 INT_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}

@@ -4,7 +4,7 @@
 ``QLinearMul``, ``QLinearSigmoid``, ``QLinearLeakyRelu``, ``QLinearGlobalAveragePool``,
 ``QLinearAveragePool``, ``QLinearConcat``: TensorRT imports none of them. Each becomes its
 float op. Quantized activations arrive float (the ``QuantizeLinear`` that made them, and the
-QOperator op before, are rewritten first: :mod:`.qdq`, this module); constant inputs are
+QOperator op before, are rewritten first: :mod:`.qdq_boundary`, this module); constant inputs are
 dequantized once, except symmetric int8 weights, which stay int8 behind a ``DequantizeLinear``
 (TensorRT's int8 weights); the int32 bias becomes float (``bias * x_scale * w_scale``).
 The output is requantized as TensorRT takes it: int8 with zero point 0 -> ``QuantizeLinear`` +

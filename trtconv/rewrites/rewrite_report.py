@@ -10,9 +10,9 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from trtconv.onnxutil.domains import qualified_op
+from trtconv.onnxutil import qualified_op
 from trtconv.rewrites.cleanup import CleanupResult
-from trtconv.rewrites.dtypes.float64 import DtypeChange
+from trtconv.rewrites.dtype_narrowing import DtypeChange
 from trtconv.rewrites.emitter import PENDING_DOMAIN
 from trtconv.rewrites.proof import Proof
 from trtconv.rewrites.settings import RewriteSettings

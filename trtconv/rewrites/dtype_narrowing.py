@@ -19,7 +19,7 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from trtconv.errors import UnsupportedModelError
-from trtconv.onnxutil.walk import iter_graphs
+from trtconv.onnxutil import iter_graphs
 from trtconv.rewrites.cleanup import CleanupResult
 
 RULE = "narrow-float64"
