@@ -194,24 +194,8 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     if not large:  # even with proofs off: never hand back a model ONNX Runtime cannot load
         _refuse_unloadable(out, shaped, settings.shapes, proven=settings.verify)
     before = shaped if narrowed.count else model  # a narrowed model is proven against the float64 one
-    unchanged = prove_unchanged(before, out) if settings.verify else None
-    if unchanged is not None:
-        gproof = unchanged  # nothing to run: both graphs compute the same thing by construction
-    elif settings.verify and not large:
-        # cut only where ONNX Runtime cannot run a node: a rewritten DeformConv is compared end to end
-        reference = before if was_sorted else sorted_copy(before)  # ONNX Runtime refuses unsorted graphs
-        tolerance = max(settings.graph_tolerance, settings.node_tolerance) if narrowed.count else \
-            settings.graph_tolerance  # float32 against float64: float32's rounding, not 1e-6
-        gproof = prove_graph(reference, out, settings.shapes, applied.graph_cuts, settings.seed, tolerance)
-        if not gproof.passed:
-            bad = [f"{s.name}: max abs {s.max_abs:.3g}" for s in gproof.stats if s.max_abs > (gproof.tolerance or 0)]
-            what = "; ".join(bad) or gproof.reason or ""
-            raise AccuracyError(what if what.startswith("the rewritten model does not load") else
-                                "rewrite changed the model's outputs: " + what,
-                                hint="nothing was written; retry with --no-fold or --no-int32 and report the model")
-    else:
-        gproof = Proof("none", True, reason="--no-verify" if not settings.verify else
-                       "model over the large-model threshold: graph proof skipped (node proofs still ran)")
+    gproof = _graph_proof(before, out, settings, applied, was_sorted=was_sorted, large=large,
+                          narrowed=bool(narrowed.count))
     drift = None
     if applied.inexact and settings.verify and not large:
         drift = measure_drift(before if was_sorted else sorted_copy(before), out,
@@ -219,6 +203,29 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     report = RewriteReport(settings, tuple(applied.entries), tuple(results), gproof, nodes_before,
                            _count_nodes(out), opset_before, default_opset(out), tuple(notes), drift, dtype_changes)
     return RewriteResult(out, report)
+
+
+def _graph_proof(before: onnx.ModelProto, out: onnx.ModelProto, settings: RewriteSettings, applied: _Applied, *,
+                 was_sorted: bool, large: bool, narrowed: bool) -> Proof:
+    """The whole graph before and after; AccuracyError when the outputs moved."""
+    unchanged = prove_unchanged(before, out) if settings.verify else None
+    if unchanged is not None:
+        return unchanged  # nothing to run: both graphs compute the same thing by construction
+    if not settings.verify or large:
+        return Proof("none", True, reason="--no-verify" if not settings.verify else
+                     "model over the large-model threshold: graph proof skipped (node proofs still ran)")
+    # cut only where ONNX Runtime cannot run a node: a rewritten DeformConv is compared end to end
+    reference = before if was_sorted else sorted_copy(before)  # ONNX Runtime refuses unsorted graphs
+    tolerance = max(settings.graph_tolerance, settings.node_tolerance) if narrowed else \
+        settings.graph_tolerance  # float32 against float64: float32's rounding, not 1e-6
+    gproof = prove_graph(reference, out, settings.shapes, applied.graph_cuts, settings.seed, tolerance)
+    if not gproof.passed:
+        bad = [f"{s.name}: max abs {s.max_abs:.3g}" for s in gproof.stats if s.max_abs > (gproof.tolerance or 0)]
+        what = "; ".join(bad) or gproof.reason or ""
+        raise AccuracyError(what if what.startswith("the rewritten model does not load") else
+                            "rewrite changed the model's outputs: " + what,
+                            hint="nothing was written; retry with --no-fold or --no-int32 and report the model")
+    return gproof
 
 
 def _refuse_unloadable(out: onnx.ModelProto, shaped: onnx.ModelProto, shapes: Mapping[str, Shape], *,
