@@ -321,7 +321,7 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
     shapes0 = profiles[0].corner("opt") if profiles else {}
 
     stages.run("check", lambda: _check(loaded, req.target, shapes0))
-    rewritten = stages.run("rewrite", lambda: _rewrite(loaded, req))
+    rewritten = stages.run("rewrite", lambda: _rewrite(loaded, req, shapes0))
     reference = Reference(loaded, rewritten)
     phases = _Phases(progress) if progress is not None else None
     try:
@@ -376,6 +376,8 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
         environment=dict(built.environment),
         source_onnx=req.model.name,
         rewrites=rewritten.report.to_json().get("rewrites", []),
+        rewrite_drift=None if rewritten.report.drift is None else rewritten.report.drift.to_json(),
+        dtype_changes=[c.to_json() for c in rewritten.report.dtype_changes],
         precision={**precisioned.summary, "achieved": dict(built.precision)},
         calibration=None if precisioned.calibration is None else dict(precisioned.calibration),
         plugins_needed=list(built.plugins_needed),
@@ -455,8 +457,8 @@ def _check(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]])
     return Step(None, {"verdict": report.verdict, "target": target})
 
 
-def _rewrite(loaded: LoadedModel, req: BuildRequest) -> Step[RewriteResult]:
-    settings = RewriteSettings(seed=req.seed)
+def _rewrite(loaded: LoadedModel, req: BuildRequest, proof_shapes: Mapping[str, tuple[int, ...]]) -> Step[RewriteResult]:
+    settings = RewriteSettings(seed=req.seed, proof_shapes=dict(proof_shapes), target=req.target)
     dcn_target = req.dcn()
     if dcn_target is not None:
         # trtconv's own DCNv2 plugin: the spec shipped inside the package
