@@ -125,6 +125,9 @@ NOT_INPUTS = ("prepared", "timing_cache")  # path flags that are not inputs (the
 @click.option("--prepared", type=click.Path(path_type=Path, dir_okay=False),
               help="Where to write the prepared ONNX (default: ENGINE stem + .prepared.onnx).")
 @click.option("--prepare-only", is_flag=True, help="Stop after writing the prepared ONNX (no TensorRT needed).")
+@click.option("--keep-prepared", is_flag=True,
+              help="Keep the prepared ONNX when the build fails (for debugging); by default a failed build "
+              "leaves nothing.")
 @click.option("--no-verify", is_flag=True, help="Skip comparing the engine with ONNX Runtime.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for proofs and verification inputs.")
 @trt_version_option
@@ -138,12 +141,12 @@ def build(model: Path, output: Path, precision: str, shapes: str | None,
           workspace: str | None, memory_pools: tuple[str, ...], timing_cache: Path | None, no_timing_cache: bool,
           opt_level: int, hardware_compat: str, compute_capabilities: tuple[str, ...], version_compatible: bool, exclude_lean_runtime: bool,
           plugins: tuple[Path, ...], min_precision_share: float, dcn_target: str | None, prepared: Path | None,
-          prepare_only: bool, no_verify: bool, seed: int, trt_version: str, force: bool, as_json: bool,
+          prepare_only: bool, keep_prepared: bool, no_verify: bool, seed: int, trt_version: str, force: bool, as_json: bool,
           **precision_flags: Any) -> None:
     """Build MODEL into a TensorRT engine: check, rewrite, precision, build, verify.
 
     Writes ENGINE, ENGINE.json (manifest) and the prepared ONNX TensorRT parsed. Exit 0: built
-    and verified; 9: TensorRT or GPU missing (prepared ONNX left behind); 8: precision not
+    and verified; 9: TensorRT or GPU missing (--keep-prepared keeps the prepared ONNX); 8: precision not
     reached; 7: engine differs from ONNX Runtime; 6: TensorRT failed; 5: unsupported nodes.
     """
 
@@ -158,7 +161,7 @@ def build(model: Path, output: Path, precision: str, shapes: str | None,
         hardware_compat=hardware_compat,  # type: ignore[arg-type]
         compute_capabilities=compute_capabilities, version_compatible=version_compatible, exclude_lean_runtime=exclude_lean_runtime, plugins=plugins,
         min_precision_share=min_precision_share, dcn_target=dcn_target, prepared=prepared,
-        prepare_only=prepare_only, verify=not no_verify, seed=seed, trt=trt_version,
+        prepare_only=prepare_only, keep_prepared=keep_prepared, verify=not no_verify, seed=seed, trt=trt_version,
     )
     sink = BarSink()
     outcome = BuildOutcome(prepared=settings.outputs(output)[0])

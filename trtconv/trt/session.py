@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from trtconv.errors import BackendUnavailableError
+from trtconv.trt.cancel import Cancel
 
 if TYPE_CHECKING:
     import tensorrt as trt
@@ -27,8 +28,9 @@ class LogBridge:
     """TensorRT's log → Python logging (TensorRT's INFO is chatty: shown with -v)."""
 
     @staticmethod
-    def make(errors: list[str] | None = None) -> trt.ILogger:
-        """``errors`` (if given) collects every ERROR/INTERNAL_ERROR message, for one clear failure line."""
+    def make(errors: list[str] | None = None, cancel: Cancel | None = None) -> trt.ILogger:
+        """``errors`` (if given) collects every ERROR/INTERNAL_ERROR message, for one clear failure line.
+        A Ctrl-C that lands in this callback cannot unwind through TensorRT: it goes to ``cancel``."""
         levels = {
             trt.ILogger.Severity.INTERNAL_ERROR: logging.ERROR,
             trt.ILogger.Severity.ERROR: logging.ERROR,
@@ -43,10 +45,17 @@ class LogBridge:
                 trt.ILogger.__init__(self)
 
             def log(self, severity: trt.ILogger.Severity, msg: str) -> None:
-                level = levels.get(severity, logging.INFO)
-                if errors is not None and level >= logging.ERROR:
-                    errors.append(msg)
-                trt_log.log(level, "%s", msg)
+                try:
+                    level = levels.get(severity, logging.INFO)
+                    if cancel is not None and cancel.requested:
+                        level = min(level, logging.INFO)  # "build canceled by user": what was asked, not an error
+                    if errors is not None and level >= logging.ERROR:
+                        errors.append(msg)
+                    trt_log.log(level, "%s", msg)
+                except KeyboardInterrupt:
+                    if cancel is None:
+                        raise
+                    cancel.request()
 
         return Bridge()
 
