@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import click
 
 from trtconv.api import QuantizeSettings
-from trtconv.cli.main import MODEL_BYTES_KEY, MODEL_KEY
+from trtconv.cli.main import JSON_KEY, MODEL_BYTES_KEY, MODEL_KEY
 from trtconv.errors import UsageError
 from trtconv.load import parse_shapes
 from trtconv.load.read import disk_bytes
@@ -46,9 +46,16 @@ def force_option(f: F) -> F:
     return click.option("--force", is_flag=True, help="Overwrite existing output files.")(f)
 
 
+def _remember_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    if value:
+        ctx.meta[JSON_KEY] = True
+    return value
+
+
 def json_option(f: F) -> F:
-    return click.option("--json", "as_json", is_flag=True,
-                        help="Print a machine-readable report on stdout (schema in docs/cli.md).")(f)
+    return click.option("--json", "as_json", is_flag=True, callback=_remember_json,
+                        help="Print a machine-readable report on stdout (schema in docs/cli.md); on failure, "
+                        "a JSON error object at least.")(f)
 
 
 def shapes_option(f: F) -> F:

@@ -17,6 +17,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from trtconv.cli.main import JSON_PRINTED_KEY
 from trtconv.errors import ExitCode, OutputError
 from trtconv.outputs import dumps_json
 
@@ -55,6 +56,9 @@ def stderr_console() -> Console:
 
 
 def print_json(obj: Any) -> None:
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.meta[JSON_PRINTED_KEY] = True
     text = dumps_json(obj)
     try:
         sys.stdout.write(text)
