@@ -197,7 +197,8 @@ class _StderrHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            click.echo(f"trtconv: {record.levelname.lower()}: {record.getMessage()}", err=True)
+            source = "tensorrt " if record.name.startswith("trtconv.tensorrt") else ""  # TensorRT's own words
+            click.echo(f"trtconv: {source}{record.levelname.lower()}: {record.getMessage()}", err=True)
         except Exception:  # a log line must never be the thing that fails
             self.handleError(record)
 

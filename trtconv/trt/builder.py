@@ -35,7 +35,7 @@ from trtconv.trt.engine import deserialize, inspector_json
 from trtconv.trt.flavour import TENSORRT, Flavour, active, for_target
 from trtconv.trt.loader import tensorrt_version
 from trtconv.trt.plugins import dcnv2
-from trtconv.trt.session import LogBridge, load_plugins, register_trtconv_plugins
+from trtconv.trt.session import TRT_LOGGER, LogBridge, LogRepeats, load_plugins, register_trtconv_plugins
 
 if TYPE_CHECKING:
     import tensorrt as trt
@@ -282,6 +282,15 @@ def builder_error(messages: list[str], flavour: Flavour = TENSORRT) -> BuildErro
                       hint="rerun with -v for TensorRT's full log; `trtconv check` lists nodes it may reject")
 
 
+def _report_errors(errors: list[str]) -> None:
+    """Error lines TensorRT logged on a step that still succeeded: each shown once (-v showed them live)."""
+    trt_log = logging.getLogger(TRT_LOGGER)
+    if not trt_log.isEnabledFor(logging.INFO):
+        for message in dict.fromkeys(errors):
+            trt_log.warning("%s (logged as an error; the step succeeded)", message)
+    errors.clear()
+
+
 def build_engine(
     plan: BuildPlan,
     *,
@@ -302,7 +311,8 @@ def _build(plan: BuildPlan, flavour: Flavour, timing_cache: Path | None, progres
     version = tensorrt_version()
     errors: list[str] = []
     cancel = Cancel(cancelled)
-    logger = LogBridge.make(errors, cancel)
+    repeats = LogRepeats()
+    logger = LogBridge.make(errors, cancel, repeats)
     plugins = load_plugins(logger, plan.plugin_libraries) if flavour.plugins else []
     builder = trt.Builder(logger)
     if builder is None:
@@ -315,9 +325,11 @@ def _build(plan: BuildPlan, flavour: Flavour, timing_cache: Path | None, progres
     parser = trt.OnnxParser(network, logger)
     with deferred_signals(cancel):  # Ctrl-C in TensorRT's callbacks: recorded, then the build is cancelled
         parsed = parser.parse_from_file(str(plan.onnx_path))
+    repeats.report()
     cancel.raise_if_requested()
     if not parsed:
         raise parser_error(plan.onnx_path.name, parser_issues(parser), flavour=flavour)
+    _report_errors(errors)  # the parser succeeded: what it called an error is shown once, as a warning
     network_share: tuple[PrecisionSummary, float | None] | None = None
     if not flavour.inspects_engine:  # checked before minutes of building, from the network's types
         summary = summarize_network(network_layer_info(network))
@@ -326,13 +338,14 @@ def _build(plan: BuildPlan, flavour: Flavour, timing_cache: Path | None, progres
     monitor = _progress_monitor(progress, cancel)  # always: it is how a build is cancelled
     config.progress_monitor = monitor  # TensorRT holds a raw pointer: ``monitor`` keeps the object alive
     start = time.monotonic()
-    errors.clear()  # what the parser logged was not a builder error
     with deferred_signals(cancel):
         serialized = builder.build_serialized_network(network, config)
     seconds = time.monotonic() - start
+    repeats.report()
     cancel.raise_if_requested()  # the build was cancelled cleanly; nothing was written
     if serialized is None:
         raise builder_error(errors, flavour)
+    _report_errors(errors)
     if timing_cache is not None:
         save_timing_cache(config, timing_cache)
     data = bytes(cast(Any, serialized))
