@@ -68,6 +68,13 @@ def trt_version_option(f: F) -> F:
                         show_default=True, help="Target TensorRT version, or rtx for TensorRT-RTX.")(f)
 
 
+def engine_trt_option(f: F) -> F:
+    """verify/bench: which runtime the engine needs, when neither its manifest nor its header says."""
+    return click.option("--trt", "trt_version", type=click.Choice(TRT_VERSIONS), default=None,
+                        help="The TensorRT the engine was built with, or rtx for TensorRT-RTX (default: from "
+                        "ENGINE.json, else the engine's header, else TensorRT).")(f)
+
+
 def _compose(*decorators: Callable[[F], F]) -> Callable[[F], F]:
     def apply(f: F) -> F:
         for d in reversed(decorators):
