@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import sys
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ from trtconv.cli.options import (
     sample_options,
     trt_version_option,
 )
-from trtconv.cli.output import print_json, progress, stderr_console
+from trtconv.cli.output import interactive, print_json, progress, stderr_console
 from trtconv.cli.precision_report import print_gate
 from trtconv.errors import TrtconvError
 from trtconv.load.memory import return_large_blocks
@@ -61,16 +63,66 @@ class BarSink:
                 self.bar.remove_task(task)
 
 
-def _say(as_json: bool) -> Any:
-    console = stderr_console()
-    quiet = as_json or not logging.getLogger("trtconv").isEnabledFor(logging.WARNING)  # -q
+class StageClock:
+    """The pipeline's stage events → ``trtconv: <stage>: done (1.2 s)`` lines, and while a stage
+    runs, a sign of life at least every ``interval`` seconds: in a pipe a ``trtconv: <stage>:
+    running (10 s)`` line (a CI log never goes silent), on a terminal a bar task with its elapsed
+    time. Durations are printed unless --json or -q; the running lines unless -q."""
 
-    def say(stage: str, status: str) -> None:
-        if quiet or status == "running":
+    def __init__(self, sink: BarSink, *, as_json: bool, interval: float = 5.0) -> None:
+        self.sink = sink
+        self.console = stderr_console()
+        self.quiet = not logging.getLogger("trtconv").isEnabledFor(logging.WARNING)  # -q
+        self.durations = not (as_json or self.quiet)
+        self.interval = interval
+        self.started = 0.0
+        self.task: Any = None
+        self.stop = threading.Event()
+        self.ticker: threading.Thread | None = None
+
+    def __call__(self, stage: str, status: str) -> None:
+        if status == "running":
+            self._start(stage)
             return
-        console.print(f"trtconv: {stage}: {status}", markup=False, highlight=False)
+        seconds = self._finish()
+        if self.durations:
+            took = f" ({seconds:.1f} s)" if status != "skipped" else ""
+            self.console.print(f"trtconv: {stage}: {status}{took}", markup=False, highlight=False)
 
-    return say
+    def _start(self, stage: str) -> None:
+        self._finish()
+        self.started = time.monotonic()
+        if self.quiet:
+            return
+        if interactive(sys.stderr):
+            with self.sink.lock:
+                self.task = self.sink.bar.add_task(stage, total=None)
+            return
+        self.stop = threading.Event()
+        self.ticker = threading.Thread(target=self._tick, args=(stage, self.stop), daemon=True,
+                                       name=f"trtconv-{stage}-progress")
+        self.ticker.start()
+
+    def _tick(self, stage: str, stop: threading.Event) -> None:
+        while not stop.wait(self.interval):
+            with self.sink.lock:
+                if not stop.is_set():
+                    click.echo(f"trtconv: {stage}: running ({time.monotonic() - self.started:.0f} s)", err=True)
+
+    def close(self) -> None:
+        """No ticking after the command ends, however it ends."""
+        self._finish()
+
+    def _finish(self) -> float:
+        self.stop.set()
+        if self.ticker is not None:
+            self.ticker.join()
+            self.ticker = None
+        if self.task is not None:
+            with self.sink.lock:
+                self.sink.bar.remove_task(self.task)
+            self.task = None
+        return time.monotonic() - self.started
 
 
 def _outputs(params: Mapping[str, Any]) -> list[Path]:
@@ -165,10 +217,11 @@ def build(model: Path, output: Path, precision: str, shapes: str | None,
     )
     sink = BarSink()
     outcome = BuildOutcome(prepared=settings.outputs(output)[0])
+    clock = StageClock(sink, as_json=as_json)
     try:
         with sink.bar:
             # Always installed: it draws only on a terminal, and lets Ctrl-C cancel a build cleanly.
-            api_build(model, output, settings, force=force, say=_say(as_json), progress=sink, outcome=outcome)
+            api_build(model, output, settings, force=force, say=clock, progress=sink, outcome=outcome)
     except TrtconvError as exc:
         if not as_json and outcome.gate is not None:
             print_gate(outcome.gate, model, outcome.prepared)
@@ -178,6 +231,8 @@ def build(model: Path, output: Path, precision: str, shapes: str | None,
             print_json({**outcome.to_json(), "manifest_data": outcome.manifest,
                         "error": {"exit_code": int(exc.exit_code), "message": exc.message, "hint": exc.hint}})
         raise
+    finally:
+        clock.close()
     if as_json:
         print_json({**outcome.to_json(), "manifest_data": outcome.manifest, "error": None})
         return

@@ -269,6 +269,7 @@ class _Stages:
             step = fn()
         except BaseException:
             self.outcome.stages.append(StageRecord(name, "failed", time.monotonic() - start))
+            self.say(name, "failed")
             raise
         self.outcome.stages.append(StageRecord(name, step.status, time.monotonic() - start, dict(step.detail)))
         self.say(name, step.status)
