@@ -178,3 +178,14 @@ def test_piped_build_times_each_stage_and_a_long_one_says_it_runs(tmp_path):
     first, last = lines.index(f"trtconv: profiles: running ({running[0]} s)"), lines.index("trtconv: recheck: done "
                                                                                        f"({done['recheck']:.1f} s)")
     assert last < first  # while the profiles stage ran
+
+
+def test_piped_rewrite_says_it_runs_every_5_s(tmp_path):
+    """`rewrite` proves the whole graph on ONNX Runtime at --shapes: the PP-OCR classifier (its width dim
+    is renamed, so the graph changes and the proof runs) on 4x3x480x960, model and rewritten graph,
+    is a real step of over 5 s that reports no progress of its own."""
+    res = piped("rewrite", rapidocr_model("cls"), "-o", tmp_path / "r.onnx", "--shapes", "x:4x3x480x960")
+    assert res.returncode == 0, res.stderr
+    running = [int(m[1]) for line in res.stderr.splitlines()
+               if (m := re.fullmatch(r"trtconv: rewrite: running \((\d+) s\)", line))]
+    assert running and all(abs(n - 5 * (i + 1)) <= 1 for i, n in enumerate(running)), res.stderr

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from trtconv.cli.options import (
     sample_options,
     trt_version_option,
 )
-from trtconv.cli.output import interactive, print_json, progress, stderr_console
+from trtconv.cli.output import Heartbeat, interactive, print_json, progress, stderr_console
 from trtconv.cli.precision_report import print_gate
 from trtconv.errors import TrtconvError
 from trtconv.load.memory import return_large_blocks
@@ -64,65 +63,41 @@ class BarSink:
 
 
 class StageClock:
-    """The pipeline's stage events → ``trtconv: <stage>: done (1.2 s)`` lines, and while a stage
-    runs, a sign of life at least every ``interval`` seconds: in a pipe a ``trtconv: <stage>:
-    running (10 s)`` line (a CI log never goes silent), on a terminal a bar task with its elapsed
-    time. Durations are printed unless --json or -q; the running lines unless -q."""
+    """The pipeline's stage events → ``trtconv: <stage>: done (1.2 s)`` lines (not under --json or
+    -q), and while a stage runs a sign of life at least every ~5 s: in a pipe a
+    ``trtconv: <stage>: running (10 s)`` line (:class:`Heartbeat`), on a terminal a bar task with
+    its elapsed time."""
 
-    def __init__(self, sink: BarSink, *, as_json: bool, interval: float = 5.0) -> None:
+    def __init__(self, sink: BarSink, *, as_json: bool) -> None:
         self.sink = sink
         self.console = stderr_console()
         self.quiet = not logging.getLogger("trtconv").isEnabledFor(logging.WARNING)  # -q
         self.durations = not (as_json or self.quiet)
-        self.interval = interval
-        self.started = 0.0
+        self.beat = Heartbeat("", lock=sink.lock)
         self.task: Any = None
-        self.stop = threading.Event()
-        self.ticker: threading.Thread | None = None
 
     def __call__(self, stage: str, status: str) -> None:
         if status == "running":
-            self._start(stage)
+            self.close()
+            self.beat = Heartbeat(stage, lock=self.sink.lock)
+            self.beat.start()
+            if interactive(sys.stderr) and not self.quiet:
+                with self.sink.lock:
+                    self.task = self.sink.bar.add_task(stage, total=None)
             return
-        seconds = self._finish()
+        seconds = self.close()
         if self.durations:
             took = f" ({seconds:.1f} s)" if status != "skipped" else ""
             self.console.print(f"trtconv: {stage}: {status}{took}", markup=False, highlight=False)
 
-    def _start(self, stage: str) -> None:
-        self._finish()
-        self.started = time.monotonic()
-        if self.quiet:
-            return
-        if interactive(sys.stderr):
-            with self.sink.lock:
-                self.task = self.sink.bar.add_task(stage, total=None)
-            return
-        self.stop = threading.Event()
-        self.ticker = threading.Thread(target=self._tick, args=(stage, self.stop), daemon=True,
-                                       name=f"trtconv-{stage}-progress")
-        self.ticker.start()
-
-    def _tick(self, stage: str, stop: threading.Event) -> None:
-        while not stop.wait(self.interval):
-            with self.sink.lock:
-                if not stop.is_set():
-                    click.echo(f"trtconv: {stage}: running ({time.monotonic() - self.started:.0f} s)", err=True)
-
-    def close(self) -> None:
-        """No ticking after the command ends, however it ends."""
-        self._finish()
-
-    def _finish(self) -> float:
-        self.stop.set()
-        if self.ticker is not None:
-            self.ticker.join()
-            self.ticker = None
+    def close(self) -> float:
+        """Stop the stage's heartbeat and bar (also when the command ends); its seconds."""
+        seconds = self.beat.stop()
         if self.task is not None:
             with self.sink.lock:
                 self.sink.bar.remove_task(self.task)
             self.task = None
-        return time.monotonic() - self.started
+        return seconds
 
 
 def _outputs(params: Mapping[str, Any]) -> list[Path]:
