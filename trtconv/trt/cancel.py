@@ -35,8 +35,8 @@ class Cancel:
         return self._requested or self._also()
 
     def raise_if_requested(self) -> None:
-        """After TensorRT returned: an interrupt that came while it ran ends the command (exit 130)."""
-        if self._requested:
+        """After TensorRT returned: a cancel that came while it ran ends the command (exit 130)."""
+        if self.requested:
             raise KeyboardInterrupt
 
 
