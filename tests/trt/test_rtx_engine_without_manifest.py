@@ -14,7 +14,7 @@ from realmodels import rapidocr_model
 
 from trtconv.cli.main import cli
 from trtconv.errors import ExitCode
-from trtconv.verify.engine import manifest_opt_shapes
+from trtconv.verify.engine_vs_reference import manifest_opt_shapes
 
 pytest.importorskip("tensorrt_rtx", reason="tensorrt-rtx is in the test extra: run `make install`")
 

@@ -17,14 +17,11 @@ import numpy as np
 import onnx
 
 from trtconv.errors import DataError, InvalidModelError
-from trtconv.load import load_model
-from trtconv.load.shapes import input_dims
-from trtconv.plan.corners import ShapesKey, does_not_fit, shapes_key
-from trtconv.plan.manifest import manifest_path, read_manifest
-from trtconv.reference import ort
-from trtconv.reference.compare import OutputStats, PooledStats, Thresholds, compare_outputs, violations
-from trtconv.samples.sources import SampleSource, iter_samples_with_origin, model_inputs
-from trtconv.trt.engine import EngineRunner, profile_shapes
+from trtconv.load import input_dims, load_model
+from trtconv.plan import ShapesKey, does_not_fit, manifest_path, read_manifest, shapes_key
+from trtconv.reference import OutputStats, PooledStats, Thresholds, compare_outputs, ort, violations
+from trtconv.samples import SampleSource, iter_samples_with_origin, model_inputs
+from trtconv.trt import EngineRunner, profile_shapes
 
 
 @dataclass(frozen=True)
