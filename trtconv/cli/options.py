@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import click
 
 from trtconv.api import QuantizeSettings
-from trtconv.cli.main import MODEL_BYTES_KEY, MODEL_KEY
+from trtconv.cli.main import JSON_KEY, MODEL_BYTES_KEY, MODEL_KEY
 from trtconv.errors import UsageError
 from trtconv.load import disk_bytes, parse_shapes
 from trtconv.reference import DEFAULT_THRESHOLDS, Thresholds, parse_limit, thresholds_with
@@ -46,9 +46,16 @@ def force_option(f: F) -> F:
     return click.option("--force", is_flag=True, help="Overwrite existing output files.")(f)
 
 
+def _remember_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    if value:
+        ctx.meta[JSON_KEY] = True
+    return value
+
+
 def json_option(f: F) -> F:
-    return click.option("--json", "as_json", is_flag=True,
-                        help="Print a machine-readable report on stdout (schema in docs/cli.md).")(f)
+    return click.option("--json", "as_json", is_flag=True, callback=_remember_json,
+                        help="Print a machine-readable report on stdout (schema in docs/cli.md); on failure, "
+                        "a JSON error object at least.")(f)
 
 
 def shapes_option(f: F) -> F:
@@ -85,6 +92,13 @@ def command_line(ctx: click.Context, *, drop: tuple[str, ...] = ()) -> str:
         for item in value if param.multiple else (value,):
             parts += [flag, shlex.quote(str(item))]
     return " ".join(parts)
+
+
+def engine_trt_option(f: F) -> F:
+    """verify/bench: which runtime the engine needs, when neither its manifest nor its header says."""
+    return click.option("--trt", "trt_version", type=click.Choice(TRT_VERSIONS), default=None,
+                        help="The TensorRT the engine was built with, or rtx for TensorRT-RTX (default: from "
+                        "ENGINE.json, else the engine's header, else TensorRT).")(f)
 
 
 def _compose(*decorators: Callable[[F], F]) -> Callable[[F], F]:

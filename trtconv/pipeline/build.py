@@ -95,6 +95,7 @@ class BuildRequest:
     max_shapes: tuple[str, ...] = ()
     prepared: Path | None = None  # default: <output stem>.prepared.onnx
     prepare_only: bool = False
+    keep_prepared: bool = False  # a failed build keeps the prepared ONNX (for debugging); else it is removed
     verify: bool = True
     preflight: bool = True  # run the graph at every profile corner on ONNX Runtime before TensorRT
     target: str = "11.4"  # TensorRT version the check stage judges against, or "rtx" (TensorRT-RTX)
@@ -146,10 +147,12 @@ class BuildOutcome:
     stages: list[StageRecord] = field(default_factory=list)
     stopped: str | None = None  # why the pipeline stopped before an engine, if it did
     gate: QuantizeResult | None = None  # fp16/int8: the precision stage's accuracy gate (also when it failed)
+    written: bool = False  # the prepared ONNX is on disk (written by this run and not removed)
 
     def to_json(self) -> dict[str, Any]:
+        """Names only files that are on disk: a failed build removed what it wrote."""
         return {
-            "prepared_onnx": str(self.prepared),
+            "prepared_onnx": str(self.prepared) if self.written else None,
             "engine": str(self.engine) if self.engine else None,
             "manifest": str(manifest_path(self.engine)) if self.engine else None,
             "stopped": self.stopped,
@@ -272,6 +275,7 @@ class _Stages:
             step = fn()
         except BaseException:
             self.outcome.stages.append(StageRecord(name, "failed", time.monotonic() - start))
+            self.say(name, "failed")
             raise
         self.outcome.stages.append(StageRecord(name, step.status, time.monotonic() - start, dict(step.detail)))
         self.say(name, step.status)
@@ -335,7 +339,41 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
     outcome.gate = precisioned.gate
     if replacing:
         log.warning("replacing %s (derived from the model; --prepared PATH writes it elsewhere)", prepared)
+    try:
+        return _prepare_and_build(req, plan, outcome, stages, precisioned, reference, profiles, progress,
+                                  onnx_sha, rewritten, shapes0, samples)
+    except BaseException as exc:
+        _remove_failed_outputs(req, outcome, exc)
+        raise
+
+
+def _remove_failed_outputs(req: BuildRequest, outcome: BuildOutcome, exc: BaseException) -> None:
+    """A failed build leaves nothing it wrote: engine, manifest, prepared ONNX (and its .data).
+    Kept: everything when the engine's verification failed (exit 7: kept for inspection), and
+    the prepared ONNX with ``keep_prepared`` (debugging, or building it elsewhere)."""
+    if isinstance(exc, AccuracyError) and outcome.manifest is not None:
+        return
+    doomed = [manifest_path(req.output), req.output] if outcome.engine is not None else []
+    if outcome.written and not req.keep_prepared:
+        doomed += [outcome.prepared, outcome.prepared.with_name(outcome.prepared.name + ".data")]
+        outcome.written = False
+    outcome.engine = None
+    outcome.manifest = None
+    for path in doomed:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as err:  # the original error is what the user must see
+            log.warning("could not remove %s: %s", path, err)
+
+
+def _prepare_and_build(req: BuildRequest, plan: BuildPlan, outcome: BuildOutcome, stages: _Stages,
+                       precisioned: Precisioned, reference: Reference, profiles: tuple[Profile, ...],
+                       progress: Any, onnx_sha: str, rewritten: RewriteResult,
+                       shapes0: dict[str, tuple[int, ...]], samples: SampleSet | None) -> BuildOutcome:
+    """From the prepared ONNX on: save, recheck, profile corners, TensorRT build, verify, manifest."""
+    prepared = outcome.prepared
     saved = stages.run("save", lambda: _save(precisioned.model, prepared))
+    outcome.written = True
     stages.run("recheck", lambda: _recheck(saved, req.target, shapes0))
     keep = not req.prepare_only and req.verify  # verify reuses the reference's outputs
     corners = stages.run("profiles", lambda: _corners(reference, profiles, req, samples, keep))
@@ -347,12 +385,7 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
         tensorrt_version(flavour)
     except BackendUnavailableError as exc:
         outcome.stopped = "tensorrt-unavailable"
-        raise BackendUnavailableError(
-            f"{exc.message}; stopped after the precision stage: the prepared ONNX is {prepared}",
-            hint=f"{(exc.hint or '').rstrip('.')}. Then run this command again, or build {prepared} with "
-            "trtexec --stronglyTyped (TensorRT 10; 11 is always strongly typed): the precision is already "
-            "explicit, no --fp16/--int8 flags needed",
-        ) from None
+        raise _no_tensorrt(exc, prepared, req.keep_prepared) from None
     built = stages.run("build", lambda: _tensorrt_build(plan, progress))
     outcome.engine = req.output
     verify_json: dict[str, Any] | None = None
@@ -396,6 +429,20 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
             "`trtconv verify` shows per-output statistics",
         )
     return outcome
+
+
+def _no_tensorrt(exc: BackendUnavailableError, prepared: Path, kept: bool) -> BackendUnavailableError:
+    """Exit 9 after the CPU stages: where the prepared ONNX is (``--keep-prepared``), or how to keep it."""
+    trtexec = ("trtexec --stronglyTyped (TensorRT 10; 11 is always strongly typed): the precision is already "
+               "explicit, no --fp16/--int8 flags needed")
+    if kept:
+        return BackendUnavailableError(
+            f"{exc.message}; stopped after the precision stage: the prepared ONNX is {prepared}",
+            hint=f"{(exc.hint or '').rstrip('.')}. Then run this command again, or build {prepared} with {trtexec}")
+    return BackendUnavailableError(
+        f"{exc.message}; stopped after the precision stage (nothing was kept)",
+        hint=f"{(exc.hint or '').rstrip('.')}. Then run this command again; or add --prepare-only (or "
+        f"--keep-prepared) to keep the prepared ONNX and build it with {trtexec}")
 
 
 def _command(req: BuildRequest) -> str:
