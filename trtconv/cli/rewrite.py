@@ -12,7 +12,7 @@ from trtconv.cli.config import config_option
 from trtconv.cli.depfile import deps_option
 from trtconv.cli.html_report import record, report_option
 from trtconv.cli.options import force_option, json_option, model_argument, output_option, shapes_option
-from trtconv.cli.output import print_json, progress, stdout_console
+from trtconv.cli.output import Heartbeat, print_json, progress, stdout_console
 from trtconv.errors import UsageError
 from trtconv.load import parse_shapes
 from trtconv.rewrites import (
@@ -86,7 +86,7 @@ def rewrite(model: Path, output: Path, force: bool, as_json: bool, shapes: str |
         fold_size_limit=limit, int64_to_int32=int32, verify=verify, seed=seed,
         node_tolerance=tolerance,
     )
-    with progress() as bar:
+    with progress() as bar, Heartbeat("rewrite"):
         task = bar.add_task("rewrite", total=3)
         result = api_rewrite(model, output, settings, force=force, step=lambda _stage: bar.advance(task))
     doc = result.report.to_json()
