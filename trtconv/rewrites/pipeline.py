@@ -30,7 +30,7 @@ from trtconv.onnxutil.order import is_sorted
 from trtconv.onnxutil.walk import iter_graphs
 from trtconv.reference import ort
 from trtconv.rewrites import cleanup
-from trtconv.rewrites.catalog import active_rules, rewrite_rule_for, rule_among
+from trtconv.rewrites.catalog import RULE_NAMES, active_rules, rewrite_rule_for, rule_among
 from trtconv.rewrites.proof import Proof, prove_graph, prove_node, prove_unchanged
 from trtconv.rewrites.report import NodeInfo, RewriteEntry, RewriteReport, RewriteResult
 from trtconv.rewrites.roundtrip import (
@@ -42,7 +42,7 @@ from trtconv.rewrites.roundtrip import (
     sorted_copy,
     strip_value_info,
 )
-from trtconv.rewrites.rule import RewriteRule, RuleContext, Site
+from trtconv.rewrites.rule import NodeView, RewriteRule, RuleContext, Site
 from trtconv.rewrites.settings import RewriteSettings, check_settings
 
 
@@ -59,7 +59,7 @@ def _subgraph_notes(model: onnx.ModelProto) -> list[str]:
     notes = []
     for g in list(iter_graphs(model.graph))[1:]:
         for n in g.node:
-            if rewrite_rule_for(n.domain, n.op_type) is not None:
+            if rewrite_rule_for(n.domain, n.op_type, default_opset(model)) is not None:
                 notes.append(f"node {n.name!r} ({n.op_type}) sits inside a subgraph and was not rewritten")
     return notes
 
@@ -69,6 +69,7 @@ class _Applied:
     """What the rules did to the graph, for the report and the steps after them."""
 
     entries: list[RewriteEntry]
+    notes: list[str]  # nodes a rule covers but refused, and why
     pending: dict[int, set[str]]  # opset -> the ops that need it (emitted in PENDING_DOMAIN)
     graph_cuts: set[str]
 
@@ -76,11 +77,11 @@ class _Applied:
 def _apply_rules(graph: gs.Graph, ctx: RuleContext, rules: tuple[RewriteRule, ...]) -> _Applied:
     """Every node a rule matches, replaced and (with settings.verify) proven; AccuracyError if a proof fails."""
     settings = ctx.settings
-    covered = [(node, rule_among(rules, node.domain, node.op)) for node in graph.nodes]
+    covered = [(node, rule_among(rules, node.domain, node.op, ctx.opset)) for node in graph.nodes]
     for node, rule in covered:  # a rule that refuses a node does so before anything is built
         if rule is not None:
             rule.precheck(node, ctx)
-    applied = _Applied([], {}, set())
+    applied = _Applied([], [], {}, set())
     failures: list[str] = []
     new_order: list[gs.Node] = []
     used_names = {n.name for n in graph.nodes}
@@ -89,6 +90,11 @@ def _apply_rules(graph: gs.Graph, ctx: RuleContext, rules: tuple[RewriteRule, ..
         # an unnamed node's made-up name must not be another node's either
         name = fresh_name(node.name or f"{node.op}_{index}", bases if node.name else bases | used_names)
         bases.add(name)
+        refused = rule.refusal(NodeView.of_gs(node, ctx.opset, ctx.graph_outputs, ctx.shapes)) if rule is not None else None
+        if refused:
+            applied.notes.append(f"node {name!r} ({node.op}) left as is: {rule.name} cannot rewrite it: {refused}")
+            new_order.append(node)
+            continue
         match = rule.match(node, ctx) if rule is not None else None
         if rule is None or match is None:
             new_order.append(node)
@@ -129,6 +135,9 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     """
     settings = settings or RewriteSettings()
     check_settings(settings)
+    unknown = sorted(set(settings.skip_rules) - set(RULE_NAMES))
+    if unknown:
+        raise UsageError(f"unknown rewrite rule {unknown[0]!r} to skip", hint=f"rules: {', '.join(RULE_NAMES)}")
     src = loaded_or_model.proto if isinstance(loaded_or_model, LoadedModel) else loaded_or_model
     if isinstance(loaded_or_model, LoadedModel) and not loaded_or_model.weights_loaded:
         raise UsageError("rewrite needs the model's weights", hint="load it with load_model(path) (weights on)")
@@ -142,7 +151,8 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     nodes_before = _count_nodes(model)
     was_sorted = is_sorted(model)
     notes = _subgraph_notes(model)
-    active = tuple(rules) if rules is not None else active_rules(settings.plugin_map)
+    active = (tuple(rules) if rules is not None else
+              active_rules(settings.plugin_map, settings.skip_rules, settings.target))
     for rule in active:
         model = rule.prepare(model, settings, large)
     # Imported with inferred shapes: graphsurgeon folds Shape nodes only where shapes are known.
@@ -207,7 +217,7 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
         gproof = Proof("none", True, reason="--no-verify" if not settings.verify else
                        "model over the large-model threshold: graph proof skipped (node proofs still ran)")
     report = RewriteReport(settings, tuple(applied.entries), tuple(results), gproof, nodes_before,
-                           _count_nodes(out), opset_before, default_opset(out), tuple(notes))
+                           _count_nodes(out), opset_before, default_opset(out), tuple(notes + applied.notes))
     return RewriteResult(out, report)
 
 

@@ -26,6 +26,8 @@ class RewriteSettings:
     dcn_target: str = DEFAULT_TARGET  # a name in dcn_targets.TARGETS
     dcn_plugin: PluginSpec | None = None  # for targets that need a spec ("trtconv-plugin": trtconv_plugin_spec(path))
     plugin_map: PluginMap | None = None
+    skip_rules: frozenset[str] = frozenset()  # built-in rule names not to apply (--skip-rule)
+    target: str | None = None  # the --trt target: only rules it needs apply (None: every rule)
     shapes: Mapping[str, Shape] = field(default_factory=dict)
     fold_constants: bool = True
     fold_size_limit: int = DEFAULT_FOLD_LIMIT
@@ -50,6 +52,8 @@ class RewriteSettings:
             "dcn_plugin": None if self.dcn_plugin is None else
             f"{self.dcn_plugin.namespace}::{self.dcn_plugin.name} v{self.dcn_plugin.version}",
             "plugin_map": None if self.plugin_map is None else self.plugin_map.source,
+            "skip_rules": sorted(self.skip_rules),
+            "target": self.target,
             "shapes": {k: list(v) for k, v in sorted(self.shapes.items())},
             "fold_constants": self.fold_constants,
             "fold_size_limit": self.fold_size_limit,
