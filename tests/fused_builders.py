@@ -84,7 +84,7 @@ def tiny_bert(opset: int = 17, batch: int | str = 1, seq: int | str = 8, hidden:
     inits = [
         numpy_helper.from_array(weights((vocab, hidden), s), "word"),
         numpy_helper.from_array(weights((16, hidden), s + 1), "pos"),
-        numpy_helper.from_array(weights((2, hidden), s + 2), "seg"),
+        numpy_helper.from_array(weights((4, hidden), s + 2), "seg"),  # 4 rows: build's pre-flight feeds ids 0..3
         numpy_helper.from_array(np.ones(hidden, np.float32), "ln_g"),
         numpy_helper.from_array(weights((hidden,), s + 3, 0.1), "ln_b"),
     ]

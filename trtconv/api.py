@@ -145,6 +145,7 @@ class BuildSettings:
     plugins: tuple[Path, ...] = ()  # TensorRT plugin libraries to load
     min_precision_share: float = DEFAULT_MIN_PRECISION_SHARE  # fp16/int8: fail (exit 8) below this share of layers
     dcn_target: str | None = None
+    skip_rules: tuple[str, ...] = ()  # built-in rewrite rules not to apply (--skip-rule)
     prepared: Path | None = None  # default: ENGINE stem + .prepared.onnx
     prepare_only: bool = False  # stop after the prepared ONNX (no TensorRT needed)
     verify: bool = True
@@ -186,7 +187,7 @@ class BuildSettings:
             calib_limit=self.calib_limit, shapes=self.shapes, min_shapes=tuple(self.min_shapes),
             opt_shapes=tuple(self.opt_shapes), max_shapes=tuple(self.max_shapes), prepared=self.prepared,
             prepare_only=self.prepare_only, verify=self.verify, target=self.trt, dcn_target=self.dcn_target,
-            seed=self.seed, plan=plan, quantize=self.quantize,
+            skip_rules=tuple(self.skip_rules), seed=self.seed, plan=plan, quantize=self.quantize,
         )
 
 

@@ -6,10 +6,13 @@ node and fails."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from fused_builders import I32, I64, MS, Case, In, const, feeds, weights
 
+from trtconv.analyze import analyze
 from trtconv.errors import UsageError
+from trtconv.load import load_model
 from trtconv.reference.ort import run_model
 from trtconv.rewrites import RewriteSettings, rewrite
 from trtconv.rewrites.catalog import RULE_NAMES, rewrite_rule_for
@@ -64,7 +67,7 @@ CASES: dict[str, tuple[Case, dict[str, np.ndarray]]] = {
                                          const("word", weights((11, H), 8)), const("pos", weights((6, H), 9)),
                                          const("segemb", weights((2, H), 10)), GAMMA, BETA, In("m", (B, S), I32)],
              outputs=["y", "mask_index", "sum"], attrs={"epsilon": 1e-5}),
-        {"ids": ints("ids", (B, S), 0, 11), "seg": ints("seg", (B, S), 0, 2), "m": mask2d()}),
+        {"ids": ints("ids", (B, S), 0, 11), "seg": ints("seg", (B, S), 0, 2), "m": mask2d() * 3}),
     "embed-layernorm-opset13-posids": (
         Case("EmbedLayerNormalization", [In("ids", (B, S), I32), None, const("word", weights((11, H), 8)),
                                          const("pos", weights((6, H), 9)), None, GAMMA, BETA, None,
@@ -157,3 +160,16 @@ def test_unsupported_forms_are_left_with_the_reason():
                   attrs={"rotary_embedding_dim": 4, "num_heads": N})
     res = rewrite(rotary.model())
     assert any("partial rotation" in n for n in res.report.notes)
+
+
+def test_check_marks_fused_ops_rewritable_and_says_why_a_form_is_not(tmp_path):
+    good, _ = CASES["attention"]
+    past = In("past", (2, B, N, 1, H // N))
+    bad = Case("Attention", [x3(), QKV_W, QKV_B, None, past], outputs=["y", "present"], attrs={"num_heads": N})
+    for case, status, rule in ((good, "rewritable", "ms-attention"), (bad, "unsupported", None)):
+        path = tmp_path / "m.onnx"
+        onnx.save(case.model(), path)
+        (node,) = [n for n in analyze(load_model(path), "rtx").nodes if n.op_type == "Attention"]
+        assert (node.status, node.rewrite) == (status, rule)
+        if rule is None:
+            assert any(f.rule == "rewrite-declined" and "past/present state" in f.message for f in node.findings)

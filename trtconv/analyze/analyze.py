@@ -32,6 +32,7 @@ from trtconv.onnxutil.domains import DEFAULT_DOMAIN, is_default_domain
 from trtconv.onnxutil.walk import has_subgraphs
 from trtconv.rewrites.catalog import rewrite_rule_for
 from trtconv.rewrites.cleanup import RENAME_SHARED_DIMS
+from trtconv.rewrites.rule import NodeView, RewriteRule
 
 NO_PLUGIN_DOMAINS = ("ai.onnx.ml", "ai.onnx.preview.training")
 # Inputs where ONNX exporters write INT64_MAX/MIN to mean "to the end"; the parser clamps them.
@@ -210,19 +211,47 @@ def _node_report(ref: NodeRef, table: SupportTable, index: GraphIndex, int64_wid
                                                                 "it is clamped wherever TensorRT narrows it to INT32"))
     if not findings:
         return None
+    rule = _rule_for(node, index, index.opsets.get(DEFAULT_DOMAIN, ref.opset), findings)
     findings.sort(key=lambda f: f.severity != ERROR)  # errors first; stable otherwise
-    status = _status(domain, op_type, findings)
-    findings = _better_hints(domain, op_type, status, findings)
+    status = _status(rule, findings)
+    findings = _better_hints(rule, domain, op_type, status, findings)
     return NodeReport(ref.path, op_type, domain, status, tuple(findings),
-                      _rewrite_name(domain, op_type, findings), row.source if row else "")
+                      _rewrite_name(rule, findings), row.source if row else "")
 
 
-def _better_hints(domain: str, op_type: str, status: str, findings: list[Finding]) -> list[Finding]:
+def _rule_for(node: onnx.NodeProto, index: GraphIndex, opset: int, findings: list[Finding]) -> RewriteRule | None:
+    """The built-in rule that rewrites this node at the model's opset; None when there is none,
+    or when the rule refuses this node's form (then a finding says why)."""
+    rule = rewrite_rule_for(node.domain, node.op_type, opset)
+    if rule is None or not any(f.severity == ERROR for f in findings):
+        return rule
+    reason = rule.refusal(_node_view(node, index, opset))
+    if reason is None:
+        return rule
+    findings.append(Finding("rewrite-declined", ERROR, f"rule {rule.name} cannot rewrite it: {reason}",
+                            "see docs/rewrite.md for the forms each rule takes"))
+    return None
+
+
+def _node_view(node: onnx.NodeProto, index: GraphIndex, opset: int) -> NodeView:
+    """What a rule reads to refuse a node: its inputs' known shapes, its outputs something reads."""
+    shapes: dict[str, list[int | str]] = {}
+    for name in node.input:
+        if name in index.tensors:
+            shapes[name] = [int(d) for d in index.tensors[name].dims]
+        elif name in index.shapes:
+            shapes[name] = [int(d.dim_value) if d.HasField("dim_value") else d.dim_param for d in index.shapes[name].dim]
+    view = NodeView.of_proto(node, opset)
+    outputs = tuple(o if o in index.consumed else "" for o in node.output)
+    return replace(view, outputs=outputs, shapes=shapes, partial=True)
+
+
+def _better_hints(rule: RewriteRule | None, domain: str, op_type: str, status: str,
+                  findings: list[Finding]) -> list[Finding]:
     """Hints that point the right way: a rewritable node gets the rewrite; ONNX Runtime's dynamically
     quantized ops get 'start from the float model' (no plugin or rewrite helps them)."""
     key = ("" if is_default_domain(domain) else domain, op_type)
-    rule = rewrite_rule_for(domain, op_type) if status == REWRITABLE else None
-    if rule is not None:
+    if rule is not None and status == REWRITABLE:
         hint = f"`trtconv rewrite` rewrites it ({rule.name}: {rule.description})"
     elif key in ORT_DYNAMIC_QUANT:
         hint = ORT_QUANT_HINT
@@ -246,21 +275,20 @@ def _unknown_op(node: onnx.NodeProto, domain: str, table: SupportTable) -> Findi
                    "the parser looks for a plugin of that name: supply its library (--plugins)")
 
 
-def _status(domain: str, op_type: str, findings: list[Finding]) -> str:
+def _status(rule: RewriteRule | None, findings: list[Finding]) -> str:
     errors = [f for f in findings if f.severity == ERROR]
     if not errors:
         return SUPPORTED
-    if rewrite_rule_for(domain, op_type) is not None:
+    if rule is not None:
         return REWRITABLE
     if all(f.rule == CUSTOM_OP for f in errors):
         return PLUGIN
     return UNSUPPORTED
 
 
-def _rewrite_name(domain: str, op_type: str, findings: list[Finding]) -> str | None:
+def _rewrite_name(rule: RewriteRule | None, findings: list[Finding]) -> str | None:
     if not any(f.severity == ERROR for f in findings):
         return None
-    rule = rewrite_rule_for(domain, op_type)
     return rule.name if rule else None
 
 

@@ -25,6 +25,7 @@ from trtconv.cli.options import (
     output_option,
     quantize_settings,
     sample_options,
+    skip_rule_option,
     trt_version_option,
 )
 from trtconv.cli.output import print_json, progress, stderr_console
@@ -122,6 +123,7 @@ NOT_INPUTS = ("prepared", "timing_cache")  # path flags that are not inputs (the
               show_default=True, help="fp16/int8: fail (exit 8) if fewer compute layers run in that precision.")
 @click.option("--dcn-target", type=click.Choice(DCN_TARGETS),
               help="How rewrite turns DCNv2 nodes into parseable ones (default: rewrite's default).")
+@skip_rule_option
 @click.option("--prepared", type=click.Path(path_type=Path, dir_okay=False),
               help="Where to write the prepared ONNX (default: ENGINE stem + .prepared.onnx).")
 @click.option("--prepare-only", is_flag=True, help="Stop after writing the prepared ONNX (no TensorRT needed).")
@@ -137,7 +139,8 @@ def build(model: Path, output: Path, precision: str, shapes: str | None,
           min_shapes: tuple[str, ...], opt_shapes: tuple[str, ...], max_shapes: tuple[str, ...],
           workspace: str | None, memory_pools: tuple[str, ...], timing_cache: Path | None, no_timing_cache: bool,
           opt_level: int, hardware_compat: str, compute_capabilities: tuple[str, ...], version_compatible: bool, exclude_lean_runtime: bool,
-          plugins: tuple[Path, ...], min_precision_share: float, dcn_target: str | None, prepared: Path | None,
+          plugins: tuple[Path, ...], min_precision_share: float, dcn_target: str | None, skip_rules: tuple[str, ...],
+          prepared: Path | None,
           prepare_only: bool, no_verify: bool, seed: int, trt_version: str, force: bool, as_json: bool,
           **precision_flags: Any) -> None:
     """Build MODEL into a TensorRT engine: check, rewrite, precision, build, verify.
@@ -157,7 +160,7 @@ def build(model: Path, output: Path, precision: str, shapes: str | None,
         timing_cache=timing_cache, use_timing_cache=not no_timing_cache, opt_level=opt_level,
         hardware_compat=hardware_compat,  # type: ignore[arg-type]
         compute_capabilities=compute_capabilities, version_compatible=version_compatible, exclude_lean_runtime=exclude_lean_runtime, plugins=plugins,
-        min_precision_share=min_precision_share, dcn_target=dcn_target, prepared=prepared,
+        min_precision_share=min_precision_share, dcn_target=dcn_target, skip_rules=skip_rules, prepared=prepared,
         prepare_only=prepare_only, verify=not no_verify, seed=seed, trt=trt_version,
     )
     sink = BarSink()

@@ -19,6 +19,7 @@ from trtconv.errors import UsageError
 from trtconv.load import parse_shapes
 from trtconv.load.read import disk_bytes
 from trtconv.reference.compare import DEFAULT_THRESHOLDS, Thresholds, parse_limit, thresholds_with
+from trtconv.rewrites.catalog import RULE_NAMES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -54,6 +55,13 @@ def json_option(f: F) -> F:
 def shapes_option(f: F) -> F:
     return click.option("--shapes", metavar="NAME:DxD,...",
                         help="Static shapes for dynamic inputs, e.g. images:1x3x640x640.")(f)
+
+
+def skip_rule_option(f: F) -> F:
+    """``--skip-rule NAME`` (repeatable): a built-in rewrite rule not to apply."""
+    return click.option("--skip-rule", "skip_rules", multiple=True, type=click.Choice(RULE_NAMES), metavar="NAME",
+                        help="Do not apply this built-in rewrite rule (repeatable); its nodes stay as they are. "
+                             f"Rules: {', '.join(RULE_NAMES)}.")(f)
 
 
 def trt_version_option(f: F) -> F:

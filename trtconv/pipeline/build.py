@@ -95,6 +95,7 @@ class BuildRequest:
     verify: bool = True
     target: str = "11.4"  # TensorRT version the check stage judges against, or "rtx" (TensorRT-RTX)
     dcn_target: str | None = None  # rewrite's DCN target (None: default_dcn_target(target))
+    skip_rules: tuple[str, ...] = ()  # built-in rewrite rules not to apply (every rule the target needs applies)
     seed: int = 0
     plan: BuildPlan | None = None  # limits, cache, compatibility, plugins (onnx/engine paths filled in)
     # fp16/int8: samples, exclusions, INT8 options and the accuracy gate, as ``quantize`` takes them
@@ -432,14 +433,17 @@ def _check(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]])
 
 
 def _rewrite(loaded: LoadedModel, req: BuildRequest) -> Step[RewriteResult]:
-    settings = RewriteSettings(seed=req.seed)
+    settings = RewriteSettings(seed=req.seed, skip_rules=frozenset(req.skip_rules), target=req.target)
     dcn_target = req.dcn()
     if dcn_target is not None:
         # trtconv's own DCNv2 plugin: the spec shipped inside the package
         spec = trtconv_plugin_spec() if dcn_target == "trtconv-plugin" else None
         settings = replace(settings, dcn_target=dcn_target, dcn_plugin=spec)
     result = rewrite(loaded, settings)
-    return Step(result, {"rewritten": len(result.report.rewrites),
+    rules: dict[str, list[str]] = {}
+    for entry in result.report.rewrites:
+        rules.setdefault(entry.rule, []).append(entry.node)
+    return Step(result, {"rewritten": len(result.report.rewrites), "rules": rules,
                          "nodes": [result.report.nodes_before, result.report.nodes_after]})
 
 

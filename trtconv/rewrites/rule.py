@@ -87,7 +87,8 @@ class NodeView:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     opset: int  # the model's default-domain opset
-    shapes: Mapping[str, Sequence[Any]] = field(default_factory=dict)  # known value shapes ({} in check)
+    shapes: Mapping[str, Sequence[Any]] = field(default_factory=dict)  # known value shapes
+    partial: bool = False  # shapes may be missing where rewrite would know them (``check``): refuse only what is known
 
     def rank(self, i: int) -> int | None:
         """Rank of input ``i`` when known."""

@@ -37,5 +37,4 @@ TRANSFORMER_RULES: tuple[RewriteRule, ...] = (
     BiasAddRule(),
     RotaryEmbeddingRule(),
 )
-
 __all__ = ["TRANSFORMER_RULES"]

@@ -39,7 +39,7 @@ def mask_refusal(view: NodeView, mask: int, query: int) -> str | None:
     """Masks these rules turn into a bias: (B) key lengths, (B, T) and (B, S, T) 0/1 masks."""
     shape = shape_of(view, mask)
     if shape is None:
-        return None if not view.has_input(mask) else "the mask's shape is unknown (give --shapes)"
+        return None if not view.has_input(mask) or view.partial else "the mask's rank is unknown (give --shapes)"
     if len(shape) == 1:
         q = shape_of(view, query)
         if q is not None and isinstance(q[0], int) and isinstance(shape[0], int) and shape[0] != q[0]:
@@ -96,6 +96,8 @@ class AttentionRule(FusedRule):
                 return f"{name}=1 is not rewritten"
         sizes = self.sizes(view)
         heads = int(attr(view, "num_heads", 0))
+        if sizes is None and view.partial:
+            return None
         if sizes is None:
             return "the weights' shape is unknown (need (input_hidden, 3*hidden) or qkv_hidden_sizes)"
         if sizes[0] != sizes[1]:
@@ -109,6 +111,10 @@ class AttentionRule(FusedRule):
         if index == MASK:
             return mask_feed(shape, int(values[INPUT].shape[1]) if INPUT in values else shape[-1], rng, dtype)
         return super().feed(view, index, shape, dtype, values, rng)
+
+    def output_shapes(self, view: NodeView) -> list[list[Any] | None]:
+        x, sizes = shape_of(view, INPUT), self.sizes(view)
+        return [list(x[:2]) + [sizes[2]] if x is not None and len(x) == 3 and sizes else None]
 
     def write(self, o: Ops, view: NodeView, ins: Sequence[gs.Tensor | None], outs: Sequence[gs.Tensor | None]) -> str:
         def at(i: int) -> gs.Tensor | None:

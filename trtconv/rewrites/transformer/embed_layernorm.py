@@ -1,5 +1,5 @@
 """``com.microsoft::EmbedLayerNormalization`` (BERT's embeddings) -> Gather of the word,
-position and segment tables, Adds, LayerNormalization; mask_index as the mask's row sums.
+position and segment tables, Adds, LayerNormalization; mask_index as the count of mask values equal to 1 per row (as ONNX Runtime counts).
 
 Positions are 0..S-1 (a Slice of the position table) unless position_ids are given (a Gather).
 """
@@ -7,6 +7,7 @@ Positions are 0..S-1 (a Slice of the position table) unless position_ids are giv
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -17,7 +18,7 @@ from trtconv.rewrites.transformer.fused import FusedRule, attr, ints_proof_value
 
 DEFAULT_EPSILON = 1e-12
 INPUT_IDS, SEGMENT_IDS, WORD, POSITION, SEGMENT, GAMMA, BETA, MASK, POSITION_IDS = range(9)
-INT32 = 6
+INT32, INT64 = 6, 7
 
 
 def _rows(values: Mapping[int, np.ndarray], index: int, fallback: int) -> int:
@@ -54,6 +55,13 @@ class EmbedLayerNormRule(FusedRule):
             return mask
         return super().feed(view, index, shape, dtype, values, rng)
 
+    def output_shapes(self, view: NodeView) -> list[list[Any] | None]:
+        ids, word = view.shapes.get(view.inputs[INPUT_IDS]), view.shapes.get(view.inputs[WORD])
+        if ids is None or word is None or len(ids) != 2 or len(word) != 2:
+            return [None, None, None]
+        out = [*ids, word[1]]
+        return [out, [ids[0]], out]
+
     def write(self, o: Ops, view: NodeView, ins: Sequence[gs.Tensor | None], outs: Sequence[gs.Tensor | None]) -> str:
         def at(i: int) -> gs.Tensor | None:
             return ins[i] if i < len(ins) else None
@@ -74,5 +82,6 @@ class EmbedLayerNormRule(FusedRule):
         layer_norm(o, total, gamma, beta, float(attr(view, "epsilon", DEFAULT_EPSILON)), out=outs[0])
         mask = at(MASK)
         if len(outs) > 1 and outs[1] is not None and mask is not None:
-            o.reduce_sum(o.cast(mask, INT32), [1], 0, out=outs[1])  # tokens per row
+            ones = o.cast(o.op("Equal", [o.cast(mask, INT64), o.const(1, np.int64)]), INT32)
+            o.reduce_sum(ones, [1], 0, out=outs[1])  # ONNX Runtime counts the mask values equal to 1 per row
         return "Gather+Add+LayerNormalization" if o.opset >= 17 else "Gather+Add+LayerNorm decomposition"

@@ -22,9 +22,12 @@ from trtconv.reference.ort import run, session
 from trtconv.rewrites.emitter import Emitter
 from trtconv.rewrites.proof import ONNXRUNTIME, NodeProofCase, Proof
 from trtconv.rewrites.rule import MAX_OPSET, Emitted, NodeView, RewriteRule, RuleContext, Site
+from trtconv.rewrites.settings import RewriteSettings
 from trtconv.rewrites.transformer.build import MIN_OPSET, Ops
+from trtconv.rewrites.transformer.shapes import with_fused_shapes
 
 MS = "com.microsoft"
+FUSED_OPS: set[tuple[str, str]] = set()  # (domain, op) of every FusedRule subclass, filled as they are defined
 PROOF_DIM = 3  # what a dynamic dim is in a node proof (every dynamic dim alike, so they agree)
 
 
@@ -56,6 +59,13 @@ class FusedRule(RewriteRule):
     def ops(self) -> tuple[tuple[str, str], ...]:  # type: ignore[override]
         return ((self.domain, self.op),)
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        FUSED_OPS.add((cls.domain, cls.op))
+
+    def prepare(self, model: onnx.ModelProto, settings: RewriteSettings, large: bool) -> onnx.ModelProto:
+        return with_fused_shapes(model, FUSED_OPS, large)  # every fused op: the first rule adds them all
+
     def match(self, node: gs.Node, ctx: RuleContext) -> FusedMatch | None:
         view = NodeView.of_gs(node, ctx.opset, ctx.graph_outputs, ctx.shapes)
         return FusedMatch(OnnxExporter.export_node(node), view)
@@ -76,8 +86,18 @@ class FusedRule(RewriteRule):
         (None: ONNX Runtime runs the original, the default)."""
         return None
 
+    def output_shapes(self, view: NodeView) -> list[list[Any] | None]:
+        """The original op's output shapes where known (default: output 0 like the float input),
+        so rules further down (an Attention reading EmbedLayerNormalization's mask_index) see
+        them: ONNX shape inference knows nothing of com.microsoft ops."""
+        return [list(view.shapes[view.inputs[self.float_input]])
+                if view.has_input(self.float_input) and view.inputs[self.float_input] in view.shapes else None]
+
     def emit(self, ctx: RuleContext, site: Site, match: FusedMatch) -> Emitted:
         view = match.view
+        for t, shape in zip(site.outputs, self.output_shapes(view)):
+            if shape is not None and isinstance(t, gs.Variable) and t.shape is None:
+                t.shape = shape
         ins = [t if t.name else None for t in site.inputs]
         outs = [t if view.has_output(i) else None for i, t in enumerate(site.outputs)]
         dtype = _np_dtype(site.inputs[self.float_input])

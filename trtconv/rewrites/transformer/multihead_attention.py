@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -49,6 +50,8 @@ class MultiHeadAttentionRule(FusedRule):
             return "its qk output is used (not rewritten)"
         for i, what in ((QUERY, "query"), (KEY, "key"), (VALUE, "value")):
             shape = shape_of(view, i)
+            if shape is None and view.partial:
+                return None
             if shape is None:
                 return f"the {what}'s shape is unknown (give --shapes)"
             if len(shape) != 3:
@@ -64,6 +67,10 @@ class MultiHeadAttentionRule(FusedRule):
         if index == KEY_PADDING_MASK:
             return mask_feed(shape, int(values[KEY].shape[1]) if KEY in values else shape[-1], rng, dtype)
         return super().feed(view, index, shape, dtype, values, rng)
+
+    def output_shapes(self, view: NodeView) -> list[list[Any] | None]:
+        q, dv = shape_of(view, QUERY), _last(view, VALUE)
+        return [list(q[:2]) + [dv] if q is not None and len(q) == 3 and dv else None]
 
     def write(self, o: Ops, view: NodeView, ins: Sequence[gs.Tensor | None], outs: Sequence[gs.Tensor | None]) -> str:
         def at(i: int) -> gs.Tensor | None:

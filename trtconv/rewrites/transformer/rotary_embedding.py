@@ -37,11 +37,13 @@ class RotaryEmbeddingRule(FusedRule):
             return "is_packed_batching=1 is not rewritten"
         if float(attr(view, "scale", 1.0)) != 1.0:
             return "a scale other than 1 is not rewritten"
+        if view.partial and (view.rank(INPUT) is None or view.rank(POSITION_IDS) is None):
+            return None
         if view.rank(INPUT) not in (3, 4) or view.rank(POSITION_IDS) not in (1, 2):
             return "the input's or position_ids' rank is unknown or unsupported (give --shapes)"
         half = self.half(view)
         if half is None:
-            return "the cos cache's shape is unknown"
+            return None if view.partial else "the cos cache's shape is unknown"
         dim = int(attr(view, "rotary_embedding_dim", 0))
         x = shape_of(view, INPUT)
         head = x[-1] if x is not None and view.rank(INPUT) == 4 else None
