@@ -48,6 +48,17 @@ CASES: dict[str, tuple[Case, dict[str, np.ndarray]]] = {
     "attention": (Case("Attention", [x3(), QKV_W, QKV_B], attrs={"num_heads": N}), {}),
     "attention-opset13-mask2d": (Case("Attention", [x3(), QKV_W, QKV_B, In("m", (B, S), I32)],
                                       attrs={"num_heads": N}, opset=13), {"m": mask2d()}),
+    "attention-opset11-keylengths-causal": (
+        Case("Attention", [x3(), QKV_W, QKV_B, In("m", (B,), I32)], attrs={"num_heads": N, "unidirectional": 1},
+             opset=11), {"m": np.array([S, 2], np.int32)}),
+    "embed-layernorm-opset11": (
+        Case("EmbedLayerNormalization", [In("ids", (B, S), I32), None, const("word", weights((11, H), 8)),
+                                         const("pos", weights((6, H), 9)), None, GAMMA, BETA, In("m", (B, S), I32)],
+             outputs=["y", "mask_index"], opset=11),
+        {"ids": ints("ids", (B, S), 0, 11), "m": mask2d()}),
+    "simplified-layernorm-opset18": (Case("SimplifiedLayerNormalization", [x3(), GAMMA], domain="", opset=18), {}),
+    "rotary-3d-opset11": (Case("RotaryEmbedding", [In("x", (B, S, N * 8)), In("p", (B, S), I64), COS, SIN],
+                               attrs={"num_heads": N}, opset=11), {"p": ints("p", (B, S), 0, 16, np.int64)}),
     "attention-keylengths": (Case("Attention", [x3(), QKV_W, QKV_B, In("m", (B,), I32)], attrs={"num_heads": N}),
                              {"m": np.array([S, 2], np.int32)}),
     "attention-mask3d-causal-scale": (
