@@ -9,7 +9,6 @@ from collections.abc import Collection
 
 import onnx
 
-from trtconv.load.proto import structure_only
 from trtconv.onnxutil.domains import normalize_domain
 
 
@@ -25,7 +24,8 @@ def with_fused_shapes(model: onnx.ModelProto, ops: Collection[tuple[str, str]], 
     try:
         from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
-        inferred = SymbolicShapeInference.infer_shapes(structure_only(model), auto_merge=True, guess_output_rank=True)
+        # the whole model: it reads small constants (Reshape shapes) and refuses stubbed tensors
+        inferred = SymbolicShapeInference.infer_shapes(model, auto_merge=True, guess_output_rank=True)
     except Exception:  # an op it cannot handle: the rules work with what ONNX inference knows
         return model
     if inferred is None:
