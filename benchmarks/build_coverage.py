@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-HIDDEN, LAYERS, HEADS, SEQ, IMAGE = 64, 2, 4, 16, 32
+HIDDEN, LAYERS, HEADS, SEQ, IMAGE, VOCAB = 64, 2, 4, 16, 32, 1000
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,8 @@ def specs() -> list[Spec]:
 
     small = {"hidden_size": HIDDEN, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
              "intermediate_size": 4 * HIDDEN}
+    # ONNX Runtime fuses EmbedLayerNormalization only where the vocabulary outnumbers the positions
+    text = {"vocab_size": VOCAB, "max_position_embeddings": 64}
 
     class Encoder(torch.nn.Module):  # Whisper's encoder alone: features -> hidden states
         def __init__(self, enc: Any) -> None:
@@ -80,10 +82,10 @@ def specs() -> list[Spec]:
         return model_cls(eager(cfg))
 
     return [
-        Spec("bert", "bert", lambda: _text(build(tf.BertModel, tf.BertConfig(vocab_size=100, **small)))),
-        Spec("roberta", "bert", lambda: _text(build(tf.RobertaModel, tf.RobertaConfig(vocab_size=100, **small)))),
+        Spec("bert", "bert", lambda: _text(build(tf.BertModel, tf.BertConfig(**text, **small)))),
+        Spec("roberta", "bert", lambda: _text(build(tf.RobertaModel, tf.RobertaConfig(**text, **small)))),
         Spec("distilbert", "bert", lambda: _text(build(tf.DistilBertModel, tf.DistilBertConfig(
-            vocab_size=100, dim=HIDDEN, n_layers=LAYERS, n_heads=HEADS, hidden_dim=4 * HIDDEN)))),
+            **text, dim=HIDDEN, n_layers=LAYERS, n_heads=HEADS, hidden_dim=4 * HIDDEN)))),
         Spec("vit", "vit", lambda: _image(build(tf.ViTModel, tf.ViTConfig(image_size=IMAGE, patch_size=8, **small)))),
         Spec("clip-vision", "clip", lambda: _image(build(tf.CLIPVisionModel, tf.CLIPVisionConfig(
             image_size=IMAGE, patch_size=8, **small)))),
@@ -91,10 +93,10 @@ def specs() -> list[Spec]:
             image_size=IMAGE, patch_size=4, embed_dim=32, depths=[1, 1], num_heads=[2, 4], window_size=4)))),
         Spec("whisper-encoder", "bart", whisper),
         Spec("t5-encoder", "t5", lambda: _text(build(tf.T5EncoderModel, tf.T5Config(
-            vocab_size=100, d_model=HIDDEN, d_kv=HIDDEN // HEADS, d_ff=4 * HIDDEN, num_layers=LAYERS,
+            vocab_size=VOCAB, d_model=HIDDEN, d_kv=HIDDEN // HEADS, d_ff=4 * HIDDEN, num_layers=LAYERS,
             num_heads=HEADS)))),
         Spec("gpt2", "gpt2", lambda: _text(build(tf.GPT2Model, tf.GPT2Config(
-            vocab_size=100, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, n_positions=64, use_cache=False)))),
+            vocab_size=VOCAB, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, n_positions=64, use_cache=False)))),
     ]
 
 

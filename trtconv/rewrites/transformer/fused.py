@@ -20,7 +20,7 @@ from trtconv.onnxutil.domains import normalize_domain
 from trtconv.reference.compare import compare_arrays
 from trtconv.reference.ort import run, session
 from trtconv.rewrites.emitter import Emitter
-from trtconv.rewrites.proof import ONNXRUNTIME, NodeProofCase, Proof
+from trtconv.rewrites.proof import FP16_RTOL, ONNXRUNTIME, NodeProofCase, Proof
 from trtconv.rewrites.rule import MAX_OPSET, Emitted, NodeView, RewriteRule, RuleContext, Site
 from trtconv.rewrites.settings import RewriteSettings
 from trtconv.rewrites.transformer.build import MIN_OPSET, Ops
@@ -187,7 +187,8 @@ def prove_against_original(rule: FusedRule, ctx: RuleContext, site: Site, match:
         if r.shape != g.shape:
             return Proof(ONNXRUNTIME, False, reason=f"output {name!r} shape {g.shape} != the original's {r.shape}")
         s = compare_arrays(name, r, g)
-        t = ctx.settings.node_tolerance * max(1.0, float(np.abs(r.astype(np.float64)).max()) if r.size else 1.0)
+        rtol = max(ctx.settings.node_tolerance, FP16_RTOL) if r.dtype == np.float16 else ctx.settings.node_tolerance
+        t = rtol * max(1.0, float(np.abs(r.astype(np.float64)).max()) if r.size else 1.0)
         tol = max(tol, t)
         passed = passed and s.nonfinite == 0 and s.max_abs <= t
         stats.append(s)
