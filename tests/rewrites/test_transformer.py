@@ -15,7 +15,8 @@ from trtconv.errors import UsageError
 from trtconv.load import load_model
 from trtconv.reference.ort import run_model
 from trtconv.rewrites import RewriteSettings, rewrite
-from trtconv.rewrites.catalog import RULE_NAMES, rewrite_rule_for
+from trtconv.rewrites.catalog import RULE_NAMES, active_rules, rewrite_rule_for
+from trtconv.rewrites.rule import target_family
 from trtconv.rewrites.transformer import TRANSFORMER_RULES
 
 B, S, H, N = 2, 4, 8, 2
@@ -184,3 +185,10 @@ def test_check_marks_fused_ops_rewritable_and_says_why_a_form_is_not(tmp_path):
         assert (node.status, node.rewrite) == (status, rule)
         if rule is None:
             assert any(f.rule == "rewrite-declined" and "past/present state" in f.message for f in node.findings)
+
+
+def test_build_applies_every_rule_its_target_needs():
+    assert target_family("rtx") == "rtx" and target_family("10.16") == "10" and target_family("11.4") == "11"
+    for target in ("rtx", "10.16", "11.4"):  # no TensorRT imports these ops: every target needs every rule
+        assert set(TRANSFORMER_RULES) <= set(active_rules(None, target=target))
+    assert not {r.name for r in active_rules(None, skip={"ms-attention"}, target="rtx")} & {"ms-attention"}
