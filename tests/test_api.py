@@ -57,18 +57,18 @@ def test_rewrite_and_build_are_plain_functions_whatever_was_imported_first(first
     """No subpackage is named like a pipeline function, so import order cannot change what they are."""
     setup = {
         "attribute": "import trtconv; trtconv.rewrite; trtconv.build",
-        "submodule": "import trtconv.rewrites.catalog, trtconv.plan.plan; import trtconv",
+        "submodule": "import trtconv.rewrites.catalog, trtconv.plan.build_plan; import trtconv",
         "from-import": "from trtconv import rewrite, build; import trtconv",
     }[first]
     code = (
         f"{setup}\n"
         "import inspect\n"
         "import trtconv.rewrites.catalog as catalog\n"
-        "import trtconv.plan.plan\n"
+        "import trtconv.plan.build_plan\n"
         "from trtconv import rewrite\n"
         "assert inspect.isfunction(trtconv.rewrite) and inspect.isfunction(trtconv.build)\n"
         "assert rewrite is trtconv.rewrite and catalog.REWRITABLE\n"
-        "assert trtconv.plan.plan.DEFAULT_OPT_LEVEL >= 0\n"
+        "assert trtconv.plan.build_plan.DEFAULT_OPT_LEVEL >= 0\n"
         "try:\n"
         "    trtconv.rewrite('missing.onnx')\n"
         "except trtconv.TrtconvError as exc:\n"
@@ -90,7 +90,7 @@ def test_public_names_resolve_and_unknown_names_fail():
 def test_build_settings_match_build_defaults():
     """BuildSettings mirrors BuildRequest/BuildPlan: same defaults, and the build's own file names."""
     from trtconv.pipeline.build import BuildRequest
-    from trtconv.plan.plan import BuildPlan
+    from trtconv.plan.build_plan import BuildPlan
 
     req = trtconv.BuildSettings().request("m.onnx", "out/m.engine")
     bare = BuildRequest(model=Path("m.onnx"), output=Path("out/m.engine"))

@@ -15,36 +15,36 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from trtconv.analyze import analyze
-from trtconv.analyze.live import compare_live
+from trtconv.analyze import analyze, compare_live
 from trtconv.errors import UsageError
 from trtconv.load import approx_size, load_model, parse_shapes, save_model
 from trtconv.outputs import check_output_path
-from trtconv.pipeline.build import BuildRequest, run_build
-from trtconv.pipeline.quantize import (
+from trtconv.pipeline import (
+    BuildRequest,
     QuantizeAccuracyError,
     QuantizeResult,
     QuantizeSettings,
     not_the_input,
     quantize,
+    run_build,
 )
-from trtconv.plan.manifest import manifest_path
-from trtconv.plan.plan import (
+from trtconv.plan import (
     DEFAULT_MIN_PRECISION_SHARE,
     DEFAULT_OPT_LEVEL,
     BuildPlan,
     TimingCacheChoice,
+    manifest_path,
     parse_compute_capabilities,
     parse_memory_pools,
     parse_size,
 )
 from trtconv.rewrites import RewriteSettings
 from trtconv.rewrites import rewrite as rewrite_model
-from trtconv.trt.realparse import RTX_MODULE, run_isolated
+from trtconv.trt import RTX_MODULE, run_isolated
 
 if TYPE_CHECKING:
     from trtconv.analyze import CheckReport
-    from trtconv.pipeline.build import BuildOutcome, BuildRequest
+    from trtconv.pipeline import BuildOutcome, BuildRequest
     from trtconv.rewrites import RewriteResult, RewriteSettings
 
 PathLike = str | os.PathLike[str]

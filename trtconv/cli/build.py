@@ -31,9 +31,9 @@ from trtconv.cli.options import (
 from trtconv.cli.output import print_json, progress, stderr_console
 from trtconv.cli.precision_report import print_gate
 from trtconv.errors import TrtconvError
-from trtconv.load.memory import return_large_blocks
-from trtconv.pipeline.build import BuildOutcome
-from trtconv.plan.plan import DEFAULT_MIN_PRECISION_SHARE, DEFAULT_OPT_LEVEL, HARDWARE_COMPAT, PRECISIONS
+from trtconv.load import return_large_blocks
+from trtconv.pipeline import BuildOutcome
+from trtconv.plan import DEFAULT_MIN_PRECISION_SHARE, DEFAULT_OPT_LEVEL, HARDWARE_COMPAT, PRECISIONS
 from trtconv.rewrites import DCN_TARGETS
 
 

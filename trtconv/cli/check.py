@@ -12,8 +12,8 @@ from trtconv.analyze import CheckReport
 from trtconv.api import check as api_check
 from trtconv.cli.options import json_option, model_argument, shapes_option, trt_version_option
 from trtconv.cli.output import cell_lines, finish, print_json, stdout_console
-from trtconv.onnxutil.domains import qualified_op
-from trtconv.plan.plan import target_name
+from trtconv.onnxutil import qualified_op
+from trtconv.plan import target_name
 
 STATUS_STYLE = {"supported": "green", "rewritable": "yellow", "plugin": "yellow", "unsupported": "red"}
 

@@ -16,10 +16,9 @@ import click
 from trtconv.api import QuantizeSettings
 from trtconv.cli.main import MODEL_BYTES_KEY, MODEL_KEY
 from trtconv.errors import UsageError
-from trtconv.load import parse_shapes
-from trtconv.load.read import disk_bytes
-from trtconv.reference.compare import DEFAULT_THRESHOLDS, Thresholds, parse_limit, thresholds_with
-from trtconv.rewrites.catalog import RULE_NAMES
+from trtconv.load import disk_bytes, parse_shapes
+from trtconv.reference import DEFAULT_THRESHOLDS, Thresholds, parse_limit, thresholds_with
+from trtconv.rewrites import RULE_NAMES
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -21,8 +21,14 @@ from trtconv.cli.options import (
 from trtconv.cli.output import print_json, progress, stdout_console
 from trtconv.errors import UsageError
 from trtconv.load import parse_shapes
-from trtconv.rewrites import DCN_TARGETS, RewriteSettings, load_plugin_map, trtconv_plugin_spec
-from trtconv.rewrites.settings import DEFAULT_FOLD_LIMIT, NODE_RTOL
+from trtconv.rewrites import (
+    DCN_TARGETS,
+    DEFAULT_FOLD_LIMIT,
+    NODE_RTOL,
+    RewriteSettings,
+    load_plugin_map,
+    trtconv_plugin_spec,
+)
 
 
 def _size(text: str) -> int:
@@ -52,7 +58,7 @@ def _size(text: str) -> int:
                    "portable: standard ops only (GridSample + 1x1 Conv; no plugin, e.g. TensorRT-RTX).")
 @click.option("--dcn-plugin-spec", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Spec of trtconv's DCNv2 plugin (for --dcn-target trtconv-plugin); "
-                   "default: the spec shipped inside trtconv (trtconv/rewrites/dcnv2_spec.json).")
+                   "default: the spec shipped inside trtconv (trtconv/rewrites/dcn/dcnv2_spec.json).")
 @click.option("--plugin-map", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="YAML map from custom ops to plugin nodes (format in docs/rewrite.md).")
 @skip_rule_option

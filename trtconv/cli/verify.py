@@ -11,9 +11,9 @@ from trtconv.cli.options import json_option, shapes_option
 from trtconv.cli.output import finish, print_json, stdout_console
 from trtconv.errors import ExitCode, UsageError
 from trtconv.load import parse_shapes
-from trtconv.plan.manifest import manifest_path, read_manifest
-from trtconv.reference.compare import DEFAULT_THRESHOLDS, Thresholds
-from trtconv.verify.engine import VerifyReport, verify_engine
+from trtconv.plan import manifest_path, read_manifest
+from trtconv.reference import DEFAULT_THRESHOLDS, Thresholds
+from trtconv.verify import VerifyReport, verify_engine
 
 
 def thresholds_from_flags(precision: str, atol: float | None, rtol: float | None, min_cosine: float | None,

@@ -1,30 +1,47 @@
-"""The registry of rewrite rules: ``check`` asks it whether a node is rewritable, ``rewrite``
-asks it which rule rewrites a node. It holds rule objects (:class:`~.rule.RewriteRule`).
+"""The registry of rewrite rules, the one place rule families are listed: ``check`` asks it
+whether a node is rewritable, ``rewrite`` asks it which rule rewrites a node and which family
+checks which settings. It holds rule objects (:class:`~.rule.RewriteRule`) grouped in
+:class:`~.rule.RuleFamily` objects.
 
-To add a rule: write it (a ``RewriteRule`` subclass in a module of its own) and append an
-instance to :data:`RULES`. A new DCN dialect needs only an entry in ``dcn_dialects.DIALECTS``.
+To add a family: a subpackage of ``trtconv.rewrites`` (like ``dcn/``) whose front door exports
+its ``FAMILY``, and one more entry in :data:`FAMILIES`. A new DCN dialect needs only an entry in
+``dcn.dialects.DIALECTS``; a new DCN target one in ``dcn.targets.TARGETS``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from trtconv.onnxutil.domains import normalize_domain
-from trtconv.rewrites.dcn import DcnRule
-from trtconv.rewrites.dcn_dialects import DIALECTS
-from trtconv.rewrites.pluginmap import PluginMap
-from trtconv.rewrites.pluginmap_rule import PluginMapRule
-from trtconv.rewrites.rule import RewriteRule, target_family
-from trtconv.rewrites.transformer import TRANSFORMER_RULES
+from trtconv.errors import UsageError
+from trtconv.onnxutil import normalize_domain
+from trtconv.rewrites import dcn, transformer
+from trtconv.rewrites import settings as core_settings
+from trtconv.rewrites.plugin_map import PluginMap, PluginMapRule
+from trtconv.rewrites.rule import RewriteRule, RuleFamily, target_family
+from trtconv.rewrites.settings import RewriteSettings
 
-RULES: tuple[RewriteRule, ...] = tuple(DcnRule(d) for d in DIALECTS)
-RULES += TRANSFORMER_RULES  # com.microsoft fused transformer ops -> standard ONNX
+FAMILIES: tuple[RuleFamily, ...] = (
+    dcn.FAMILY,
+    transformer.FAMILY,  # ONNX Runtime's fused transformer ops (com.microsoft) -> standard ONNX
+)
+
+RULES: tuple[RewriteRule, ...] = tuple(rule for family in FAMILIES for rule in family.rules)
 
 # (domain, op_type) -> the built-in rule for it; the empty domain is ONNX's default domain
 REWRITABLE: dict[tuple[str, str], RewriteRule] = {key: rule for rule in RULES for key in rule.ops}
 
 
 RULE_NAMES: tuple[str, ...] = tuple(r.name for r in RULES)
+
+
+def check_settings(settings: RewriteSettings) -> None:
+    """UsageError for settings no rewrite can run with: each family's, then the framework's."""
+    for family in FAMILIES:
+        family.check_settings(settings)
+    core_settings.check_settings(settings)
+    unknown = sorted(set(settings.skip_rules) - set(RULE_NAMES))
+    if unknown:
+        raise UsageError(f"unknown rewrite rule {unknown[0]!r} to skip", hint=f"rules: {', '.join(RULE_NAMES)}")
 
 
 def rule_among(rules: Sequence[RewriteRule], domain: str | None, op_type: str,

@@ -4,10 +4,10 @@ ONNX Runtime's own kernel for the original op (:mod:`.fused`).
 
 Every rule states its ops (``ops``), the model opsets it rewrites (``opsets``) and the TensorRT
 targets that need it (``targets``: all of them; neither TensorRT 10/11 nor TensorRT-RTX imports
-these ops). Shared emitters (LayerNorm, RMSNorm, GELU, attention) are in :mod:`.build`.
+these ops). Shared emitters (LayerNorm, RMSNorm, GELU, attention) are in :mod:`.std_forms`.
 """
 
-from trtconv.rewrites.rule import RewriteRule
+from trtconv.rewrites.rule import RewriteRule, RuleFamily
 from trtconv.rewrites.transformer.attention import AttentionRule
 from trtconv.rewrites.transformer.bias_add import BiasAddRule
 from trtconv.rewrites.transformer.bias_gelu import BiasGeluRule
@@ -37,4 +37,6 @@ TRANSFORMER_RULES: tuple[RewriteRule, ...] = (
     BiasAddRule(),
     RotaryEmbeddingRule(),
 )
-__all__ = ["TRANSFORMER_RULES"]
+FAMILY = RuleFamily("transformer", TRANSFORMER_RULES)
+
+__all__ = ["FAMILY", "TRANSFORMER_RULES"]

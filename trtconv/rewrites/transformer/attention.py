@@ -18,14 +18,14 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from trtconv.rewrites.rule import NodeView
-from trtconv.rewrites.transformer.build import (
+from trtconv.rewrites.transformer.fused import FusedRule, attr, ints_proof_value
+from trtconv.rewrites.transformer.std_forms import (
     Ops,
     attention_core,
     causal_bias,
     key_length_bias,
     raw_mask_bias,
 )
-from trtconv.rewrites.transformer.fused import FusedRule, attr, ints_proof_value
 
 DEFAULT_MASK_FILTER = -10000.0  # ONNX Runtime's default mask_filter_value
 INPUT, WEIGHTS, BIAS, MASK, PAST, ATTN_BIAS, PAST_LEN = range(7)

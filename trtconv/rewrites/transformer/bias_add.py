@@ -10,8 +10,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from trtconv.rewrites.rule import NodeView
-from trtconv.rewrites.transformer.build import Ops
 from trtconv.rewrites.transformer.fused import FusedRule
+from trtconv.rewrites.transformer.std_forms import Ops
 
 
 class BiasAddRule(FusedRule):

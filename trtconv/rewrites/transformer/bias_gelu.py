@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import onnx_graphsurgeon as gs
 
 from trtconv.rewrites.rule import NodeView
-from trtconv.rewrites.transformer.build import Ops, gelu_erf
 from trtconv.rewrites.transformer.fused import FusedRule
+from trtconv.rewrites.transformer.std_forms import Ops, gelu_erf
 
 
 class BiasGeluRule(FusedRule):

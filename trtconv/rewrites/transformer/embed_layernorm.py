@@ -13,8 +13,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from trtconv.rewrites.rule import NodeView
-from trtconv.rewrites.transformer.build import Ops, layer_norm
 from trtconv.rewrites.transformer.fused import FusedRule, attr, ints_proof_value
+from trtconv.rewrites.transformer.std_forms import Ops, layer_norm
 
 DEFAULT_EPSILON = 1e-12
 INPUT_IDS, SEGMENT_IDS, WORD, POSITION, SEGMENT, GAMMA, BETA, MASK, POSITION_IDS = range(9)

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import onnx_graphsurgeon as gs
 
 from trtconv.rewrites.rule import NodeView
-from trtconv.rewrites.transformer.build import Ops, gelu_tanh
 from trtconv.rewrites.transformer.fused import FusedRule
+from trtconv.rewrites.transformer.std_forms import Ops, gelu_tanh
 
 
 class FastGeluRule(FusedRule):

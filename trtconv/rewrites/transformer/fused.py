@@ -16,15 +16,14 @@ import onnx_graphsurgeon as gs
 from onnx import helper
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
-from trtconv.onnxutil.domains import normalize_domain
-from trtconv.reference.compare import compare_arrays
-from trtconv.reference.ort import run, session
+from trtconv.onnxutil import normalize_domain
+from trtconv.reference import compare_arrays, run, session
 from trtconv.rewrites.emitter import Emitter
 from trtconv.rewrites.proof import FP16_RTOL, ONNXRUNTIME, NodeProofCase, Proof
 from trtconv.rewrites.rule import MAX_OPSET, Emitted, NodeView, RewriteRule, RuleContext, Site
 from trtconv.rewrites.settings import RewriteSettings
-from trtconv.rewrites.transformer.build import MIN_OPSET, Ops
-from trtconv.rewrites.transformer.shapes import with_fused_shapes
+from trtconv.rewrites.transformer.fused_shapes import with_fused_shapes
+from trtconv.rewrites.transformer.std_forms import MIN_OPSET, Ops
 
 MS = "com.microsoft"
 FUSED_OPS: set[tuple[str, str]] = set()  # (domain, op) of every FusedRule subclass, filled as they are defined

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 import onnx_graphsurgeon as gs
 
 from trtconv.rewrites.rule import NodeView
-from trtconv.rewrites.transformer.build import LAYERNORM_OPSET, MIN_OPSET, Ops, layer_norm
 from trtconv.rewrites.transformer.fused import FusedRule, attr
+from trtconv.rewrites.transformer.std_forms import LAYERNORM_OPSET, MIN_OPSET, Ops, layer_norm
 
 DEFAULT_EPSILON = 1e-5
 

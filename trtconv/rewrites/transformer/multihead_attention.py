@@ -23,8 +23,8 @@ from trtconv.rewrites.transformer.attention import (
     mask_refusal,
     shape_of,
 )
-from trtconv.rewrites.transformer.build import Ops, attention_core
 from trtconv.rewrites.transformer.fused import FusedRule, attr
+from trtconv.rewrites.transformer.std_forms import Ops, attention_core
 
 QUERY, KEY, VALUE, BIAS, KEY_PADDING_MASK, ATTN_BIAS = range(6)
 FIRST_STATE_INPUT = 6  # past_key, past_value, past_sequence_length, cache_indirection

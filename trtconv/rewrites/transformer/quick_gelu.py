@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import onnx_graphsurgeon as gs
 
 from trtconv.rewrites.rule import NodeView
-from trtconv.rewrites.transformer.build import Ops
 from trtconv.rewrites.transformer.fused import FusedRule, attr
+from trtconv.rewrites.transformer.std_forms import Ops
 
 DEFAULT_ALPHA = 1.702  # ONNX Runtime's default
 

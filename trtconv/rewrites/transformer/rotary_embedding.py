@@ -16,8 +16,8 @@ import onnx_graphsurgeon as gs
 
 from trtconv.rewrites.rule import NodeView
 from trtconv.rewrites.transformer.attention import shape_of
-from trtconv.rewrites.transformer.build import Ops
 from trtconv.rewrites.transformer.fused import FusedRule, attr, ints_proof_value
+from trtconv.rewrites.transformer.std_forms import Ops
 
 INPUT, POSITION_IDS, COS, SIN = range(4)
 INT64 = 7

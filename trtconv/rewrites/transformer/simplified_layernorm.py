@@ -8,9 +8,9 @@ from collections.abc import Sequence
 import onnx_graphsurgeon as gs
 
 from trtconv.rewrites.rule import NodeView
-from trtconv.rewrites.transformer.build import Ops, rms_norm
 from trtconv.rewrites.transformer.fused import FusedRule, attr
 from trtconv.rewrites.transformer.layernorm import last_axis_refusal
+from trtconv.rewrites.transformer.std_forms import Ops, rms_norm
 
 DEFAULT_EPSILON = 1e-5
 

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import onnx_graphsurgeon as gs
 
 from trtconv.rewrites.rule import NodeView
-from trtconv.rewrites.transformer.build import Ops, layer_norm
 from trtconv.rewrites.transformer.fused import FusedRule, attr
+from trtconv.rewrites.transformer.std_forms import Ops, layer_norm
 
 DEFAULT_EPSILON = 1e-12  # ONNX Runtime's default for the skip norms
 

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 import onnx_graphsurgeon as gs
 
 from trtconv.rewrites.rule import NodeView
-from trtconv.rewrites.transformer.build import Ops, rms_norm
 from trtconv.rewrites.transformer.fused import FusedRule, attr
 from trtconv.rewrites.transformer.skip_layernorm import DEFAULT_EPSILON, saved_stats_refusal, skip_sum
+from trtconv.rewrites.transformer.std_forms import Ops, rms_norm
 
 
 class SkipSimplifiedLayerNormRule(FusedRule):

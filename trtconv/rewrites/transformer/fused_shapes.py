@@ -9,7 +9,7 @@ from collections.abc import Collection
 
 import onnx
 
-from trtconv.onnxutil.domains import normalize_domain
+from trtconv.onnxutil import normalize_domain
 
 
 def with_fused_shapes(model: onnx.ModelProto, ops: Collection[tuple[str, str]], large: bool) -> onnx.ModelProto:
