@@ -26,6 +26,7 @@ from trtconv.pipeline import (
     QuantizeSettings,
     not_the_input,
     quantize,
+    request_identity,
     run_build,
 )
 from trtconv.plan import (
@@ -33,6 +34,7 @@ from trtconv.plan import (
     DEFAULT_OPT_LEVEL,
     BuildPlan,
     TimingCacheChoice,
+    identity_hash,
     manifest_path,
     parse_compute_capabilities,
     parse_memory_pools,
@@ -203,3 +205,10 @@ def build(model: PathLike, output: PathLike, settings: BuildSettings | None = No
 
     req = (settings or BuildSettings()).request(model, output, force=force)
     return run_build(req, say=say, progress=progress, outcome=outcome)
+
+
+def engine_identity_hash(model: PathLike, output: PathLike, settings: BuildSettings | None = None) -> str:
+    """The identity hash the manifest of ``build(model, output, settings)`` will record (the result
+    cache keys on it): ONNX, settings, TensorRT version, plugin libraries, target."""
+    req = (settings or BuildSettings()).request(model, output)
+    return identity_hash(request_identity(req))

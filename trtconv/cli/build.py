@@ -10,11 +10,14 @@ from typing import Any
 
 import click
 
-from trtconv.api import BuildSettings
+from trtconv.api import BuildSettings, engine_identity_hash
 from trtconv.api import build as api_build
+from trtconv.api import check as api_check
 from trtconv.cli.cache import cache_option, gpu_identity
 from trtconv.cli.config import config_option
 from trtconv.cli.depfile import deps_option
+from trtconv.cli.html_report import record, report_option
+from trtconv.cli.inspect_engine import off_precision_lines
 from trtconv.cli.options import (
     exclude_options,
     force_option,
@@ -30,10 +33,20 @@ from trtconv.cli.options import (
 )
 from trtconv.cli.output import print_json, progress, stderr_console
 from trtconv.cli.precision_report import print_gate
-from trtconv.errors import TrtconvError
+from trtconv.cli.triton_repo import triton_repo_option
+from trtconv.errors import DataError, TrtconvError
+from trtconv.inspection import layer_rows, off_precision
 from trtconv.load import return_large_blocks
 from trtconv.pipeline import BuildOutcome
-from trtconv.plan import DEFAULT_MIN_PRECISION_SHARE, DEFAULT_OPT_LEVEL, HARDWARE_COMPAT, PRECISIONS
+from trtconv.plan import (
+    DEFAULT_MIN_PRECISION_SHARE,
+    DEFAULT_OPT_LEVEL,
+    HARDWARE_COMPAT,
+    PRECISIONS,
+    identity_problems,
+    manifest_path,
+    read_manifest,
+)
 from trtconv.rewrites import DCN_TARGETS
 
 
@@ -81,9 +94,71 @@ def _outputs(params: Mapping[str, Any]) -> list[Path]:
     return settings.outputs(params["output"])
 
 
+def _settings(params: Mapping[str, Any]) -> BuildSettings:
+    """The command's click params as the API's BuildSettings (the run and the cache key share it)."""
+    get = params.get
+    precision = get("precision", "fp32")
+    precision_flags = {k: v for k, v in params.items() if k not in _BUILD_FIELDS}
+    quantize = quantize_settings(precision, {**precision_flags, "shapes": get("shapes")}) if precision != "fp32" else None
+    return BuildSettings(
+        precision=precision, calib_data=get("calib_data"), calib_limit=get("max_samples") or 0,
+        quantize=quantize, shapes=get("shapes"), min_shapes=get("min_shapes", ()), opt_shapes=get("opt_shapes", ()),
+        max_shapes=get("max_shapes", ()), workspace=get("workspace"), memory_pools=get("memory_pools", ()),
+        timing_cache=get("timing_cache"), use_timing_cache=not get("no_timing_cache"), opt_level=get("opt_level"),
+        hardware_compat=get("hardware_compat", "none"), compute_capabilities=get("compute_capabilities", ()),
+        version_compatible=bool(get("version_compatible")), exclude_lean_runtime=bool(get("exclude_lean_runtime")),
+        plugins=get("plugins", ()), min_precision_share=get("min_precision_share"), dcn_target=get("dcn_target"),
+        skip_rules=tuple(get("skip_rules", ())), prepared=get("prepared"), prepare_only=bool(get("prepare_only")), verify=not get("no_verify"),
+        seed=get("seed", 0), trt=get("trt_version"),
+    )
+
+
+_BUILD_FIELDS = frozenset({
+    "model", "output", "precision", "shapes", "min_shapes", "opt_shapes", "max_shapes", "workspace", "memory_pools",
+    "timing_cache", "no_timing_cache", "opt_level", "hardware_compat", "compute_capabilities", "version_compatible",
+    "exclude_lean_runtime", "plugins", "min_precision_share", "dcn_target", "skip_rules", "prepared", "prepare_only", "no_verify",
+    "seed", "trt_version", "force", "as_json", "layers", "triton_repo", "report", "cache_dir", "deps", "config",
+    "print_config"})
+
+
+def _off(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The manifest's compute layers that missed the requested precision, with trtconv's reason."""
+    table = manifest.get("layers") or {}
+    return off_precision(layer_rows(table.get("layers") or []), manifest.get("precision") or {},
+                         str(table.get("source") or "engine"))
+
+
+def _layer_summary(manifest: Mapping[str, Any]) -> list[str]:
+    requested = (manifest.get("precision") or {}).get("requested")
+    if requested == "fp32":
+        return ["--layers: fp32 asked for; every layer runs as the graph types it"]
+    return off_precision_lines(_off(manifest), requested)
+
+
 def _key_extra(params: Mapping[str, Any]) -> dict[str, Any]:
-    """An engine is valid for one GPU and driver; a prepared ONNX is not tied to any."""
-    return {} if params.get("prepare_only") else gpu_identity()
+    """An engine is valid for one GPU and driver, and is the engine its identity (ONNX, settings,
+    TensorRT, plugins, target) names; a prepared ONNX is tied to none of these."""
+    if params.get("prepare_only"):
+        return {}
+    try:
+        ident = engine_identity_hash(params["model"], params["output"], _settings(params))
+    except TrtconvError:  # a bad flag or model: the run itself reports it
+        ident = None
+    return {**gpu_identity(), "identity": ident}
+
+
+def _entry_problems(params: Mapping[str, Any], key: Mapping[str, Any], files: Mapping[str, Path]) -> list[str]:
+    """Why a stored build must not be restored: its engine or manifest does not hold the identity asked for."""
+    ident = (key.get("extra") or {}).get("identity")
+    manifest = files.get(manifest_path(Path(params["output"])).name)
+    engine = files.get(Path(params["output"]).name)
+    if ident is None or manifest is None:
+        return []
+    try:
+        data = read_manifest(manifest)
+    except (DataError, OSError) as exc:
+        return [f"its manifest is unreadable ({exc})"]
+    return identity_problems(data, engine, expected_hash=ident)
 
 
 NOT_INPUTS = ("prepared", "timing_cache")  # path flags that are not inputs (the build updates the cache)
@@ -129,19 +204,23 @@ NOT_INPUTS = ("prepared", "timing_cache")  # path flags that are not inputs (the
 @click.option("--prepare-only", is_flag=True, help="Stop after writing the prepared ONNX (no TensorRT needed).")
 @click.option("--no-verify", is_flag=True, help="Skip comparing the engine with ONNX Runtime.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for proofs and verification inputs.")
+@click.option("--layers", is_flag=True,
+              help="After the build, list the compute layers that did not get --precision, with the reason.")
 @trt_version_option
 @force_option
 @json_option
 @config_option
 @deps_option(outputs=_outputs, not_inputs=NOT_INPUTS)
-@cache_option(outputs=_outputs, not_inputs=NOT_INPUTS, key_extra=_key_extra)
+@triton_repo_option
+@report_option
+@cache_option(outputs=_outputs, not_inputs=NOT_INPUTS, key_extra=_key_extra, validate=_entry_problems)
 def build(model: Path, output: Path, precision: str, shapes: str | None,
           min_shapes: tuple[str, ...], opt_shapes: tuple[str, ...], max_shapes: tuple[str, ...],
           workspace: str | None, memory_pools: tuple[str, ...], timing_cache: Path | None, no_timing_cache: bool,
           opt_level: int, hardware_compat: str, compute_capabilities: tuple[str, ...], version_compatible: bool, exclude_lean_runtime: bool,
           plugins: tuple[Path, ...], min_precision_share: float, dcn_target: str | None, skip_rules: tuple[str, ...],
           prepared: Path | None,
-          prepare_only: bool, no_verify: bool, seed: int, trt_version: str, force: bool, as_json: bool,
+          prepare_only: bool, no_verify: bool, seed: int, layers: bool, trt_version: str, force: bool, as_json: bool,
           **precision_flags: Any) -> None:
     """Build MODEL into a TensorRT engine: check, rewrite, precision, build, verify.
 
@@ -150,19 +229,8 @@ def build(model: Path, output: Path, precision: str, shapes: str | None,
     reached; 7: engine differs from ONNX Runtime; 6: TensorRT failed; 5: unsupported nodes.
     """
 
-    quantize = quantize_settings(precision, {**precision_flags, "shapes": shapes}) if precision != "fp32" else None
     return_large_blocks()  # freed weights and activations leave the RSS (issue 20's memory bound)
-    settings = BuildSettings(
-        precision=precision,  # type: ignore[arg-type]
-        calib_data=precision_flags.get("calib_data"), calib_limit=precision_flags.get("max_samples") or 0,
-        quantize=quantize, shapes=shapes, min_shapes=min_shapes,
-        opt_shapes=opt_shapes, max_shapes=max_shapes, workspace=workspace, memory_pools=memory_pools,
-        timing_cache=timing_cache, use_timing_cache=not no_timing_cache, opt_level=opt_level,
-        hardware_compat=hardware_compat,  # type: ignore[arg-type]
-        compute_capabilities=compute_capabilities, version_compatible=version_compatible, exclude_lean_runtime=exclude_lean_runtime, plugins=plugins,
-        min_precision_share=min_precision_share, dcn_target=dcn_target, skip_rules=skip_rules, prepared=prepared,
-        prepare_only=prepare_only, verify=not no_verify, seed=seed, trt=trt_version,
-    )
+    settings = _settings(click.get_current_context().params)
     sink = BarSink()
     outcome = BuildOutcome(prepared=settings.outputs(output)[0])
     try:
@@ -170,6 +238,7 @@ def build(model: Path, output: Path, precision: str, shapes: str | None,
             # Always installed: it draws only on a terminal, and lets Ctrl-C cancel a build cleanly.
             api_build(model, output, settings, force=force, say=_say(as_json), progress=sink, outcome=outcome)
     except TrtconvError as exc:
+        _record(outcome, model, settings.trt)
         if not as_json and outcome.gate is not None:
             print_gate(outcome.gate, model, outcome.prepared)
         if as_json:  # CI still gets the stages and where it stopped; the error goes to stderr as usual
@@ -178,8 +247,10 @@ def build(model: Path, output: Path, precision: str, shapes: str | None,
             print_json({**outcome.to_json(), "manifest_data": outcome.manifest,
                         "error": {"exit_code": int(exc.exit_code), "message": exc.message, "hint": exc.hint}})
         raise
+    _record(outcome, model, settings.trt)
     if as_json:
-        print_json({**outcome.to_json(), "manifest_data": outcome.manifest, "error": None})
+        extra = {"off_precision": _off(outcome.manifest)} if layers and outcome.manifest is not None else {}
+        print_json({**outcome.to_json(), "manifest_data": outcome.manifest, "error": None, **extra})
         return
     if outcome.gate is not None:
         print_gate(outcome.gate, model, outcome.prepared)
@@ -187,3 +258,20 @@ def build(model: Path, output: Path, precision: str, shapes: str | None,
         click.echo(f"prepared ONNX written to {outcome.prepared} (--prepare-only: TensorRT not run)")
     elif outcome.engine is not None:
         click.echo(f"engine written to {outcome.engine} (manifest {outcome.engine}.json)")
+        if layers and outcome.manifest is not None:
+            for line in _layer_summary(outcome.manifest):
+                click.echo(line)
+
+
+def _record(outcome: BuildOutcome, model: Path, target: str) -> None:
+    """What --report shows of a build: the model's per-node check, the precision gate, the manifest."""
+    if click.get_current_context().params.get("report") is None:
+        return
+    try:
+        record("check", api_check(model, trt=target).to_json())
+    except TrtconvError:  # the build's own error says what is wrong with the model
+        pass
+    if outcome.gate is not None:
+        record("gate", outcome.gate.to_json())
+    if outcome.manifest is not None:
+        record("manifest", outcome.manifest)

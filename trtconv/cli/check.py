@@ -10,6 +10,7 @@ from rich.table import Table
 
 from trtconv.analyze import CheckReport
 from trtconv.api import check as api_check
+from trtconv.cli.html_report import record, report_option
 from trtconv.cli.options import json_option, model_argument, shapes_option, trt_version_option
 from trtconv.cli.output import cell_lines, finish, print_json, stdout_console
 from trtconv.onnxutil import qualified_op
@@ -23,6 +24,7 @@ STATUS_STYLE = {"supported": "green", "rewritable": "yellow", "plugin": "yellow"
 @trt_version_option
 @shapes_option
 @json_option
+@report_option
 @click.option("--live", is_flag=True,
               help="Also run the real ONNX parser (and, for --trt rtx, a CPU-only build) where that TensorRT is "
                    "installed, and show both answers per node.")
@@ -34,6 +36,7 @@ def check(model: Path, trt_version: str, shapes: str | None, as_json: bool, live
     0 means TensorRT itself accepted (and built) the model.
     """
     report = api_check(model, trt=trt_version, shapes=shapes, live=live)
+    record("check", report.to_json())
     if as_json:
         print_json(report.to_json())
     else:

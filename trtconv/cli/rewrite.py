@@ -10,6 +10,7 @@ from trtconv.api import rewrite as api_rewrite
 from trtconv.cli.cache import cache_option
 from trtconv.cli.config import config_option
 from trtconv.cli.depfile import deps_option
+from trtconv.cli.html_report import record, report_option
 from trtconv.cli.options import (
     force_option,
     json_option,
@@ -73,6 +74,7 @@ def _size(text: str) -> int:
 @click.option("--tolerance", type=float, default=NODE_RTOL, show_default=True,
               help="Node proofs pass when max |error| <= tolerance * max(1, max |reference|).")
 @config_option
+@report_option
 @deps_option()
 @cache_option()
 def rewrite(model: Path, output: Path, force: bool, as_json: bool, shapes: str | None, dcn_target: str,
@@ -98,6 +100,7 @@ def rewrite(model: Path, output: Path, force: bool, as_json: bool, shapes: str |
     doc = result.report.to_json()
     doc["input"] = str(model)
     doc["output"] = str(output)
+    record("rewrite", doc)
     if as_json:
         print_json(doc)
     else:

@@ -5,6 +5,7 @@ from trtconv.pipeline.build import (
     BuildRequest,
     run_build,
 )
+from trtconv.pipeline.build_identity import gpu_properties, request_identity
 from trtconv.pipeline.quantize import (
     QuantizeAccuracyError,
     QuantizeResult,
@@ -19,7 +20,9 @@ __all__ = [
     "QuantizeAccuracyError",
     "QuantizeResult",
     "QuantizeSettings",
+    "gpu_properties",
     "not_the_input",
     "quantize",
+    "request_identity",
     "run_build",
 ]

@@ -12,8 +12,12 @@ has, for ``doctor``), ``plugins`` (trtconv's own TensorRT plugins).
 from trtconv.trt.builder import (
     build_engine,
 )
+from trtconv.trt.describe import (
+    describe_engine,
+)
 from trtconv.trt.engine import (
     EngineRunner,
+    engine_flavour,
     profile_shapes,
 )
 from trtconv.trt.environment import (
@@ -21,6 +25,7 @@ from trtconv.trt.environment import (
     TensorRTStatus,
     probe,
     probe_driver,
+    probe_tensorrt,
     problems,
 )
 from trtconv.trt.flavour import (
@@ -40,9 +45,12 @@ __all__ = [
     "Environment",
     "TensorRTStatus",
     "build_engine",
+    "describe_engine",
+    "engine_flavour",
     "for_target",
     "probe",
     "probe_driver",
+    "probe_tensorrt",
     "problems",
     "profile_shapes",
     "run_isolated",
