@@ -108,7 +108,8 @@ def _settings(params: Mapping[str, Any]) -> BuildSettings:
         hardware_compat=get("hardware_compat", "none"), compute_capabilities=get("compute_capabilities", ()),
         version_compatible=bool(get("version_compatible")), exclude_lean_runtime=bool(get("exclude_lean_runtime")),
         plugins=get("plugins", ()), min_precision_share=get("min_precision_share"), dcn_target=get("dcn_target"),
-        skip_rules=tuple(get("skip_rules", ())), prepared=get("prepared"), prepare_only=bool(get("prepare_only")), verify=not get("no_verify"),
+        skip_rules=tuple(get("skip_rules", ())), prepared=get("prepared"), prepare_only=bool(get("prepare_only")),
+        verify=not get("no_verify"),
         seed=get("seed", 0), trt=get("trt_version"),
     )
 
@@ -116,7 +117,8 @@ def _settings(params: Mapping[str, Any]) -> BuildSettings:
 _BUILD_FIELDS = frozenset({
     "model", "output", "precision", "shapes", "min_shapes", "opt_shapes", "max_shapes", "workspace", "memory_pools",
     "timing_cache", "no_timing_cache", "opt_level", "hardware_compat", "compute_capabilities", "version_compatible",
-    "exclude_lean_runtime", "plugins", "min_precision_share", "dcn_target", "skip_rules", "prepared", "prepare_only", "no_verify",
+    "exclude_lean_runtime", "plugins", "min_precision_share", "dcn_target", "skip_rules", "prepared", "prepare_only",
+    "no_verify",
     "seed", "trt_version", "force", "as_json", "layers", "triton_repo", "report", "cache_dir", "deps", "config",
     "print_config"})
 

@@ -78,7 +78,8 @@ def _size(text: str) -> int:
 @deps_option()
 @cache_option()
 def rewrite(model: Path, output: Path, force: bool, as_json: bool, shapes: str | None, dcn_target: str,
-            dcn_plugin_spec: Path | None, plugin_map: Path | None, skip_rules: tuple[str, ...], verify: bool, fold: bool, fold_limit: str,
+            dcn_plugin_spec: Path | None, plugin_map: Path | None, skip_rules: tuple[str, ...], verify: bool,
+            fold: bool, fold_limit: str,
             int32: bool, seed: int, tolerance: float) -> None:
     """Turn nodes TensorRT cannot parse into nodes it can, and clean the graph up.
 
