@@ -57,8 +57,9 @@ def shapes_option(f: F) -> F:
 
 
 def skip_rule_option(f: F) -> F:
-    """``--skip-rule NAME`` (repeatable): a built-in rewrite rule not to apply."""
-    return click.option("--skip-rule", "skip_rules", multiple=True, type=click.Choice(RULE_NAMES), metavar="NAME",
+    """``--skip-rule NAME`` (repeatable): a built-in rewrite rule not to apply. A plain string:
+    rewrite's settings check refuses an unknown name (exit 2) and lists the rules."""
+    return click.option("--skip-rule", "skip_rules", multiple=True, metavar="NAME",
                         help="Do not apply this built-in rewrite rule (repeatable); its nodes stay as they are. "
                              f"Rules: {', '.join(RULE_NAMES)}.")(f)
 
