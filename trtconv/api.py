@@ -150,12 +150,16 @@ class BuildSettings:
     skip_rules: tuple[str, ...] = ()  # built-in rewrite rules not to apply (--skip-rule)
     prepared: Path | None = None  # default: ENGINE stem + .prepared.onnx
     prepare_only: bool = False  # stop after the prepared ONNX (no TensorRT needed)
+    keep_prepared: bool = False  # a failed build keeps the prepared ONNX (else it leaves nothing)
     verify: bool = True
+    preflight: bool = True  # run the graph at every profile corner on ONNX Runtime before TensorRT
     seed: int = 0
     trt: str = DEFAULT_TRT_VERSION  # a TensorRT version ("10.16", "11.4") or "rtx" for TensorRT-RTX
     # fp16/int8: samples, exclusions, INT8 options and the accuracy gate as ``quantize`` takes them;
     # None: quantize's defaults over calib_data / calib_limit
     quantize: QuantizeSettings | None = None
+    # the command line hints repeat (the CLI's, with the user's options; None: one made from these settings)
+    command: str | None = None
 
     def outputs(self, output: PathLike) -> list[Path]:
         """The files a build writes: the prepared ONNX, then (unless prepare_only) manifest and engine."""
@@ -188,8 +192,8 @@ class BuildSettings:
             model=Path(model), output=Path(output), precision=self.precision, calib_data=self.calib_data,
             calib_limit=self.calib_limit, shapes=self.shapes, min_shapes=tuple(self.min_shapes),
             opt_shapes=tuple(self.opt_shapes), max_shapes=tuple(self.max_shapes), prepared=self.prepared,
-            prepare_only=self.prepare_only, verify=self.verify, target=self.trt, dcn_target=self.dcn_target,
-            skip_rules=tuple(self.skip_rules), seed=self.seed, plan=plan, quantize=self.quantize,
+            prepare_only=self.prepare_only, keep_prepared=self.keep_prepared, verify=self.verify, preflight=self.preflight, target=self.trt, dcn_target=self.dcn_target,
+            skip_rules=tuple(self.skip_rules), seed=self.seed, plan=plan, quantize=self.quantize, command=self.command,
         )
 
 
@@ -197,8 +201,9 @@ def build(model: PathLike, output: PathLike, settings: BuildSettings | None = No
           say: Any = None, progress: Any = None, outcome: BuildOutcome | None = None) -> BuildOutcome:
     """check -> rewrite -> precision -> TensorRT build -> verify, as ``trtconv build`` runs it.
 
-    Without TensorRT the prepared ONNX is still written and BackendUnavailableError (exit 9)
-    says where; ``BuildSettings(prepare_only=True)`` stops there on purpose and succeeds.
+    Without TensorRT the CPU stages run, BackendUnavailableError (exit 9) is raised and (unless
+    ``keep_prepared``) the prepared ONNX is removed, as after any failure;
+    ``BuildSettings(prepare_only=True)`` stops there on purpose and succeeds.
     ``say(stage, status)`` hears each stage start and end; pass ``outcome`` (a fresh
     ``BuildOutcome``) to see how far the pipeline got when it raises.
     """

@@ -27,7 +27,7 @@ from trtconv.analyze.support import SupportTable, load_table
 from trtconv.errors import InvalidModelError
 from trtconv.load import LoadedModel, Shape, infer_shapes, input_dims, is_stripped, override_input_shapes
 from trtconv.onnxutil import DEFAULT_DOMAIN, has_subgraphs, is_default_domain
-from trtconv.rewrites import RENAME_SHARED_DIMS, NodeView, RewriteRule, rewrite_rule_for
+from trtconv.rewrites import RENAME_SHARED_DIMS, NodeView, RewriteRule, rewrite_rule_for, rule_settling
 
 NO_PLUGIN_DOMAINS = ("ai.onnx.ml", "ai.onnx.preview.training")
 # Inputs where ONNX exporters write INT64_MAX/MIN to mean "to the end"; the parser clamps them.
@@ -206,12 +206,14 @@ def _node_report(ref: NodeRef, table: SupportTable, index: GraphIndex, int64_wid
                                                                 "it is clamped wherever TensorRT narrows it to INT32"))
     if not findings:
         return None
-    rule = _rule_for(node, index, index.opsets.get(DEFAULT_DOMAIN, ref.opset), findings)
+    covering = _rule_for(node, index, index.opsets.get(DEFAULT_DOMAIN, ref.opset), findings)
     findings.sort(key=lambda f: f.severity != ERROR)  # errors first; stable otherwise
+    errors = [(f.rule, f.message) for f in findings if f.severity == ERROR]
+    rule = covering or rule_settling(node, errors, index.producer)
     status = _status(rule, findings)
-    findings = _better_hints(rule, domain, op_type, status, findings)
+    findings = _better_hints(domain, op_type, rule if status == REWRITABLE else None, findings)
     return NodeReport(ref.path, op_type, domain, status, tuple(findings),
-                      _rewrite_name(rule, findings), row.source if row else "")
+                      rule.name if rule is not None and errors else None, row.source if row else "")
 
 
 def _rule_for(node: onnx.NodeProto, index: GraphIndex, opset: int, findings: list[Finding]) -> RewriteRule | None:
@@ -241,12 +243,11 @@ def _node_view(node: onnx.NodeProto, index: GraphIndex, opset: int) -> NodeView:
     return replace(view, outputs=outputs, shapes=shapes, partial=True)
 
 
-def _better_hints(rule: RewriteRule | None, domain: str, op_type: str, status: str,
-                  findings: list[Finding]) -> list[Finding]:
+def _better_hints(domain: str, op_type: str, rule: RewriteRule | None, findings: list[Finding]) -> list[Finding]:
     """Hints that point the right way: a rewritable node gets the rewrite; ONNX Runtime's dynamically
     quantized ops get 'start from the float model' (no plugin or rewrite helps them)."""
     key = ("" if is_default_domain(domain) else domain, op_type)
-    if rule is not None and status == REWRITABLE:
+    if rule is not None:
         hint = f"`trtconv rewrite` rewrites it ({rule.name}: {rule.description})"
     elif key in ORT_DYNAMIC_QUANT:
         hint = ORT_QUANT_HINT
@@ -279,12 +280,6 @@ def _status(rule: RewriteRule | None, findings: list[Finding]) -> str:
     if all(f.rule == CUSTOM_OP for f in errors):
         return PLUGIN
     return UNSUPPORTED
-
-
-def _rewrite_name(rule: RewriteRule | None, findings: list[Finding]) -> str | None:
-    if not any(f.severity == ERROR for f in findings):
-        return None
-    return rule.name if rule else None
 
 
 def _inputs(original: onnx.ModelProto, shapes: Mapping[str, Shape]) -> tuple[InputReport, ...]:

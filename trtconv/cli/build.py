@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from trtconv.cli.depfile import deps_option
 from trtconv.cli.html_report import record, report_option
 from trtconv.cli.inspect_engine import off_precision_lines
 from trtconv.cli.options import (
+    command_line,
     exclude_options,
     force_option,
     gate_options,
@@ -31,7 +34,7 @@ from trtconv.cli.options import (
     skip_rule_option,
     trt_version_option,
 )
-from trtconv.cli.output import print_json, progress, stderr_console
+from trtconv.cli.output import Heartbeat, interactive, print_json, progress, stderr_console
 from trtconv.cli.precision_report import print_gate
 from trtconv.cli.triton_repo import triton_repo_option
 from trtconv.errors import DataError, TrtconvError
@@ -75,16 +78,42 @@ class BarSink:
                 self.bar.remove_task(task)
 
 
-def _say(as_json: bool) -> Any:
-    console = stderr_console()
-    quiet = as_json or not logging.getLogger("trtconv").isEnabledFor(logging.WARNING)  # -q
+class StageClock:
+    """The pipeline's stage events → ``trtconv: <stage>: done (1.2 s)`` lines (not under --json or
+    -q), and while a stage runs a sign of life at least every ~5 s: in a pipe a
+    ``trtconv: <stage>: running (10 s)`` line (:class:`Heartbeat`), on a terminal a bar task with
+    its elapsed time."""
 
-    def say(stage: str, status: str) -> None:
-        if quiet or status == "running":
+    def __init__(self, sink: BarSink, *, as_json: bool) -> None:
+        self.sink = sink
+        self.console = stderr_console()
+        self.quiet = not logging.getLogger("trtconv").isEnabledFor(logging.WARNING)  # -q
+        self.durations = not (as_json or self.quiet)
+        self.beat = Heartbeat("", lock=sink.lock)
+        self.task: Any = None
+
+    def __call__(self, stage: str, status: str) -> None:
+        if status == "running":
+            self.close()
+            self.beat = Heartbeat(stage, lock=self.sink.lock)
+            self.beat.start()
+            if interactive(sys.stderr) and not self.quiet:
+                with self.sink.lock:
+                    self.task = self.sink.bar.add_task(stage, total=None)
             return
-        console.print(f"trtconv: {stage}: {status}", markup=False, highlight=False)
+        seconds = self.close()
+        if self.durations:
+            took = f" ({seconds:.1f} s)" if status != "skipped" else ""
+            self.console.print(f"trtconv: {stage}: {status}{took}", markup=False, highlight=False)
 
-    return say
+    def close(self) -> float:
+        """Stop the stage's heartbeat and bar (also when the command ends); its seconds."""
+        seconds = self.beat.stop()
+        if self.task is not None:
+            with self.sink.lock:
+                self.sink.bar.remove_task(self.task)
+            self.task = None
+        return seconds
 
 
 def _outputs(params: Mapping[str, Any]) -> list[Path]:
@@ -109,16 +138,16 @@ def _settings(params: Mapping[str, Any]) -> BuildSettings:
         version_compatible=bool(get("version_compatible")), exclude_lean_runtime=bool(get("exclude_lean_runtime")),
         plugins=get("plugins", ()), min_precision_share=get("min_precision_share"), dcn_target=get("dcn_target"),
         skip_rules=tuple(get("skip_rules", ())), prepared=get("prepared"), prepare_only=bool(get("prepare_only")),
-        verify=not get("no_verify"),
-        seed=get("seed", 0), trt=get("trt_version"),
+        keep_prepared=bool(get("keep_prepared")), verify=not get("no_verify"),
+        preflight=not get("no_preflight"), seed=get("seed", 0), trt=get("trt_version"),
     )
 
 
 _BUILD_FIELDS = frozenset({
     "model", "output", "precision", "shapes", "min_shapes", "opt_shapes", "max_shapes", "workspace", "memory_pools",
     "timing_cache", "no_timing_cache", "opt_level", "hardware_compat", "compute_capabilities", "version_compatible",
-    "exclude_lean_runtime", "plugins", "min_precision_share", "dcn_target", "skip_rules", "prepared", "prepare_only",
-    "no_verify",
+    "exclude_lean_runtime", "plugins", "min_precision_share", "dcn_target", "skip_rules", "prepared", "prepare_only", "keep_prepared", "no_verify",
+    "no_preflight",
     "seed", "trt_version", "force", "as_json", "layers", "triton_repo", "report", "cache_dir", "deps", "config",
     "print_config"})
 
@@ -164,6 +193,7 @@ def _entry_problems(params: Mapping[str, Any], key: Mapping[str, Any], files: Ma
 
 
 NOT_INPUTS = ("prepared", "timing_cache")  # path flags that are not inputs (the build updates the cache)
+SHAPE_FLAGS = ("shapes", "min_shapes", "opt_shapes", "max_shapes")  # a shapes hint gives its own
 
 
 @click.command("build")
@@ -204,7 +234,12 @@ NOT_INPUTS = ("prepared", "timing_cache")  # path flags that are not inputs (the
 @click.option("--prepared", type=click.Path(path_type=Path, dir_okay=False),
               help="Where to write the prepared ONNX (default: ENGINE stem + .prepared.onnx).")
 @click.option("--prepare-only", is_flag=True, help="Stop after writing the prepared ONNX (no TensorRT needed).")
+@click.option("--keep-prepared", is_flag=True,
+              help="Keep the prepared ONNX when the build fails (for debugging); by default a failed build "
+              "leaves nothing.")
 @click.option("--no-verify", is_flag=True, help="Skip comparing the engine with ONNX Runtime.")
+@click.option("--no-preflight", is_flag=True,
+              help="Skip running the graph at every profile corner on ONNX Runtime before the TensorRT build.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for proofs and verification inputs.")
 @click.option("--layers", is_flag=True,
               help="After the build, list the compute layers that did not get --precision, with the reason.")
@@ -222,23 +257,26 @@ def build(model: Path, output: Path, precision: str, shapes: str | None,
           opt_level: int, hardware_compat: str, compute_capabilities: tuple[str, ...], version_compatible: bool, exclude_lean_runtime: bool,
           plugins: tuple[Path, ...], min_precision_share: float, dcn_target: str | None, skip_rules: tuple[str, ...],
           prepared: Path | None,
-          prepare_only: bool, no_verify: bool, seed: int, layers: bool, trt_version: str, force: bool, as_json: bool,
+          prepare_only: bool, keep_prepared: bool, no_verify: bool, no_preflight: bool, seed: int, layers: bool, trt_version: str,
+          force: bool, as_json: bool,
           **precision_flags: Any) -> None:
     """Build MODEL into a TensorRT engine: check, rewrite, precision, build, verify.
 
     Writes ENGINE, ENGINE.json (manifest) and the prepared ONNX TensorRT parsed. Exit 0: built
-    and verified; 9: TensorRT or GPU missing (prepared ONNX left behind); 8: precision not
+    and verified; 9: TensorRT or GPU missing (--keep-prepared keeps the prepared ONNX); 8: precision not
     reached; 7: engine differs from ONNX Runtime; 6: TensorRT failed; 5: unsupported nodes.
     """
 
     return_large_blocks()  # freed weights and activations leave the RSS (issue 20's memory bound)
-    settings = _settings(click.get_current_context().params)
+    ctx = click.get_current_context()
+    settings = replace(_settings(ctx.params), command=command_line(ctx, drop=SHAPE_FLAGS))
     sink = BarSink()
     outcome = BuildOutcome(prepared=settings.outputs(output)[0])
+    clock = StageClock(sink, as_json=as_json)
     try:
         with sink.bar:
             # Always installed: it draws only on a terminal, and lets Ctrl-C cancel a build cleanly.
-            api_build(model, output, settings, force=force, say=_say(as_json), progress=sink, outcome=outcome)
+            api_build(model, output, settings, force=force, say=clock, progress=sink, outcome=outcome)
     except TrtconvError as exc:
         _record(outcome, model, settings.trt)
         if not as_json and outcome.gate is not None:
@@ -249,6 +287,8 @@ def build(model: Path, output: Path, precision: str, shapes: str | None,
             print_json({**outcome.to_json(), "manifest_data": outcome.manifest,
                         "error": {"exit_code": int(exc.exit_code), "message": exc.message, "hint": exc.hint}})
         raise
+    finally:
+        clock.close()
     _record(outcome, model, settings.trt)
     if as_json:
         extra = {"off_precision": _off(outcome.manifest)} if layers and outcome.manifest is not None else {}

@@ -7,6 +7,7 @@ The vocabulary follows trtexec where it has a word for the thing (--shapes,
 from __future__ import annotations
 
 import functools
+import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -14,7 +15,7 @@ from typing import Any, TypeVar
 import click
 
 from trtconv.api import QuantizeSettings
-from trtconv.cli.main import MODEL_BYTES_KEY, MODEL_KEY
+from trtconv.cli.main import JSON_KEY, MODEL_BYTES_KEY, MODEL_KEY
 from trtconv.errors import UsageError
 from trtconv.load import disk_bytes, parse_shapes
 from trtconv.reference import DEFAULT_THRESHOLDS, Thresholds, parse_limit, thresholds_with
@@ -46,9 +47,16 @@ def force_option(f: F) -> F:
     return click.option("--force", is_flag=True, help="Overwrite existing output files.")(f)
 
 
+def _remember_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    if value:
+        ctx.meta[JSON_KEY] = True
+    return value
+
+
 def json_option(f: F) -> F:
-    return click.option("--json", "as_json", is_flag=True,
-                        help="Print a machine-readable report on stdout (schema in docs/cli.md).")(f)
+    return click.option("--json", "as_json", is_flag=True, callback=_remember_json,
+                        help="Print a machine-readable report on stdout (schema in docs/cli.md); on failure, "
+                        "a JSON error object at least.")(f)
 
 
 def shapes_option(f: F) -> F:
@@ -67,6 +75,39 @@ def skip_rule_option(f: F) -> F:
 def trt_version_option(f: F) -> F:
     return click.option("--trt", "trt_version", type=click.Choice(TRT_VERSIONS), default=DEFAULT_TRT_VERSION,
                         show_default=True, help="Target TensorRT version, or rtx for TensorRT-RTX.")(f)
+
+
+def command_line(ctx: click.Context, *, drop: tuple[str, ...] = ()) -> str:
+    """The command as the user ran it, rebuilt from its parsed parameters (every option that is
+    not at its default, spec-file values included), for hints that must run as printed. ``drop``:
+    parameter names left out (the ones the hint itself supplies)."""
+    parts = ["trtconv", ctx.info_name or ctx.command.name or ""]
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name or "")
+        if param.name in drop or value is None or value == () or value is False and param.default in (None, False):
+            continue
+        if isinstance(param, click.Argument):
+            parts.append(shlex.quote(str(value)))
+            continue
+        if not isinstance(param, click.Option) or value == param.default:
+            continue
+        flag = max(param.opts, key=len)
+        if param.is_flag:
+            if value is True:
+                parts.append(flag)
+            elif param.secondary_opts:  # --no-x for a flag that defaults to on
+                parts.append(max(param.secondary_opts, key=len))
+            continue
+        for item in value if param.multiple else (value,):
+            parts += [flag, shlex.quote(str(item))]
+    return " ".join(parts)
+
+
+def engine_trt_option(f: F) -> F:
+    """verify/bench: which runtime the engine needs, when neither its manifest nor its header says."""
+    return click.option("--trt", "trt_version", type=click.Choice(TRT_VERSIONS), default=None,
+                        help="The TensorRT the engine was built with, or rtx for TensorRT-RTX (default: from "
+                        "ENGINE.json, else the engine's header, else TensorRT).")(f)
 
 
 def _compose(*decorators: Callable[[F], F]) -> Callable[[F], F]:

@@ -19,7 +19,7 @@ from trtconv.cli.options import (
     shapes_option,
     skip_rule_option,
 )
-from trtconv.cli.output import print_json, progress, stdout_console
+from trtconv.cli.output import Heartbeat, print_json, progress, stdout_console
 from trtconv.errors import UsageError
 from trtconv.load import parse_shapes
 from trtconv.rewrites import (
@@ -95,7 +95,7 @@ def rewrite(model: Path, output: Path, force: bool, as_json: bool, shapes: str |
         fold_size_limit=limit, int64_to_int32=int32, verify=verify, seed=seed,
         node_tolerance=tolerance, skip_rules=frozenset(skip_rules),
     )
-    with progress() as bar:
+    with progress() as bar, Heartbeat("rewrite"):
         task = bar.add_task("rewrite", total=3)
         result = api_rewrite(model, output, settings, force=force, step=lambda _stage: bar.advance(task))
     doc = result.report.to_json()

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from trtconv.cli.options import json_option, shapes_option
+from trtconv.cli.options import engine_trt_option, json_option, shapes_option
 from trtconv.cli.output import finish, print_json, stdout_console
 from trtconv.errors import ExitCode, UsageError
 from trtconv.load import parse_shapes
@@ -73,20 +73,23 @@ def print_report(report: VerifyReport) -> None:
 @click.option("--plugins", "plugins", multiple=True, type=click.Path(path_type=Path, dir_okay=False),
               help="Plugin library the engine needs (repeatable).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
+@engine_trt_option
 @json_option
 def verify(engine: Path, onnx_path: Path, inputs: tuple[Path, ...], shapes: str | None, precision: str | None,
            atol: float | None, rtol: float | None, min_cosine: float | None, min_top1: float | None,
-           plugins: tuple[Path, ...], seed: int, as_json: bool) -> None:
+           plugins: tuple[Path, ...], seed: int, trt_version: str | None, as_json: bool) -> None:
     """Run ENGINE and the ONNX on the same inputs and compare every output.
 
     Exit 0: within the thresholds; 7: outside; 11: bad --inputs; 9: TensorRT or GPU missing.
+    Dynamic dims not in --shapes take profile 0's opt shape (manifest, else the engine).
     """
 
     if not engine.is_file():
         raise UsageError(f"{engine}: no such file")
     thresholds = thresholds_from_flags(engine_precision(engine, precision), atol, rtol, min_cosine, min_top1)
     report = verify_engine(engine, onnx_path, inputs=list(inputs) or None, shapes=parse_shapes(shapes), thresholds=thresholds,
-                           plugin_libraries=tuple(plugins), seed=seed, top1=min_top1 is not None)
+                           plugin_libraries=tuple(plugins), seed=seed, top1=min_top1 is not None,
+                           target=trt_version)
     if as_json:
         print_json(report.to_json())
     else:

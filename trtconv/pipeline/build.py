@@ -95,7 +95,9 @@ class BuildRequest:
     max_shapes: tuple[str, ...] = ()
     prepared: Path | None = None  # default: <output stem>.prepared.onnx
     prepare_only: bool = False
+    keep_prepared: bool = False  # a failed build keeps the prepared ONNX (for debugging); else it is removed
     verify: bool = True
+    preflight: bool = True  # run the graph at every profile corner on ONNX Runtime before TensorRT
     target: str = "11.4"  # TensorRT version the check stage judges against, or "rtx" (TensorRT-RTX)
     dcn_target: str | None = None  # rewrite's DCN target (None: default_dcn_target(target))
     skip_rules: tuple[str, ...] = ()  # built-in rewrite rules not to apply (every rule the target needs applies)
@@ -104,6 +106,7 @@ class BuildRequest:
     # fp16/int8: samples, exclusions, INT8 options and the accuracy gate, as ``quantize`` takes them
     # (None: quantize's defaults with calib_data / calib_limit)
     quantize: QuantizeSettings | None = None
+    command: str | None = None  # the user's command line without its shape flags, for hints that repeat it
 
     def quantize_settings(self) -> QuantizeSettings:
         """The precision stage's settings (precision fp16 or int8)."""
@@ -145,10 +148,12 @@ class BuildOutcome:
     stages: list[StageRecord] = field(default_factory=list)
     stopped: str | None = None  # why the pipeline stopped before an engine, if it did
     gate: QuantizeResult | None = None  # fp16/int8: the precision stage's accuracy gate (also when it failed)
+    written: bool = False  # the prepared ONNX is on disk (written by this run and not removed)
 
     def to_json(self) -> dict[str, Any]:
+        """Names only files that are on disk: a failed build removed what it wrote."""
         return {
-            "prepared_onnx": str(self.prepared),
+            "prepared_onnx": str(self.prepared) if self.written else None,
             "engine": str(self.engine) if self.engine else None,
             "manifest": str(manifest_path(self.engine)) if self.engine else None,
             "stopped": self.stopped,
@@ -271,6 +276,7 @@ class _Stages:
             step = fn()
         except BaseException:
             self.outcome.stages.append(StageRecord(name, "failed", time.monotonic() - start))
+            self.say(name, "failed")
             raise
         self.outcome.stages.append(StageRecord(name, step.status, time.monotonic() - start, dict(step.detail)))
         self.say(name, step.status)
@@ -282,6 +288,7 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
     """The whole pipeline. Raises a TrtconvError subclass on failure (its exit code is the verdict);
     pass ``outcome`` to see how far it got (stages, prepared ONNX) when it raises."""
     plan = req.plan or BuildPlan(onnx_path=req.prepared_path(), engine_path=req.output)
+    validate_plan(replace(plan, precision=req.precision))  # option consistency first: no model needed
     if req.precision == "int8" and not _has_samples(req.quantize_settings()):
         raise UsageError("--precision int8 needs --calib-data", hint="give a folder of .npy/.npz samples or images")
     if req.precision != "fp32":
@@ -304,17 +311,22 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
     loaded = load_model(req.model, lazy_from=LAZY_WEIGHTS_BYTES)
     _refuse_requantizing(loaded, req.precision)
     samples = sample_set(loaded.proto, req.quantize_settings())  # None: no sample data
-    profiles = build_profiles(
-        loaded.proto, shapes=req.shapes, min_shapes=req.min_shapes, opt_shapes=req.opt_shapes,
-        max_shapes=req.max_shapes, required=not req.prepare_only, command=_command(req),
-        sample_shapes=None if samples is None else _sample_shapes(samples))
+    if samples is not None:
+        next(iter(samples), None)  # names, shapes and dtypes of the data, before any heavy stage (exit 11)
+    try:
+        profiles = build_profiles(
+            loaded.proto, shapes=req.shapes, min_shapes=req.min_shapes, opt_shapes=req.opt_shapes,
+            max_shapes=req.max_shapes, required=not req.prepare_only, command=_command(req),
+            sample_shapes=None if samples is None else _sample_shapes(samples))
+    except UsageError:
+        _check(loaded, req.target, {})  # a model no shapes could build says so first, with the reason (exit 5)
+        raise
     plan = replace(plan, onnx_path=prepared, engine_path=req.output, precision=req.precision, profiles=profiles)
-    validate_plan(plan)
     onnx_sha = model_sha256(loaded)
     shapes0 = profiles[0].corner("opt") if profiles else {}
 
     stages.run("check", lambda: _check(loaded, req.target, shapes0))
-    rewritten = stages.run("rewrite", lambda: _rewrite(loaded, req))
+    rewritten = stages.run("rewrite", lambda: _rewrite(loaded, req, shapes0))
     reference = Reference(loaded, rewritten)
     phases = _Phases(progress) if progress is not None else None
     try:
@@ -328,10 +340,44 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
     outcome.gate = precisioned.gate
     if replacing:
         log.warning("replacing %s (derived from the model; --prepared PATH writes it elsewhere)", prepared)
+    try:
+        return _prepare_and_build(req, plan, outcome, stages, precisioned, reference, profiles, progress,
+                                  onnx_sha, rewritten, shapes0, samples)
+    except BaseException as exc:
+        _remove_failed_outputs(req, outcome, exc)
+        raise
+
+
+def _remove_failed_outputs(req: BuildRequest, outcome: BuildOutcome, exc: BaseException) -> None:
+    """A failed build leaves nothing it wrote: engine, manifest, prepared ONNX (and its .data).
+    Kept: everything when the engine's verification failed (exit 7: kept for inspection), and
+    the prepared ONNX with ``keep_prepared`` (debugging, or building it elsewhere)."""
+    if isinstance(exc, AccuracyError) and outcome.manifest is not None:
+        return
+    doomed = [manifest_path(req.output), req.output] if outcome.engine is not None else []
+    if outcome.written and not req.keep_prepared:
+        doomed += [outcome.prepared, outcome.prepared.with_name(outcome.prepared.name + ".data")]
+        outcome.written = False
+    outcome.engine = None
+    outcome.manifest = None
+    for path in doomed:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as err:  # the original error is what the user must see
+            log.warning("could not remove %s: %s", path, err)
+
+
+def _prepare_and_build(req: BuildRequest, plan: BuildPlan, outcome: BuildOutcome, stages: _Stages,
+                       precisioned: Precisioned, reference: Reference, profiles: tuple[Profile, ...],
+                       progress: Any, onnx_sha: str, rewritten: RewriteResult,
+                       shapes0: dict[str, tuple[int, ...]], samples: SampleSet | None) -> BuildOutcome:
+    """From the prepared ONNX on: save, recheck, profile corners, TensorRT build, verify, manifest."""
+    prepared = outcome.prepared
     saved = stages.run("save", lambda: _save(precisioned.model, prepared))
+    outcome.written = True
     stages.run("recheck", lambda: _recheck(saved, req.target, shapes0))
     keep = not req.prepare_only and req.verify  # verify reuses the reference's outputs
-    corners = stages.run("profiles", lambda: _corners(reference, profiles, req.seed, keep))
+    corners = stages.run("profiles", lambda: _corners(reference, profiles, req, samples, keep))
     if req.prepare_only:
         outcome.stopped = "prepare-only"
         return outcome
@@ -340,12 +386,7 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
         tensorrt_version(flavour)
     except BackendUnavailableError as exc:
         outcome.stopped = "tensorrt-unavailable"
-        raise BackendUnavailableError(
-            f"{exc.message}; stopped after the precision stage: the prepared ONNX is {prepared}",
-            hint=f"{(exc.hint or '').rstrip('.')}. Then run this command again, or build {prepared} with "
-            "trtexec --stronglyTyped (TensorRT 10; 11 is always strongly typed): the precision is already "
-            "explicit, no --fp16/--int8 flags needed",
-        ) from None
+        raise _no_tensorrt(exc, prepared, req.keep_prepared) from None
     built = stages.run("build", lambda: _tensorrt_build(plan, progress))
     outcome.engine = req.output
     verify_json: dict[str, Any] | None = None
@@ -369,6 +410,8 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
         environment=dict(built.environment),
         source_onnx=req.model.name,
         rewrites=rewritten.report.to_json().get("rewrites", []),
+        rewrite_drift=None if rewritten.report.drift is None else rewritten.report.drift.to_json(),
+        dtype_changes=[c.to_json() for c in rewritten.report.dtype_changes],
         precision={**precisioned.summary, "achieved": dict(built.precision)},
         calibration=None if precisioned.calibration is None else dict(precisioned.calibration),
         plugins_needed=list(built.plugins_needed),
@@ -389,9 +432,28 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
     return outcome
 
 
+def _no_tensorrt(exc: BackendUnavailableError, prepared: Path, kept: bool) -> BackendUnavailableError:
+    """Exit 9 after the CPU stages: where the prepared ONNX is (``--keep-prepared``), or how to keep it."""
+    trtexec = ("trtexec --stronglyTyped (TensorRT 10; 11 is always strongly typed): the precision is already "
+               "explicit, no --fp16/--int8 flags needed")
+    if kept:
+        return BackendUnavailableError(
+            f"{exc.message}; stopped after the precision stage: the prepared ONNX is {prepared}",
+            hint=f"{(exc.hint or '').rstrip('.')}. Then run this command again, or build {prepared} with {trtexec}")
+    return BackendUnavailableError(
+        f"{exc.message}; stopped after the precision stage (nothing was kept)",
+        hint=f"{(exc.hint or '').rstrip('.')}. Then run this command again; or add --prepare-only (or "
+        f"--keep-prepared) to keep the prepared ONNX and build it with {trtexec}")
+
+
 def _command(req: BuildRequest) -> str:
-    """The command line a hint repeats, with the user's paths."""
+    """The command line a hint repeats: the user's own (the CLI passes it), else one with the
+    request's paths and the options that change what is built."""
+    if req.command:
+        return req.command
     flags = f" --precision {req.precision}" if req.precision != "fp32" else ""
+    flags += f" --trt {req.target}"  # always: the default target depends on what is installed
+    flags += f" --calib-data {shlex.quote(str(req.calib_data))}" if req.calib_data else ""
     return (f"trtconv build {shlex.quote(str(req.model))} -o {shlex.quote(str(req.output))}{flags}"
             + (" --prepare-only" if req.prepare_only else ""))
 
@@ -438,24 +500,28 @@ def _check(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]])
         raise UnsupportedModelError(
             f"{target_name(target)} {verb} {len(bad)} node(s) that trtconv can neither rewrite nor map to a "
             f"plugin: {names}",
-            hint=f"run `trtconv check {loaded.path}` for the reasons",
+            hint=f"run `trtconv check --trt {target} {shlex.quote(str(loaded.path))}` for the reasons",
         )
     return Step(None, {"verdict": report.verdict, "target": target})
 
 
-def _rewrite(loaded: LoadedModel, req: BuildRequest) -> Step[RewriteResult]:
-    settings = RewriteSettings(seed=req.seed, skip_rules=frozenset(req.skip_rules), target=req.target)
+def _rewrite(loaded: LoadedModel, req: BuildRequest, proof_shapes: Mapping[str, tuple[int, ...]]) -> Step[RewriteResult]:
+    settings = RewriteSettings(seed=req.seed, proof_shapes=dict(proof_shapes), target=req.target,
+                               skip_rules=frozenset(req.skip_rules))
     dcn_target = req.dcn()
     if dcn_target is not None:
         # trtconv's own DCNv2 plugin: the spec shipped inside the package
         spec = trtconv_plugin_spec() if dcn_target == "trtconv-plugin" else None
         settings = replace(settings, dcn_target=dcn_target, dcn_plugin=spec)
     result = rewrite(loaded, settings)
-    rules: dict[str, list[str]] = {}
+    proof = result.report.graph_proof
+    rules: dict[str, list[str]] = {}  # rule -> the nodes it rewrote
     for entry in result.report.rewrites:
         rules.setdefault(entry.rule, []).append(entry.node)
     return Step(result, {"rewritten": len(result.report.rewrites), "rules": rules,
-                         "nodes": [result.report.nodes_before, result.report.nodes_after]})
+                         "nodes": [result.report.nodes_before, result.report.nodes_after],
+                         "graph_proof": {"method": proof.method, "passed": proof.passed,
+                                         "tolerance": proof.tolerance, "arithmetic": proof.arithmetic}})
 
 
 def _recheck(saved: Saved, target: str, shapes: dict[str, tuple[int, ...]]) -> Step[None]:
@@ -468,7 +534,7 @@ def _recheck(saved: Saved, target: str, shapes: dict[str, tuple[int, ...]]) -> S
         names = ", ".join(f"{n.path} ({n.op_type}: {n.status})" for n in left[:5])
         raise UnsupportedModelError(
             f"after rewrite and precision, {target_name(target)} would still reject {len(left)} node(s): {names}",
-            hint=f"run `trtconv check {saved.path}` for the reasons",
+            hint=f"run `trtconv check --trt {target} {shlex.quote(str(saved.path))}` for the reasons",
         )
     plugins = sorted({qualified_op(n.domain, n.op_type) for n in report.nodes if n.status == "plugin"})
     return Step(None, {"verdict": report.verdict, "plugin_ops": plugins})
@@ -536,10 +602,13 @@ def _save(model: onnx.ModelProto, prepared: Path) -> Step[Saved]:
     return Step(Saved(prepared, sha, graph), {"path": str(prepared), "sha256": sha})
 
 
-def _corners(reference: Reference, profiles: tuple[Profile, ...], seed: int,
+def _corners(reference: Reference, profiles: tuple[Profile, ...], req: BuildRequest, samples: SampleSet | None,
              keep_outputs: bool) -> Step[CornerRuns | None]:
-    """Every profile corner run on the reference graph before TensorRT spends minutes on it; the
-    outputs are kept for verify, which judges the engine on the same inputs."""
+    """Every profile corner run on the reference graph before TensorRT spends minutes on it (on a
+    real sample of the corner's shapes where --calib-data has one); the outputs are kept for
+    verify, which judges the engine on the same inputs."""
+    if not req.preflight:
+        return Step(None, {"reason": "--no-preflight"}, "skipped")
     if not profiles and dynamic_inputs(reference.loaded.proto):  # only with --prepare-only: build needs one
         return Step(None, {"reason": "no profile: dynamic inputs and no shapes (--prepare-only)"}, "skipped")
     graph = reference.graph
@@ -547,16 +616,19 @@ def _corners(reference: Reference, profiles: tuple[Profile, ...], seed: int,
         log.warning("profile shapes not checked on ONNX Runtime: it can run neither the model nor its rewritten "
                     "graph")
         return Step(None, {"reason": "ONNX Runtime cannot run this graph"}, "skipped")
-    runs = run_corners(graph.model, profiles, seed=seed, path=graph.path, keep_outputs=keep_outputs)
+    runs = run_corners(graph.model, profiles, seed=req.seed, path=graph.path, keep_outputs=keep_outputs,
+                       samples=samples)
     if runs.failures:
         first = runs.failures[0]
         raise UsageError(
             f"the graph cannot run at {first.describe()}",
             hint="TensorRT would fail on the same shapes minutes into the build; narrow the profile "
-            "(--min-shapes/--opt-shapes/--max-shapes) to shapes the model supports",
+            "(--min-shapes/--opt-shapes/--max-shapes) to shapes the model supports, or skip this check "
+            "with --no-preflight",
         )
     return Step(runs, {"profiles": len(profiles), "corners_run": "min/opt/max", "graph": graph.label,
-                       "not_run": list(runs.skipped)})
+                       "not_run": list(runs.skipped),
+                       "failed_on_synthetic_values": [f.describe() for f in runs.value_failures]})
 
 
 def _tensorrt_build(plan: BuildPlan, progress: Any) -> Step[Built]:

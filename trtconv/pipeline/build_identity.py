@@ -17,7 +17,9 @@ if TYPE_CHECKING:
     from trtconv.pipeline.build import BuildRequest
 
 # Request fields that decide where files go or whether work is checked, never the engine's bytes.
-NOT_IDENTITY = frozenset({"model", "output", "prepared", "prepare_only", "verify", "plan"})
+# preflight and command: a pre-build check and the hints' text, not what is built
+NOT_IDENTITY = frozenset({"model", "output", "prepared", "prepare_only", "verify", "plan", "preflight", "command",
+                          "keep_prepared"})
 PLAN_FIELDS = ("memory_pools", "optimization_level", "hardware_compat", "version_compatible",
                "exclude_lean_runtime", "min_precision_share", "max_aux_streams")
 

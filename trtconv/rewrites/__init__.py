@@ -19,6 +19,7 @@ and ``plugin_map/`` (the user's ``--plugin-map``).
 from trtconv.rewrites.catalog import (
     RULE_NAMES,
     rewrite_rule_for,
+    rule_settling,
 )
 from trtconv.rewrites.cleanup import (
     RENAME_SHARED_DIMS,
@@ -64,6 +65,7 @@ __all__ = [
     "load_plugin_spec",
     "parse_plugin_map",
     "rewrite",
+    "rule_settling",
     "rewrite_rule_for",
     "trtconv_plugin_spec",
 ]

@@ -10,25 +10,30 @@ its ``FAMILY``, and one more entry in :data:`FAMILIES`. A new DCN dialect needs 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
+
+import onnx
 
 from trtconv.errors import UsageError
 from trtconv.onnxutil import normalize_domain
-from trtconv.rewrites import dcn, transformer
+from trtconv.rewrites import dcn, detection, dtypes, quantized, transformer
 from trtconv.rewrites import settings as core_settings
 from trtconv.rewrites.plugin_map import PluginMap, PluginMapRule
-from trtconv.rewrites.rule import RewriteRule, RuleFamily, target_family
+from trtconv.rewrites.rule import RewriteRule, RuleFamily
 from trtconv.rewrites.settings import RewriteSettings
 
 FAMILIES: tuple[RuleFamily, ...] = (
     dcn.FAMILY,
+    quantized.FAMILY,
+    dtypes.FAMILY,
+    detection.FAMILY,
     transformer.FAMILY,  # ONNX Runtime's fused transformer ops (com.microsoft) -> standard ONNX
 )
 
 RULES: tuple[RewriteRule, ...] = tuple(rule for family in FAMILIES for rule in family.rules)
 
 # (domain, op_type) -> the built-in rule for it; the empty domain is ONNX's default domain
-REWRITABLE: dict[tuple[str, str], RewriteRule] = {key: rule for rule in RULES for key in rule.ops}
+REWRITABLE: dict[tuple[str, str], RewriteRule] = {key: rule for rule in RULES if rule.claims_ops for key in rule.ops}
 
 
 RULE_NAMES: tuple[str, ...] = tuple(r.name for r in RULES)
@@ -58,10 +63,15 @@ def rewrite_rule_for(domain: str | None, op_type: str, opset: int | None = None)
     return rule if rule is not None and (opset is None or rule.covers_opset(opset)) else None
 
 
-def active_rules(plugin_map: PluginMap | None, skip: Collection[str] = (),
-                 target: str | None = None) -> tuple[RewriteRule, ...]:
+def rule_settling(node: onnx.NodeProto, errors: Sequence[tuple[str, str]],
+                  producer: Mapping[str, onnx.NodeProto]) -> RewriteRule | None:
+    """The built-in rule whose rewrite also clears these ``check`` errors of ``node`` (an op no rule
+    covers: a uint8 tensor passing through a Flatten, ...), if any."""
+    return next((r for r in RULES if errors and r.settles(node, errors, producer)), None)
+
+
+def active_rules(plugin_map: PluginMap | None, skip: Collection[str] = ()) -> tuple[RewriteRule, ...]:
     """The rules one rewrite applies, in precedence order: the user's plugin map, then the
-    built-in ones the target needs (all for ``target`` None) less those named in ``skip``."""
-    family = target_family(target) if target is not None else None
-    built_in = tuple(r for r in RULES if r.name not in skip and (family is None or family in r.targets))
+    built-in ones less those named in ``skip`` (``--skip-rule``)."""
+    built_in = tuple(r for r in RULES if r.name not in skip)
     return ((PluginMapRule(plugin_map),) if plugin_map is not None else ()) + built_in

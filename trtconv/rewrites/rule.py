@@ -64,16 +64,22 @@ class Emitted:
     pending_opset: int = 0  # default-domain opset the nodes emitted in PENDING_DOMAIN need (0: none)
     pending_op: str = ""  # the op that needs it, for messages ("DeformConv")
     graph_cuts: frozenset[str] = frozenset()  # tensors the whole-graph proof must not compare
+    # Other nodes the replacement stands for (a quantized op's Cast/Mul tail): the rule detaches
+    # them (:func:`detach`) before emitting, the driver drops them and never visits them.
+    absorbed: tuple[gs.Node, ...] = ()
+    # False: the replacement changes the numbers on purpose (dynamic quantization dropped); its
+    # node proof holds a measured bound, and the report adds the whole model's measured drift.
+    exact: bool = True
 
 
-# TensorRT targets a rule may be needed by: ``--trt rtx`` and the TensorRT major versions.
-ALL_TARGETS: tuple[str, ...] = ("rtx", "10", "11")
+def detach(nodes: Sequence[gs.Node]) -> None:
+    """Disconnect nodes a replacement absorbs, before the replacement writes their outputs."""
+    for n in nodes:
+        n.inputs.clear()
+        n.outputs.clear()
+
+
 MAX_OPSET = 10_000  # "no upper bound" for a rule's opset range
-
-
-def target_family(target: str) -> str:
-    """``--trt`` value -> the family rules name in ``targets``: "rtx" or the major version ("10.13" -> "10")."""
-    return target if target == "rtx" else target.split(".")[0]
 
 
 @dataclass(frozen=True)
@@ -126,8 +132,13 @@ class RewriteRule(ABC):
     name: str  # stable rule id, used in reports and JSON
     description: str
     ops: tuple[tuple[str, str], ...]  # (domain, op_type) it covers; "" is ONNX's default domain
+    # ``check`` calls every erroring node of ``ops`` rewritable by this rule; False for a rule that
+    # matches a common op only in one context (a Cast after a uint8 input): it claims nodes by ``settles``
+    claims_ops: bool = True
+    # the ``--trt`` targets that need the rule (RewriteSettings.target); empty: every target. A rule
+    # for some targets only is applied when the settings name one of them (``build --trt rtx``).
+    targets: tuple[str, ...] = ()
     opsets: tuple[int, int] = (1, MAX_OPSET)  # the model's default-domain opsets it rewrites (inclusive)
-    targets: tuple[str, ...] = ALL_TARGETS  # TensorRT targets that need it (target_family names)
 
     def refusal(self, node: NodeView) -> str | None:
         """Why this node cannot be rewritten (an attribute combination the rule does not
@@ -157,6 +168,13 @@ class RewriteRule(ABC):
     @abstractmethod
     def proof_case(self, ctx: RuleContext, site: Site, match: Any, emitted: Emitted) -> NodeProofCase | Proof:
         """How to prove the replacement computes what the original did (or why it cannot be run)."""
+
+    def settles(self, node: onnx.NodeProto, errors: Sequence[tuple[str, str]],
+                producer: Mapping[str, onnx.NodeProto]) -> bool:
+        """Whether applying this rule also clears ``check``'s errors ((finding rule, message) pairs) on
+        ``node``, an op the rule does not cover (a uint8 tensor a Flatten only passes along, say);
+        ``producer``: tensor name -> the node writing it. Default: no."""
+        return False
 
     def unproven(self, match: Any) -> Proof:
         """The proof entry when proofs are off (``--no-verify``)."""

@@ -3,7 +3,7 @@ domain) -> standard ONNX in the forms TensorRT fuses, one rule per module, each 
 ONNX Runtime's own kernel for the original op (:mod:`.fused`).
 
 Every rule states its ops (``ops``), the model opsets it rewrites (``opsets``) and the TensorRT
-targets that need it (``targets``: all of them; neither TensorRT 10/11 nor TensorRT-RTX imports
+targets that need it (``targets``: empty, i.e. all of them; neither TensorRT 10/11 nor TensorRT-RTX imports
 these ops). Shared emitters (LayerNorm, RMSNorm, GELU, attention) are in :mod:`.std_forms`.
 """
 

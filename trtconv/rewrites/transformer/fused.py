@@ -52,6 +52,7 @@ class FusedRule(RewriteRule):
     domain = MS
     op: str
     opsets: tuple[int, int] = (MIN_OPSET, MAX_OPSET)
+    targets: tuple[str, ...] = ()  # every target: neither TensorRT 10/11 nor TensorRT-RTX imports these ops
     float_input = 0  # the input whose dtype the emitted float constants take
 
     @property
