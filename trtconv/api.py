@@ -147,6 +147,7 @@ class BuildSettings:
     plugins: tuple[Path, ...] = ()  # TensorRT plugin libraries to load
     min_precision_share: float = DEFAULT_MIN_PRECISION_SHARE  # fp16/int8: fail (exit 8) below this share of layers
     dcn_target: str | None = None
+    skip_rules: tuple[str, ...] = ()  # built-in rewrite rules not to apply (--skip-rule)
     prepared: Path | None = None  # default: ENGINE stem + .prepared.onnx
     prepare_only: bool = False  # stop after the prepared ONNX (no TensorRT needed)
     keep_prepared: bool = False  # a failed build keeps the prepared ONNX (else it leaves nothing)
@@ -192,7 +193,7 @@ class BuildSettings:
             calib_limit=self.calib_limit, shapes=self.shapes, min_shapes=tuple(self.min_shapes),
             opt_shapes=tuple(self.opt_shapes), max_shapes=tuple(self.max_shapes), prepared=self.prepared,
             prepare_only=self.prepare_only, keep_prepared=self.keep_prepared, verify=self.verify, preflight=self.preflight, target=self.trt, dcn_target=self.dcn_target,
-            seed=self.seed, plan=plan, quantize=self.quantize, command=self.command,
+            skip_rules=tuple(self.skip_rules), seed=self.seed, plan=plan, quantize=self.quantize, command=self.command,
         )
 
 

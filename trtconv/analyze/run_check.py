@@ -27,7 +27,7 @@ from trtconv.analyze.support import SupportTable, load_table
 from trtconv.errors import InvalidModelError
 from trtconv.load import LoadedModel, Shape, infer_shapes, input_dims, is_stripped, override_input_shapes
 from trtconv.onnxutil import DEFAULT_DOMAIN, has_subgraphs, is_default_domain
-from trtconv.rewrites import RENAME_SHARED_DIMS, RewriteRule, rewrite_rule_for, rule_settling
+from trtconv.rewrites import RENAME_SHARED_DIMS, NodeView, RewriteRule, rewrite_rule_for, rule_settling
 
 NO_PLUGIN_DOMAINS = ("ai.onnx.ml", "ai.onnx.preview.training")
 # Inputs where ONNX exporters write INT64_MAX/MIN to mean "to the end"; the parser clamps them.
@@ -206,13 +206,41 @@ def _node_report(ref: NodeRef, table: SupportTable, index: GraphIndex, int64_wid
                                                                 "it is clamped wherever TensorRT narrows it to INT32"))
     if not findings:
         return None
+    covering = _rule_for(node, index, index.opsets.get(DEFAULT_DOMAIN, ref.opset), findings)
     findings.sort(key=lambda f: f.severity != ERROR)  # errors first; stable otherwise
     errors = [(f.rule, f.message) for f in findings if f.severity == ERROR]
-    rule = rewrite_rule_for(domain, op_type) or rule_settling(node, errors, index.producer)
+    rule = covering or rule_settling(node, errors, index.producer)
     status = _status(rule, findings)
     findings = _better_hints(domain, op_type, rule if status == REWRITABLE else None, findings)
     return NodeReport(ref.path, op_type, domain, status, tuple(findings),
                       rule.name if rule is not None and errors else None, row.source if row else "")
+
+
+def _rule_for(node: onnx.NodeProto, index: GraphIndex, opset: int, findings: list[Finding]) -> RewriteRule | None:
+    """The built-in rule that rewrites this node at the model's opset; None when there is none,
+    or when the rule refuses this node's form (then a finding says why)."""
+    rule = rewrite_rule_for(node.domain, node.op_type, opset)
+    if rule is None or not any(f.severity == ERROR for f in findings):
+        return rule
+    reason = rule.refusal(_node_view(node, index, opset))
+    if reason is None:
+        return rule
+    findings.append(Finding("rewrite-declined", ERROR, f"rule {rule.name} cannot rewrite it: {reason}",
+                            "see docs/rewrite.md for the forms each rule takes"))
+    return None
+
+
+def _node_view(node: onnx.NodeProto, index: GraphIndex, opset: int) -> NodeView:
+    """What a rule reads to refuse a node: its inputs' known shapes, its outputs something reads."""
+    shapes: dict[str, list[int | str]] = {}
+    for name in node.input:
+        if name in index.tensors:
+            shapes[name] = [int(d) for d in index.tensors[name].dims]
+        elif name in index.shapes:
+            shapes[name] = [int(d.dim_value) if d.HasField("dim_value") else d.dim_param for d in index.shapes[name].dim]
+    view = NodeView.of_proto(node, opset)
+    outputs = tuple(o if o in index.consumed else "" for o in node.output)
+    return replace(view, outputs=outputs, shapes=shapes, partial=True)
 
 
 def _better_hints(domain: str, op_type: str, rule: RewriteRule | None, findings: list[Finding]) -> list[Finding]:

@@ -31,6 +31,7 @@ from trtconv.cli.options import (
     output_option,
     quantize_settings,
     sample_options,
+    skip_rule_option,
     trt_version_option,
 )
 from trtconv.cli.output import Heartbeat, interactive, print_json, progress, stderr_console
@@ -136,7 +137,7 @@ def _settings(params: Mapping[str, Any]) -> BuildSettings:
         hardware_compat=get("hardware_compat", "none"), compute_capabilities=get("compute_capabilities", ()),
         version_compatible=bool(get("version_compatible")), exclude_lean_runtime=bool(get("exclude_lean_runtime")),
         plugins=get("plugins", ()), min_precision_share=get("min_precision_share"), dcn_target=get("dcn_target"),
-        prepared=get("prepared"), prepare_only=bool(get("prepare_only")),
+        skip_rules=tuple(get("skip_rules", ())), prepared=get("prepared"), prepare_only=bool(get("prepare_only")),
         keep_prepared=bool(get("keep_prepared")), verify=not get("no_verify"),
         preflight=not get("no_preflight"), seed=get("seed", 0), trt=get("trt_version"),
     )
@@ -145,7 +146,7 @@ def _settings(params: Mapping[str, Any]) -> BuildSettings:
 _BUILD_FIELDS = frozenset({
     "model", "output", "precision", "shapes", "min_shapes", "opt_shapes", "max_shapes", "workspace", "memory_pools",
     "timing_cache", "no_timing_cache", "opt_level", "hardware_compat", "compute_capabilities", "version_compatible",
-    "exclude_lean_runtime", "plugins", "min_precision_share", "dcn_target", "prepared", "prepare_only", "keep_prepared", "no_verify",
+    "exclude_lean_runtime", "plugins", "min_precision_share", "dcn_target", "skip_rules", "prepared", "prepare_only", "keep_prepared", "no_verify",
     "no_preflight",
     "seed", "trt_version", "force", "as_json", "layers", "triton_repo", "report", "cache_dir", "deps", "config",
     "print_config"})
@@ -229,6 +230,7 @@ SHAPE_FLAGS = ("shapes", "min_shapes", "opt_shapes", "max_shapes")  # a shapes h
               show_default=True, help="fp16/int8: fail (exit 8) if fewer compute layers run in that precision.")
 @click.option("--dcn-target", type=click.Choice(DCN_TARGETS),
               help="How rewrite turns DCNv2 nodes into parseable ones (default: rewrite's default).")
+@skip_rule_option
 @click.option("--prepared", type=click.Path(path_type=Path, dir_okay=False),
               help="Where to write the prepared ONNX (default: ENGINE stem + .prepared.onnx).")
 @click.option("--prepare-only", is_flag=True, help="Stop after writing the prepared ONNX (no TensorRT needed).")
@@ -253,7 +255,8 @@ def build(model: Path, output: Path, precision: str, shapes: str | None,
           min_shapes: tuple[str, ...], opt_shapes: tuple[str, ...], max_shapes: tuple[str, ...],
           workspace: str | None, memory_pools: tuple[str, ...], timing_cache: Path | None, no_timing_cache: bool,
           opt_level: int, hardware_compat: str, compute_capabilities: tuple[str, ...], version_compatible: bool, exclude_lean_runtime: bool,
-          plugins: tuple[Path, ...], min_precision_share: float, dcn_target: str | None, prepared: Path | None,
+          plugins: tuple[Path, ...], min_precision_share: float, dcn_target: str | None, skip_rules: tuple[str, ...],
+          prepared: Path | None,
           prepare_only: bool, keep_prepared: bool, no_verify: bool, no_preflight: bool, seed: int, layers: bool, trt_version: str,
           force: bool, as_json: bool,
           **precision_flags: Any) -> None:

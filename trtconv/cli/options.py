@@ -19,6 +19,7 @@ from trtconv.cli.main import JSON_KEY, MODEL_BYTES_KEY, MODEL_KEY
 from trtconv.errors import UsageError
 from trtconv.load import disk_bytes, parse_shapes
 from trtconv.reference import DEFAULT_THRESHOLDS, Thresholds, parse_limit, thresholds_with
+from trtconv.rewrites import RULE_NAMES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -61,6 +62,14 @@ def json_option(f: F) -> F:
 def shapes_option(f: F) -> F:
     return click.option("--shapes", metavar="NAME:DxD,...",
                         help="Static shapes for dynamic inputs, e.g. images:1x3x640x640.")(f)
+
+
+def skip_rule_option(f: F) -> F:
+    """``--skip-rule NAME`` (repeatable): a built-in rewrite rule not to apply. A plain string:
+    rewrite's settings check refuses an unknown name (exit 2) and lists the rules."""
+    return click.option("--skip-rule", "skip_rules", multiple=True, metavar="NAME",
+                        help="Do not apply this built-in rewrite rule (repeatable); its nodes stay as they are. "
+                             f"Rules: {', '.join(RULE_NAMES)}.")(f)
 
 
 def trt_version_option(f: F) -> F:

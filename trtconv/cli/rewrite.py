@@ -11,7 +11,14 @@ from trtconv.cli.cache import cache_option
 from trtconv.cli.config import config_option
 from trtconv.cli.depfile import deps_option
 from trtconv.cli.html_report import record, report_option
-from trtconv.cli.options import force_option, json_option, model_argument, output_option, shapes_option
+from trtconv.cli.options import (
+    force_option,
+    json_option,
+    model_argument,
+    output_option,
+    shapes_option,
+    skip_rule_option,
+)
 from trtconv.cli.output import Heartbeat, print_json, progress, stdout_console
 from trtconv.errors import UsageError
 from trtconv.load import parse_shapes
@@ -55,6 +62,7 @@ def _size(text: str) -> int:
                    "default: the spec shipped inside trtconv (trtconv/rewrites/dcn/dcnv2_spec.json).")
 @click.option("--plugin-map", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="YAML map from custom ops to plugin nodes (format in docs/rewrite.md).")
+@skip_rule_option
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="Prove every rewrite in ONNX Runtime against a float64 reference, and the whole graph.")
 @click.option("--fold/--no-fold", "fold", default=True, show_default=True, help="Fold constant subgraphs.")
@@ -70,7 +78,8 @@ def _size(text: str) -> int:
 @deps_option()
 @cache_option()
 def rewrite(model: Path, output: Path, force: bool, as_json: bool, shapes: str | None, dcn_target: str,
-            dcn_plugin_spec: Path | None, plugin_map: Path | None, verify: bool, fold: bool, fold_limit: str,
+            dcn_plugin_spec: Path | None, plugin_map: Path | None, skip_rules: tuple[str, ...], verify: bool,
+            fold: bool, fold_limit: str,
             int32: bool, seed: int, tolerance: float) -> None:
     """Turn nodes TensorRT cannot parse into nodes it can, and clean the graph up.
 
@@ -84,7 +93,7 @@ def rewrite(model: Path, output: Path, force: bool, as_json: bool, shapes: str |
     settings = RewriteSettings(
         dcn_target=dcn_target, dcn_plugin=spec, plugin_map=pmap, shapes=shape_map, fold_constants=fold,
         fold_size_limit=limit, int64_to_int32=int32, verify=verify, seed=seed,
-        node_tolerance=tolerance,
+        node_tolerance=tolerance, skip_rules=frozenset(skip_rules),
     )
     with progress() as bar, Heartbeat("rewrite"):
         task = bar.add_task("rewrite", total=3)

@@ -100,6 +100,7 @@ class BuildRequest:
     preflight: bool = True  # run the graph at every profile corner on ONNX Runtime before TensorRT
     target: str = "11.4"  # TensorRT version the check stage judges against, or "rtx" (TensorRT-RTX)
     dcn_target: str | None = None  # rewrite's DCN target (None: default_dcn_target(target))
+    skip_rules: tuple[str, ...] = ()  # built-in rewrite rules not to apply (every rule the target needs applies)
     seed: int = 0
     plan: BuildPlan | None = None  # limits, cache, compatibility, plugins (onnx/engine paths filled in)
     # fp16/int8: samples, exclusions, INT8 options and the accuracy gate, as ``quantize`` takes them
@@ -506,7 +507,8 @@ def _check(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]])
 
 
 def _rewrite(loaded: LoadedModel, req: BuildRequest, proof_shapes: Mapping[str, tuple[int, ...]]) -> Step[RewriteResult]:
-    settings = RewriteSettings(seed=req.seed, proof_shapes=dict(proof_shapes), target=req.target)
+    settings = RewriteSettings(seed=req.seed, proof_shapes=dict(proof_shapes), target=req.target,
+                               skip_rules=frozenset(req.skip_rules))
     dcn_target = req.dcn()
     if dcn_target is not None:
         # trtconv's own DCNv2 plugin: the spec shipped inside the package
@@ -514,7 +516,10 @@ def _rewrite(loaded: LoadedModel, req: BuildRequest, proof_shapes: Mapping[str, 
         settings = replace(settings, dcn_target=dcn_target, dcn_plugin=spec)
     result = rewrite(loaded, settings)
     proof = result.report.graph_proof
-    return Step(result, {"rewritten": len(result.report.rewrites),
+    rules: dict[str, list[str]] = {}  # rule -> the nodes it rewrote
+    for entry in result.report.rewrites:
+        rules.setdefault(entry.rule, []).append(entry.node)
+    return Step(result, {"rewritten": len(result.report.rewrites), "rules": rules,
                          "nodes": [result.report.nodes_before, result.report.nodes_after],
                          "graph_proof": {"method": proof.method, "passed": proof.passed,
                                          "tolerance": proof.tolerance, "arithmetic": proof.arithmetic}})

@@ -12,10 +12,12 @@ Where things are. The rule framework, which knows no rule family: the rule inter
 listed), the driver (driver.py), proofs (proof.py), the report (rewrite_report.py), settings
 (settings.py), node emission (emitter.py), clean-ups (cleanup.py), the large-model round trip
 (roundtrip.py), JSON/YAML reading (documents.py). The rule families, one subpackage each:
-``dcn/`` (deformable convolutions) and ``plugin_map/`` (the user's ``--plugin-map``).
+``dcn/`` (deformable convolutions), ``transformer/`` (ONNX Runtime's fused transformer ops)
+and ``plugin_map/`` (the user's ``--plugin-map``).
 """
 
 from trtconv.rewrites.catalog import (
+    RULE_NAMES,
     rewrite_rule_for,
     rule_settling,
 )
@@ -33,7 +35,7 @@ from trtconv.rewrites.dcn import (
 from trtconv.rewrites.driver import rewrite
 from trtconv.rewrites.plugin_map import PluginMap, load_plugin_map, parse_plugin_map
 from trtconv.rewrites.rewrite_report import SCHEMA, RewriteEntry, RewriteReport, RewriteResult
-from trtconv.rewrites.rule import RewriteRule
+from trtconv.rewrites.rule import NodeView, RewriteRule
 from trtconv.rewrites.settings import (
     DEFAULT_FOLD_LIMIT,
     NODE_RTOL,
@@ -47,7 +49,9 @@ __all__ = [
     "DEFAULT_FOLD_LIMIT",
     "NODE_RTOL",
     "RENAME_SHARED_DIMS",
+    "RULE_NAMES",
     "SCHEMA",
+    "NodeView",
     "PluginMap",
     "PluginSpec",
     "RewriteEntry",

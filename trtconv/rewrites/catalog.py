@@ -10,12 +10,13 @@ its ``FAMILY``, and one more entry in :data:`FAMILIES`. A new DCN dialect needs 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import onnx
 
+from trtconv.errors import UsageError
 from trtconv.onnxutil import normalize_domain
-from trtconv.rewrites import dcn, detection, dtypes, quantized
+from trtconv.rewrites import dcn, detection, dtypes, quantized, transformer
 from trtconv.rewrites import settings as core_settings
 from trtconv.rewrites.plugin_map import PluginMap, PluginMapRule
 from trtconv.rewrites.rule import RewriteRule, RuleFamily
@@ -26,6 +27,7 @@ FAMILIES: tuple[RuleFamily, ...] = (
     quantized.FAMILY,
     dtypes.FAMILY,
     detection.FAMILY,
+    transformer.FAMILY,  # ONNX Runtime's fused transformer ops (com.microsoft) -> standard ONNX
 )
 
 RULES: tuple[RewriteRule, ...] = tuple(rule for family in FAMILIES for rule in family.rules)
@@ -34,22 +36,31 @@ RULES: tuple[RewriteRule, ...] = tuple(rule for family in FAMILIES for rule in f
 REWRITABLE: dict[tuple[str, str], RewriteRule] = {key: rule for rule in RULES if rule.claims_ops for key in rule.ops}
 
 
+RULE_NAMES: tuple[str, ...] = tuple(r.name for r in RULES)
+
+
 def check_settings(settings: RewriteSettings) -> None:
     """UsageError for settings no rewrite can run with: each family's, then the framework's."""
     for family in FAMILIES:
         family.check_settings(settings)
     core_settings.check_settings(settings)
+    unknown = sorted(set(settings.skip_rules) - set(RULE_NAMES))
+    if unknown:
+        raise UsageError(f"unknown rewrite rule {unknown[0]!r} to skip", hint=f"rules: {', '.join(RULE_NAMES)}")
 
 
-def rule_among(rules: Sequence[RewriteRule], domain: str | None, op_type: str) -> RewriteRule | None:
-    """The first of ``rules`` that covers this op (``ai.onnx`` and "" are the same domain)."""
+def rule_among(rules: Sequence[RewriteRule], domain: str | None, op_type: str,
+               opset: int | None = None) -> RewriteRule | None:
+    """The first of ``rules`` that covers this op (``ai.onnx`` and "" are the same domain), at
+    ``opset`` when given (a rule states the opsets it rewrites)."""
     key = (normalize_domain(domain), op_type)
-    return next((r for r in rules if key in r.ops), None)
+    return next((r for r in rules if key in r.ops and (opset is None or r.covers_opset(opset))), None)
 
 
-def rewrite_rule_for(domain: str | None, op_type: str) -> RewriteRule | None:
-    """The built-in rule that can rewrite this op, if any."""
-    return REWRITABLE.get((normalize_domain(domain), op_type))
+def rewrite_rule_for(domain: str | None, op_type: str, opset: int | None = None) -> RewriteRule | None:
+    """The built-in rule that can rewrite this op (at ``opset`` when given), if any."""
+    rule = REWRITABLE.get((normalize_domain(domain), op_type))
+    return rule if rule is not None and (opset is None or rule.covers_opset(opset)) else None
 
 
 def rule_settling(node: onnx.NodeProto, errors: Sequence[tuple[str, str]],
@@ -59,6 +70,8 @@ def rule_settling(node: onnx.NodeProto, errors: Sequence[tuple[str, str]],
     return next((r for r in RULES if errors and r.settles(node, errors, producer)), None)
 
 
-def active_rules(plugin_map: PluginMap | None) -> tuple[RewriteRule, ...]:
-    """The rules one rewrite applies, in precedence order: the user's plugin map, then the built-in ones."""
-    return ((PluginMapRule(plugin_map),) if plugin_map is not None else ()) + RULES
+def active_rules(plugin_map: PluginMap | None, skip: Collection[str] = ()) -> tuple[RewriteRule, ...]:
+    """The rules one rewrite applies, in precedence order: the user's plugin map, then the
+    built-in ones less those named in ``skip`` (``--skip-rule``)."""
+    built_in = tuple(r for r in RULES if r.name not in skip)
+    return ((PluginMapRule(plugin_map),) if plugin_map is not None else ()) + built_in

@@ -38,7 +38,7 @@ from trtconv.rewrites.roundtrip import (
     sorted_copy,
     strip_value_info,
 )
-from trtconv.rewrites.rule import RewriteRule, RuleContext, Site
+from trtconv.rewrites.rule import NodeView, RewriteRule, RuleContext, Site
 from trtconv.rewrites.settings import RewriteSettings
 
 
@@ -55,7 +55,7 @@ def _subgraph_notes(model: onnx.ModelProto) -> list[str]:
     notes = []
     for g in list(iter_graphs(model.graph))[1:]:
         for n in g.node:
-            if rewrite_rule_for(n.domain, n.op_type) is not None:
+            if rewrite_rule_for(n.domain, n.op_type, default_opset(model)) is not None:
                 notes.append(f"node {n.name!r} ({n.op_type}) sits inside a subgraph and was not rewritten")
     return notes
 
@@ -65,6 +65,7 @@ class _Applied:
     """What the rules did to the graph, for the report and the steps after them."""
 
     entries: list[RewriteEntry]
+    notes: list[str]  # nodes a rule covers but refused, and why
     pending: dict[int, set[str]]  # opset -> the ops that need it (emitted in PENDING_DOMAIN)
     graph_cuts: set[str]
     inexact: bool = False  # a replacement changed the numbers on purpose (Emitted.exact False)
@@ -73,11 +74,11 @@ class _Applied:
 def _apply_rules(graph: gs.Graph, ctx: RuleContext, rules: tuple[RewriteRule, ...]) -> _Applied:
     """Every node a rule matches, replaced and (with settings.verify) proven; AccuracyError if a proof fails."""
     settings = ctx.settings
-    covered = [(node, rule_among(rules, node.domain, node.op)) for node in graph.nodes]
+    covered = [(node, rule_among(rules, node.domain, node.op, ctx.opset)) for node in graph.nodes]
     for node, rule in covered:  # a rule that refuses a node does so before anything is built
         if rule is not None:
             rule.precheck(node, ctx)
-    applied = _Applied([], {}, set())
+    applied = _Applied([], [], {}, set())
     failures: list[str] = []
     new_order: list[gs.Node] = []
     used_names = {n.name for n in graph.nodes}
@@ -89,6 +90,12 @@ def _apply_rules(graph: gs.Graph, ctx: RuleContext, rules: tuple[RewriteRule, ..
         # an unnamed node's made-up name must not be another node's either
         name = fresh_name(node.name or f"{node.op}_{index}", bases if node.name else bases | used_names)
         bases.add(name)
+        view = NodeView.of_gs(node, ctx.opset, ctx.graph_outputs, ctx.shapes) if rule is not None else None
+        refused = rule.refusal(view) if rule is not None and view is not None else None
+        if refused and rule is not None:
+            applied.notes.append(f"node {name!r} ({node.op}) left as is: {rule.name} cannot rewrite it: {refused}")
+            new_order.append(node)
+            continue
         match = rule.match(node, ctx) if rule is not None else None
         if rule is None or match is None:
             new_order.append(node)
@@ -145,7 +152,7 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     nodes_before = _count_nodes(model)
     was_sorted = is_sorted(model)
     notes = _subgraph_notes(model)
-    active = tuple(rules) if rules is not None else active_rules(settings.plugin_map)
+    active = tuple(rules) if rules is not None else active_rules(settings.plugin_map, settings.skip_rules)
     active = tuple(r for r in active if not r.targets or settings.target in r.targets)
     for rule in active:
         model = rule.prepare(model, settings, large)
@@ -201,7 +208,7 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
         drift = measure_drift(before if was_sorted else sorted_copy(before), out,
                               {**settings.proof_shapes, **settings.shapes}, settings.seed)
     report = RewriteReport(settings, tuple(applied.entries), tuple(results), gproof, nodes_before,
-                           _count_nodes(out), opset_before, default_opset(out), tuple(notes), drift, dtype_changes)
+                           _count_nodes(out), opset_before, default_opset(out), tuple(notes + applied.notes), drift, dtype_changes)
     return RewriteResult(out, report)
 
 

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import onnx
 import onnx_graphsurgeon as gs
+from onnx import helper
 
 from trtconv.rewrites.proof import NodeProofCase, Proof
 from trtconv.rewrites.settings import RewriteSettings
@@ -78,6 +79,53 @@ def detach(nodes: Sequence[gs.Node]) -> None:
         n.outputs.clear()
 
 
+MAX_OPSET = 10_000  # "no upper bound" for a rule's opset range
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What a rule may read to refuse a node, the same whether ``check`` (an onnx node) or
+    ``rewrite`` (a graphsurgeon node) asks: op, attributes, input/output names ("" = absent)."""
+
+    op: str
+    domain: str
+    attrs: Mapping[str, Any]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    opset: int  # the model's default-domain opset
+    shapes: Mapping[str, Sequence[Any]] = field(default_factory=dict)  # known value shapes
+    partial: bool = False  # shapes may be missing where rewrite would know them (``check``): refuse only what is known
+
+    def rank(self, i: int) -> int | None:
+        """Rank of input ``i`` when known."""
+        shape = self.shapes.get(self.inputs[i]) if self.has_input(i) else None
+        return len(shape) if shape is not None else None
+
+    @staticmethod
+    def of_proto(node: onnx.NodeProto, opset: int) -> NodeView:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        attrs = {k: v.decode("utf-8", "replace") if isinstance(v, bytes) else v for k, v in attrs.items()}
+        return NodeView(node.op_type, node.domain, attrs, tuple(node.input), tuple(node.output), opset)
+
+    @staticmethod
+    def of_gs(node: gs.Node, opset: int, graph_outputs: frozenset[str] = frozenset(),
+              shapes: Mapping[str, Sequence[Any]] | None = None) -> NodeView:
+        """An output nothing reads (no consumer, not a graph output) counts as absent."""
+        outs = tuple(t.name if (t.outputs or t.name in graph_outputs) else "" for t in node.outputs)
+        known = dict(shapes or {})
+        for t in node.inputs:  # constants' shapes are known even where inference had none
+            if isinstance(t, gs.Constant) or (t.name not in known and t.shape is not None):
+                known[t.name] = list(t.shape)
+        return NodeView(node.op, node.domain or "", dict(node.attrs), tuple(t.name for t in node.inputs), outs,
+                        opset, known)
+
+    def has_input(self, i: int) -> bool:
+        return i < len(self.inputs) and bool(self.inputs[i])
+
+    def has_output(self, i: int) -> bool:
+        return i < len(self.outputs) and bool(self.outputs[i])
+
+
 class RewriteRule(ABC):
     """One kind of node trtconv rewrites."""
 
@@ -90,6 +138,12 @@ class RewriteRule(ABC):
     # the ``--trt`` targets that need the rule (RewriteSettings.target); empty: every target. A rule
     # for some targets only is applied when the settings name one of them (``build --trt rtx``).
     targets: tuple[str, ...] = ()
+    opsets: tuple[int, int] = (1, MAX_OPSET)  # the model's default-domain opsets it rewrites (inclusive)
+
+    def refusal(self, node: NodeView) -> str | None:
+        """Why this node cannot be rewritten (an attribute combination the rule does not
+        support), or None. ``check`` reports it; ``rewrite`` leaves the node and says why."""
+        return None
 
     def prepare(self, model: onnx.ModelProto, settings: RewriteSettings, large: bool) -> onnx.ModelProto:
         """A model-level step before the graph is imported (default: none); ``large``: over the
@@ -99,6 +153,9 @@ class RewriteRule(ABC):
     def precheck(self, node: gs.Node, ctx: RuleContext) -> None:
         """Raise before any node is built if this node cannot be rewritten (default: nothing to check)."""
         return None
+
+    def covers_opset(self, opset: int) -> bool:
+        return self.opsets[0] <= opset <= self.opsets[1]
 
     @abstractmethod
     def match(self, node: gs.Node, ctx: RuleContext) -> Any | None:

@@ -25,6 +25,7 @@ class RewriteSettings:
     dcn_target: str = "deformconv"  # a name in rewrites.dcn's TARGETS (checked by that family)
     dcn_plugin: PluginSpec | None = None  # for targets that need a spec ("trtconv-plugin": trtconv_plugin_spec(path))
     plugin_map: PluginMap | None = None
+    skip_rules: frozenset[str] = frozenset()  # built-in rule names not to apply (--skip-rule)
     shapes: Mapping[str, Shape] = field(default_factory=dict)
     # Shapes for random proof inputs only, never applied to the model (build: the profile's opt
     # corner): the drift of a rule that changes numbers is measured even on a dynamic model.
@@ -55,6 +56,7 @@ class RewriteSettings:
             "dcn_plugin": None if self.dcn_plugin is None else
             f"{self.dcn_plugin.namespace}::{self.dcn_plugin.name} v{self.dcn_plugin.version}",
             "plugin_map": None if self.plugin_map is None else self.plugin_map.source,
+            "skip_rules": sorted(self.skip_rules),
             "shapes": {k: list(v) for k, v in sorted(self.shapes.items())},
             "proof_shapes": {k: list(v) for k, v in sorted(self.proof_shapes.items())},
             "target": self.target,

@@ -1,0 +1,57 @@
+"""A tiny BERT made of ONNX Runtime's fused transformer ops (EmbedLayerNormalization, Attention,
+SkipLayerNormalization, BiasGelu, FastGelu) builds with one `trtconv build --trt rtx`: the real
+TensorRT-RTX parser rejects every one of them as they are ("Plugin not found"; Attention is routed
+to ONNX's importer), and the rules make them standard ONNX it parses and builds (no GPU needed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+import pytest
+from click.testing import CliRunner
+from fused_builders import tiny_bert
+
+from trtconv.cli.main import cli
+from trtconv.errors import ExitCode
+
+tensorrt_rtx = pytest.importorskip("tensorrt_rtx", reason="tensorrt-rtx is in the test extra: run `make install`")
+
+FUSED_RULES = {"ms-embed-layernorm", "ms-attention", "ms-skip-layernorm", "ms-bias-gelu", "ms-fast-gelu"}
+
+
+def _rtx_parses(path: Path) -> bool:
+    trt = tensorrt_rtx
+    logger = trt.Logger(trt.Logger.ERROR)
+    builder = trt.Builder(logger)
+    network = builder.create_network(0)
+    return bool(trt.OnnxParser(network, logger).parse_from_file(str(path)))
+
+
+def test_a_fused_bert_builds_on_rtx_with_every_rule_reported(tmp_path):
+    model = tmp_path / "bert.onnx"
+    onnx.save(tiny_bert(), model)
+    assert not _rtx_parses(model)  # as exported by ONNX Runtime's optimizer: rejected
+    engine = tmp_path / "bert.engine"
+    res = CliRunner().invoke(cli, ["build", "--trt", "rtx", str(model), "-o", str(engine)])
+    assert res.exit_code == 0, res.output
+    assert engine.stat().st_size > 10_000
+    manifest = json.loads(Path(str(engine) + ".json").read_text())
+    rewrites = manifest["rewrites"]
+    assert {r["rule"] for r in rewrites} == FUSED_RULES
+    assert len(rewrites) == 10  # every fused node, each with its proof against ONNX Runtime
+    assert all(r["proof"]["passed"] and r["proof"]["method"] == "onnxruntime" for r in rewrites)
+    assert all(r["proof"]["outputs"][0]["max_abs"] <= r["proof"]["tolerance"] for r in rewrites)
+    prepared = tmp_path / "bert.prepared.onnx"
+    assert not [n for n in onnx.load(str(prepared)).graph.node if n.domain == "com.microsoft"]
+    assert _rtx_parses(prepared)
+
+
+def test_skip_rule_keeps_the_fused_node_and_the_build_says_which(tmp_path):
+    model = tmp_path / "bert.onnx"
+    onnx.save(tiny_bert(layers=1), model)
+    res = CliRunner().invoke(cli, ["build", "--trt", "rtx", str(model), "-o", str(tmp_path / "e.engine"),
+                                   "--skip-rule", "ms-bias-gelu", "--prepare-only"])
+    assert res.exit_code == ExitCode.UNSUPPORTED, res.output
+    assert "l0_act (BiasGelu" in res.output
