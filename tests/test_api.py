@@ -88,19 +88,23 @@ def test_public_names_resolve_and_unknown_names_fail():
 
 
 def test_build_settings_match_build_defaults():
-    """BuildSettings mirrors BuildRequest/BuildPlan: same defaults, and the build's own file names."""
-    from trtconv.pipeline.build import BuildRequest
-    from trtconv.plan.plan import BuildPlan
+    """BuildSettings takes its defaults from the declared settings; the plan made from them has the
+    plan's own defaults; the build's own file names."""
+    from dataclasses import fields
 
-    req = trtconv.BuildSettings().request("m.onnx", "out/m.engine")
-    bare = BuildRequest(model=Path("m.onnx"), output=Path("out/m.engine"))
+    from trtconv.plan.plan import BuildPlan
+    from trtconv.settings import declared
+
+    settings = trtconv.BuildSettings()
+    for f in fields(settings):
+        want = declared(f.name).default
+        assert getattr(settings, f.name) == (() if want is None and declared(f.name).multiple else want), f.name
+    made = settings.plan("m.onnx", "out/m.engine", "11.4")
     plan = BuildPlan(onnx_path=Path("m.onnx"), engine_path=Path("out/m.engine"))
-    for f in ("precision", "calib_limit", "verify", "target", "seed", "prepare_only"):
-        assert getattr(req, f) == getattr(bare, f), f
-    assert req.plan is not None
-    for f in ("optimization_level", "hardware_compat", "min_precision_share", "version_compatible"):
-        assert getattr(req.plan, f) == getattr(plan, f), f
-    assert trtconv.BuildSettings().outputs("out/m.engine") == [
+    for f in ("optimization_level", "hardware_compat", "min_precision_share", "version_compatible", "target",
+              "precision", "timing_cache"):
+        assert getattr(made, f) == getattr(plan, f), f
+    assert settings.outputs("out/m.engine") == [
         Path("out/m.prepared.onnx"), Path("out/m.engine.json"), Path("out/m.engine")]
     assert trtconv.BuildSettings(prepare_only=True).outputs("m.engine") == [Path("m.prepared.onnx")]
 
@@ -139,7 +143,7 @@ def test_build_computes_each_thing_once(tmp_path):
             first = frame.f_locals.get("path", frame.f_locals.get("settings"))
             calls.append((watched[frame.f_code], first))
 
-    settings = trtconv.BuildSettings(precision="int8", calib_data=tmp_path / "cal", dcn_target="trt-plugin",
+    settings = trtconv.BuildSettings(precision="int8", calib_data=tmp_path / "cal", dcn_target="trt-plugin", trt="11.4",
                                      prepare_only=True)
     sys.setprofile(profile)
     try:

@@ -69,6 +69,7 @@ def test_tensorrt_imported_only_under_trt_package():
 # (``__version__``) is importable from anywhere: its other names resolve lazily.
 LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(s.split()) for s in (
     "errors",
+    "settings",
     "outputs onnxutil",
     "load",
     "reference",

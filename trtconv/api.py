@@ -11,16 +11,21 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from trtconv.analyze import analyze
 from trtconv.analyze.live import compare_live
-from trtconv.errors import UsageError
 from trtconv.load import approx_size, load_model, parse_shapes, save_model
 from trtconv.outputs import check_output_path
-from trtconv.pipeline.build import BuildRequest, run_build
+from trtconv.pipeline.build import build as run_build
+from trtconv.pipeline.build_settings import (
+    BuildSettings,
+    gate_thresholds,
+    quantize_settings,
+    rewrite_settings,
+)
 from trtconv.pipeline.quantize import (
     QuantizeAccuracyError,
     QuantizeResult,
@@ -28,32 +33,23 @@ from trtconv.pipeline.quantize import (
     not_the_input,
     quantize,
 )
-from trtconv.plan.manifest import manifest_path
-from trtconv.plan.plan import (
-    DEFAULT_MIN_PRECISION_SHARE,
-    DEFAULT_OPT_LEVEL,
-    BuildPlan,
-    TimingCacheChoice,
-    parse_compute_capabilities,
-    parse_memory_pools,
-    parse_size,
-)
+from trtconv.plan.plan import target_name
 from trtconv.rewrites import RewriteSettings
 from trtconv.rewrites import rewrite as rewrite_model
+from trtconv.trt.environment import installed_target
 from trtconv.trt.realparse import RTX_MODULE, run_isolated
 
 if TYPE_CHECKING:
     from trtconv.analyze import CheckReport
-    from trtconv.pipeline.build import BuildOutcome, BuildRequest
+    from trtconv.pipeline.build import BuildOutcome
     from trtconv.rewrites import RewriteResult, RewriteSettings
 
 PathLike = str | os.PathLike[str]
 ShapesArg = Mapping[str, Sequence[int]] | str | None
 
-DEFAULT_TRT_VERSION = "11.4"  # the CLI's --trt default (trtconv.cli.options)
-
 __all__ = ["BuildSettings", "QuantizeAccuracyError", "QuantizeResult", "QuantizeSettings", "build", "check",
-           "quantize", "rewrite"]
+           "default_target", "gate_thresholds", "quantize", "quantize_settings", "rewrite", "rewrite_settings",
+           "target_name"]
 
 
 def _shapes(shapes: ShapesArg) -> dict[str, tuple[int, ...]]:
@@ -67,11 +63,11 @@ def _shapes(shapes: ShapesArg) -> dict[str, tuple[int, ...]]:
 # --------------------------------------------------------------------------- check
 
 
-def check(model: PathLike, *, trt: str = DEFAULT_TRT_VERSION, shapes: ShapesArg = None,
+def check(model: PathLike, *, trt: str | None = None, shapes: ShapesArg = None,
           live: bool = False) -> CheckReport:
     """What TensorRT ``trt``'s ONNX parser will reject in ``model``, node by node.
 
-    ``report.verdict`` is "supported", "needs-rewrite" or "unsupported"; ``report.exit_code``
+    ``trt=None``: the TensorRT that is installed (:func:`default_target`). ``report.verdict`` is "supported", "needs-rewrite" or "unsupported"; ``report.exit_code``
     is what ``trtconv check`` would exit with. Weights are not loaded: a 10 GB model costs
     no more than its graph. ``live=True`` also runs the real parser where that TensorRT is
     installed (``tensorrt_rtx`` for ``trt="rtx"``, with a CPU-only build; ``tensorrt`` otherwise,
@@ -79,6 +75,7 @@ def check(model: PathLike, *, trt: str = DEFAULT_TRT_VERSION, shapes: ShapesArg 
     """
 
     shape_map = _shapes(shapes)  # usage errors before reading a large file
+    trt = trt or default_target()[0]
     report = analyze(load_model(model, structure_only=True), trt, shape_map)
     return _with_live(report, Path(model), trt, shape_map) if live else report
 
@@ -122,74 +119,6 @@ def rewrite(model: PathLike, output: PathLike | None = None, settings: RewriteSe
 # --------------------------------------------------------------------------- build
 
 
-@dataclass(frozen=True)
-class BuildSettings:
-    """``trtconv build``'s flags as one value; :meth:`request` turns them into the pipeline's request."""
-
-    precision: Literal["fp32", "fp16", "int8"] = "fp32"
-    calib_data: Path | None = None  # required for int8, optional for fp16
-    calib_limit: int = 0
-    shapes: str | None = None  # one profile, min = opt = max ("x:1x3x640x640")
-    min_shapes: tuple[str, ...] = ()  # one entry per profile
-    opt_shapes: tuple[str, ...] = ()
-    max_shapes: tuple[str, ...] = ()
-    workspace: str | None = None  # e.g. "4G"
-    memory_pools: tuple[str, ...] = ()  # "POOL:SIZE"
-    timing_cache: Path | None = None  # None: one per GPU and TensorRT version under ~/.cache/trtconv
-    use_timing_cache: bool = True
-    opt_level: int = DEFAULT_OPT_LEVEL
-    hardware_compat: Literal["none", "ampere+", "same-cc"] = "none"
-    compute_capabilities: tuple[str, ...] = ()  # trt="rtx": e.g. ("8.6", "8.9"); () = RTX's portable set
-    version_compatible: bool = False
-    exclude_lean_runtime: bool = False
-    plugins: tuple[Path, ...] = ()  # TensorRT plugin libraries to load
-    min_precision_share: float = DEFAULT_MIN_PRECISION_SHARE  # fp16/int8: fail (exit 8) below this share of layers
-    dcn_target: str | None = None
-    prepared: Path | None = None  # default: ENGINE stem + .prepared.onnx
-    prepare_only: bool = False  # stop after the prepared ONNX (no TensorRT needed)
-    verify: bool = True
-    seed: int = 0
-    trt: str = DEFAULT_TRT_VERSION  # a TensorRT version ("10.16", "11.4") or "rtx" for TensorRT-RTX
-    # fp16/int8: samples, exclusions, INT8 options and the accuracy gate as ``quantize`` takes them;
-    # None: quantize's defaults over calib_data / calib_limit
-    quantize: QuantizeSettings | None = None
-
-    def outputs(self, output: PathLike) -> list[Path]:
-        """The files a build writes: the prepared ONNX, then (unless prepare_only) manifest and engine."""
-
-        engine = Path(output)
-        files = [BuildRequest(model=engine, output=engine, prepared=self.prepared).prepared_path()]
-        return files if self.prepare_only else [*files, manifest_path(engine), engine]
-
-    def request(self, model: PathLike, output: PathLike, *, force: bool = False) -> BuildRequest:
-
-        if self.timing_cache and not self.use_timing_cache:
-            raise UsageError("--timing-cache and --no-timing-cache contradict each other")
-        pools = list(self.memory_pools) + ([f"workspace:{parse_size(self.workspace)}"] if self.workspace else [])
-        plan = BuildPlan(
-            onnx_path=Path(model),  # replaced by the prepared ONNX's path
-            engine_path=Path(output),
-            memory_pools=parse_memory_pools(pools),
-            timing_cache=TimingCacheChoice(path=self.timing_cache, enabled=self.use_timing_cache),
-            optimization_level=self.opt_level,
-            hardware_compat=self.hardware_compat,
-            version_compatible=self.version_compatible,
-            exclude_lean_runtime=self.exclude_lean_runtime,
-            plugin_libraries=tuple(Path(p) for p in self.plugins),
-            min_precision_share=self.min_precision_share,
-            force=force,
-            target=self.trt,
-            compute_capabilities=parse_compute_capabilities(list(self.compute_capabilities)),
-        )
-        return BuildRequest(
-            model=Path(model), output=Path(output), precision=self.precision, calib_data=self.calib_data,
-            calib_limit=self.calib_limit, shapes=self.shapes, min_shapes=tuple(self.min_shapes),
-            opt_shapes=tuple(self.opt_shapes), max_shapes=tuple(self.max_shapes), prepared=self.prepared,
-            prepare_only=self.prepare_only, verify=self.verify, target=self.trt, dcn_target=self.dcn_target,
-            seed=self.seed, plan=plan, quantize=self.quantize,
-        )
-
-
 def build(model: PathLike, output: PathLike, settings: BuildSettings | None = None, *, force: bool = False,
           say: Any = None, progress: Any = None, outcome: BuildOutcome | None = None) -> BuildOutcome:
     """check -> rewrite -> precision -> TensorRT build -> verify, as ``trtconv build`` runs it.
@@ -200,5 +129,13 @@ def build(model: PathLike, output: PathLike, settings: BuildSettings | None = No
     ``BuildOutcome``) to see how far the pipeline got when it raises.
     """
 
-    req = (settings or BuildSettings()).request(model, output, force=force)
-    return run_build(req, say=say, progress=progress, outcome=outcome)
+    settings = settings or BuildSettings()
+    target = settings.trt or default_target()[0]
+    return run_build(Path(model), Path(output), settings, target, force=force, say=say, progress=progress,
+                     outcome=outcome)
+
+
+def default_target() -> tuple[str, str]:
+    """``trt``'s value when none is given, and why: the TensorRT that is installed (TensorRT 10/11 if it
+    imports, else TensorRT-RTX; the newest TensorRT where neither is)."""
+    return installed_target()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,23 +17,18 @@ from trtconv.cli.cache import cache_option, gpu_identity
 from trtconv.cli.config import config_option
 from trtconv.cli.depfile import deps_option
 from trtconv.cli.options import (
-    exclude_options,
     force_option,
-    gate_options,
-    int8_options,
     json_option,
     model_argument,
+    options_for,
     output_option,
-    quantize_settings,
-    sample_options,
-    trt_version_option,
+    target_or_default,
 )
 from trtconv.cli.output import print_json, progress, stderr_console
 from trtconv.cli.precision_report import print_gate
 from trtconv.errors import TrtconvError
 from trtconv.load.memory import return_large_blocks
 from trtconv.pipeline.build import BuildOutcome
-from trtconv.plan.plan import DEFAULT_MIN_PRECISION_SHARE, DEFAULT_OPT_LEVEL, HARDWARE_COMPAT, PRECISIONS
 from trtconv.rewrites import DCN_TARGETS
 
 
@@ -76,8 +72,7 @@ def _say(as_json: bool) -> Any:
 def _outputs(params: Mapping[str, Any]) -> list[Path]:
     """The files this run writes: --deps targets, --cache-dir entries."""
 
-    settings = BuildSettings(prepared=params.get("prepared"), prepare_only=bool(params.get("prepare_only")))
-    return settings.outputs(params["output"])
+    return BuildSettings.from_params(params).outputs(params["output"])
 
 
 def _key_extra(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -91,75 +86,25 @@ NOT_INPUTS = ("prepared", "timing_cache")  # path flags that are not inputs (the
 @click.command("build")
 @model_argument
 @output_option(help="The engine file to write (its manifest goes to ENGINE.json).")
-@click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
-              help="Made explicit in the ONNX (FP16 casts / INT8 Q-DQ), then built strongly typed.")
-@sample_options
-@exclude_options
-@int8_options
-@gate_options
-@click.option("--shapes", metavar="NAME:DxD,...", help="One profile with min = opt = max (trtexec --shapes).")
-@click.option("--min-shapes", multiple=True, metavar="NAME:DxD,...", help="Profile minimum; repeat per profile.")
-@click.option("--opt-shapes", multiple=True, metavar="NAME:DxD,...", help="Profile optimum; repeat per profile.")
-@click.option("--max-shapes", multiple=True, metavar="NAME:DxD,...", help="Profile maximum; repeat per profile.")
-@click.option("--workspace", metavar="SIZE", help="Workspace memory pool limit, e.g. 4G.")
-@click.option("--memory-pool", "memory_pools", multiple=True, metavar="POOL:SIZE",
-              help="Any memory pool limit, e.g. tactic_shared_memory:48K (repeatable).")
-@click.option("--timing-cache", type=click.Path(path_type=Path, dir_okay=False),
-              help="Timing cache file (default: one per GPU and TensorRT version under ~/.cache/trtconv).")
-@click.option("--no-timing-cache", is_flag=True, help="Neither load nor save a timing cache.")
-@click.option("--opt-level", "--builder-optimization-level", "opt_level", type=click.IntRange(0, 5),
-              default=DEFAULT_OPT_LEVEL, show_default=True, help="TensorRT builder optimization level.")
-@click.option("--hardware-compat", type=click.Choice(HARDWARE_COMPAT), default="none", show_default=True,
-              help="Build for other GPUs too (ampere+ or same compute capability); may be slower.")
-@click.option("--compute-capability", "compute_capabilities", multiple=True, metavar="CC,...",
-              help="--trt rtx: compute capabilities to build for, e.g. 8.6,8.9 (repeatable; "
-              "default: RTX's portable set 8.0 8.6 8.9 12.0 12.1).")
-@click.option("--version-compatible", is_flag=True, help="Engine runs on later TensorRT versions (lean runtime).")
-@click.option("--exclude-lean-runtime", is_flag=True, help="With --version-compatible: do not embed the runtime.")
-@click.option("--plugins", "plugins", multiple=True, type=click.Path(path_type=Path, dir_okay=False),
-              help="Extra TensorRT plugin library to load (repeatable).")
-@click.option("--min-precision-share", type=click.FloatRange(0, 1), default=DEFAULT_MIN_PRECISION_SHARE,
-              show_default=True, help="fp16/int8: fail (exit 8) if fewer compute layers run in that precision.")
-@click.option("--dcn-target", type=click.Choice(DCN_TARGETS),
-              help="How rewrite turns DCNv2 nodes into parseable ones (default: rewrite's default).")
-@click.option("--prepared", type=click.Path(path_type=Path, dir_okay=False),
-              help="Where to write the prepared ONNX (default: ENGINE stem + .prepared.onnx).")
-@click.option("--prepare-only", is_flag=True, help="Stop after writing the prepared ONNX (no TensorRT needed).")
-@click.option("--no-verify", is_flag=True, help="Skip comparing the engine with ONNX Runtime.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for proofs and verification inputs.")
-@trt_version_option
+@options_for("build", choices={"dcn_target": DCN_TARGETS})
 @force_option
 @json_option
 @config_option
 @deps_option(outputs=_outputs, not_inputs=NOT_INPUTS)
 @cache_option(outputs=_outputs, not_inputs=NOT_INPUTS, key_extra=_key_extra)
-def build(model: Path, output: Path, precision: str, shapes: str | None,
-          min_shapes: tuple[str, ...], opt_shapes: tuple[str, ...], max_shapes: tuple[str, ...],
-          workspace: str | None, memory_pools: tuple[str, ...], timing_cache: Path | None, no_timing_cache: bool,
-          opt_level: int, hardware_compat: str, compute_capabilities: tuple[str, ...], version_compatible: bool, exclude_lean_runtime: bool,
-          plugins: tuple[Path, ...], min_precision_share: float, dcn_target: str | None, prepared: Path | None,
-          prepare_only: bool, no_verify: bool, seed: int, trt_version: str, force: bool, as_json: bool,
-          **precision_flags: Any) -> None:
+def build(model: Path, output: Path, force: bool, as_json: bool, **params: Any) -> None:
     """Build MODEL into a TensorRT engine: check, rewrite, precision, build, verify.
 
     Writes ENGINE, ENGINE.json (manifest) and the prepared ONNX TensorRT parsed. Exit 0: built
     and verified; 9: TensorRT or GPU missing (prepared ONNX left behind); 8: precision not
     reached; 7: engine differs from ONNX Runtime; 6: TensorRT failed; 5: unsupported nodes.
+    Without --trt the target is the TensorRT that is installed (said in one line on stderr).
     """
 
-    quantize = quantize_settings(precision, {**precision_flags, "shapes": shapes}) if precision != "fp32" else None
+    settings = BuildSettings.from_params(params)
+    settings.contradictions()  # exit 2 before any work
+    settings = replace(settings, trt=target_or_default(settings.trt, as_json))
     return_large_blocks()  # freed weights and activations leave the RSS (issue 20's memory bound)
-    settings = BuildSettings(
-        precision=precision,  # type: ignore[arg-type]
-        calib_data=precision_flags.get("calib_data"), calib_limit=precision_flags.get("max_samples") or 0,
-        quantize=quantize, shapes=shapes, min_shapes=min_shapes,
-        opt_shapes=opt_shapes, max_shapes=max_shapes, workspace=workspace, memory_pools=memory_pools,
-        timing_cache=timing_cache, use_timing_cache=not no_timing_cache, opt_level=opt_level,
-        hardware_compat=hardware_compat,  # type: ignore[arg-type]
-        compute_capabilities=compute_capabilities, version_compatible=version_compatible, exclude_lean_runtime=exclude_lean_runtime, plugins=plugins,
-        min_precision_share=min_precision_share, dcn_target=dcn_target, prepared=prepared,
-        prepare_only=prepare_only, verify=not no_verify, seed=seed, trt=trt_version,
-    )
     sink = BarSink()
     outcome = BuildOutcome(prepared=settings.outputs(output)[0])
     try:

@@ -19,18 +19,19 @@ from typing import Any
 import click
 
 from trtconv.api import quantize as run_quantize
+from trtconv.api import quantize_settings
 from trtconv.cli.cache import cache_option
 from trtconv.cli.config import config_option
 from trtconv.cli.depfile import deps_option
 from trtconv.cli.options import (
     exclude_options,
     force_option,
+    fp16_options,
     gate_options,
     int8_options,
     json_option,
     model_argument,
     output_option,
-    quantize_settings,
     sample_options,
     shapes_option,
 )
@@ -48,15 +49,7 @@ from trtconv.precision.phases import LONG_PHASES, PHASES
 @sample_options
 @shapes_option
 @exclude_options
-@click.option("--keep-io-types/--fp16-io", default=True, show_default=True,
-              help="fp16: keep the model's float32 inputs and outputs (Casts at the edges), or make them float16.")
-@click.option("--max-activation", type=float, default=None, metavar="X",
-              help="fp16 (and int8's FP16 remainder): keep nodes whose tensors exceed |X| on the sample data in FP32 "
-                   "[default: 4096; 0: off].")
-@click.option("--max-initializer", type=float, default=None, metavar="X",
-              help="fp16 (and int8's FP16 remainder): keep nodes whose constants exceed |X| in FP32 "
-                   "[default: 65504; 0: off].")
-@click.option("--no-fold-batchnorm", is_flag=True, help="Do not fold BatchNormalization into the Conv before it.")
+@fp16_options
 @int8_options
 @gate_options
 @force_option

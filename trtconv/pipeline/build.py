@@ -42,6 +42,7 @@ from trtconv.load.shapes import dynamic_inputs
 from trtconv.onnxutil.domains import qualified_op
 from trtconv.onnxutil.walk import iter_graphs
 from trtconv.outputs import check_output_path
+from trtconv.pipeline.build_settings import BuildSettings
 from trtconv.pipeline.quantize import (
     QuantizeAccuracyError,
     QuantizeResult,
@@ -54,16 +55,16 @@ from trtconv.pipeline.quantize import (
 )
 from trtconv.plan.corners import CORNERS, CornerRuns, run_corners
 from trtconv.plan.manifest import build_manifest, manifest_path, write_manifest
-from trtconv.plan.plan import BuildPlan, Precision, Profile, target_name, validate_plan
+from trtconv.plan.plan import BuildPlan, Profile, target_name, validate_plan
 from trtconv.plan.profiles import build_profiles
 from trtconv.precision.fp16 import Fp16AccuracyError, convert_fp16
-from trtconv.precision.int8 import DEFAULT_TRT_VERSION
 from trtconv.precision.phases import PHASES
 from trtconv.reference import ort
 from trtconv.reference.compare import DEFAULT_THRESHOLDS
-from trtconv.rewrites import RewriteResult, RewriteSettings, rewrite, trtconv_plugin_spec
+from trtconv.rewrites import RewriteResult, RewriteSettings, rewrite
 from trtconv.rewrites.catalog import rewrite_rule_for
 from trtconv.samples.sources import SampleSet
+from trtconv.settings import NEWEST_TENSORRT
 from trtconv.trt.builder import build_engine
 from trtconv.trt.environment import probe
 from trtconv.trt.flavour import for_target
@@ -74,50 +75,6 @@ log = logging.getLogger(__name__)
 StageFn = Callable[[str, str], None]  # (stage, message): progress lines for the CLI
 T = TypeVar("T")
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
-PLUGIN_FREE_DCN = "portable"  # rewrites.dcn's target of standard ONNX ops only (no plugin, no DeformConv)
-
-
-@dataclass(frozen=True)
-class BuildRequest:
-    """Everything ``trtconv build`` was asked, before anything is read."""
-
-    model: Path
-    output: Path
-    precision: Precision = "fp32"
-    calib_data: Path | None = None
-    calib_limit: int = 0
-    shapes: str | None = None
-    min_shapes: tuple[str, ...] = ()
-    opt_shapes: tuple[str, ...] = ()
-    max_shapes: tuple[str, ...] = ()
-    prepared: Path | None = None  # default: <output stem>.prepared.onnx
-    prepare_only: bool = False
-    verify: bool = True
-    target: str = "11.4"  # TensorRT version the check stage judges against, or "rtx" (TensorRT-RTX)
-    dcn_target: str | None = None  # rewrite's DCN target (None: default_dcn_target(target))
-    seed: int = 0
-    plan: BuildPlan | None = None  # limits, cache, compatibility, plugins (onnx/engine paths filled in)
-    # fp16/int8: samples, exclusions, INT8 options and the accuracy gate, as ``quantize`` takes them
-    # (None: quantize's defaults with calib_data / calib_limit)
-    quantize: QuantizeSettings | None = None
-
-    def quantize_settings(self) -> QuantizeSettings:
-        """The precision stage's settings (precision fp16 or int8)."""
-        base = self.quantize or QuantizeSettings(calib_data=self.calib_data, max_samples=self.calib_limit)
-        return replace(base, precision="int8" if self.precision == "int8" else "fp16")
-
-    def dcn(self) -> str | None:
-        """The DCN rewrite target: the user's, else the plugin-free form where the target TensorRT
-        has no plugins (RTX), else None (rewrite's own default)."""
-        if self.dcn_target is not None:
-            return self.dcn_target
-        return PLUGIN_FREE_DCN if not for_target(self.target).plugins else None
-
-    def prepared_path(self) -> Path:
-        if self.prepared is not None:
-            return self.prepared
-        name = self.output.name[: -len(".engine")] if self.output.name.endswith(".engine") else self.output.name
-        return self.output.with_name(name + ".prepared.onnx")
 
 
 @dataclass(frozen=True)
@@ -272,20 +229,23 @@ class _Stages:
         return step.value
 
 
-def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = None,
-              outcome: BuildOutcome | None = None) -> BuildOutcome:
-    """The whole pipeline. Raises a TrtconvError subclass on failure (its exit code is the verdict);
-    pass ``outcome`` to see how far it got (stages, prepared ONNX) when it raises."""
-    plan = req.plan or BuildPlan(onnx_path=req.prepared_path(), engine_path=req.output)
+def build(model: Path, output: Path, settings: BuildSettings, target: str, *, force: bool = False,
+          say: StageFn | None = None, progress: Any = None, outcome: BuildOutcome | None = None) -> BuildOutcome:
+    """The whole pipeline for ``target`` (a ``--trt`` value). Raises a TrtconvError subclass on failure
+    (its exit code is the verdict); pass ``outcome`` to see how far it got (stages, prepared ONNX)
+    when it raises."""
+    req = settings
+    settings.contradictions()
+    plan = settings.plan(model, output, target, force=force)
     if req.precision == "int8" and not _has_samples(req.quantize_settings()):
         raise UsageError("--precision int8 needs --calib-data", hint="give a folder of .npy/.npz samples or images")
     if req.precision != "fp32":
         check_quantize_settings(req.quantize_settings())
-    prepared = req.prepared_path()
+    prepared = req.prepared_path(output)
     # Every output is checked before minutes of work: the engine, its manifest, the prepared ONNX.
     if not req.prepare_only:
-        check_output_path(req.output, force=plan.force)
-        check_output_path(manifest_path(req.output), force=plan.force)
+        check_output_path(output, force=plan.force)
+        check_output_path(manifest_path(output), force=plan.force)
     # The prepared ONNX is derived data: its default path is rewritten (saying so); an explicit
     # --prepared path is treated like any output (exists → needs --force).
     check_output_path(prepared, force=plan.force or req.prepared is None)
@@ -296,24 +256,24 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
 
     # Large weights stay on disk through rewrite, FP16, INT8 and the save (streamed into the
     # prepared ONNX).
-    loaded = load_model(req.model, lazy_from=LAZY_WEIGHTS_BYTES)
+    loaded = load_model(model, lazy_from=LAZY_WEIGHTS_BYTES)
     _refuse_requantizing(loaded, req.precision)
     samples = sample_set(loaded.proto, req.quantize_settings())  # None: no sample data
     profiles = build_profiles(
         loaded.proto, shapes=req.shapes, min_shapes=req.min_shapes, opt_shapes=req.opt_shapes,
-        max_shapes=req.max_shapes, required=not req.prepare_only, command=_command(req),
+        max_shapes=req.max_shapes, required=not req.prepare_only, command=_command(model, output, req),
         sample_shapes=None if samples is None else _sample_shapes(samples))
-    plan = replace(plan, onnx_path=prepared, engine_path=req.output, precision=req.precision, profiles=profiles)
+    plan = replace(plan, onnx_path=prepared, engine_path=output, profiles=profiles)
     validate_plan(plan)
     onnx_sha = model_sha256(loaded)
     shapes0 = profiles[0].corner("opt") if profiles else {}
 
-    stages.run("check", lambda: _check(loaded, req.target, shapes0))
-    rewritten = stages.run("rewrite", lambda: _rewrite(loaded, req))
+    stages.run("check", lambda: _check(loaded, target, shapes0))
+    rewritten = stages.run("rewrite", lambda: _rewrite(loaded, req.rewrite_settings(target)))
     reference = Reference(loaded, rewritten)
     phases = _Phases(progress) if progress is not None else None
     try:
-        precisioned = stages.run("precision", lambda: _precision(rewritten.model, req, samples, reference, phases))
+        precisioned = stages.run("precision", lambda: _precision(rewritten.model, req, target, samples, reference, phases))
     except QuantizeAccuracyError as exc:
         outcome.gate = exc.result
         raise
@@ -324,13 +284,13 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
     if replacing:
         log.warning("replacing %s (derived from the model; --prepared PATH writes it elsewhere)", prepared)
     saved = stages.run("save", lambda: _save(precisioned.model, prepared))
-    stages.run("recheck", lambda: _recheck(saved, req.target, shapes0))
-    keep = not req.prepare_only and req.verify  # verify reuses the reference's outputs
+    stages.run("recheck", lambda: _recheck(saved, target, shapes0))
+    keep = not req.prepare_only and not req.no_verify  # verify reuses the reference's outputs
     corners = stages.run("profiles", lambda: _corners(reference, profiles, req.seed, keep))
     if req.prepare_only:
         outcome.stopped = "prepare-only"
         return outcome
-    flavour = for_target(req.target)
+    flavour = for_target(target)
     try:
         tensorrt_version(flavour)
     except BackendUnavailableError as exc:
@@ -342,20 +302,20 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
             "explicit, no --fp16/--int8 flags needed",
         ) from None
     built = stages.run("build", lambda: _tensorrt_build(plan, progress))
-    outcome.engine = req.output
+    outcome.engine = output
     verify_json: dict[str, Any] | None = None
-    if req.verify and not flavour.inspects_engine:
+    if not req.no_verify and not flavour.inspects_engine:
         reason = (f"{flavour.name} engines run only on RTX-class GPUs of the compute capabilities they were "
                   "built for (kernels are compiled there at first run); run `trtconv verify` on such a GPU")
         verify_json = dict(stages.run("verify", lambda: Step({"passed": None, "reason": reason},
                                                              {"reason": reason}, "skipped")))
-    elif req.verify:
-        verify_json = dict(stages.run("verify", lambda: _verify(req, plan, reference, corners)))
+    elif not req.no_verify:
+        verify_json = dict(stages.run("verify", lambda: _verify(model, req, plan, reference, corners)))
     manifest = build_manifest(
         plan,
         onnx_sha256=onnx_sha,
         environment=dict(built.environment),
-        source_onnx=req.model.name,
+        source_onnx=model.name,
         rewrites=rewritten.report.to_json().get("rewrites", []),
         precision={**precisioned.summary, "achieved": dict(built.precision)},
         calibration=None if precisioned.calibration is None else dict(precisioned.calibration),
@@ -365,22 +325,22 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
         engine_sha256=built.engine_sha256,
         verify=verify_json,
     )
-    write_manifest(manifest_path(req.output), manifest, force=True)
+    write_manifest(manifest_path(output), manifest, force=True)
     outcome.manifest = manifest
     if verify_json is not None and verify_json.get("passed") is False:
         raise AccuracyError(
             "the engine's outputs differ from ONNX Runtime beyond the thresholds: "
             + "; ".join(verify_json.get("failures", [])[:3]),
-            hint=f"the engine and {manifest_path(req.output).name} were kept for inspection; "
+            hint=f"the engine and {manifest_path(output).name} were kept for inspection; "
             "`trtconv verify` shows per-output statistics",
         )
     return outcome
 
 
-def _command(req: BuildRequest) -> str:
+def _command(model: Path, output: Path, req: BuildSettings) -> str:
     """The command line a hint repeats, with the user's paths."""
     flags = f" --precision {req.precision}" if req.precision != "fp32" else ""
-    return (f"trtconv build {shlex.quote(str(req.model))} -o {shlex.quote(str(req.output))}{flags}"
+    return (f"trtconv build {shlex.quote(str(model))} -o {shlex.quote(str(output))}{flags}"
             + (" --prepare-only" if req.prepare_only else ""))
 
 
@@ -431,13 +391,7 @@ def _check(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]])
     return Step(None, {"verdict": report.verdict, "target": target})
 
 
-def _rewrite(loaded: LoadedModel, req: BuildRequest) -> Step[RewriteResult]:
-    settings = RewriteSettings(seed=req.seed)
-    dcn_target = req.dcn()
-    if dcn_target is not None:
-        # trtconv's own DCNv2 plugin: the spec shipped inside the package
-        spec = trtconv_plugin_spec() if dcn_target == "trtconv-plugin" else None
-        settings = replace(settings, dcn_target=dcn_target, dcn_plugin=spec)
+def _rewrite(loaded: LoadedModel, settings: RewriteSettings) -> Step[RewriteResult]:
     result = rewrite(loaded, settings)
     return Step(result, {"rewritten": len(result.report.rewrites),
                          "nodes": [result.report.nodes_before, result.report.nodes_after]})
@@ -459,7 +413,7 @@ def _recheck(saved: Saved, target: str, shapes: dict[str, tuple[int, ...]]) -> S
     return Step(None, {"verdict": report.verdict, "plugin_ops": plugins})
 
 
-def _precision(model: onnx.ModelProto, req: BuildRequest, samples: SampleSet | None,
+def _precision(model: onnx.ModelProto, req: BuildSettings, target: str, samples: SampleSet | None,
                reference: Reference, phases: _Phases | None) -> Step[Precisioned]:
     if req.precision == "fp32":
         return Step(Precisioned(model, {"method": "none"}), {"precision": "fp32"}, status="skipped")
@@ -494,7 +448,7 @@ def _precision(model: onnx.ModelProto, req: BuildRequest, samples: SampleSet | N
     calibration_model = None if reference.rewritten_runs else reference.deformconv
     # the calibration cache's header names a TensorRT version; TensorRT-RTX reads none, so it gets the default
     result = run_int8(model, samples, qs, calibration_model=calibration_model,
-                      trt_version=req.target if req.target[:1].isdigit() else DEFAULT_TRT_VERSION,
+                      trt_version=target if target[:1].isdigit() else NEWEST_TENSORRT,
                       progress=phases, warn=log.warning)
     report8 = result.report
     gate = QuantizeResult(result.model, qs, report8, samples.source, report8.calibration_runs or None)
@@ -568,7 +522,7 @@ def _tensorrt_build(plan: BuildPlan, progress: Any) -> Step[Built]:
                         "timing_cache": str(cache) if cache else None})
 
 
-def _verify(req: BuildRequest, plan: BuildPlan, reference: Reference,
+def _verify(model: Path, req: BuildSettings, plan: BuildPlan, reference: Reference,
             corners: CornerRuns | None) -> Step[Mapping[str, Any]]:
     """Engine vs ONNX Runtime at every profile's min/opt/max, against the reference graph (the
     user's model, or what ONNX Runtime runs of it), on the inputs the profile stage ran; if
@@ -593,6 +547,6 @@ def _verify(req: BuildRequest, plan: BuildPlan, reference: Reference,
                                    plugin_libraries=plan.plugin_libraries, seed=req.seed,
                                    check_compatibility=False,  # just built here; an old manifest may linger
                                    references=corners.outputs if corners is not None else None)
-    label = req.model.name if graph.label == "original" else f"{req.model.name} ({graph.label})"
+    label = model.name if graph.label == "original" else f"{model.name} ({graph.label})"
     verdict = {**result, "reference": label}
     return Step(verdict, verdict, "done" if result["passed"] else "failed")

@@ -45,12 +45,13 @@ from trtconv.precision.qdq import Placement, Skip, insert_qdq, plan_qdq
 from trtconv.precision.sensitivity import LayerError, fewest_exclusions, layer_errors
 from trtconv.reference.compare import DEFAULT_THRESHOLDS, OutputStats, Thresholds, violations
 from trtconv.samples.sources import sample_count
+from trtconv.settings import NEWEST_TENSORRT
 
 log = logging.getLogger(__name__)
 
 MIN_QDQ_OPSET = 13  # per-channel DequantizeLinear (axis) needs opset 13
 FP16_QDQ_OPSET = 19  # QuantizeLinear/DequantizeLinear take float16 (input, scale, output) from opset 19
-DEFAULT_TRT_VERSION = "11.4"
+DEFAULT_TRT_VERSION = NEWEST_TENSORRT  # the calibration cache header's version when the target has none
 WORST_NAMED = 3  # layers a failing gate names
 Remainder = Literal["fp16", "fp32"]
 # The FP16 remainder: the FP16 stage's overflow rules, without its own BN fold (done before Q/DQ)
