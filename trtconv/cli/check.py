@@ -10,10 +10,10 @@ from rich.table import Table
 
 from trtconv.analyze import CheckReport
 from trtconv.api import check as api_check
-from trtconv.cli.options import json_option, model_argument, shapes_option, target_or_default, trt_option
+from trtconv.api import default_target, target_name
+from trtconv.cli.options import announce_target, json_option, model_argument, shapes_option, trt_option
 from trtconv.cli.output import cell_lines, finish, print_json, stdout_console
 from trtconv.onnxutil.domains import qualified_op
-from trtconv.plan.plan import target_name
 
 STATUS_STYLE = {"supported": "green", "rewritable": "yellow", "plugin": "yellow", "unsupported": "red"}
 
@@ -33,7 +33,10 @@ def check(model: Path, trt: str | None, shapes: str | None, as_json: bool, live:
     5: some node is unsupported; 3: invalid model. With --live and a TensorRT installed,
     0 means TensorRT itself accepted (and built) the model.
     """
-    report = api_check(model, trt=target_or_default(trt, as_json), shapes=shapes, live=live)
+    default = None if trt else default_target()
+    report = api_check(model, trt=default[0] if default else trt, shapes=shapes, live=live)
+    if default is not None:  # after the model was read: an invalid model gets its error alone
+        announce_target(*default, quiet=as_json)
     if as_json:
         print_json(report.to_json())
     else:

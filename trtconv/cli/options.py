@@ -163,9 +163,14 @@ def target_or_default(trt: str | None, quiet: bool = False) -> str:
     if trt is not None:
         return trt
     target, why = default_target()
+    announce_target(target, why, quiet=quiet)
+    return target
+
+
+def announce_target(target: str, why: str, *, quiet: bool = False) -> None:
+    """The one stderr line that says which TensorRT a command without --trt targets, and why."""
     if not quiet and logging.getLogger("trtconv").isEnabledFor(logging.WARNING):
         click.echo(f"trtconv: target: {target_name(target)} ({why}; --trt picks another)", err=True)
-    return target
 
 
 GATE_LIMITS = ("max_abs", "max_rel", "min_cosine", "min_top1")
