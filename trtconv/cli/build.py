@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from trtconv.api import BuildSettings
+from trtconv.api import DCN_TARGETS, BuildOutcome, BuildSettings
 from trtconv.api import build as api_build
 from trtconv.cli.cache import cache_option, gpu_identity
 from trtconv.cli.config import config_option
@@ -28,8 +28,6 @@ from trtconv.cli.output import print_json, progress, stderr_console
 from trtconv.cli.precision_report import print_gate
 from trtconv.errors import TrtconvError
 from trtconv.load.memory import return_large_blocks
-from trtconv.pipeline.build import BuildOutcome
-from trtconv.rewrites import DCN_TARGETS
 
 
 class BarSink:

@@ -8,9 +8,8 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from trtconv.analyze import CheckReport
+from trtconv.api import CheckReport, default_target, target_name
 from trtconv.api import check as api_check
-from trtconv.api import default_target, target_name
 from trtconv.cli.options import announce_target, json_option, model_argument, shapes_option, trt_option
 from trtconv.cli.output import cell_lines, finish, print_json, stdout_console
 from trtconv.onnxutil.domains import qualified_op

@@ -7,14 +7,13 @@ from typing import Any
 
 import click
 
+from trtconv.api import DCN_TARGETS, rewrite_settings
 from trtconv.api import rewrite as api_rewrite
-from trtconv.api import rewrite_settings
 from trtconv.cli.cache import cache_option
 from trtconv.cli.config import config_option
 from trtconv.cli.depfile import deps_option
 from trtconv.cli.options import force_option, json_option, model_argument, options_for, output_option
 from trtconv.cli.output import print_json, progress, stdout_console
-from trtconv.rewrites import DCN_TARGETS
 from trtconv.settings import declared
 
 
