@@ -68,8 +68,7 @@ def test_tensorrt_imported_only_under_trt_package():
 # lower layers; packages that share a layer do not import each other. ``trtconv`` itself
 # (``__version__``) is importable from anywhere: its other names resolve lazily.
 LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(s.split()) for s in (
-    "errors",
-    "settings",
+    "errors settings",
     "outputs onnxutil",
     "load",
     "reference",
