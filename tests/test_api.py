@@ -110,14 +110,18 @@ def test_build_settings_match_build_defaults():
 
 
 def test_cli_build_calls_the_api_function_a_python_user_calls():
-    """`trtconv build` goes through trtconv.api.build, not around it to the pipeline."""
+    """`trtconv build` goes through trtconv.api.build (one name: ``api.build``), not around it to the pipeline."""
     import ast
 
     source = (Path(trtconv.__file__).parent / "cli" / "build.py").read_text(encoding="utf-8")
-    imported = {(node.module, alias.name) for node in ast.walk(ast.parse(source))
+    tree = ast.parse(source)
+    imported = {(node.module, alias.name) for node in ast.walk(tree)
                 if isinstance(node, ast.ImportFrom) for alias in node.names}
-    assert ("trtconv.api", "build") in imported
-    assert not any(name == "run_build" for _, name in imported)
+    assert ("trtconv", "api") in imported
+    calls = {f"{n.func.value.id}.{n.func.attr}" for n in ast.walk(tree) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)}
+    assert "api.build" in calls
+    assert not any(module and module.startswith("trtconv.pipeline") for module, _ in imported)
 
 
 def test_build_computes_each_thing_once(tmp_path):

@@ -11,8 +11,8 @@ from typing import Any
 
 import click
 
+from trtconv import api
 from trtconv.api import DCN_TARGETS, BuildOutcome, BuildSettings
-from trtconv.api import build as api_build
 from trtconv.cli.cache import cache_option, gpu_identity
 from trtconv.cli.config import config_option
 from trtconv.cli.depfile import deps_option
@@ -108,7 +108,7 @@ def build(model: Path, output: Path, force: bool, as_json: bool, **params: Any) 
     try:
         with sink.bar:
             # Always installed: it draws only on a terminal, and lets Ctrl-C cancel a build cleanly.
-            api_build(model, output, settings, force=force, say=_say(as_json), progress=sink, outcome=outcome)
+            api.build(model, output, settings, force=force, say=_say(as_json), progress=sink, outcome=outcome)
     except TrtconvError as exc:
         if not as_json and outcome.gate is not None:
             print_gate(outcome.gate, model, outcome.prepared)

@@ -8,8 +8,8 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
+from trtconv import api
 from trtconv.api import CheckReport, default_target, target_name
-from trtconv.api import check as api_check
 from trtconv.cli.options import announce_target, json_option, model_argument, shapes_option, trt_option
 from trtconv.cli.output import cell_lines, finish, print_json, stdout_console
 from trtconv.onnxutil.domains import qualified_op
@@ -33,7 +33,7 @@ def check(model: Path, trt: str | None, shapes: str | None, as_json: bool, live:
     0 means TensorRT itself accepted (and built) the model.
     """
     default = None if trt else default_target()
-    report = api_check(model, trt=default[0] if default else trt, shapes=shapes, live=live)
+    report = api.check(model, trt=default[0] if default else trt, shapes=shapes, live=live)
     if default is not None:  # after the model was read: an invalid model gets its error alone
         announce_target(*default, quiet=as_json)
     if as_json:

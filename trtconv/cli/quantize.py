@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from trtconv.api import quantize as run_quantize
+from trtconv import api
 from trtconv.api import quantize_settings
 from trtconv.cli.cache import cache_option
 from trtconv.cli.config import config_option
@@ -76,7 +76,7 @@ def quantize(model: Path, output: Path, precision: str, force: bool, as_json: bo
     doc: dict[str, Any] = {"model": str(model), "output": str(output)}
     try:
         with _quiet_random_samples(precision, settings.random_data):
-            result = run_quantize(model, output, settings, force=force, progress=bar.update, warn=warn)
+            result = api.quantize(model, output, settings, force=force, progress=bar.update, warn=warn)
     except AccuracyError as exc:
         bar.close()
         failed = getattr(exc, "result", None)

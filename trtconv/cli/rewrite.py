@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
+from trtconv import api
 from trtconv.api import DCN_TARGETS, rewrite_settings
-from trtconv.api import rewrite as api_rewrite
 from trtconv.cli.cache import cache_option
 from trtconv.cli.config import config_option
 from trtconv.cli.depfile import deps_option
@@ -38,7 +38,7 @@ def rewrite(model: Path, output: Path, force: bool, as_json: bool, **params: Any
     settings = rewrite_settings(params)
     with progress() as bar:
         task = bar.add_task("rewrite", total=3)
-        result = api_rewrite(model, output, settings, force=force, step=lambda _stage: bar.advance(task))
+        result = api.rewrite(model, output, settings, force=force, step=lambda _stage: bar.advance(task))
     doc = result.report.to_json()
     doc["input"] = str(model)
     doc["output"] = str(output)

@@ -6,7 +6,7 @@ rewritten graph TensorRT will parse) with TENSORRT_UNAVAILABLE, or on purpose wi
 ``prepare_only``. Each stage is a function returning a frozen result; each thing is
 computed once: the loaded model, its samples, the rewritten model, the graph ONNX
 Runtime runs as the reference (:class:`Reference`) and that reference's outputs at the
-profile corners (reused by verify). TensorRT is imported only inside ``_tensorrt_build``.
+profile corners (reused by verify). TensorRT is imported only inside ``_build_engine``.
 
 Over 400 lines because it is one small function per stage plus the run that orders them;
 the precision stage's gate is ``trtconv.pipeline.quantize``'s, not a copy.
@@ -301,7 +301,7 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
             "trtexec --stronglyTyped (TensorRT 10; 11 is always strongly typed): the precision is already "
             "explicit, no --fp16/--int8 flags needed",
         ) from None
-    built = stages.run("build", lambda: _tensorrt_build(plan, progress))
+    built = stages.run("build", lambda: _build_engine(plan, progress))
     outcome.engine = output
     verify_json: dict[str, Any] | None = None
     if not req.no_verify and not flavour.inspects_engine:
@@ -498,7 +498,7 @@ def _corners(reference: Reference, profiles: tuple[Profile, ...], seed: int,
                        "not_run": list(runs.skipped)})
 
 
-def _tensorrt_build(plan: BuildPlan, progress: Any) -> Step[Built]:
+def _build_engine(plan: BuildPlan, progress: Any) -> Step[Built]:
     flavour = for_target(plan.target)
     env = probe()
     gpu = env.gpus[0] if env.gpus else None
