@@ -9,7 +9,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 from realdata import text_line_image
 
-from trtconv.rewrites.reference import DcnParams
+from trtconv.rewrites.dcn.deform_math import DcnParams
 
 
 def dcn_model(path: Path) -> Path:

@@ -57,18 +57,18 @@ def test_rewrite_and_build_are_plain_functions_whatever_was_imported_first(first
     """No subpackage is named like a pipeline function, so import order cannot change what they are."""
     setup = {
         "attribute": "import trtconv; trtconv.rewrite; trtconv.build",
-        "submodule": "import trtconv.rewrites.catalog, trtconv.plan.plan; import trtconv",
+        "submodule": "import trtconv.rewrites.catalog, trtconv.plan.build_plan; import trtconv",
         "from-import": "from trtconv import rewrite, build; import trtconv",
     }[first]
     code = (
         f"{setup}\n"
         "import inspect\n"
         "import trtconv.rewrites.catalog as catalog\n"
-        "import trtconv.plan.plan\n"
+        "import trtconv.plan.build_plan\n"
         "from trtconv import rewrite\n"
         "assert inspect.isfunction(trtconv.rewrite) and inspect.isfunction(trtconv.build)\n"
         "assert rewrite is trtconv.rewrite and catalog.REWRITABLE\n"
-        "assert trtconv.plan.plan.DEFAULT_OPT_LEVEL >= 0\n"
+        "assert trtconv.plan.build_plan.DEFAULT_OPT_LEVEL >= 0\n"
         "try:\n"
         "    trtconv.rewrite('missing.onnx')\n"
         "except trtconv.TrtconvError as exc:\n"
@@ -92,7 +92,7 @@ def test_build_settings_match_build_defaults():
     plan's own defaults; the build's own file names."""
     from dataclasses import fields
 
-    from trtconv.plan.plan import BuildPlan
+    from trtconv.plan import BuildPlan
     from trtconv.settings import declared
 
     settings = trtconv.BuildSettings()
@@ -113,7 +113,7 @@ def test_cli_build_calls_the_api_function_a_python_user_calls():
     """`trtconv build` goes through trtconv.api.build (one name: ``api.build``), not around it to the pipeline."""
     import ast
 
-    source = (Path(trtconv.__file__).parent / "cli" / "build.py").read_text(encoding="utf-8")
+    source = (Path(trtconv.__file__).parent / "cli" / "build_command.py").read_text(encoding="utf-8")
     tree = ast.parse(source)
     imported = {(node.module, alias.name) for node in ast.walk(tree)
                 if isinstance(node, ast.ImportFrom) for alias in node.names}

@@ -32,8 +32,8 @@ _EXPORTS: dict[str, str] = {
     "QuantizeResult": "trtconv.api",
     "QuantizeAccuracyError": "trtconv.api",
     "BuildSettings": "trtconv.api",
-    "BuildOutcome": "trtconv.pipeline.build",
-    "Thresholds": "trtconv.reference.compare",
+    "BuildOutcome": "trtconv.pipeline",
+    "Thresholds": "trtconv.reference",
     "ExitCode": "trtconv.errors",
     "TrtconvError": "trtconv.errors",
 }

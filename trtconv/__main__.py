@@ -1,3 +1,3 @@
-from trtconv.cli.main import main
+from trtconv.cli import main
 
 main()

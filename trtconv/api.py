@@ -15,25 +15,23 @@ from typing import TYPE_CHECKING, Any
 
 from trtconv.analyze import CheckReport
 from trtconv.load import parse_shapes
-from trtconv.pipeline.build import BuildOutcome
-from trtconv.pipeline.build import build as run_build
-from trtconv.pipeline.build_settings import (
+from trtconv.pipeline import (
+    BuildOutcome,
     BuildSettings,
-    gate_thresholds,
-    quantize_settings,
-    rewrite_settings,
-)
-from trtconv.pipeline.check import check as run_check
-from trtconv.pipeline.quantize import (
     QuantizeAccuracyError,
     QuantizeResult,
     QuantizeSettings,
+    gate_thresholds,
     quantize,
+    quantize_settings,
+    rewrite_settings,
 )
-from trtconv.pipeline.rewrite import rewrite as run_rewrite
-from trtconv.plan.plan import target_name
+from trtconv.pipeline import build as run_build
+from trtconv.pipeline import check as run_check
+from trtconv.pipeline import rewrite as run_rewrite
+from trtconv.plan import target_name
 from trtconv.rewrites import DCN_TARGETS, RewriteSettings
-from trtconv.trt.environment import installed_target
+from trtconv.trt import installed_target
 
 if TYPE_CHECKING:
     from trtconv.rewrites import RewriteResult, RewriteSettings

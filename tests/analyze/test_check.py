@@ -466,7 +466,7 @@ def test_every_rule_id_is_documented():
 
     from trtconv.analyze import rules
 
-    analyze_module = importlib.import_module("trtconv.analyze.analyze")
+    analyze_module = importlib.import_module("trtconv.analyze.run_check")
 
     doc = (Path(__file__).parents[2] / "docs" / "analyze.md").read_text()
     src = Path(rules.__file__).read_text() + Path(analyze_module.__file__).read_text()
@@ -500,7 +500,7 @@ def test_property_chains_flag_exactly_the_unsupported_node(tmp_path, chain, bad,
 
 def test_index_validates_structure_of_protos_handed_to_it_directly():
     # analyze() also serves the Python API, so the index re-validates what load may have checked.
-    from trtconv.analyze.graph import build_index
+    from trtconv.analyze.lookups import build_index
 
     def model(nodes):
         g = helper.make_graph(nodes, "g", [vi("x", F, [1])], [vi("y", F, [1])])

@@ -227,7 +227,7 @@ def test_bench_without_tensorrt(ocr_cls, tmp_path: Path, no_tensorrt):
 
 def test_verify_thresholds_follow_the_manifest_precision(tmp_path: Path):
     from trtconv.api import gate_thresholds
-    from trtconv.cli.verify import engine_precision
+    from trtconv.cli.verify_command import engine_precision
 
     engine = tmp_path / "m.engine"
     assert engine_precision(engine, None) == "fp32"
@@ -241,7 +241,7 @@ def test_verify_thresholds_follow_the_manifest_precision(tmp_path: Path):
 def test_progress_sink_follows_tensorrt_phases_across_threads():
     import threading
 
-    from trtconv.cli.build import BarSink
+    from trtconv.cli.build_command import BarSink
 
     sink = BarSink()
     with sink.bar:

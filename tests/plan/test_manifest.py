@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from trtconv.errors import DataError, UsageError
+from trtconv.plan.build_plan import BuildPlan, InputRange, Profile
 from trtconv.plan.manifest import (
     VOLATILE_FIELDS,
     build_manifest,
@@ -17,7 +18,6 @@ from trtconv.plan.manifest import (
     update_manifest,
     write_manifest,
 )
-from trtconv.plan.plan import BuildPlan, InputRange, Profile
 
 ENV = {"tensorrt": "11.4.0.106", "cuda_runtime": "13.0", "cuda_driver": "13.0", "driver": "580.65.06",
        "gpu": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}

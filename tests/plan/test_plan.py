@@ -8,7 +8,7 @@ import onnx
 import pytest
 
 from trtconv.errors import UsageError
-from trtconv.plan.plan import (
+from trtconv.plan.build_plan import (
     BuildPlan,
     TimingCacheChoice,
     parse_memory_pools,

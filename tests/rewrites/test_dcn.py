@@ -16,7 +16,7 @@ from trtconv.load import load_model
 from trtconv.reference.ort import run_model
 from trtconv.rewrites import RewriteSettings, builtin_plugin_spec, rewrite
 from trtconv.rewrites.catalog import rewrite_rule_for
-from trtconv.rewrites.reference import DcnParams, modulated_deform_conv2d
+from trtconv.rewrites.dcn.deform_math import DcnParams, modulated_deform_conv2d
 
 F = TensorProto.FLOAT
 RNG_SEED = 1234
@@ -264,13 +264,13 @@ def test_wrong_replacement_is_caught_by_the_node_proof():
     """The node proof compares against the *original* op: a replacement with another stride fails."""
     import onnx_graphsurgeon as gs
 
-    from trtconv.rewrites.dcn import DcnMatch, proof_inputs
-    from trtconv.rewrites.dcn_deformconv import DEFORMCONV
-    from trtconv.rewrites.dcn_dialects import DcnNode
-    from trtconv.rewrites.dcn_target import DcnInputs
+    from trtconv.rewrites.dcn.deform_rule import DcnMatch, proof_inputs
+    from trtconv.rewrites.dcn.deformconv import DEFORMCONV
+    from trtconv.rewrites.dcn.dialects import DcnNode
+    from trtconv.rewrites.dcn.lowering import DcnInputs
     from trtconv.rewrites.emitter import Emitter
     from trtconv.rewrites.proof import prove_node
-    from trtconv.rewrites.settings import NODE_RTOL
+    from trtconv.rewrites.rewrite_settings import NODE_RTOL
 
     rng = np.random.default_rng(0)
     wt = gs.Constant("w", rng.standard_normal((2, 2, 3, 3)).astype(np.float32))

@@ -17,8 +17,8 @@ from trtconv.cli.main import cli
 from trtconv.errors import AccuracyError, UnsupportedModelError
 from trtconv.reference.ort import run_model
 from trtconv.rewrites import DCN_TARGETS, RewriteSettings, rewrite
-from trtconv.rewrites.dcn_portable import swap_pairs
-from trtconv.rewrites.reference import DcnParams, modulated_deform_conv2d
+from trtconv.rewrites.dcn.deform_math import DcnParams, modulated_deform_conv2d
+from trtconv.rewrites.dcn.portable import swap_pairs
 
 # Every op the portable form may emit (plus the Relu the test models end with).
 PORTABLE_OPS = {"Shape", "Gather", "Concat", "Range", "Cast", "Reshape", "Mul", "Div", "Sub", "Add", "Transpose",

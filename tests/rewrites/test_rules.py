@@ -22,11 +22,11 @@ from trtconv.errors import AccuracyError
 from trtconv.reference.ort import run_model
 from trtconv.rewrites import RewriteSettings, builtin_plugin_spec, rewrite, trtconv_plugin_spec
 from trtconv.rewrites.catalog import REWRITABLE, RULES, active_rules, rewrite_rule_for
-from trtconv.rewrites.dcn_dialects import DIALECTS
-from trtconv.rewrites.dcn_targets import TARGETS
+from trtconv.rewrites.dcn.dialects import DIALECTS
+from trtconv.rewrites.dcn.targets import TARGETS
 from trtconv.rewrites.emitter import Emitter
-from trtconv.rewrites.pluginmap import parse_plugin_map
-from trtconv.rewrites.pluginmap_rule import PluginMapRule
+from trtconv.rewrites.plugin_map.map_rule import PluginMapRule
+from trtconv.rewrites.plugin_map.mapping import parse_plugin_map
 from trtconv.rewrites.proof import NodeProofCase
 from trtconv.rewrites.rule import Emitted, RewriteRule, RuleContext, Site
 from trtconv.trt.plugins import dcnv2_kernel as dk
@@ -124,7 +124,7 @@ def test_dcn_targets_are_data_and_settings_name_them():
 
 
 def test_the_one_dcn_plugin_spec_ships_in_the_package_and_matches_the_plugin():
-    spec_file = resources.files("trtconv.rewrites").joinpath("dcnv2_spec.json")
+    spec_file = resources.files("trtconv.rewrites.dcn").joinpath("dcnv2_spec.json")
     assert spec_file.is_file()
     doc = json.loads(spec_file.read_text(encoding="utf-8"))
     spec = builtin_plugin_spec()
@@ -135,7 +135,7 @@ def test_the_one_dcn_plugin_spec_ships_in_the_package_and_matches_the_plugin():
     text = spec_file.read_bytes()
     copies = [p for p in ROOT.rglob("*.json")
               if ".git" not in p.parts and p.stat().st_size == len(text) and p.read_bytes() == text]
-    assert [p.relative_to(ROOT).as_posix() for p in copies] == ["trtconv/rewrites/dcnv2_spec.json"]
+    assert [p.relative_to(ROOT).as_posix() for p in copies] == ["trtconv/rewrites/dcn/dcnv2_spec.json"]
 
 
 def test_the_dcn_plugin_spec_is_found_inside_an_installed_wheel(tmp_path):
@@ -148,7 +148,7 @@ def test_the_dcn_plugin_spec_is_found_inside_an_installed_wheel(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
                     str(tmp_path / "dist"), str(src)], check=True, capture_output=True, timeout=300)
     (wheel,) = (tmp_path / "dist").glob("trtconv-*.whl")
-    code = ("import trtconv.rewrites.plugin_spec as ps\n"
+    code = ("import trtconv.rewrites.dcn.plugin_spec as ps\n"
             f"assert ps.__file__.startswith({str(wheel)!r}), ps.__file__\n"
             "s = ps.trtconv_plugin_spec()\n"
             "print(s.namespace, s.name, s.version)\n")
@@ -181,8 +181,8 @@ def test_a_new_dcn_dialect_is_one_dialect_entry(tmp_path):
     ``Dialect`` (ops + reader) makes the rule; the targets, proofs and report come with it."""
     from builders import dcn_model
 
-    from trtconv.rewrites.dcn import DcnRule
-    from trtconv.rewrites.dcn_dialects import Dialect, read_mmcv
+    from trtconv.rewrites.dcn.deform_rule import DcnRule
+    from trtconv.rewrites.dcn.dialects import Dialect, read_mmcv
 
     model = onnx.load(dcn_model(tmp_path / "dcn.onnx"))
     node = next(n for n in model.graph.node if n.op_type == "DCNv2")

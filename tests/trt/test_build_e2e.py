@@ -103,7 +103,7 @@ def test_dcn_model_builds_through_rewrite(tmp_path, dcn_target):
 
 def test_fp32_graph_asked_as_fp16_is_refused_and_not_written(ocr_cls, tmp_path):
     """The assertion itself, against a real engine: an FP32 ONNX built 'as fp16' must fail."""
-    from trtconv.plan.plan import BuildPlan, TimingCacheChoice
+    from trtconv.plan.build_plan import BuildPlan, TimingCacheChoice
     from trtconv.plan.profiles import build_profiles
     from trtconv.trt.builder import build_engine
 

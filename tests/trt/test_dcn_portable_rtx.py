@@ -15,7 +15,7 @@ import pytest
 from builders import dcn_node_model
 
 from trtconv.rewrites import RewriteSettings, rewrite
-from trtconv.rewrites.reference import DcnParams
+from trtconv.rewrites.dcn.deform_math import DcnParams
 
 trt = pytest.importorskip("tensorrt_rtx")
 

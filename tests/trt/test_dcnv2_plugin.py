@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from trtconv.errors import InvalidModelError, UnsupportedModelError
-from trtconv.rewrites.plugin_spec import builtin_spec_document
+from trtconv.rewrites.dcn.plugin_spec import builtin_spec_document
 from trtconv.trt.plugins import dcnv2_kernel as dk
 
 ROOT = Path(__file__).resolve().parents[2]

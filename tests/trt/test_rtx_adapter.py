@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from realmodels import rapidocr_model, silero_model
 
 from trtconv.errors import BuildError, ExitCode, PrecisionNotAchievedError
-from trtconv.plan.plan import BuildPlan
+from trtconv.plan.build_plan import BuildPlan
 from trtconv.plan.profiles import build_profiles
 from trtconv.trt.builder import build_engine
 from trtconv.trt.flavour import RTX, TENSORRT, current, for_target

@@ -22,7 +22,7 @@ from realmodels import ddddocr_model, magika_model, nudenet_model, rapidocr_mode
 
 from trtconv.cli.main import cli
 from trtconv.errors import ExitCode
-from trtconv.plan.plan import RTX_DEFAULT_COMPUTE_CAPABILITIES
+from trtconv.plan.build_plan import RTX_DEFAULT_COMPUTE_CAPABILITIES
 
 tensorrt_rtx = pytest.importorskip("tensorrt_rtx", reason="tensorrt-rtx is in the test extra: run `make install`")
 

@@ -84,7 +84,7 @@ def _enum_members(version: str, cls: str) -> set[str]:
 @pytest.mark.parametrize("version", ["10.16", "11.4"])
 def test_names_looked_up_at_run_time_exist_in_both_versions(version):
     """What trtconv reaches by name (getattr), which mypy cannot see, checked against each API."""
-    from trtconv.plan.plan import MEMORY_POOLS
+    from trtconv.plan.build_plan import MEMORY_POOLS
 
     assert {p.upper() for p in MEMORY_POOLS} <= _enum_members(version, "MemoryPoolType")
     flags = _enum_members(version, "NetworkDefinitionCreationFlag")
@@ -128,7 +128,7 @@ def test_mypy_with_the_stubs_knows_only_rtx_targets_compute_capabilities(version
 
 def test_rtx_names_looked_up_at_run_time_exist():
     """compat.set_compute_capabilities builds "SM86" from "8.6"; the pools and flags trtconv names exist."""
-    from trtconv.plan.plan import MEMORY_POOLS, RTX_COMPUTE_CAPABILITIES
+    from trtconv.plan.build_plan import MEMORY_POOLS, RTX_COMPUTE_CAPABILITIES
 
     members = _enum_members("rtx", "ComputeCapability")
     assert {"SM" + cc.replace(".", "") for cc in RTX_COMPUTE_CAPABILITIES} <= members

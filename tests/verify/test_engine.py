@@ -8,7 +8,7 @@ import pytest
 
 from trtconv.reference import ort
 from trtconv.reference.compare import DEFAULT_THRESHOLDS
-from trtconv.verify.engine import compare_with_reference, make_inputs
+from trtconv.verify.engine_vs_reference import compare_with_reference, make_inputs
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 import onnx
 from onnx import helper
-from trtconv.load.model import iter_graphs
+
+from trtconv.onnxutil import iter_graphs
 
 
 def _attr(node: onnx.NodeProto, name: str, default: object = None) -> object:

@@ -1,8 +1,20 @@
 """Stage 2, analyze: what the target TensorRT parser will reject, per node, before any GPU is touched."""
 
-from trtconv.analyze.analyze import analyze
-from trtconv.analyze.report import SCHEMA, CheckReport, Finding, InputReport, NodeReport
+from trtconv.analyze.check_report import SCHEMA, CheckReport, Finding, InputReport, NodeReport
+from trtconv.analyze.live import (
+    compare_live,
+)
+from trtconv.analyze.run_check import analyze
 from trtconv.analyze.support import available_versions, load_table
 
-__all__ = ["SCHEMA", "CheckReport", "Finding", "InputReport", "NodeReport", "analyze", "available_versions",
-           "load_table"]
+__all__ = [
+    "SCHEMA",
+    "CheckReport",
+    "Finding",
+    "InputReport",
+    "NodeReport",
+    "analyze",
+    "available_versions",
+    "compare_live",
+    "load_table",
+]

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from trtconv.analyze.report import ERROR, PARSER, SUPPORTED, CheckReport, LiveCheck, LiveNode
+from trtconv.analyze.check_report import ERROR, PARSER, SUPPORTED, CheckReport, LiveCheck, LiveNode
 
 ACCEPT, REJECT, OK, FAIL = "accept", "reject", "ok", "fail"
 

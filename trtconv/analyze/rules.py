@@ -21,11 +21,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from trtconv.analyze.graph import GraphIndex
-from trtconv.analyze.report import BUILDER, ERROR, WARNING, Finding
+from trtconv.analyze.check_report import BUILDER, ERROR, WARNING, Finding
+from trtconv.analyze.lookups import GraphIndex
 from trtconv.analyze.support import OpSupport
-from trtconv.onnxutil.domains import normalize_domain
-from trtconv.onnxutil.walk import subgraphs
+from trtconv.onnxutil import normalize_domain, subgraphs
 
 Rule = Callable[["NodeContext"], Iterator[Finding]]
 RULES: dict[str, list[Rule]] = {}  # op type -> its restriction rules

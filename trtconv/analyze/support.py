@@ -15,7 +15,7 @@ from pathlib import Path
 from onnx import TensorProto
 
 from trtconv.errors import UsageError
-from trtconv.onnxutil.domains import is_default_domain
+from trtconv.onnxutil import is_default_domain
 
 DATA_DIR = Path(__file__).parent / "data"
 

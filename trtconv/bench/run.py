@@ -10,7 +10,7 @@ import numpy as np
 
 from trtconv.bench.stats import LatencyStats, summarize
 from trtconv.errors import UsageError
-from trtconv.trt.engine import EngineRunner, profile_shapes
+from trtconv.trt import EngineRunner, profile_shapes
 
 
 @dataclass(frozen=True)

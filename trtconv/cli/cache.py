@@ -38,7 +38,7 @@ from trtconv.cli.depfile import OutputsFn, cached_inputs, single_output, succeed
 from trtconv.cli.main import _dist_version
 from trtconv.load import file_sha256
 from trtconv.outputs import TMP_PREFIX, atomic_path, check_output_path, default_mode, dumps_json, temp_prefix
-from trtconv.trt.environment import probe_driver
+from trtconv.trt import probe_driver
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger(__name__)

@@ -18,8 +18,8 @@ from click.core import ParameterSource
 from trtconv.api import default_target, target_name
 from trtconv.cli.main import MODEL_BYTES_KEY, MODEL_KEY
 from trtconv.cli.output import warn
-from trtconv.load.read import disk_bytes
-from trtconv.reference.compare import parse_limit
+from trtconv.load import disk_bytes
+from trtconv.reference import parse_limit
 from trtconv.settings import Setting, declared, for_command
 
 F = TypeVar("F", bound=Callable[..., Any])

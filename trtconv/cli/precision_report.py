@@ -11,8 +11,8 @@ from typing import Any
 from rich.table import Table
 
 from trtconv.cli.output import print_json, stdout_console
-from trtconv.precision.fp16 import rule_summaries
-from trtconv.reference.compare import OutputStats
+from trtconv.precision import rule_summaries
+from trtconv.reference import OutputStats
 
 SHOW_LAYERS = 10  # sensitivity rows printed (--json lists all)
 

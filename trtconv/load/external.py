@@ -12,7 +12,7 @@ import onnx
 
 from trtconv.errors import InvalidModelError
 from trtconv.load.proto import iter_tensors
-from trtconv.onnxutil.tensors import (  # noqa: F401 - re-exported
+from trtconv.onnxutil import (  # noqa: F401 - re-exported
     has_lazy_weights,
     is_lazy,
     lazy_span,

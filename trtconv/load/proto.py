@@ -8,8 +8,7 @@ from collections.abc import Iterator
 import onnx
 from onnx import numpy_helper
 
-from trtconv.onnxutil.tensors import is_lazy
-from trtconv.onnxutil.walk import iter_graphs
+from trtconv.onnxutil import is_lazy, iter_graphs
 
 PROTOBUF_LIMIT = 2**31 - 1
 

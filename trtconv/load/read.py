@@ -31,8 +31,7 @@ from trtconv.load.validate import (
     check_text,
     checker_error,
 )
-from trtconv.onnxutil.domains import default_opset, display_domain, opset_versions
-from trtconv.onnxutil.walk import iter_graphs
+from trtconv.onnxutil import default_opset, display_domain, iter_graphs, opset_versions
 
 
 @dataclass(frozen=True)

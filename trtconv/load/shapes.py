@@ -16,7 +16,7 @@ import onnx
 from trtconv.errors import UsageError
 from trtconv.load.proto import PROTOBUF_LIMIT, approx_size, structure_only
 from trtconv.load.read import LoadedModel
-from trtconv.onnxutil.walk import iter_graphs
+from trtconv.onnxutil import iter_graphs
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import onnx
 
 from trtconv.load.proto import STRIPPED_LOCATION
 from trtconv.load.validate import element_bits
-from trtconv.onnxutil.walk import iter_graphs
+from trtconv.onnxutil import iter_graphs
 
 FLOAT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
                          onnx.TensorProto.DOUBLE})

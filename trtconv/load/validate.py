@@ -12,9 +12,7 @@ import onnx
 
 from trtconv.errors import InvalidModelError
 from trtconv.load.proto import PROTOBUF_LIMIT, STRIPPED_LOCATION, iter_tensors, structure_only
-from trtconv.onnxutil.domains import is_default_domain, opset_versions
-from trtconv.onnxutil.order import topological_order
-from trtconv.onnxutil.walk import iter_graphs, subgraph_depth
+from trtconv.onnxutil import is_default_domain, iter_graphs, opset_versions, subgraph_depth, topological_order
 
 # Opset and IR versions are small numbers; anything past int32 is corruption, and
 # onnx's C++ checker cannot even take it as an argument.

@@ -36,11 +36,8 @@ from trtconv.errors import (
     UnsupportedModelError,
     UsageError,
 )
-from trtconv.load import LoadedModel, load_model, model_sha256, save_model
-from trtconv.load.external import LAZY_WEIGHTS_BYTES
-from trtconv.load.shapes import dynamic_inputs
-from trtconv.onnxutil.domains import qualified_op
-from trtconv.onnxutil.walk import iter_graphs
+from trtconv.load import LAZY_WEIGHTS_BYTES, LoadedModel, dynamic_inputs, load_model, model_sha256, save_model
+from trtconv.onnxutil import iter_graphs, qualified_op
 from trtconv.outputs import check_output_path
 from trtconv.pipeline.build_settings import BuildSettings
 from trtconv.pipeline.quantize import (
@@ -53,23 +50,26 @@ from trtconv.pipeline.quantize import (
     run_int8,
     sample_set,
 )
-from trtconv.plan.corners import CORNERS, CornerRuns, run_corners
-from trtconv.plan.manifest import build_manifest, manifest_path, write_manifest
-from trtconv.plan.plan import BuildPlan, Profile, target_name, validate_plan
-from trtconv.plan.profiles import build_profiles
-from trtconv.precision.fp16 import Fp16AccuracyError, convert_fp16
-from trtconv.precision.phases import PHASES
-from trtconv.reference import ort
-from trtconv.reference.compare import DEFAULT_THRESHOLDS
-from trtconv.rewrites import RewriteResult, RewriteSettings, rewrite
-from trtconv.rewrites.catalog import rewrite_rule_for
-from trtconv.samples.sources import SampleSet
+from trtconv.plan import (
+    CORNERS,
+    BuildPlan,
+    CornerRuns,
+    Profile,
+    build_manifest,
+    build_profiles,
+    manifest_path,
+    run_corners,
+    target_name,
+    validate_plan,
+    write_manifest,
+)
+from trtconv.precision import PHASES, Fp16AccuracyError, convert_fp16
+from trtconv.reference import DEFAULT_THRESHOLDS, ort
+from trtconv.rewrites import RewriteResult, RewriteSettings, rewrite, rewrite_rule_for
+from trtconv.samples import SampleSet
 from trtconv.settings import NEWEST_TENSORRT
-from trtconv.trt.builder import build_engine
-from trtconv.trt.environment import probe
-from trtconv.trt.flavour import for_target
-from trtconv.trt.loader import tensorrt_version
-from trtconv.verify.engine import verify_engine_corners
+from trtconv.trt import build_engine, for_target, probe, tensorrt_version
+from trtconv.verify import verify_engine_corners
 
 log = logging.getLogger(__name__)
 StageFn = Callable[[str, str], None]  # (stage, message): progress lines for the CLI

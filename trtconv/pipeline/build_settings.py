@@ -17,19 +17,19 @@ from typing import Any, Literal
 from trtconv.errors import UsageError
 from trtconv.load import parse_shapes
 from trtconv.pipeline.quantize import QuantizeSettings
-from trtconv.plan.manifest import manifest_path
-from trtconv.plan.plan import (
+from trtconv.plan import (
     BuildPlan,
     Precision,
     TimingCacheChoice,
+    manifest_path,
     parse_compute_capabilities,
     parse_memory_pools,
     parse_size,
 )
-from trtconv.reference.compare import DEFAULT_THRESHOLDS, Thresholds, parse_limit, thresholds_with
+from trtconv.reference import DEFAULT_THRESHOLDS, Thresholds, parse_limit, thresholds_with
 from trtconv.rewrites import RewriteSettings, load_plugin_map, trtconv_plugin_spec
 from trtconv.settings import declared, for_command
-from trtconv.trt.flavour import for_target
+from trtconv.trt import for_target
 
 PathLike = str | os.PathLike[str]
 GATE_LIMITS = ("max_abs", "max_rel", "min_cosine", "min_top1")

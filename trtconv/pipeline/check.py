@@ -9,10 +9,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from trtconv.analyze import CheckReport, analyze
-from trtconv.analyze.live import compare_live
+from trtconv.analyze import CheckReport, analyze, compare_live
 from trtconv.load import load_model
-from trtconv.trt.realparse import RTX_MODULE, run_isolated
+from trtconv.trt import RTX_MODULE, run_isolated
 
 
 def check(model: Path, target: str, shapes: Mapping[str, Sequence[int]], *, live: bool = False) -> CheckReport:

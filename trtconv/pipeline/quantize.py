@@ -13,28 +13,29 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from trtconv.errors import AccuracyError, UsageError
-from trtconv.load import load_model, save_model
-from trtconv.load.external import LAZY_WEIGHTS_BYTES
+from trtconv.load import LAZY_WEIGHTS_BYTES, load_model, save_model
 from trtconv.outputs import check_output_path
-from trtconv.precision.fp16 import DEFAULT_MAX_ACTIVATION, Fp16AccuracyError, Fp16Settings, convert_fp16
-from trtconv.precision.fp16_rules import FP16_MAX
-from trtconv.precision.int8 import (
+from trtconv.precision import (
+    DEFAULT_MAX_ACTIVATION,
     DEFAULT_TRT_VERSION,
+    FP16_MAX,
     REMAINDER_FP16,
+    Fp16AccuracyError,
+    Fp16Settings,
     Int8AccuracyError,
     Int8Result,
     Int8Settings,
+    convert_fp16,
     quantize_int8,
 )
-from trtconv.reference.compare import DEFAULT_THRESHOLDS, Thresholds
-from trtconv.samples.sources import ImagePreprocess, SampleSet, SampleSource, model_inputs
+from trtconv.reference import DEFAULT_THRESHOLDS, Thresholds
+from trtconv.samples import ImagePreprocess, SampleSet, SampleSource, model_inputs
 
 if TYPE_CHECKING:
     import onnx
 
-    from trtconv.precision.fp16 import Fp16Report
-    from trtconv.precision.int8 import Int8Report
-    from trtconv.samples.sources import SampleSet, SampleSource
+    from trtconv.precision import Fp16Report, Int8Report
+    from trtconv.samples import SampleSet, SampleSource
 
 PathLike = str | os.PathLike[str]
 

@@ -1,1 +1,81 @@
 """Layer plan: what TensorRT will be asked (profiles, limits, plugins, corners) and the manifest; no TensorRT here."""
+
+from trtconv.plan.build_plan import (
+    DEFAULT_MIN_PRECISION_SHARE,
+    DEFAULT_OPT_LEVEL,
+    HARDWARE_COMPAT,
+    PRECISIONS,
+    RTX_TARGET,
+    BuildPlan,
+    HardwareCompat,
+    Precision,
+    Profile,
+    TimingCacheChoice,
+    parse_compute_capabilities,
+    parse_memory_pools,
+    parse_size,
+    target_name,
+    validate_plan,
+)
+from trtconv.plan.corners import (
+    CORNERS,
+    CornerRuns,
+    ShapesKey,
+    does_not_fit,
+    run_corners,
+    shapes_key,
+)
+from trtconv.plan.manifest import (
+    build_manifest,
+    manifest_path,
+    read_manifest,
+    runtime_mismatches,
+    update_manifest,
+    write_manifest,
+)
+from trtconv.plan.precision_check import (
+    PrecisionSummary,
+    assert_precision,
+    onnx_has_reduced_precision,
+    summarize_inspector,
+    summarize_network,
+)
+from trtconv.plan.profiles import (
+    build_profiles,
+)
+
+__all__ = [
+    "CORNERS",
+    "DEFAULT_MIN_PRECISION_SHARE",
+    "DEFAULT_OPT_LEVEL",
+    "HARDWARE_COMPAT",
+    "PRECISIONS",
+    "RTX_TARGET",
+    "BuildPlan",
+    "CornerRuns",
+    "HardwareCompat",
+    "Precision",
+    "PrecisionSummary",
+    "Profile",
+    "ShapesKey",
+    "TimingCacheChoice",
+    "assert_precision",
+    "build_manifest",
+    "build_profiles",
+    "does_not_fit",
+    "manifest_path",
+    "onnx_has_reduced_precision",
+    "parse_compute_capabilities",
+    "parse_memory_pools",
+    "parse_size",
+    "read_manifest",
+    "run_corners",
+    "runtime_mismatches",
+    "shapes_key",
+    "summarize_inspector",
+    "summarize_network",
+    "target_name",
+    "update_manifest",
+    "validate_plan",
+    "write_manifest",
+]

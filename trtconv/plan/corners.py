@@ -19,10 +19,8 @@ import numpy as np
 import onnx
 
 from trtconv.errors import UsageError
-from trtconv.load import override_input_shapes
-from trtconv.load.memory import available_memory
-from trtconv.load.shapes import largest_static_tensor
-from trtconv.plan.plan import Profile
+from trtconv.load import available_memory, largest_static_tensor, override_input_shapes
+from trtconv.plan.build_plan import Profile
 from trtconv.reference import ort
 
 log = logging.getLogger(__name__)

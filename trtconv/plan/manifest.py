@@ -18,7 +18,7 @@ from typing import Any
 from trtconv import __version__
 from trtconv.errors import DataError
 from trtconv.outputs import write_json
-from trtconv.plan.plan import RTX_TARGET, BuildPlan
+from trtconv.plan.build_plan import RTX_TARGET, BuildPlan
 
 SCHEMA_VERSION = 1
 VOLATILE_FIELDS = ("created_at", "build.seconds", "bench")

@@ -24,7 +24,7 @@ from typing import Any
 import onnx
 
 from trtconv.errors import InternalError, PrecisionNotAchievedError
-from trtconv.onnxutil.walk import iter_graphs
+from trtconv.onnxutil import iter_graphs
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from collections.abc import Iterable, Mapping, Sequence
 import onnx
 
 from trtconv.errors import InvalidModelError, UsageError
-from trtconv.load.shapes import dynamic_inputs, input_dims, parse_shapes
+from trtconv.load import dynamic_inputs, input_dims, parse_shapes
+from trtconv.plan.build_plan import InputRange, Profile, Shape
 from trtconv.plan.corners import does_not_fit
-from trtconv.plan.plan import InputRange, Profile, Shape
 from trtconv.reference import ort
 
 log = logging.getLogger(__name__)

@@ -1,1 +1,45 @@
 """Stage 4, precision: FP16 and INT8 made explicit in the ONNX (TensorRT 11 has no builder flags for them)."""
+
+from trtconv.precision.fp16 import (
+    DEFAULT_MAX_ACTIVATION,
+    Fp16AccuracyError,
+    Fp16Report,
+    Fp16Settings,
+    convert_fp16,
+    rule_summaries,
+)
+from trtconv.precision.fp16_rules import (
+    FP16_MAX,
+)
+from trtconv.precision.int8 import (
+    DEFAULT_TRT_VERSION,
+    REMAINDER_FP16,
+    Int8AccuracyError,
+    Int8Report,
+    Int8Result,
+    Int8Settings,
+    quantize_int8,
+)
+from trtconv.precision.phases import (
+    LONG_PHASES,
+    PHASES,
+)
+
+__all__ = [
+    "DEFAULT_MAX_ACTIVATION",
+    "DEFAULT_TRT_VERSION",
+    "FP16_MAX",
+    "LONG_PHASES",
+    "PHASES",
+    "REMAINDER_FP16",
+    "Fp16AccuracyError",
+    "Fp16Report",
+    "Fp16Settings",
+    "Int8AccuracyError",
+    "Int8Report",
+    "Int8Result",
+    "Int8Settings",
+    "convert_fp16",
+    "quantize_int8",
+    "rule_summaries",
+]

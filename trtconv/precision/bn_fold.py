@@ -15,10 +15,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from trtconv.load.external import LAZY_TENSOR_MIN, is_lazy
-from trtconv.load.spill import spill_tensor
-from trtconv.onnxutil.graph import GraphView, cleanup
-from trtconv.onnxutil.names import fresh_name, model_names
+from trtconv.load import LAZY_TENSOR_MIN, is_lazy, spill_tensor
+from trtconv.onnxutil import GraphView, cleanup, fresh_name, model_names
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from trtconv.onnxutil.names import fresh_name, model_names
-from trtconv.onnxutil.walk import has_subgraphs
+from trtconv.onnxutil import fresh_name, has_subgraphs, model_names
 from trtconv.reference import ort
 
 

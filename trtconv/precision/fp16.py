@@ -23,21 +23,21 @@ import onnx
 from onnx import TensorProto
 
 from trtconv.errors import AccuracyError, InternalError, InvalidModelError
-from trtconv.load import approx_size, structure_only
-from trtconv.load.external import has_lazy_weights
-from trtconv.load.memory import ensure_room
-from trtconv.load.spill import spill
-from trtconv.load.validate import check_structure_only
-from trtconv.onnxutil.graph import GraphView
-from trtconv.onnxutil.order import sort_nodes
-from trtconv.onnxutil.walk import iter_graphs
+from trtconv.load import (
+    approx_size,
+    check_structure_only,
+    ensure_room,
+    has_lazy_weights,
+    spill,
+    structure_only,
+)
+from trtconv.onnxutil import GraphView, iter_graphs, sort_nodes
 from trtconv.precision import fp16_rules as rules
 from trtconv.precision.bn_fold import FoldedBatchNorm, fold_batchnorms
 from trtconv.precision.fp16_graph import Decision, Rewriter, emulate_half
 from trtconv.precision.peaks import activation_peaks
-from trtconv.reference import ort
-from trtconv.reference.compare import OutputStats, Thresholds, compare_arrays, violations, worse_stats
-from trtconv.samples.sources import sample_count
+from trtconv.reference import OutputStats, Thresholds, compare_arrays, ort, violations, worse_stats
+from trtconv.samples import sample_count
 
 log = logging.getLogger(__name__)
 

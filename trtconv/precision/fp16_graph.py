@@ -28,13 +28,21 @@ import numpy as np
 import onnx
 from onnx import TensorProto, defs, helper, numpy_helper
 
-from trtconv.load.shapes import graph_dtypes
-from trtconv.load.spill import lazy_as
-from trtconv.onnxutil.domains import normalize_domain, opset_versions
-from trtconv.onnxutil.graph import GraphView, cleanup, constant_tensor
-from trtconv.onnxutil.names import fresh_name, model_names
-from trtconv.onnxutil.tensors import is_lazy, tensor_array
-from trtconv.onnxutil.walk import has_subgraphs, iter_graphs, subgraphs
+from trtconv.load import graph_dtypes, lazy_as
+from trtconv.onnxutil import (
+    GraphView,
+    cleanup,
+    constant_tensor,
+    fresh_name,
+    has_subgraphs,
+    is_lazy,
+    iter_graphs,
+    model_names,
+    normalize_domain,
+    opset_versions,
+    subgraphs,
+    tensor_array,
+)
 from trtconv.precision.fp16_rules import FP16_MAX, NodeView, Rule, const_peak_lookup
 
 FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import defs
 
-from trtconv.onnxutil.domains import display_domain
+from trtconv.onnxutil import display_domain
 
 FP16_MAX = 65504.0
 

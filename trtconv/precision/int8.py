@@ -25,14 +25,18 @@ import onnx
 from onnx import version_converter
 
 from trtconv.errors import AccuracyError, DataError, InternalError, UnsupportedModelError
-from trtconv.load import load_model, model_sha256
-from trtconv.load.external import copy_lazy, has_lazy_weights, is_lazy
-from trtconv.load.proto import inline_bytes, structure_only
-from trtconv.load.strip import is_stripped
-from trtconv.load.validate import check_structure_only
-from trtconv.onnxutil.domains import default_opset, is_default_domain
-from trtconv.onnxutil.graph import GraphView, constant_tensor
-from trtconv.onnxutil.walk import iter_graphs
+from trtconv.load import (
+    check_structure_only,
+    copy_lazy,
+    has_lazy_weights,
+    inline_bytes,
+    is_lazy,
+    is_stripped,
+    load_model,
+    model_sha256,
+    structure_only,
+)
+from trtconv.onnxutil import GraphView, constant_tensor, default_opset, is_default_domain, iter_graphs
 from trtconv.precision.bn_fold import FoldedBatchNorm, fold_batchnorms
 from trtconv.precision.calib_cache import CacheInfo, cache_key, read_cache, write_cache
 from trtconv.precision.calibrate import Calibrator, CalibSettings, Method, scale_from_threshold
@@ -43,8 +47,8 @@ from trtconv.precision.int8_accuracy import accuracy_report, run_failure, with_o
 from trtconv.precision.peaks import activation_peaks, float_tensors, update_peak
 from trtconv.precision.qdq import Placement, Skip, insert_qdq, plan_qdq
 from trtconv.precision.sensitivity import LayerError, fewest_exclusions, layer_errors
-from trtconv.reference.compare import DEFAULT_THRESHOLDS, OutputStats, Thresholds, violations
-from trtconv.samples.sources import sample_count
+from trtconv.reference import DEFAULT_THRESHOLDS, OutputStats, Thresholds, violations
+from trtconv.samples import sample_count
 from trtconv.settings import NEWEST_TENSORRT
 
 log = logging.getLogger(__name__)

@@ -16,10 +16,9 @@ import numpy as np
 import onnx
 
 from trtconv.errors import DataError
-from trtconv.onnxutil.graph import GraphView
+from trtconv.onnxutil import GraphView
 from trtconv.precision.qdq import SHAPE_ONLY
-from trtconv.reference.compare import OutputStats, PooledStats, worse_stats
-from trtconv.reference.ort import run, session
+from trtconv.reference import OutputStats, PooledStats, run, session, worse_stats
 
 # progress(stage, done, total): total may be None
 ProgressFn = Callable[[str, int, "int | None"], None]

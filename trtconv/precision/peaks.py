@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from trtconv.onnxutil.walk import iter_graphs
+from trtconv.onnxutil import iter_graphs
 from trtconv.precision.expose import expose_tensors, session_exposing
 from trtconv.precision.fp16_graph import graph_types
 from trtconv.reference import ort

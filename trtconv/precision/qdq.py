@@ -25,13 +25,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from trtconv.load.external import LAZY_TENSOR_MIN, is_lazy
-from trtconv.load.proto import structure_only
-from trtconv.load.spill import spill_tensor
-from trtconv.onnxutil.domains import is_default_domain
-from trtconv.onnxutil.graph import GraphView, cleanup
-from trtconv.onnxutil.names import fresh_name, model_names
-from trtconv.onnxutil.walk import iter_graphs
+from trtconv.load import LAZY_TENSOR_MIN, is_lazy, spill_tensor, structure_only
+from trtconv.onnxutil import GraphView, cleanup, fresh_name, is_default_domain, iter_graphs, model_names
 
 QUANTIZABLE = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 SENSITIVE = {

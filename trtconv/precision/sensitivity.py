@@ -21,10 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import onnx
 
-from trtconv.onnxutil.graph import GraphView
-from trtconv.onnxutil.names import fresh_name, model_names
-from trtconv.onnxutil.tensors import has_lazy_weights
-from trtconv.onnxutil.walk import iter_graphs_with_path
+from trtconv.onnxutil import GraphView, fresh_name, has_lazy_weights, iter_graphs_with_path, model_names
 from trtconv.precision.expose import session_exposing
 from trtconv.precision.int8_accuracy import run_failure, with_origin
 from trtconv.precision.qdq import Placement, insert_qdq

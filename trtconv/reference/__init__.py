@@ -1,1 +1,37 @@
 """Layer reference: ONNX Runtime as the CPU reference every stage compares against, and output comparison."""
+
+from trtconv.reference import ort
+from trtconv.reference.compare import (
+    DEFAULT_THRESHOLDS,
+    OutputStats,
+    PooledStats,
+    Thresholds,
+    compare_arrays,
+    compare_outputs,
+    parse_limit,
+    thresholds_with,
+    violations,
+    worse_stats,
+)
+from trtconv.reference.ort import (
+    random_feeds,
+    run,
+    session,
+)
+
+__all__ = [
+    "DEFAULT_THRESHOLDS",
+    "OutputStats",
+    "PooledStats",
+    "Thresholds",
+    "compare_arrays",
+    "compare_outputs",
+    "parse_limit",
+    "ort",  # the ONNX Runtime adapter as a namespace: ort.session, ort.run, ort.Feeds, ...
+    "random_feeds",
+    "run",
+    "session",
+    "thresholds_with",
+    "violations",
+    "worse_stats",
+]

@@ -17,11 +17,15 @@ import onnx
 from onnx import helper
 
 from trtconv.errors import InvalidModelError, OutOfMemoryError, UsageError, is_allocation_failure
-from trtconv.load.external import has_lazy_weights
-from trtconv.load.memory import available_memory
-from trtconv.load.proto import weight_bytes
-from trtconv.load.save import write_scratch
-from trtconv.load.shapes import Shape, input_dims, largest_static_tensor
+from trtconv.load import (
+    Shape,
+    available_memory,
+    has_lazy_weights,
+    input_dims,
+    largest_static_tensor,
+    weight_bytes,
+    write_scratch,
+)
 
 Feeds = dict[str, np.ndarray]
 # Models with at least this many bytes of weights reach ONNX Runtime through a scratch file

@@ -7,28 +7,44 @@ Public API (what ``build`` calls)::
     result.model              # onnx.ModelProto, save with trtconv.load.save_model
     result.report.to_json()   # schema "trtconv.rewrite/1", for the engine manifest
 
-Where things are: the rule interface (rule.py), the registry (catalog.py), the driver
-(pipeline.py), the DCN rule (dcn.py: dialects in dcn_dialects.py, targets registered in
-dcn_targets.py: dcn_deformconv.py, dcn_plugins.py, dcn_portable.py),
-proofs (proof.py), clean-ups (cleanup.py), plugin maps (pluginmap.py, pluginmap_rule.py).
+Where things are. The rule framework, which knows no rule family: the rule interface and
+``RuleFamily`` (rule.py), the registry of families (catalog.py: the one place a family is
+listed), the driver (driver.py), proofs (proof.py), the report (rewrite_report.py), settings
+(settings.py), node emission (emitter.py), clean-ups (cleanup.py), the large-model round trip
+(roundtrip.py), JSON/YAML reading (documents.py). The rule families, one subpackage each:
+``dcn/`` (deformable convolutions) and ``plugin_map/`` (the user's ``--plugin-map``).
 """
 
-from trtconv.rewrites.dcn_targets import TARGETS
-from trtconv.rewrites.pipeline import rewrite
-from trtconv.rewrites.plugin_spec import (
+from trtconv.rewrites.catalog import (
+    rewrite_rule_for,
+)
+from trtconv.rewrites.cleanup import (
+    RENAME_SHARED_DIMS,
+)
+from trtconv.rewrites.dcn import (
+    TARGETS,
     PluginSpec,
     builtin_plugin_spec,
+    builtin_spec_document,
     load_plugin_spec,
     trtconv_plugin_spec,
 )
-from trtconv.rewrites.pluginmap import PluginMap, load_plugin_map, parse_plugin_map
-from trtconv.rewrites.report import SCHEMA, RewriteEntry, RewriteReport, RewriteResult
-from trtconv.rewrites.settings import RewriteSettings
+from trtconv.rewrites.driver import rewrite
+from trtconv.rewrites.plugin_map import PluginMap, load_plugin_map, parse_plugin_map
+from trtconv.rewrites.rewrite_report import SCHEMA, RewriteEntry, RewriteReport, RewriteResult
+from trtconv.rewrites.rewrite_settings import (
+    DEFAULT_FOLD_LIMIT,
+    NODE_RTOL,
+    RewriteSettings,
+)
 
 DCN_TARGETS = tuple(TARGETS)
 
 __all__ = [
     "DCN_TARGETS",
+    "DEFAULT_FOLD_LIMIT",
+    "NODE_RTOL",
+    "RENAME_SHARED_DIMS",
     "SCHEMA",
     "PluginMap",
     "PluginSpec",
@@ -37,9 +53,11 @@ __all__ = [
     "RewriteResult",
     "RewriteSettings",
     "builtin_plugin_spec",
+    "builtin_spec_document",
     "load_plugin_map",
     "load_plugin_spec",
     "parse_plugin_map",
-    "trtconv_plugin_spec",
     "rewrite",
+    "rewrite_rule_for",
+    "trtconv_plugin_spec",
 ]

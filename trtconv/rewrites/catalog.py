@@ -1,25 +1,39 @@
-"""The registry of rewrite rules: ``check`` asks it whether a node is rewritable, ``rewrite``
-asks it which rule rewrites a node. It holds rule objects (:class:`~.rule.RewriteRule`).
+"""The registry of rewrite rules, the one place rule families are listed: ``check`` asks it
+whether a node is rewritable, ``rewrite`` asks it which rule rewrites a node and which family
+checks which settings. It holds rule objects (:class:`~.rule.RewriteRule`) grouped in
+:class:`~.rule.RuleFamily` objects.
 
-To add a rule: write it (a ``RewriteRule`` subclass in a module of its own) and append an
-instance to :data:`RULES`. A new DCN dialect needs only an entry in ``dcn_dialects.DIALECTS``.
+To add a family: a subpackage of ``trtconv.rewrites`` (like ``dcn/``) whose front door exports
+its ``FAMILY``, and one more entry in :data:`FAMILIES`. A new DCN dialect needs only an entry in
+``dcn.dialects.DIALECTS``; a new DCN target one in ``dcn.targets.TARGETS``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from trtconv.onnxutil.domains import normalize_domain
-from trtconv.rewrites.dcn import DcnRule
-from trtconv.rewrites.dcn_dialects import DIALECTS
-from trtconv.rewrites.pluginmap import PluginMap
-from trtconv.rewrites.pluginmap_rule import PluginMapRule
-from trtconv.rewrites.rule import RewriteRule
+from trtconv.onnxutil import normalize_domain
+from trtconv.rewrites import dcn
+from trtconv.rewrites import rewrite_settings as core_settings
+from trtconv.rewrites.plugin_map import PluginMap, PluginMapRule
+from trtconv.rewrites.rewrite_settings import RewriteSettings
+from trtconv.rewrites.rule import RewriteRule, RuleFamily
 
-RULES: tuple[RewriteRule, ...] = tuple(DcnRule(d) for d in DIALECTS)
+FAMILIES: tuple[RuleFamily, ...] = (
+    dcn.FAMILY,
+)
+
+RULES: tuple[RewriteRule, ...] = tuple(rule for family in FAMILIES for rule in family.rules)
 
 # (domain, op_type) -> the built-in rule for it; the empty domain is ONNX's default domain
 REWRITABLE: dict[tuple[str, str], RewriteRule] = {key: rule for rule in RULES for key in rule.ops}
+
+
+def check_settings(settings: RewriteSettings) -> None:
+    """UsageError for settings no rewrite can run with: each family's, then the framework's."""
+    for family in FAMILIES:
+        family.check_settings(settings)
+    core_settings.check_settings(settings)
 
 
 def rule_among(rules: Sequence[RewriteRule], domain: str | None, op_type: str) -> RewriteRule | None:

@@ -16,8 +16,7 @@ from onnx import version_converter
 from onnx_graphsurgeon.logger import G_LOGGER
 
 from trtconv.errors import UnsupportedModelError
-from trtconv.onnxutil.domains import default_opset, normalize_domain
-from trtconv.onnxutil.walk import gs_all_subgraphs, gs_nodes, iter_graphs
+from trtconv.onnxutil import default_opset, gs_all_subgraphs, gs_nodes, iter_graphs, normalize_domain
 from trtconv.rewrites.emitter import PENDING_DOMAIN
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1

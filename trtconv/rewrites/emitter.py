@@ -13,6 +13,11 @@ import onnx_graphsurgeon as gs
 # converter refuses DeformConv itself and unknown default-domain ops).
 PENDING_DOMAIN = "trtconv.pending"
 
+# Domain given to plugin nodes (every family that emits them). TensorRT's fallback importer looks
+# the plugin up by op type, plugin_version and plugin_namespace (we always set all three); the
+# domain only keeps onnx.checker from confusing the node with a (nonexistent) standard op.
+PLUGIN_DOMAIN = "trt.plugins"
+
 
 class Emitter:
     """Collects the nodes one rewrite builds; every node and tensor is named ``<base>/<suffix>``."""

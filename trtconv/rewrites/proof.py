@@ -29,14 +29,11 @@ from onnx.reference.op_run import OpRun
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
 from trtconv.errors import InvalidModelError, TrtconvError, UsageError
-from trtconv.load import PROTOBUF_LIMIT, approx_size
-from trtconv.load.proto import structure_only
-from trtconv.load.shapes import override_input_shapes
-from trtconv.onnxutil.domains import ORT_DOMAINS, is_default_domain, normalize_domain
-from trtconv.reference.compare import OutputStats, compare_arrays
-from trtconv.reference.ort import random_feeds, run, session
+from trtconv.load import PROTOBUF_LIMIT, approx_size, override_input_shapes, structure_only
+from trtconv.onnxutil import ORT_DOMAINS, is_default_domain, normalize_domain
+from trtconv.reference import OutputStats, compare_arrays, random_feeds, run, session
 from trtconv.rewrites.emitter import PENDING_DOMAIN
-from trtconv.rewrites.settings import GRAPH_RTOL, NODE_RTOL
+from trtconv.rewrites.rewrite_settings import GRAPH_RTOL, NODE_RTOL
 
 ONNXRUNTIME = "onnxruntime"
 REFERENCE_EVALUATOR = "reference-evaluator"

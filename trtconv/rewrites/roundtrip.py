@@ -10,11 +10,17 @@ import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from trtconv.errors import UnsupportedModelError
-from trtconv.load.external import is_lazy, tensor_array
-from trtconv.load.memory import ensure_room
-from trtconv.load.proto import DATA_FIELDS, copy_fields, inferred_value_info, structure_only, tensor_nbytes
-from trtconv.onnxutil.domains import ORT_DOMAINS, normalize_domain
-from trtconv.onnxutil.walk import iter_graphs
+from trtconv.load import (
+    DATA_FIELDS,
+    copy_fields,
+    ensure_room,
+    inferred_value_info,
+    is_lazy,
+    structure_only,
+    tensor_array,
+    tensor_nbytes,
+)
+from trtconv.onnxutil import ORT_DOMAINS, iter_graphs, normalize_domain
 
 
 def refuse_empty_list_attributes(model: onnx.ModelProto) -> None:

@@ -1,5 +1,5 @@
 """What a rewrite rule is: an object that matches a node, emits its replacement and says how
-to prove it. The driver (:mod:`trtconv.rewrites.pipeline`) knows nothing more about any rule.
+to prove it. The driver (:mod:`trtconv.rewrites.driver`) knows nothing more about any rule.
 
 A rule's life for one node, in order:
 
@@ -20,7 +20,7 @@ New rules are registered in :mod:`trtconv.rewrites.catalog`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from trtconv.rewrites.proof import NodeProofCase, Proof
-from trtconv.rewrites.settings import RewriteSettings
+from trtconv.rewrites.rewrite_settings import RewriteSettings
 
 
 @dataclass(frozen=True)
@@ -96,3 +96,17 @@ class RewriteRule(ABC):
     def unproven(self, match: Any) -> Proof:
         """The proof entry when proofs are off (``--no-verify``)."""
         return Proof("none", True, reason="--no-verify")
+
+
+def _no_settings_of_its_own(settings: RewriteSettings) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class RuleFamily:
+    """A family of built-in rules shipped as one subpackage (``rewrites/dcn/``): its rules, in
+    precedence order, and the check of the settings only it reads. The catalog lists the families."""
+
+    name: str
+    rules: tuple[RewriteRule, ...]
+    check_settings: Callable[[RewriteSettings], None] = _no_settings_of_its_own

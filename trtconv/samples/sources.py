@@ -32,7 +32,7 @@ import onnx
 from onnx import helper
 
 from trtconv.errors import DataError, UsageError
-from trtconv.load.shapes import Shape, input_dims
+from trtconv.load import Shape, input_dims
 from trtconv.samples.images import IMAGE_SUFFIXES, ImagePreprocess, load_image
 
 log = logging.getLogger(__name__)

@@ -150,7 +150,7 @@ _REWRITES = (
        "only (GridSample + 1x1 Conv; no plugin, e.g. TensorRT-RTX). build's default: portable for --trt rtx, else "
        "deformconv.", _REWRITE, show_default=False),
     _s("dcn_plugin_spec", "path", "Spec of trtconv's DCNv2 plugin (for --dcn-target trtconv-plugin); default: the "
-       "spec shipped inside trtconv (trtconv/rewrites/dcnv2_spec.json).", _REWRITE),
+       "spec shipped inside trtconv (trtconv/rewrites/dcn/dcnv2_spec.json).", _REWRITE),
     _s("plugin_map", "path", "YAML map from custom ops to plugin nodes (format in docs/rewrite.md).", _REWRITE),
     _s("fold", "bool", "Fold constant subgraphs.", _REWRITE, default=True, secondary="--no-fold"),
     _s("fold_limit", "str", "Largest tensor constant folding may create (bytes, or with k/M/G).", _REWRITE,

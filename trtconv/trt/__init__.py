@@ -8,3 +8,45 @@ configure, build, check precision, serialize), ``engine`` (deserialize, inspect,
 time), ``cudart`` (CUDA graphs and events via ctypes), ``environment`` (what the machine
 has, for ``doctor``), ``plugins`` (trtconv's own TensorRT plugins).
 """
+
+from trtconv.trt.builder import (
+    build_engine,
+)
+from trtconv.trt.engine import (
+    EngineRunner,
+    profile_shapes,
+)
+from trtconv.trt.environment import (
+    Environment,
+    TensorRTStatus,
+    installed_target,
+    probe,
+    probe_driver,
+    problems,
+)
+from trtconv.trt.flavour import (
+    for_target,
+)
+from trtconv.trt.loader import (
+    tensorrt_version,
+)
+from trtconv.trt.realparse import (
+    RTX_MODULE,
+    run_isolated,
+)
+
+__all__ = [
+    "RTX_MODULE",
+    "EngineRunner",
+    "Environment",
+    "TensorRTStatus",
+    "build_engine",
+    "for_target",
+    "installed_target",
+    "probe",
+    "probe_driver",
+    "problems",
+    "profile_shapes",
+    "run_isolated",
+    "tensorrt_version",
+]

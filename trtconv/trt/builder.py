@@ -21,9 +21,10 @@ import onnx
 
 from trtconv.errors import BackendUnavailableError, BuildError, OutputError
 from trtconv.outputs import write_bytes
-from trtconv.plan.plan import BuildPlan, Profile
-from trtconv.plan.precision_check import (
+from trtconv.plan import (
+    BuildPlan,
     PrecisionSummary,
+    Profile,
     assert_precision,
     onnx_has_reduced_precision,
     summarize_inspector,

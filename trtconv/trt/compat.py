@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trtconv.errors import BackendUnavailableError, UsageError
-from trtconv.plan.plan import HardwareCompat
+from trtconv.plan import HardwareCompat
 from trtconv.trt.flavour import TENSORRT, current
 from trtconv.trt.loader import major_version
 

@@ -26,7 +26,7 @@ from trtconv.errors import (
     UnsupportedModelError,
     UsageError,
 )
-from trtconv.plan.manifest import manifest_path, read_manifest, runtime_mismatches
+from trtconv.plan import manifest_path, read_manifest, runtime_mismatches
 from trtconv.trt.cudart import EventTimer, capture
 from trtconv.trt.environment import probe
 from trtconv.trt.flavour import TENSORRT, Flavour, active, for_target

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from trtconv.plan.plan import RTX_TARGET
+from trtconv.plan import RTX_TARGET
 
 
 @dataclass(frozen=True)

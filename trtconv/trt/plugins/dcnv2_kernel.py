@@ -67,7 +67,7 @@ _STEM = {"float16": "f16", "bfloat16": "bf16"}
 
 @dataclass(frozen=True)
 class DCNv2Attrs:
-    """The plugin's fields, validated once (names and meaning as in trtconv/rewrites/dcnv2_spec.json)."""
+    """The plugin's fields, validated once (names and meaning as in trtconv/rewrites/dcn/dcnv2_spec.json)."""
 
     stride: tuple[int, ...] = (1, 1)  # h, w
     pads: tuple[int, ...] = (0, 0, 0, 0)  # top, left, bottom, right (ONNX order)

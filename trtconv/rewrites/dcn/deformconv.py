@@ -7,10 +7,10 @@ from typing import Any
 
 import onnx_graphsurgeon as gs
 
-from trtconv.rewrites.dcn_dialects import DcnNode
-from trtconv.rewrites.dcn_target import DcnInputs, DcnTarget, padded_input, symmetric_split
+from trtconv.rewrites.dcn.dialects import DcnNode
+from trtconv.rewrites.dcn.lowering import DcnInputs, DcnTarget, padded_input, symmetric_split
+from trtconv.rewrites.dcn.plugin_spec import PluginSpec
 from trtconv.rewrites.emitter import PENDING_DOMAIN, Emitter
-from trtconv.rewrites.plugin_spec import PluginSpec
 
 DEFORMCONV_OPSET = 19
 

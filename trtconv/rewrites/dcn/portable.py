@@ -38,12 +38,12 @@ import onnx_graphsurgeon as gs
 from onnx import helper
 
 from trtconv.errors import UnsupportedModelError
-from trtconv.load.shapes import value_dtypes, value_shapes
-from trtconv.rewrites.dcn_dialects import DcnNode, dialect_of, read_any
-from trtconv.rewrites.dcn_target import DcnInputs, DcnTarget
+from trtconv.load import value_dtypes, value_shapes
+from trtconv.rewrites.dcn.deform_math import DcnParams
+from trtconv.rewrites.dcn.dialects import DcnNode, dialect_of, read_any
+from trtconv.rewrites.dcn.lowering import DcnInputs, DcnTarget
+from trtconv.rewrites.dcn.plugin_spec import PluginSpec
 from trtconv.rewrites.emitter import PENDING_DOMAIN, Emitter
-from trtconv.rewrites.plugin_spec import PluginSpec
-from trtconv.rewrites.reference import DcnParams
 
 TARGET = "portable"
 # GridSample entered the default domain at opset 16; it is emitted in the pending domain

@@ -13,8 +13,8 @@ from trtconv.cli.options import GATE_LIMITS, json_option, merge_deprecated, opti
 from trtconv.cli.output import finish, print_json, stdout_console
 from trtconv.errors import ExitCode, UsageError
 from trtconv.load import parse_shapes
-from trtconv.plan.manifest import manifest_path, read_manifest
-from trtconv.verify.engine import VerifyReport, verify_engine
+from trtconv.plan import manifest_path, read_manifest
+from trtconv.verify import VerifyReport, verify_engine
 
 
 def engine_precision(engine: Path, given: str | None) -> str:

@@ -1,5 +1,5 @@
 """What a DCN target is: the data ``--dcn-target`` chooses (an emitter, how it is proven, what it
-needs), and the helpers several targets share. The targets themselves: :mod:`.dcn_targets`.
+needs), and the helpers several targets share. The targets themselves: :mod:`.targets`.
 
 TensorRT needs symmetric pads: asymmetric ones become an explicit zero ``Pad`` of the
 input plus the symmetric remainder, which samples exactly the same values (bilinear
@@ -15,9 +15,9 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from trtconv.rewrites.dcn_dialects import DcnNode
+from trtconv.rewrites.dcn.dialects import DcnNode
+from trtconv.rewrites.dcn.plugin_spec import PluginSpec
 from trtconv.rewrites.emitter import Emitter
-from trtconv.rewrites.plugin_spec import PluginSpec
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,7 @@ import onnx
 from onnx import numpy_helper
 
 from trtconv.errors import InvalidModelError
-from trtconv.onnxutil.domains import is_default_domain, normalize_domain, opset_versions
-from trtconv.onnxutil.order import topological_order
-from trtconv.onnxutil.walk import subgraphs
+from trtconv.onnxutil import is_default_domain, normalize_domain, opset_versions, subgraphs, topological_order
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 

@@ -18,11 +18,10 @@ import onnx
 
 from trtconv.errors import DataError, InvalidModelError
 from trtconv.load import load_model
-from trtconv.plan.corners import ShapesKey, does_not_fit, shapes_key
-from trtconv.reference import ort
-from trtconv.reference.compare import OutputStats, PooledStats, Thresholds, compare_outputs, violations
-from trtconv.samples.sources import SampleSource, iter_samples_with_origin, model_inputs
-from trtconv.trt.engine import EngineRunner
+from trtconv.plan import ShapesKey, does_not_fit, shapes_key
+from trtconv.reference import OutputStats, PooledStats, Thresholds, compare_outputs, ort, violations
+from trtconv.samples import SampleSource, iter_samples_with_origin, model_inputs
+from trtconv.trt import EngineRunner
 
 
 @dataclass(frozen=True)

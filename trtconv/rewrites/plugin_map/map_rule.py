@@ -1,10 +1,10 @@
-"""The user's ``--plugin-map`` as a rewrite rule (the map's format: :mod:`.pluginmap`)."""
+"""The user's ``--plugin-map`` as a rewrite rule (the map's format: :mod:`.mapping`)."""
 
 from __future__ import annotations
 
 import onnx_graphsurgeon as gs
 
-from trtconv.rewrites.pluginmap import PlannedPluginNode, PluginMap, emit_plugin_node, plan
+from trtconv.rewrites.plugin_map.mapping import PlannedPluginNode, PluginMap, emit_plugin_node, plan
 from trtconv.rewrites.proof import Proof
 from trtconv.rewrites.rule import Emitted, RewriteRule, RuleContext, Site
 

@@ -19,12 +19,9 @@ from typing import Any
 
 from trtconv.errors import UsageError
 from trtconv.rewrites.documents import read_document
+from trtconv.rewrites.emitter import PLUGIN_DOMAIN
 
-# Domain given to plugin nodes. TensorRT's fallback importer looks the plugin up by op
-# type, plugin_version and plugin_namespace (we always set all three); the domain only
-# keeps onnx.checker from confusing the node with a (nonexistent) standard op.
-PLUGIN_DOMAIN = "trt.plugins"
-BUILTIN_SPEC_FILE = "dcnv2_spec.json"  # package data of trtconv.rewrites
+BUILTIN_SPEC_FILE = "dcnv2_spec.json"  # package data of trtconv.rewrites.dcn
 
 ROLES = ("x", "offset", "mask", "weight", "bias")
 FIELD_ROLES = ("stride", "padding", "pads", "dilation", "group", "deformable_group")
@@ -134,7 +131,7 @@ def builtin_spec_document() -> dict[str, Any]:
 
 def builtin_plugin_spec() -> PluginSpec:
     """trtconv's own DCNv2 plugin, from the spec shipped inside the package."""
-    return parse_plugin_spec(builtin_spec_document(), f"trtconv/rewrites/{BUILTIN_SPEC_FILE}")
+    return parse_plugin_spec(builtin_spec_document(), f"trtconv/rewrites/dcn/{BUILTIN_SPEC_FILE}")
 
 
 def trtconv_plugin_spec(path: str | os.PathLike[str] | None = None) -> PluginSpec:

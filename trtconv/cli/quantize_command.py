@@ -38,8 +38,8 @@ from trtconv.cli.options import (
 from trtconv.cli.output import interactive, progress, warn
 from trtconv.cli.precision_report import emit_quantize
 from trtconv.errors import AccuracyError
-from trtconv.load.memory import return_large_blocks
-from trtconv.precision.phases import LONG_PHASES, PHASES
+from trtconv.load import return_large_blocks
+from trtconv.precision import LONG_PHASES, PHASES
 
 
 @click.command("quantize")

@@ -4,7 +4,7 @@
   x, offset, mask, weight[, bias], the five INT fields (stride, padding, dilation, group,
   deformable_group) all present; a ones mask is synthesized when the source has none.
 * ``trtconv-plugin``: trtconv's own DCNv2 plugin, described by its spec
-  (:func:`trtconv.rewrites.plugin_spec.trtconv_plugin_spec`).
+  (:func:`trtconv.rewrites.dcn.plugin_spec.trtconv_plugin_spec`).
 
 Both are proven in onnx's reference evaluator running the spec's contract (:mod:`.dcn`).
 """
@@ -17,11 +17,11 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from trtconv.errors import UnsupportedModelError
-from trtconv.rewrites.dcn_dialects import DcnNode, tensor_shape
-from trtconv.rewrites.dcn_target import DcnInputs, DcnTarget, padded_input, symmetric_split
+from trtconv.rewrites.dcn.deform_math import DcnParams
+from trtconv.rewrites.dcn.dialects import DcnNode, tensor_shape
+from trtconv.rewrites.dcn.lowering import DcnInputs, DcnTarget, padded_input, symmetric_split
+from trtconv.rewrites.dcn.plugin_spec import TRT_MODULATED_DEFORM_CONV, PluginSpec
 from trtconv.rewrites.emitter import Emitter
-from trtconv.rewrites.plugin_spec import TRT_MODULATED_DEFORM_CONV, PluginSpec
-from trtconv.rewrites.reference import DcnParams
 
 
 def field_value(role: str, params: DcnParams) -> list[int] | int:

@@ -9,7 +9,7 @@ from trtconv import __version__
 from trtconv.cli.options import json_option
 from trtconv.cli.output import finish, print_json, stdout_console
 from trtconv.errors import ExitCode
-from trtconv.trt.environment import Environment, TensorRTStatus, probe, problems
+from trtconv.trt import Environment, TensorRTStatus, probe, problems
 
 
 @click.command("doctor")

@@ -8,8 +8,7 @@ from dataclasses import replace
 
 import onnx
 
-from trtconv.analyze.graph import GraphIndex, NodeRef, build_index, int64_out_of_range
-from trtconv.analyze.report import (
+from trtconv.analyze.check_report import (
     BUILDER,
     ERROR,
     PLUGIN,
@@ -22,16 +21,13 @@ from trtconv.analyze.report import (
     InputReport,
     NodeReport,
 )
+from trtconv.analyze.lookups import GraphIndex, NodeRef, build_index, int64_out_of_range
 from trtconv.analyze.rules import CONVERTIBLE, NodeContext, dtype_name, run_rules
 from trtconv.analyze.support import SupportTable, load_table
 from trtconv.errors import InvalidModelError
-from trtconv.load import LoadedModel, infer_shapes, input_dims, override_input_shapes
-from trtconv.load.shapes import Shape
-from trtconv.load.strip import is_stripped
-from trtconv.onnxutil.domains import DEFAULT_DOMAIN, is_default_domain
-from trtconv.onnxutil.walk import has_subgraphs
-from trtconv.rewrites.catalog import rewrite_rule_for
-from trtconv.rewrites.cleanup import RENAME_SHARED_DIMS
+from trtconv.load import LoadedModel, Shape, infer_shapes, input_dims, is_stripped, override_input_shapes
+from trtconv.onnxutil import DEFAULT_DOMAIN, has_subgraphs, is_default_domain
+from trtconv.rewrites import RENAME_SHARED_DIMS, rewrite_rule_for
 
 NO_PLUGIN_DOMAINS = ("ai.onnx.ml", "ai.onnx.preview.training")
 # Inputs where ONNX exporters write INT64_MAX/MIN to mean "to the end"; the parser clamps them.

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import click
 
-from trtconv.bench.run import BenchResult, BenchSettings, bench_engine
+from trtconv.bench import BenchResult, BenchSettings, bench_engine
 from trtconv.cli.options import json_option, shapes_option
 from trtconv.cli.output import print_json, stdout_console
 from trtconv.errors import UsageError
 from trtconv.load import parse_shapes
-from trtconv.plan.manifest import manifest_path
-from trtconv.plan.manifest import update_manifest as update
+from trtconv.plan import manifest_path
+from trtconv.plan import update_manifest as update
 
 
 def print_result(engine: Path, result: BenchResult) -> None:

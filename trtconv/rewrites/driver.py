@@ -21,18 +21,14 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from trtconv.errors import AccuracyError, InvalidModelError, UsageError
-from trtconv.load import LoadedModel
-from trtconv.load.proto import weight_bytes
-from trtconv.load.shapes import Shape, override_input_shapes, value_shapes
-from trtconv.onnxutil.domains import ORT_DOMAINS, default_opset, normalize_domain
-from trtconv.onnxutil.names import fresh_name
-from trtconv.onnxutil.order import is_sorted
-from trtconv.onnxutil.walk import iter_graphs
+from trtconv.load import LoadedModel, Shape, override_input_shapes, value_shapes, weight_bytes
+from trtconv.onnxutil import ORT_DOMAINS, default_opset, fresh_name, is_sorted, iter_graphs, normalize_domain
 from trtconv.reference import ort
 from trtconv.rewrites import cleanup
-from trtconv.rewrites.catalog import active_rules, rewrite_rule_for, rule_among
+from trtconv.rewrites.catalog import active_rules, check_settings, rewrite_rule_for, rule_among
 from trtconv.rewrites.proof import Proof, prove_graph, prove_node, prove_unchanged
-from trtconv.rewrites.report import NodeInfo, RewriteEntry, RewriteReport, RewriteResult
+from trtconv.rewrites.rewrite_report import NodeInfo, RewriteEntry, RewriteReport, RewriteResult
+from trtconv.rewrites.rewrite_settings import RewriteSettings
 from trtconv.rewrites.roundtrip import (
     export,
     import_with_shapes,
@@ -43,7 +39,6 @@ from trtconv.rewrites.roundtrip import (
     strip_value_info,
 )
 from trtconv.rewrites.rule import RewriteRule, RuleContext, Site
-from trtconv.rewrites.settings import RewriteSettings, check_settings
 
 
 def _computing_nodes(graph: gs.Graph) -> int:

@@ -27,8 +27,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from trtconv.errors import UnsupportedModelError
-from trtconv.onnxutil.domains import normalize_domain
-from trtconv.rewrites.reference import DcnParams
+from trtconv.onnxutil import normalize_domain
+from trtconv.rewrites.dcn.deform_math import DcnParams
 
 # Attributes that carry no semantics in the wild (names exporters add).
 _HARMLESS = {"name", "info", "kernel_size", "plugin_version", "plugin_namespace", "im2col_step",

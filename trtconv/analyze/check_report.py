@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trtconv.errors import ExitCode
-from trtconv.onnxutil.domains import display_domain
+from trtconv.onnxutil import display_domain
 
 SCHEMA = "trtconv.check/1"
 

@@ -27,7 +27,7 @@ from trtconv.cli.options import (
 from trtconv.cli.output import print_json, progress, stderr_console
 from trtconv.cli.precision_report import print_gate
 from trtconv.errors import TrtconvError
-from trtconv.load.memory import return_large_blocks
+from trtconv.load import return_large_blocks
 
 
 class BarSink:

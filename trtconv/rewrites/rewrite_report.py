@@ -10,11 +10,11 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from trtconv.onnxutil.domains import qualified_op
+from trtconv.onnxutil import qualified_op
 from trtconv.rewrites.cleanup import CleanupResult
 from trtconv.rewrites.emitter import PENDING_DOMAIN
 from trtconv.rewrites.proof import Proof
-from trtconv.rewrites.settings import RewriteSettings
+from trtconv.rewrites.rewrite_settings import RewriteSettings
 
 SCHEMA = "trtconv.rewrite/1"
 

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trtconv.errors import UsageError
-from trtconv.load import PROTOBUF_LIMIT
-from trtconv.load.external import LAZY_WEIGHTS_BYTES
-from trtconv.load.shapes import Shape
-from trtconv.rewrites.dcn_targets import DEFAULT_TARGET, TARGETS
-from trtconv.rewrites.plugin_spec import PluginSpec
-from trtconv.rewrites.pluginmap import PluginMap
+from trtconv.load import LAZY_WEIGHTS_BYTES, PROTOBUF_LIMIT, Shape
+
+if TYPE_CHECKING:  # the families' own types; the families import this module, so not at run time
+    from trtconv.rewrites.dcn import PluginSpec
+    from trtconv.rewrites.plugin_map import PluginMap
 
 DEFAULT_FOLD_LIMIT = 16 << 20  # bytes: larger folded tensors stay as nodes
 NODE_RTOL = 1e-5  # node proofs: max |err| <= NODE_RTOL * max(1, max |ref|)
@@ -23,7 +22,7 @@ GRAPH_RTOL = 1e-6
 class RewriteSettings:
     """What ``rewrite`` does. Frozen: the same settings and model always give the same bytes."""
 
-    dcn_target: str = DEFAULT_TARGET  # a name in dcn_targets.TARGETS
+    dcn_target: str = "deformconv"  # a name in rewrites.dcn's TARGETS (checked by that family)
     dcn_plugin: PluginSpec | None = None  # for targets that need a spec ("trtconv-plugin": trtconv_plugin_spec(path))
     plugin_map: PluginMap | None = None
     shapes: Mapping[str, Shape] = field(default_factory=dict)
@@ -64,11 +63,7 @@ class RewriteSettings:
 
 
 def check_settings(settings: RewriteSettings) -> None:
-    if settings.dcn_target not in TARGETS:
-        raise UsageError(f"unknown DCN target {settings.dcn_target!r}", hint=f"choose one of {', '.join(TARGETS)}")
-    if TARGETS[settings.dcn_target].needs_spec and settings.dcn_plugin is None:
-        raise UsageError(f"DCN target {settings.dcn_target} needs the plugin's spec",
-                         hint="pass --dcn-plugin-spec PATH, or RewriteSettings(dcn_plugin=trtconv_plugin_spec())")
+    """The framework's own settings; each rule family checks its own (``catalog.check_settings``)."""
     if not (settings.node_tolerance >= 0 and settings.graph_tolerance >= 0):
         raise UsageError("proof tolerances must be >= 0")
     if settings.fold_size_limit < 0:

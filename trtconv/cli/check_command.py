@@ -12,7 +12,7 @@ from trtconv import api
 from trtconv.api import CheckReport, default_target, target_name
 from trtconv.cli.options import announce_target, json_option, model_argument, shapes_option, trt_option
 from trtconv.cli.output import cell_lines, finish, print_json, stdout_console
-from trtconv.onnxutil.domains import qualified_op
+from trtconv.onnxutil import qualified_op
 
 STATUS_STYLE = {"supported": "green", "rewritable": "yellow", "plugin": "yellow", "unsupported": "red"}
 

@@ -32,9 +32,9 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from trtconv.errors import UsageError
-from trtconv.onnxutil.domains import normalize_domain
+from trtconv.onnxutil import normalize_domain
 from trtconv.rewrites.documents import read_document
-from trtconv.rewrites.plugin_spec import PLUGIN_DOMAIN
+from trtconv.rewrites.emitter import PLUGIN_DOMAIN
 
 TYPES = ("int", "ints", "float", "floats", "string", "strings")
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1

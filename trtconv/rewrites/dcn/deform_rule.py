@@ -1,6 +1,6 @@
-"""The DCN rewrite rule: a deformable convolution in any dialect (:mod:`.dcn_dialects`) becomes
-the chosen target (:mod:`.dcn_targets`), proven against the float64 reference of the *original*
-op (:mod:`.reference`).
+"""The DCN rewrite rule: a deformable convolution in any dialect (:mod:`.dialects`) becomes
+the chosen target (:mod:`.targets`), proven against the float64 reference of the *original*
+op (:mod:`.deform_math`).
 
 One :class:`DcnRule` per dialect; the catalog makes them from ``DIALECTS``. The proof feeds the
 replacement random data of the node's channel counts with its real weights: plugin nodes (no
@@ -22,16 +22,16 @@ from onnx import helper
 from onnx.reference.op_run import OpRun
 
 from trtconv.errors import UnsupportedModelError
-from trtconv.onnxutil.domains import normalize_domain
-from trtconv.rewrites.dcn_dialects import DcnNode, Dialect
-from trtconv.rewrites.dcn_target import DcnInputs, DcnTarget
-from trtconv.rewrites.dcn_targets import TARGETS
+from trtconv.onnxutil import normalize_domain
+from trtconv.rewrites.dcn.deform_math import DcnParams, modulated_deform_conv2d
+from trtconv.rewrites.dcn.dialects import DcnNode, Dialect
+from trtconv.rewrites.dcn.lowering import DcnInputs, DcnTarget
+from trtconv.rewrites.dcn.plugin_spec import ROLES, PluginSpec
+from trtconv.rewrites.dcn.targets import TARGETS
 from trtconv.rewrites.emitter import Emitter
-from trtconv.rewrites.plugin_spec import ROLES, PluginSpec
 from trtconv.rewrites.proof import ONNXRUNTIME, REFERENCE_EVALUATOR, NodeProofCase, Proof
-from trtconv.rewrites.reference import DcnParams, modulated_deform_conv2d
+from trtconv.rewrites.rewrite_settings import RewriteSettings
 from trtconv.rewrites.rule import Emitted, RewriteRule, RuleContext, Site
-from trtconv.rewrites.settings import RewriteSettings
 
 # Keep node proofs cheap: shrink spatial dims until columns (C*K*OH*OW) fit this.
 MAX_COLUMN_ELEMENTS = 1 << 21
