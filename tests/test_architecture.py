@@ -80,7 +80,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(s.split()) for s in (
     "precision",
     "plan",
     "trt",
-    "verify bench",
+    "verify bench inspection triton htmlreport",
     "pipeline",
     "api",
     "cli",

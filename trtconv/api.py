@@ -24,12 +24,13 @@ from trtconv.pipeline import (
     gate_thresholds,
     quantize,
     quantize_settings,
+    request_identity,
     rewrite_settings,
 )
 from trtconv.pipeline import build as run_build
 from trtconv.pipeline import check as run_check
 from trtconv.pipeline import rewrite as run_rewrite
-from trtconv.plan import target_name
+from trtconv.plan import identity_hash, target_name
 from trtconv.rewrites import DCN_TARGETS, RewriteSettings
 from trtconv.trt import installed_target
 
@@ -40,7 +41,7 @@ PathLike = str | os.PathLike[str]
 ShapesArg = Mapping[str, Sequence[int]] | str | None
 
 __all__ = ["DCN_TARGETS", "BuildOutcome", "BuildSettings", "CheckReport", "QuantizeAccuracyError", "QuantizeResult", "QuantizeSettings", "build", "check",
-           "default_target", "gate_thresholds", "quantize", "quantize_settings", "rewrite", "rewrite_settings",
+           "default_target", "engine_identity_hash", "gate_thresholds", "quantize", "quantize_settings", "rewrite", "rewrite_settings",
            "target_name"]
 
 
@@ -109,3 +110,12 @@ def default_target() -> tuple[str, str]:
     """``trt``'s value when none is given, and why: the TensorRT that is installed (TensorRT 10/11 if it
     imports, else TensorRT-RTX; the newest TensorRT where neither is)."""
     return installed_target()
+
+
+def engine_identity_hash(model: PathLike, output: PathLike, settings: BuildSettings | None = None) -> str:
+    """The identity hash the manifest of ``build(model, output, settings)`` will record (the result
+    cache keys on it): ONNX, settings, TensorRT version, plugin libraries, target."""
+    settings = settings or BuildSettings()
+    target = settings.trt or default_target()[0]
+    plan = settings.plan(model, output, target)
+    return identity_hash(request_identity(Path(model), settings, target, plan))

@@ -39,7 +39,7 @@ def _manifest(tmp_path: Path, **over) -> dict:
 
 def test_manifest_records_what_the_issue_lists(tmp_path: Path):
     m = _manifest(tmp_path)
-    assert m["environment"] == {**ENV, "tensorrt_flavour": "TensorRT"}
+    assert m["environment"] == {**ENV, "tensorrt_flavour": "TensorRT", "gpu_properties": None}
     assert m["build"]["target"] == "11.4" and m["build"]["compute_capabilities"] is None
     assert m["source"] == {"onnx": "m.onnx", "onnx_sha256": "ab" * 32, "prepared_onnx": "m.prepared.onnx"}
     assert m["rewrites"][0]["rule"] == "dcnv2-mmcv"

@@ -16,6 +16,8 @@ from trtconv.api import DCN_TARGETS, BuildOutcome, BuildSettings
 from trtconv.cli.cache import cache_option, gpu_identity
 from trtconv.cli.config import config_option
 from trtconv.cli.depfile import deps_option
+from trtconv.cli.html_report import record, report_option
+from trtconv.cli.inspect_engine import off_precision_lines
 from trtconv.cli.options import (
     force_option,
     json_option,
@@ -26,8 +28,11 @@ from trtconv.cli.options import (
 )
 from trtconv.cli.output import print_json, progress, stderr_console
 from trtconv.cli.precision_report import print_gate
-from trtconv.errors import TrtconvError
+from trtconv.cli.triton_repo import triton_repo_option
+from trtconv.errors import DataError, TrtconvError
+from trtconv.inspection import layer_rows, off_precision
 from trtconv.load import return_large_blocks
+from trtconv.plan import identity_problems, manifest_path, read_manifest
 
 
 class BarSink:
@@ -73,9 +78,44 @@ def _outputs(params: Mapping[str, Any]) -> list[Path]:
     return BuildSettings.from_params(params).outputs(params["output"])
 
 
+def _off(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The manifest's compute layers that missed the requested precision, with trtconv's reason."""
+    table = manifest.get("layers") or {}
+    return off_precision(layer_rows(table.get("layers") or []), manifest.get("precision") or {},
+                         str(table.get("source") or "engine"))
+
+
+def _layer_summary(manifest: Mapping[str, Any]) -> list[str]:
+    requested = (manifest.get("precision") or {}).get("requested")
+    if requested == "fp32":
+        return ["--layers: fp32 asked for; every layer runs as the graph types it"]
+    return off_precision_lines(_off(manifest), requested)
+
+
 def _key_extra(params: Mapping[str, Any]) -> dict[str, Any]:
-    """An engine is valid for one GPU and driver; a prepared ONNX is not tied to any."""
-    return {} if params.get("prepare_only") else gpu_identity()
+    """An engine is valid for one GPU and driver, and is the engine its identity (ONNX, settings,
+    TensorRT, plugins, target) names; a prepared ONNX is tied to none of these."""
+    if params.get("prepare_only"):
+        return {}
+    try:
+        ident = api.engine_identity_hash(params["model"], params["output"], BuildSettings.from_params(params))
+    except TrtconvError:  # a bad flag or model: the run itself reports it
+        ident = None
+    return {**gpu_identity(), "identity": ident}
+
+
+def _entry_problems(params: Mapping[str, Any], key: Mapping[str, Any], files: Mapping[str, Path]) -> list[str]:
+    """Why a stored build must not be restored: its engine or manifest does not hold the identity asked for."""
+    ident = (key.get("extra") or {}).get("identity")
+    manifest = files.get(manifest_path(Path(params["output"])).name)
+    engine = files.get(Path(params["output"]).name)
+    if ident is None or manifest is None:
+        return []
+    try:
+        data = read_manifest(manifest)
+    except (DataError, OSError) as exc:
+        return [f"its manifest is unreadable ({exc})"]
+    return identity_problems(data, engine, expected_hash=ident)
 
 
 NOT_INPUTS = ("prepared", "timing_cache")  # path flags that are not inputs (the build updates the cache)
@@ -85,12 +125,16 @@ NOT_INPUTS = ("prepared", "timing_cache")  # path flags that are not inputs (the
 @model_argument
 @output_option(help="The engine file to write (its manifest goes to ENGINE.json).")
 @options_for("build", choices={"dcn_target": DCN_TARGETS})
+@click.option("--layers", is_flag=True,
+              help="After the build, list the compute layers that did not get --precision, with the reason.")
 @force_option
 @json_option
 @config_option
 @deps_option(outputs=_outputs, not_inputs=NOT_INPUTS)
-@cache_option(outputs=_outputs, not_inputs=NOT_INPUTS, key_extra=_key_extra)
-def build(model: Path, output: Path, force: bool, as_json: bool, **params: Any) -> None:
+@triton_repo_option
+@report_option
+@cache_option(outputs=_outputs, not_inputs=NOT_INPUTS, key_extra=_key_extra, validate=_entry_problems)
+def build(model: Path, output: Path, force: bool, as_json: bool, layers: bool, **params: Any) -> None:
     """Build MODEL into a TensorRT engine: check, rewrite, precision, build, verify.
 
     Writes ENGINE, ENGINE.json (manifest) and the prepared ONNX TensorRT parsed. Exit 0: built
@@ -110,6 +154,7 @@ def build(model: Path, output: Path, force: bool, as_json: bool, **params: Any) 
             # Always installed: it draws only on a terminal, and lets Ctrl-C cancel a build cleanly.
             api.build(model, output, settings, force=force, say=_say(as_json), progress=sink, outcome=outcome)
     except TrtconvError as exc:
+        _record(outcome, model, settings.trt)
         if not as_json and outcome.gate is not None:
             print_gate(outcome.gate, model, outcome.prepared)
         if as_json:  # CI still gets the stages and where it stopped; the error goes to stderr as usual
@@ -118,8 +163,10 @@ def build(model: Path, output: Path, force: bool, as_json: bool, **params: Any) 
             print_json({**outcome.to_json(), "manifest_data": outcome.manifest,
                         "error": {"exit_code": int(exc.exit_code), "message": exc.message, "hint": exc.hint}})
         raise
+    _record(outcome, model, settings.trt)
     if as_json:
-        print_json({**outcome.to_json(), "manifest_data": outcome.manifest, "error": None})
+        extra = {"off_precision": _off(outcome.manifest)} if layers and outcome.manifest is not None else {}
+        print_json({**outcome.to_json(), "manifest_data": outcome.manifest, "error": None, **extra})
         return
     if outcome.gate is not None:
         print_gate(outcome.gate, model, outcome.prepared)
@@ -127,3 +174,20 @@ def build(model: Path, output: Path, force: bool, as_json: bool, **params: Any) 
         click.echo(f"prepared ONNX written to {outcome.prepared} (--prepare-only: TensorRT not run)")
     elif outcome.engine is not None:
         click.echo(f"engine written to {outcome.engine} (manifest {outcome.engine}.json)")
+        if layers and outcome.manifest is not None:
+            for line in _layer_summary(outcome.manifest):
+                click.echo(line)
+
+
+def _record(outcome: BuildOutcome, model: Path, target: str) -> None:
+    """What --report shows of a build: the model's per-node check, the precision gate, the manifest."""
+    if click.get_current_context().params.get("report") is None:
+        return
+    try:
+        record("check", api.check(model, trt=target).to_json())
+    except TrtconvError:  # the build's own error says what is wrong with the model
+        pass
+    if outcome.gate is not None:
+        record("gate", outcome.gate.to_json())
+    if outcome.manifest is not None:
+        record("manifest", outcome.manifest)

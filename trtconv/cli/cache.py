@@ -48,7 +48,7 @@ ENTRY = "entry.json"
 ENV_VAR = "TRTCONV_RESULT_CACHE_DIR"
 FILES = "files"
 # Settings that change how a command runs or reports, never what it produces.
-NOT_SETTINGS = frozenset({"force", "deps", "cache_dir", "config", "print_config"})
+NOT_SETTINGS = frozenset({"force", "deps", "cache_dir", "config", "print_config", "triton_repo", "report"})
 KEYED_DISTRIBUTIONS = ("onnx", "onnxruntime", "onnx-graphsurgeon", "numpy", "tensorrt")
 
 
@@ -225,13 +225,16 @@ def cache_option(
     outputs: OutputsFn = single_output,
     not_inputs: Sequence[str] = (),
     key_extra: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
+    validate: Callable[[Mapping[str, Any], Mapping[str, Any], Mapping[str, Path]], list[str]] | None = None,
 ) -> Callable[[F], F]:
     """Add ``--cache-dir DIR`` to a command function (below @click.command).
 
     ``outputs`` lists the files a run writes (primary last; side files named after an
     output, like ``x.onnx.data``, are found by themselves); ``not_inputs`` names path
     parameters that are not inputs; ``key_extra(params)`` adds what else decides the
-    result (a build: :func:`gpu_identity`).
+    result (a build: :func:`gpu_identity` and the engine's identity hash); ``validate(params,
+    key material, {file name: stored path})`` says why a stored entry must not be restored (a build:
+    its engine or manifest does not hold the identity): such an entry is dropped and the command runs.
     """
 
     def decorate(f: F) -> F:
@@ -256,6 +259,13 @@ def cache_option(
                            "running without the cache", err=True)
                 return f(*args, **kwargs)
             entry = lookup(Path(cache_dir), key)
+            if entry is not None and validate is not None:
+                problems = validate(ctx.params, key.material, {n: entry.path / FILES / n for n in entry.files})
+                if problems:
+                    click.echo(f"trtconv: warning: cache entry {key.short} refused: {'; '.join(problems)}; "
+                               "running the command again", err=True)
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                    entry = None
             if entry is not None:
                 restore(entry, base, force=bool(ctx.params.get("force")), guarded=single_output(ctx.params))
                 sys.stdout.write(entry.stdout)

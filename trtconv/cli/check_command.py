@@ -10,6 +10,7 @@ from rich.table import Table
 
 from trtconv import api
 from trtconv.api import CheckReport, default_target, target_name
+from trtconv.cli.html_report import record, report_option
 from trtconv.cli.options import announce_target, json_option, model_argument, shapes_option, trt_option
 from trtconv.cli.output import cell_lines, finish, print_json, stdout_console
 from trtconv.onnxutil import qualified_op
@@ -22,6 +23,7 @@ STATUS_STYLE = {"supported": "green", "rewritable": "yellow", "plugin": "yellow"
 @trt_option
 @shapes_option
 @json_option
+@report_option
 @click.option("--live", is_flag=True,
               help="Also run the real ONNX parser (and, for --trt rtx, a CPU-only build) where that TensorRT is "
                    "installed, and show both answers per node.")
@@ -36,6 +38,7 @@ def check(model: Path, trt: str | None, shapes: str | None, as_json: bool, live:
     report = api.check(model, trt=default[0] if default else trt, shapes=shapes, live=live)
     if default is not None:  # after the model was read: an invalid model gets its error alone
         announce_target(*default, quiet=as_json)
+    record("check", report.to_json())
     if as_json:
         print_json(report.to_json())
     else:

@@ -34,6 +34,8 @@ COMMANDS: dict[str, str] = {
     "bench": "trtconv.cli.bench_command:bench",
     "quantize": "trtconv.cli.quantize_command:quantize",
     "rewrite": "trtconv.cli.rewrite_command:rewrite",
+    "inspect": "trtconv.cli.inspect_engine:inspect",
+    "triton-repo": "trtconv.cli.triton_repo:triton_repo",
 }
 
 TRACEBACK_KEY = "trtconv.traceback"

@@ -23,6 +23,7 @@ from trtconv.api import quantize_settings
 from trtconv.cli.cache import cache_option
 from trtconv.cli.config import config_option
 from trtconv.cli.depfile import deps_option
+from trtconv.cli.html_report import record, report_option
 from trtconv.cli.options import (
     exclude_options,
     force_option,
@@ -55,6 +56,7 @@ from trtconv.precision import LONG_PHASES, PHASES
 @force_option
 @json_option
 @config_option
+@report_option
 @deps_option()
 @cache_option()
 def quantize(model: Path, output: Path, precision: str, force: bool, as_json: bool, **params: Any) -> None:
@@ -82,12 +84,14 @@ def quantize(model: Path, output: Path, precision: str, force: bool, as_json: bo
         failed = getattr(exc, "result", None)
         if failed is not None:
             doc.update(failed.to_json())
+            record("gate", doc)
             emit_quantize(doc, as_json)
         raise
     finally:
         bar.close()
     doc.update(result.to_json())
     doc["output"] = str(output)
+    record("gate", doc)
     emit_quantize(doc, as_json)
 
 

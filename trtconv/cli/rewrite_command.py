@@ -12,6 +12,7 @@ from trtconv.api import DCN_TARGETS, rewrite_settings
 from trtconv.cli.cache import cache_option
 from trtconv.cli.config import config_option
 from trtconv.cli.depfile import deps_option
+from trtconv.cli.html_report import record, report_option
 from trtconv.cli.options import force_option, json_option, model_argument, options_for, output_option
 from trtconv.cli.output import print_json, progress, stdout_console
 from trtconv.settings import declared
@@ -27,6 +28,7 @@ from trtconv.settings import declared
              help={"dcn_target": declared("dcn_target").help.replace("build's default: portable for --trt rtx, else "
                                                                     "deformconv.", "[default: deformconv]")})
 @config_option
+@report_option
 @deps_option()
 @cache_option()
 def rewrite(model: Path, output: Path, force: bool, as_json: bool, **params: Any) -> None:
@@ -42,6 +44,7 @@ def rewrite(model: Path, output: Path, force: bool, as_json: bool, **params: Any
     doc = result.report.to_json()
     doc["input"] = str(model)
     doc["output"] = str(output)
+    record("rewrite", doc)
     if as_json:
         print_json(doc)
     else:

@@ -2,6 +2,7 @@
 CLI call it. ``BuildSettings`` is what ``build`` was asked; the plan and the stage settings are functions of it."""
 
 from trtconv.pipeline.build import BuildOutcome, build
+from trtconv.pipeline.build_identity import gpu_properties, request_identity
 from trtconv.pipeline.build_settings import (
     PLUGIN_FREE_DCN,
     BuildSettings,
@@ -30,10 +31,12 @@ __all__ = [
     "build",
     "check",
     "gate_thresholds",
+    "gpu_properties",
     "not_the_input",
     "parse_byte_size",
     "quantize",
     "quantize_settings",
     "rewrite",
     "rewrite_settings",
+    "request_identity",
 ]

@@ -39,6 +39,7 @@ from trtconv.errors import (
 from trtconv.load import LAZY_WEIGHTS_BYTES, LoadedModel, dynamic_inputs, load_model, model_sha256, save_model
 from trtconv.onnxutil import iter_graphs, qualified_op
 from trtconv.outputs import check_output_path
+from trtconv.pipeline.build_identity import gpu_properties, request_identity
 from trtconv.pipeline.build_settings import BuildSettings
 from trtconv.pipeline.quantize import (
     QuantizeAccuracyError,
@@ -57,7 +58,9 @@ from trtconv.plan import (
     Profile,
     build_manifest,
     build_profiles,
+    identity,
     manifest_path,
+    plugin_fingerprints,
     run_corners,
     target_name,
     validate_plan,
@@ -140,6 +143,7 @@ class Built:
     plugins_needed: tuple[str, ...]
     seconds: float
     engine_sha256: str
+    extra: Mapping[str, Any] = field(default_factory=dict)  # layer table, bindings, plugin creators
 
 
 @dataclass(frozen=True)
@@ -311,8 +315,15 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
                                                              {"reason": reason}, "skipped")))
     elif not req.no_verify:
         verify_json = dict(stages.run("verify", lambda: _verify(model, req, plan, reference, corners)))
+    plugin_details = plugin_fingerprints(plan.plugin_libraries, built.extra.get("plugin_creators") or {})
+    material = request_identity(model, req, target, plan, onnx_sha256=onnx_sha, plugins=plugin_details)
+    layer_source = "engine" if flavour.inspects_engine else "network"
     manifest = build_manifest(
         plan,
+        identity=identity(material),
+        layers={"source": layer_source, "layers": list(built.extra.get("layers") or [])},
+        bindings=list(built.extra.get("bindings") or []),
+        plugin_details=plugin_details,
         onnx_sha256=onnx_sha,
         environment=dict(built.environment),
         source_onnx=model.name,
@@ -511,12 +522,13 @@ def _build_engine(plan: BuildPlan, progress: Any) -> Step[Built]:
     result = build_engine(plan, timing_cache=cache, progress=progress)
     share = result.precision_share
     built = Built(
-        environment=env.manifest_fields(flavour=flavour),
+        environment={**env.manifest_fields(flavour=flavour), "gpu_properties": gpu_properties()},
         precision={**result.precision.to_json(), "share": round(share, 4) if share is not None else None,
                    "checked_on": result.precision_source},
         plugins_needed=tuple(result.plugins_needed),
         seconds=result.seconds,
         engine_sha256=hashlib.sha256(plan.engine_path.read_bytes()).hexdigest(),
+        extra=result.extra,
     )
     return Step(built, {"engine": str(plan.engine_path), "bytes": result.engine_bytes,
                         "timing_cache": str(cache) if cache else None})

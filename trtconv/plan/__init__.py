@@ -25,6 +25,13 @@ from trtconv.plan.corners import (
     run_corners,
     shapes_key,
 )
+from trtconv.plan.engine_identity import (
+    identity,
+    identity_hash,
+    identity_material,
+    identity_problems,
+    plugin_fingerprints,
+)
 from trtconv.plan.manifest import (
     build_manifest,
     manifest_path,
@@ -34,17 +41,34 @@ from trtconv.plan.manifest import (
     write_manifest,
 )
 from trtconv.plan.precision_check import (
+    FLOAT_TYPES,
+    MAC_LAYERS,
+    NON_COMPUTE,
+    REDUCED,
     PrecisionSummary,
     assert_precision,
+    layer_dtype,
     onnx_has_reduced_precision,
     summarize_inspector,
     summarize_network,
+    tensor_dtype,
 )
 from trtconv.plan.profiles import (
     build_profiles,
 )
 
 __all__ = [
+    "FLOAT_TYPES",
+    "MAC_LAYERS",
+    "NON_COMPUTE",
+    "REDUCED",
+    "identity",
+    "identity_hash",
+    "identity_material",
+    "identity_problems",
+    "layer_dtype",
+    "plugin_fingerprints",
+    "tensor_dtype",
     "CORNERS",
     "DEFAULT_MIN_PRECISION_SHARE",
     "DEFAULT_OPT_LEVEL",

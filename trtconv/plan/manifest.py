@@ -43,9 +43,15 @@ def build_manifest(
     engine_sha256: str | None = None,
     verify: Mapping[str, Any] | None = None,
     bench: Mapping[str, Any] | None = None,
+    identity: Mapping[str, Any] | None = None,
+    layers: Mapping[str, Any] | None = None,
+    bindings: list[dict[str, Any]] | None = None,
+    plugin_details: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The manifest as a JSON-ready dict. ``environment`` holds the TensorRT, CUDA and driver
-    versions and the GPU name and compute capability (from ``trtconv.trt``)."""
+    versions and the GPU name and compute capability (from ``trtconv.trt``), and ``gpu_properties``
+    (SM count, memory) where a GPU exists; ``identity`` is ``trtconv.plan.engine_identity.identity(...)``;
+    ``layers`` the layer table (``source``: engine or network, ``layers``) ``trtconv inspect`` shows."""
     return {
         "schema": SCHEMA_VERSION,
         "trtconv": __version__,
@@ -58,7 +64,11 @@ def build_manifest(
             "driver": environment.get("driver"),
             "gpu": environment.get("gpu"),
             "compute_capability": environment.get("compute_capability"),
+            "gpu_properties": environment.get("gpu_properties"),
         },
+        "identity": dict(identity) if identity else None,
+        "layers": dict(layers) if layers else None,
+        "bindings": list(bindings) if bindings is not None else None,
         # The user's model (hashed with its external data) and the prepared ONNX TensorRT parsed.
         "source": {"onnx": source_onnx or plan.onnx_path.name, "onnx_sha256": onnx_sha256,
                    "prepared_onnx": plan.onnx_path.name},
@@ -70,6 +80,7 @@ def build_manifest(
         "plugins": {
             "libraries": [p.name for p in plan.plugin_libraries],
             "needed_at_runtime": sorted(plugins_needed or []),
+            "details": list(plugin_details or []),  # file, path, sha256, creators: part of the identity
         },
         "build": {
             "seconds": round(build_seconds, 3) if build_seconds is not None else None,

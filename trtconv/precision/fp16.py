@@ -313,6 +313,7 @@ def _worst(stats: list[OutputStats]) -> OutputStats:
         cosine=min(s.cosine for s in stats),
         nonfinite=sum(s.nonfinite for s in stats),
         top1_agreement=_mean_or_none([s.top1_agreement for s in stats]),
+        per_sample_cosine=tuple(s.cosine for s in stats),
     )
 
 

@@ -22,10 +22,15 @@ class OutputStats:
     cosine: float
     nonfinite: int  # NaN/Inf in the candidate where the reference is finite
     top1_agreement: float | None = None  # for classifier-like outputs (last axis = classes)
+    per_sample_cosine: tuple[float, ...] = ()  # pooled over samples: each sample's own cosine (reports plot it)
 
     def to_json(self) -> dict[str, object]:
         d = asdict(self)
         d["shape"] = list(self.shape)
+        if self.per_sample_cosine:
+            d["per_sample_cosine"] = [round(c, 7) for c in self.per_sample_cosine]
+        else:
+            del d["per_sample_cosine"]
         return d
 
 
@@ -174,6 +179,7 @@ class PooledStats:
         self.nonfinite = 0
         self.top_hits = 0.0
         self.top_rows = 0
+        self.cosines: list[float] = []
 
     def add(self, ref: np.ndarray, got: np.ndarray) -> None:
         s = compare_arrays(self.name, ref, got, top1=self.top1)
@@ -189,6 +195,7 @@ class PooledStats:
         self.nr += float(r @ r)
         self.ng += float(g @ g)
         self.nonfinite += s.nonfinite
+        self.cosines.append(s.cosine)
         if s.top1_agreement is not None:
             rows = ref.size // ref.shape[-1]
             self.top_hits += s.top1_agreement * rows
@@ -205,6 +212,7 @@ class PooledStats:
             name=self.name, shape=self.shape or (), max_abs=self.max_abs,
             mean_abs=self.sum_abs / self.n if self.n else 0.0, max_rel=self.max_rel, cosine=cos,
             nonfinite=self.nonfinite, top1_agreement=self.top_hits / self.top_rows if self.top_rows else None,
+            per_sample_cosine=tuple(self.cosines),
         )
 
 
@@ -215,6 +223,8 @@ def worse_stats(a: OutputStats, b: OutputStats) -> OutputStats:
         max_rel=max(a.max_rel, b.max_rel), cosine=min(a.cosine, b.cosine), nonfinite=max(a.nonfinite, b.nonfinite),
         top1_agreement=None if a.top1_agreement is None or b.top1_agreement is None
         else min(a.top1_agreement, b.top1_agreement),
+        per_sample_cosine=tuple(map(min, a.per_sample_cosine, b.per_sample_cosine))
+        if len(a.per_sample_cosine) == len(b.per_sample_cosine) else a.per_sample_cosine,
     )
 
 

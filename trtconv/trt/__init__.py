@@ -12,8 +12,12 @@ has, for ``doctor``), ``plugins`` (trtconv's own TensorRT plugins).
 from trtconv.trt.builder import (
     build_engine,
 )
+from trtconv.trt.describe import (
+    describe_engine,
+)
 from trtconv.trt.engine import (
     EngineRunner,
+    engine_flavour,
     profile_shapes,
 )
 from trtconv.trt.environment import (
@@ -22,6 +26,7 @@ from trtconv.trt.environment import (
     installed_target,
     probe,
     probe_driver,
+    probe_tensorrt,
     problems,
 )
 from trtconv.trt.flavour import (
@@ -41,10 +46,13 @@ __all__ = [
     "Environment",
     "TensorRTStatus",
     "build_engine",
+    "describe_engine",
+    "engine_flavour",
     "for_target",
     "installed_target",
     "probe",
     "probe_driver",
+    "probe_tensorrt",
     "problems",
     "profile_shapes",
     "run_isolated",

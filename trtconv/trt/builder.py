@@ -10,6 +10,7 @@ inspected here) are the ``Flavour`` fields in ``trtconv.trt.flavour``.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from trtconv.plan import (
     summarize_network,
 )
 from trtconv.trt import compat
+from trtconv.trt.describe import engine_bindings, network_bindings
 from trtconv.trt.engine import deserialize, inspector_json
 from trtconv.trt.flavour import TENSORRT, Flavour, active, for_target
 from trtconv.trt.loader import tensorrt_version
@@ -300,7 +302,8 @@ def _build(plan: BuildPlan, flavour: Flavour, timing_cache: Path | None, progres
     version = tensorrt_version()
     errors: list[str] = []
     logger = LogBridge.make(errors)
-    plugins = load_plugins(logger, plan.plugin_libraries) if flavour.plugins else []
+    creators: dict[str, list[str]] = {}
+    plugins = load_plugins(logger, plan.plugin_libraries, creators) if flavour.plugins else []
     builder = trt.Builder(logger)
     if builder is None:
         raise BackendUnavailableError(f"{flavour.name} could not create a builder (no usable GPU?)",
@@ -313,8 +316,10 @@ def _build(plan: BuildPlan, flavour: Flavour, timing_cache: Path | None, progres
     if not parser.parse_from_file(str(plan.onnx_path)):
         raise parser_error(plan.onnx_path.name, parser_issues(parser), flavour=flavour)
     network_share: tuple[PrecisionSummary, float | None] | None = None
+    layers: dict[str, Any] = {}
     if not flavour.inspects_engine:  # checked before minutes of building, from the network's types
-        summary = summarize_network(network_layer_info(network))
+        layers = network_layer_info(network)
+        summary = summarize_network(layers)
         network_share = summary, assert_precision(summary, plan.precision, plan.min_precision_share)
     config = configure(builder, network, plan, timing_cache, flavour)
     interrupted: list[bool] = []
@@ -334,13 +339,19 @@ def _build(plan: BuildPlan, flavour: Flavour, timing_cache: Path | None, progres
     data = bytes(cast(Any, serialized))
     if network_share is None:
         engine = deserialize(data, logger=logger)
-        summary = summarize_inspector(inspector_json(engine))
+        layers = json.loads(inspector_json(engine))
+        summary = summarize_inspector(layers)
         share = assert_precision(summary, plan.precision, plan.min_precision_share,
                                  onnx_reduced=_onnx_reduced(plan) if summary.opaque_layers else None)
     else:
         summary, share = network_share
     write_bytes(plan.engine_path, data, force=plan.force)
     needed = sorted(set(plugin_layers(network)) | set(parser.get_used_vc_plugin_libraries()))
+    # what `trtconv inspect` and the Triton repository read where the engine cannot be deserialized
+    extra = {"layers": list(layers.get("Layers") or []), "bindings": network_bindings(network),
+             "plugin_creators": creators}
+    if network_share is None:
+        extra["bindings"] = engine_bindings(engine)[0]
     log.info("built %s in %.1f s (%d bytes, plugins: %s)", plan.engine_path, seconds, len(data), plugins or "none")
     return BuildResult(
         engine_path=plan.engine_path,
@@ -354,4 +365,5 @@ def _build(plan: BuildPlan, flavour: Flavour, timing_cache: Path | None, progres
         flavour=flavour.name,
         precision_source="engine" if flavour.inspects_engine else "network",
         compute_capabilities=plan.build_targets(),
+        extra=extra,
     )

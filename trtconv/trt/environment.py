@@ -31,6 +31,7 @@ RTX_DISTS = ("tensorrt-rtx", "tensorrt-rtx-cu13", "tensorrt-rtx-cu12", "tensorrt
 INSTALL_HINT = TENSORRT.install_hint
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
+CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class Gpu:
     name: str
     compute_capability: str
     memory_bytes: int | None
+    sm_count: int | None = None  # streaming multiprocessors: part of what an engine's tactics were timed on
 
 
 @dataclass(frozen=True)
@@ -146,7 +148,10 @@ def probe_driver() -> tuple[str | None, tuple[Gpu, ...], str | None]:
         lib.cuDeviceGetAttribute(ctypes.byref(minor), CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
         mem = ctypes.c_size_t(0)
         total = mem.value if lib.cuDeviceTotalMem_v2(ctypes.byref(mem), dev) == 0 else None
-        gpus.append(Gpu(i, name.value.decode(errors="replace"), f"{major.value}.{minor.value}", total))
+        sms = ctypes.c_int(0)
+        sm_count = sms.value if lib.cuDeviceGetAttribute(ctypes.byref(sms), CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                                                         dev) == 0 else None
+        gpus.append(Gpu(i, name.value.decode(errors="replace"), f"{major.value}.{minor.value}", total, sm_count))
     return _format_cuda_version(version.value), tuple(gpus), None
 
 

@@ -51,13 +51,18 @@ class LogBridge:
         return Bridge()
 
 
-def load_plugins(logger: trt.ILogger, libraries: tuple[Path, ...]) -> list[str]:
-    """TensorRT's own plugin library, extra libraries, and trtconv's plugins, in that order."""
+def load_plugins(logger: trt.ILogger, libraries: tuple[Path, ...],
+                 creators: dict[str, list[str]] | None = None) -> list[str]:
+    """TensorRT's own plugin library, extra libraries, and trtconv's plugins, in that order.
+
+    ``creators`` (if given) receives, per library, the plugin creators its load registered
+    (``name/version/namespace``): the manifest records them as part of the engine's identity."""
     if not trt.init_libnvinfer_plugins(cast(Any, logger), ""):
         log.warning("TensorRT's plugin library (libnvinfer_plugin) did not initialise")
     registry = trt.get_plugin_registry()
     loaded = []
     for lib in libraries:
+        before = _creators(registry) if creators is not None else set()
         handle = registry.load_library(str(lib))
         if handle is None:
             raise BackendUnavailableError(
@@ -66,7 +71,19 @@ def load_plugins(logger: trt.ILogger, libraries: tuple[Path, ...]) -> list[str]:
                 "are not already registered",
             )
         loaded.append(str(lib))
+        if creators is not None:
+            creators[str(lib)] = sorted(_creators(registry) - before)
     return loaded + list(register_trtconv_plugins())
+
+
+def _creators(registry: trt.IPluginRegistry) -> set[str]:
+    """Every registered creator as ``name/version/namespace`` (V2 and V3 creators both have these)."""
+    found = set()
+    for creator in registry.all_creators:
+        parts = [getattr(creator, a, None) for a in ("name", "plugin_version", "plugin_namespace")]
+        if parts[0] is not None:  # a creator interface the bindings cannot describe is left out
+            found.add("/".join(str(p or "") for p in parts))
+    return found
 
 
 TRTCONV_PLUGIN_MODULES = ("trtconv.trt.plugins.dcnv2", "trtconv.trt.dcnv2_plugin")

@@ -1,0 +1,113 @@
+"""Triton model repositories from real TensorRT-RTX engines, parsed with Triton's own schema
+(tritonclient's ``model_config_pb2`` through protobuf's text format) and checked against the ONNX."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import helper
+from realmodels import ddddocr_model, magika_model
+
+from trtconv.cli.main import cli
+from trtconv.errors import ExitCode
+
+pytest.importorskip("tensorrt_rtx", reason="tensorrt-rtx is in the test extra: run `make install`")
+text_format = pytest.importorskip("google.protobuf.text_format")
+
+NP_TO_TRITON = {np.float32: "TYPE_FP32", np.float16: "TYPE_FP16", np.int32: "TYPE_INT32", np.int64: "TYPE_INT64",
+                np.int8: "TYPE_INT8", np.uint8: "TYPE_UINT8", np.bool_: "TYPE_BOOL"}
+MAGIKA = ["--min-shapes", "bytes:1x2048", "--opt-shapes", "bytes:2x2048", "--max-shapes", "bytes:4x2048"]
+
+
+@pytest.fixture(scope="module")
+def model_config_pb2():
+    """Triton's ModelConfig schema. Loaded from its file: ``tritonclient.grpc``'s package __init__
+    imports grpcio, which the schema itself does not need (the test extra installs tritonclient alone)."""
+    tc = pytest.importorskip("tritonclient", reason="tritonclient is in the test extra: run `make install`")
+    path = Path(tc.__file__).parent / "grpc" / "model_config_pb2.py"
+    spec = importlib.util.spec_from_file_location("triton_model_config_pb2", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(*args: object) -> tuple[int, str]:
+    res = CliRunner().invoke(cli, [str(a) for a in args])
+    return res.exit_code, res.output
+
+
+def _parse(pb2, path: Path):
+    config = text_format.Parse(path.read_text(), pb2.ModelConfig())
+    return config, {t.name: t for t in config.input}, {t.name: t for t in config.output}
+
+
+def _onnx_io(model: Path) -> dict[str, tuple[str, list[int | str]]]:
+    m = onnx.load(str(model), load_external_data=False)
+    out = {}
+    for v in [*m.graph.input, *m.graph.output]:
+        dtype = helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type).type
+        out[v.name] = (NP_TO_TRITON[dtype], [d.dim_value or d.dim_param for d in v.type.tensor_type.shape.dim])
+    return out
+
+
+def _check_against_onnx(pb2, config, tensors, model: Path, batched: bool) -> None:
+    expected = _onnx_io(model)
+    assert set(tensors) == set(expected)
+    for name, t in tensors.items():
+        triton_type, dims = expected[name]
+        assert pb2.DataType.Name(t.data_type) == triton_type, name
+        want = [d if isinstance(d, int) else -1 for d in (dims[1:] if batched else dims)]
+        assert list(t.dims) == want, name
+
+
+def test_build_triton_repo_for_a_dynamic_batch_model(model_config_pb2, tmp_path):
+    model, engine, repo = magika_model(), tmp_path / "magika.engine", tmp_path / "repo"
+    code, out = _run("build", model, "-o", engine, "--trt", "rtx", *MAGIKA, "--triton-repo", repo)
+    assert code == 0, out
+    config, inputs, outputs = _parse(model_config_pb2, repo / "magika" / "config.pbtxt")
+    assert config.name == "magika" and config.platform == "tensorrt_plan"
+    assert config.max_batch_size == 4  # the profile's largest batch
+    _check_against_onnx(model_config_pb2, config, {**inputs, **outputs}, model, batched=True)
+    assert list(inputs["bytes"].dims) == [2048]
+    assert [list(g.profile) for g in config.instance_group] == [["0"]]
+    assert (repo / "magika" / "1" / "model.plan").read_bytes() == engine.read_bytes()
+    assert not config.cc_model_filenames
+
+
+def test_build_triton_repo_for_a_model_without_a_batch_dimension(model_config_pb2, tmp_path):
+    model, engine, repo = ddddocr_model(), tmp_path / "det.engine", tmp_path / "repo"
+    code, out = _run("build", model, "-o", engine, "--trt", "rtx", "--triton-repo", repo)
+    assert code == 0, out
+    config, inputs, outputs = _parse(model_config_pb2, repo / "det" / "config.pbtxt")
+    assert config.max_batch_size == 0
+    _check_against_onnx(model_config_pb2, config, {**inputs, **outputs}, model, batched=False)
+    assert list(inputs["images"].dims) == [1, 3, 416, 416]
+
+
+def test_triton_repo_gathers_engines_for_several_compute_capabilities(model_config_pb2, tmp_path):
+    model, repo = magika_model(), tmp_path / "repo"
+    engines = []
+    for cc in ("8.6", "8.9"):
+        engine = tmp_path / f"magika-{cc}.engine"
+        code, out = _run("build", model, "-o", engine, "--trt", "rtx", *MAGIKA, "--compute-capability", cc)
+        assert code == 0, out
+        engines.append(engine)
+    code, out = _run("triton-repo", *engines, "-o", repo, "--name", "magika")
+    assert code == 0, out
+    config, inputs, outputs = _parse(model_config_pb2, repo / "magika" / "config.pbtxt")
+    assert dict(config.cc_model_filenames) == {"8.6": "model_sm86.plan", "8.9": "model_sm89.plan"}
+    assert config.default_model_filename in dict(config.cc_model_filenames).values()
+    for engine, plan in zip(engines, ("model_sm86.plan", "model_sm89.plan")):
+        assert (repo / "magika" / "1" / plan).read_bytes() == engine.read_bytes()
+    _check_against_onnx(model_config_pb2, config, {**inputs, **outputs}, model, batched=True)
+
+    # the same compute capability twice cannot be told apart by Triton: refused, nothing changed
+    code, out = _run("triton-repo", engines[0], engines[0], "-o", tmp_path / "repo2")
+    assert code == ExitCode.USAGE and "covered by two engines" in out
+    assert not (tmp_path / "repo2" / "magika-8.6" / "config.pbtxt").exists()

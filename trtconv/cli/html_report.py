@@ -1,0 +1,85 @@
+"""``--report FILE.html`` on check, rewrite, quantize and build: the commands record their JSON
+documents (:func:`record`), and the page is written when the command ends, passed or failed."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from trtconv.errors import DataError, TrtconvError
+from trtconv.htmlreport import report_html
+from trtconv.inspection import layer_rows, off_precision
+from trtconv.outputs import write_text
+from trtconv.plan import manifest_path, read_manifest
+
+F = TypeVar("F", bound=Callable[..., Any])
+KEY = "trtconv.report"
+
+
+def record(kind: str, doc: Any) -> None:
+    """Keep a command's document for its report (a no-op without --report)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.meta.setdefault(KEY, {})[kind] = doc
+
+
+def _layers(manifest: dict[str, Any]) -> tuple[list[dict[str, Any]], str, list[dict[str, Any]]] | None:
+    table = manifest.get("layers") or {}
+    if not table.get("layers"):
+        return None
+    source = str(table.get("source") or "engine")
+    rows = layer_rows(table["layers"])
+    note = "engine inspector" if source == "engine" else "strongly typed network, recorded at build time"
+    return rows, note, off_precision(rows, manifest.get("precision") or {}, source)
+
+
+def _engine_manifest(params: dict[str, Any]) -> dict[str, Any] | None:
+    output = params.get("output")
+    if output is None or not str(output).endswith(".engine") and not manifest_path(Path(output)).is_file():
+        return None
+    try:
+        return read_manifest(manifest_path(Path(output)))
+    except (FileNotFoundError, DataError, OSError):
+        return None
+
+
+def write_report(path: Path, command: str, params: dict[str, Any], docs: dict[str, Any], status: str) -> None:
+    docs = dict(docs)
+    if command == "build" and docs.get("manifest") is None:
+        docs["manifest"] = _engine_manifest(params)  # a cache hit: the restored engine's manifest
+    layers = _layers(docs["manifest"]) if docs.get("manifest") else None
+    text = report_html(command, str(params.get("model", "")), docs, status=status, layers=layers)
+    write_text(path, text, force=True)
+
+
+def report_option(f: F) -> F:
+    """Add ``--report FILE.html``; place it above ``cache_option`` so a cache hit gets a report too."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, report: Path | None = None, **kwargs: Any) -> Any:
+        if report is None:
+            return f(*args, **kwargs)
+        ctx = click.get_current_context()
+        status = "passed"
+        try:
+            return f(*args, **kwargs)
+        except click.exceptions.Exit as exc:
+            status = "passed" if exc.exit_code == 0 else f"exit {exc.exit_code}"
+            raise
+        except TrtconvError as exc:
+            status = f"failed (exit {int(exc.exit_code)}): {exc.message}"
+            raise
+        finally:
+            docs = ctx.meta.get(KEY, {})
+            if not docs and ctx.command.name != "build" and status == "passed":
+                status = "passed (result restored from the cache: the stored run's details are not kept)"
+            write_report(report, ctx.command.name or "", dict(ctx.params), docs, status)
+            click.echo(f"trtconv: report written to {report}", err=True)
+
+    return click.option("--report", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE.html",
+                        help="Also write a self-contained HTML report (no network fetches; a CI artifact).")(
+        wrapper)  # type: ignore[return-value]

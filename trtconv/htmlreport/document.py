@@ -1,0 +1,53 @@
+"""Assemble the report page from what a command recorded (its JSON documents, by kind)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from trtconv.htmlreport.render import (
+    accuracy_gate,
+    kept_nodes,
+    kept_out,
+    layer_precisions,
+    manifest_block,
+    node_verdicts,
+    page,
+    rewrites,
+    section,
+)
+
+
+def _gate_sections(gate: Mapping[str, Any]) -> list[str]:
+    precision = gate.get("precision")
+    report = gate.get("int8") if precision == "int8" else gate.get("fp16")
+    out = [section("kept-out-section", f"Nodes kept out of {str(precision).upper()}",
+                   kept_out(kept_nodes(precision, report or {})))]
+    if gate.get("accuracy"):
+        out.append(section("accuracy-section", "Accuracy gate per output", accuracy_gate(gate)))
+    return out
+
+
+def report_html(command: str, model: str, docs: Mapping[str, Any], *, status: str,
+                layers: tuple[Sequence[Mapping[str, Any]], str, Sequence[Mapping[str, Any]]] | None = None) -> str:
+    """The page for ``trtconv <command> MODEL``. ``docs``: ``check`` (check --json), ``rewrite``
+    (rewrite --json), ``gate`` (quantize --json, or a build's precision gate), ``manifest``;
+    ``layers``: (layer rows, where they come from, layers off the requested precision)."""
+    sections = []
+    if docs.get("check") is not None:
+        sections.append(section("nodes-section", "Per-node verdicts", node_verdicts(docs["check"])))
+    if docs.get("rewrite") is not None:
+        doc = docs["rewrite"]
+        sections.append(section("rewrites-section", "Rewrites and their proofs",
+                                rewrites(doc.get("rewrites") or [], doc.get("graph_proof"))))
+    elif docs.get("manifest") is not None:
+        sections.append(section("rewrites-section", "Rewrites and their proofs",
+                                rewrites(docs["manifest"].get("rewrites") or [])))
+    if docs.get("gate") is not None:
+        sections += _gate_sections(docs["gate"])
+    if layers is not None:
+        rows, source, off = layers
+        sections.append(section("layers-section", "Engine layers by precision", layer_precisions(rows, source, off)))
+    if docs.get("manifest") is not None:
+        sections.append(section("manifest-section", "Manifest", manifest_block(docs["manifest"])))
+    return page(f"trtconv {command}: {model}", status, sections)
