@@ -52,3 +52,40 @@ def _as_from_a_terminal() -> None:
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+_DURING_TENSORRT = """
+import os, signal, sys, threading
+sig, callback = int(sys.argv[1]), sys.argv[2]
+import tensorrt_rtx
+real_build = tensorrt_rtx.Builder.build_serialized_network
+main_thread = threading.main_thread().ident
+def profiler(frame, event, arg):
+    # the first time TensorRT calls back into trtconv's Python (`log`: its logger; `step_complete`:
+    # its progress monitor) from inside the real builder, the signal goes to this thread
+    if event == "call" and frame.f_code.co_name == callback and "trtconv" in frame.f_code.co_filename:
+        sys.setprofile(None)
+        print("signal inside TensorRT's", callback, "callback", file=sys.stderr, flush=True)
+        signal.pthread_kill(main_thread, sig)
+def build_serialized_network(self, network, config):
+    sys.setprofile(profiler)
+    try:
+        return real_build(self, network, config)
+    finally:
+        sys.setprofile(None)
+tensorrt_rtx.Builder.build_serialized_network = build_serialized_network
+from trtconv.cli.main import main
+sys.argv = ["trtconv", *sys.argv[3:]]
+main()
+"""
+
+
+def interrupt_inside_tensorrt_build(args: list[str], sig: int, callback: str = "log", timeout: float = 1200
+                                    ) -> subprocess.CompletedProcess[str]:
+    """Run ``trtconv *args`` (a ``build --trt rtx``); send ``sig`` from inside the real TensorRT-RTX
+    builder, at the first call into trtconv's ``callback`` (``log``: TensorRT's logger;
+    ``step_complete``: its progress monitor). Where a Ctrl-C at a terminal usually lands: TensorRT
+    runs for minutes and calls back into Python all the while. Deterministic: the signal is sent
+    on the builder's own call, not after a delay."""
+    return subprocess.run([sys.executable, "-c", _DURING_TENSORRT, str(int(sig)), callback, *args],
+                          capture_output=True, text=True, timeout=timeout, preexec_fn=_as_from_a_terminal)

@@ -91,19 +91,22 @@ def rewrite(model: PathLike, output: PathLike | None = None, settings: RewriteSe
 
 
 def build(model: PathLike, output: PathLike, settings: BuildSettings | None = None, *, force: bool = False,
-          say: Any = None, progress: Any = None, outcome: BuildOutcome | None = None) -> BuildOutcome:
+          say: Any = None, progress: Any = None, outcome: BuildOutcome | None = None,
+          command: str | None = None) -> BuildOutcome:
     """check -> rewrite -> precision -> TensorRT build -> verify, as ``trtconv build`` runs it.
 
-    Without TensorRT the prepared ONNX is still written and BackendUnavailableError (exit 9)
-    says where; ``BuildSettings(prepare_only=True)`` stops there on purpose and succeeds.
+    Without TensorRT the CPU stages run, BackendUnavailableError (exit 9) is raised and (unless
+    ``keep_prepared``) the prepared ONNX is removed, as after any failure;
+    ``BuildSettings(prepare_only=True)`` stops there on purpose and succeeds.
     ``say(stage, status)`` hears each stage start and end; pass ``outcome`` (a fresh
-    ``BuildOutcome``) to see how far the pipeline got when it raises.
+    ``BuildOutcome``) to see how far the pipeline got when it raises. ``command``: the command line
+    the hints repeat (the CLI passes the user's; default: one made from the settings).
     """
 
     settings = settings or BuildSettings()
     target = settings.trt or default_target()[0]
     return run_build(Path(model), Path(output), settings, target, force=force, say=say, progress=progress,
-                     outcome=outcome)
+                     outcome=outcome, command=command)
 
 
 def default_target() -> tuple[str, str]:

@@ -521,16 +521,15 @@ def test_index_validates_structure_of_protos_handed_to_it_directly():
 # ------------------------------------------------------------------ stages and hints (issue 17)
 
 
-def test_ort_dynamically_quantized_model_is_told_to_start_from_the_float_model(ocr_cls, tmp_path):
+def test_ort_dynamically_quantized_model_is_told_the_rewrite(ocr_cls, tmp_path):
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     out = tmp_path / "cls_dyn.onnx"
     quantize_dynamic(str(ocr_cls), str(out), weight_type=QuantType.QUInt8, op_types_to_quantize=["Conv", "MatMul"])
     r = check(out, "rtx")
     quant = [n for n in r.nodes if n.op_type in ("ConvInteger", "MatMulInteger", "DynamicQuantizeLinear")]
-    assert quant and all(n.status == "unsupported" for n in quant)
-    assert {f.hint for n in quant for f in n.errors} == {
-        "quantized by ONNX Runtime: start from the float model (`trtconv quantize` makes INT8 that TensorRT takes)"}
+    assert quant and all(n.status == "rewritable" and n.rewrite == "ort-dynamic-integer" for n in quant)
+    assert all("trtconv rewrite" in f.hint and "ort-dynamic-integer" in f.hint for n in quant for f in n.errors)
 
 
 def test_rewritable_node_hint_names_the_rewrite_not_a_plugin(tmp_path):

@@ -64,16 +64,20 @@ def test_without_tensorrt_build_stops_after_precision_with_exit_9(ocr_cls, tmp_p
     res = run("build", ocr_cls, "-o", out, "--shapes", CLS_SHAPES, "--trt", "11.4")
     assert res.exit_code == ExitCode.TENSORRT_UNAVAILABLE == 9, res.output
     assert "TensorRT is not available" in res.stderr
-    assert "stopped after the precision stage" in res.stderr and "cls.prepared.onnx" in res.stderr
-    assert "hint: install TensorRT" in res.stderr
+    assert "stopped after the precision stage (nothing was kept)" in res.stderr
+    assert "hint: install TensorRT" in res.stderr and "--keep-prepared" in res.stderr
     assert "Traceback" not in res.output
-    assert (tmp_path / "cls.prepared.onnx").is_file()
-    assert not out.exists() and not (tmp_path / "cls.engine.json").exists()
-    # Running again (still without TensorRT) rewrites the derived prepared ONNX; no --force needed,
-    # and --json still reports the stages and where the pipeline stopped.
-    res = run("build", ocr_cls, "-o", out, "--shapes", CLS_SHAPES, "--trt", "11.4", "--json")
-    assert res.exit_code == 9
+    assert list(tmp_path.iterdir()) == []  # a failed build leaves nothing, the prepared ONNX included
+    # --keep-prepared keeps the prepared ONNX to build elsewhere; running again (still without
+    # TensorRT) rewrites it, as derived data, without --force; --json names it and where it stopped.
+    for _ in range(2):
+        res = run("build", ocr_cls, "-o", out, "--shapes", CLS_SHAPES, "--trt", "11.4", "--keep-prepared", "--json")
+        assert res.exit_code == 9
+        assert "the prepared ONNX is" in res.stderr and "cls.prepared.onnx" in res.stderr
+        assert (tmp_path / "cls.prepared.onnx").is_file()
+        assert not out.exists() and not (tmp_path / "cls.engine.json").exists()
     report = json.loads(res.stdout)
+    assert report["prepared_onnx"] == str(tmp_path / "cls.prepared.onnx")
     assert report["stopped"] == "tensorrt-unavailable" and report["error"]["exit_code"] == 9
     assert [s["status"] for s in report["stages"]] == ["done", "done", "skipped", "done", "done", "done"]
 
@@ -135,8 +139,9 @@ def test_batch_dynamic_model_builds_at_batch_1_with_a_warning(ocr_cls, tmp_path:
     res = run("build", model, "-o", tmp_path / "m.engine", "--prepare-only", "--json")
     assert res.exit_code == 0, res.output
     warnings = [line for line in res.stderr.splitlines() if "warning:" in line]
-    assert warnings == ["trtconv: warning: dynamic batch dim of x set to 1 (give --shapes or "
-                        "--min/--opt/--max-shapes for other sizes)"]
+    assert warnings == ["trtconv: warning: profile 0 taken from the model, its dynamic batch dim set to 1 (no shapes "
+                        "were given): x 1x3x48x192 (give --shapes or --min-shapes/--opt-shapes/--max-shapes to "
+                        "choose it)"]
     stages = {s["name"]: s for s in json.loads(res.stdout)["stages"]}
     assert stages["profiles"]["status"] == "done" and stages["profiles"]["profiles"] == 1
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import site
 import subprocess
 import sys
 import zipfile
@@ -32,13 +33,24 @@ def test_ci_doc_never_installs_from_pypi():
     assert commands == []
 
 
+def see_this_environment(venv: Path) -> None:
+    """Let ``venv`` import what the running interpreter imports. ``--system-site-packages`` alone
+    gives it the *base* interpreter's packages: run from a virtual environment (the README's
+    ``python3 -m venv``), that is not where trtconv's dependencies, pip and setuptools are. A
+    ``.pth`` line adds this environment's site-packages after the venv's own (so the installed
+    wheel still wins); its ``.pth`` files are not run, so an editable trtconv stays out."""
+    (site_dir,) = (venv / "lib").glob("python*/site-packages")
+    (site_dir / "_parent_environment.pth").write_text("\n".join(site.getsitepackages()) + "\n", encoding="utf-8")
+
+
 def test_wheel_recipe_installs_a_working_trtconv(tmp_path):
     src = tmp_path / "trtconv-src"
     shutil.copytree(ROOT, src, ignore=NOT_COPIED)  # the build writes build/ and *.egg-info beside the source
     venv = tmp_path / "venv"
-    # --system-site-packages: trtconv's dependencies are already installed here, so nothing is
-    # downloaded (PIP_NO_INDEX); pip itself comes from there too, which keeps this quick.
+    # trtconv's dependencies are already installed here, so nothing is downloaded (PIP_NO_INDEX);
+    # pip and the build backend come from here too, which keeps this quick.
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
+    see_this_environment(venv)
     job = tmp_path / "job"
     job.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}

@@ -44,8 +44,9 @@ def test_rewrite_json_report_schema(tmp_path):
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["schema"] == "trtconv.rewrite/1"
-    assert set(doc) == {"schema", "settings", "rewrites", "cleanups", "graph_proof", "summary", "notes", "input",
-                        "output"}
+    assert set(doc) == {"schema", "settings", "rewrites", "cleanups", "graph_proof", "drift", "dtype_changes",
+                        "summary", "notes", "input", "output"}
+    assert doc["drift"] is None and doc["dtype_changes"] == []  # an exact rewrite of a float32 model
     rw = doc["rewrites"][0]
     assert rw["node"] == "dcn0" and rw["rule"] == "dcnv2-mmcv" and rw["target"] == "deformconv"
     assert rw["before"]["op"] == "mmcv::MMCVModulatedDeformConv2d"

@@ -62,7 +62,8 @@ def test_every_family_subpackage_is_registered_in_the_catalog():
     subpackages = {p.name for p in REWRITES.iterdir() if (p / "__init__.py").exists()}
     registered = {f.name for f in catalog.FAMILIES} | {"plugin_map"}  # the user's map: active_rules adds it
     assert subpackages == registered
-    assert catalog.RULES == dcn.FAMILY.rules
+    assert catalog.RULES == tuple(r for f in catalog.FAMILIES for r in f.rules)
+    assert catalog.RULES[:len(dcn.FAMILY.rules)] == dcn.FAMILY.rules  # DCN first
 
 
 def test_unknown_dcn_target_is_refused_by_the_dcn_family():

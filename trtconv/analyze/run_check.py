@@ -27,7 +27,7 @@ from trtconv.analyze.support import SupportTable, load_table
 from trtconv.errors import InvalidModelError
 from trtconv.load import LoadedModel, Shape, infer_shapes, input_dims, is_stripped, override_input_shapes
 from trtconv.onnxutil import DEFAULT_DOMAIN, has_subgraphs, is_default_domain
-from trtconv.rewrites import RENAME_SHARED_DIMS, rewrite_rule_for
+from trtconv.rewrites import RENAME_SHARED_DIMS, RewriteRule, rewrite_rule_for, rule_settling
 
 NO_PLUGIN_DOMAINS = ("ai.onnx.ml", "ai.onnx.preview.training")
 # Inputs where ONNX exporters write INT64_MAX/MIN to mean "to the end"; the parser clamps them.
@@ -207,17 +207,18 @@ def _node_report(ref: NodeRef, table: SupportTable, index: GraphIndex, int64_wid
     if not findings:
         return None
     findings.sort(key=lambda f: f.severity != ERROR)  # errors first; stable otherwise
-    status = _status(domain, op_type, findings)
-    findings = _better_hints(domain, op_type, status, findings)
+    errors = [(f.rule, f.message) for f in findings if f.severity == ERROR]
+    rule = rewrite_rule_for(domain, op_type) or rule_settling(node, errors, index.producer)
+    status = _status(rule, findings)
+    findings = _better_hints(domain, op_type, rule if status == REWRITABLE else None, findings)
     return NodeReport(ref.path, op_type, domain, status, tuple(findings),
-                      _rewrite_name(domain, op_type, findings), row.source if row else "")
+                      rule.name if rule is not None and errors else None, row.source if row else "")
 
 
-def _better_hints(domain: str, op_type: str, status: str, findings: list[Finding]) -> list[Finding]:
+def _better_hints(domain: str, op_type: str, rule: RewriteRule | None, findings: list[Finding]) -> list[Finding]:
     """Hints that point the right way: a rewritable node gets the rewrite; ONNX Runtime's dynamically
     quantized ops get 'start from the float model' (no plugin or rewrite helps them)."""
     key = ("" if is_default_domain(domain) else domain, op_type)
-    rule = rewrite_rule_for(domain, op_type) if status == REWRITABLE else None
     if rule is not None:
         hint = f"`trtconv rewrite` rewrites it ({rule.name}: {rule.description})"
     elif key in ORT_DYNAMIC_QUANT:
@@ -242,22 +243,15 @@ def _unknown_op(node: onnx.NodeProto, domain: str, table: SupportTable) -> Findi
                    "the parser looks for a plugin of that name: supply its library (--plugins)")
 
 
-def _status(domain: str, op_type: str, findings: list[Finding]) -> str:
+def _status(rule: RewriteRule | None, findings: list[Finding]) -> str:
     errors = [f for f in findings if f.severity == ERROR]
     if not errors:
         return SUPPORTED
-    if rewrite_rule_for(domain, op_type) is not None:
+    if rule is not None:
         return REWRITABLE
     if all(f.rule == CUSTOM_OP for f in errors):
         return PLUGIN
     return UNSUPPORTED
-
-
-def _rewrite_name(domain: str, op_type: str, findings: list[Finding]) -> str | None:
-    if not any(f.severity == ERROR for f in findings):
-        return None
-    rule = rewrite_rule_for(domain, op_type)
-    return rule.name if rule else None
 
 
 def _inputs(original: onnx.ModelProto, shapes: Mapping[str, Shape]) -> tuple[InputReport, ...]:

@@ -69,9 +69,9 @@ def random_engine_inputs(inputs: list[Any], shapes: dict[str, tuple[int, ...]], 
 
 
 def bench_engine(engine_path: Path, *, shapes: dict[str, tuple[int, ...]], settings: BenchSettings,
-                 plugin_libraries: tuple[Path, ...] = ()) -> BenchResult:
-
-    runner = EngineRunner(engine_path, plugin_libraries)
+                 plugin_libraries: tuple[Path, ...] = (), target: str | None = None) -> BenchResult:
+    """``target``: the ``--trt`` the engine was built for (None: its manifest, else its header)."""
+    runner = EngineRunner(engine_path, plugin_libraries, target=target)
     # Dynamic inputs without --shapes run at profile 0's opt shape: what the engine was tuned for.
     opt = {name: mmo[1] for name, mmo in profile_shapes(runner).items()}
     feeds = random_engine_inputs(runner.inputs, {**opt, **shapes}, settings.seed)

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from trtconv.bench import BenchResult, BenchSettings, bench_engine
-from trtconv.cli.options import json_option, shapes_option
+from trtconv.cli.options import engine_trt_option, json_option, shapes_option
 from trtconv.cli.output import print_json, stdout_console
 from trtconv.errors import UsageError
 from trtconv.load import parse_shapes
@@ -41,9 +41,10 @@ def print_result(engine: Path, result: BenchResult) -> None:
               help="Plugin library the engine needs (repeatable).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--update-manifest", is_flag=True, help="Record the result in ENGINE.json.")
+@engine_trt_option
 @json_option
 def bench(engine: Path, shapes: str | None, warmup: int, iterations: int, cuda_graph: bool,
-          plugins: tuple[Path, ...], seed: int, update_manifest: bool, as_json: bool) -> None:
+          plugins: tuple[Path, ...], seed: int, update_manifest: bool, trt: str | None, as_json: bool) -> None:
     """Time ENGINE: warm-up, then median/p90/p99 latency and throughput.
 
     Dynamic inputs run at the opt shape of profile 0 unless --shapes says otherwise.
@@ -54,7 +55,8 @@ def bench(engine: Path, shapes: str | None, warmup: int, iterations: int, cuda_g
     shape_map = parse_shapes(shapes)
     if not engine.is_file():
         raise UsageError(f"{engine}: no such file")
-    result = bench_engine(engine, shapes=shape_map, settings=settings, plugin_libraries=tuple(plugins))
+    result = bench_engine(engine, shapes=shape_map, settings=settings, plugin_libraries=tuple(plugins),
+                          target=trt)
     if update_manifest:
 
         update(manifest_path(engine), bench=result.to_json())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import replace
@@ -19,6 +20,7 @@ from trtconv.cli.depfile import deps_option
 from trtconv.cli.html_report import record, report_option
 from trtconv.cli.inspect_engine import off_precision_lines
 from trtconv.cli.options import (
+    command_line,
     force_option,
     json_option,
     model_argument,
@@ -26,7 +28,7 @@ from trtconv.cli.options import (
     output_option,
     target_or_default,
 )
-from trtconv.cli.output import print_json, progress, stderr_console
+from trtconv.cli.output import Heartbeat, interactive, print_json, progress, stderr_console
 from trtconv.cli.precision_report import print_gate
 from trtconv.cli.triton_repo import triton_repo_option
 from trtconv.errors import DataError, TrtconvError
@@ -60,16 +62,42 @@ class BarSink:
                 self.bar.remove_task(task)
 
 
-def _say(as_json: bool) -> Any:
-    console = stderr_console()
-    quiet = as_json or not logging.getLogger("trtconv").isEnabledFor(logging.WARNING)  # -q
+class StageClock:
+    """The pipeline's stage events → ``trtconv: <stage>: done (1.2 s)`` lines (not under --json or
+    -q), and while a stage runs a sign of life at least every ~5 s: in a pipe a
+    ``trtconv: <stage>: running (10 s)`` line (:class:`Heartbeat`), on a terminal a bar task with
+    its elapsed time."""
 
-    def say(stage: str, status: str) -> None:
-        if quiet or status == "running":
+    def __init__(self, sink: BarSink, *, as_json: bool) -> None:
+        self.sink = sink
+        self.console = stderr_console()
+        self.quiet = not logging.getLogger("trtconv").isEnabledFor(logging.WARNING)  # -q
+        self.durations = not (as_json or self.quiet)
+        self.beat = Heartbeat("", lock=sink.lock)
+        self.task: Any = None
+
+    def __call__(self, stage: str, status: str) -> None:
+        if status == "running":
+            self.close()
+            self.beat = Heartbeat(stage, lock=self.sink.lock)
+            self.beat.start()
+            if interactive(sys.stderr) and not self.quiet:
+                with self.sink.lock:
+                    self.task = self.sink.bar.add_task(stage, total=None)
             return
-        console.print(f"trtconv: {stage}: {status}", markup=False, highlight=False)
+        seconds = self.close()
+        if self.durations:
+            took = f" ({seconds:.1f} s)" if status != "skipped" else ""
+            self.console.print(f"trtconv: {stage}: {status}{took}", markup=False, highlight=False)
 
-    return say
+    def close(self) -> float:
+        """Stop the stage's heartbeat and bar (also when the command ends); its seconds."""
+        seconds = self.beat.stop()
+        if self.task is not None:
+            with self.sink.lock:
+                self.sink.bar.remove_task(self.task)
+            self.task = None
+        return seconds
 
 
 def _outputs(params: Mapping[str, Any]) -> list[Path]:
@@ -119,6 +147,7 @@ def _entry_problems(params: Mapping[str, Any], key: Mapping[str, Any], files: Ma
 
 
 NOT_INPUTS = ("prepared", "timing_cache")  # path flags that are not inputs (the build updates the cache)
+SHAPE_FLAGS = ("shapes", "min_shapes", "opt_shapes", "max_shapes")  # a shapes hint gives its own
 
 
 @click.command("build")
@@ -138,7 +167,7 @@ def build(model: Path, output: Path, force: bool, as_json: bool, layers: bool, *
     """Build MODEL into a TensorRT engine: check, rewrite, precision, build, verify.
 
     Writes ENGINE, ENGINE.json (manifest) and the prepared ONNX TensorRT parsed. Exit 0: built
-    and verified; 9: TensorRT or GPU missing (prepared ONNX left behind); 8: precision not
+    and verified; 9: TensorRT or GPU missing (--keep-prepared keeps the prepared ONNX); 8: precision not
     reached; 7: engine differs from ONNX Runtime; 6: TensorRT failed; 5: unsupported nodes.
     Without --trt the target is the TensorRT that is installed (said in one line on stderr).
     """
@@ -147,12 +176,15 @@ def build(model: Path, output: Path, force: bool, as_json: bool, layers: bool, *
     settings.contradictions()  # exit 2 before any work
     settings = replace(settings, trt=target_or_default(settings.trt, as_json))
     return_large_blocks()  # freed weights and activations leave the RSS (issue 20's memory bound)
+    command = command_line(click.get_current_context(), drop=SHAPE_FLAGS)  # what hints repeat
     sink = BarSink()
     outcome = BuildOutcome(prepared=settings.outputs(output)[0])
+    clock = StageClock(sink, as_json=as_json)
     try:
         with sink.bar:
             # Always installed: it draws only on a terminal, and lets Ctrl-C cancel a build cleanly.
-            api.build(model, output, settings, force=force, say=_say(as_json), progress=sink, outcome=outcome)
+            api.build(model, output, settings, force=force, say=clock, progress=sink, outcome=outcome,
+                      command=command)
     except TrtconvError as exc:
         _record(outcome, model, settings.trt)
         if not as_json and outcome.gate is not None:
@@ -163,6 +195,8 @@ def build(model: Path, output: Path, force: bool, as_json: bool, layers: bool, *
             print_json({**outcome.to_json(), "manifest_data": outcome.manifest,
                         "error": {"exit_code": int(exc.exit_code), "message": exc.message, "hint": exc.hint}})
         raise
+    finally:
+        clock.close()
     _record(outcome, model, settings.trt)
     if as_json:
         extra = {"off_precision": _off(outcome.manifest)} if layers and outcome.manifest is not None else {}

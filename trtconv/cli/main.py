@@ -23,7 +23,7 @@ import click
 
 from trtconv import __version__
 from trtconv.errors import ExitCode, OutOfMemoryError, TrtconvError, is_allocation_failure
-from trtconv.outputs import remove_own_temps
+from trtconv.outputs import dumps_json, remove_own_temps
 
 # command name -> "module:attribute". Add a command by adding a line here.
 COMMANDS: dict[str, str] = {
@@ -43,6 +43,8 @@ TRACEBACK_KEY = "trtconv.traceback"
 # for the out-of-memory message.
 MODEL_KEY = "trtconv.model"
 MODEL_BYTES_KEY = "trtconv.model-bytes"
+JSON_KEY = "trtconv.json"  # --json was given (cli.options.json_option): a failure prints a JSON error object
+JSON_PRINTED_KEY = "trtconv.json-printed"  # the command printed its own JSON report (cli.output.print_json)
 
 
 class LazyGroup(click.Group):
@@ -71,6 +73,10 @@ class LazyGroup(click.Group):
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.ClickException as exc:
             _report_usage(exc)
+            words = list(sys.argv[1:] if args is None else args)
+            if "--json" in words:  # a usage error too is a failure a CI script must be able to parse
+                _print_error_json(next((w for w in words if w in COMMANDS), None), exc.exit_code,
+                                  exc.format_message(), None)
             sys.exit(exc.exit_code)
         except click.exceptions.Abort:
             click.echo("trtconv: interrupted; no partial output was left behind", err=True)
@@ -82,13 +88,16 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except OutOfMemoryError as exc:
             _report_out_of_memory(ctx, exc, exc.message.removeprefix("out of memory while "))
+            _json_failure(ctx, ExitCode.OUT_OF_MEMORY, exc.message, exc.hint)
             raise click.exceptions.Exit(int(ExitCode.OUT_OF_MEMORY)) from None
         except TrtconvError as exc:
             _report_error(ctx, exc)
+            _json_failure(ctx, exc.exit_code, exc.message, exc.hint)
             raise click.exceptions.Exit(int(exc.exit_code)) from None
         except KeyboardInterrupt:
             remove_own_temps()  # also a temp the interrupt caught between creation and `try`
             click.echo("trtconv: interrupted; no partial output was left behind", err=True)
+            _json_failure(ctx, ExitCode.INTERRUPTED, "interrupted; no partial output was left behind")
             raise click.exceptions.Exit(int(ExitCode.INTERRUPTED)) from None
         except BrokenPipeError:
             # The reader of stdout went away (`trtconv check --json | head`): nothing is
@@ -106,7 +115,26 @@ class LazyGroup(click.Group):
                 "trtconv: internal error (a bug in trtconv). Please report it with the traceback above.",
                 err=True,
             )
+            _json_failure(ctx, ExitCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}",
+                          "a bug in trtconv: please report it with the traceback on stderr")
             raise click.exceptions.Exit(int(ExitCode.INTERNAL)) from None
+
+
+def _json_failure(ctx: click.Context, code: int, message: str, hint: str | None = None) -> None:
+    """With --json, a command that fails before printing its own report prints a JSON error
+    object on stdout (docs/cli.md), so a script reading stdout always gets JSON."""
+    if ctx.meta.get(JSON_KEY) and not ctx.meta.get(JSON_PRINTED_KEY):
+        _print_error_json(ctx.invoked_subcommand, code, message, hint)
+
+
+def _print_error_json(command: str | None, code: int, message: str, hint: str | None) -> None:
+    """Schema ``trtconv.error/1``; ``error`` has the fields of ``build --json``'s ``error``."""
+    name = ExitCode(code).name if code in {int(c) for c in ExitCode} else None
+    doc = {"schema": "trtconv.error/1", "command": command,
+           "error": {"exit_code": int(code), "name": name, "message": message, "hint": hint}}
+    with contextlib.suppress(Exception):  # stdout closed or full: the stderr line stands alone
+        sys.stdout.write(dumps_json(doc))
+        sys.stdout.flush()
 
 
 # Where a failed allocation happened, by the innermost trtconv module on the stack.
@@ -171,7 +199,8 @@ class _StderrHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            click.echo(f"trtconv: {record.levelname.lower()}: {record.getMessage()}", err=True)
+            source = "tensorrt " if record.name.startswith("trtconv.tensorrt") else ""  # TensorRT's own words
+            click.echo(f"trtconv: {source}{record.levelname.lower()}: {record.getMessage()}", err=True)
         except Exception:  # a log line must never be the thing that fails
             self.handleError(record)
 

@@ -6,8 +6,10 @@ honours NO_COLOR by itself.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +19,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from trtconv.cli.main import JSON_PRINTED_KEY
 from trtconv.errors import ExitCode, OutputError
 from trtconv.outputs import dumps_json
 
@@ -55,6 +58,9 @@ def stderr_console() -> Console:
 
 
 def print_json(obj: Any) -> None:
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.meta[JSON_PRINTED_KEY] = True
     text = dumps_json(obj)
     try:
         sys.stdout.write(text)
@@ -146,6 +152,50 @@ class LineProgress:
 
     def remove_task(self, task_id: int) -> None:
         self.tasks.pop(task_id, None)
+
+
+class Heartbeat:
+    """In a pipe, ``trtconv: <label>: running (10 s)`` every ``interval`` seconds while a stage runs,
+    from a daemon thread, so a CI log never goes silent for long even where the stage itself
+    reports no progress (a rewrite's proofs, ONNX Runtime on one large input). Nothing on a
+    terminal (bars show the elapsed time there) or under -q. ``lock``: held while printing, so a
+    line never lands inside another writer's."""
+
+    def __init__(self, label: str, *, interval: float = 5.0, lock: Any = None) -> None:
+        self.label = label
+        self.interval = interval
+        self.lock = lock
+        self.started = time.monotonic()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> Heartbeat:
+        self.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.started = time.monotonic()
+        if interactive(sys.stderr) or not logging.getLogger("trtconv").isEnabledFor(logging.WARNING):
+            return
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"trtconv-{self.label}-heartbeat")
+        self._thread.start()
+
+    def stop(self) -> float:
+        """Stop ticking; the seconds since start."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        return time.monotonic() - self.started
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            with self.lock if self.lock is not None else contextlib.nullcontext():
+                if not self._stop.is_set():
+                    _say(f"trtconv: {self.label}: running ({time.monotonic() - self.started:.0f} s)")
 
 
 def _say(line: str) -> None:

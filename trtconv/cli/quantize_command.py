@@ -36,7 +36,7 @@ from trtconv.cli.options import (
     sample_options,
     shapes_option,
 )
-from trtconv.cli.output import interactive, progress, warn
+from trtconv.cli.output import Heartbeat, interactive, progress, warn
 from trtconv.cli.precision_report import emit_quantize
 from trtconv.errors import AccuracyError
 from trtconv.load import return_large_blocks
@@ -77,7 +77,7 @@ def quantize(model: Path, output: Path, precision: str, force: bool, as_json: bo
     bar.say(f"quantizing {model} to {precision}")
     doc: dict[str, Any] = {"model": str(model), "output": str(output)}
     try:
-        with _quiet_random_samples(precision, settings.random_data):
+        with _quiet_random_samples(precision, settings.random_data), Heartbeat("quantize"):
             result = api.quantize(model, output, settings, force=force, progress=bar.update, warn=warn)
     except AccuracyError as exc:
         bar.close()

@@ -14,7 +14,7 @@ from trtconv.cli.config import config_option
 from trtconv.cli.depfile import deps_option
 from trtconv.cli.html_report import record, report_option
 from trtconv.cli.options import force_option, json_option, model_argument, options_for, output_option
-from trtconv.cli.output import print_json, progress, stdout_console
+from trtconv.cli.output import Heartbeat, print_json, progress, stdout_console
 from trtconv.settings import declared
 
 
@@ -38,7 +38,7 @@ def rewrite(model: Path, output: Path, force: bool, as_json: bool, **params: Any
     3: invalid model; 5: a node cannot be rewritten.
     """
     settings = rewrite_settings(params)
-    with progress() as bar:
+    with progress() as bar, Heartbeat("rewrite"):
         task = bar.add_task("rewrite", total=3)
         result = api.rewrite(model, output, settings, force=force, step=lambda _stage: bar.advance(task))
     doc = result.report.to_json()

@@ -9,7 +9,14 @@ import click
 from rich.table import Table
 
 from trtconv.api import gate_thresholds
-from trtconv.cli.options import GATE_LIMITS, json_option, merge_deprecated, options_for, shapes_option
+from trtconv.cli.options import (
+    GATE_LIMITS,
+    engine_trt_option,
+    json_option,
+    merge_deprecated,
+    options_for,
+    shapes_option,
+)
 from trtconv.cli.output import finish, print_json, stdout_console
 from trtconv.errors import ExitCode, UsageError
 from trtconv.load import parse_shapes
@@ -59,13 +66,15 @@ def print_report(report: VerifyReport) -> None:
 @click.option("--plugins", "plugins", multiple=True, type=click.Path(path_type=Path, dir_okay=False),
               help="Plugin library the engine needs (repeatable).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
+@engine_trt_option
 @json_option
 def verify(engine: Path, onnx_path: Path, inputs: tuple[Path, ...], shapes: str | None, precision: str | None,
-           plugins: tuple[Path, ...], seed: int, as_json: bool, **limits: Any) -> None:
+           plugins: tuple[Path, ...], seed: int, trt: str | None, as_json: bool, **limits: Any) -> None:
     """Run ENGINE and the ONNX on the same inputs and compare every output.
 
     Exit 0: within the thresholds; 7: outside; 11: bad --inputs; 9: TensorRT or GPU missing.
     The limits are the other commands' (--max-abs/--max-rel; --atol/--rtol are deprecated spellings).
+    Dynamic dims not in --shapes take profile 0's opt shape (manifest, else the engine).
     """
 
     if not engine.is_file():
@@ -73,7 +82,8 @@ def verify(engine: Path, onnx_path: Path, inputs: tuple[Path, ...], shapes: str 
     limits = merge_deprecated(limits)
     thresholds = gate_thresholds(engine_precision(engine, precision), limits)
     report = verify_engine(engine, onnx_path, inputs=list(inputs) or None, shapes=parse_shapes(shapes), thresholds=thresholds,
-                           plugin_libraries=tuple(plugins), seed=seed, top1=bool(limits.get("min_top1")))
+                           plugin_libraries=tuple(plugins), seed=seed, top1=bool(limits.get("min_top1")),
+                           target=trt)
     if as_json:
         print_json(report.to_json())
     else:

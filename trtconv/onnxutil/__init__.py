@@ -20,6 +20,7 @@ from trtconv.onnxutil.graph import (
     cleanup,
     constant_tensor,
 )
+from trtconv.onnxutil.indices import index_limits
 from trtconv.onnxutil.names import (
     fresh_name,
     model_names,
@@ -58,6 +59,7 @@ __all__ = [
     "gs_all_subgraphs",
     "gs_nodes",
     "has_lazy_weights",
+    "index_limits",
     "has_subgraphs",
     "is_default_domain",
     "is_lazy",

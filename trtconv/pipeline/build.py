@@ -101,10 +101,12 @@ class BuildOutcome:
     stages: list[StageRecord] = field(default_factory=list)
     stopped: str | None = None  # why the pipeline stopped before an engine, if it did
     gate: QuantizeResult | None = None  # fp16/int8: the precision stage's accuracy gate (also when it failed)
+    written: bool = False  # the prepared ONNX is on disk (written by this run and not removed)
 
     def to_json(self) -> dict[str, Any]:
+        """Names only files that are on disk: a failed build removed what it wrote."""
         return {
-            "prepared_onnx": str(self.prepared),
+            "prepared_onnx": str(self.prepared) if self.written else None,
             "engine": str(self.engine) if self.engine else None,
             "manifest": str(manifest_path(self.engine)) if self.engine else None,
             "stopped": self.stopped,
@@ -227,6 +229,7 @@ class _Stages:
             step = fn()
         except BaseException:
             self.outcome.stages.append(StageRecord(name, "failed", time.monotonic() - start))
+            self.say(name, "failed")
             raise
         self.outcome.stages.append(StageRecord(name, step.status, time.monotonic() - start, dict(step.detail)))
         self.say(name, step.status)
@@ -234,13 +237,16 @@ class _Stages:
 
 
 def build(model: Path, output: Path, settings: BuildSettings, target: str, *, force: bool = False,
-          say: StageFn | None = None, progress: Any = None, outcome: BuildOutcome | None = None) -> BuildOutcome:
+          say: StageFn | None = None, progress: Any = None, outcome: BuildOutcome | None = None,
+          command: str | None = None) -> BuildOutcome:
     """The whole pipeline for ``target`` (a ``--trt`` value). Raises a TrtconvError subclass on failure
     (its exit code is the verdict); pass ``outcome`` to see how far it got (stages, prepared ONNX)
-    when it raises."""
+    when it raises. ``command``: the command line hints repeat (the CLI's, with the user's options;
+    None: one made from the settings)."""
     req = settings
     settings.contradictions()
     plan = settings.plan(model, output, target, force=force)
+    validate_plan(plan)  # option consistency first: no model needed
     if req.precision == "int8" and not _has_samples(req.quantize_settings()):
         raise UsageError("--precision int8 needs --calib-data", hint="give a folder of .npy/.npz samples or images")
     if req.precision != "fp32":
@@ -263,17 +269,24 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
     loaded = load_model(model, lazy_from=LAZY_WEIGHTS_BYTES)
     _refuse_requantizing(loaded, req.precision)
     samples = sample_set(loaded.proto, req.quantize_settings())  # None: no sample data
-    profiles = build_profiles(
-        loaded.proto, shapes=req.shapes, min_shapes=req.min_shapes, opt_shapes=req.opt_shapes,
-        max_shapes=req.max_shapes, required=not req.prepare_only, command=_command(model, output, req),
-        sample_shapes=None if samples is None else _sample_shapes(samples))
+    if samples is not None:
+        next(iter(samples), None)  # names, shapes and dtypes of the data, before any heavy stage (exit 11)
+    try:
+        profiles = build_profiles(
+            loaded.proto, shapes=req.shapes, min_shapes=req.min_shapes, opt_shapes=req.opt_shapes,
+            max_shapes=req.max_shapes, required=not req.prepare_only,
+            command=command or _command(model, output, req, target),
+            sample_shapes=None if samples is None else _sample_shapes(samples))
+    except UsageError:
+        _check(loaded, target, {})  # a model no shapes could build says so first, with the reason (exit 5)
+        raise
     plan = replace(plan, onnx_path=prepared, engine_path=output, profiles=profiles)
-    validate_plan(plan)
     onnx_sha = model_sha256(loaded)
     shapes0 = profiles[0].corner("opt") if profiles else {}
 
     stages.run("check", lambda: _check(loaded, target, shapes0))
-    rewritten = stages.run("rewrite", lambda: _rewrite(loaded, req.rewrite_settings(target)))
+    rewrite_settings = replace(req.rewrite_settings(target), proof_shapes=dict(shapes0))
+    rewritten = stages.run("rewrite", lambda: _rewrite(loaded, rewrite_settings))
     reference = Reference(loaded, rewritten)
     phases = _Phases(progress) if progress is not None else None
     try:
@@ -287,10 +300,44 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
     outcome.gate = precisioned.gate
     if replacing:
         log.warning("replacing %s (derived from the model; --prepared PATH writes it elsewhere)", prepared)
+    try:
+        return _prepare_and_build(model, output, target, req, plan, outcome, stages, precisioned, reference,
+                                  profiles, progress, onnx_sha, rewritten, shapes0, samples)
+    except BaseException as exc:
+        _remove_failed_outputs(output, req, outcome, exc)
+        raise
+
+
+def _remove_failed_outputs(output: Path, req: BuildSettings, outcome: BuildOutcome, exc: BaseException) -> None:
+    """A failed build leaves nothing it wrote: engine, manifest, prepared ONNX (and its .data).
+    Kept: everything when the engine's verification failed (exit 7: kept for inspection), and
+    the prepared ONNX with ``keep_prepared`` (debugging, or building it elsewhere)."""
+    if isinstance(exc, AccuracyError) and outcome.manifest is not None:
+        return
+    doomed = [manifest_path(output), output] if outcome.engine is not None else []
+    if outcome.written and not req.keep_prepared:
+        doomed += [outcome.prepared, outcome.prepared.with_name(outcome.prepared.name + ".data")]
+        outcome.written = False
+    outcome.engine = None
+    outcome.manifest = None
+    for path in doomed:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as err:  # the original error is what the user must see
+            log.warning("could not remove %s: %s", path, err)
+
+
+def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSettings, plan: BuildPlan,
+                       outcome: BuildOutcome, stages: _Stages, precisioned: Precisioned, reference: Reference, profiles: tuple[Profile, ...],
+                       progress: Any, onnx_sha: str, rewritten: RewriteResult,
+                       shapes0: dict[str, tuple[int, ...]], samples: SampleSet | None) -> BuildOutcome:
+    """From the prepared ONNX on: save, recheck, profile corners, TensorRT build, verify, manifest."""
+    prepared = outcome.prepared
     saved = stages.run("save", lambda: _save(precisioned.model, prepared))
+    outcome.written = True
     stages.run("recheck", lambda: _recheck(saved, target, shapes0))
     keep = not req.prepare_only and not req.no_verify  # verify reuses the reference's outputs
-    corners = stages.run("profiles", lambda: _corners(reference, profiles, req.seed, keep))
+    corners = stages.run("profiles", lambda: _corners(reference, profiles, req, samples, keep))
     if req.prepare_only:
         outcome.stopped = "prepare-only"
         return outcome
@@ -299,12 +346,7 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
         tensorrt_version(flavour)
     except BackendUnavailableError as exc:
         outcome.stopped = "tensorrt-unavailable"
-        raise BackendUnavailableError(
-            f"{exc.message}; stopped after the precision stage: the prepared ONNX is {prepared}",
-            hint=f"{(exc.hint or '').rstrip('.')}. Then run this command again, or build {prepared} with "
-            "trtexec --stronglyTyped (TensorRT 10; 11 is always strongly typed): the precision is already "
-            "explicit, no --fp16/--int8 flags needed",
-        ) from None
+        raise _no_tensorrt(exc, prepared, req.keep_prepared) from None
     built = stages.run("build", lambda: _build_engine(plan, progress))
     outcome.engine = output
     verify_json: dict[str, Any] | None = None
@@ -328,6 +370,8 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
         environment=dict(built.environment),
         source_onnx=model.name,
         rewrites=rewritten.report.to_json().get("rewrites", []),
+        rewrite_drift=None if rewritten.report.drift is None else rewritten.report.drift.to_json(),
+        dtype_changes=[c.to_json() for c in rewritten.report.dtype_changes],
         precision={**precisioned.summary, "achieved": dict(built.precision)},
         calibration=None if precisioned.calibration is None else dict(precisioned.calibration),
         plugins_needed=list(built.plugins_needed),
@@ -348,9 +392,26 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
     return outcome
 
 
-def _command(model: Path, output: Path, req: BuildSettings) -> str:
-    """The command line a hint repeats, with the user's paths."""
+def _no_tensorrt(exc: BackendUnavailableError, prepared: Path, kept: bool) -> BackendUnavailableError:
+    """Exit 9 after the CPU stages: where the prepared ONNX is (``--keep-prepared``), or how to keep it."""
+    trtexec = ("trtexec --stronglyTyped (TensorRT 10; 11 is always strongly typed): the precision is already "
+               "explicit, no --fp16/--int8 flags needed")
+    if kept:
+        return BackendUnavailableError(
+            f"{exc.message}; stopped after the precision stage: the prepared ONNX is {prepared}",
+            hint=f"{(exc.hint or '').rstrip('.')}. Then run this command again, or build {prepared} with {trtexec}")
+    return BackendUnavailableError(
+        f"{exc.message}; stopped after the precision stage (nothing was kept)",
+        hint=f"{(exc.hint or '').rstrip('.')}. Then run this command again; or add --prepare-only (or "
+        f"--keep-prepared) to keep the prepared ONNX and build it with {trtexec}")
+
+
+def _command(model: Path, output: Path, req: BuildSettings, target: str) -> str:
+    """The command line a hint repeats when the caller gave none (the CLI gives the user's own): the
+    paths and the settings that change what is built, by their declared names."""
     flags = f" --precision {req.precision}" if req.precision != "fp32" else ""
+    flags += f" --trt {target}"  # always: the default target depends on what is installed
+    flags += f" --calib-data {shlex.quote(str(req.calib_data))}" if req.calib_data else ""
     return (f"trtconv build {shlex.quote(str(model))} -o {shlex.quote(str(output))}{flags}"
             + (" --prepare-only" if req.prepare_only else ""))
 
@@ -397,15 +458,18 @@ def _check(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]])
         raise UnsupportedModelError(
             f"{target_name(target)} {verb} {len(bad)} node(s) that trtconv can neither rewrite nor map to a "
             f"plugin: {names}",
-            hint=f"run `trtconv check {loaded.path}` for the reasons",
+            hint=f"run `trtconv check --trt {target} {shlex.quote(str(loaded.path))}` for the reasons",
         )
     return Step(None, {"verdict": report.verdict, "target": target})
 
 
 def _rewrite(loaded: LoadedModel, settings: RewriteSettings) -> Step[RewriteResult]:
     result = rewrite(loaded, settings)
+    proof = result.report.graph_proof
     return Step(result, {"rewritten": len(result.report.rewrites),
-                         "nodes": [result.report.nodes_before, result.report.nodes_after]})
+                         "nodes": [result.report.nodes_before, result.report.nodes_after],
+                         "graph_proof": {"method": proof.method, "passed": proof.passed,
+                                         "tolerance": proof.tolerance, "arithmetic": proof.arithmetic}})
 
 
 def _recheck(saved: Saved, target: str, shapes: dict[str, tuple[int, ...]]) -> Step[None]:
@@ -418,7 +482,7 @@ def _recheck(saved: Saved, target: str, shapes: dict[str, tuple[int, ...]]) -> S
         names = ", ".join(f"{n.path} ({n.op_type}: {n.status})" for n in left[:5])
         raise UnsupportedModelError(
             f"after rewrite and precision, {target_name(target)} would still reject {len(left)} node(s): {names}",
-            hint=f"run `trtconv check {saved.path}` for the reasons",
+            hint=f"run `trtconv check --trt {target} {shlex.quote(str(saved.path))}` for the reasons",
         )
     plugins = sorted({qualified_op(n.domain, n.op_type) for n in report.nodes if n.status == "plugin"})
     return Step(None, {"verdict": report.verdict, "plugin_ops": plugins})
@@ -486,10 +550,13 @@ def _save(model: onnx.ModelProto, prepared: Path) -> Step[Saved]:
     return Step(Saved(prepared, sha, graph), {"path": str(prepared), "sha256": sha})
 
 
-def _corners(reference: Reference, profiles: tuple[Profile, ...], seed: int,
+def _corners(reference: Reference, profiles: tuple[Profile, ...], req: BuildSettings, samples: SampleSet | None,
              keep_outputs: bool) -> Step[CornerRuns | None]:
-    """Every profile corner run on the reference graph before TensorRT spends minutes on it; the
-    outputs are kept for verify, which judges the engine on the same inputs."""
+    """Every profile corner run on the reference graph before TensorRT spends minutes on it (on a
+    real sample of the corner's shapes where --calib-data has one); the outputs are kept for
+    verify, which judges the engine on the same inputs."""
+    if req.no_preflight:
+        return Step(None, {"reason": "--no-preflight"}, "skipped")
     if not profiles and dynamic_inputs(reference.loaded.proto):  # only with --prepare-only: build needs one
         return Step(None, {"reason": "no profile: dynamic inputs and no shapes (--prepare-only)"}, "skipped")
     graph = reference.graph
@@ -497,16 +564,19 @@ def _corners(reference: Reference, profiles: tuple[Profile, ...], seed: int,
         log.warning("profile shapes not checked on ONNX Runtime: it can run neither the model nor its rewritten "
                     "graph")
         return Step(None, {"reason": "ONNX Runtime cannot run this graph"}, "skipped")
-    runs = run_corners(graph.model, profiles, seed=seed, path=graph.path, keep_outputs=keep_outputs)
+    runs = run_corners(graph.model, profiles, seed=req.seed, path=graph.path, keep_outputs=keep_outputs,
+                       samples=samples)
     if runs.failures:
         first = runs.failures[0]
         raise UsageError(
             f"the graph cannot run at {first.describe()}",
             hint="TensorRT would fail on the same shapes minutes into the build; narrow the profile "
-            "(--min-shapes/--opt-shapes/--max-shapes) to shapes the model supports",
+            "(--min-shapes/--opt-shapes/--max-shapes) to shapes the model supports, or skip this check "
+            "with --no-preflight",
         )
     return Step(runs, {"profiles": len(profiles), "corners_run": "min/opt/max", "graph": graph.label,
-                       "not_run": list(runs.skipped)})
+                       "not_run": list(runs.skipped),
+                       "failed_on_synthetic_values": [f.describe() for f in runs.value_failures]})
 
 
 def _build_engine(plan: BuildPlan, progress: Any) -> Step[Built]:

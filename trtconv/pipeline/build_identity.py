@@ -17,12 +17,14 @@ if TYPE_CHECKING:
     from trtconv.pipeline.build_settings import BuildSettings
     from trtconv.plan import BuildPlan
 
-# Settings that decide where files go or whether work is checked, never the engine's bytes; and those
-# the identity takes from the plan (PLAN_FIELDS, the target's compute capabilities) or from the plugin
-# libraries' bytes (plugins), so that two spellings of one engine have one identity.
-NOT_IDENTITY = frozenset({"prepared", "prepare_only", "no_verify", "timing_cache", "no_timing_cache", "plugins",
-                          "workspace", "memory_pool", "opt_level", "hardware_compat", "version_compatible",
-                          "exclude_lean_runtime", "min_precision_share", "compute_capability"})
+# Settings that decide where files go or whether work is checked, never the engine's bytes (keep_prepared:
+# what a failed build leaves; no_preflight: a pre-build check); and those the identity takes from the plan
+# (PLAN_FIELDS, the target's compute capabilities) or from the plugin libraries' bytes (plugins), so that
+# two spellings of one engine have one identity. The hints' command line is no setting (build's ``command``).
+NOT_IDENTITY = frozenset({"prepared", "prepare_only", "keep_prepared", "no_verify", "no_preflight", "timing_cache",
+                          "no_timing_cache", "plugins", "workspace", "memory_pool", "opt_level", "hardware_compat",
+                          "version_compatible", "exclude_lean_runtime", "min_precision_share",
+                          "compute_capability"})
 PLAN_FIELDS = ("memory_pools", "optimization_level", "hardware_compat", "version_compatible",
                "exclude_lean_runtime", "min_precision_share", "max_aux_streams")
 

@@ -95,7 +95,9 @@ class BuildSettings:
     tolerance: float = _d("tolerance")
     prepared: Path | None = None  # default: ENGINE stem + .prepared.onnx
     prepare_only: bool = _d("prepare_only")  # stop after the prepared ONNX (no TensorRT needed)
+    keep_prepared: bool = _d("keep_prepared")  # a failed build keeps the prepared ONNX (else it leaves nothing)
     no_verify: bool = _d("no_verify")
+    no_preflight: bool = _d("no_preflight")  # skip the profile corners' run on ONNX Runtime before TensorRT
     seed: int = _d("seed")
     trt: str | None = _d("trt")  # "10.16", "11.4", "rtx"; None: the TensorRT that is installed
 
@@ -140,9 +142,10 @@ class BuildSettings:
         return PLUGIN_FREE_DCN if not for_target(target).plugins else None
 
     def rewrite_settings(self, target: str) -> RewriteSettings:
-        """The rewrite stage's settings: build's rewrite switches, the DCN target for ``target``."""
-        return rewrite_settings({**{f.name: getattr(self, f.name) for f in fields(self)}, "verify": True, "shapes": None,
-                                 "dcn_target": self.dcn(target)})
+        """The rewrite stage's settings: build's rewrite switches, the DCN target and the rules for ``target``."""
+        settings = rewrite_settings({**{f.name: getattr(self, f.name) for f in fields(self)}, "verify": True,
+                                     "shapes": None, "dcn_target": self.dcn(target)})
+        return replace(settings, target=target)  # rules made for some targets only apply there
 
     def quantize_settings(self) -> QuantizeSettings:
         """The precision stage's settings (precision fp16 or int8), as ``quantize`` takes them."""

@@ -8,9 +8,10 @@ milliseconds and names the node.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 CORNERS: tuple[Literal["min", "opt", "max"], ...] = ("min", "opt", "max")
 _NODE = re.compile(r"Name:'([^']*)'")
 _OP = re.compile(r"running (\w+) node")
+SAMPLES_LOOKED_AT = 64  # real samples searched for the corners' shapes
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,8 @@ class CornerFailure:
 
     def describe(self) -> str:
         where = f"node {self.node!r}" + (f" ({self.op})" if self.op else "") if self.node else "the graph"
+        if not self.shapes:  # a static model: no profile
+            return f"the model's static shapes: {where} fails: {self.message}"
         dims = ", ".join(f"{k}:{'x'.join(map(str, v))}" for k, v in self.shapes.items())
         return f"profile {self.profile} {self.corner} shapes ({dims}): {where} fails: {self.message}"
 
@@ -68,17 +72,25 @@ def shapes_key(shapes: dict[str, tuple[int, ...]]) -> ShapesKey:
 @dataclass(frozen=True)
 class CornerRuns:
     """What running the graph at every corner found: the failures, the corners not run (and why),
+    the corners that failed only on trtconv's synthetic input values (warnings, not failures),
     and, when kept, each corner's inputs and outputs (the reference a built engine is judged by)."""
 
     failures: tuple[CornerFailure, ...]
     skipped: tuple[str, ...] = ()
     outputs: Mapping[ShapesKey, tuple[ort.Feeds, ort.Feeds]] = field(default_factory=dict)
+    value_failures: tuple[CornerFailure, ...] = ()
 
 
 def run_corners(model: onnx.ModelProto, profiles: tuple[Profile, ...], *, seed: int = 0,
-                path: Path | None = None, keep_outputs: bool = False) -> CornerRuns:
+                path: Path | None = None, keep_outputs: bool = False,
+                samples: Iterable[Mapping[str, np.ndarray]] | None = None) -> CornerRuns:
     """Run ``model`` at each corner; the first failure per corner (none: all ran).
     Corners whose tensors would not fit in host memory are not run, and say why.
+
+    Inputs: a sample of ``samples`` whose shapes are the corner's, else seeded random data
+    (integer inputs within the tables they index). A corner that fails on those values but runs
+    with every integer input 0 (or 1) failed on the *values*, which TensorRT never sees: it is a
+    warning (``value_failures``), never blamed on the shapes.
 
     Raises InvalidModelError only if ONNX Runtime cannot load the model at all; callers
     that hold a not-ORT-runnable graph (plugin nodes) should pass its ORT-runnable form.
@@ -91,10 +103,12 @@ def run_corners(model: onnx.ModelProto, profiles: tuple[Profile, ...], *, seed: 
     quiet = onnxruntime.RunOptions()
     quiet.log_severity_level = 4  # the failure is reported by us, with the node named
     failures: list[CornerFailure] = []
+    value_failures: list[CornerFailure] = []
     skipped: list[str] = []
     outputs: dict[ShapesKey, tuple[ort.Feeds, ort.Feeds]] = {}
     seen: set[ShapesKey] = set()
     names = [o.name for o in sess.get_outputs()]
+    real = _samples_by_shape(model, samples)
     for index, profile in enumerate(profiles or (Profile(()),)):
         for corner in CORNERS:
             shapes = profile.corner(corner)
@@ -109,18 +123,65 @@ def run_corners(model: onnx.ModelProto, profiles: tuple[Profile, ...], *, seed: 
                 skipped.append(f"{where}: {too_big}")
                 continue
             try:
-                feeds = ort.random_feeds(model, shapes, seed=seed)
+                feeds = _sample_at(shapes, real) or ort.random_feeds(model, shapes, seed=seed)
             except UsageError as exc:
                 failures.append(CornerFailure(index, corner, shapes, None, None, exc.message))
                 continue
             try:
                 values = sess.run(names, feeds, quiet)
             except Exception as exc:  # ORT raises its own RuntimeException types
-                failures.append(_failure(index, corner, shapes, exc))
-                continue
+                failure = _failure(index, corner, shapes, exc)
+                rerun = _rerun_with_plain_integers(sess, names, feeds, quiet)
+                if rerun is None:
+                    failures.append(failure)
+                    continue
+                value_failures.append(failure)
+                log.warning("%s: ONNX Runtime failed on trtconv's synthetic input values, not on the shapes (it "
+                            "runs with integer inputs %d); TensorRT does not look at values, the build goes on",
+                            failure.describe(), rerun[0])
+                feeds, values = rerun[1], rerun[2]
             if keep_outputs:
                 outputs[key] = (feeds, {n: np.asarray(v) for n, v in zip(names, values)})
-    return CornerRuns(tuple(failures), tuple(skipped), outputs)
+    return CornerRuns(tuple(failures), tuple(skipped), outputs, tuple(value_failures))
+
+
+def _samples_by_shape(model: onnx.ModelProto, samples: Iterable[Mapping[str, np.ndarray]] | None
+                      ) -> list[ort.Feeds]:
+    """The first of the first SAMPLES_LOOKED_AT samples of each distinct set of input shapes (read
+    once for every corner; only samples holding every input)."""
+    if samples is None:
+        return []
+    wanted = list(ort.input_types(model))
+    kept: dict[tuple[tuple[int, ...], ...], ort.Feeds] = {}
+    for sample in itertools.islice(samples, SAMPLES_LOOKED_AT):
+        if set(wanted) <= set(sample):
+            feeds = {n: np.asarray(sample[n]) for n in wanted}
+            kept.setdefault(tuple(tuple(v.shape) for v in feeds.values()), feeds)
+    return list(kept.values())
+
+
+def _sample_at(shapes: Mapping[str, tuple[int, ...]], samples: list[ort.Feeds]) -> ort.Feeds | None:
+    """A real sample whose inputs have the corner's shapes (inputs not in ``shapes`` are static:
+    every sample fits them), or None."""
+    for sample in samples:
+        if all(tuple(sample[n].shape) == tuple(s) for n, s in shapes.items() if n in sample):
+            return sample
+    return None
+
+
+def _rerun_with_plain_integers(sess: object, names: list[str], feeds: ort.Feeds, options: object
+                               ) -> tuple[int, ort.Feeds, list[object]] | None:
+    """The same shapes with every integer input 0, then 1: (the value, its feeds, the outputs) of
+    the first that runs, or None when neither does (or there is no integer input to change)."""
+    if not any(v.dtype.kind in "iu" for v in feeds.values()):
+        return None
+    for fill in (0, 1):
+        plain = {n: (np.full_like(v, fill) if v.dtype.kind in "iu" else v) for n, v in feeds.items()}
+        try:
+            return fill, plain, sess.run(names, plain, options)  # type: ignore[attr-defined]
+        except Exception:  # ORT raises its own RuntimeException types
+            continue
+    return None
 
 
 def _failure(index: int, corner: str, shapes: dict[str, tuple[int, ...]], exc: Exception) -> CornerFailure:

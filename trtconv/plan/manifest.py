@@ -35,6 +35,8 @@ def build_manifest(
     environment: Mapping[str, Any],
     source_onnx: str | None = None,
     rewrites: list[dict[str, Any]] | None = None,
+    rewrite_drift: Mapping[str, Any] | None = None,
+    dtype_changes: list[dict[str, Any]] | None = None,
     precision: Mapping[str, Any] | None = None,
     calibration: Mapping[str, Any] | None = None,
     plugins_needed: list[str] | None = None,
@@ -74,6 +76,10 @@ def build_manifest(
                    "prepared_onnx": plan.onnx_path.name},
         "engine": {"file": plan.engine_path.name, "sha256": engine_sha256},
         "rewrites": list(rewrites or []),
+        # the whole model against the original where a rule changed the numbers on purpose
+        "rewrite_drift": dict(rewrite_drift) if rewrite_drift is not None else None,
+        # inputs/outputs whose element type a rewrite changed (float64 -> float32): never silent
+        "dtype_changes": list(dtype_changes or []),
         "precision": {"requested": plan.precision, **dict(precision or {})},
         "calibration": dict(calibration) if calibration else None,
         "profiles": [p.to_json() for p in plan.profiles],

@@ -132,13 +132,15 @@ def _default_spec(model: onnx.ModelProto, dynamic: dict[str, list[int | str | No
     if sample_shapes is not None:
         seen = [{n: tuple(int(d) for d in s[n]) for n in dynamic if n in s} for s in sample_shapes]
         if seen and all(set(s) == set(dynamic) for s in seen):
-            return _span(seen)
+            spec = _span(seen)
+            announce(spec, f"the {len(seen)} sample(s) of --calib-data (no shapes were given)")
+            _warn_narrowed(spec, dynamic)
+            return spec
     batch = {n: tuple([1, *d[1:]]) for n, d in dynamic.items()
              if len(d) >= 2 and not isinstance(d[0], int) and all(isinstance(x, int) for x in d[1:])}
     if len(batch) == len(dynamic):
-        log.warning("dynamic batch dim of %s set to 1 (give --shapes or --min/--opt/--max-shapes for other sizes)",
-                    ", ".join(batch))
         one = {n: tuple(int(x) for x in s) for n, s in batch.items()}
+        announce((one, one, one), "the model, its dynamic batch dim set to 1 (no shapes were given)")
         return one, one, one
     if not required:
         return None
@@ -147,6 +149,38 @@ def _default_spec(model: onnx.ModelProto, dynamic: dict[str, list[int | str | No
         hint=f"{command} --shapes {suggest_shapes(model, dynamic)} (or --min-shapes/--opt-shapes/--max-shapes, "
         "or --calib-data DIR to take the range from the samples)",
     )
+
+
+def _dims_text(lo: Shape, mid: Shape, hi: Shape) -> str:
+    if lo == hi:
+        return "x".join(map(str, lo))
+    return f"{'x'.join(map(str, lo))}..{'x'.join(map(str, hi))} (opt {'x'.join(map(str, mid))})"
+
+
+def announce(spec: tuple[Mapping[str, Shape], Mapping[str, Shape], Mapping[str, Shape]], source: str,
+             index: int = 0) -> None:
+    """One stderr line: a profile trtconv chose, and where it came from. The engine accepts only
+    these shapes: a derived profile is never taken silently."""
+    lo, mid, hi = spec
+    ranges = ", ".join(f"{n} {_dims_text(lo[n], mid[n], hi[n])}" for n in lo)
+    log.warning("profile %d taken from %s: %s (give --shapes or --min-shapes/--opt-shapes/--max-shapes to choose "
+                "it)", index, source, ranges)
+
+
+def _warn_narrowed(spec: tuple[Mapping[str, Shape], Mapping[str, Shape], Mapping[str, Shape]],
+                   dynamic: Mapping[str, list[int | str | None]]) -> None:
+    """A warning per dynamic dim other than the batch that the samples narrowed to their own range
+    (a sequence length, an image size): the engine will refuse every other size there."""
+    lo, _, hi = spec
+    for name, dims in dynamic.items():
+        for axis, dim in enumerate(dims):
+            if axis == 0 or isinstance(dim, int):
+                continue
+            label = f" ({dim})" if isinstance(dim, str) and dim else ""
+            log.warning("input %r dim %d%s is dynamic in the model, but the profile from --calib-data spans only "
+                        "%d..%d, the sizes in the samples: the engine refuses any other (give --min-shapes/"
+                        "--opt-shapes/--max-shapes for the range you need)", name, axis, label,
+                        lo[name][axis], hi[name][axis])
 
 
 def _span(seen: list[dict[str, Shape]]) -> tuple[dict[str, Shape], dict[str, Shape], dict[str, Shape]]:
@@ -163,9 +197,19 @@ def suggest_shapes(model: onnx.ModelProto, dynamic: Mapping[str, list[int | str 
     """``--shapes`` text with real numbers: batch dims 1, other dynamic dims the first of a few
     common sizes the graph runs at in ONNX Runtime (or the first size, if none runs)."""
 
+    # A named dim is one size wherever it appears (ONNX Runtime refuses "batch" = 1 in one input and
+    # 224 in another): a batch if it leads any input of rank >= 2, else a size.
+    batch_names = {dims[0] for dims in dynamic.values() if len(dims) >= 2 and isinstance(dims[0], str) and dims[0]}
+
+    def value(axis: int, dims: list[int | str | None], d: int | str | None, size: int) -> int:
+        if isinstance(d, int):
+            return d
+        if isinstance(d, str) and d:
+            return 1 if d in batch_names else size
+        return 1 if axis == 0 and len(dims) >= 2 else size
+
     def fill(size: int) -> dict[str, Shape]:
-        return {n: tuple(d if isinstance(d, int) else (1 if axis == 0 and len(dims) >= 2 else size)
-                         for axis, d in enumerate(dims)) for n, dims in dynamic.items()}
+        return {n: tuple(value(axis, dims, d, size) for axis, d in enumerate(dims)) for n, dims in dynamic.items()}
 
     def text(shapes: Mapping[str, Shape]) -> str:
         return ",".join(f"{n}:{'x'.join(map(str, s))}" for n, s in shapes.items())

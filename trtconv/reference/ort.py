@@ -26,8 +26,10 @@ from trtconv.load import (
     weight_bytes,
     write_scratch,
 )
+from trtconv.onnxutil import index_limits
 
 Feeds = dict[str, np.ndarray]
+SMALL_INTS = 4  # random integer inputs are drawn from 0 .. SMALL_INTS - 1 (or fewer: a table's rows)
 # Models with at least this many bytes of weights reach ONNX Runtime through a scratch file
 # with external data, which it memory-maps: from serialized bytes, a session costs a copy for
 # the bytes, one for ONNX Runtime's parse and one for its tensors (about 2.3 x the weights on
@@ -146,9 +148,12 @@ def concrete_shapes(model: onnx.ModelProto, shapes: Mapping[str, Shape] | None =
 def random_feeds(
     model: onnx.ModelProto, shapes: Mapping[str, Shape] | None = None, *, seed: int = 0, scale: float = 1.0
 ) -> Feeds:
-    """Reproducible random inputs (normal floats, small non-negative ints, random bools)."""
+    """Reproducible random inputs (normal floats, small non-negative ints, random bools). Integer
+    inputs that index a table (an embedding's ``Gather``) stay within its rows: values the graph
+    itself would refuse would make a check stricter than TensorRT, which never looks at them."""
     rng = np.random.default_rng(seed)
     types = input_types(model)
+    limits = index_limits(model)
     feeds: Feeds = {}
     for name, shape in concrete_shapes(model, shapes).items():
         dt = types[name]
@@ -156,7 +161,8 @@ def random_feeds(
             if dt.kind == "f":
                 feeds[name] = (rng.standard_normal(shape) * scale).astype(dt)
             elif dt.kind in "iu":
-                feeds[name] = rng.integers(0, 4, size=shape).astype(dt)
+                feeds[name] = rng.integers(0, max(1, min(SMALL_INTS, limits.get(name, SMALL_INTS))),
+                                           size=shape).astype(dt)
             elif dt.kind == "b":
                 feeds[name] = rng.integers(0, 2, size=shape).astype(bool)
             else:

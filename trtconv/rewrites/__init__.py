@@ -17,6 +17,7 @@ listed), the driver (driver.py), proofs (proof.py), the report (rewrite_report.p
 
 from trtconv.rewrites.catalog import (
     rewrite_rule_for,
+    rule_settling,
 )
 from trtconv.rewrites.cleanup import (
     RENAME_SHARED_DIMS,
@@ -37,6 +38,7 @@ from trtconv.rewrites.rewrite_settings import (
     NODE_RTOL,
     RewriteSettings,
 )
+from trtconv.rewrites.rule import RewriteRule
 
 DCN_TARGETS = tuple(TARGETS)
 
@@ -51,6 +53,7 @@ __all__ = [
     "RewriteEntry",
     "RewriteReport",
     "RewriteResult",
+    "RewriteRule",
     "RewriteSettings",
     "builtin_plugin_spec",
     "builtin_spec_document",
@@ -58,6 +61,7 @@ __all__ = [
     "load_plugin_spec",
     "parse_plugin_map",
     "rewrite",
+    "rule_settling",
     "rewrite_rule_for",
     "trtconv_plugin_spec",
 ]

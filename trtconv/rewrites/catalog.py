@@ -10,10 +10,12 @@ its ``FAMILY``, and one more entry in :data:`FAMILIES`. A new DCN dialect needs 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+
+import onnx
 
 from trtconv.onnxutil import normalize_domain
-from trtconv.rewrites import dcn
+from trtconv.rewrites import dcn, detection, dtypes, quantized
 from trtconv.rewrites import rewrite_settings as core_settings
 from trtconv.rewrites.plugin_map import PluginMap, PluginMapRule
 from trtconv.rewrites.rewrite_settings import RewriteSettings
@@ -21,12 +23,15 @@ from trtconv.rewrites.rule import RewriteRule, RuleFamily
 
 FAMILIES: tuple[RuleFamily, ...] = (
     dcn.FAMILY,
+    quantized.FAMILY,
+    dtypes.FAMILY,
+    detection.FAMILY,
 )
 
 RULES: tuple[RewriteRule, ...] = tuple(rule for family in FAMILIES for rule in family.rules)
 
 # (domain, op_type) -> the built-in rule for it; the empty domain is ONNX's default domain
-REWRITABLE: dict[tuple[str, str], RewriteRule] = {key: rule for rule in RULES for key in rule.ops}
+REWRITABLE: dict[tuple[str, str], RewriteRule] = {key: rule for rule in RULES if rule.claims_ops for key in rule.ops}
 
 
 def check_settings(settings: RewriteSettings) -> None:
@@ -45,6 +50,13 @@ def rule_among(rules: Sequence[RewriteRule], domain: str | None, op_type: str) -
 def rewrite_rule_for(domain: str | None, op_type: str) -> RewriteRule | None:
     """The built-in rule that can rewrite this op, if any."""
     return REWRITABLE.get((normalize_domain(domain), op_type))
+
+
+def rule_settling(node: onnx.NodeProto, errors: Sequence[tuple[str, str]],
+                  producer: Mapping[str, onnx.NodeProto]) -> RewriteRule | None:
+    """The built-in rule whose rewrite also clears these ``check`` errors of ``node`` (an op no rule
+    covers: a uint8 tensor passing through a Flatten, ...), if any."""
+    return next((r for r in RULES if errors and r.settles(node, errors, producer)), None)
 
 
 def active_rules(plugin_map: PluginMap | None) -> tuple[RewriteRule, ...]:

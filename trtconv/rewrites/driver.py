@@ -26,7 +26,8 @@ from trtconv.onnxutil import ORT_DOMAINS, default_opset, fresh_name, is_sorted, 
 from trtconv.reference import ort
 from trtconv.rewrites import cleanup
 from trtconv.rewrites.catalog import active_rules, check_settings, rewrite_rule_for, rule_among
-from trtconv.rewrites.proof import Proof, prove_graph, prove_node, prove_unchanged
+from trtconv.rewrites.dtype_narrowing import narrow_float64
+from trtconv.rewrites.proof import Proof, measure_drift, prove_graph, prove_node, prove_unchanged
 from trtconv.rewrites.rewrite_report import NodeInfo, RewriteEntry, RewriteReport, RewriteResult
 from trtconv.rewrites.rewrite_settings import RewriteSettings
 from trtconv.rewrites.roundtrip import (
@@ -66,6 +67,7 @@ class _Applied:
     entries: list[RewriteEntry]
     pending: dict[int, set[str]]  # opset -> the ops that need it (emitted in PENDING_DOMAIN)
     graph_cuts: set[str]
+    inexact: bool = False  # a replacement changed the numbers on purpose (Emitted.exact False)
 
 
 def _apply_rules(graph: gs.Graph, ctx: RuleContext, rules: tuple[RewriteRule, ...]) -> _Applied:
@@ -80,7 +82,10 @@ def _apply_rules(graph: gs.Graph, ctx: RuleContext, rules: tuple[RewriteRule, ..
     new_order: list[gs.Node] = []
     used_names = {n.name for n in graph.nodes}
     bases: set[str] = set()  # replacement nodes and tensors are named "<base>/...": keep bases unique
+    absorbed: set[int] = set()  # id() of nodes a replacement stands for: dropped, never visited
     for index, (node, rule) in enumerate(covered):
+        if id(node) in absorbed:
+            continue
         # an unnamed node's made-up name must not be another node's either
         name = fresh_name(node.name or f"{node.op}_{index}", bases if node.name else bases | used_names)
         bases.add(name)
@@ -97,6 +102,8 @@ def _apply_rules(graph: gs.Graph, ctx: RuleContext, rules: tuple[RewriteRule, ..
         if emitted.pending_opset:
             applied.pending.setdefault(emitted.pending_opset, set()).add(emitted.pending_op)
         applied.graph_cuts |= emitted.graph_cuts
+        absorbed.update(id(n) for n in emitted.absorbed)
+        applied.inexact = applied.inexact or not emitted.exact
         if settings.verify:
             case = rule.proof_case(ctx, site, match, emitted)
             proof = case if isinstance(case, Proof) else prove_node(case)
@@ -108,7 +115,7 @@ def _apply_rules(graph: gs.Graph, ctx: RuleContext, rules: tuple[RewriteRule, ..
             proof = rule.unproven(match)
         applied.entries.append(RewriteEntry(name, rule.name, emitted.target, before,
                                             tuple(NodeInfo.of(n) for n in emitted.nodes), proof, emitted.notes))
-    graph.nodes = new_order
+    graph.nodes = [n for n in new_order if id(n) not in absorbed]
     if failures:
         raise AccuracyError("rewrite proof failed: " + "; ".join(failures),
                             hint="nothing was written; the replacement does not compute what the original op does "
@@ -132,19 +139,21 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     # the export return new protos), and a copy would hold every weight twice.
     model = override_input_shapes(src, settings.shapes) if settings.shapes else src
     shaped = model  # the input as --shapes made it, before any rule prepares it
+    model, narrowed, dtype_changes = narrow_float64(model)  # TensorRT computes no float64: said, not silent
     large = weight_bytes(model) > settings.large_model_bytes  # lazy (on-disk) weights count too
     opset_before = default_opset(model)
     nodes_before = _count_nodes(model)
     was_sorted = is_sorted(model)
     notes = _subgraph_notes(model)
     active = tuple(rules) if rules is not None else active_rules(settings.plugin_map)
+    active = tuple(r for r in active if not r.targets or settings.target in r.targets)
     for rule in active:
         model = rule.prepare(model, settings, large)
     # Imported with inferred shapes: graphsurgeon folds Shape nodes only where shapes are known.
     stub = inferred(model, large)  # structure and shapes, no weight bytes
     graph = import_with_shapes(model, stub)
     graph.toposort()  # rules below walk producers before consumers
-    results: list[cleanup.CleanupResult] = []
+    results: list[cleanup.CleanupResult] = [narrowed] if narrowed.count else []
     if settings.remove_dead_nodes:  # before folding, which would otherwise sweep them up uncounted
         results.append(cleanup.remove_dead(graph))
     shapes = value_shapes(stub)
@@ -184,26 +193,40 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
 
     if not large:  # even with proofs off: never hand back a model ONNX Runtime cannot load
         _refuse_unloadable(out, shaped, settings.shapes, proven=settings.verify)
-    unchanged = prove_unchanged(model, out) if settings.verify else None
-    if unchanged is not None:
-        gproof = unchanged  # nothing to run: both graphs compute the same thing by construction
-    elif settings.verify and not large:
-        # cut only where ONNX Runtime cannot run a node: a rewritten DeformConv is compared end to end
-        reference = model if was_sorted else sorted_copy(model)  # ONNX Runtime refuses unsorted graphs
-        gproof = prove_graph(reference, out, settings.shapes, applied.graph_cuts, settings.seed,
-                             settings.graph_tolerance)
-        if not gproof.passed:
-            bad = [f"{s.name}: max abs {s.max_abs:.3g}" for s in gproof.stats if s.max_abs > (gproof.tolerance or 0)]
-            what = "; ".join(bad) or gproof.reason or ""
-            raise AccuracyError(what if what.startswith("the rewritten model does not load") else
-                                "rewrite changed the model's outputs: " + what,
-                                hint="nothing was written; retry with --no-fold or --no-int32 and report the model")
-    else:
-        gproof = Proof("none", True, reason="--no-verify" if not settings.verify else
-                       "model over the large-model threshold: graph proof skipped (node proofs still ran)")
+    before = shaped if narrowed.count else model  # a narrowed model is proven against the float64 one
+    gproof = _graph_proof(before, out, settings, applied, was_sorted=was_sorted, large=large,
+                          narrowed=bool(narrowed.count))
+    drift = None
+    if applied.inexact and settings.verify and not large:
+        drift = measure_drift(before if was_sorted else sorted_copy(before), out,
+                              {**settings.proof_shapes, **settings.shapes}, settings.seed)
     report = RewriteReport(settings, tuple(applied.entries), tuple(results), gproof, nodes_before,
-                           _count_nodes(out), opset_before, default_opset(out), tuple(notes))
+                           _count_nodes(out), opset_before, default_opset(out), tuple(notes), drift, dtype_changes)
     return RewriteResult(out, report)
+
+
+def _graph_proof(before: onnx.ModelProto, out: onnx.ModelProto, settings: RewriteSettings, applied: _Applied, *,
+                 was_sorted: bool, large: bool, narrowed: bool) -> Proof:
+    """The whole graph before and after; AccuracyError when the outputs moved."""
+    unchanged = prove_unchanged(before, out) if settings.verify else None
+    if unchanged is not None:
+        return unchanged  # nothing to run: both graphs compute the same thing by construction
+    if not settings.verify or large:
+        return Proof("none", True, reason="--no-verify" if not settings.verify else
+                     "model over the large-model threshold: graph proof skipped (node proofs still ran)")
+    # cut only where ONNX Runtime cannot run a node: a rewritten DeformConv is compared end to end
+    reference = before if was_sorted else sorted_copy(before)  # ONNX Runtime refuses unsorted graphs
+    tolerance = max(settings.graph_tolerance, settings.node_tolerance) if narrowed else \
+        settings.graph_tolerance  # float32 against float64: float32's rounding, not 1e-6
+    gproof = prove_graph(reference, out, settings.shapes, applied.graph_cuts, settings.seed, tolerance)
+    if not gproof.passed:
+        bad = [f"{s.name}: max abs {s.max_abs:.3g} > {gproof.tolerance or 0:.3g} ({gproof.arithmetic} tolerance)"
+               for s in gproof.stats if s.max_abs > (gproof.tolerance or 0)]
+        what = "; ".join(bad) or gproof.reason or ""
+        raise AccuracyError(what if what.startswith("the rewritten model does not load") else
+                            "rewrite changed the model's outputs: " + what,
+                            hint="nothing was written; retry with --no-fold or --no-int32 and report the model")
+    return gproof
 
 
 def _refuse_unloadable(out: onnx.ModelProto, shaped: onnx.ModelProto, shapes: Mapping[str, Shape], *,

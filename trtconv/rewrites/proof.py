@@ -17,7 +17,7 @@ Two kinds:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -30,7 +30,7 @@ from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
 from trtconv.errors import InvalidModelError, TrtconvError, UsageError
 from trtconv.load import PROTOBUF_LIMIT, approx_size, override_input_shapes, structure_only
-from trtconv.onnxutil import ORT_DOMAINS, is_default_domain, normalize_domain
+from trtconv.onnxutil import ORT_DOMAINS, is_default_domain, iter_graphs, normalize_domain
 from trtconv.reference import OutputStats, compare_arrays, random_feeds, run, session
 from trtconv.rewrites.emitter import PENDING_DOMAIN
 from trtconv.rewrites.rewrite_settings import GRAPH_RTOL, NODE_RTOL
@@ -38,6 +38,12 @@ from trtconv.rewrites.rewrite_settings import GRAPH_RTOL, NODE_RTOL
 ONNXRUNTIME = "onnxruntime"
 REFERENCE_EVALUATOR = "reference-evaluator"
 FP16_RTOL = 1e-2  # FP16 keeps about three decimal digits
+BF16_RTOL = 6e-2  # bfloat16 keeps about two
+# A graph that computes in a half type is proven at that type's tolerance: a rewrite that folds
+# constants, or only moves a node, changes where ONNX Runtime rounds to FP16 (an FP16 ulp at 2..4
+# is 0.00195), which FP32's 1e-6 would call a changed model.
+HALF_RTOL = {"float16": FP16_RTOL, "bfloat16": BF16_RTOL}
+_HALF_TYPES = {onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.BFLOAT16: "bfloat16"}
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,7 @@ class Proof:
     stats: tuple[OutputStats, ...] = ()
     shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     reason: str = ""
+    arithmetic: str = "float32"  # the narrowest float type the proven graph computes in: it sets the tolerance
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -57,6 +64,7 @@ class Proof:
             "outputs": [s.to_json() for s in self.stats],
             "shapes": {k: list(v) for k, v in sorted(self.shapes.items())},
             "reason": self.reason,
+            "arithmetic": self.arithmetic,
         }
 
     @property
@@ -195,12 +203,48 @@ def prove_graph(
     When no numbers can be compared (dynamic inputs without --shapes, inputs random data
     cannot drive), the rewritten model must at least still load wherever the original did.
     """
-    proof = _compare_graphs(before, after, shapes, extra_cuts, seed, rtol)
+    kind = arithmetic(before)
+    proof = _compare_graphs(before, after, shapes, extra_cuts, seed, max(rtol, HALF_RTOL.get(kind, 0.0)))
+    proof = replace(proof, arithmetic=kind)
     if proof.method == "none" and proof.passed and approx_size(before) <= PROTOBUF_LIMIT:
         problem = _load_problem(before, after)
         if problem:
             return Proof("onnxruntime", False, reason=f"the rewritten model does not load in ONNX Runtime: {problem}")
     return proof
+
+
+def arithmetic(model: onnx.ModelProto) -> str:
+    """"bfloat16" or "float16" when the graph computes in that type (a constant, a Cast or a declared
+    tensor of it), else "float32". Only dims and types are read, never weight bytes."""
+    found: set[int] = set()
+    for g in iter_graphs(model.graph):
+        found.update(t.data_type for t in g.initializer)
+        for vi in (*g.input, *g.value_info, *g.output):
+            found.add(vi.type.tensor_type.elem_type)
+        for n in g.node:
+            for a in n.attribute:
+                if (n.op_type == "Cast" and a.name == "to") or (n.op_type == "CastLike" and a.name == "to"):
+                    found.add(a.i)
+                elif a.HasField("t"):
+                    found.add(a.t.data_type)
+    for dtype in (onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT16):
+        if dtype in found:
+            return _HALF_TYPES[dtype]
+    return "float32"
+
+
+def measure_drift(before: onnx.ModelProto, after: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]],
+                  seed: int) -> Proof:
+    """How far the whole model moved where a rule changed the numbers on purpose (dynamic
+    quantization dropped): both models end to end, uncut, on the same random inputs. A figure
+    to report, not a pass/fail (the node proofs hold each replacement to its bound)."""
+    p = _compare_graphs(before, after, shapes, set(), seed, float("inf"))
+    if p.method == "none":
+        return p
+    cos = min((s.cosine for s in p.stats), default=1.0)
+    return Proof(p.method, True, None, p.stats, p.shapes,
+                 f"measured, not a pass/fail: the original's own quantization noise, dropped by a rule, is what "
+                 f"changed (min cosine {cos:.6f})")
 
 
 def prove_unchanged(before: onnx.ModelProto, after: onnx.ModelProto) -> Proof | None:
@@ -279,7 +323,9 @@ def _compare_graphs(before: onnx.ModelProto, after: onnx.ModelProto, shapes: Map
             after = _cut(after, cut, known)
         feeds = random_feeds(before, shapes, seed=seed)
         ref = run(session(before), feeds)
-        got = run(session(after), {k: v for k, v in feeds.items() if k in {i.name for i in after.graph.input}})
+        types = {i.name: i.type.tensor_type.elem_type for i in after.graph.input}
+        got = run(session(after), {k: v.astype(helper.tensor_dtype_to_np_dtype(types[k])) if types[k] else v
+                                   for k, v in feeds.items() if k in types})  # a narrowed input: cast
     except UsageError as exc:
         return Proof("none", True, reason=f"graph proof skipped: {exc.message}")
     except InvalidModelError as exc:

@@ -12,6 +12,7 @@ import onnx_graphsurgeon as gs
 
 from trtconv.onnxutil import qualified_op
 from trtconv.rewrites.cleanup import CleanupResult
+from trtconv.rewrites.dtype_narrowing import DtypeChange
 from trtconv.rewrites.emitter import PENDING_DOMAIN
 from trtconv.rewrites.proof import Proof
 from trtconv.rewrites.rewrite_settings import RewriteSettings
@@ -84,6 +85,8 @@ class RewriteReport:
     opset_before: int
     opset_after: int
     notes: tuple[str, ...] = ()
+    drift: Proof | None = None  # the whole model against the original, where a rule changed the numbers
+    dtype_changes: tuple[DtypeChange, ...] = ()  # inputs/outputs whose element type changed
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -92,6 +95,8 @@ class RewriteReport:
             "rewrites": [r.to_json() for r in self.rewrites],
             "cleanups": [c.to_json() for c in self.cleanups],
             "graph_proof": self.graph_proof.to_json(),
+            "drift": None if self.drift is None else self.drift.to_json(),
+            "dtype_changes": [c.to_json() for c in self.dtype_changes],
             "summary": {
                 "nodes_before": self.nodes_before,
                 "nodes_after": self.nodes_after,
@@ -115,7 +120,10 @@ class RewriteReport:
                 detail = f": {', '.join(c.items[:5])}{' ...' if len(c.items) > 5 else ''}" if c.items else ""
                 lines.append(f"  {c.rule}: {c.count}{detail}")
                 lines.extend(f"    note: {n}" for n in c.notes if c.count or c.rule != "fold-constants")
+        lines.extend(f"  {c.kind} {c.name!r} changed type: {c.before} -> {c.after} ({c.rule})" for c in self.dtype_changes)
         lines.append(f"  graph proof: {_proof_text(self.graph_proof)}")
+        if self.drift is not None:
+            lines.append(f"  against the original: {_drift_text(self.drift)}")
         lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(lines)
 
@@ -125,7 +133,16 @@ def _proof_text(p: Proof) -> str:
         return p.reason or "not proven"
     status = "passed" if p.passed else "FAILED"
     err = f" max|err| {p.max_abs:.2g} <= {p.tolerance:.2g}" if p.max_abs is not None and p.tolerance else ""
+    if err and p.arithmetic != "float32":
+        err += f" ({p.arithmetic} arithmetic)"
     return f"{p.method} {status}{err}" + (f" ({p.reason})" if p.reason else "")
+
+
+def _drift_text(p: Proof) -> str:
+    if p.method == "none" or not p.stats:
+        return p.reason or "not measured"
+    worst = max(p.stats, key=lambda s: s.max_abs)
+    return f"max|err| {worst.max_abs:.3g}, max rel {worst.max_rel:.3g}, cosine {worst.cosine:.6f} ({p.reason})"
 
 
 @dataclass(frozen=True)

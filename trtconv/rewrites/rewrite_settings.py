@@ -26,6 +26,12 @@ class RewriteSettings:
     dcn_plugin: PluginSpec | None = None  # for targets that need a spec ("trtconv-plugin": trtconv_plugin_spec(path))
     plugin_map: PluginMap | None = None
     shapes: Mapping[str, Shape] = field(default_factory=dict)
+    # Shapes for random proof inputs only, never applied to the model (build: the profile's opt
+    # corner): the drift of a rule that changes numbers is measured even on a dynamic model.
+    proof_shapes: Mapping[str, Shape] = field(default_factory=dict)
+    # the --trt target the model is rewritten for ("rtx", "10.16", ...; None: not known): rules made
+    # for some targets only (RewriteRule.targets: RoiAlign without a plugin for RTX) apply there
+    target: str | None = None
     fold_constants: bool = True
     fold_size_limit: int = DEFAULT_FOLD_LIMIT
     remove_dead_nodes: bool = True
@@ -50,6 +56,8 @@ class RewriteSettings:
             f"{self.dcn_plugin.namespace}::{self.dcn_plugin.name} v{self.dcn_plugin.version}",
             "plugin_map": None if self.plugin_map is None else self.plugin_map.source,
             "shapes": {k: list(v) for k, v in sorted(self.shapes.items())},
+            "proof_shapes": {k: list(v) for k, v in sorted(self.proof_shapes.items())},
+            "target": self.target,
             "fold_constants": self.fold_constants,
             "fold_size_limit": self.fold_size_limit,
             "remove_dead_nodes": self.remove_dead_nodes,

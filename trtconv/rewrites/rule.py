@@ -20,7 +20,7 @@ New rules are registered in :mod:`trtconv.rewrites.catalog`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +63,19 @@ class Emitted:
     pending_opset: int = 0  # default-domain opset the nodes emitted in PENDING_DOMAIN need (0: none)
     pending_op: str = ""  # the op that needs it, for messages ("DeformConv")
     graph_cuts: frozenset[str] = frozenset()  # tensors the whole-graph proof must not compare
+    # Other nodes the replacement stands for (a quantized op's Cast/Mul tail): the rule detaches
+    # them (:func:`detach`) before emitting, the driver drops them and never visits them.
+    absorbed: tuple[gs.Node, ...] = ()
+    # False: the replacement changes the numbers on purpose (dynamic quantization dropped); its
+    # node proof holds a measured bound, and the report adds the whole model's measured drift.
+    exact: bool = True
+
+
+def detach(nodes: Sequence[gs.Node]) -> None:
+    """Disconnect nodes a replacement absorbs, before the replacement writes their outputs."""
+    for n in nodes:
+        n.inputs.clear()
+        n.outputs.clear()
 
 
 class RewriteRule(ABC):
@@ -71,6 +84,12 @@ class RewriteRule(ABC):
     name: str  # stable rule id, used in reports and JSON
     description: str
     ops: tuple[tuple[str, str], ...]  # (domain, op_type) it covers; "" is ONNX's default domain
+    # ``check`` calls every erroring node of ``ops`` rewritable by this rule; False for a rule that
+    # matches a common op only in one context (a Cast after a uint8 input): it claims nodes by ``settles``
+    claims_ops: bool = True
+    # the ``--trt`` targets that need the rule (RewriteSettings.target); empty: every target. A rule
+    # for some targets only is applied when the settings name one of them (``build --trt rtx``).
+    targets: tuple[str, ...] = ()
 
     def prepare(self, model: onnx.ModelProto, settings: RewriteSettings, large: bool) -> onnx.ModelProto:
         """A model-level step before the graph is imported (default: none); ``large``: over the
@@ -92,6 +111,13 @@ class RewriteRule(ABC):
     @abstractmethod
     def proof_case(self, ctx: RuleContext, site: Site, match: Any, emitted: Emitted) -> NodeProofCase | Proof:
         """How to prove the replacement computes what the original did (or why it cannot be run)."""
+
+    def settles(self, node: onnx.NodeProto, errors: Sequence[tuple[str, str]],
+                producer: Mapping[str, onnx.NodeProto]) -> bool:
+        """Whether applying this rule also clears ``check``'s errors ((finding rule, message) pairs) on
+        ``node``, an op the rule does not cover (a uint8 tensor a Flatten only passes along, say);
+        ``producer``: tensor name -> the node writing it. Default: no."""
+        return False
 
     def unproven(self, match: Any) -> Proof:
         """The proof entry when proofs are off (``--no-verify``)."""

@@ -19,7 +19,7 @@ NEWEST_TENSORRT = "11.4"
 # falling back to NEWEST_TENSORRT where none is.
 DEFAULT_TARGET: str | None = None
 
-COMMANDS = ("check", "rewrite", "quantize", "build", "verify")
+COMMANDS = ("check", "rewrite", "quantize", "build", "verify", "bench")
 PRECISION = ("quantize", "build")  # the commands that change precision share their sample/gate settings
 
 
@@ -165,7 +165,11 @@ _REWRITES = (
 _OUTPUT = (
     _s("prepared", "path", "Where to write the prepared ONNX (default: ENGINE stem + .prepared.onnx).", _B),
     _s("prepare_only", "bool", "Stop after writing the prepared ONNX (no TensorRT needed).", _B, default=False),
+    _s("keep_prepared", "bool", "Keep the prepared ONNX when the build fails (for debugging); by default a failed "
+       "build leaves nothing.", _B, default=False),
     _s("no_verify", "bool", "Skip comparing the engine with ONNX Runtime.", _B, default=False),
+    _s("no_preflight", "bool", "Skip running the graph at every profile corner on ONNX Runtime before the TensorRT "
+       "build.", _B, default=False),
 )
 
 SETTINGS: tuple[Setting, ...] = (
@@ -178,8 +182,8 @@ SETTINGS: tuple[Setting, ...] = (
     *_PROFILE, *_ENGINE, *_REWRITES, *_OUTPUT,
     _s("seed", "int", "Seed for proofs and verification inputs.", ("rewrite", "build", "verify"), default=0),
     _s("trt", "choice", "Target TensorRT version, or rtx for TensorRT-RTX [default: the TensorRT that is installed: "
-       "TensorRT 10/11, else TensorRT-RTX].", ("check", "build"), default=DEFAULT_TARGET, choices=TRT_TARGETS,
-       show_default=False),
+       "TensorRT 10/11, else TensorRT-RTX].",
+       ("check", "build", "verify", "bench"), default=DEFAULT_TARGET, choices=TRT_TARGETS, show_default=False),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 assert len(_BY_NAME) == len(SETTINGS), "a setting is declared twice"

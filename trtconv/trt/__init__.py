@@ -5,7 +5,8 @@ module is imported on first use, so importing these modules is free: ``flavour``
 (TensorRT vs TensorRT-RTX, as data), ``loader`` (import + install hint; ``trt``, the
 active flavour's module), ``compat`` (the API differences), ``builder`` (parse,
 configure, build, check precision, serialize), ``engine`` (deserialize, inspect, run,
-time), ``cudart`` (CUDA graphs and events via ctypes), ``environment`` (what the machine
+time), ``cancel`` (Ctrl-C/SIGTERM while TensorRT builds: recorded, the build cancelled),
+``cudart`` (CUDA graphs and events via ctypes), ``environment`` (what the machine
 has, for ``doctor``), ``plugins`` (trtconv's own TensorRT plugins).
 """
 

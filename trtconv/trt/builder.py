@@ -32,12 +32,13 @@ from trtconv.plan import (
     summarize_network,
 )
 from trtconv.trt import compat
+from trtconv.trt.cancel import Cancel, deferred_signals
 from trtconv.trt.describe import engine_bindings, network_bindings
 from trtconv.trt.engine import deserialize, inspector_json
 from trtconv.trt.flavour import TENSORRT, Flavour, active, for_target
 from trtconv.trt.loader import tensorrt_version
 from trtconv.trt.plugins import dcnv2
-from trtconv.trt.session import LogBridge, load_plugins, register_trtconv_plugins
+from trtconv.trt.session import TRT_LOGGER, LogBridge, LogRepeats, load_plugins, register_trtconv_plugins
 
 if TYPE_CHECKING:
     import tensorrt as trt
@@ -84,33 +85,35 @@ class BuildResult:
     compute_capabilities: tuple[str, ...] = ()  # RTX: what the engine was built for
 
 
-def _progress_monitor(sink: ProgressSink, cancelled: Callable[[], bool], interrupted: list[bool]
-                      ) -> trt.IProgressMonitor:
-    """TensorRT's progress callbacks → ``sink``. Ctrl-C arrives inside these Python callbacks;
-    an exception must not unwind through TensorRT's C++ frames, so it is recorded and the
-    build is cancelled the supported way (``step_complete`` returns False)."""
+def _progress_monitor(sink: ProgressSink | None, cancel: Cancel) -> trt.IProgressMonitor:
+    """TensorRT's progress callbacks → ``sink``, and the way a build is cancelled: ``step_complete``
+    returns False once ``cancel`` was requested (Ctrl-C, SIGTERM, the caller). An interrupt that
+    still surfaces in a callback must not unwind through TensorRT's C++ frames: it is recorded."""
     class Monitor(trt.IProgressMonitor):
         def __init__(self) -> None:
             trt.IProgressMonitor.__init__(self)
 
         def phase_start(self, phase_name: str, parent_phase: str | None, num_steps: int) -> None:  # type: ignore[override]
             try:
-                sink.phase_start(phase_name, parent_phase, int(num_steps))
+                if sink is not None:
+                    sink.phase_start(phase_name, parent_phase, int(num_steps))
             except KeyboardInterrupt:
-                interrupted.append(True)
+                cancel.request()
 
         def step_complete(self, phase_name: str, step: int) -> bool:  # type: ignore[override]
             try:
-                sink.step(phase_name, int(step))
+                if sink is not None:
+                    sink.step(phase_name, int(step))
             except KeyboardInterrupt:
-                interrupted.append(True)
-            return not (interrupted or cancelled())  # False asks TensorRT to cancel the build
+                cancel.request()
+            return not cancel.requested  # False asks TensorRT to cancel the build
 
         def phase_finish(self, phase_name: str) -> None:
             try:
-                sink.phase_finish(phase_name)
+                if sink is not None:
+                    sink.phase_finish(phase_name)
             except KeyboardInterrupt:
-                interrupted.append(True)
+                cancel.request()
 
     return Monitor()
 
@@ -282,6 +285,15 @@ def builder_error(messages: list[str], flavour: Flavour = TENSORRT) -> BuildErro
                       hint="rerun with -v for TensorRT's full log; `trtconv check` lists nodes it may reject")
 
 
+def _report_errors(errors: list[str]) -> None:
+    """Error lines TensorRT logged on a step that still succeeded: each shown once (-v showed them live)."""
+    trt_log = logging.getLogger(TRT_LOGGER)
+    if not trt_log.isEnabledFor(logging.INFO):
+        for message in dict.fromkeys(errors):
+            trt_log.warning("%s (logged as an error; the step succeeded)", message)
+    errors.clear()
+
+
 def build_engine(
     plan: BuildPlan,
     *,
@@ -301,7 +313,9 @@ def _build(plan: BuildPlan, flavour: Flavour, timing_cache: Path | None, progres
            cancelled: Callable[[], bool]) -> BuildResult:
     version = tensorrt_version()
     errors: list[str] = []
-    logger = LogBridge.make(errors)
+    cancel = Cancel(cancelled)
+    repeats = LogRepeats()
+    logger = LogBridge.make(errors, cancel, repeats)
     creators: dict[str, list[str]] = {}
     plugins = load_plugins(logger, plan.plugin_libraries, creators) if flavour.plugins else []
     builder = trt.Builder(logger)
@@ -313,8 +327,13 @@ def _build(plan: BuildPlan, flavour: Flavour, timing_cache: Path | None, progres
     prefer_aot = flavour.plugins and bool(register_trtconv_plugins())
     network = builder.create_network(compat.network_flags(prefer_aot=prefer_aot))
     parser = trt.OnnxParser(network, logger)
-    if not parser.parse_from_file(str(plan.onnx_path)):
+    with deferred_signals(cancel):  # Ctrl-C in TensorRT's callbacks: recorded, then the build is cancelled
+        parsed = parser.parse_from_file(str(plan.onnx_path))
+    repeats.report()
+    cancel.raise_if_requested()
+    if not parsed:
         raise parser_error(plan.onnx_path.name, parser_issues(parser), flavour=flavour)
+    _report_errors(errors)  # the parser succeeded: what it called an error is shown once, as a warning
     network_share: tuple[PrecisionSummary, float | None] | None = None
     layers: dict[str, Any] = {}
     if not flavour.inspects_engine:  # checked before minutes of building, from the network's types
@@ -322,18 +341,17 @@ def _build(plan: BuildPlan, flavour: Flavour, timing_cache: Path | None, progres
         summary = summarize_network(layers)
         network_share = summary, assert_precision(summary, plan.precision, plan.min_precision_share)
     config = configure(builder, network, plan, timing_cache, flavour)
-    interrupted: list[bool] = []
-    monitor = _progress_monitor(progress, cancelled, interrupted) if progress is not None else None
-    if monitor is not None:  # TensorRT holds a raw pointer: keep the Python object alive
-        config.progress_monitor = monitor
+    monitor = _progress_monitor(progress, cancel)  # always: it is how a build is cancelled
+    config.progress_monitor = monitor  # TensorRT holds a raw pointer: ``monitor`` keeps the object alive
     start = time.monotonic()
-    errors.clear()  # what the parser logged was not a builder error
-    serialized = builder.build_serialized_network(network, config)
+    with deferred_signals(cancel):
+        serialized = builder.build_serialized_network(network, config)
     seconds = time.monotonic() - start
-    if interrupted:
-        raise KeyboardInterrupt  # the build was cancelled cleanly; nothing was written
+    repeats.report()
+    cancel.raise_if_requested()  # the build was cancelled cleanly; nothing was written
     if serialized is None:
         raise builder_error(errors, flavour)
+    _report_errors(errors)
     if timing_cache is not None:
         save_timing_cache(config, timing_cache)
     data = bytes(cast(Any, serialized))

@@ -29,7 +29,7 @@ from trtconv.errors import (
 from trtconv.plan import manifest_path, read_manifest, runtime_mismatches
 from trtconv.trt.cudart import EventTimer, capture
 from trtconv.trt.environment import probe
-from trtconv.trt.flavour import TENSORRT, Flavour, active, for_target
+from trtconv.trt.flavour import RTX, TENSORRT, Flavour, active, for_target
 from trtconv.trt.loader import tensorrt_version
 from trtconv.trt.session import LogBridge, load_plugins
 
@@ -94,16 +94,30 @@ def check_manifest(engine_path: Path, device: int = 0) -> None:
                                 hint=f"rebuild it on this machine with `trtconv build` (see {path.name})")
 
 
-def engine_flavour(engine_path: Path) -> Flavour:
-    """Which runtime an engine needs, from its manifest's build target (TensorRT when unknown)."""
+# The first bytes of a serialized TensorRT-RTX engine (seen on every TensorRT-RTX 1.x engine).
+RTX_ENGINE_MAGIC = b"vtrt"
+
+
+def engine_flavour(engine_path: Path, target: str | None = None) -> tuple[Flavour, str]:
+    """Which runtime an engine needs, and how that is known: ``target`` (``--trt``), else its
+    manifest's build target, else its header (TensorRT-RTX engines start with ``vtrt``), else TensorRT."""
+    if target:
+        return for_target(target), "--trt"
     path = manifest_path(engine_path)
-    if not path.is_file():
-        return TENSORRT
+    if path.is_file():
+        try:
+            build = read_manifest(path).get("build") or {}
+            return for_target(str(build.get("target") or "")), f"its manifest {path.name}"
+        except (DataError, OSError):
+            pass
     try:
-        build = read_manifest(path).get("build") or {}
-    except (DataError, OSError):
-        return TENSORRT
-    return for_target(str(build.get("target") or ""))
+        with open(engine_path, "rb") as f:
+            head = f.read(len(RTX_ENGINE_MAGIC))
+    except OSError:
+        head = b""
+    if head == RTX_ENGINE_MAGIC:
+        return RTX, "its header"
+    return TENSORRT, ""
 
 
 @dataclass(frozen=True)
@@ -117,21 +131,30 @@ class EngineRunner:
     """One engine, one execution context, one stream; inputs copied in, outputs copied out."""
 
     def __init__(self, engine_path: Path, plugin_libraries: tuple[Path, ...] = (), *,
-                 check_compatibility: bool = True) -> None:
-        flavour = engine_flavour(Path(engine_path))
+                 check_compatibility: bool = True, target: str | None = None) -> None:
+        flavour, known_from = engine_flavour(Path(engine_path), target)
         with active(flavour):  # an RTX engine needs TensorRT-RTX's runtime (on an RTX GPU)
-            self._open(Path(engine_path), plugin_libraries, check_compatibility, flavour)
+            self._open(Path(engine_path), plugin_libraries, check_compatibility, flavour, known_from)
 
     def _open(self, engine_path: Path, plugin_libraries: tuple[Path, ...], check_compatibility: bool,
-              flavour: Flavour) -> None:
-        tensorrt_version()
-        self._cuda = _cuda()
+              flavour: Flavour, known_from: str) -> None:
+        said = f" (known from {known_from})" if known_from else ""
+        try:
+            tensorrt_version()
+        except BackendUnavailableError as exc:
+            if known_from:
+                raise BackendUnavailableError(f"{engine_path.name} is a {flavour.name} engine{said}, and {exc.message}",
+                                              hint=exc.hint) from None
+            raise BackendUnavailableError(  # neither manifest nor a known header: say what was assumed
+                f"{exc.message} ({engine_path.name} has no manifest, so it is taken for a {flavour.name} engine)",
+                hint=f"{exc.hint}; for a TensorRT-RTX engine pass --trt rtx") from None
         if not flavour.needs_gpu_to_build and not probe(import_tensorrt=False).gpus:
             # TensorRT-RTX builds without a GPU but cannot run without one (it would fail inside CUDA)
-            raise BackendUnavailableError(f"{engine_path.name} is a {flavour.name} engine: it runs only on an RTX-class "
-                                          "GPU, and this machine has none",
+            raise BackendUnavailableError(f"{engine_path.name} is a {flavour.name} engine{said}: it runs only on an "
+                                          "RTX-class GPU, and this machine has none",
                                           hint="run it where `trtconv doctor` lists a GPU of the compute capabilities "
-                                          f"in {manifest_path(engine_path).name}")
+                                          "it was built for (`build.compute_capabilities` in its manifest)")
+        self._cuda = _cuda()
         if check_compatibility:
             check_manifest(Path(engine_path))
         logger = self._logger = LogBridge.make()

@@ -10,10 +10,12 @@ import functools
 import importlib
 import importlib.util
 import logging
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from trtconv.errors import BackendUnavailableError
+from trtconv.trt.cancel import Cancel
 
 if TYPE_CHECKING:
     import tensorrt as trt
@@ -23,12 +25,54 @@ else:
 log = logging.getLogger(__name__)
 
 
+TRT_LOGGER = "trtconv.tensorrt"  # TensorRT's own lines: the CLI marks them ``trtconv: tensorrt warning: ...``
+
+
+def _like(message: str) -> str:
+    """Messages that differ only in numbers or quoted names are "like" each other."""
+    return re.sub(r"\d+", "N", re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", message))
+
+
+class LogRepeats:
+    """TensorRT's warnings shown once each, repeats counted (an INT8 build repeats one line per
+    layer: 238 of 282 lines of a CI log): :meth:`report` says how many more there were. With -v
+    (INFO enabled) every line is shown and nothing is counted."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, tuple[int, str]] = {}  # key -> (level, the first such message)
+        self.more: dict[str, int] = {}
+
+    def repeated(self, level: int, message: str) -> bool:
+        """True (and counted) if a message like this one was shown already."""
+        if level < logging.WARNING or logging.getLogger(TRT_LOGGER).isEnabledFor(logging.INFO):
+            return False
+        key = _like(message)
+        if key not in self.first:
+            self.first[key] = (level, message)
+            return False
+        self.more[key] = self.more.get(key, 0) + 1
+        return True
+
+    def report(self) -> None:
+        """One line per repeated message, then start counting afresh."""
+        for key, count in self.more.items():
+            level, message = self.first[key]
+            logging.getLogger(TRT_LOGGER).log(
+                level, "(and %d more like %r; -v shows all)", count, message[:120])
+        self.first.clear()
+        self.more.clear()
+
+
 class LogBridge:
     """TensorRT's log → Python logging (TensorRT's INFO is chatty: shown with -v)."""
 
     @staticmethod
-    def make(errors: list[str] | None = None) -> trt.ILogger:
-        """``errors`` (if given) collects every ERROR/INTERNAL_ERROR message, for one clear failure line."""
+    def make(errors: list[str] | None = None, cancel: Cancel | None = None,
+             repeats: LogRepeats | None = None) -> trt.ILogger:
+        """``errors`` (if given) collects every ERROR/INTERNAL_ERROR message, for one clear failure line:
+        they are then shown only with -v (the caller reports them once). ``repeats`` (if given)
+        shows each warning once and counts the rest. A Ctrl-C that lands in this callback cannot
+        unwind through TensorRT: it goes to ``cancel``."""
         levels = {
             trt.ILogger.Severity.INTERNAL_ERROR: logging.ERROR,
             trt.ILogger.Severity.ERROR: logging.ERROR,
@@ -36,17 +80,28 @@ class LogBridge:
             trt.ILogger.Severity.INFO: logging.INFO,
             trt.ILogger.Severity.VERBOSE: logging.DEBUG,
         }
-        trt_log = logging.getLogger("trtconv.tensorrt")
+        trt_log = logging.getLogger(TRT_LOGGER)
 
         class Bridge(trt.ILogger):
             def __init__(self) -> None:
                 trt.ILogger.__init__(self)
 
             def log(self, severity: trt.ILogger.Severity, msg: str) -> None:
-                level = levels.get(severity, logging.INFO)
-                if errors is not None and level >= logging.ERROR:
-                    errors.append(msg)
-                trt_log.log(level, "%s", msg)
+                try:
+                    level = levels.get(severity, logging.INFO)
+                    if cancel is not None and cancel.requested:
+                        level = min(level, logging.INFO)  # "build canceled by user": what was asked, not an error
+                    text = msg.strip()
+                    if errors is not None and level >= logging.ERROR:
+                        errors.append(text)
+                        if not trt_log.isEnabledFor(logging.INFO):
+                            return  # the caller reports it once (its error message); -v shows it as it comes
+                    if repeats is None or not repeats.repeated(level, text):
+                        trt_log.log(level, "%s", text)
+                except KeyboardInterrupt:
+                    if cancel is None:
+                        raise
+                    cancel.request()
 
         return Bridge()
 

@@ -17,11 +17,11 @@ import numpy as np
 import onnx
 
 from trtconv.errors import DataError, InvalidModelError
-from trtconv.load import load_model
-from trtconv.plan import ShapesKey, does_not_fit, shapes_key
+from trtconv.load import input_dims, load_model
+from trtconv.plan import ShapesKey, does_not_fit, manifest_path, read_manifest, shapes_key
 from trtconv.reference import OutputStats, PooledStats, Thresholds, compare_outputs, ort, violations
 from trtconv.samples import SampleSource, iter_samples_with_origin, model_inputs
-from trtconv.trt import EngineRunner
+from trtconv.trt import EngineRunner, profile_shapes
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,26 @@ def make_inputs(model: onnx.ModelProto, *, inputs: Path | None, shapes: Mapping[
     if inputs is not None:
         return input_samples([inputs], model)[0][1]
     return ort.random_feeds(model, shapes, seed=seed)
+
+
+def manifest_opt_shapes(engine_path: Path) -> dict[str, tuple[int, ...]]:
+    """Profile 0's opt shape of each dynamic input, from the engine's manifest ({} without one)."""
+    path = manifest_path(engine_path)
+    if not path.is_file():
+        return {}
+    try:
+        profiles = read_manifest(path).get("profiles") or []
+    except (DataError, OSError):
+        return {}
+    first = profiles[0] if profiles and isinstance(profiles[0], dict) else {}
+    return {name: tuple(int(d) for d in rng["opt"]) for name, rng in first.items()
+            if isinstance(rng, dict) and "opt" in rng}
+
+
+def open_dims(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> list[str]:
+    """Inputs with a dynamic dim that ``shapes`` does not fix."""
+    return [name for name, dims in input_dims(model).items()
+            if name not in shapes and any(not isinstance(d, int) for d in dims)]
 
 
 def input_samples(paths: Sequence[Path], model: onnx.ModelProto) -> list[tuple[str, dict[str, np.ndarray]]]:
@@ -112,23 +132,32 @@ def verify_engine(
     seed: int = 0,
     top1: bool = False,
     check_compatibility: bool = True,
+    target: str | None = None,
 ) -> VerifyReport:
     """Inputs are prepared and checked first; only then is TensorRT loaded.
 
     ``inputs``: one ``.npz`` of named arrays, or files/folders holding several samples (then
-    every sample runs and the statistics are pooled over all of them).
+    every sample runs and the statistics are pooled over all of them). Random inputs of a
+    dynamic model take the dims ``shapes`` leaves open from the engine's profile 0 (opt): from its
+    manifest, else from the engine itself. ``target``: the engine's ``--trt`` (None: manifest/header).
     """
 
     loaded = load_model(onnx_path, load_weights=False)
     paths = [inputs] if isinstance(inputs, Path) else list(inputs or ())
+    runner = None
     if paths:
         samples = input_samples(paths, loaded.proto)
     else:
+        shapes = {**manifest_opt_shapes(engine_path), **(shapes or {})}
+        if open_dims(loaded.proto, shapes):  # no manifest: the engine's own profile says
+            runner = EngineRunner(engine_path, plugin_libraries, check_compatibility=check_compatibility, target=target)
+            shapes = {**{name: mmo[1] for name, mmo in profile_shapes(runner).items()}, **shapes}
         samples = [("random", make_inputs(loaded.proto, inputs=None, shapes=shapes, seed=seed))]
     for _, feeds in samples:
         preflight(loaded.proto, feeds)
 
-    runner = EngineRunner(engine_path, plugin_libraries, check_compatibility=check_compatibility)
+    runner = runner or EngineRunner(engine_path, plugin_libraries, check_compatibility=check_compatibility,
+                                    target=target)
     if len(samples) == 1:
         feeds = samples[0][1]
         return compare_with_reference(onnx_path, feeds, runner.infer(feeds), thresholds, top1=top1,

@@ -102,15 +102,29 @@ class _Ops:
         return self.op("Reshape", suffix, [t, target], dtype)
 
 
-def _check_shapes(em: Emitter, dcn: DcnNode, x: gs.Tensor, offset: gs.Tensor, weight: gs.Tensor) -> None:
+def _channels(dcn: DcnNode, x: gs.Tensor, weight: gs.Tensor) -> int | None:
+    """The input's channel count: x's dim 1 where it is known, else the weight's (its dim 1 is
+    C / group), which an exporter writes even when every dim of x is dynamic."""
+    xs = x.shape
+    if xs is not None and len(xs) == 4 and isinstance(xs[1], (int, np.integer)):
+        return int(xs[1])
+    ws = weight.shape
+    if ws is not None and len(ws) == 4 and isinstance(ws[1], (int, np.integer)):
+        return int(ws[1]) * dcn.params.group
+    return None
+
+
+def _check_shapes(em: Emitter, dcn: DcnNode, x: gs.Tensor, offset: gs.Tensor, weight: gs.Tensor) -> int:
+    """The input's channel count, once the shapes are known to fit together."""
     p = dcn.params
     xs = x.shape
-    if xs is None or len(xs) != 4 or not isinstance(xs[1], (int, np.integer)) or dcn.kernel is None:
+    c = _channels(dcn, x, weight)
+    if (xs is not None and len(xs) != 4) or c is None or dcn.kernel is None:
         raise UnsupportedModelError(
             f"node {em.base!r}: the portable DCN form needs the input's channel count and the kernel size "
-            f"(x has shape {list(xs) if xs is not None else 'unknown'}{'' if dcn.kernel else ', kernel unknown'})",
+            f"(x has shape {list(xs) if xs is not None else 'unknown'}, weight "
+            f"{list(weight.shape) if weight.shape is not None else 'unknown'}{'' if dcn.kernel else ', kernel unknown'})",
             hint="give --shapes INPUT:NxCxHxW, or use another --dcn-target")
-    c = int(xs[1])
     k = dcn.kernel[0] * dcn.kernel[1]
     sizes = _static(xs)
     oh, ow = p.out_hw(sizes[1], sizes[2], *dcn.kernel) if sizes else (1, 1)
@@ -121,6 +135,7 @@ def _check_shapes(em: Emitter, dcn: DcnNode, x: gs.Tensor, offset: gs.Tensor, we
             f"node {em.base!r}: shapes do not fit together: x {list(xs)}, offset "
             f"{list(offset.shape) if offset.shape is not None else '?'}, weight {list(weight.shape or [])}, {p}",
             hint="the offset must be [N, 2*deformable_group*kh*kw, OH, OW] for the convolution's output size")
+    return c
 
 
 def _grid(ops: _Ops, p: DcnParams, kernel: tuple[int, int], x: gs.Tensor, offset: gs.Tensor,
@@ -167,9 +182,8 @@ def emit(em: Emitter, dcn: DcnNode, io: DcnInputs, out: gs.Tensor, _spec: Plugin
     ops = _Ops(em)
     x, offset, weight, mask, bias = io.x, io.offset, io.weight, io.mask, io.bias
     p = dcn.params
-    _check_shapes(em, dcn, x, offset, weight)
-    assert x.shape is not None and dcn.kernel is not None  # _check_shapes says so
-    c = int(x.shape[1])
+    c = _check_shapes(em, dcn, x, offset, weight)
+    assert dcn.kernel is not None  # _check_shapes says so
     kh, kw = dcn.kernel
     k = kh * kw
     dg, group = p.deformable_group, p.group

@@ -1,0 +1,71 @@
+"""Every hint that names a command runs as printed, with the user's own options kept
+(issue 26, item 6): the hinted command is taken from the hint text and run."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+
+from trtconv.cli.main import cli
+from trtconv.errors import ExitCode
+
+
+def run(args: list[str]):
+    return CliRunner().invoke(cli, args)
+
+
+def hinted(stderr: str, pattern: str) -> list[str]:
+    """The command in the hint line, as argv (without the leading ``trtconv``)."""
+    (hint,) = [line for line in stderr.splitlines() if line.strip().startswith("hint:")]
+    match = re.search(pattern, hint)
+    assert match, hint
+    argv = shlex.split(match.group(1))
+    assert argv[0] == "trtconv", hint
+    return argv[1:]
+
+
+def _shared_batch(path: Path) -> Path:
+    """``x [batch, 8]`` scaled by ``lengths [batch]``: the one symbolic dim must be one size in both."""
+    nodes = [helper.make_node("Cast", ["lengths"], ["lf"], to=TensorProto.FLOAT, name="cast"),
+             helper.make_node("Unsqueeze", ["lf", "axis"], ["l2"], name="unsqueeze"),
+             helper.make_node("Mul", ["x", "l2"], ["y"], name="scale")]
+    axis = helper.make_tensor("axis", TensorProto.INT64, [1], [1])
+    g = helper.make_graph(nodes, "shared", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8]),
+                                            helper.make_tensor_value_info("lengths", TensorProto.INT64, ["batch"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])], initializer=[axis])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return path
+
+
+def test_shapes_hint_runs_as_printed_with_the_users_options(tmp_path):
+    pytest.importorskip("tensorrt_rtx")
+    model = _shared_batch(tmp_path / "shared.onnx")
+    res = run(["build", str(model), "-o", str(tmp_path / "s.engine"), "--trt", "rtx", "--seed", "3"])
+    assert res.exit_code == ExitCode.USAGE, res.output
+    argv = hinted(res.stderr, r"hint: (trtconv build .*?) \(or ")
+    assert argv[argv.index("--trt") + 1] == "rtx" and argv[argv.index("--seed") + 1] == "3"
+    assert "x:1x8,lengths:1" in argv  # "batch" is 1 in both inputs
+    again = run(argv)
+    assert again.exit_code == ExitCode.OK, again.output
+    assert (tmp_path / "s.engine").stat().st_size > 1000
+
+
+def test_check_hint_names_the_users_target(tmp_path):
+    nodes = [helper.make_node("Mystery", ["x"], ["y"], name="mystery", domain="com.example")]
+    g = helper.make_graph(nodes, "u", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = tmp_path / "u.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)],
+                                ir_version=8), model)
+    res = run(["build", str(model), "-o", str(tmp_path / "u.engine"), "--trt", "rtx"])
+    assert res.exit_code == ExitCode.UNSUPPORTED, res.output
+    argv = hinted(res.stderr, r"`(trtconv check [^`]*)`")
+    assert argv[argv.index("--trt") + 1] == "rtx"
+    again = run(argv)
+    assert again.exit_code == ExitCode.UNSUPPORTED and "mystery" in again.output  # the reasons, for the same target

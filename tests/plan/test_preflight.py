@@ -1,0 +1,115 @@
+"""The pre-build corner run is never stricter than TensorRT (issue 26, item 2).
+
+Synthetic inputs are valid for the graph they feed: integer inputs that index a table stay
+within its rows; real samples are used when given; a failure of the values alone is a warning,
+never an exit blamed on the shapes; ``--no-preflight`` skips the run. The BERT-like graph
+(tests/textmodels.py) is built for real with TensorRT-RTX.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from textmodels import INPUTS, bert_like, shifted_index_model
+
+from trtconv.cli.main import cli
+from trtconv.errors import ExitCode
+from trtconv.onnxutil.indices import index_limits
+from trtconv.plan.build_plan import InputRange, Profile
+from trtconv.plan.corners import run_corners
+from trtconv.reference.ort import random_feeds
+
+STATIC = "--shapes", ",".join(f"{n}:1x8" for n in INPUTS)
+DYNAMIC = ("--min-shapes", ",".join(f"{n}:1x4" for n in INPUTS), "--opt-shapes", ",".join(f"{n}:2x16" for n in INPUTS),
+           "--max-shapes", ",".join(f"{n}:4x32" for n in INPUTS))
+
+
+def _build(*args: object) -> tuple[int, str]:
+    res = CliRunner().invoke(cli, ["build", *[str(a) for a in args]])
+    return res.exit_code, res.output
+
+
+def test_index_limits_follow_the_input_to_the_table(tmp_path):
+    model = onnx.load(bert_like(tmp_path / "bert.onnx"))
+    assert index_limits(model) == {"input_ids": 50, "token_type_ids": 2}  # attention_mask indexes nothing
+    feeds = random_feeds(model, {n: (4, 64) for n in INPUTS}, seed=3)
+    assert set(np.unique(feeds["token_type_ids"])) == {0, 1}
+    assert feeds["attention_mask"].max() == 3  # not a table index: the usual 0..3
+
+
+@pytest.mark.parametrize("shapes", [STATIC, DYNAMIC], ids=["static", "dynamic"])
+def test_bert_like_model_builds_with_tensorrt_rtx(tmp_path, shapes):
+    pytest.importorskip("tensorrt_rtx")
+    model = bert_like(tmp_path / "bert.onnx")
+    code, out = _build(model, "-o", tmp_path / "bert.engine", "--trt", "rtx", *shapes)
+    assert code == ExitCode.OK, out
+    assert (tmp_path / "bert.engine").stat().st_size > 10_000
+    assert "synthetic input values" not in out  # the tokens were valid: nothing to warn about
+
+
+def test_failure_of_synthetic_values_is_a_warning_not_an_exit(tmp_path):
+    pytest.importorskip("tensorrt_rtx")
+    model = shifted_index_model(tmp_path / "shifted.onnx")
+    res = CliRunner().invoke(cli, ["build", str(model), "-o", str(tmp_path / "s.engine"), "--trt", "rtx", "--json"])
+    assert res.exit_code == ExitCode.OK, res.output
+    assert "failed on trtconv's synthetic input values, not on the shapes" in res.stderr
+    doc = json.loads(res.stdout)
+    (profiles,) = [s for s in doc["stages"] if s["name"] == "profiles"]
+    assert "node 'lookup' (Gather) fails" in profiles["failed_on_synthetic_values"][0]
+
+
+def test_real_samples_are_used_at_a_corner_of_their_shape(tmp_path):
+    """Sample values the graph accepts (ids 0..2) are run as they are, where random ones fail."""
+    model = onnx.load(shifted_index_model(tmp_path / "shifted.onnx"))
+    sample = {"ids": np.array([[0, 1, 2, 2, 1, 0, 1, 2]], np.int64)}
+    runs = run_corners(model, (), samples=[sample], keep_outputs=True)
+    assert not runs.failures and not runs.value_failures
+    ((feeds, _),) = runs.outputs.values()
+    np.testing.assert_array_equal(feeds["ids"], sample["ids"])
+    assert run_corners(model, ()).value_failures  # random 0..3: 3 + 1 is out of the table
+
+
+def test_a_shape_the_graph_cannot_run_still_fails_and_names_the_skip(tmp_path):
+    """A Reshape to a fixed volume fails at every corner but one whatever the values: exit 2, and
+    the hint names --no-preflight; with it, the corner run is skipped (the stage says so)."""
+    from onnx import TensorProto, helper, numpy_helper
+    shape = numpy_helper.from_array(np.array([1, 8], np.int64), "shape")
+    g = helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["y"], name="fixed")], "r",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "n"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], initializer=[shape])
+    path = tmp_path / "reshape.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    profile = ("--min-shapes", "x:1x4", "--opt-shapes", "x:1x8", "--max-shapes", "x:1x16")
+    code, out = _build(path, "-o", tmp_path / "r.engine", "--prepare-only", *profile)
+    assert code == ExitCode.USAGE, out
+    assert "profile 0 min shapes (x:1x4): node 'fixed' (Reshape) fails" in out and "--no-preflight" in out
+    res = CliRunner().invoke(cli, ["build", str(path), "-o", str(tmp_path / "r.engine"), "--prepare-only",
+                                   "--no-preflight", "--json", "--force", *profile])
+    assert res.exit_code == ExitCode.OK, res.output
+    (stage,) = [s for s in json.loads(res.stdout)["stages"] if s["name"] == "profiles"]
+    assert stage["status"] == "skipped" and stage["reason"] == "--no-preflight"
+
+
+def test_profile_corner_of_a_token_table_runs(tmp_path):
+    model = onnx.load(bert_like(tmp_path / "bert.onnx"))
+    profile = Profile(tuple((n, InputRange((1, 4), (2, 16), (4, 32))) for n in INPUTS))
+    runs = run_corners(model, (profile,), seed=7)
+    assert runs.failures == () and runs.value_failures == ()
+
+
+def test_build_runs_the_corners_on_the_given_samples(tmp_path):
+    """With --calib-data the corner runs on the real sample of its shape: valid ids, no warning."""
+    pytest.importorskip("tensorrt_rtx")
+    model = shifted_index_model(tmp_path / "shifted.onnx")
+    data = tmp_path / "ids.npz"
+    np.savez(data, ids=np.array([[0, 1, 2, 2, 1, 0, 1, 2]], np.int64))
+    res = CliRunner().invoke(cli, ["build", str(model), "-o", str(tmp_path / "s.engine"), "--trt", "rtx",
+                                   "--calib-data", str(data), "--json"])
+    assert res.exit_code == ExitCode.OK, res.output
+    assert "synthetic input values" not in res.stderr
+    (profiles,) = [s for s in json.loads(res.stdout)["stages"] if s["name"] == "profiles"]
+    assert profiles["failed_on_synthetic_values"] == []

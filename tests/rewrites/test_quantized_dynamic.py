@@ -1,0 +1,105 @@
+"""ONNX Runtime's dynamic quantization -> float ops on dequantized weights (trtconv/rewrites/quantized/):
+the originals are made by onnxruntime.quantization.quantize_dynamic from float graphs built in code,
+the rewrites are proven against ONNX Runtime's run of the originals, and the real TensorRT-RTX parser
+refuses every original and takes every rewrite."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+
+import numpy as np
+import onnx
+import pytest
+from quantized_models import conv_matmul_model, fused_matmul_model, lstm_model, quantized_dynamic
+
+from trtconv.errors import AccuracyError
+from trtconv.load import save_model
+from trtconv.reference.ort import run_model
+from trtconv.rewrites import rewrite
+from trtconv.rewrites.catalog import RULES, rewrite_rule_for
+from trtconv.rewrites.quantized.dynamic_integer import DynamicIntegerRule, DynamicMatch
+from trtconv.rewrites.rule import RuleContext
+
+HAVE_RTX = importlib.util.find_spec("tensorrt_rtx") is not None
+
+
+def _rtx_parses(model: onnx.ModelProto, tmp_path, name: str) -> bool:
+    from trtconv.trt.realparse import RTX_MODULE, import_tensorrt, parse_and_build
+
+    path = tmp_path / f"{name}.onnx"
+    save_model(model, path)
+    return parse_and_build(path, import_tensorrt(RTX_MODULE), build=False).parsed
+
+
+def _without(rule_name: str):
+    return tuple(r for r in RULES if r.name != rule_name)
+
+
+@pytest.mark.parametrize("weight_type, per_channel", [("QInt8", False), ("QUInt8", True)])
+def test_conv_and_matmul_integer_become_float_ops_on_dequantized_weights(tmp_path, weight_type, per_channel):
+    q = onnx.load(quantized_dynamic(conv_matmul_model(tmp_path / "f.onnx"), tmp_path / "q.onnx", weight_type,
+                                    per_channel))
+    assert {"ConvInteger", "MatMulInteger", "DynamicQuantizeLinear"} <= {n.op_type for n in q.graph.node}
+    res = rewrite(q)
+    ops = [n.op_type for n in res.model.graph.node]
+    assert ops == ["Conv", "Add", "Relu", "Flatten", "MatMul", "Add"]  # the Cast/Mul tails and DQL are gone
+    entries = {e.before.op: e for e in res.report.rewrites}
+    assert set(entries) == {"ConvInteger", "MatMulInteger"}
+    for e in entries.values():
+        assert e.rule == "ort-dynamic-integer" and e.proof.passed and e.proof.method == "onnxruntime"
+        assert 0 < e.proof.max_abs <= e.proof.tolerance  # a measured error, held to its rounding bound
+        assert any("quantization noise" in n for n in e.notes)
+    drift = res.report.drift  # the whole model against the original: a figure, reported
+    assert drift is not None and drift.stats and 0.9999 < drift.stats[0].cosine < 1.0
+    x = np.random.default_rng(3).standard_normal((1, 3, 6, 6)).astype(np.float32)
+    got, ref = run_model(res.model, {"x": x})["y"], run_model(q, {"x": x})["y"]
+    assert np.abs(got - ref).max() < 0.05 * np.abs(ref).max()
+    # without the rule nothing changes and the integer ops stay
+    kept = rewrite(q, rules=_without("ort-dynamic-integer"))
+    assert "ConvInteger" in {n.op_type for n in kept.model.graph.node} and not kept.report.rewrites
+    if HAVE_RTX:
+        assert not _rtx_parses(q, tmp_path, "orig") and _rtx_parses(res.model, tmp_path, "rewritten")
+
+
+class _WrongScale(DynamicIntegerRule):
+    """Dequantizes with 10% too large a scale: only the numeric proof can tell."""
+
+    def match(self, node, ctx: RuleContext) -> DynamicMatch | None:
+        m = super().match(node, ctx)
+        return None if m is None else dataclasses.replace(m, weight=m.weight * 1.1)
+
+
+def test_the_bound_catches_a_wrong_dequantization(tmp_path):
+    q = onnx.load(quantized_dynamic(conv_matmul_model(tmp_path / "f.onnx"), tmp_path / "q.onnx"))
+    with pytest.raises(AccuracyError, match="ort-dynamic-integer"):
+        rewrite(q, rules=(_WrongScale(),))
+
+
+def test_dynamic_quantize_lstm_becomes_lstm(tmp_path):
+    q = onnx.load(quantized_dynamic(lstm_model(tmp_path / "f.onnx"), tmp_path / "q.onnx"))
+    assert [(n.domain, n.op_type) for n in q.graph.node] == [("com.microsoft", "DynamicQuantizeLSTM")]
+    assert rewrite_rule_for("com.microsoft", "DynamicQuantizeLSTM").name == "ort-dynamic-lstm"
+    res = rewrite(q)
+    assert [n.op_type for n in res.model.graph.node] == ["LSTM"]
+    (e,) = res.report.rewrites
+    assert e.rule == "ort-dynamic-lstm" and e.proof.passed and 0 < e.proof.max_abs < 0.02
+    assert res.report.drift is not None and res.report.drift.stats[0].cosine > 0.9999
+    kept = rewrite(q, rules=_without("ort-dynamic-lstm"))
+    assert [n.op_type for n in kept.model.graph.node] == ["DynamicQuantizeLSTM"]
+    if HAVE_RTX:
+        assert not _rtx_parses(q, tmp_path, "orig") and _rtx_parses(res.model, tmp_path, "rewritten")
+
+
+@pytest.mark.parametrize("op", ["DynamicQuantizeMatMul", "MatMulIntegerToFloat"])
+def test_fused_dynamic_matmuls_become_matmul_on_dequantized_weights(tmp_path, op):
+    q = fused_matmul_model(op)
+    res = rewrite(q)
+    assert [n.op_type for n in res.model.graph.node] == ["MatMul", "Add"]
+    (e,) = res.report.rewrites
+    assert e.rule == "ort-dynamic-matmul" and e.proof.passed and 0 < e.proof.max_abs <= e.proof.tolerance
+    assert res.report.drift is not None and res.report.drift.stats[0].cosine > 0.999
+    kept = rewrite(q, rules=_without("ort-dynamic-matmul"))
+    assert op in {n.op_type for n in kept.model.graph.node}
+    if HAVE_RTX:
+        assert not _rtx_parses(q, tmp_path, "orig") and _rtx_parses(res.model, tmp_path, "rewritten")

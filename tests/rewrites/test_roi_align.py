@@ -1,0 +1,108 @@
+"""RoiAlign without a plugin for TensorRT-RTX (trtconv/rewrites/detection/roi_align.py): proven against
+ONNX Runtime's RoiAlign; applied only where the target needs it; the real RTX parser refuses the
+original ("ROIAlign plugin was not found") and takes the rewrite."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from trtconv.errors import AccuracyError
+from trtconv.load import save_model
+from trtconv.reference.ort import run_model
+from trtconv.rewrites import RewriteSettings, rewrite
+from trtconv.rewrites.detection.roi_align import RoiAlignRule
+
+HAVE_RTX = importlib.util.find_spec("tensorrt_rtx") is not None
+RTX = RewriteSettings(target="rtx")
+
+
+def roi_model(opset: int = 16, ctm: str | None = None, n: int = 1, computed_index: bool = True) -> onnx.ModelProto:
+    """Features [n, 8, 20, 24] and boxes [R, 4]; batch indices computed as zeros (as detectors export
+    them) or given as an input."""
+    attrs = {"output_height": 7, "output_width": 5, "sampling_ratio": 2, "spatial_scale": 0.25}
+    if ctm:
+        attrs["coordinate_transformation_mode"] = ctm
+    nodes = [helper.make_node("RoiAlign", ["feat", "rois", "idx"], ["y"], name="roi", **attrs)]
+    inputs = [helper.make_tensor_value_info("feat", TensorProto.FLOAT, [n, 8, 20, 24]),
+              helper.make_tensor_value_info("rois", TensorProto.FLOAT, ["R", 4])]
+    if computed_index:
+        nodes[:0] = [helper.make_node("Shape", ["rois"], ["s"], end=1),
+                     helper.make_node("ConstantOfShape", ["s"], ["idx"],
+                                      value=numpy_helper.from_array(np.array([0], np.int64)))]
+    else:
+        inputs.append(helper.make_tensor_value_info("idx", TensorProto.INT64, ["R"]))
+    g = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _feeds(n: int, with_index: bool) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(5)
+    xy = rng.uniform(-12, 100, (9, 2))  # boxes partly or wholly outside the 96x80 image (scale 0.25)
+    feeds = {"feat": rng.standard_normal((n, 8, 20, 24)).astype(np.float32),
+             "rois": np.concatenate([xy, xy + rng.uniform(0.5, 40, (9, 2))], axis=1).astype(np.float32)}
+    if with_index:
+        feeds["idx"] = rng.integers(0, n, 9).astype(np.int64)
+    return feeds
+
+
+@pytest.mark.parametrize("opset, ctm, n", [(16, None, 1), (16, "output_half_pixel", 2), (13, None, 1),
+                                           (18, "half_pixel", 2)])
+def test_roi_align_becomes_gridsample_and_a_mean(opset, ctm, n):
+    computed = n == 1 and opset >= 15  # Shape's end attribute: opset 15
+    model = roi_model(opset, ctm, n, computed_index=computed)
+    res = rewrite(model, RTX)
+    (e,) = res.report.rewrites
+    assert (e.rule, e.proof.method, e.proof.passed) == ("roialign-portable", "onnxruntime", True)
+    ops = {o.op_type for o in res.model.graph.node}
+    assert "RoiAlign" not in ops and {"GridSample", "ReduceMean", "GatherND"} <= ops
+    assert res.report.opset_after == max(opset, 16)
+    feeds = _feeds(n, not computed)
+    ref, got = run_model(model, feeds)["y"], run_model(res.model, feeds)["y"]
+    assert ref.shape == got.shape == (9, 8, 7, 5)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-5 * max(1.0, float(np.abs(ref).max())))
+
+
+def test_only_a_target_that_needs_it_gets_it():
+    assert rewrite(roi_model()).report.rewrites == ()  # no target named: TensorRT 10/11 import RoiAlign
+    assert rewrite(roi_model(), RewriteSettings(target="10.16")).report.rewrites == ()
+    assert len(rewrite(roi_model(), RTX).report.rewrites) == 1
+
+
+def test_max_mode_and_adaptive_sampling_are_left_alone():
+    for attr, value in (("mode", "max"), ("sampling_ratio", 0)):
+        model = roi_model()
+        node = model.graph.node[-1]
+        node.attribute.append(helper.make_attribute(attr, value)) if attr == "mode" else \
+            next(a for a in node.attribute if a.name == attr).CopyFrom(helper.make_attribute(attr, value))
+        assert rewrite(model, RTX).report.rewrites == ()
+
+
+class _NoHalfPixel(RoiAlignRule):
+    def match(self, node, ctx):
+        m = super().match(node, ctx)
+        return None if m is None else dataclasses.replace(m, half_pixel=not m.half_pixel)
+
+
+def test_the_proof_catches_a_half_pixel_mistake():
+    with pytest.raises(AccuracyError, match="roialign-portable"):
+        rewrite(roi_model(), RTX, rules=(_NoHalfPixel(),))
+
+
+@pytest.mark.skipif(not HAVE_RTX, reason="tensorrt_rtx is not installed")
+def test_rtx_refuses_roi_align_and_takes_the_rewrite(tmp_path):
+    from trtconv.trt.realparse import RTX_MODULE, import_tensorrt, parse_and_build
+
+    trt = import_tensorrt(RTX_MODULE)
+    model = roi_model()
+    for name, m in (("orig", model), ("rewritten", rewrite(model, RTX).model)):
+        save_model(m, tmp_path / f"{name}.onnx")
+    shapes = {"rois": (8, 4)}
+    orig = parse_and_build(tmp_path / "orig.onnx", trt, build=False, shapes=shapes)
+    assert not orig.parsed and "ROIAlign" in orig.parser_errors[0].desc
+    assert parse_and_build(tmp_path / "rewritten.onnx", trt, shapes=shapes).built

@@ -1,0 +1,83 @@
+"""A failed `trtconv build` leaves nothing it wrote, and `--json` names only files on disk (issue 26, item 9).
+
+Real TensorRT-RTX builds of real models, failing at each stage after the prepared ONNX was
+saved: the profile corners (exit 2), the builder (exit 6), the precision check (exit 8).
+`--keep-prepared` keeps the prepared ONNX for debugging.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+from realmodels import rapidocr_model
+
+from trtconv.cli.main import cli
+from trtconv.errors import ExitCode
+
+pytest.importorskip("tensorrt_rtx", reason="tensorrt-rtx is in the test extra: run `make install`")
+
+
+def _two_inputs_one_dim_name(folder: Path) -> Path:
+    """Two inputs naming a dim alike: 4 vs 8 is a contradiction only TensorRT's builder sees (exit 6)."""
+    g = helper.make_graph([helper.make_node("Concat", ["a", "b"], ["y"], axis=1)], "g",
+                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, "n"]),
+                           helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, "n"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, None])])
+    path = folder / "two.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
+    return path
+
+
+def _reshape_to_2x3(folder: Path) -> Path:
+    """x[1, w] reshaped to 2x3: only w = 6 runs; a profile reaching w = 5 fails its corner run (exit 2)."""
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [2, 3])
+    g = helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "w"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], [shape])
+    path = folder / "reshape.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
+    return path
+
+
+FAILURES = {  # id: (model, flags, exit code, stage that failed)
+    "builder-exit-6": (_two_inputs_one_dim_name, ["--shapes", "a:1x4,b:1x8"], ExitCode.BUILD_FAILED, "build"),
+    "precision-exit-8": (lambda _d: rapidocr_model("cls"),
+                         ["--shapes", "x:1x3x48x192", "--precision", "fp16", "--exclude-op", "Conv"],
+                         ExitCode.PRECISION_NOT_ACHIEVED, "build"),
+    "profile-corner-exit-2": (_reshape_to_2x3, ["--min-shapes", "x:1x5", "--opt-shapes", "x:1x6",
+                                                "--max-shapes", "x:1x6"], ExitCode.USAGE, "profiles"),
+}
+
+
+@pytest.mark.parametrize("case", list(FAILURES))
+def test_a_failed_build_leaves_nothing_and_json_names_nothing(case, tmp_path):
+    make, flags, code, stage = FAILURES[case]
+    model = make(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    res = CliRunner().invoke(cli, ["build", "--trt", "rtx", str(model), "-o", str(out / "m.engine"), *flags,
+                                   "--json"])
+    assert res.exit_code == code, res.output
+    report = json.loads(res.stdout)
+    stages = {s["name"]: s["status"] for s in report["stages"]}
+    assert stages["save"] == "done" and stages[stage] == "failed"  # the prepared ONNX had been written
+    assert list(out.iterdir()) == []  # ... and is gone, with no engine, manifest or temp
+    assert report["prepared_onnx"] is None and report["engine"] is None and report["manifest"] is None
+    assert report["error"]["exit_code"] == code and report["stopped"] == "error"
+
+
+def test_keep_prepared_keeps_the_prepared_onnx_of_a_failed_build(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    res = CliRunner().invoke(cli, ["build", "--trt", "rtx", str(_two_inputs_one_dim_name(tmp_path)),
+                                   "-o", str(out / "m.engine"), "--shapes", "a:1x4,b:1x8", "--keep-prepared",
+                                   "--json"])
+    assert res.exit_code == ExitCode.BUILD_FAILED, res.output
+    assert sorted(p.name for p in out.iterdir()) == ["m.prepared.onnx"]
+    assert json.loads(res.stdout)["prepared_onnx"] == str(out / "m.prepared.onnx")
+    onnx.checker.check_model(str(out / "m.prepared.onnx"))  # whole, loadable: what TensorRT was given

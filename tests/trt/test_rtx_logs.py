@@ -1,0 +1,58 @@
+"""TensorRT's own log lines in a real TensorRT-RTX build (issue 26, item 10): marked as TensorRT's,
+each repeated warning shown once with a count (all of them with -v), each builder error once."""
+
+from __future__ import annotations
+
+import pytest
+from builders import cls_calibration
+from click.testing import CliRunner
+from onnx import TensorProto, helper, save
+from realmodels import rapidocr_model
+
+from trtconv.cli.main import cli
+from trtconv.errors import ExitCode
+
+pytest.importorskip("tensorrt_rtx", reason="tensorrt-rtx is in the test extra: run `make install`")
+
+REPEATED = "(foreignNode) Converting conv activation scales to fp32."  # RTX says it once per INT8 conv
+
+
+def _int8_build(tmp_path, *verbose: str) -> str:
+    calib = tmp_path / "calib"
+    if not calib.exists():
+        cls_calibration(calib)
+    engine = tmp_path / f"cls{len(verbose)}.engine"
+    res = CliRunner().invoke(cli, [*verbose, "build", "--trt", "rtx", str(rapidocr_model("cls")), "-o", str(engine),
+                                   "--shapes", "x:1x3x48x192", "--precision", "int8", "--calib-data", str(calib),
+                                   "--min-cosine", "0"])
+    assert res.exit_code == 0, res.output
+    return res.stderr
+
+
+def test_repeated_tensorrt_warnings_are_marked_and_counted(tmp_path):
+    err = _int8_build(tmp_path).splitlines()
+    assert err.count(f"trtconv: tensorrt warning: {REPEATED}") == 1, err
+    summary = [line for line in err if line.startswith("trtconv: tensorrt warning: (and ") and REPEATED in line]
+    assert len(summary) == 1 and summary[0].endswith("; -v shows all)"), err
+    assert int(summary[0].split("(and ")[1].split()[0]) >= 20  # one per quantized conv of the classifier
+    assert not [line for line in err if "foreignNode" in line and "tensorrt warning" not in line]
+    assert len(err) < 40, err  # the whole log of the build, not a flood
+
+    every = _int8_build(tmp_path, "-v").splitlines()  # -v: the full text, every line
+    assert every.count(f"trtconv: tensorrt warning: {REPEATED}") >= 21
+    assert not any("more like" in line for line in every)
+
+
+def test_a_builder_error_is_printed_once(tmp_path):
+    g = helper.make_graph([helper.make_node("Concat", ["a", "b"], ["y"], axis=1)], "g",
+                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, "n"]),
+                           helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, "n"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, None])])
+    model = tmp_path / "two.onnx"
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), model)
+    res = CliRunner().invoke(cli, ["build", "--trt", "rtx", str(model), "-o", str(tmp_path / "two.engine"),
+                                   "--shapes", "a:1x4,b:1x8"])
+    assert res.exit_code == ExitCode.BUILD_FAILED, res.output
+    said = "Input dimensions with this name have different constant values"
+    assert res.stderr.count(said) == 1, res.stderr
+    assert "trtconv: error: TensorRT-RTX's builder failed: " in res.stderr

@@ -1,0 +1,78 @@
+"""How large an integer input's values may be: the rows of the tables it indexes.
+
+Synthetic inputs must be valid for the graph they feed. A ``token_type_ids`` input that
+selects a row of a 2-row embedding (``Gather`` on an initializer) fails in ONNX Runtime on
+a value of 2, while TensorRT builds the model without looking at values at all; a check
+that draws 0..3 there would be stricter than TensorRT.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import onnx
+
+from trtconv.onnxutil.domains import is_default_domain
+
+# Ops whose output holds the same integer values as their first input, rearranged or retyped:
+# a value that indexes a table after them was one of the input's values.
+_PASS_THROUGH = frozenset({"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Transpose",
+                           "Expand", "Slice", "Tile", "Gather"})
+
+
+def _table_dims(graph: onnx.GraphProto) -> dict[str, list[int]]:
+    """Dims of every constant (initializer or Constant node) by name: dims only, no weight bytes read."""
+    dims = {t.name: list(t.dims) for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and is_default_domain(node.domain):
+            for a in node.attribute:
+                if a.name == "value" and a.HasField("t"):
+                    dims[node.output[0]] = list(a.t.dims)
+    return dims
+
+
+def index_limits(model: onnx.ModelProto) -> dict[str, int]:
+    """For each graph input whose values index a constant table (the indices of a ``Gather`` on an
+    initializer, directly or through Cast/Unsqueeze/Reshape/...), the number of rows of the
+    smallest such table: its values must lie in ``[0, limit)``. Inputs indexing nothing are absent."""
+    graph = model.graph
+    tables = _table_dims(graph)
+    consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
+    for node in graph.node:
+        for name in node.input:
+            if name:
+                consumers[name].append(node)
+    limits: dict[str, int] = {}
+    for inp in graph.input:
+        if inp.name in tables:
+            continue
+        limit = _limit_from(inp.name, consumers, tables)
+        if limit is not None:
+            limits[inp.name] = limit
+    return limits
+
+
+def _limit_from(start: str, consumers: dict[str, list[onnx.NodeProto]],
+                tables: dict[str, list[int]]) -> int | None:
+    """The smallest table row count ``start``'s values reach as Gather indices, or None."""
+    best: int | None = None
+    todo, seen = [start], {start}
+    while todo:
+        name = todo.pop()
+        for node in consumers.get(name, ()):
+            if not is_default_domain(node.domain) or node.op_type not in _PASS_THROUGH:
+                continue
+            if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == name:
+                data = tables.get(node.input[0])
+                if data:
+                    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                    rows = data[axis % len(data)]
+                    best = rows if best is None else min(best, rows)
+                continue  # the gathered values are the table's, not the input's
+            if node.input[0] != name:
+                continue  # a shape, axes or starts operand: not the values themselves
+            for out in node.output:
+                if out and out not in seen:
+                    seen.add(out)
+                    todo.append(out)
+    return best

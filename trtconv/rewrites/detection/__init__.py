@@ -1,0 +1,12 @@
+"""Rules for detectors' post-processing on targets that cannot run it: one rule per module.
+
+* :mod:`.roi_align`: ``RoiAlign`` (TensorRT-RTX imports it through a plugin it lacks) -> a
+  plugin-free form of standard ops (``GridSample`` sampling and a mean), for ``--trt rtx`` only.
+"""
+
+from trtconv.rewrites.detection.roi_align import RoiAlignRule
+from trtconv.rewrites.rule import RuleFamily
+
+FAMILY = RuleFamily("detection", (RoiAlignRule(),))
+
+__all__ = ["FAMILY", "RoiAlignRule"]

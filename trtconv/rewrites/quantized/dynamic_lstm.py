@@ -1,0 +1,107 @@
+"""``com.microsoft::DynamicQuantizeLSTM`` -> ONNX ``LSTM`` on dequantized weights.
+
+ONNX Runtime's quantized LSTM keeps W and R as int8 with a scale and zero point per direction
+(or per gate column), stored transposed against ONNX's LSTM: W ``[dirs, input, 4*hidden]``, R
+``[dirs, hidden, 4*hidden]`` where ``LSTM`` wants ``[dirs, 4*hidden, input|hidden]``. Gate order
+(i, o, f, c), bias, sequence lengths, initial states, peepholes and every attribute are ONNX's.
+The per-step quantization of X and H is dropped, so the numbers change by the original's own
+quantization noise: the node proof runs the original in ONNX Runtime and holds the float LSTM
+to a measured bound (``LSTM_DRIFT``; a wrong layout or gate order misses it by far).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx_graphsurgeon as gs
+from onnx import TensorProto
+
+from trtconv.errors import TrtconvError
+from trtconv.rewrites.emitter import Emitter
+from trtconv.rewrites.proof import NodeProofCase, Proof
+from trtconv.rewrites.quantized.graphs import MS_DOMAIN, Original, const, given
+from trtconv.rewrites.rule import Emitted, RewriteRule, RuleContext, Site
+
+LSTM_DRIFT = 0.05  # max |err| / max(1, max |ref|): outputs are tanh-bounded, 8-bit steps ~ 1/127 each
+PROOF_STEPS, PROOF_BATCH = 4, 2
+DROPPED = ("the per-step int8 quantization of X and H inside DynamicQuantizeLSTM is dropped: the original's own "
+           "quantization noise is what changes (node proof: measured error within LSTM_DRIFT)")
+
+
+@dataclass(frozen=True)
+class LstmMatch:
+    w: np.ndarray  # [dirs, 4*hidden, input], float32
+    r: np.ndarray  # [dirs, 4*hidden, hidden], float32
+    attrs: dict[str, Any]  # ONNX LSTM's, as the original has them
+    original: Original
+
+
+def _weights(q: np.ndarray | None, scale: np.ndarray | None, zero: np.ndarray | None) -> np.ndarray | None:
+    """[dirs, rows, 4h] int8 with per-direction (or per-direction-and-column) scale -> [dirs, 4h, rows] float."""
+    if q is None or scale is None or q.ndim != 3:
+        return None
+    dirs, cols = q.shape[0], q.shape[2]
+    z = np.zeros_like(scale, dtype=np.float64) if zero is None else zero
+    if scale.size not in (dirs, dirs * cols) or z.size != scale.size:
+        return None
+    s = scale.reshape(dirs, 1, -1).astype(np.float64)
+    zz = z.reshape(dirs, 1, -1).astype(np.float64)
+    return np.transpose((q.astype(np.float64) - zz) * s, (0, 2, 1)).astype(np.float32)
+
+
+class DynamicLstmRule(RewriteRule):
+    name = "ort-dynamic-lstm"
+    description = "com.microsoft::DynamicQuantizeLSTM -> LSTM on dequantized weights"
+    ops = ((MS_DOMAIN, "DynamicQuantizeLSTM"),)
+
+    def match(self, node: gs.Node, ctx: RuleContext) -> LstmMatch | None:
+        def c(i: int) -> np.ndarray | None:
+            t = given(node, i)
+            return const(t) if t is not None else None
+        w = _weights(c(1), c(8), c(9))
+        r = _weights(c(2), c(10), c(11))
+        if w is None or r is None or any(given(node, i) is not None and c(i) is None for i in (9, 11)):
+            return None
+        return LstmMatch(w, r, dict(node.attrs), Original.of([node]))
+
+    def emit(self, ctx: RuleContext, site: Site, match: LstmMatch) -> Emitted:
+        em = Emitter(ctx.graph, site.name)
+        empty = gs.Variable.empty()
+        ins = [site.inputs[0], em.const("W", match.w), em.const("R", match.r)]
+        ins += [site.inputs[i] if i < len(site.inputs) else empty for i in range(3, 8)]
+        while ins and not ins[-1].name:
+            ins.pop()
+        em.node("LSTM", "lstm", ins, list(site.outputs), match.attrs)
+        cuts = frozenset(o.name for o in site.outputs if o.name)
+        return Emitted(tuple(em.nodes), "LSTM (dequantized weights)", (DROPPED,), graph_cuts=cuts, exact=False)
+
+    def proof_case(self, ctx: RuleContext, site: Site, match: LstmMatch, emitted: Emitted) -> NodeProofCase | Proof:
+        proto = match.original.nodes[0]
+        dirs, four_h, size = match.w.shape
+        hidden = four_h // 4
+        rng = np.random.default_rng(ctx.settings.seed + site.index)
+        batch = next((int(match.original.constants[n].shape[1]) for n in proto.input[5:7]
+                      if n in match.original.constants), PROOF_BATCH)  # constant initial states fix the batch
+        shapes = {0: (PROOF_STEPS, batch, size), 5: (dirs, batch, hidden), 6: (dirs, batch, hidden),
+                  3: (dirs, 8 * hidden), 7: (dirs, 3 * hidden)}
+        values: dict[str, np.ndarray] = {}
+        for i, name in enumerate(proto.input):
+            if not name or name in match.original.constants:
+                continue
+            if i == 4:
+                values[name] = np.full((batch,), PROOF_STEPS, np.int32)
+            elif i in shapes:
+                values[name] = (rng.standard_normal(shapes[i]) * (1.0 if i == 0 else 0.5)).astype(np.float32)
+            else:
+                return Proof("none", False, reason=f"input {i} of DynamicQuantizeLSTM is not a constant")
+        out = next(o for o in proto.output if o)
+        try:
+            expected = match.original.run(values, out, max(ctx.opset, 14), TensorProto.FLOAT).astype(np.float64)
+        except TrtconvError as exc:
+            return Proof("none", False, reason=f"the original did not run in ONNX Runtime: {exc.message[:200]}")
+        rtol = max(LSTM_DRIFT, ctx.settings.node_tolerance)
+        return NodeProofCase(emitted.nodes, out, values, expected, np.dtype(np.float32), max(ctx.opset, 14),
+                             rtol=rtol, shapes={"X": shapes[0]})
+

@@ -1,0 +1,186 @@
+"""Reading ONNX Runtime's quantized patterns out of a graphsurgeon graph, and running the original
+pattern in ONNX Runtime for the proofs (the quantized ops only it implements)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+from onnx import helper
+from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
+
+from trtconv.reference import run, session
+
+MS_DOMAIN = "com.microsoft"
+INT_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
+QOPERATOR_OPS = {("", "QLinearConv"), ("", "QLinearMatMul"), (MS_DOMAIN, "QGemm"), (MS_DOMAIN, "QLinearAdd"),
+                 (MS_DOMAIN, "QLinearMul"), (MS_DOMAIN, "QLinearSigmoid"), (MS_DOMAIN, "QLinearGlobalAveragePool"),
+                 (MS_DOMAIN, "QLinearConcat"), (MS_DOMAIN, "QLinearLeakyRelu"), (MS_DOMAIN, "QLinearAveragePool")}
+# ops that move or select values without computing: a quantized tensor passes through them unchanged
+PASSTHROUGH = ("Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "MaxPool", "Slice", "Gather",
+               "Expand", "Tile", "DepthToSpace", "SpaceToDepth", "Split")
+
+
+def is_float(t: gs.Tensor) -> bool:
+    """A tensor already float: an earlier rewrite's output, or a float model tensor."""
+    return t.dtype is not None and np.dtype(t.dtype).kind == "f"
+
+
+def float_root(t: gs.Tensor) -> gs.Tensor | None:
+    """Up through pass-through ops to where ``t`` comes from, if that is float by now (an earlier
+    rewrite's output); the pass-through tensors on the way are marked float. None otherwise."""
+    path = []
+    cur: gs.Tensor | None = t
+    while cur is not None and not is_float(cur):
+        p = producer(cur)
+        if p is None or p.op not in PASSTHROUGH:
+            return None
+        path.append(cur)
+        cur = p.inputs[0]
+    if cur is None:
+        return None
+    for x in path:
+        x.dtype = np.float32
+    return cur
+
+
+def feeds_qoperator(t: gs.Tensor) -> bool:
+    """Whether a QOperator op reads ``t``, directly or through pass-through ops."""
+    for c in t.outputs:
+        if ((c.domain or "", c.op) in QOPERATOR_OPS
+                or (c.op in PASSTHROUGH and c.outputs and feeds_qoperator(c.outputs[0]))):
+            return True
+    return False
+
+
+def float_frontier(t: gs.Tensor) -> frozenset[str]:
+    """The first float tensors downstream of quantized ``t`` (its DequantizeLinear outputs, through
+    pass-through ops): where a whole-graph proof can cut both models."""
+    out: set[str] = set()
+    for c in t.outputs:
+        if c.op == "DequantizeLinear" and c.outputs:
+            out.add(c.outputs[0].name)
+        elif c.op in PASSTHROUGH and c.outputs:
+            out |= float_frontier(c.outputs[0])
+    return frozenset(out)
+
+
+def dequantized(q: np.ndarray, scale: np.ndarray, zero: np.ndarray | None, axis: int) -> np.ndarray:
+    """ONNX Runtime's float32 ``(q - zero) * scale``, per-axis scale/zero along ``axis``."""
+    def along(v: np.ndarray) -> np.ndarray:
+        v = np.asarray(v)
+        if v.size == 1 or q.ndim == 0:
+            return v.reshape(())
+        shape = [1] * q.ndim
+        shape[axis % q.ndim] = v.size
+        return v.reshape(shape)
+    z = along(zero).astype(np.int64) if zero is not None else 0
+    return ((q.astype(np.int64) - z).astype(np.float32) * along(scale).astype(np.float32)).astype(np.float32)
+
+
+def producer(t: gs.Tensor | None) -> gs.Node | None:
+    return t.inputs[0] if t is not None and isinstance(t, gs.Variable) and len(t.inputs) == 1 else None
+
+
+def sole_consumer(t: gs.Tensor, graph_outputs: frozenset[str]) -> gs.Node | None:
+    """The one node reading ``t`` (None when several do, or the graph outputs it)."""
+    if t.name in graph_outputs or len(t.outputs) != 1:
+        return None
+    return t.outputs[0]
+
+
+def const(t: gs.Tensor | None) -> np.ndarray | None:
+    return np.asarray(t.values) if isinstance(t, gs.Constant) else None
+
+
+def given(node: gs.Node, i: int) -> gs.Tensor | None:
+    """Input ``i`` of ``node``, None when absent or empty (an optional input left out)."""
+    return node.inputs[i] if i < len(node.inputs) and node.inputs[i].name else None
+
+
+def other_input(node: gs.Node, t: gs.Tensor) -> gs.Tensor | None:
+    """The other input of a binary node that reads ``t``."""
+    if len(node.inputs) != 2:
+        return None
+    a, b = node.inputs
+    return b if a is t else a if b is t else None
+
+
+def dequantize(q: np.ndarray, scale: np.ndarray, zero: np.ndarray | None, axis: int) -> np.ndarray:
+    """``(q - zero) * scale`` in float64; per-channel scale/zero broadcast along ``axis`` of ``q``."""
+    def along(v: np.ndarray) -> np.ndarray:
+        v = np.asarray(v, dtype=np.float64)
+        if v.size == 1:
+            return v.reshape(())
+        shape = [1] * q.ndim
+        shape[axis] = v.size
+        return v.reshape(shape)
+    z = along(zero) if zero is not None else 0.0
+    return (q.astype(np.float64) - z) * along(scale)
+
+
+def upstream(out: gs.Tensor, stop: Sequence[gs.Tensor]) -> list[gs.Node] | None:
+    """The nodes computing ``out`` from ``stop`` and constants, producers first; None when anything
+    else (another variable) feeds in."""
+    stop_names = {t.name for t in stop}
+    seen: dict[int, gs.Node] = {}
+    order: list[gs.Node] = []
+
+    def visit(t: gs.Tensor) -> bool:
+        if isinstance(t, gs.Constant) or t.name in stop_names or not t.name:
+            return True
+        p = producer(t)
+        if p is None:
+            return False
+        if id(p) in seen:
+            return True
+        seen[id(p)] = p
+        if not all(visit(i) for i in p.inputs):
+            return False
+        order.append(p)
+        return True
+
+    return order if visit(out) else None
+
+
+@dataclass(frozen=True)
+class Original:
+    """The original pattern as ONNX, taken before the rewrite rewires its nodes: what the proof runs."""
+
+    nodes: tuple[onnx.NodeProto, ...]
+    constants: Mapping[str, np.ndarray]
+
+    @staticmethod
+    def of(nodes: Sequence[gs.Node]) -> Original:
+        consts = {t.name: np.asarray(t.values) for n in nodes for t in n.inputs if isinstance(t, gs.Constant)}
+        return Original(tuple(OnnxExporter.export_node(n) for n in nodes), consts)
+
+    def run(self, inputs: Mapping[str, np.ndarray], output: str, opset: int,
+            output_type: int = onnx.TensorProto.FLOAT) -> np.ndarray:
+        """The pattern's output in ONNX Runtime (the one implementation of its quantized ops)."""
+        model = original_model(self, inputs, output, opset, output_type)
+        return run(session(model), dict(inputs), [output])[output]
+
+
+def original_model(original: Original, inputs: Mapping[str, np.ndarray], output: str, opset: int,
+                   output_type: int = onnx.TensorProto.FLOAT) -> onnx.ModelProto:
+    protos, consts = original.nodes, original.constants
+    g = helper.make_graph(
+        protos, "original",
+        [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+         for k, v in inputs.items()],
+        [helper.make_tensor_value_info(output, output_type, None)],
+        initializer=[onnx.numpy_helper.from_array(v, k) for k, v in sorted(consts.items())],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS_DOMAIN, 1)],
+                             ir_version=9)
+
+
+def concrete(shape: Sequence[object] | None, fill: Sequence[int]) -> tuple[int, ...] | None:
+    """``shape`` with unknown dims replaced by ``fill[axis]`` (None when the rank is unknown)."""
+    if shape is None or len(shape) != len(fill):
+        return None
+    return tuple(d if isinstance(d, int) and d > 0 else f for d, f in zip(shape, fill))
