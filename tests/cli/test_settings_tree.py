@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 import trtconv
+from trtconv import api
 from trtconv.cli.config import spec_keys
 from trtconv.cli.main import cli
 from trtconv.errors import ExitCode
@@ -194,3 +195,25 @@ def test_build_takes_every_rewrite_switch_and_fp16_option(ocr_cls, tmp_path: Pat
     doc = json.loads(res.stdout)
     assert doc["settings"]["fold"] is False and doc["sources"]["fold"].startswith("spec file")
     assert doc["settings"]["keep-io-types"] is False
+
+
+@pytest.mark.parametrize("name", ["verify", "bench"])
+def test_verify_and_bench_trt_is_the_declared_setting_defaulting_to_the_engine(name):
+    """Main's verify/bench --trt (issue 26) is the declared `trt` setting: same name and choices, and
+    no default (the runtime then comes from the engine's manifest or header)."""
+    cmd = cli.get_command(click.Context(cli), name)
+    assert cmd is not None
+    (param,) = [p for p in cmd.params if "--trt" in getattr(p, "opts", ())]
+    declared = next(s for s in SETTINGS if s.name == "trt")
+    assert name in declared.commands and param.name == "trt" and param.default is None
+    assert tuple(param.type.choices) == declared.choices  # type: ignore[attr-defined]
+
+
+def test_keep_prepared_and_no_preflight_are_settings_but_not_engine_identity(ocr_cls, tmp_path: Path):
+    """They change what a failed build leaves and a pre-build check, never the engine's bytes."""
+    out = tmp_path / "m.engine"
+    base = trtconv.BuildSettings(shapes=CLS_SHAPES, trt="rtx")
+    same = dataclasses.replace(base, keep_prepared=True, no_preflight=True)
+    assert api.engine_identity_hash(ocr_cls, out, base) == api.engine_identity_hash(ocr_cls, out, same)
+    assert api.engine_identity_hash(ocr_cls, out, base) != api.engine_identity_hash(
+        ocr_cls, out, dataclasses.replace(base, int32=False))
