@@ -88,32 +88,40 @@ def test_public_names_resolve_and_unknown_names_fail():
 
 
 def test_build_settings_match_build_defaults():
-    """BuildSettings mirrors BuildRequest/BuildPlan: same defaults, and the build's own file names."""
-    from trtconv.pipeline.build import BuildRequest
-    from trtconv.plan.build_plan import BuildPlan
+    """BuildSettings takes its defaults from the declared settings; the plan made from them has the
+    plan's own defaults; the build's own file names."""
+    from dataclasses import fields
 
-    req = trtconv.BuildSettings().request("m.onnx", "out/m.engine")
-    bare = BuildRequest(model=Path("m.onnx"), output=Path("out/m.engine"))
+    from trtconv.plan import BuildPlan
+    from trtconv.settings import declared
+
+    settings = trtconv.BuildSettings()
+    for f in fields(settings):
+        want = declared(f.name).default
+        assert getattr(settings, f.name) == (() if want is None and declared(f.name).multiple else want), f.name
+    made = settings.plan("m.onnx", "out/m.engine", "11.4")
     plan = BuildPlan(onnx_path=Path("m.onnx"), engine_path=Path("out/m.engine"))
-    for f in ("precision", "calib_limit", "verify", "target", "seed", "prepare_only"):
-        assert getattr(req, f) == getattr(bare, f), f
-    assert req.plan is not None
-    for f in ("optimization_level", "hardware_compat", "min_precision_share", "version_compatible"):
-        assert getattr(req.plan, f) == getattr(plan, f), f
-    assert trtconv.BuildSettings().outputs("out/m.engine") == [
+    for f in ("optimization_level", "hardware_compat", "min_precision_share", "version_compatible", "target",
+              "precision", "timing_cache"):
+        assert getattr(made, f) == getattr(plan, f), f
+    assert settings.outputs("out/m.engine") == [
         Path("out/m.prepared.onnx"), Path("out/m.engine.json"), Path("out/m.engine")]
     assert trtconv.BuildSettings(prepare_only=True).outputs("m.engine") == [Path("m.prepared.onnx")]
 
 
 def test_cli_build_calls_the_api_function_a_python_user_calls():
-    """`trtconv build` goes through trtconv.api.build, not around it to the pipeline."""
+    """`trtconv build` goes through trtconv.api.build (one name: ``api.build``), not around it to the pipeline."""
     import ast
 
-    source = (Path(trtconv.__file__).parent / "cli" / "build.py").read_text(encoding="utf-8")
-    imported = {(node.module, alias.name) for node in ast.walk(ast.parse(source))
+    source = (Path(trtconv.__file__).parent / "cli" / "build_command.py").read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    imported = {(node.module, alias.name) for node in ast.walk(tree)
                 if isinstance(node, ast.ImportFrom) for alias in node.names}
-    assert ("trtconv.api", "build") in imported
-    assert not any(name == "run_build" for _, name in imported)
+    assert ("trtconv", "api") in imported
+    calls = {f"{n.func.value.id}.{n.func.attr}" for n in ast.walk(tree) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)}
+    assert "api.build" in calls
+    assert not any(module and module.startswith("trtconv.pipeline") for module, _ in imported)
 
 
 def test_build_computes_each_thing_once(tmp_path):
@@ -139,7 +147,7 @@ def test_build_computes_each_thing_once(tmp_path):
             first = frame.f_locals.get("path", frame.f_locals.get("settings"))
             calls.append((watched[frame.f_code], first))
 
-    settings = trtconv.BuildSettings(precision="int8", calib_data=tmp_path / "cal", dcn_target="trt-plugin",
+    settings = trtconv.BuildSettings(precision="int8", calib_data=tmp_path / "cal", dcn_target="trt-plugin", trt="11.4",
                                      prepare_only=True)
     sys.setprofile(profile)
     try:

@@ -44,7 +44,7 @@ def _script(model: Path, calib: Path) -> str:
         f"{py} -m trtconv quantize {m} --precision int8 --calib-data {calib} -o int8.onnx --json "
         f"--shapes {SHAPES} > int8.json",
         # without TensorRT, build stops after writing the prepared ONNX, with exit 9
-        f"{py} -m trtconv build {m} -o build.engine --precision fp16 --shapes {SHAPES} --no-timing-cache "
+        f"{py} -m trtconv build {m} -o build.engine --precision fp16 --shapes {SHAPES} --no-timing-cache --trt 11.4 "
         "2> build.err || [ $? -eq 9 ]",
     ])
 

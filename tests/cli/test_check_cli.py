@@ -54,7 +54,7 @@ def _external_model(tmp_path: Path, location: str) -> Path:
 
 
 def test_supported_real_model_exits_0_with_table_and_summary(ocr_cls):
-    res = run("check", str(ocr_cls))
+    res = run("check", str(ocr_cls), "--trt", "11.4")
     assert res.exit_code == ExitCode.OK, res.output
     assert "SUPPORTED" in res.stdout and "1 dynamic input (1 not covered by --shapes)" in res.stdout
     assert res.stderr == ""
@@ -83,7 +83,7 @@ def test_unsupported_real_model_exits_5_with_json_nodes(silero):
 
 
 def test_custom_op_exits_4(tmp_path):
-    res = run("check", str(_custom_op_model(tmp_path)))
+    res = run("check", str(_custom_op_model(tmp_path)), "--trt", "11.4")
     assert res.exit_code == ExitCode.NEEDS_REWRITE
     assert "acme::MyOp" in res.stdout and "NEEDS-REWRITE" in res.stdout
     assert "[b]mine" in res.stdout  # node names are printed literally, not as rich markup

@@ -129,7 +129,7 @@ def test_config_doc_example_is_a_valid_build_spec(tmp_path: Path):
     cmd = command("build")
     defaults = spec_defaults(tmp_path / "trtconv.toml", tomllib.loads(block.group(1)), cmd,
                              click.Context(cmd))
-    assert defaults["precision"] == "fp16" and defaults["trt_version"] == "10.16"
+    assert defaults["precision"] == "fp16" and defaults["trt"] == "10.16"
 
 
 def test_build_prepare_only_cache_keeps_builds_overwrite_rules(work: Path):

@@ -116,15 +116,15 @@ def test_external_data_kept(tmp_path):
 def test_check_accepts_what_rewrite_wrote(tmp_path):
     """`trtconv check` (stage 2) says the rewritten model parses: exit 4 before, 0 after."""
     src = mmcv_model(tmp_path / "m.onnx")
-    before = CliRunner().invoke(cli, ["check", str(src)])
+    before = CliRunner().invoke(cli, ["check", str(src), "--trt", "11.4"])
     assert before.exit_code == 4, before.output
     out = tmp_path / "out.onnx"
     assert invoke(src, "-o", out).exit_code == 0
-    after = CliRunner().invoke(cli, ["check", str(out), "--json"])
+    after = CliRunner().invoke(cli, ["check", str(out), "--json", "--trt", "11.4"])
     assert after.exit_code == 0, after.output
     plug = tmp_path / "plug.onnx"
     assert invoke(src, "-o", plug, "--dcn-target", "trt-plugin").exit_code == 0
-    doc = json.loads(CliRunner().invoke(cli, ["check", str(plug), "--json"]).stdout)
+    doc = json.loads(CliRunner().invoke(cli, ["check", str(plug), "--json", "--trt", "11.4"]).stdout)
     rules = {f["rule"] for n in doc["nodes"] for f in n["findings"]}
     assert "plugin-version" not in rules and doc["summary"]["unsupported"] == 0
 

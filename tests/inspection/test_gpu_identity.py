@@ -19,9 +19,9 @@ def test_gpu_properties_and_a_tensorrt_identity_name_this_gpu(tmp_path):
     assert gpu["sm_count"] > 0 and gpu["memory_bytes"] > 2**30 and gpu["cuda_driver"]
     major, _, minor = gpu["compute_capability"].partition(".")
     assert major.isdigit() and minor.isdigit()
-    req = BuildSettings(trt="11.4").request(rapidocr_model("cls"), tmp_path / "cls.engine")
-    material = request_identity(req)
+    model, engine = rapidocr_model("cls"), tmp_path / "cls.engine"
+    material = request_identity(model, BuildSettings(), "11.4", BuildSettings().plan(model, engine, "11.4"))
     assert material["target"]["gpu"] == [gpu["name"], gpu["compute_capability"]]
-    rtx = request_identity(BuildSettings(trt="rtx").request(rapidocr_model("cls"), tmp_path / "cls.engine"))
+    rtx = request_identity(model, BuildSettings(), "rtx", BuildSettings().plan(model, engine, "rtx"))
     assert "gpu" not in rtx["target"]  # an RTX engine is built for compute capabilities, not for this GPU
     assert identity_hash(material) != identity_hash(rtx)

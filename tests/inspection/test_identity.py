@@ -23,8 +23,9 @@ def _plugin(path: Path, payload: bytes) -> Path:
 
 
 def _ident(model: Path, out: Path, **kw: object) -> str:
-    req = BuildSettings(**kw).request(model, out)  # type: ignore[arg-type]
-    return identity_hash(request_identity(req))
+    settings = BuildSettings(**kw)  # type: ignore[arg-type]
+    target = str(settings.trt)
+    return identity_hash(request_identity(model, settings, target, settings.plan(model, out, target)))
 
 
 def test_a_changed_plugin_library_or_setting_changes_the_identity(tmp_path):

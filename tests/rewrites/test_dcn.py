@@ -270,7 +270,7 @@ def test_wrong_replacement_is_caught_by_the_node_proof():
     from trtconv.rewrites.dcn.lowering import DcnInputs
     from trtconv.rewrites.emitter import Emitter
     from trtconv.rewrites.proof import prove_node
-    from trtconv.rewrites.settings import NODE_RTOL
+    from trtconv.rewrites.rewrite_settings import NODE_RTOL
 
     rng = np.random.default_rng(0)
     wt = gs.Constant("w", rng.standard_normal((2, 2, 3, 3)).astype(np.float32))

@@ -17,7 +17,7 @@ from trtconv.errors import ExitCode
 from trtconv.load import load_model
 from trtconv.rewrites import RewriteSettings, rewrite
 from trtconv.rewrites.proof import FP16_RTOL, arithmetic
-from trtconv.rewrites.settings import GRAPH_RTOL
+from trtconv.rewrites.rewrite_settings import GRAPH_RTOL
 
 
 def test_arithmetic_is_the_narrowest_float_type_computed_in(tmp_path):

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from trtconv.cli.main import cli
 from trtconv.errors import ExitCode
-from trtconv.pipeline.build import PLUGIN_FREE_DCN, BuildRequest
+from trtconv.pipeline.build_settings import PLUGIN_FREE_DCN, BuildSettings
 
 pytest.importorskip("tensorrt_rtx", reason="tensorrt-rtx is in the test extra: run `make install`")
 
@@ -21,11 +21,9 @@ def _build(*args: object):
 
 
 def test_default_dcn_target_is_plugin_free_only_where_plugins_are_missing():
-    req = BuildRequest(model=Path("m.onnx"), output=Path("m.engine"), target="rtx")
-    assert req.dcn() == PLUGIN_FREE_DCN == "portable"
-    assert BuildRequest(model=Path("m.onnx"), output=Path("m.engine"), target="11.4").dcn() is None  # rewrite's own
-    assert BuildRequest(model=Path("m.onnx"), output=Path("m.engine"), target="rtx",
-                        dcn_target="deformconv").dcn() == "deformconv"  # the user's choice wins
+    assert BuildSettings().dcn("rtx") == PLUGIN_FREE_DCN == "portable"
+    assert BuildSettings().dcn("11.4") is None  # rewrite's own
+    assert BuildSettings(dcn_target="deformconv").dcn("rtx") == "deformconv"  # the user's choice wins
 
 
 def test_dcnv2_model_builds_a_real_rtx_engine_through_the_plugin_free_form(tmp_path):

@@ -27,13 +27,13 @@ from trtconv.outputs import dumps_json, remove_own_temps
 
 # command name -> "module:attribute". Add a command by adding a line here.
 COMMANDS: dict[str, str] = {
-    "check": "trtconv.cli.check:check",
-    "doctor": "trtconv.cli.doctor:doctor",
-    "build": "trtconv.cli.build:build",
-    "verify": "trtconv.cli.verify:verify",
-    "bench": "trtconv.cli.bench:bench",
-    "quantize": "trtconv.cli.quantize:quantize",
-    "rewrite": "trtconv.cli.rewrite:rewrite",
+    "check": "trtconv.cli.check_command:check",
+    "doctor": "trtconv.cli.doctor_command:doctor",
+    "build": "trtconv.cli.build_command:build",
+    "verify": "trtconv.cli.verify_command:verify",
+    "bench": "trtconv.cli.bench_command:bench",
+    "quantize": "trtconv.cli.quantize_command:quantize",
+    "rewrite": "trtconv.cli.rewrite_command:rewrite",
     "inspect": "trtconv.cli.inspect_engine:inspect",
     "triton-repo": "trtconv.cli.triton_repo:triton_repo",
 }

@@ -7,24 +7,24 @@ The vocabulary follows trtexec where it has a word for the thing (--shapes,
 from __future__ import annotations
 
 import functools
+import logging
 import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
-from trtconv.api import QuantizeSettings
+from trtconv.api import RULE_NAMES, default_target, target_name
 from trtconv.cli.main import JSON_KEY, MODEL_BYTES_KEY, MODEL_KEY
-from trtconv.errors import UsageError
-from trtconv.load import disk_bytes, parse_shapes
-from trtconv.reference import DEFAULT_THRESHOLDS, Thresholds, parse_limit, thresholds_with
-from trtconv.rewrites import RULE_NAMES
+from trtconv.cli.output import warn
+from trtconv.load import disk_bytes
+from trtconv.reference import parse_limit
+from trtconv.settings import Setting, declared, for_command
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-TRT_VERSIONS = ("10.16", "11.4", "rtx")  # "rtx": TensorRT-RTX (builds without a GPU)
-DEFAULT_TRT_VERSION = "11.4"
 
 
 def _remember_model(ctx: click.Context, _param: click.Parameter, value: Path | None) -> Path | None:
@@ -59,28 +59,10 @@ def json_option(f: F) -> F:
                         "a JSON error object at least.")(f)
 
 
-def shapes_option(f: F) -> F:
-    return click.option("--shapes", metavar="NAME:DxD,...",
-                        help="Static shapes for dynamic inputs, e.g. images:1x3x640x640.")(f)
-
-
-def skip_rule_option(f: F) -> F:
-    """``--skip-rule NAME`` (repeatable): a built-in rewrite rule not to apply. A plain string:
-    rewrite's settings check refuses an unknown name (exit 2) and lists the rules."""
-    return click.option("--skip-rule", "skip_rules", multiple=True, metavar="NAME",
-                        help="Do not apply this built-in rewrite rule (repeatable); its nodes stay as they are. "
-                             f"Rules: {', '.join(RULE_NAMES)}.")(f)
-
-
-def trt_version_option(f: F) -> F:
-    return click.option("--trt", "trt_version", type=click.Choice(TRT_VERSIONS), default=DEFAULT_TRT_VERSION,
-                        show_default=True, help="Target TensorRT version, or rtx for TensorRT-RTX.")(f)
-
-
 def command_line(ctx: click.Context, *, drop: tuple[str, ...] = ()) -> str:
     """The command as the user ran it, rebuilt from its parsed parameters (every option that is
     not at its default, spec-file values included), for hints that must run as printed. ``drop``:
-    parameter names left out (the ones the hint itself supplies)."""
+    parameter names (the declared settings' names) left out: the ones the hint itself supplies."""
     parts = ["trtconv", ctx.info_name or ctx.command.name or ""]
     for param in ctx.command.params:
         value = ctx.params.get(param.name or "")
@@ -91,7 +73,8 @@ def command_line(ctx: click.Context, *, drop: tuple[str, ...] = ()) -> str:
             continue
         if not isinstance(param, click.Option) or value == param.default:
             continue
-        flag = max(param.opts, key=len)
+        flag = next((o for o in param.opts if o == "--" + (param.name or "").replace("_", "-")),
+                    max(param.opts, key=len))  # the declared spelling, not an alias
         if param.is_flag:
             if value is True:
                 parts.append(flag)
@@ -103,13 +86,6 @@ def command_line(ctx: click.Context, *, drop: tuple[str, ...] = ()) -> str:
     return " ".join(parts)
 
 
-def engine_trt_option(f: F) -> F:
-    """verify/bench: which runtime the engine needs, when neither its manifest nor its header says."""
-    return click.option("--trt", "trt_version", type=click.Choice(TRT_VERSIONS), default=None,
-                        help="The TensorRT the engine was built with, or rtx for TensorRT-RTX (default: from "
-                        "ENGINE.json, else the engine's header, else TensorRT).")(f)
-
-
 def _compose(*decorators: Callable[[F], F]) -> Callable[[F], F]:
     def apply(f: F) -> F:
         for d in reversed(decorators):
@@ -117,59 +93,6 @@ def _compose(*decorators: Callable[[F], F]) -> Callable[[F], F]:
         return f
     return apply
 
-
-# --------------------------------------------------------------------------- precision (quantize and build)
-# ``quantize`` and ``build --precision int8|fp16`` take the same sample, INT8, exclusion and gate
-# flags; they are defined here once and turned into QuantizeSettings by ``quantize_settings``.
-
-sample_options = _compose(
-    click.option("--calib-data", type=click.Path(path_type=Path), metavar="PATH",
-                 help="Sample data: a folder (or file) of .npy/.npz samples, one .npz holding many "
-                      "(000/images, 001/images, ...), or a folder of images. int8: calibration; fp16: activation "
-                      "ranges. Both: the accuracy gate."),
-    click.option("--preprocess", metavar="SPEC",
-                 help="Image preprocessing, e.g. preset=ppocr-det or size=224x224,order=bgr,mean=0.5/0.5/0.5,"
-                      "std=0.5/0.5/0.5,scale=1/255,layout=nchw (presets: ppocr-det, ppocr-rec, ppocr-cls, imagenet, "
-                      "yolo)."),
-    click.option("--calib-loader", type=click.Path(path_type=Path), metavar="FILE.py",
-                 help="Python file defining samples(inputs) that yields dicts of input name -> array. Runs your code."),
-    click.option("--random-data", type=click.IntRange(min=1), metavar="N",
-                 help="Use N seeded random samples (smoke tests only: real data gives real ranges; "
-                      "the gate then says 'not checked')."),
-    click.option("--max-samples", "--calib-limit", "max_samples", type=click.IntRange(min=0), default=0,
-                 show_default=True, help="Use at most this many samples (0: all)."),
-    click.option("--held-out", metavar="N|FRACTION",
-                 help="int8: keep the last N samples (or this fraction) out of calibration for the accuracy gate "
-                      "[default: 0.2 when there are >= 5 samples]."),
-)
-
-int8_options = _compose(
-    click.option("--calib-method", type=click.Choice(["entropy", "percentile", "minmax", "mse", "auto"]),
-                 default="entropy", show_default=True,
-                 help="int8: how activation ranges are chosen from the calibration data (auto: try entropy, "
-                      "percentile 99.9/99.99/99.999, minmax and mse, keep the one most accurate on the held-out data)."),
-    click.option("--percentile", type=click.FloatRange(50.0, 100.0), default=99.99, show_default=True,
-                 help="int8: the percentile for --calib-method percentile."),
-    click.option("--calib-cache", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
-                 help="int8: read scales from / write scales to this calibration cache."),
-    click.option("--no-calib-cache", is_flag=True, help="int8: ignore --calib-cache (recalibrate)."),
-    click.option("--int8-remainder", type=click.Choice(["fp16", "fp32"]), default="fp16", show_default=True,
-                 help="int8: the precision of everything outside the Q/DQ pairs (fp16 under the FP16 overflow rules)."),
-    click.option("--auto-exclude", is_flag=True,
-                 help="int8: when the gate fails, keep the fewest layers out of INT8 until it passes (named in the "
-                      "report)."),
-    click.option("--sensitivity", is_flag=True,
-                 help="int8: report the error each quantized layer adds on the held-out data (always done when the "
-                      "gate fails)."),
-)
-
-exclude_options = _compose(
-    click.option("--exclude", "exclude", multiple=True, metavar="PATTERN",
-                 help="Keep nodes whose name matches this glob out of the precision change (int8: also op types; "
-                      "they take the remainder precision); repeatable, comma-separated."),
-    click.option("--exclude-op", "exclude_op", multiple=True, metavar="OP",
-                 help="Keep every node of this op type out of the precision change; repeatable, comma-separated."),
-)
 
 class LimitType(click.ParamType):
     """``X`` or ``OUTPUT=X``; a spec file may write a bare number (``min-cosine = 0.999``)."""
@@ -189,68 +112,105 @@ class LimitType(click.ParamType):
 
 LIMIT = LimitType()
 
-gate_options = _compose(
-    click.option("--max-abs", multiple=True, type=LIMIT, metavar="[OUTPUT=]X",
-                 help="Fail (exit 7) if an output's max abs error exceeds X; OUTPUT=X for one output. Repeatable."),
-    click.option("--max-rel", multiple=True, type=LIMIT, metavar="[OUTPUT=]X",
-                 help="Fail (exit 7) if an output's max rel error exceeds X; OUTPUT=X for one output. Repeatable."),
-    click.option("--min-cosine", multiple=True, type=LIMIT, metavar="[OUTPUT=]X",
-                 help="Fail (exit 7) if an output's cosine similarity is below X [default: int8 0.99, fp16 0.999]; "
-                      "OUTPUT=X for one output (e.g. scores=0.995). Repeatable."),
-    click.option("--min-top1", multiple=True, type=LIMIT, metavar="[OUTPUT=]X",
-                 help="Fail (exit 7) if the top-1 agreement of a classifier-like output is below X. Repeatable."),
-    click.option("--gate-output", "gate_outputs", multiple=True, metavar="OUTPUT",
-                 help="Gate only these outputs (the others are still reported); repeatable, comma-separated."),
-    click.option("--allow-nonfinite", is_flag=True, help="Do not fail when the quantized model outputs NaN/Inf."),
-)
-
-GATE_FLAGS = ("max_abs", "max_rel", "min_cosine", "min_top1")
+def _warn_deprecated(new: str, old: tuple[str, ...]) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value not in (None, ()) and ctx.get_parameter_source(param.name or "") == ParameterSource.COMMANDLINE:
+            warn(f"{'/'.join(old)} is deprecated: use {new} (the old spelling goes in the next release)")
+        return value
+    return callback
 
 
-def _held_out(value: str | None) -> int | float | None:
-    if value is None:
-        return None
-    try:
-        return float(value) if "." in value else int(value)
-    except ValueError as exc:
-        raise UsageError(f"--held-out {value!r} is not a count or a fraction", hint="e.g. --held-out 10 or 0.2") \
-            from exc
+def _click_type(s: Setting, choices: tuple[str, ...] | None) -> Any:
+    if s.type == "choice":
+        return click.Choice(choices or s.choices)
+    if s.type == "path":
+        return click.Path(path_type=Path, dir_okay=s.name in DIR_OK)
+    if s.type == "limit":
+        return LIMIT
+    if s.type in ("int", "float") and s.range is not None:
+        lo, hi = s.range
+        return click.IntRange(lo, hi) if s.type == "int" else click.FloatRange(lo, hi)  # type: ignore[arg-type]
+    return {"int": int, "float": float}.get(s.type)
 
 
-def _limits(flag: str, values: tuple[str, ...]) -> list[tuple[str | None, float]]:
-    out = []
-    for v in values:
-        try:
-            out.append(parse_limit(v))
-        except ValueError as exc:
-            raise UsageError(f"--{flag.replace('_', '-')} {v!r}: expected a number or OUTPUT=NUMBER",
-                             hint="e.g. --min-cosine 0.995 or --min-cosine scores=0.995") from exc
+DIR_OK = frozenset({"calib_data"})  # path settings that may name a folder
+# help that names what only a lower layer knows (the settings tree imports nothing of trtconv)
+_HELP_EXTRA = {"skip_rule": f" Rules: {', '.join(RULE_NAMES)}."}
+
+
+def option(name: str, *, choices: tuple[str, ...] | None = None, help: str | None = None,
+           deprecated: bool = False) -> Callable[[F], F]:
+    """The click option of a declared setting (trtconv.settings): flag, aliases, type, default and help.
+
+    ``deprecated``: the setting's old spellings (``verify --atol``) become a hidden option of their
+    own whose value :func:`merge_deprecated` folds in, printing a one-line warning when used.
+    """
+
+    s = declared(name)
+    text = help or s.help + _HELP_EXTRA.get(name, "")
+    if s.type == "bool" and s.secondary:
+        decls = [f"{s.flag}/{s.secondary}", name]
+        opt = click.option(*decls, default=s.default, show_default=s.show_default, help=text)
+    elif s.type == "bool":
+        opt = click.option(s.flag, *s.aliases, name, is_flag=True, help=text)
+    else:
+        opt = click.option(s.flag, *s.aliases, name, type=_click_type(s, choices), multiple=s.multiple,
+                           default=() if s.multiple else s.default, metavar=s.metavar,
+                           show_default=s.show_default and s.default not in (None, ()), help=text)
+    if not (deprecated and s.deprecated):
+        return opt
+    old = click.option(*s.deprecated, f"{name}_deprecated", type=_click_type(s, choices), multiple=s.multiple,
+                       hidden=True, expose_value=True, callback=_warn_deprecated(s.flag, s.deprecated))
+    return _compose(opt, old)
+
+
+def merge_deprecated(params: dict[str, Any]) -> dict[str, Any]:
+    """Fold the hidden old spellings' values (``max_abs_deprecated``) into their setting's."""
+    out = dict(params)
+    for key in [k for k in params if k.endswith("_deprecated")]:
+        value = out.pop(key)
+        name = key[: -len("_deprecated")]
+        if value not in (None, ()):
+            out[name] = tuple(out.get(name) or ()) + tuple(value if isinstance(value, tuple) else (value,))
     return out
 
 
-def gate_thresholds(precision: str, params: Mapping[str, Any]) -> Thresholds:
-    """The gate the flags ask for: the precision's defaults with the given limits on top."""
-    overrides = {k: _limits(k, tuple(params.get(k) or ())) for k in GATE_FLAGS}
-    only = [p.strip() for v in params.get("gate_outputs") or () for p in v.split(",") if p.strip()]
-    return thresholds_with(DEFAULT_THRESHOLDS[precision], overrides,
-                           allow_nonfinite=bool(params.get("allow_nonfinite")), only=only)
+def options_for(command: str, *names: str, choices: Mapping[str, tuple[str, ...]] | None = None,
+                help: Mapping[str, str] | None = None) -> Callable[[F], F]:
+    """Every declared setting of ``command`` (or just ``names``), in declaration order."""
+    chosen = [s.name for s in for_command(command) if not names or s.name in names]
+    return _compose(*(option(n, choices=(choices or {}).get(n), help=(help or {}).get(n),
+                             deprecated=command == "verify") for n in chosen))
 
 
-def quantize_settings(precision: str, params: Mapping[str, Any]) -> QuantizeSettings:
-    """QuantizeSettings from the shared precision flags (``quantize``'s and ``build``'s click params)."""
-    get = params.get
-    return QuantizeSettings(
-        precision=precision,  # type: ignore[arg-type]
-        calib_data=get("calib_data"), preprocess=get("preprocess"), calib_loader=get("calib_loader"),
-        random_data=get("random_data"), max_samples=get("max_samples") or 0, held_out=_held_out(get("held_out")),
-        shapes=parse_shapes(get("shapes")),
-        exclude=tuple(get("exclude") or ()), exclude_op=tuple(get("exclude_op") or ()),
-        keep_io_types=get("keep_io_types", True), max_activation=get("max_activation"),
-        max_initializer=get("max_initializer"), fold_batchnorm=not get("no_fold_batchnorm", False),
-        calib_method=get("calib_method") or "entropy", percentile=get("percentile") or 99.99,
-        calib_cache=get("calib_cache"), use_calib_cache=not get("no_calib_cache", False),
-        thresholds=gate_thresholds(precision, params),
-        int8_remainder=get("int8_remainder") or "fp16", auto_exclude=bool(get("auto_exclude")),
-        sensitivity=bool(get("sensitivity")),
-        **({} if get("min_precision_share") is None else {"min_precision_share": get("min_precision_share")}),
-    )
+shapes_option = option("shapes")
+trt_option = option("trt")
+# verify/bench: which runtime the engine needs, when neither its manifest nor its header says
+engine_trt_option = option("trt", help="The TensorRT the engine was built with, or rtx for TensorRT-RTX (default: "
+                           "from ENGINE.json, else the engine's header, else TensorRT).")
+sample_options = options_for("quantize", "calib_data", "preprocess", "calib_loader", "random_data", "max_samples",
+                             "held_out")
+exclude_options = options_for("quantize", "exclude", "exclude_op")
+fp16_options = options_for("quantize", "keep_io_types", "max_activation", "max_initializer", "no_fold_batchnorm")
+int8_options = options_for("quantize", "calib_method", "percentile", "calib_cache", "no_calib_cache",
+                           "int8_remainder", "auto_exclude", "sensitivity")
+gate_options = options_for("quantize", "max_abs", "max_rel", "min_cosine", "min_top1", "gate_output",
+                           "allow_nonfinite")
+
+
+def target_or_default(trt: str | None, quiet: bool = False) -> str:
+    """``--trt`` as given, else the TensorRT that is installed, announced in one stderr line."""
+    if trt is not None:
+        return trt
+    target, why = default_target()
+    announce_target(target, why, quiet=quiet)
+    return target
+
+
+def announce_target(target: str, why: str, *, quiet: bool = False) -> None:
+    """The one stderr line that says which TensorRT a command without --trt targets, and why."""
+    if not quiet and logging.getLogger("trtconv").isEnabledFor(logging.WARNING):
+        click.echo(f"trtconv: target: {target_name(target)} ({why}; --trt picks another)", err=True)
+
+
+GATE_LIMITS = ("max_abs", "max_rel", "min_cosine", "min_top1")

@@ -6,7 +6,7 @@ rewritten graph TensorRT will parse) with TENSORRT_UNAVAILABLE, or on purpose wi
 ``prepare_only``. Each stage is a function returning a frozen result; each thing is
 computed once: the loaded model, its samples, the rewritten model, the graph ONNX
 Runtime runs as the reference (:class:`Reference`) and that reference's outputs at the
-profile corners (reused by verify). TensorRT is imported only inside ``_tensorrt_build``.
+profile corners (reused by verify). TensorRT is imported only inside ``_build_engine``.
 
 Over 400 lines because it is one small function per stage plus the run that orders them;
 the precision stage's gate is ``trtconv.pipeline.quantize``'s, not a copy.
@@ -40,6 +40,7 @@ from trtconv.load import LAZY_WEIGHTS_BYTES, LoadedModel, dynamic_inputs, load_m
 from trtconv.onnxutil import iter_graphs, qualified_op
 from trtconv.outputs import check_output_path
 from trtconv.pipeline.build_identity import gpu_properties, request_identity
+from trtconv.pipeline.build_settings import BuildSettings
 from trtconv.pipeline.quantize import (
     QuantizeAccuracyError,
     QuantizeResult,
@@ -54,7 +55,6 @@ from trtconv.plan import (
     CORNERS,
     BuildPlan,
     CornerRuns,
-    Precision,
     Profile,
     build_manifest,
     build_profiles,
@@ -66,10 +66,11 @@ from trtconv.plan import (
     validate_plan,
     write_manifest,
 )
-from trtconv.precision import DEFAULT_TRT_VERSION, PHASES, Fp16AccuracyError, convert_fp16
+from trtconv.precision import PHASES, Fp16AccuracyError, convert_fp16
 from trtconv.reference import DEFAULT_THRESHOLDS, ort
-from trtconv.rewrites import RewriteResult, RewriteSettings, rewrite, rewrite_rule_for, trtconv_plugin_spec
+from trtconv.rewrites import RewriteResult, RewriteSettings, rewrite, rewrite_rule_for
 from trtconv.samples import SampleSet
+from trtconv.settings import NEWEST_TENSORRT
 from trtconv.trt import build_engine, for_target, probe, tensorrt_version
 from trtconv.verify import verify_engine_corners
 
@@ -77,55 +78,6 @@ log = logging.getLogger(__name__)
 StageFn = Callable[[str, str], None]  # (stage, message): progress lines for the CLI
 T = TypeVar("T")
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
-PLUGIN_FREE_DCN = "portable"  # rewrites.dcn's target of standard ONNX ops only (no plugin, no DeformConv)
-
-
-@dataclass(frozen=True)
-class BuildRequest:
-    """Everything ``trtconv build`` was asked, before anything is read."""
-
-    model: Path
-    output: Path
-    precision: Precision = "fp32"
-    calib_data: Path | None = None
-    calib_limit: int = 0
-    shapes: str | None = None
-    min_shapes: tuple[str, ...] = ()
-    opt_shapes: tuple[str, ...] = ()
-    max_shapes: tuple[str, ...] = ()
-    prepared: Path | None = None  # default: <output stem>.prepared.onnx
-    prepare_only: bool = False
-    keep_prepared: bool = False  # a failed build keeps the prepared ONNX (for debugging); else it is removed
-    verify: bool = True
-    preflight: bool = True  # run the graph at every profile corner on ONNX Runtime before TensorRT
-    target: str = "11.4"  # TensorRT version the check stage judges against, or "rtx" (TensorRT-RTX)
-    dcn_target: str | None = None  # rewrite's DCN target (None: default_dcn_target(target))
-    skip_rules: tuple[str, ...] = ()  # built-in rewrite rules not to apply (every rule the target needs applies)
-    seed: int = 0
-    plan: BuildPlan | None = None  # limits, cache, compatibility, plugins (onnx/engine paths filled in)
-    # fp16/int8: samples, exclusions, INT8 options and the accuracy gate, as ``quantize`` takes them
-    # (None: quantize's defaults with calib_data / calib_limit)
-    quantize: QuantizeSettings | None = None
-    command: str | None = None  # the user's command line without its shape flags, for hints that repeat it
-
-    def quantize_settings(self) -> QuantizeSettings:
-        """The precision stage's settings (precision fp16 or int8)."""
-        base = self.quantize or QuantizeSettings(calib_data=self.calib_data, max_samples=self.calib_limit)
-        share = self.plan.min_precision_share if self.plan is not None else base.min_precision_share
-        return replace(base, precision="int8" if self.precision == "int8" else "fp16", min_precision_share=share)
-
-    def dcn(self) -> str | None:
-        """The DCN rewrite target: the user's, else the plugin-free form where the target TensorRT
-        has no plugins (RTX), else None (rewrite's own default)."""
-        if self.dcn_target is not None:
-            return self.dcn_target
-        return PLUGIN_FREE_DCN if not for_target(self.target).plugins else None
-
-    def prepared_path(self) -> Path:
-        if self.prepared is not None:
-            return self.prepared
-        name = self.output.name[: -len(".engine")] if self.output.name.endswith(".engine") else self.output.name
-        return self.output.with_name(name + ".prepared.onnx")
 
 
 @dataclass(frozen=True)
@@ -284,21 +236,26 @@ class _Stages:
         return step.value
 
 
-def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = None,
-              outcome: BuildOutcome | None = None) -> BuildOutcome:
-    """The whole pipeline. Raises a TrtconvError subclass on failure (its exit code is the verdict);
-    pass ``outcome`` to see how far it got (stages, prepared ONNX) when it raises."""
-    plan = req.plan or BuildPlan(onnx_path=req.prepared_path(), engine_path=req.output)
-    validate_plan(replace(plan, precision=req.precision))  # option consistency first: no model needed
+def build(model: Path, output: Path, settings: BuildSettings, target: str, *, force: bool = False,
+          say: StageFn | None = None, progress: Any = None, outcome: BuildOutcome | None = None,
+          command: str | None = None) -> BuildOutcome:
+    """The whole pipeline for ``target`` (a ``--trt`` value). Raises a TrtconvError subclass on failure
+    (its exit code is the verdict); pass ``outcome`` to see how far it got (stages, prepared ONNX)
+    when it raises. ``command``: the command line hints repeat (the CLI's, with the user's options;
+    None: one made from the settings)."""
+    req = settings
+    settings.contradictions()
+    plan = settings.plan(model, output, target, force=force)
+    validate_plan(plan)  # option consistency first: no model needed
     if req.precision == "int8" and not _has_samples(req.quantize_settings()):
         raise UsageError("--precision int8 needs --calib-data", hint="give a folder of .npy/.npz samples or images")
     if req.precision != "fp32":
         check_quantize_settings(req.quantize_settings())
-    prepared = req.prepared_path()
+    prepared = req.prepared_path(output)
     # Every output is checked before minutes of work: the engine, its manifest, the prepared ONNX.
     if not req.prepare_only:
-        check_output_path(req.output, force=plan.force)
-        check_output_path(manifest_path(req.output), force=plan.force)
+        check_output_path(output, force=plan.force)
+        check_output_path(manifest_path(output), force=plan.force)
     # The prepared ONNX is derived data: its default path is rewritten (saying so); an explicit
     # --prepared path is treated like any output (exists → needs --force).
     check_output_path(prepared, force=plan.force or req.prepared is None)
@@ -309,7 +266,7 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
 
     # Large weights stay on disk through rewrite, FP16, INT8 and the save (streamed into the
     # prepared ONNX).
-    loaded = load_model(req.model, lazy_from=LAZY_WEIGHTS_BYTES)
+    loaded = load_model(model, lazy_from=LAZY_WEIGHTS_BYTES)
     _refuse_requantizing(loaded, req.precision)
     samples = sample_set(loaded.proto, req.quantize_settings())  # None: no sample data
     if samples is not None:
@@ -317,21 +274,23 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
     try:
         profiles = build_profiles(
             loaded.proto, shapes=req.shapes, min_shapes=req.min_shapes, opt_shapes=req.opt_shapes,
-            max_shapes=req.max_shapes, required=not req.prepare_only, command=_command(req),
+            max_shapes=req.max_shapes, required=not req.prepare_only,
+            command=command or _command(model, output, req, target),
             sample_shapes=None if samples is None else _sample_shapes(samples))
     except UsageError:
-        _check(loaded, req.target, {})  # a model no shapes could build says so first, with the reason (exit 5)
+        _check(loaded, target, {})  # a model no shapes could build says so first, with the reason (exit 5)
         raise
-    plan = replace(plan, onnx_path=prepared, engine_path=req.output, precision=req.precision, profiles=profiles)
+    plan = replace(plan, onnx_path=prepared, engine_path=output, profiles=profiles)
     onnx_sha = model_sha256(loaded)
     shapes0 = profiles[0].corner("opt") if profiles else {}
 
-    stages.run("check", lambda: _check(loaded, req.target, shapes0))
-    rewritten = stages.run("rewrite", lambda: _rewrite(loaded, req, shapes0))
+    stages.run("check", lambda: _check(loaded, target, shapes0))
+    rewrite_settings = replace(req.rewrite_settings(target), proof_shapes=dict(shapes0))
+    rewritten = stages.run("rewrite", lambda: _rewrite(loaded, rewrite_settings))
     reference = Reference(loaded, rewritten)
     phases = _Phases(progress) if progress is not None else None
     try:
-        precisioned = stages.run("precision", lambda: _precision(rewritten.model, req, samples, reference, phases))
+        precisioned = stages.run("precision", lambda: _precision(rewritten.model, req, target, samples, reference, phases))
     except QuantizeAccuracyError as exc:
         outcome.gate = exc.result
         raise
@@ -342,20 +301,20 @@ def run_build(req: BuildRequest, *, say: StageFn | None = None, progress: Any = 
     if replacing:
         log.warning("replacing %s (derived from the model; --prepared PATH writes it elsewhere)", prepared)
     try:
-        return _prepare_and_build(req, plan, outcome, stages, precisioned, reference, profiles, progress,
-                                  onnx_sha, rewritten, shapes0, samples)
+        return _prepare_and_build(model, output, target, req, plan, outcome, stages, precisioned, reference,
+                                  profiles, progress, onnx_sha, rewritten, shapes0, samples)
     except BaseException as exc:
-        _remove_failed_outputs(req, outcome, exc)
+        _remove_failed_outputs(output, req, outcome, exc)
         raise
 
 
-def _remove_failed_outputs(req: BuildRequest, outcome: BuildOutcome, exc: BaseException) -> None:
+def _remove_failed_outputs(output: Path, req: BuildSettings, outcome: BuildOutcome, exc: BaseException) -> None:
     """A failed build leaves nothing it wrote: engine, manifest, prepared ONNX (and its .data).
     Kept: everything when the engine's verification failed (exit 7: kept for inspection), and
     the prepared ONNX with ``keep_prepared`` (debugging, or building it elsewhere)."""
     if isinstance(exc, AccuracyError) and outcome.manifest is not None:
         return
-    doomed = [manifest_path(req.output), req.output] if outcome.engine is not None else []
+    doomed = [manifest_path(output), output] if outcome.engine is not None else []
     if outcome.written and not req.keep_prepared:
         doomed += [outcome.prepared, outcome.prepared.with_name(outcome.prepared.name + ".data")]
         outcome.written = False
@@ -368,38 +327,38 @@ def _remove_failed_outputs(req: BuildRequest, outcome: BuildOutcome, exc: BaseEx
             log.warning("could not remove %s: %s", path, err)
 
 
-def _prepare_and_build(req: BuildRequest, plan: BuildPlan, outcome: BuildOutcome, stages: _Stages,
-                       precisioned: Precisioned, reference: Reference, profiles: tuple[Profile, ...],
+def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSettings, plan: BuildPlan,
+                       outcome: BuildOutcome, stages: _Stages, precisioned: Precisioned, reference: Reference, profiles: tuple[Profile, ...],
                        progress: Any, onnx_sha: str, rewritten: RewriteResult,
                        shapes0: dict[str, tuple[int, ...]], samples: SampleSet | None) -> BuildOutcome:
     """From the prepared ONNX on: save, recheck, profile corners, TensorRT build, verify, manifest."""
     prepared = outcome.prepared
     saved = stages.run("save", lambda: _save(precisioned.model, prepared))
     outcome.written = True
-    stages.run("recheck", lambda: _recheck(saved, req.target, shapes0))
-    keep = not req.prepare_only and req.verify  # verify reuses the reference's outputs
+    stages.run("recheck", lambda: _recheck(saved, target, shapes0))
+    keep = not req.prepare_only and not req.no_verify  # verify reuses the reference's outputs
     corners = stages.run("profiles", lambda: _corners(reference, profiles, req, samples, keep))
     if req.prepare_only:
         outcome.stopped = "prepare-only"
         return outcome
-    flavour = for_target(req.target)
+    flavour = for_target(target)
     try:
         tensorrt_version(flavour)
     except BackendUnavailableError as exc:
         outcome.stopped = "tensorrt-unavailable"
         raise _no_tensorrt(exc, prepared, req.keep_prepared) from None
-    built = stages.run("build", lambda: _tensorrt_build(plan, progress))
-    outcome.engine = req.output
+    built = stages.run("build", lambda: _build_engine(plan, progress))
+    outcome.engine = output
     verify_json: dict[str, Any] | None = None
-    if req.verify and not flavour.inspects_engine:
+    if not req.no_verify and not flavour.inspects_engine:
         reason = (f"{flavour.name} engines run only on RTX-class GPUs of the compute capabilities they were "
                   "built for (kernels are compiled there at first run); run `trtconv verify` on such a GPU")
         verify_json = dict(stages.run("verify", lambda: Step({"passed": None, "reason": reason},
                                                              {"reason": reason}, "skipped")))
-    elif req.verify:
-        verify_json = dict(stages.run("verify", lambda: _verify(req, plan, reference, corners)))
+    elif not req.no_verify:
+        verify_json = dict(stages.run("verify", lambda: _verify(model, req, plan, reference, corners)))
     plugin_details = plugin_fingerprints(plan.plugin_libraries, built.extra.get("plugin_creators") or {})
-    material = request_identity(req, onnx_sha256=onnx_sha, plugins=plugin_details)
+    material = request_identity(model, req, target, plan, onnx_sha256=onnx_sha, plugins=plugin_details)
     layer_source = "engine" if flavour.inspects_engine else "network"
     manifest = build_manifest(
         plan,
@@ -409,7 +368,7 @@ def _prepare_and_build(req: BuildRequest, plan: BuildPlan, outcome: BuildOutcome
         plugin_details=plugin_details,
         onnx_sha256=onnx_sha,
         environment=dict(built.environment),
-        source_onnx=req.model.name,
+        source_onnx=model.name,
         rewrites=rewritten.report.to_json().get("rewrites", []),
         rewrite_drift=None if rewritten.report.drift is None else rewritten.report.drift.to_json(),
         dtype_changes=[c.to_json() for c in rewritten.report.dtype_changes],
@@ -421,13 +380,13 @@ def _prepare_and_build(req: BuildRequest, plan: BuildPlan, outcome: BuildOutcome
         engine_sha256=built.engine_sha256,
         verify=verify_json,
     )
-    write_manifest(manifest_path(req.output), manifest, force=True)
+    write_manifest(manifest_path(output), manifest, force=True)
     outcome.manifest = manifest
     if verify_json is not None and verify_json.get("passed") is False:
         raise AccuracyError(
             "the engine's outputs differ from ONNX Runtime beyond the thresholds: "
             + "; ".join(verify_json.get("failures", [])[:3]),
-            hint=f"the engine and {manifest_path(req.output).name} were kept for inspection; "
+            hint=f"the engine and {manifest_path(output).name} were kept for inspection; "
             "`trtconv verify` shows per-output statistics",
         )
     return outcome
@@ -447,15 +406,13 @@ def _no_tensorrt(exc: BackendUnavailableError, prepared: Path, kept: bool) -> Ba
         f"--keep-prepared) to keep the prepared ONNX and build it with {trtexec}")
 
 
-def _command(req: BuildRequest) -> str:
-    """The command line a hint repeats: the user's own (the CLI passes it), else one with the
-    request's paths and the options that change what is built."""
-    if req.command:
-        return req.command
+def _command(model: Path, output: Path, req: BuildSettings, target: str) -> str:
+    """The command line a hint repeats when the caller gave none (the CLI gives the user's own): the
+    paths and the settings that change what is built, by their declared names."""
     flags = f" --precision {req.precision}" if req.precision != "fp32" else ""
-    flags += f" --trt {req.target}"  # always: the default target depends on what is installed
+    flags += f" --trt {target}"  # always: the default target depends on what is installed
     flags += f" --calib-data {shlex.quote(str(req.calib_data))}" if req.calib_data else ""
-    return (f"trtconv build {shlex.quote(str(req.model))} -o {shlex.quote(str(req.output))}{flags}"
+    return (f"trtconv build {shlex.quote(str(model))} -o {shlex.quote(str(output))}{flags}"
             + (" --prepare-only" if req.prepare_only else ""))
 
 
@@ -506,14 +463,7 @@ def _check(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]])
     return Step(None, {"verdict": report.verdict, "target": target})
 
 
-def _rewrite(loaded: LoadedModel, req: BuildRequest, proof_shapes: Mapping[str, tuple[int, ...]]) -> Step[RewriteResult]:
-    settings = RewriteSettings(seed=req.seed, proof_shapes=dict(proof_shapes), target=req.target,
-                               skip_rules=frozenset(req.skip_rules))
-    dcn_target = req.dcn()
-    if dcn_target is not None:
-        # trtconv's own DCNv2 plugin: the spec shipped inside the package
-        spec = trtconv_plugin_spec() if dcn_target == "trtconv-plugin" else None
-        settings = replace(settings, dcn_target=dcn_target, dcn_plugin=spec)
+def _rewrite(loaded: LoadedModel, settings: RewriteSettings) -> Step[RewriteResult]:
     result = rewrite(loaded, settings)
     proof = result.report.graph_proof
     rules: dict[str, list[str]] = {}  # rule -> the nodes it rewrote
@@ -541,7 +491,7 @@ def _recheck(saved: Saved, target: str, shapes: dict[str, tuple[int, ...]]) -> S
     return Step(None, {"verdict": report.verdict, "plugin_ops": plugins})
 
 
-def _precision(model: onnx.ModelProto, req: BuildRequest, samples: SampleSet | None,
+def _precision(model: onnx.ModelProto, req: BuildSettings, target: str, samples: SampleSet | None,
                reference: Reference, phases: _Phases | None) -> Step[Precisioned]:
     if req.precision == "fp32":
         return Step(Precisioned(model, {"method": "none"}), {"precision": "fp32"}, status="skipped")
@@ -576,7 +526,7 @@ def _precision(model: onnx.ModelProto, req: BuildRequest, samples: SampleSet | N
     calibration_model = None if reference.rewritten_runs else reference.deformconv
     # the calibration cache's header names a TensorRT version; TensorRT-RTX reads none, so it gets the default
     result = run_int8(model, samples, qs, calibration_model=calibration_model,
-                      trt_version=req.target if req.target[:1].isdigit() else DEFAULT_TRT_VERSION,
+                      trt_version=target if target[:1].isdigit() else NEWEST_TENSORRT,
                       progress=phases, warn=log.warning)
     report8 = result.report
     gate = QuantizeResult(result.model, qs, report8, samples.source, report8.calibration_runs or None)
@@ -604,12 +554,12 @@ def _save(model: onnx.ModelProto, prepared: Path) -> Step[Saved]:
     return Step(Saved(prepared, sha, graph), {"path": str(prepared), "sha256": sha})
 
 
-def _corners(reference: Reference, profiles: tuple[Profile, ...], req: BuildRequest, samples: SampleSet | None,
+def _corners(reference: Reference, profiles: tuple[Profile, ...], req: BuildSettings, samples: SampleSet | None,
              keep_outputs: bool) -> Step[CornerRuns | None]:
     """Every profile corner run on the reference graph before TensorRT spends minutes on it (on a
     real sample of the corner's shapes where --calib-data has one); the outputs are kept for
     verify, which judges the engine on the same inputs."""
-    if not req.preflight:
+    if req.no_preflight:
         return Step(None, {"reason": "--no-preflight"}, "skipped")
     if not profiles and dynamic_inputs(reference.loaded.proto):  # only with --prepare-only: build needs one
         return Step(None, {"reason": "no profile: dynamic inputs and no shapes (--prepare-only)"}, "skipped")
@@ -633,7 +583,7 @@ def _corners(reference: Reference, profiles: tuple[Profile, ...], req: BuildRequ
                        "failed_on_synthetic_values": [f.describe() for f in runs.value_failures]})
 
 
-def _tensorrt_build(plan: BuildPlan, progress: Any) -> Step[Built]:
+def _build_engine(plan: BuildPlan, progress: Any) -> Step[Built]:
     flavour = for_target(plan.target)
     env = probe()
     gpu = env.gpus[0] if env.gpus else None
@@ -658,7 +608,7 @@ def _tensorrt_build(plan: BuildPlan, progress: Any) -> Step[Built]:
                         "timing_cache": str(cache) if cache else None})
 
 
-def _verify(req: BuildRequest, plan: BuildPlan, reference: Reference,
+def _verify(model: Path, req: BuildSettings, plan: BuildPlan, reference: Reference,
             corners: CornerRuns | None) -> Step[Mapping[str, Any]]:
     """Engine vs ONNX Runtime at every profile's min/opt/max, against the reference graph (the
     user's model, or what ONNX Runtime runs of it), on the inputs the profile stage ran; if
@@ -683,6 +633,6 @@ def _verify(req: BuildRequest, plan: BuildPlan, reference: Reference,
                                    plugin_libraries=plan.plugin_libraries, seed=req.seed,
                                    check_compatibility=False,  # just built here; an old manifest may linger
                                    references=corners.outputs if corners is not None else None)
-    label = req.model.name if graph.label == "original" else f"{req.model.name} ({graph.label})"
+    label = model.name if graph.label == "original" else f"{model.name} ({graph.label})"
     verdict = {**result, "reference": label}
     return Step(verdict, verdict, "done" if result["passed"] else "failed")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 from trtconv.errors import UsageError
+from trtconv.settings import NEWEST_TENSORRT, RTX_TARGET
 
 Precision = Literal["fp32", "fp16", "int8"]
 PRECISIONS: tuple[Precision, ...] = ("fp32", "fp16", "int8")
@@ -30,8 +31,7 @@ MEMORY_POOLS = (
     "dla_global_dram",
 )
 DEFAULT_OPT_LEVEL = 3
-DEFAULT_TARGET = "11.4"  # --trt: a TensorRT version, or "rtx" for TensorRT-RTX
-RTX_TARGET = "rtx"
+DEFAULT_TARGET = NEWEST_TENSORRT  # a plan made without a target (tests); --trt's default is trtconv.settings
 # TensorRT-RTX's ComputeCapability members (1.7) as "major.minor", and the set it builds when none
 # is asked for (its portable set; an RTX runtime lists exactly these when it refuses an engine).
 RTX_COMPUTE_CAPABILITIES = ("7.5", "8.0", "8.6", "8.9", "12.0", "12.1")

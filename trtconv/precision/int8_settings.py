@@ -10,10 +10,11 @@ from typing import Literal
 from trtconv.precision.calibrate import Method
 from trtconv.precision.fp16 import Fp16Settings
 from trtconv.reference import DEFAULT_THRESHOLDS, Thresholds
+from trtconv.settings import NEWEST_TENSORRT
 
 MIN_QDQ_OPSET = 13  # per-channel DequantizeLinear (axis) needs opset 13
 FP16_QDQ_OPSET = 19  # QuantizeLinear/DequantizeLinear take float16 (input, scale, output) from opset 19
-DEFAULT_TRT_VERSION = "11.4"
+DEFAULT_TRT_VERSION = NEWEST_TENSORRT  # the calibration cache header's version when the target has none
 Remainder = Literal["fp16", "fp32"]
 # The FP16 remainder: the FP16 stage's overflow rules, without its own BN fold (done before Q/DQ)
 # and accuracy check (the INT8 gate measures the whole model).

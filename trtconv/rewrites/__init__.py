@@ -35,12 +35,12 @@ from trtconv.rewrites.dcn import (
 from trtconv.rewrites.driver import rewrite
 from trtconv.rewrites.plugin_map import PluginMap, load_plugin_map, parse_plugin_map
 from trtconv.rewrites.rewrite_report import SCHEMA, RewriteEntry, RewriteReport, RewriteResult
-from trtconv.rewrites.rule import NodeView, RewriteRule
-from trtconv.rewrites.settings import (
+from trtconv.rewrites.rewrite_settings import (
     DEFAULT_FOLD_LIMIT,
     NODE_RTOL,
     RewriteSettings,
 )
+from trtconv.rewrites.rule import NodeView, RewriteRule
 
 DCN_TARGETS = tuple(TARGETS)
 

@@ -17,10 +17,10 @@ import onnx
 from trtconv.errors import UsageError
 from trtconv.onnxutil import normalize_domain
 from trtconv.rewrites import dcn, detection, dtypes, quantized, transformer
-from trtconv.rewrites import settings as core_settings
+from trtconv.rewrites import rewrite_settings as core_settings
 from trtconv.rewrites.plugin_map import PluginMap, PluginMapRule
+from trtconv.rewrites.rewrite_settings import RewriteSettings
 from trtconv.rewrites.rule import RewriteRule, RuleFamily
-from trtconv.rewrites.settings import RewriteSettings
 
 FAMILIES: tuple[RuleFamily, ...] = (
     dcn.FAMILY,

@@ -29,6 +29,7 @@ from trtconv.rewrites.catalog import active_rules, check_settings, rewrite_rule_
 from trtconv.rewrites.dtype_narrowing import narrow_float64
 from trtconv.rewrites.proof import Proof, measure_drift, prove_graph, prove_node, prove_unchanged
 from trtconv.rewrites.rewrite_report import NodeInfo, RewriteEntry, RewriteReport, RewriteResult
+from trtconv.rewrites.rewrite_settings import RewriteSettings
 from trtconv.rewrites.roundtrip import (
     export,
     import_with_shapes,
@@ -39,7 +40,6 @@ from trtconv.rewrites.roundtrip import (
     strip_value_info,
 )
 from trtconv.rewrites.rule import NodeView, RewriteRule, RuleContext, Site
-from trtconv.rewrites.settings import RewriteSettings
 
 
 def _computing_nodes(graph: gs.Graph) -> int:

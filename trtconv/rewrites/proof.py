@@ -33,7 +33,7 @@ from trtconv.load import PROTOBUF_LIMIT, approx_size, override_input_shapes, str
 from trtconv.onnxutil import ORT_DOMAINS, is_default_domain, iter_graphs, normalize_domain
 from trtconv.reference import OutputStats, compare_arrays, random_feeds, run, session
 from trtconv.rewrites.emitter import PENDING_DOMAIN
-from trtconv.rewrites.settings import GRAPH_RTOL, NODE_RTOL
+from trtconv.rewrites.rewrite_settings import GRAPH_RTOL, NODE_RTOL
 
 ONNXRUNTIME = "onnxruntime"
 REFERENCE_EVALUATOR = "reference-evaluator"

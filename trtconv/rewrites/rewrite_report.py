@@ -15,7 +15,7 @@ from trtconv.rewrites.cleanup import CleanupResult
 from trtconv.rewrites.dtype_narrowing import DtypeChange
 from trtconv.rewrites.emitter import PENDING_DOMAIN
 from trtconv.rewrites.proof import Proof
-from trtconv.rewrites.settings import RewriteSettings
+from trtconv.rewrites.rewrite_settings import RewriteSettings
 
 SCHEMA = "trtconv.rewrite/1"
 

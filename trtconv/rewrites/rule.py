@@ -29,7 +29,7 @@ import onnx_graphsurgeon as gs
 from onnx import helper
 
 from trtconv.rewrites.proof import NodeProofCase, Proof
-from trtconv.rewrites.settings import RewriteSettings
+from trtconv.rewrites.rewrite_settings import RewriteSettings
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from trtconv.trt.engine import (
 from trtconv.trt.environment import (
     Environment,
     TensorRTStatus,
+    installed_target,
     probe,
     probe_driver,
     probe_tensorrt,
@@ -49,6 +50,7 @@ __all__ = [
     "describe_engine",
     "engine_flavour",
     "for_target",
+    "installed_target",
     "probe",
     "probe_driver",
     "probe_tensorrt",

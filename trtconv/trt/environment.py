@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from trtconv.settings import NEWEST_TENSORRT, RTX_TARGET, TRT_TARGETS
 from trtconv.trt.flavour import RTX, TENSORRT, Flavour
 
 TRT_DISTS = ("tensorrt", "tensorrt-cu13", "tensorrt-cu12", "tensorrt-cu13-libs", "tensorrt-cu12-libs",
@@ -251,3 +252,24 @@ def problems(env: Environment) -> list[tuple[str, str]]:
         out.append(("polygraphy not installed: verify and bench use its CUDA wrapper",
                     "pip install 'trtconv[trt]'"))
     return out
+
+
+def installed_target() -> tuple[str, str]:
+    """``--trt``'s default and why: TensorRT 10/11 if it imports, else TensorRT-RTX if installed, else the
+    newest TensorRT (whose exit 9 then says how to install it). Imports ``tensorrt`` only where installed."""
+    trt_status = probe_tensorrt(TENSORRT)
+    if trt_status.importable and trt_status.version:
+        major = trt_status.version.split(".")[0]
+        target = next((t for t in TRT_TARGETS if t.split(".")[0] == major), NEWEST_TENSORRT)
+        return target, f"TensorRT {trt_status.version} is installed"
+    if importlib.util.find_spec(RTX.module) is not None:
+        return RTX_TARGET, "TensorRT-RTX is installed and TensorRT 10/11 is not importable"
+    return NEWEST_TENSORRT, "neither TensorRT nor TensorRT-RTX is installed"
+
+
+def unavailable_hint(flavour: Flavour) -> str:
+    """How to get ``flavour``: never "install" what is installed (TensorRT missing, RTX there: use it)."""
+    if flavour == TENSORRT and importlib.util.find_spec(RTX.module) is not None:
+        return ("install TensorRT with `pip install tensorrt` (CUDA 13) or `pip install tensorrt-cu12` (CUDA 12), "
+                "or build with the TensorRT-RTX that is installed: add --trt rtx")
+    return flavour.install_hint

@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 from trtconv.errors import BackendUnavailableError
+from trtconv.trt.environment import unavailable_hint
 from trtconv.trt.flavour import Flavour, current
 
 
@@ -26,7 +27,7 @@ def _import(flavour: Flavour) -> ModuleType:
     except Exception as exc:  # ImportError, or OSError when the native libraries are missing
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BackendUnavailableError(f"{flavour.name} is not available: {first}",
-                                      hint=flavour.install_hint) from None
+                                      hint=unavailable_hint(flavour)) from None
 
 
 def forget() -> None:

@@ -30,8 +30,8 @@ from trtconv.rewrites.dcn.plugin_spec import ROLES, PluginSpec
 from trtconv.rewrites.dcn.targets import TARGETS
 from trtconv.rewrites.emitter import Emitter
 from trtconv.rewrites.proof import ONNXRUNTIME, REFERENCE_EVALUATOR, NodeProofCase, Proof
+from trtconv.rewrites.rewrite_settings import RewriteSettings
 from trtconv.rewrites.rule import Emitted, RewriteRule, RuleContext, Site
-from trtconv.rewrites.settings import RewriteSettings
 
 # Keep node proofs cheap: shrink spatial dims until columns (C*K*OH*OW) fit this.
 MAX_COLUMN_ELEMENTS = 1 << 21

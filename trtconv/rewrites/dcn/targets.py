@@ -11,7 +11,7 @@ from trtconv.rewrites.dcn.deformconv import DEFORMCONV
 from trtconv.rewrites.dcn.lowering import DcnTarget
 from trtconv.rewrites.dcn.plugins import TRT_PLUGIN, TRTCONV_PLUGIN
 from trtconv.rewrites.dcn.portable import PORTABLE
-from trtconv.rewrites.settings import RewriteSettings
+from trtconv.rewrites.rewrite_settings import RewriteSettings
 
 TARGETS: dict[str, DcnTarget] = {t.name: t for t in (DEFORMCONV, TRT_PLUGIN, TRTCONV_PLUGIN, PORTABLE)}
 DEFAULT_TARGET = RewriteSettings.dcn_target  # the one default lives with the setting

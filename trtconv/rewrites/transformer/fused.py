@@ -20,8 +20,8 @@ from trtconv.onnxutil import normalize_domain
 from trtconv.reference import compare_arrays, run, session
 from trtconv.rewrites.emitter import Emitter
 from trtconv.rewrites.proof import FP16_RTOL, ONNXRUNTIME, NodeProofCase, Proof
+from trtconv.rewrites.rewrite_settings import RewriteSettings
 from trtconv.rewrites.rule import MAX_OPSET, Emitted, NodeView, RewriteRule, RuleContext, Site
-from trtconv.rewrites.settings import RewriteSettings
 from trtconv.rewrites.transformer.fused_shapes import with_fused_shapes
 from trtconv.rewrites.transformer.std_forms import MIN_OPSET, Ops
 

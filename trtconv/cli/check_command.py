@@ -8,34 +8,36 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from trtconv.analyze import CheckReport
-from trtconv.api import check as api_check
+from trtconv import api
+from trtconv.api import CheckReport, default_target, target_name
 from trtconv.cli.html_report import record, report_option
-from trtconv.cli.options import json_option, model_argument, shapes_option, trt_version_option
+from trtconv.cli.options import announce_target, json_option, model_argument, shapes_option, trt_option
 from trtconv.cli.output import cell_lines, finish, print_json, stdout_console
 from trtconv.onnxutil import qualified_op
-from trtconv.plan import target_name
 
 STATUS_STYLE = {"supported": "green", "rewritable": "yellow", "plugin": "yellow", "unsupported": "red"}
 
 
 @click.command("check")
 @model_argument
-@trt_version_option
+@trt_option
 @shapes_option
 @json_option
 @report_option
 @click.option("--live", is_flag=True,
               help="Also run the real ONNX parser (and, for --trt rtx, a CPU-only build) where that TensorRT is "
                    "installed, and show both answers per node.")
-def check(model: Path, trt_version: str, shapes: str | None, as_json: bool, live: bool) -> None:
+def check(model: Path, trt: str | None, shapes: str | None, as_json: bool, live: bool) -> None:
     """Say which nodes TensorRT's ONNX parser will reject, why, and what trtconv can rewrite.
 
     Exit 0: all supported; 4: every rejected node is rewritable or needs a plugin;
     5: some node is unsupported; 3: invalid model. With --live and a TensorRT installed,
     0 means TensorRT itself accepted (and built) the model.
     """
-    report = api_check(model, trt=trt_version, shapes=shapes, live=live)
+    default = None if trt else default_target()
+    report = api.check(model, trt=default[0] if default else trt, shapes=shapes, live=live)
+    if default is not None:  # after the model was read: an invalid model gets its error alone
+        announce_target(*default, quiet=as_json)
     record("check", report.to_json())
     if as_json:
         print_json(report.to_json())

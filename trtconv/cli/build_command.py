@@ -12,9 +12,8 @@ from typing import Any
 
 import click
 
-from trtconv.api import BuildSettings, engine_identity_hash
-from trtconv.api import build as api_build
-from trtconv.api import check as api_check
+from trtconv import api
+from trtconv.api import DCN_TARGETS, BuildOutcome, BuildSettings
 from trtconv.cli.cache import cache_option, gpu_identity
 from trtconv.cli.config import config_option
 from trtconv.cli.depfile import deps_option
@@ -22,17 +21,12 @@ from trtconv.cli.html_report import record, report_option
 from trtconv.cli.inspect_engine import off_precision_lines
 from trtconv.cli.options import (
     command_line,
-    exclude_options,
     force_option,
-    gate_options,
-    int8_options,
     json_option,
     model_argument,
+    options_for,
     output_option,
-    quantize_settings,
-    sample_options,
-    skip_rule_option,
-    trt_version_option,
+    target_or_default,
 )
 from trtconv.cli.output import Heartbeat, interactive, print_json, progress, stderr_console
 from trtconv.cli.precision_report import print_gate
@@ -40,17 +34,7 @@ from trtconv.cli.triton_repo import triton_repo_option
 from trtconv.errors import DataError, TrtconvError
 from trtconv.inspection import layer_rows, off_precision
 from trtconv.load import return_large_blocks
-from trtconv.pipeline import BuildOutcome
-from trtconv.plan import (
-    DEFAULT_MIN_PRECISION_SHARE,
-    DEFAULT_OPT_LEVEL,
-    HARDWARE_COMPAT,
-    PRECISIONS,
-    identity_problems,
-    manifest_path,
-    read_manifest,
-)
-from trtconv.rewrites import DCN_TARGETS
+from trtconv.plan import identity_problems, manifest_path, read_manifest
 
 
 class BarSink:
@@ -119,37 +103,7 @@ class StageClock:
 def _outputs(params: Mapping[str, Any]) -> list[Path]:
     """The files this run writes: --deps targets, --cache-dir entries."""
 
-    settings = BuildSettings(prepared=params.get("prepared"), prepare_only=bool(params.get("prepare_only")))
-    return settings.outputs(params["output"])
-
-
-def _settings(params: Mapping[str, Any]) -> BuildSettings:
-    """The command's click params as the API's BuildSettings (the run and the cache key share it)."""
-    get = params.get
-    precision = get("precision", "fp32")
-    precision_flags = {k: v for k, v in params.items() if k not in _BUILD_FIELDS}
-    quantize = quantize_settings(precision, {**precision_flags, "shapes": get("shapes")}) if precision != "fp32" else None
-    return BuildSettings(
-        precision=precision, calib_data=get("calib_data"), calib_limit=get("max_samples") or 0,
-        quantize=quantize, shapes=get("shapes"), min_shapes=get("min_shapes", ()), opt_shapes=get("opt_shapes", ()),
-        max_shapes=get("max_shapes", ()), workspace=get("workspace"), memory_pools=get("memory_pools", ()),
-        timing_cache=get("timing_cache"), use_timing_cache=not get("no_timing_cache"), opt_level=get("opt_level"),
-        hardware_compat=get("hardware_compat", "none"), compute_capabilities=get("compute_capabilities", ()),
-        version_compatible=bool(get("version_compatible")), exclude_lean_runtime=bool(get("exclude_lean_runtime")),
-        plugins=get("plugins", ()), min_precision_share=get("min_precision_share"), dcn_target=get("dcn_target"),
-        skip_rules=tuple(get("skip_rules", ())), prepared=get("prepared"), prepare_only=bool(get("prepare_only")),
-        keep_prepared=bool(get("keep_prepared")), verify=not get("no_verify"),
-        preflight=not get("no_preflight"), seed=get("seed", 0), trt=get("trt_version"),
-    )
-
-
-_BUILD_FIELDS = frozenset({
-    "model", "output", "precision", "shapes", "min_shapes", "opt_shapes", "max_shapes", "workspace", "memory_pools",
-    "timing_cache", "no_timing_cache", "opt_level", "hardware_compat", "compute_capabilities", "version_compatible",
-    "exclude_lean_runtime", "plugins", "min_precision_share", "dcn_target", "skip_rules", "prepared", "prepare_only", "keep_prepared", "no_verify",
-    "no_preflight",
-    "seed", "trt_version", "force", "as_json", "layers", "triton_repo", "report", "cache_dir", "deps", "config",
-    "print_config"})
+    return BuildSettings.from_params(params).outputs(params["output"])
 
 
 def _off(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -172,7 +126,7 @@ def _key_extra(params: Mapping[str, Any]) -> dict[str, Any]:
     if params.get("prepare_only"):
         return {}
     try:
-        ident = engine_identity_hash(params["model"], params["output"], _settings(params))
+        ident = api.engine_identity_hash(params["model"], params["output"], BuildSettings.from_params(params))
     except TrtconvError:  # a bad flag or model: the run itself reports it
         ident = None
     return {**gpu_identity(), "identity": ident}
@@ -199,51 +153,9 @@ SHAPE_FLAGS = ("shapes", "min_shapes", "opt_shapes", "max_shapes")  # a shapes h
 @click.command("build")
 @model_argument
 @output_option(help="The engine file to write (its manifest goes to ENGINE.json).")
-@click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
-              help="Made explicit in the ONNX (FP16 casts / INT8 Q-DQ), then built strongly typed.")
-@sample_options
-@exclude_options
-@int8_options
-@gate_options
-@click.option("--shapes", metavar="NAME:DxD,...", help="One profile with min = opt = max (trtexec --shapes).")
-@click.option("--min-shapes", multiple=True, metavar="NAME:DxD,...", help="Profile minimum; repeat per profile.")
-@click.option("--opt-shapes", multiple=True, metavar="NAME:DxD,...", help="Profile optimum; repeat per profile.")
-@click.option("--max-shapes", multiple=True, metavar="NAME:DxD,...", help="Profile maximum; repeat per profile.")
-@click.option("--workspace", metavar="SIZE", help="Workspace memory pool limit, e.g. 4G.")
-@click.option("--memory-pool", "memory_pools", multiple=True, metavar="POOL:SIZE",
-              help="Any memory pool limit, e.g. tactic_shared_memory:48K (repeatable).")
-@click.option("--timing-cache", type=click.Path(path_type=Path, dir_okay=False),
-              help="Timing cache file (default: one per GPU and TensorRT version under ~/.cache/trtconv).")
-@click.option("--no-timing-cache", is_flag=True, help="Neither load nor save a timing cache.")
-@click.option("--opt-level", "--builder-optimization-level", "opt_level", type=click.IntRange(0, 5),
-              default=DEFAULT_OPT_LEVEL, show_default=True, help="TensorRT builder optimization level.")
-@click.option("--hardware-compat", type=click.Choice(HARDWARE_COMPAT), default="none", show_default=True,
-              help="Build for other GPUs too (ampere+ or same compute capability); may be slower.")
-@click.option("--compute-capability", "compute_capabilities", multiple=True, metavar="CC,...",
-              help="--trt rtx: compute capabilities to build for, e.g. 8.6,8.9 (repeatable; "
-              "default: RTX's portable set 8.0 8.6 8.9 12.0 12.1).")
-@click.option("--version-compatible", is_flag=True, help="Engine runs on later TensorRT versions (lean runtime).")
-@click.option("--exclude-lean-runtime", is_flag=True, help="With --version-compatible: do not embed the runtime.")
-@click.option("--plugins", "plugins", multiple=True, type=click.Path(path_type=Path, dir_okay=False),
-              help="Extra TensorRT plugin library to load (repeatable).")
-@click.option("--min-precision-share", type=click.FloatRange(0, 1), default=DEFAULT_MIN_PRECISION_SHARE,
-              show_default=True, help="fp16/int8: fail (exit 8) if fewer compute layers run in that precision.")
-@click.option("--dcn-target", type=click.Choice(DCN_TARGETS),
-              help="How rewrite turns DCNv2 nodes into parseable ones (default: rewrite's default).")
-@skip_rule_option
-@click.option("--prepared", type=click.Path(path_type=Path, dir_okay=False),
-              help="Where to write the prepared ONNX (default: ENGINE stem + .prepared.onnx).")
-@click.option("--prepare-only", is_flag=True, help="Stop after writing the prepared ONNX (no TensorRT needed).")
-@click.option("--keep-prepared", is_flag=True,
-              help="Keep the prepared ONNX when the build fails (for debugging); by default a failed build "
-              "leaves nothing.")
-@click.option("--no-verify", is_flag=True, help="Skip comparing the engine with ONNX Runtime.")
-@click.option("--no-preflight", is_flag=True,
-              help="Skip running the graph at every profile corner on ONNX Runtime before the TensorRT build.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for proofs and verification inputs.")
+@options_for("build", choices={"dcn_target": DCN_TARGETS})
 @click.option("--layers", is_flag=True,
               help="After the build, list the compute layers that did not get --precision, with the reason.")
-@trt_version_option
 @force_option
 @json_option
 @config_option
@@ -251,32 +163,28 @@ SHAPE_FLAGS = ("shapes", "min_shapes", "opt_shapes", "max_shapes")  # a shapes h
 @triton_repo_option
 @report_option
 @cache_option(outputs=_outputs, not_inputs=NOT_INPUTS, key_extra=_key_extra, validate=_entry_problems)
-def build(model: Path, output: Path, precision: str, shapes: str | None,
-          min_shapes: tuple[str, ...], opt_shapes: tuple[str, ...], max_shapes: tuple[str, ...],
-          workspace: str | None, memory_pools: tuple[str, ...], timing_cache: Path | None, no_timing_cache: bool,
-          opt_level: int, hardware_compat: str, compute_capabilities: tuple[str, ...], version_compatible: bool, exclude_lean_runtime: bool,
-          plugins: tuple[Path, ...], min_precision_share: float, dcn_target: str | None, skip_rules: tuple[str, ...],
-          prepared: Path | None,
-          prepare_only: bool, keep_prepared: bool, no_verify: bool, no_preflight: bool, seed: int, layers: bool, trt_version: str,
-          force: bool, as_json: bool,
-          **precision_flags: Any) -> None:
+def build(model: Path, output: Path, force: bool, as_json: bool, layers: bool, **params: Any) -> None:
     """Build MODEL into a TensorRT engine: check, rewrite, precision, build, verify.
 
     Writes ENGINE, ENGINE.json (manifest) and the prepared ONNX TensorRT parsed. Exit 0: built
     and verified; 9: TensorRT or GPU missing (--keep-prepared keeps the prepared ONNX); 8: precision not
     reached; 7: engine differs from ONNX Runtime; 6: TensorRT failed; 5: unsupported nodes.
+    Without --trt the target is the TensorRT that is installed (said in one line on stderr).
     """
 
+    settings = BuildSettings.from_params(params)
+    settings.contradictions()  # exit 2 before any work
+    settings = replace(settings, trt=target_or_default(settings.trt, as_json))
     return_large_blocks()  # freed weights and activations leave the RSS (issue 20's memory bound)
-    ctx = click.get_current_context()
-    settings = replace(_settings(ctx.params), command=command_line(ctx, drop=SHAPE_FLAGS))
+    command = command_line(click.get_current_context(), drop=SHAPE_FLAGS)  # what hints repeat
     sink = BarSink()
     outcome = BuildOutcome(prepared=settings.outputs(output)[0])
     clock = StageClock(sink, as_json=as_json)
     try:
         with sink.bar:
             # Always installed: it draws only on a terminal, and lets Ctrl-C cancel a build cleanly.
-            api_build(model, output, settings, force=force, say=clock, progress=sink, outcome=outcome)
+            api.build(model, output, settings, force=force, say=clock, progress=sink, outcome=outcome,
+                      command=command)
     except TrtconvError as exc:
         _record(outcome, model, settings.trt)
         if not as_json and outcome.gate is not None:
@@ -310,7 +218,7 @@ def _record(outcome: BuildOutcome, model: Path, target: str) -> None:
     if click.get_current_context().params.get("report") is None:
         return
     try:
-        record("check", api_check(model, trt=target).to_json())
+        record("check", api.check(model, trt=target).to_json())
     except TrtconvError:  # the build's own error says what is wrong with the model
         pass
     if outcome.gate is not None:

@@ -18,7 +18,8 @@ from typing import Any
 
 import click
 
-from trtconv.api import quantize as run_quantize
+from trtconv import api
+from trtconv.api import quantize_settings
 from trtconv.cli.cache import cache_option
 from trtconv.cli.config import config_option
 from trtconv.cli.depfile import deps_option
@@ -26,12 +27,13 @@ from trtconv.cli.html_report import record, report_option
 from trtconv.cli.options import (
     exclude_options,
     force_option,
+    fp16_options,
     gate_options,
     int8_options,
     json_option,
     model_argument,
+    options_for,
     output_option,
-    quantize_settings,
     sample_options,
     shapes_option,
 )
@@ -49,19 +51,11 @@ from trtconv.precision import LONG_PHASES, PHASES
 @sample_options
 @shapes_option
 @exclude_options
-@click.option("--keep-io-types/--fp16-io", default=True, show_default=True,
-              help="fp16: keep the model's float32 inputs and outputs (Casts at the edges), or make them float16.")
-@click.option("--max-activation", type=float, default=None, metavar="X",
-              help="fp16 (and int8's FP16 remainder): keep nodes whose tensors exceed |X| on the sample data in FP32 "
-                   "[default: 4096; 0: off].")
-@click.option("--max-initializer", type=float, default=None, metavar="X",
-              help="fp16 (and int8's FP16 remainder): keep nodes whose constants exceed |X| in FP32 "
-                   "[default: 65504; 0: off].")
-@click.option("--no-fold-batchnorm", is_flag=True, help="Do not fold BatchNormalization into the Conv before it.")
+@fp16_options
 @int8_options
-@click.option("--min-precision-share", type=click.FloatRange(0, 1), default=None, metavar="SHARE",
-              help="int8 --auto-exclude: keep at least this share of Conv/MatMul/Gemm layers in INT8, and stop "
-                   "(exit 8) as soon as the gate cannot pass within it [default: 0.5, as build].")
+@options_for("quantize", "min_precision_share",
+             help={"min_precision_share": "int8 --auto-exclude: keep at least this share of Conv/MatMul/Gemm layers "
+                   "in INT8, and stop (exit 8) as soon as the gate cannot pass within it (as build)."})
 @gate_options
 @force_option
 @json_option
@@ -88,7 +82,7 @@ def quantize(model: Path, output: Path, precision: str, force: bool, as_json: bo
     doc: dict[str, Any] = {"model": str(model), "output": str(output)}
     try:
         with _quiet_random_samples(precision, settings.random_data), Heartbeat("quantize"):
-            result = run_quantize(model, output, settings, force=force, progress=bar.update, warn=warn)
+            result = api.quantize(model, output, settings, force=force, progress=bar.update, warn=warn)
     except AccuracyError as exc:
         bar.close()
         failed = getattr(exc, "result", None)

@@ -44,7 +44,7 @@ def print_result(engine: Path, result: BenchResult) -> None:
 @engine_trt_option
 @json_option
 def bench(engine: Path, shapes: str | None, warmup: int, iterations: int, cuda_graph: bool,
-          plugins: tuple[Path, ...], seed: int, update_manifest: bool, trt_version: str | None, as_json: bool) -> None:
+          plugins: tuple[Path, ...], seed: int, update_manifest: bool, trt: str | None, as_json: bool) -> None:
     """Time ENGINE: warm-up, then median/p90/p99 latency and throughput.
 
     Dynamic inputs run at the opt shape of profile 0 unless --shapes says otherwise.
@@ -56,7 +56,7 @@ def bench(engine: Path, shapes: str | None, warmup: int, iterations: int, cuda_g
     if not engine.is_file():
         raise UsageError(f"{engine}: no such file")
     result = bench_engine(engine, shapes=shape_map, settings=settings, plugin_libraries=tuple(plugins),
-                          target=trt_version)
+                          target=trt)
     if update_manifest:
 
         update(manifest_path(engine), bench=result.to_json())

@@ -3,29 +3,25 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
 
-from trtconv.cli.options import engine_trt_option, json_option, shapes_option
+from trtconv.api import gate_thresholds
+from trtconv.cli.options import (
+    GATE_LIMITS,
+    engine_trt_option,
+    json_option,
+    merge_deprecated,
+    options_for,
+    shapes_option,
+)
 from trtconv.cli.output import finish, print_json, stdout_console
 from trtconv.errors import ExitCode, UsageError
 from trtconv.load import parse_shapes
 from trtconv.plan import manifest_path, read_manifest
-from trtconv.reference import DEFAULT_THRESHOLDS, Thresholds
 from trtconv.verify import VerifyReport, verify_engine
-
-
-def thresholds_from_flags(precision: str, atol: float | None, rtol: float | None, min_cosine: float | None,
-                          min_top1: float | None) -> Thresholds:
-    """Explicit flags win; unset ones take the default for the engine's precision."""
-    base = DEFAULT_THRESHOLDS[precision]
-    return Thresholds(
-        max_abs=atol if atol is not None else base.max_abs,
-        max_rel=rtol if rtol is not None else base.max_rel,
-        min_cosine=min_cosine if min_cosine is not None else base.min_cosine,
-        min_top1=min_top1 if min_top1 is not None else base.min_top1,
-    )
 
 
 def engine_precision(engine: Path, given: str | None) -> str:
@@ -66,30 +62,28 @@ def print_report(report: VerifyReport) -> None:
 @shapes_option
 @click.option("--precision", type=click.Choice(["fp32", "fp16", "int8"]),
               help="Default thresholds for this precision (default: from model.engine.json, else fp32).")
-@click.option("--atol", type=float, help="Max absolute error allowed per output.")
-@click.option("--rtol", type=float, help="Max relative error allowed per output.")
-@click.option("--min-cosine", type=float, help="Min cosine similarity per output.")
-@click.option("--min-top1", type=float, help="Min top-1 agreement (last axis = classes).")
+@options_for("verify", *GATE_LIMITS)
 @click.option("--plugins", "plugins", multiple=True, type=click.Path(path_type=Path, dir_okay=False),
               help="Plugin library the engine needs (repeatable).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
 @engine_trt_option
 @json_option
 def verify(engine: Path, onnx_path: Path, inputs: tuple[Path, ...], shapes: str | None, precision: str | None,
-           atol: float | None, rtol: float | None, min_cosine: float | None, min_top1: float | None,
-           plugins: tuple[Path, ...], seed: int, trt_version: str | None, as_json: bool) -> None:
+           plugins: tuple[Path, ...], seed: int, trt: str | None, as_json: bool, **limits: Any) -> None:
     """Run ENGINE and the ONNX on the same inputs and compare every output.
 
     Exit 0: within the thresholds; 7: outside; 11: bad --inputs; 9: TensorRT or GPU missing.
+    The limits are the other commands' (--max-abs/--max-rel; --atol/--rtol are deprecated spellings).
     Dynamic dims not in --shapes take profile 0's opt shape (manifest, else the engine).
     """
 
     if not engine.is_file():
         raise UsageError(f"{engine}: no such file")
-    thresholds = thresholds_from_flags(engine_precision(engine, precision), atol, rtol, min_cosine, min_top1)
+    limits = merge_deprecated(limits)
+    thresholds = gate_thresholds(engine_precision(engine, precision), limits)
     report = verify_engine(engine, onnx_path, inputs=list(inputs) or None, shapes=parse_shapes(shapes), thresholds=thresholds,
-                           plugin_libraries=tuple(plugins), seed=seed, top1=min_top1 is not None,
-                           target=trt_version)
+                           plugin_libraries=tuple(plugins), seed=seed, top1=bool(limits.get("min_top1")),
+                           target=trt)
     if as_json:
         print_json(report.to_json())
     else:

@@ -1,0 +1,219 @@
+"""One settings tree (issue 24): `build --help`, the spec-file keys and `trtconv.BuildSettings`
+agree name for name with the declarations in trtconv/settings; contradictions are usage errors;
+old spellings warn; without --trt the target is the TensorRT that is installed (issue 26)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import click
+import onnx
+import pytest
+from click.testing import CliRunner
+
+import trtconv
+from trtconv import api
+from trtconv.cli.config import spec_keys
+from trtconv.cli.main import cli
+from trtconv.errors import ExitCode
+from trtconv.settings import SETTINGS, for_command
+
+CLS_SHAPES = "x:1x3x48x192"
+# click parameters of `build` that steer the run, not the build: files, output format, spec, caches
+NOT_SETTINGS = frozenset({"model", "output", "force", "as_json", "config", "print_config", "deps", "cache_dir",
+                          "no_cache", "quiet", "layers", "triton_repo", "report"})
+
+
+def run(*args: object) -> click.testing.Result:
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def build_command() -> click.Command:
+    cmd = cli.get_command(click.Context(cli), "build")
+    assert cmd is not None
+    return cmd
+
+
+def disagreements(command: click.Command, api: type, name: str = "build") -> list[str]:
+    """Every way the command's flags, its spec keys and the API's fields differ from the declarations."""
+    declared = {s.name for s in for_command(name)}
+    problems = []
+    params = {p.name for p in command.params if p.name and p.name not in NOT_SETTINGS}
+    params = {p for p in params if not p.endswith("_deprecated")}
+    problems += [f"--help has {p!r}, not declared" for p in sorted(params - declared)]
+    problems += [f"declared {p!r}, not in --help" for p in sorted(declared - params)]
+    for p in command.params:
+        if p.name in declared and isinstance(p, click.Option):
+            flag = "--" + p.name.replace("_", "-")
+            if flag not in p.opts:
+                problems.append(f"{p.name!r} is spelled {p.opts[0]} on the command line")
+    keys = {k for k, p in spec_keys(command).items() if p.name not in NOT_SETTINGS}
+    want_keys = {n.replace("_", "-") for n in declared}
+    problems += [f"spec key {k!r} is no declared setting" for k in sorted(keys - want_keys)]
+    problems += [f"declared {k!r} has no spec key" for k in sorted(want_keys - keys)]
+    fields = {f.name for f in dataclasses.fields(api)}
+    problems += [f"API field {f!r} is no declared setting" for f in sorted(fields - declared)]
+    problems += [f"declared {f!r} is no API field" for f in sorted(declared - fields)]
+    return problems
+
+
+def test_build_help_spec_keys_and_api_agree_name_for_name():
+    assert disagreements(build_command(), trtconv.BuildSettings) == []
+    help_text = run("build", "--help").output
+    for s in for_command("build"):
+        assert s.flag in help_text, s.flag
+    for s in SETTINGS:  # one default: the API's field default is the declared one
+        if "build" in s.commands:
+            got = next(f for f in dataclasses.fields(trtconv.BuildSettings) if f.name == s.name).default
+            assert got == s.default or (s.multiple and s.default is None), s.name
+
+
+def test_a_planted_mismatch_is_found():
+    renamed = dataclasses.make_dataclass("Renamed", [
+        ("calib_limit" if f.name == "max_samples" else f.name, f.type, dataclasses.field(default=f.default))
+        for f in dataclasses.fields(trtconv.BuildSettings)])
+    found = disagreements(build_command(), renamed)
+    assert "API field 'calib_limit' is no declared setting" in found
+    assert "declared 'max_samples' is no API field" in found
+    cmd = build_command()
+    planted = click.Command("build", params=[
+        click.Option(["--memory-pool", "memory_pools"], multiple=True) if p.name == "memory_pool" else p
+        for p in cmd.params])
+    found = disagreements(planted, trtconv.BuildSettings)
+    assert "--help has 'memory_pools', not declared" in found and "declared 'memory_pool', not in --help" in found
+
+
+def test_trtexec_alias_is_the_same_setting(ocr_cls, tmp_path: Path):
+    res = run("build", ocr_cls, "-o", tmp_path / "m.engine", "--shapes", CLS_SHAPES, "--prepare-only",
+              "--calib-limit", "3", "--builder-optimization-level", "4", "--print-config", "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["settings"]["max-samples"] == 3 and doc["settings"]["opt-level"] == 4
+    assert doc["sources"]["max-samples"] == "command line"
+
+
+@pytest.mark.parametrize("flags, named", [
+    (("--calib-method", "minmax"), "--calib-method"),
+    (("--max-abs", "0.1"), "--max-abs"),
+    (("--no-fold-batchnorm",), "--no-fold-batchnorm"),
+    (("--timing-cache", "t.cache", "--no-timing-cache"), "--timing-cache and --no-timing-cache"),
+])
+def test_contradictory_settings_are_a_usage_error(ocr_cls, tmp_path: Path, flags, named):
+    """fp32 has no precision pass: its settings would be dropped silently; exit 2, one line naming them."""
+    res = run("build", ocr_cls, "-o", tmp_path / "m.engine", "--shapes", CLS_SHAPES, "--prepare-only", *flags)
+    assert res.exit_code == ExitCode.USAGE, res.output
+    errors = [line for line in res.stderr.splitlines() if line.startswith("trtconv: error:")]
+    assert len(errors) == 1 and named in errors[0], res.stderr
+    assert not (tmp_path / "m.prepared.onnx").exists()
+    with pytest.raises(trtconv.TrtconvError, match="applies to --precision fp16 or int8"):
+        trtconv.build(ocr_cls, tmp_path / "m.engine", trtconv.BuildSettings(calib_method="minmax",
+                                                                              prepare_only=True))
+
+
+def test_verify_old_threshold_spellings_warn_once_and_still_count(ocr_cls, tmp_path: Path, monkeypatch):
+    from trtconv.api import gate_thresholds
+    from trtconv.cli.options import merge_deprecated
+
+    monkeypatch.setitem(sys.modules, "tensorrt", None)
+    engine = tmp_path / "m.engine"
+    engine.write_bytes(b"not an engine")
+    res = run("verify", engine, "--onnx", ocr_cls, "--atol", "0.5", "--rtol", "0.1")
+    warnings = [line for line in res.stderr.splitlines() if "deprecated" in line]
+    assert warnings == ["trtconv: warning: --atol is deprecated: use --max-abs (the old spelling goes in the next "
+                        "release)", "trtconv: warning: --rtol is deprecated: use --max-rel (the old spelling goes in "
+                        "the next release)"], res.stderr
+    options = [line.split()[0] for line in run("verify", "--help").output.splitlines() if line.startswith("  --")]
+    assert "--atol" not in options and "--max-abs" in options  # hidden, still accepted
+    merged = merge_deprecated({"max_abs": (), "max_abs_deprecated": ("0.5",), "max_rel": ("0.2",),
+                               "max_rel_deprecated": ()})
+    t = gate_thresholds("fp32", merged)
+    assert t.max_abs == 0.5 and t.max_rel == 0.2
+
+
+def _expected_default() -> str:
+    if importlib.util.find_spec("tensorrt") is not None:
+        pytest.skip("TensorRT is installed here: the default is its version")
+    if importlib.util.find_spec("tensorrt_rtx") is None:
+        pytest.skip("TensorRT-RTX is not installed here")
+    return "rtx"
+
+
+def test_without_trt_the_installed_tensorrt_is_the_target_said_in_one_line(ocr_cls, tmp_path: Path):
+    assert _expected_default() == trtconv.api.default_target()[0]
+    res = run("build", ocr_cls, "-o", tmp_path / "m.engine", "--shapes", CLS_SHAPES, "--prepare-only", "--json")
+    assert res.exit_code == 0, res.output
+    said = [line for line in res.stderr.splitlines() if line.startswith("trtconv: target:")]
+    assert said == [], "--json: stderr keeps only warnings and errors"
+    res = run("build", ocr_cls, "-o", tmp_path / "m.engine", "--shapes", CLS_SHAPES, "--prepare-only")
+    said = [line for line in res.stderr.splitlines() if line.startswith("trtconv: target:")]
+    assert said == ["trtconv: target: TensorRT-RTX (TensorRT-RTX is installed and TensorRT 10/11 is not importable; "
+                    "--trt picks another)"], res.stderr
+    res = run("build", ocr_cls, "-o", tmp_path / "m.engine", "--shapes", CLS_SHAPES, "--prepare-only", "--trt", "11.4")
+    assert "trtconv: target:" not in res.stderr  # an explicit --trt wins, silently
+    res = run("check", ocr_cls)
+    assert "trtconv: target: TensorRT-RTX" in res.stderr and "TensorRT-RTX" in res.stdout
+
+
+def test_exit_9_hint_does_not_ask_to_install_what_is_installed(ocr_cls, tmp_path: Path, monkeypatch):
+    from trtconv.trt.loader import forget
+
+    _expected_default()
+    monkeypatch.setitem(sys.modules, "tensorrt", None)
+    forget()
+    try:
+        res = run("build", ocr_cls, "-o", tmp_path / "m.engine", "--shapes", CLS_SHAPES, "--trt", "11.4")
+    finally:
+        forget()
+    assert res.exit_code == ExitCode.TENSORRT_UNAVAILABLE, res.output
+    hint = next(line for line in res.stderr.splitlines() if line.startswith("  hint:"))
+    assert "trtconv[rtx]" not in hint and "add --trt rtx" in hint, hint
+
+
+def _nodes(path: Path) -> int:
+    return len(onnx.load(str(path)).graph.node)
+
+
+def test_build_takes_every_rewrite_switch_and_fp16_option(ocr_cls, tmp_path: Path):
+    """`--no-fold` (rewrite's switch, named in the proof-failure hint) and `--fp16-io` reach the prepared ONNX."""
+    base = ["build", ocr_cls, "--shapes", CLS_SHAPES, "--prepare-only", "--trt", "11.4"]
+    assert run(*base, "-o", tmp_path / "a.engine").exit_code == 0
+    res = run(*base, "-o", tmp_path / "b.engine", "--no-fold", "--no-int32", "--fold-limit", "1M", "--tolerance",
+              "1e-4")
+    assert res.exit_code == 0, res.output
+    assert _nodes(tmp_path / "b.prepared.onnx") > _nodes(tmp_path / "a.prepared.onnx")  # constants not folded
+    res = run(*base, "-o", tmp_path / "h.engine", "--precision", "fp16", "--fp16-io")
+    assert res.exit_code == 0, res.output
+    x = onnx.load(str(tmp_path / "h.prepared.onnx")).graph.input[0]
+    assert x.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
+    spec = tmp_path / "b.toml"
+    spec.write_text("fold = false\nkeep-io-types = false\n")
+    res = run(*base, "-o", tmp_path / "s.engine", "--config", spec, "--print-config", "--json")
+    doc = json.loads(res.stdout)
+    assert doc["settings"]["fold"] is False and doc["sources"]["fold"].startswith("spec file")
+    assert doc["settings"]["keep-io-types"] is False
+
+
+@pytest.mark.parametrize("name", ["verify", "bench"])
+def test_verify_and_bench_trt_is_the_declared_setting_defaulting_to_the_engine(name):
+    """Main's verify/bench --trt (issue 26) is the declared `trt` setting: same name and choices, and
+    no default (the runtime then comes from the engine's manifest or header)."""
+    cmd = cli.get_command(click.Context(cli), name)
+    assert cmd is not None
+    (param,) = [p for p in cmd.params if "--trt" in getattr(p, "opts", ())]
+    declared = next(s for s in SETTINGS if s.name == "trt")
+    assert name in declared.commands and param.name == "trt" and param.default is None
+    assert tuple(param.type.choices) == declared.choices  # type: ignore[attr-defined]
+
+
+def test_keep_prepared_and_no_preflight_are_settings_but_not_engine_identity(ocr_cls, tmp_path: Path):
+    """They change what a failed build leaves and a pre-build check, never the engine's bytes."""
+    out = tmp_path / "m.engine"
+    base = trtconv.BuildSettings(shapes=CLS_SHAPES, trt="rtx")
+    same = dataclasses.replace(base, keep_prepared=True, no_preflight=True)
+    assert api.engine_identity_hash(ocr_cls, out, base) == api.engine_identity_hash(ocr_cls, out, same)
+    assert api.engine_identity_hash(ocr_cls, out, base) != api.engine_identity_hash(
+        ocr_cls, out, dataclasses.replace(base, int32=False))

@@ -1,0 +1,258 @@
+"""What ``build`` was asked, as one value: :class:`BuildSettings`, named field for field like the
+declared settings (trtconv.settings), and the stage settings derived from it.
+
+The command line, a spec file and ``trtconv.build(...)`` all end here with the same names:
+``build --max-samples 100``, ``max-samples = 100`` and ``BuildSettings(max_samples=100)``.
+The TensorRT plan, the rewrite settings and the precision settings are functions of it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from trtconv.errors import UsageError
+from trtconv.load import parse_shapes
+from trtconv.pipeline.quantize import QuantizeSettings
+from trtconv.plan import (
+    BuildPlan,
+    Precision,
+    TimingCacheChoice,
+    manifest_path,
+    parse_compute_capabilities,
+    parse_memory_pools,
+    parse_size,
+)
+from trtconv.reference import DEFAULT_THRESHOLDS, Thresholds, parse_limit, thresholds_with
+from trtconv.rewrites import RewriteSettings, load_plugin_map, trtconv_plugin_spec
+from trtconv.settings import declared, for_command
+from trtconv.trt import for_target
+
+PathLike = str | os.PathLike[str]
+GATE_LIMITS = ("max_abs", "max_rel", "min_cosine", "min_top1")
+PLUGIN_FREE_DCN = "portable"  # rewrites.dcn's target of standard ONNX ops only (no plugin, no DeformConv)
+
+
+def _d(name: str) -> Any:
+    """The declared default (one place: trtconv.settings)."""
+    return declared(name).default
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """``trtconv build``'s settings, one field per declared setting (same names, same defaults)."""
+
+    precision: Precision = _d("precision")
+    calib_data: Path | None = None  # required for int8, optional for fp16
+    preprocess: str | None = None
+    calib_loader: Path | None = None
+    random_data: int | None = None
+    max_samples: int = _d("max_samples")  # 0: all
+    held_out: str | int | float | None = None  # int8: N samples or a fraction kept for the gate
+    exclude: tuple[str, ...] = ()
+    exclude_op: tuple[str, ...] = ()
+    keep_io_types: bool = _d("keep_io_types")
+    max_activation: float | None = None
+    max_initializer: float | None = None
+    no_fold_batchnorm: bool = _d("no_fold_batchnorm")
+    calib_method: Literal["entropy", "percentile", "minmax", "mse", "auto"] = _d("calib_method")
+    percentile: float = _d("percentile")
+    calib_cache: Path | None = None
+    no_calib_cache: bool = _d("no_calib_cache")
+    int8_remainder: Literal["fp16", "fp32"] = _d("int8_remainder")
+    auto_exclude: bool = _d("auto_exclude")
+    sensitivity: bool = _d("sensitivity")
+    max_abs: tuple[str | float, ...] = ()  # each "X" or "OUTPUT=X"
+    max_rel: tuple[str | float, ...] = ()
+    min_cosine: tuple[str | float, ...] = ()
+    min_top1: tuple[str | float, ...] = ()
+    gate_output: tuple[str, ...] = ()
+    allow_nonfinite: bool = _d("allow_nonfinite")
+    shapes: str | None = None  # one profile, min = opt = max ("x:1x3x640x640")
+    min_shapes: tuple[str, ...] = ()  # one entry per profile
+    opt_shapes: tuple[str, ...] = ()
+    max_shapes: tuple[str, ...] = ()
+    workspace: str | None = None  # e.g. "4G"
+    memory_pool: tuple[str, ...] = ()  # "POOL:SIZE"
+    timing_cache: Path | None = None  # None: one per GPU and TensorRT version under ~/.cache/trtconv
+    no_timing_cache: bool = _d("no_timing_cache")
+    opt_level: int = _d("opt_level")
+    hardware_compat: Literal["none", "ampere+", "same-cc"] = _d("hardware_compat")
+    compute_capability: tuple[str, ...] = ()  # trt="rtx": e.g. ("8.6", "8.9"); () = RTX's portable set
+    version_compatible: bool = _d("version_compatible")
+    exclude_lean_runtime: bool = _d("exclude_lean_runtime")
+    plugins: tuple[Path, ...] = ()  # TensorRT plugin libraries to load
+    min_precision_share: float = _d("min_precision_share")  # fp16/int8: fail (exit 8) below this share
+    dcn_target: str | None = None  # None: portable for trt="rtx", else rewrite's default
+    dcn_plugin_spec: Path | None = None
+    plugin_map: Path | None = None
+    skip_rule: tuple[str, ...] = ()  # built-in rewrite rules not to apply (every other rule the target needs applies)
+    fold: bool = _d("fold")
+    fold_limit: str = _d("fold_limit")
+    int32: bool = _d("int32")
+    tolerance: float = _d("tolerance")
+    prepared: Path | None = None  # default: ENGINE stem + .prepared.onnx
+    prepare_only: bool = _d("prepare_only")  # stop after the prepared ONNX (no TensorRT needed)
+    keep_prepared: bool = _d("keep_prepared")  # a failed build keeps the prepared ONNX (else it leaves nothing)
+    no_verify: bool = _d("no_verify")
+    no_preflight: bool = _d("no_preflight")  # skip the profile corners' run on ONNX Runtime before TensorRT
+    seed: int = _d("seed")
+    trt: str | None = _d("trt")  # "10.16", "11.4", "rtx"; None: the TensorRT that is installed
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> BuildSettings:
+        """The settings named in ``params`` (a command's click parameters); other keys are not settings."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in params.items() if k in names})
+
+    def prepared_path(self, output: PathLike) -> Path:
+        if self.prepared is not None:
+            return Path(self.prepared)
+        engine = Path(output)
+        name = engine.name[: -len(".engine")] if engine.name.endswith(".engine") else engine.name
+        return engine.with_name(name + ".prepared.onnx")
+
+    def outputs(self, output: PathLike) -> list[Path]:
+        """The files a build writes: the prepared ONNX, then (unless prepare_only) manifest and engine."""
+        files = [self.prepared_path(output)]
+        return files if self.prepare_only else [*files, manifest_path(Path(output)), Path(output)]
+
+    def contradictions(self) -> None:
+        """Settings that cannot all be obeyed: a usage error (exit 2) naming them, never one silently dropped."""
+        if self.timing_cache and self.no_timing_cache:
+            raise UsageError("--timing-cache and --no-timing-cache contradict each other")
+        if self.precision == "fp32":
+            precision_only = [s for s in for_command("quantize") if s.name not in ("shapes", "min_precision_share", *SAMPLE_SETTINGS)
+                              and getattr(self, s.name) not in (s.default, ())]
+            if precision_only:
+                raise UsageError(f"{precision_only[0].flag} applies to --precision fp16 or int8, not fp32",
+                                 hint=f"add --precision fp16 or int8, or drop {precision_only[0].flag}")
+
+    def target(self, installed: str) -> str:
+        """The TensorRT to build for: the one asked for, else ``installed``."""
+        return self.trt or installed
+
+    def dcn(self, target: str) -> str | None:
+        """The DCN rewrite target: the user's, else the plugin-free form where the target TensorRT
+        has no plugins (RTX), else None (rewrite's own default)."""
+        if self.dcn_target is not None:
+            return self.dcn_target
+        return PLUGIN_FREE_DCN if not for_target(target).plugins else None
+
+    def rewrite_settings(self, target: str) -> RewriteSettings:
+        """The rewrite stage's settings: build's rewrite switches, the DCN target and the rules for ``target``."""
+        settings = rewrite_settings({**{f.name: getattr(self, f.name) for f in fields(self)}, "verify": True,
+                                     "shapes": None, "dcn_target": self.dcn(target)})
+        return replace(settings, target=target)  # rules made for some targets only apply there
+
+    def quantize_settings(self) -> QuantizeSettings:
+        """The precision stage's settings (precision fp16 or int8), as ``quantize`` takes them."""
+        precision = "int8" if self.precision == "int8" else "fp16"
+        return quantize_settings(precision, {f.name: getattr(self, f.name) for f in fields(self)})
+
+    def plan(self, model: PathLike, output: PathLike, target: str, *, force: bool = False) -> BuildPlan:
+        """What the TensorRT builder is told (the profiles and the prepared ONNX's path come later)."""
+        pools = list(self.memory_pool) + ([f"workspace:{parse_size(self.workspace)}"] if self.workspace else [])
+        return BuildPlan(
+            onnx_path=Path(model),  # replaced by the prepared ONNX's path
+            engine_path=Path(output),
+            precision=self.precision,
+            memory_pools=parse_memory_pools(pools),
+            timing_cache=TimingCacheChoice(path=self.timing_cache, enabled=not self.no_timing_cache),
+            optimization_level=self.opt_level,
+            hardware_compat=self.hardware_compat,
+            version_compatible=self.version_compatible,
+            exclude_lean_runtime=self.exclude_lean_runtime,
+            plugin_libraries=tuple(Path(p) for p in self.plugins),
+            min_precision_share=self.min_precision_share,
+            force=force,
+            target=target,
+            compute_capabilities=parse_compute_capabilities(list(self.compute_capability)),
+        )
+
+
+def rewrite_settings(params: Mapping[str, Any]) -> RewriteSettings:
+    """RewriteSettings from the declared rewrite settings (``rewrite``'s and ``build``'s, by name)."""
+    get = params.get
+    dcn_target = get("dcn_target")
+    settings = RewriteSettings(
+        shapes=parse_shapes(get("shapes")) if isinstance(get("shapes"), (str, type(None))) else get("shapes"),
+        plugin_map=load_plugin_map(get("plugin_map")) if get("plugin_map") else None,
+        fold_constants=get("fold", _d("fold")), fold_size_limit=parse_byte_size(get("fold_limit") or _d("fold_limit")),
+        int64_to_int32=get("int32", _d("int32")), verify=get("verify", _d("verify")), seed=get("seed") or 0,
+        node_tolerance=get("tolerance") if get("tolerance") is not None else _d("tolerance"),
+        skip_rules=frozenset(get("skip_rule") or ()))
+    if dcn_target is not None:
+        spec = trtconv_plugin_spec(get("dcn_plugin_spec")) if dcn_target == "trtconv-plugin" else None
+        settings = replace(settings, dcn_target=dcn_target, dcn_plugin=spec)
+    return settings
+
+
+SAMPLE_SETTINGS = ("calib_data", "preprocess", "calib_loader", "random_data", "max_samples")  # fp32: profiles
+
+
+def parse_byte_size(text: str) -> int:
+    """``16MiB``, ``500k``, ``1048576`` → bytes (rewrite's --fold-limit)."""
+    t = text.strip().lower().removesuffix("b").removesuffix("i")
+    mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(t[-1:], 1)
+    num = t[:-1] if t[-1:] in "kmg" else t
+    try:
+        value = int(float(num) * mult)
+    except ValueError:
+        raise UsageError(f"bad size {text!r}", hint="write bytes, or a number with k/M/G, e.g. 16M") from None
+    if value < 0:
+        raise UsageError(f"bad size {text!r}: negative")
+    return value
+
+
+def _held_out(value: str | int | float | None) -> int | float | None:
+    if value is None or isinstance(value, (int, float)):
+        return value
+    try:
+        return float(value) if "." in value else int(value)
+    except ValueError as exc:
+        raise UsageError(f"--held-out {value!r} is not a count or a fraction", hint="e.g. --held-out 10 or 0.2") \
+            from exc
+
+
+def _limits(flag: str, values: tuple[str | float, ...]) -> list[tuple[str | None, float]]:
+    out = []
+    for v in values:
+        try:
+            out.append(parse_limit(str(v)))
+        except ValueError as exc:
+            raise UsageError(f"--{flag.replace('_', '-')} {v!r}: expected a number or OUTPUT=NUMBER",
+                             hint="e.g. --min-cosine 0.995 or --min-cosine scores=0.995") from exc
+    return out
+
+
+def gate_thresholds(precision: str, params: Mapping[str, Any]) -> Thresholds:
+    """The gate the settings ask for: the precision's defaults with the given limits on top."""
+    overrides = {k: _limits(k, tuple(params.get(k) or ())) for k in GATE_LIMITS}
+    only = [p.strip() for v in params.get("gate_output") or () for p in v.split(",") if p.strip()]
+    return thresholds_with(DEFAULT_THRESHOLDS[precision], overrides,
+                           allow_nonfinite=bool(params.get("allow_nonfinite")), only=only)
+
+
+def quantize_settings(precision: str, params: Mapping[str, Any]) -> QuantizeSettings:
+    """QuantizeSettings from the shared precision settings (``quantize``'s and ``build``'s, by declared name)."""
+    get = params.get
+    return QuantizeSettings(
+        precision=precision,  # type: ignore[arg-type]
+        calib_data=get("calib_data"), preprocess=get("preprocess"), calib_loader=get("calib_loader"),
+        random_data=get("random_data"), max_samples=get("max_samples") or 0, held_out=_held_out(get("held_out")),
+        shapes=parse_shapes(get("shapes")),
+        exclude=tuple(get("exclude") or ()), exclude_op=tuple(get("exclude_op") or ()),
+        keep_io_types=get("keep_io_types", True), max_activation=get("max_activation"),
+        max_initializer=get("max_initializer"), fold_batchnorm=not get("no_fold_batchnorm", False),
+        calib_method=get("calib_method") or _d("calib_method"), percentile=get("percentile") or _d("percentile"),
+        calib_cache=get("calib_cache"), use_calib_cache=not get("no_calib_cache", False),
+        thresholds=gate_thresholds(precision, params),
+        int8_remainder=get("int8_remainder") or _d("int8_remainder"), auto_exclude=bool(get("auto_exclude")),
+        sensitivity=bool(get("sensitivity")),
+        min_precision_share=_d("min_precision_share") if get("min_precision_share") is None
+        else get("min_precision_share"),
+    )

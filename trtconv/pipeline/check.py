@@ -1,0 +1,28 @@
+"""``check`` as one pipeline step: read the graph (not the weights), judge it against a target's
+parser rules, and optionally ask the real parser in a child process. ``trtconv.api.check`` and
+``trtconv check`` both call :func:`check`."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from trtconv.analyze import CheckReport, analyze, compare_live
+from trtconv.load import load_model
+from trtconv.trt import RTX_MODULE, run_isolated
+
+
+def check(model: Path, target: str, shapes: Mapping[str, Sequence[int]], *, live: bool = False) -> CheckReport:
+    """What ``target``'s ONNX parser will reject in ``model``; ``live``: also the real parser's answer."""
+    report = analyze(load_model(model, structure_only=True), target, dict(shapes))
+    return _with_live(report, model, target, shapes) if live else report
+
+
+def _with_live(report: CheckReport, path: Path, trt: str, shapes: Mapping[str, Sequence[int]]) -> CheckReport:
+    module = RTX_MODULE if trt == "rtx" else "tensorrt"
+    if importlib.util.find_spec(module) is None:
+        note = f"--live: {module} is not installed, so this is the prediction only"
+        return replace(report, warnings=(*report.warnings, note))
+    return compare_live(report, run_isolated(path, module, build=module == RTX_MODULE, shapes=shapes))
