@@ -217,3 +217,22 @@ def test_keep_prepared_and_no_preflight_are_settings_but_not_engine_identity(ocr
     assert api.engine_identity_hash(ocr_cls, out, base) == api.engine_identity_hash(ocr_cls, out, same)
     assert api.engine_identity_hash(ocr_cls, out, base) != api.engine_identity_hash(
         ocr_cls, out, dataclasses.replace(base, int32=False))
+
+
+def test_skip_rule_calib_method_and_quantize_share_are_declared_settings(ocr_cls, tmp_path: Path):
+    """integ's options (#25 --skip-rule, #27 --calib-method mse/auto and quantize --min-precision-share) come
+    from the tree: one name on rewrite's and build's command line, in a spec file and in BuildSettings."""
+    from trtconv.settings import declared
+
+    assert {"rewrite", "build"} <= set(declared("skip_rule").commands)
+    assert {"quantize", "build"} <= set(declared("min_precision_share").commands)
+    assert {"mse", "auto"} <= set(declared("calib_method").choices)
+    assert trtconv.BuildSettings(skip_rule=("ms-gelu",)).rewrite_settings("rtx").skip_rules == {"ms-gelu"}
+    share = trtconv.BuildSettings(precision="int8", min_precision_share=0.8).quantize_settings()
+    assert share.min_precision_share == 0.8
+    res = run("rewrite", ocr_cls, "-o", tmp_path / "r.onnx", "--skip-rule", "no-such-rule")
+    assert res.exit_code == ExitCode.USAGE, res.output
+    assert "ms-gelu" in res.output  # the refusal lists the rules
+    (tmp_path / "spec.toml").write_text('skip-rule = ["no-such-rule"]\n')
+    res = run("rewrite", ocr_cls, "-o", tmp_path / "r.onnx", "--config", tmp_path / "spec.toml")
+    assert res.exit_code == ExitCode.USAGE, res.output
