@@ -78,7 +78,7 @@ def inspect_engine(engine_path: Path, plugin_libraries: tuple[Path, ...] = (), *
         if problems:
             raise InvalidModelError(f"{engine_path.name}: engine identity does not match its manifest: "
                                     + "; ".join(problems), hint="rebuild it with `trtconv build`")
-    flavour = engine_flavour(engine_path)
+    flavour, _ = engine_flavour(engine_path)
     described, why = None, "not tried (--no-live)"
     if live and flavour.inspects_engine:
         try:
