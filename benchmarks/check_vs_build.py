@@ -188,6 +188,12 @@ def table(results: list[dict]) -> list[str]:
     return rows + ([""] + notes if notes else [])
 
 
+def _plain(res: dict) -> dict:
+    strip = lambda r: {**asdict(r), "stdout": ""}  # noqa: E731 - check's JSON is long; its verdict is kept
+    return {**res, "check": strip(res["check"]),
+            "builds": {k: strip(v) if v else None for k, v in res["builds"].items()}}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--models", default="", help="comma-separated case ids (default: all); ids: see cases()")
@@ -204,15 +210,23 @@ def main() -> int:
     chosen = [c for c in everything if not wanted or c.id in wanted]
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    results: list[dict] = []
+
+    def one(case: Case, tmp: Path) -> dict:
+        res = measure(case, args.trt, tmp)
+        print("\n".join(table([res])[2:]), file=sys.stderr, flush=True)  # each row as it comes
+        results.append(res)
+        if args.json_out:
+            args.json_out.write_text(json.dumps([_plain(r) for r in results], indent=1))
+        return res
+
     with tempfile.TemporaryDirectory(prefix="check-vs-build-") as tmp, ThreadPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(lambda c: measure(c, args.trt, Path(tmp)), chosen))
+        results = list(pool.map(lambda c: one(c, Path(tmp)), chosen))
     print(f"{started}; --trt {args.trt}; load average before/after: {load} / "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}; {os.cpu_count()} CPUs; --jobs {args.jobs}\n")
     print("\n".join(table(results)))
     if args.json_out:
-        plain = [{**r, "check": asdict(r["check"]),
-                  "builds": {k: asdict(v) if v else None for k, v in r["builds"].items()}} for r in results]
-        args.json_out.write_text(json.dumps(plain, indent=1))
+        args.json_out.write_text(json.dumps([_plain(r) for r in results], indent=1))
     return 0 if all(line.endswith("yes |") for line in table(results)[2:] if line.startswith("| ")) else 1
 
 

@@ -191,3 +191,23 @@ def test_live_without_that_tensorrt_is_the_prediction_with_a_note(ocr_cls):
     res = run("check", str(ocr_cls), "--trt", "11.4", "--live", "--json")
     doc = json.loads(res.stdout)
     assert doc["live"] is None and any("--live: tensorrt is not installed" in w for w in doc["warnings"])
+
+
+def test_lstm_in_an_if_with_a_folded_condition_is_what_rtx_builds(tmp_path):
+    """Issue 26 (check vs one build): silero_vad_half picks its decoder LSTM in an If on a shape-only
+    condition. `rewrite --shapes` folds that condition to a constant; TensorRT-RTX's parser then imports
+    only the branch taken and its builder builds the model (--live). check said unsupported (rnn-in-if
+    looked at the path only); it must say what the real parser and builder do."""
+    pytest.importorskip("tensorrt_rtx", reason="tensorrt-rtx is in the test extra: run `make install`")
+    from realmodels import silero_model
+
+    folded = tmp_path / "half.onnx"
+    shapes = "input:1x576,state:2x1x128"
+    assert run("rewrite", str(silero_model("silero_vad_half.onnx")), "--shapes", shapes, "-o", str(folded)).exit_code == 0
+    before = json.loads(run("check", str(silero_model("silero_vad_half.onnx")), "--trt", "rtx", "--json").stdout)
+    assert before["verdict"] == "unsupported"  # a run-time condition: the builder fails (graphScope assertion)
+    res = run("check", str(folded), "--trt", "rtx", "--live", "--json", "--shapes", shapes)
+    doc = json.loads(res.stdout)
+    assert doc["live"]["build"] == "ok", doc["live"]
+    assert res.exit_code == ExitCode.OK and doc["verdict"] == "supported" and doc["live"]["agrees"] is True
+    assert not [f for n in doc["nodes"] for f in n["findings"] if f["rule"] == "rnn-in-if"]

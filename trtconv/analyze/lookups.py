@@ -44,6 +44,7 @@ class GraphIndex:
     shapes: dict[str, onnx.TensorShapeProto] = field(default_factory=dict)
     initializers: set[str] = field(default_factory=set)
     consumed: set[str] = field(default_factory=set)  # tensors some node reads or a graph returns
+    branch_conditions: dict[str, str] = field(default_factory=dict)  # "If_0/then_branch/" -> the If's condition
     warnings: list[str] = field(default_factory=list)
 
     # --- queries used by the rules -------------------------------------------------
@@ -60,6 +61,12 @@ class GraphIndex:
 
     def is_constant(self, name: str) -> bool:
         return self.constant_source(name) is not None
+
+    def in_runtime_branch(self, path: str) -> bool:
+        """Whether the node at ``path`` sits in an If branch chosen at run time. An If whose condition is
+        a constant is no branch for TensorRT: its parser imports only the branch taken, inline."""
+        return any(path.startswith(prefix) and not self.is_constant(cond)
+                   for prefix, cond in self.branch_conditions.items())
 
     def is_graph_input(self, name: str) -> bool:
         """A network input: nothing produces it and it is not a constant (subgraph inputs included)."""
@@ -194,6 +201,8 @@ def _walk(index: GraphIndex, graph: onnx.GraphProto, prefix: str, outer: list[se
                 index.tensors[node.output[0]] = t
                 index.dtypes.setdefault(node.output[0], t.data_type)
         for attr_name, sub in subgraphs(node):
+            if node.op_type == "If" and node.input:
+                index.branch_conditions[f"{path}/{attr_name}/"] = node.input[0]
             _walk(index, sub, f"{path}/{attr_name}/", scope)
 
 

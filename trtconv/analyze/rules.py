@@ -281,7 +281,7 @@ def recurrent(ctx: NodeContext) -> Iterator[Finding]:
                                         f"activations {acts} is not supported by TensorRT")
     state = [i for i in (1, 2) if ctx.output(i) and ctx.output(i) in ctx.index.consumed]
     severity = ctx.row.param("state_in_if")
-    if severity and state and ("/then_branch/" in ctx.path or "/else_branch/" in ctx.path):
+    if severity and state and ctx.index.in_runtime_branch(ctx.path):
         make = _error if severity[0] == "error" else _warn
         yield make("rnn-in-if", f"{ctx.node.op_type} inside an If branch with its final-state "
                                 f"{ctx.output_label(state[0])} used: the parser accepts it, the TensorRT-RTX builder "
