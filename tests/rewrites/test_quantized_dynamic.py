@@ -103,3 +103,20 @@ def test_fused_dynamic_matmuls_become_matmul_on_dequantized_weights(tmp_path, op
     assert op in {n.op_type for n in kept.model.graph.node}
     if HAVE_RTX:
         assert not _rtx_parses(q, tmp_path, "orig") and _rtx_parses(res.model, tmp_path, "rewritten")
+
+
+def test_rewritten_real_model_keeps_its_declared_output_shape_and_passes_the_checker():
+    """Issue 26 sweep (check vs one build): ddddocr's common_old.onnx passes onnx.checker, but its
+    rewrite (ConvInteger & co. to float) came out with output '387' typed and shapeless — shape
+    inference does not follow the quantized ops — so the prepared ONNX failed the checker and build's
+    FP16 stage warned that "the input model fails onnx.checker too"."""
+    from realmodels import ddddocr_model
+
+    from trtconv.load import load_model
+    from trtconv.rewrites import RewriteSettings
+
+    path = ddddocr_model("common_old.onnx")
+    declared = onnx.load(str(path), load_external_data=False).graph.output[0]
+    out = rewrite(load_model(path), RewriteSettings(verify=False)).model
+    assert out.graph.output[0].type == declared.type  # [1, 'seqlen'] FLOAT, as declared
+    onnx.checker.check_model(out)

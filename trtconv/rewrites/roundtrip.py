@@ -141,7 +141,21 @@ def export(graph: gs.Graph, like: onnx.ModelProto, *, with_weights: bool = True)
                 init.CopyFrom(real)
                 init.name = name
     copy_model_fields(like, out)
+    keep_declared_output_shapes(like, out)
     return out
+
+
+def keep_declared_output_shapes(src: onnx.ModelProto, dst: onnx.ModelProto) -> None:
+    """An output graphsurgeon exports without a shape (inference could not follow it, e.g. past
+    ConvInteger) keeps the shape ``src`` declared for it, when its name and type are unchanged:
+    onnx.checker refuses a graph output without a shape."""
+    declared = {o.name: o.type.tensor_type for o in src.graph.output if o.type.HasField("tensor_type")}
+    for o in dst.graph.output:
+        before = declared.get(o.name)
+        tt = o.type.tensor_type
+        if (before is not None and before.HasField("shape") and o.type.HasField("tensor_type")
+                and not tt.HasField("shape") and tt.elem_type == before.elem_type):
+            tt.shape.CopyFrom(before.shape)
 
 
 def sorted_copy(model: onnx.ModelProto) -> onnx.ModelProto:
