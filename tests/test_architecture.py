@@ -395,8 +395,6 @@ def cli_violations(pkg_dir: Path = PKG_DIR) -> list[str]:
     return bad
 
 
-@pytest.mark.xfail(strict=False, reason="issue 24: verify, bench, doctor, the cache/depfile helpers and the "
-                   "precision report still import load/plan/trt/verify/bench/precision/reference directly")
 def test_cli_imports_only_the_python_api():
     bad = cli_violations()
     assert not bad, "the CLI reaches past trtconv.api:\n" + "\n".join(bad)

@@ -16,11 +16,9 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
-from trtconv.api import RULE_NAMES, default_target, target_name
+from trtconv.api import RULE_NAMES, default_target, disk_bytes, parse_limit, target_name
 from trtconv.cli.main import JSON_KEY, MODEL_BYTES_KEY, MODEL_KEY
 from trtconv.cli.output import warn
-from trtconv.load import disk_bytes
-from trtconv.reference import parse_limit
 from trtconv.settings import Setting, declared, for_command
 
 F = TypeVar("F", bound=Callable[..., Any])

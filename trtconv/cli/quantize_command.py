@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from trtconv import api
-from trtconv.api import quantize_settings
+from trtconv.api import LONG_PHASES, PHASES, quantize_settings, return_large_blocks
 from trtconv.cli.cache import cache_option
 from trtconv.cli.config import config_option
 from trtconv.cli.depfile import deps_option
@@ -40,8 +40,6 @@ from trtconv.cli.options import (
 from trtconv.cli.output import Heartbeat, interactive, progress, warn
 from trtconv.cli.precision_report import emit_quantize
 from trtconv.errors import AccuracyError
-from trtconv.load import return_large_blocks
-from trtconv.precision import LONG_PHASES, PHASES
 
 
 @click.command("quantize")
