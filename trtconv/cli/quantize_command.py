@@ -32,6 +32,7 @@ from trtconv.cli.options import (
     int8_options,
     json_option,
     model_argument,
+    option,
     options_for,
     output_option,
     sample_options,
@@ -45,7 +46,7 @@ from trtconv.errors import AccuracyError
 @click.command("quantize")
 @model_argument
 @output_option(help="Output ONNX file (written atomically; weights beside it as <name>.data when large).")
-@click.option("--precision", type=click.Choice(["fp16", "int8"]), required=True, help="Target precision.")
+@option("precision", choices=("fp16", "int8"), required=True, help="Target precision.")
 @sample_options
 @shapes_option
 @exclude_options

@@ -7,7 +7,6 @@ from trtconv.pipeline.build_record import BuildOutcome
 from trtconv.pipeline.build_settings import (
     PLUGIN_FREE_DCN,
     BuildSettings,
-    gate_thresholds,
     parse_byte_size,
     quantize_settings,
     rewrite_settings,
@@ -17,6 +16,7 @@ from trtconv.pipeline.quantize import (
     QuantizeAccuracyError,
     QuantizeResult,
     QuantizeSettings,
+    gate_thresholds,
     not_the_input,
     quantize,
 )
