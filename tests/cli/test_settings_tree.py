@@ -1,5 +1,5 @@
 """One settings tree (issue 24): `build --help`, the spec-file keys and `trtconv.BuildSettings`
-agree name for name with the declarations in trtconv/settings; contradictions are usage errors;
+(and `quantize --help`, its spec keys and `trtconv.QuantizeSettings`) agree name for name with the declarations in trtconv/settings; contradictions are usage errors;
 old spellings warn; without --trt the target is the TensorRT that is installed (issue 26)."""
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ def run(*args: object) -> click.testing.Result:
     return CliRunner().invoke(cli, [str(a) for a in args])
 
 
-def build_command() -> click.Command:
-    cmd = cli.get_command(click.Context(cli), "build")
+def build_command(name: str = "build") -> click.Command:
+    cmd = cli.get_command(click.Context(cli), name)
     assert cmd is not None
     return cmd
 
@@ -85,6 +85,72 @@ def test_a_planted_mismatch_is_found():
         for p in cmd.params])
     found = disagreements(planted, trtconv.BuildSettings)
     assert "--help has 'memory_pools', not declared" in found and "declared 'memory_pool', not in --help" in found
+
+
+# QuantizeSettings' defaults that differ from the declared ones, and why
+QUANTIZE_OWN_DEFAULTS = {
+    "precision": "fp16",  # quantize has no fp32 (the CLI requires --precision; the API defaults to fp16)
+    "shapes": dataclasses.MISSING,  # parsed: a dict (default_factory), the declaration's None is "none given"
+}
+
+
+def test_quantize_help_spec_keys_and_api_agree_name_for_name():
+    assert disagreements(build_command("quantize"), trtconv.QuantizeSettings, "quantize") == []
+    help_text = run("quantize", "--help").output
+    for s in for_command("quantize"):
+        assert s.flag in help_text, s.flag
+    for s in for_command("quantize"):  # one default, except where QuantizeSettings says why not
+        got = next(f for f in dataclasses.fields(trtconv.QuantizeSettings) if f.name == s.name).default
+        want = QUANTIZE_OWN_DEFAULTS.get(s.name, s.default)
+        assert got == want or (s.multiple and s.default is None and got == ()), s.name
+    # the same setting has the same name in both APIs: every quantize field is a BuildSettings field
+    assert {f.name for f in dataclasses.fields(trtconv.QuantizeSettings)} <= {
+        f.name for f in dataclasses.fields(trtconv.BuildSettings)}
+
+
+def test_a_planted_quantize_mismatch_is_found():
+    """The names QuantizeSettings had before (fold_batchnorm, use_calib_cache, thresholds) are caught."""
+    old = {"no_fold_batchnorm": "fold_batchnorm", "no_calib_cache": "use_calib_cache", "max_abs": "thresholds"}
+    renamed = dataclasses.make_dataclass("Renamed", [
+        (old.get(f.name, f.name), f.type, dataclasses.field(default=f.default))
+        for f in dataclasses.fields(trtconv.QuantizeSettings) if f.name != "shapes"])
+    found = disagreements(build_command("quantize"), renamed, "quantize")
+    for was, now in old.items():
+        assert f"API field {now!r} is no declared setting" in found and f"declared {was!r} is no API field" in found
+    assert "declared 'shapes' is no API field" in found
+    planted = click.Command("quantize", params=[
+        click.Option(["--calib-limit", "calib_limit"]) if p.name == "max_samples" else p
+        for p in build_command("quantize").params])
+    found = disagreements(planted, trtconv.QuantizeSettings, "quantize")
+    assert "--help has 'calib_limit', not declared" in found and "declared 'max_samples', not in --help" in found
+    assert "spec key 'calib-limit' is no declared setting" in found
+
+
+def test_quantize_flags_and_api_fields_give_the_same_settings(ocr_cls, tmp_path: Path):
+    """The CLI's parameters become QuantizeSettings field for field; the API's gate is built from the flat fields."""
+    from trtconv.api import quantize_settings
+
+    params = {"calib_data": tmp_path, "no_fold_batchnorm": True, "no_calib_cache": True, "max_abs": ("0.5",),
+              "min_cosine": ("0.9", "out=0.95"), "gate_output": ("out",), "allow_nonfinite": True,
+              "exclude_op": ("Softmax",), "max_samples": 3, "held_out": "2", "shapes": CLS_SHAPES}
+    from_cli = quantize_settings("int8", params)
+    api_side = trtconv.QuantizeSettings(
+        precision="int8", calib_data=tmp_path, no_fold_batchnorm=True, no_calib_cache=True, max_abs=("0.5",),
+        min_cosine=("0.9", "out=0.95"), gate_output=("out",), allow_nonfinite=True, exclude_op=("Softmax",),
+        max_samples=3, held_out=2, shapes={"x": (1, 3, 48, 192)})
+    assert from_cli == api_side
+    gate = api_side.gate()
+    assert gate.max_abs == 0.5 and gate.min_cosine == 0.9 and gate.allow_nonfinite and gate.only == ("out",)
+    assert dict(gate.per_output)["out"].min_cosine == 0.95
+    assert trtconv.QuantizeSettings(precision="int8").gate().min_cosine == 0.99  # none given: the defaults
+    built = trtconv.BuildSettings(precision="int8", calib_data=tmp_path, no_fold_batchnorm=True, no_calib_cache=True,
+                                  max_abs=("0.5",), min_cosine=("0.9", "out=0.95"), gate_output=("out",),
+                                  allow_nonfinite=True, exclude_op=("Softmax",), max_samples=3, held_out="2",
+                                  shapes=CLS_SHAPES).quantize_settings()
+    assert built == api_side
+    with pytest.raises(trtconv.TrtconvError, match="--min-cosine 'high'"):
+        trtconv.quantize(ocr_cls, tmp_path / "q.onnx", trtconv.QuantizeSettings(min_cosine=("high",)))
+    assert not (tmp_path / "q.onnx").exists()
 
 
 def test_trtexec_alias_is_the_same_setting(ocr_cls, tmp_path: Path):

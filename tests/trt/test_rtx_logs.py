@@ -37,6 +37,9 @@ def test_repeated_tensorrt_warnings_are_marked_and_counted(tmp_path):
     assert int(summary[0].split("(and ")[1].split()[0]) >= 20  # one per quantized conv of the classifier
     assert not [line for line in err if "foreignNode" in line and "tensorrt warning" not in line]
     assert len(err) < 40, err  # the whole log of the build, not a flood
+    # TensorRT's build phases are said as TensorRT's, never as trtconv's own stages
+    assert any(line.startswith("trtconv: tensorrt: Building engine") for line in err), err
+    assert not [line for line in err if line.strip() in ("trtconv: Building engine", "trtconv: Timing tactics")]
 
     every = _int8_build(tmp_path, "-v").splitlines()  # -v: the full text, every line
     assert every.count(f"trtconv: tensorrt warning: {REPEATED}") >= 21

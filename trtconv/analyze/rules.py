@@ -6,116 +6,31 @@ and yields :class:`Finding`s. Version differences live in the table's ``params``
 Generic rules (dtype, constant inputs, ranks, unsupported optional I/O, data-dependent
 shapes) run for every row that sets the parameter they read.
 
-Over 400 lines because it is the whole table of small rules with its one dispatch; each rule
-is a few lines, and splitting them by op family would split the table a reader scans.
+The table of small rules with its one dispatch; what a rule sees and how it registers are in
+:mod:`trtconv.analyze.rule_context`.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterator
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto
 
 from trtconv.analyze.check_report import BUILDER, ERROR, WARNING, Finding
-from trtconv.analyze.lookups import GraphIndex
+from trtconv.analyze.rule_context import (
+    GENERIC_RULES,
+    RULES,
+    NodeContext,
+    Rule,
+    dtype_name,
+    generic,
+    restriction,
+)
 from trtconv.analyze.support import OpSupport
-from trtconv.onnxutil import normalize_domain, subgraphs
+from trtconv.onnxutil import subgraphs
 
-Rule = Callable[["NodeContext"], Iterator[Finding]]
-RULES: dict[str, list[Rule]] = {}  # op type -> its restriction rules
-GENERIC_RULES: list[tuple[str, Rule]] = []  # (table parameter that switches it on, rule)
 _APPLICABLE: dict[int, tuple[Rule, ...]] = {}  # id(row) -> rules for that row; tables live for the process
-
-
-@dataclass(slots=True)
-class NodeContext:
-    """What a rule sees. Not frozen: one is made per node, and frozen init is 3x slower."""
-
-    node: onnx.NodeProto
-    path: str
-    opset: int
-    row: OpSupport
-    index: GraphIndex
-
-    def attr(self, name: str, default: Any = None) -> Any:
-        for a in self.node.attribute:
-            if a.name == name:
-                value = helper.get_attribute_value(a)
-                return value.decode() if isinstance(value, bytes) else value
-        return default
-
-    def has_attr(self, name: str) -> bool:
-        return any(a.name == name for a in self.node.attribute)
-
-    def input(self, i: int) -> str:
-        return self.node.input[i] if i < len(self.node.input) else ""
-
-    def output(self, i: int) -> str:
-        return self.node.output[i] if i < len(self.node.output) else ""
-
-    def input_label(self, i: int) -> str:
-        return f"input {i} ({_input_name(self.node.op_type, self.node.domain, self.opset, i)!r})"
-
-    def output_label(self, i: int) -> str:
-        return f"output {i} ({_output_name(self.node.op_type, self.node.domain, self.opset, i)!r})"
-
-
-def restriction(*op_types: str) -> Callable[[Rule], Rule]:
-    def register(fn: Rule) -> Rule:
-        for op in op_types:
-            RULES.setdefault(op, []).append(fn)
-        return fn
-
-    return register
-
-
-def generic(param: str) -> Callable[[Rule], Rule]:
-    """A rule for every row that sets ``param`` ("types" = the row lists input dtypes)."""
-
-    def register(fn: Rule) -> Rule:
-        GENERIC_RULES.append((param, fn))
-        return fn
-
-    return register
-
-
-@functools.lru_cache(maxsize=4096)
-def _schema(op: str, domain: str, opset: int) -> onnx.defs.OpSchema | None:
-    try:
-        return onnx.defs.get_schema(op, max(opset, 1), normalize_domain(domain))
-    except Exception:
-        return None
-
-
-def _formal(params: list[Any], i: int) -> str:
-    if not params:
-        return "?"
-    if i < len(params):
-        return str(params[i].name)
-    last = params[-1]
-    return str(last.name) if last.option == onnx.defs.OpSchema.FormalParameterOption.Variadic else "?"
-
-
-def _input_name(op: str, domain: str, opset: int, i: int) -> str:
-    s = _schema(op, domain, opset)
-    return _formal(list(s.inputs), i) if s else "?"
-
-
-def _output_name(op: str, domain: str, opset: int, i: int) -> str:
-    s = _schema(op, domain, opset)
-    return _formal(list(s.outputs), i) if s else "?"
-
-
-def dtype_name(code: int) -> str:
-    try:
-        return str(TensorProto.DataType.Name(code))
-    except ValueError:
-        return str(code)
 
 
 def _error(rule: str, msg: str, hint: str = "", stage: str = "parser") -> Finding:

@@ -6,13 +6,11 @@ from pathlib import Path
 
 import click
 
-from trtconv.bench import BenchResult, BenchSettings, bench_engine
+from trtconv.api import BenchResult, BenchSettings, bench_engine, manifest_path, parse_shapes
+from trtconv.api import update_manifest as update
 from trtconv.cli.options import engine_trt_option, json_option, shapes_option
 from trtconv.cli.output import print_json, stdout_console
 from trtconv.errors import UsageError
-from trtconv.load import parse_shapes
-from trtconv.plan import manifest_path
-from trtconv.plan import update_manifest as update
 
 
 def print_result(engine: Path, result: BenchResult) -> None:

@@ -13,7 +13,17 @@ from typing import Any
 import click
 
 from trtconv import api
-from trtconv.api import DCN_TARGETS, BuildOutcome, BuildSettings
+from trtconv.api import (
+    DCN_TARGETS,
+    BuildOutcome,
+    BuildSettings,
+    identity_problems,
+    layer_rows,
+    manifest_path,
+    off_precision,
+    read_manifest,
+    return_large_blocks,
+)
 from trtconv.cli.cache import cache_option, gpu_identity
 from trtconv.cli.config import config_option
 from trtconv.cli.depfile import deps_option
@@ -32,9 +42,6 @@ from trtconv.cli.output import Heartbeat, interactive, print_json, progress, std
 from trtconv.cli.precision_report import print_gate
 from trtconv.cli.triton_repo import triton_repo_option
 from trtconv.errors import DataError, TrtconvError
-from trtconv.inspection import layer_rows, off_precision
-from trtconv.load import return_large_blocks
-from trtconv.plan import identity_problems, manifest_path, read_manifest
 
 
 class BarSink:
@@ -47,7 +54,7 @@ class BarSink:
 
     def phase_start(self, name: str, parent: str | None, steps: int) -> None:
         with self.lock:
-            label = ("  " if parent else "") + name
+            label = ("  " if parent else "") + "tensorrt: " + name  # TensorRT's phase, not trtconv's stage
             self.tasks[name] = self.bar.add_task(label, total=steps if steps > 0 else None)
 
     def step(self, name: str, step: int) -> None:

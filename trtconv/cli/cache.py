@@ -33,12 +33,11 @@ from typing import Any, TypeVar
 import click
 
 from trtconv import __version__
+from trtconv.api import file_sha256, probe_driver
 from trtconv.cli.config import jsonable
 from trtconv.cli.depfile import OutputsFn, cached_inputs, single_output, succeeded
 from trtconv.cli.main import _dist_version
-from trtconv.load import file_sha256
 from trtconv.outputs import TMP_PREFIX, atomic_path, check_output_path, default_mode, dumps_json, temp_prefix
-from trtconv.trt import probe_driver
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger(__name__)

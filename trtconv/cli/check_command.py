@@ -9,11 +9,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from trtconv import api
-from trtconv.api import CheckReport, default_target, target_name
+from trtconv.api import CheckReport, default_target, qualified_op, target_name
 from trtconv.cli.html_report import record, report_option
 from trtconv.cli.options import announce_target, json_option, model_argument, shapes_option, trt_option
 from trtconv.cli.output import cell_lines, finish, print_json, stdout_console
-from trtconv.onnxutil import qualified_op
 
 STATUS_STYLE = {"supported": "green", "rewritable": "yellow", "plugin": "yellow", "unsupported": "red"}
 

@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 
 import click
 
+from trtconv.api import load_model
 from trtconv.errors import UsageError
-from trtconv.load import load_model
 from trtconv.outputs import write_text
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -6,10 +6,10 @@ import click
 from rich.table import Table
 
 from trtconv import __version__
+from trtconv.api import Environment, TensorRTStatus, probe, problems
 from trtconv.cli.options import json_option
 from trtconv.cli.output import finish, print_json, stdout_console
 from trtconv.errors import ExitCode
-from trtconv.trt import Environment, TensorRTStatus, probe, problems
 
 
 @click.command("doctor")

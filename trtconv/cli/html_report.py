@@ -10,11 +10,9 @@ from typing import Any, TypeVar
 
 import click
 
+from trtconv.api import layer_rows, manifest_path, off_precision, read_manifest, report_html
 from trtconv.errors import DataError, TrtconvError
-from trtconv.htmlreport import report_html
-from trtconv.inspection import layer_rows, off_precision
 from trtconv.outputs import write_text
-from trtconv.plan import manifest_path, read_manifest
 
 F = TypeVar("F", bound=Callable[..., Any])
 KEY = "trtconv.report"

@@ -8,9 +8,9 @@ from typing import Any
 
 import click
 
+from trtconv.api import inspect_engine
 from trtconv.cli.options import json_option
 from trtconv.cli.output import print_json
-from trtconv.inspection import inspect_engine
 
 
 def _tensors(tensors: Iterable[Mapping[str, Any]]) -> str:

@@ -16,11 +16,9 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
-from trtconv.api import RULE_NAMES, default_target, target_name
+from trtconv.api import RULE_NAMES, default_target, disk_bytes, parse_limit, target_name
 from trtconv.cli.main import JSON_KEY, MODEL_BYTES_KEY, MODEL_KEY
 from trtconv.cli.output import warn
-from trtconv.load import disk_bytes
-from trtconv.reference import parse_limit
 from trtconv.settings import Setting, declared, for_command
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -139,8 +137,10 @@ _HELP_EXTRA = {"skip_rule": f" Rules: {', '.join(RULE_NAMES)}."}
 
 
 def option(name: str, *, choices: tuple[str, ...] | None = None, help: str | None = None,
-           deprecated: bool = False) -> Callable[[F], F]:
+           deprecated: bool = False, required: bool = False) -> Callable[[F], F]:
     """The click option of a declared setting (trtconv.settings): flag, aliases, type, default and help.
+
+    ``required``: the command has no default for it (``quantize --precision``).
 
     ``deprecated``: the setting's old spellings (``verify --atol``) become a hidden option of their
     own whose value :func:`merge_deprecated` folds in, printing a one-line warning when used.
@@ -154,9 +154,11 @@ def option(name: str, *, choices: tuple[str, ...] | None = None, help: str | Non
     elif s.type == "bool":
         opt = click.option(s.flag, *s.aliases, name, is_flag=True, help=text)
     else:
+        # a required option gets no default at all (click >= 8.3 counts an explicit None as given)
+        default: dict[str, Any] = {"required": True} if required else {"default": () if s.multiple else s.default}
         opt = click.option(s.flag, *s.aliases, name, type=_click_type(s, choices), multiple=s.multiple,
-                           default=() if s.multiple else s.default, metavar=s.metavar,
-                           show_default=s.show_default and s.default not in (None, ()), help=text)
+                           metavar=s.metavar, show_default=s.show_default and default.get("default") not in (None, ()),
+                           help=text, **default)
     if not (deprecated and s.deprecated):
         return opt
     old = click.option(*s.deprecated, f"{name}_deprecated", type=_click_type(s, choices), multiple=s.multiple,

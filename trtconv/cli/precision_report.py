@@ -10,9 +10,8 @@ from typing import Any
 
 from rich.table import Table
 
+from trtconv.api import OutputStats, rule_summaries
 from trtconv.cli.output import print_json, stdout_console
-from trtconv.precision import rule_summaries
-from trtconv.reference import OutputStats
 
 SHOW_LAYERS = 10  # sensitivity rows printed (--json lists all)
 

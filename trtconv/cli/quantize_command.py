@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from trtconv import api
-from trtconv.api import quantize_settings
+from trtconv.api import LONG_PHASES, PHASES, quantize_settings, return_large_blocks
 from trtconv.cli.cache import cache_option
 from trtconv.cli.config import config_option
 from trtconv.cli.depfile import deps_option
@@ -32,6 +32,7 @@ from trtconv.cli.options import (
     int8_options,
     json_option,
     model_argument,
+    option,
     options_for,
     output_option,
     sample_options,
@@ -40,14 +41,12 @@ from trtconv.cli.options import (
 from trtconv.cli.output import Heartbeat, interactive, progress, warn
 from trtconv.cli.precision_report import emit_quantize
 from trtconv.errors import AccuracyError
-from trtconv.load import return_large_blocks
-from trtconv.precision import LONG_PHASES, PHASES
 
 
 @click.command("quantize")
 @model_argument
 @output_option(help="Output ONNX file (written atomically; weights beside it as <name>.data when large).")
-@click.option("--precision", type=click.Choice(["fp16", "int8"]), required=True, help="Target precision.")
+@option("precision", choices=("fp16", "int8"), required=True, help="Target precision.")
 @sample_options
 @shapes_option
 @exclude_options

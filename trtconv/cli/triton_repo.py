@@ -9,9 +9,8 @@ from typing import Any, TypeVar
 
 import click
 
+from trtconv.api import PlanSource, inspect_engine, model_name, write_repository
 from trtconv.cli.options import force_option
-from trtconv.inspection import inspect_engine
-from trtconv.triton import PlanSource, model_name, write_repository
 
 F = TypeVar("F", bound=Callable[..., Any])
 

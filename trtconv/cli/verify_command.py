@@ -8,7 +8,14 @@ from typing import Any
 import click
 from rich.table import Table
 
-from trtconv.api import gate_thresholds
+from trtconv.api import (
+    VerifyReport,
+    gate_thresholds,
+    manifest_path,
+    parse_shapes,
+    read_manifest,
+    verify_engine,
+)
 from trtconv.cli.options import (
     GATE_LIMITS,
     engine_trt_option,
@@ -19,9 +26,6 @@ from trtconv.cli.options import (
 )
 from trtconv.cli.output import finish, print_json, stdout_console
 from trtconv.errors import ExitCode, UsageError
-from trtconv.load import parse_shapes
-from trtconv.plan import manifest_path, read_manifest
-from trtconv.verify import VerifyReport, verify_engine
 
 
 def engine_precision(engine: Path, given: str | None) -> str:

@@ -51,8 +51,10 @@ def section(css_id: str, title: str, body: str) -> str:
 def node_verdicts(check: Mapping[str, Any]) -> str:
     nodes = check.get("nodes") or []
     summary = check.get("summary") or {}
-    head = (f"<p>verdict: <b>{esc(check.get('verdict'))}</b> against {esc(check.get('target'))}; "
-            f"{esc(json.dumps(summary, sort_keys=True))}</p>")
+    target = check.get("target")
+    target = ", ".join(f"{k} {v}" for k, v in target.items()) if isinstance(target, Mapping) else target
+    counts = ", ".join(f"{v} {k}" for k, v in summary.items()) if isinstance(summary, Mapping) else summary
+    head = f"<p>verdict: <b>{esc(check.get('verdict'))}</b> against {esc(target)}; {esc(counts)}</p>"
     if not nodes:
         return head + "<p>every node is supported as it is.</p>"
     rows = [(n.get("path"), n.get("op_type"), ("html", f'<span class="{esc(n.get("status"))}">{esc(n.get("status"))}'
@@ -149,7 +151,8 @@ def layer_precisions(rows: Sequence[Mapping[str, Any]], source: str, off: Sequen
     counts: dict[str, int] = {}
     for r in rows:
         if r.get("compute"):
-            counts[str(r.get("precision"))] = counts.get(str(r.get("precision")), 0) + 1
+            name = str(r.get("precision") or "integer only")  # None: shape arithmetic on int32/int64
+            counts[name] = counts.get(name, 0) + 1
     summary = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
     body = f"<p>{len(rows)} layers ({esc(source)}); compute layers by precision: {esc(summary)}</p>"
     if off:

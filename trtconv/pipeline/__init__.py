@@ -1,12 +1,12 @@
 """Layer pipeline: the only place that composes several stages (check, rewrite, quantize, build); the API and
 CLI call it. ``BuildSettings`` is what ``build`` was asked; the plan and the stage settings are functions of it."""
 
-from trtconv.pipeline.build import BuildOutcome, build
+from trtconv.pipeline.build import build
 from trtconv.pipeline.build_identity import gpu_properties, request_identity
+from trtconv.pipeline.build_record import BuildOutcome
 from trtconv.pipeline.build_settings import (
     PLUGIN_FREE_DCN,
     BuildSettings,
-    gate_thresholds,
     parse_byte_size,
     quantize_settings,
     rewrite_settings,
@@ -16,6 +16,7 @@ from trtconv.pipeline.quantize import (
     QuantizeAccuracyError,
     QuantizeResult,
     QuantizeSettings,
+    gate_thresholds,
     not_the_input,
     quantize,
 )

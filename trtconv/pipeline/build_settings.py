@@ -26,13 +26,11 @@ from trtconv.plan import (
     parse_memory_pools,
     parse_size,
 )
-from trtconv.reference import DEFAULT_THRESHOLDS, Thresholds, parse_limit, thresholds_with
 from trtconv.rewrites import RewriteSettings, load_plugin_map, trtconv_plugin_spec
 from trtconv.settings import declared, for_command
 from trtconv.trt import for_target
 
 PathLike = str | os.PathLike[str]
-GATE_LIMITS = ("max_abs", "max_rel", "min_cosine", "min_top1")
 PLUGIN_FREE_DCN = "portable"  # rewrites.dcn's target of standard ONNX ops only (no plugin, no DeformConv)
 
 
@@ -125,7 +123,8 @@ class BuildSettings:
         if self.timing_cache and self.no_timing_cache:
             raise UsageError("--timing-cache and --no-timing-cache contradict each other")
         if self.precision == "fp32":
-            precision_only = [s for s in for_command("quantize") if s.name not in ("shapes", "min_precision_share", *SAMPLE_SETTINGS)
+            precision_only = [s for s in for_command("quantize")
+                              if s.name not in ("precision", "shapes", "min_precision_share", *SAMPLE_SETTINGS)
                               and getattr(self, s.name) not in (s.default, ())]
             if precision_only:
                 raise UsageError(f"{precision_only[0].flag} applies to --precision fp16 or int8, not fp32",
@@ -218,41 +217,15 @@ def _held_out(value: str | int | float | None) -> int | float | None:
             from exc
 
 
-def _limits(flag: str, values: tuple[str | float, ...]) -> list[tuple[str | None, float]]:
-    out = []
-    for v in values:
-        try:
-            out.append(parse_limit(str(v)))
-        except ValueError as exc:
-            raise UsageError(f"--{flag.replace('_', '-')} {v!r}: expected a number or OUTPUT=NUMBER",
-                             hint="e.g. --min-cosine 0.995 or --min-cosine scores=0.995") from exc
-    return out
-
-
-def gate_thresholds(precision: str, params: Mapping[str, Any]) -> Thresholds:
-    """The gate the settings ask for: the precision's defaults with the given limits on top."""
-    overrides = {k: _limits(k, tuple(params.get(k) or ())) for k in GATE_LIMITS}
-    only = [p.strip() for v in params.get("gate_output") or () for p in v.split(",") if p.strip()]
-    return thresholds_with(DEFAULT_THRESHOLDS[precision], overrides,
-                           allow_nonfinite=bool(params.get("allow_nonfinite")), only=only)
-
-
 def quantize_settings(precision: str, params: Mapping[str, Any]) -> QuantizeSettings:
-    """QuantizeSettings from the shared precision settings (``quantize``'s and ``build``'s, by declared name)."""
-    get = params.get
-    return QuantizeSettings(
-        precision=precision,  # type: ignore[arg-type]
-        calib_data=get("calib_data"), preprocess=get("preprocess"), calib_loader=get("calib_loader"),
-        random_data=get("random_data"), max_samples=get("max_samples") or 0, held_out=_held_out(get("held_out")),
-        shapes=parse_shapes(get("shapes")),
-        exclude=tuple(get("exclude") or ()), exclude_op=tuple(get("exclude_op") or ()),
-        keep_io_types=get("keep_io_types", True), max_activation=get("max_activation"),
-        max_initializer=get("max_initializer"), fold_batchnorm=not get("no_fold_batchnorm", False),
-        calib_method=get("calib_method") or _d("calib_method"), percentile=get("percentile") or _d("percentile"),
-        calib_cache=get("calib_cache"), use_calib_cache=not get("no_calib_cache", False),
-        thresholds=gate_thresholds(precision, params),
-        int8_remainder=get("int8_remainder") or _d("int8_remainder"), auto_exclude=bool(get("auto_exclude")),
-        sensitivity=bool(get("sensitivity")),
-        min_precision_share=_d("min_precision_share") if get("min_precision_share") is None
-        else get("min_precision_share"),
-    )
+    """QuantizeSettings from the shared precision settings (``quantize``'s and ``build``'s, by declared name).
+
+    The same names on both sides; only ``held_out`` and ``shapes`` are parsed here, and the gate
+    limits are checked (a malformed one is a usage error before anything is read).
+    """
+    names = {f.name for f in fields(QuantizeSettings)} - {"precision", "held_out", "shapes"}
+    given = {k: (tuple(v) if isinstance(v, list) else v) for k, v in params.items() if k in names and v is not None}
+    settings = QuantizeSettings(precision=precision, held_out=_held_out(params.get("held_out")),  # type: ignore[arg-type]
+                                shapes=parse_shapes(params.get("shapes")), **given)
+    settings.gate()
+    return settings

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from trtconv.errors import AccuracyError, UsageError
 from trtconv.load import LAZY_WEIGHTS_BYTES, load_model, save_model
 from trtconv.outputs import check_output_path
-from trtconv.plan import DEFAULT_MIN_PRECISION_SHARE
 from trtconv.precision import (
     DEFAULT_MAX_ACTIVATION,
     DEFAULT_TRT_VERSION,
@@ -29,8 +28,9 @@ from trtconv.precision import (
     convert_fp16,
     quantize_int8,
 )
-from trtconv.reference import DEFAULT_THRESHOLDS, Thresholds
+from trtconv.reference import DEFAULT_THRESHOLDS, Thresholds, parse_limit, thresholds_with
 from trtconv.samples import ImagePreprocess, SampleSet, SampleSource, model_inputs
+from trtconv.settings import declared
 
 if TYPE_CHECKING:
     import onnx
@@ -43,6 +43,7 @@ PathLike = str | os.PathLike[str]
 INT8_DEFAULT_HELD_OUT = 0.2  # fraction of samples kept out of calibration for the accuracy check
 INT8_MIN_FOR_HOLDOUT = 5
 QUANTIZE_SCHEMA = "trtconv.quantize/1"
+GATE_LIMITS = ("max_abs", "max_rel", "min_cosine", "min_top1")
 
 
 def not_the_input(model: PathLike, output: PathLike) -> None:
@@ -51,38 +52,52 @@ def not_the_input(model: PathLike, output: PathLike) -> None:
 
 
 
+def _d(name: str) -> Any:
+    """The declared default (one place: trtconv.settings)."""
+    return declared(name).default
+
+
 @dataclass(frozen=True)
 class QuantizeSettings:
-    """``trtconv quantize``'s flags as one value. Sample data: at most one of calib_data, calib_loader, random_data."""
+    """``trtconv quantize``'s settings, one field per declared setting (the names ``BuildSettings`` uses).
+
+    Sample data: at most one of calib_data, calib_loader, random_data. The gate is the precision's
+    defaults with max_abs/max_rel/min_cosine/min_top1 on top (each "X" or "OUTPUT=X"): :meth:`gate`.
+    """
 
     precision: Literal["fp16", "int8"] = "fp16"
     calib_data: Path | None = None  # folder or file of .npy/.npz samples, or images
     preprocess: str | None = None  # image preprocessing spec, e.g. "preset=ppocr-cls"
     calib_loader: Path | None = None  # Python file defining samples(inputs); runs that code
     random_data: int | None = None  # N seeded random samples (smoke tests only)
-    max_samples: int = 0  # 0: all
+    max_samples: int = _d("max_samples")  # 0: all
     held_out: int | float | None = None  # int8: samples kept out of calibration (None: 20% if >= 5)
-    shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     exclude: tuple[str, ...] = ()  # node-name globs kept in FP32 (int8: also op types)
     exclude_op: tuple[str, ...] = ()  # op types kept in FP32
-    keep_io_types: bool = True  # fp16: float32 inputs/outputs stay float32
+    keep_io_types: bool = _d("keep_io_types")  # fp16: float32 inputs/outputs stay float32
     max_activation: float | None = None  # fp16: None = default (4096); 0 = off
     max_initializer: float | None = None  # fp16: None = default (65504); 0 = off
-    fold_batchnorm: bool = True
-    calib_method: Literal["entropy", "percentile", "minmax", "mse", "auto"] = "entropy"
-    percentile: float = 99.99
+    no_fold_batchnorm: bool = _d("no_fold_batchnorm")
+    calib_method: Literal["entropy", "percentile", "minmax", "mse", "auto"] = _d("calib_method")
+    percentile: float = _d("percentile")
     calib_cache: Path | None = None
-    use_calib_cache: bool = True
-    thresholds: Thresholds | None = None  # None: the precision's default gate (int8 cosine >= 0.99, fp16 >= 0.999)
-    int8_remainder: Literal["fp16", "fp32"] = "fp16"  # int8: precision outside the Q/DQ pairs
-    auto_exclude: bool = False  # int8: keep the fewest layers out of INT8 until the gate passes
+    no_calib_cache: bool = _d("no_calib_cache")  # ignore calib_cache (recalibrate)
+    int8_remainder: Literal["fp16", "fp32"] = _d("int8_remainder")  # int8: precision outside the Q/DQ pairs
+    auto_exclude: bool = _d("auto_exclude")  # int8: keep the fewest layers out of INT8 until the gate passes
+    sensitivity: bool = _d("sensitivity")  # int8: report every quantized layer's own error
+    max_abs: tuple[str | float, ...] = ()  # gate limits, each X or "OUTPUT=X"; none: the precision's defaults
+    max_rel: tuple[str | float, ...] = ()
+    min_cosine: tuple[str | float, ...] = ()  # default: int8 0.99, fp16 0.999
+    min_top1: tuple[str | float, ...] = ()
+    gate_output: tuple[str, ...] = ()  # gate only these outputs
+    allow_nonfinite: bool = _d("allow_nonfinite")
+    shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     # int8 --auto-exclude: keep at least this share of Conv/MatMul/Gemm in INT8 (exit 8 as soon as it cannot)
-    min_precision_share: float = DEFAULT_MIN_PRECISION_SHARE
-    sensitivity: bool = False  # int8: report every quantized layer's own error
+    min_precision_share: float = _d("min_precision_share")
 
     def gate(self) -> Thresholds:
-        """The accuracy limits in force: the given ones, else the precision's defaults."""
-        return self.thresholds if self.thresholds is not None else DEFAULT_THRESHOLDS[self.precision]
+        """The accuracy limits in force: the precision's defaults with the given limits on top."""
+        return gate_thresholds(self.precision, {f.name: getattr(self, f.name) for f in fields(self)})
 
 
 @dataclass(frozen=True)
@@ -132,10 +147,30 @@ def _patterns(values: Sequence[str]) -> tuple[str, ...]:
     return tuple(p.strip() for v in values for p in v.split(",") if p.strip())
 
 
+def _limits(flag: str, values: tuple[str | float, ...]) -> list[tuple[str | None, float]]:
+    out = []
+    for v in values:
+        try:
+            out.append(parse_limit(str(v)))
+        except ValueError as exc:
+            raise UsageError(f"--{flag.replace('_', '-')} {v!r}: expected a number or OUTPUT=NUMBER",
+                             hint="e.g. --min-cosine 0.995 or --min-cosine scores=0.995") from exc
+    return out
+
+
+def gate_thresholds(precision: str, params: Mapping[str, Any]) -> Thresholds:
+    """The gate the settings ask for: the precision's defaults with the given limits on top."""
+    overrides = {k: _limits(k, tuple(params.get(k) or ())) for k in GATE_LIMITS}
+    only = [p.strip() for v in params.get("gate_output") or () for p in v.split(",") if p.strip()]
+    return thresholds_with(DEFAULT_THRESHOLDS[precision], overrides,
+                           allow_nonfinite=bool(params.get("allow_nonfinite")), only=only)
+
+
 def check_quantize_settings(settings: QuantizeSettings) -> None:
     """Contradictions in the settings, found before anything is read (flag names as the CLI spells them)."""
     if settings.precision not in ("fp16", "int8"):
         raise UsageError(f"unknown precision {settings.precision!r}", hint="choose fp16 or int8")
+    settings.gate()  # a malformed limit ("--min-cosine high") is a usage error here
     given = [f for f, v in (("--calib-data", settings.calib_data), ("--calib-loader", settings.calib_loader),
                             ("--random-data", settings.random_data)) if v]
     if len(given) > 1:
@@ -198,7 +233,7 @@ def fp16_settings(settings: QuantizeSettings, *, remainder: bool = False) -> Fp1
     base = REMAINDER_FP16 if remainder else Fp16Settings()
     return replace(
         base, keep_io_types=settings.keep_io_types,
-        fold_batchnorm=False if remainder else settings.fold_batchnorm,
+        fold_batchnorm=False if remainder else not settings.no_fold_batchnorm,
         max_initializer=_limit(settings.max_initializer, FP16_MAX),
         max_activation=_limit(settings.max_activation, DEFAULT_MAX_ACTIVATION),
         exclude_ops=frozenset(() if remainder else _patterns(settings.exclude_op)),
@@ -212,9 +247,9 @@ def int8_settings(settings: QuantizeSettings, *, trt_version: str = DEFAULT_TRT_
     return Int8Settings(
         method=settings.calib_method, percentile=settings.percentile,
         exclude=_patterns(settings.exclude) + _patterns(settings.exclude_op),
-        cache_path=settings.calib_cache, use_cache=settings.use_calib_cache, thresholds=settings.gate(),
+        cache_path=settings.calib_cache, use_cache=not settings.no_calib_cache, thresholds=settings.gate(),
         trt_version=trt_version, remainder=settings.int8_remainder, fp16=fp16_settings(settings, remainder=True),
-        fold_batchnorm=settings.fold_batchnorm, auto_exclude=settings.auto_exclude, sensitivity=settings.sensitivity,
+        fold_batchnorm=not settings.no_fold_batchnorm, auto_exclude=settings.auto_exclude, sensitivity=settings.sensitivity,
         min_share=settings.min_precision_share,
     )
 
@@ -258,7 +293,7 @@ def quantize(model: PathLike, output: PathLike | None = None, settings: Quantize
              ) -> QuantizeResult:
     """FP16 or INT8 made explicit in the ONNX, checked against FP32 with ONNX Runtime; save to ``output``.
 
-    Thresholds in ``settings.thresholds`` raise :class:`QuantizeAccuracyError` (AccuracyError,
+    Gate limits in ``settings`` (max_abs ... min_top1, gate_output; else the precision's defaults) raise :class:`QuantizeAccuracyError` (AccuracyError,
     exit 7; ``exc.result`` holds the report) and nothing is written. Optional callbacks:
     ``progress(stage, done, total)`` for bars, ``warn(text)`` for warnings, ``step(name)``
     before "load" and "save".

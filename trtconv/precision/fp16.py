@@ -195,26 +195,7 @@ def convert_fp16(
         work, folded = fold_batchnorms(work, copy=False)  # ``work`` is our own copy already
         say("fold", len(folded))
     work = _with_types(work)
-    peak_of: Callable[[str], float | None] = lambda _n: None  # noqa: E731
-    n_samples = 0
-    measured = False
-    # The peaks pass runs the FP32 model on every sample; where it is the input model unchanged
-    # (no BatchNormalization folded) its outputs are the accuracy check's reference as well.
-    reference: list[dict[str, np.ndarray]] | None = [] if not folded else None
-    if peaks is not None and settings.max_activation is not None:
-        peak_of = peaks.get
-        measured = True
-        reference = None
-    elif samples is not None and settings.max_activation is not None:
-        say("peaks")
-        measured_peaks, n_samples = activation_peaks(work, samples, progress=lambda k: say("peaks", k),
-                                                     outputs=reference)
-        peak_of = measured_peaks.get
-        measured = True
-    else:
-        reference = None
-    if reference is not None and sum(v.nbytes for r in reference for v in r.values()) > REFERENCE_KEEP_BYTES:
-        reference = None  # cheaper to run the FP32 model again than to hold its outputs
+    peak_of, n_samples, measured, reference = _activation_peaks(work, samples, settings, peaks, bool(folded), say)
     say("convert")
     rw = Rewriter(work, settings.rules(), keep_io_types=settings.keep_io_types, activation_peak=peak_of)
     out = rw.run()
@@ -245,6 +226,26 @@ def convert_fp16(
             "--max-activation, or relax the thresholds",
         )
     return result
+
+
+def _activation_peaks(
+    work: onnx.ModelProto, samples: Iterable[Mapping[str, np.ndarray]] | None, settings: Fp16Settings,
+    peaks: Mapping[str, float] | None, folded: bool, say: Callable[..., None],
+) -> tuple[Callable[[str], float | None], int, bool, list[dict[str, np.ndarray]] | None]:
+    """(peak of a tensor, samples run, measured?, the FP32 outputs kept for the accuracy check).
+
+    The peaks pass runs the FP32 model on every sample; where it is the input model unchanged
+    (no BatchNormalization folded) its outputs are the accuracy check's reference as well."""
+    if peaks is not None and settings.max_activation is not None:
+        return peaks.get, 0, True, None
+    if samples is None or settings.max_activation is None:
+        return (lambda _n: None), 0, False, None
+    reference: list[dict[str, np.ndarray]] | None = [] if not folded else None
+    say("peaks")
+    measured_peaks, n_samples = activation_peaks(work, samples, progress=lambda k: say("peaks", k), outputs=reference)
+    if reference is not None and sum(v.nbytes for r in reference for v in r.values()) > REFERENCE_KEEP_BYTES:
+        reference = None  # cheaper to run the FP32 model again than to hold its outputs
+    return measured_peaks.get, n_samples, True, reference
 
 
 def fp16_accuracy(

@@ -7,9 +7,8 @@ lengths are never cropped or padded, because that would calibrate on data the mo
 never sees. Files are read lazily, one sample at a time, so a data set larger than
 memory streams.
 
-Over 400 lines because every source kind (files, many-sample .npz, loader, random) shares
-the one set of checks and the naming of a sample's origin; image preprocessing lives in
-:mod:`trtconv.samples.images`.
+Every source kind (files, many-sample .npz, loader, random) shares the one set of checks of
+:mod:`trtconv.samples.sample_checks`; image preprocessing lives in :mod:`trtconv.samples.images`.
 """
 
 from __future__ import annotations
@@ -28,17 +27,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import onnx
-from onnx import helper
 
 from trtconv.errors import DataError, UsageError
-from trtconv.load import Shape, input_dims
+from trtconv.load import Shape
 from trtconv.samples.images import IMAGE_SUFFIXES, ImagePreprocess, load_image
+from trtconv.samples.sample_checks import InputSpec, Sample, check_sample, model_inputs, read_npy_sample
 
 log = logging.getLogger(__name__)
 
-Sample = dict[str, np.ndarray]
-Dim = int | str | None
 __all__ = ["ArraySamples", "ImagePreprocess", "InputSpec", "SampleSet", "SampleSource", "check_sample", "count_samples",
            "dataset_hash", "iter_samples", "iter_samples_with_origin", "load_image", "model_inputs", "sample_count"]
 
@@ -47,27 +43,6 @@ RANDOM_WARNING = (
     "calibrating on RANDOM data: INT8 scales will not match real inputs and accuracy will suffer; "
     "use it only to smoke-test a pipeline"
 )
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    """What the model expects of one input: element type and dims (int fixed, str/None dynamic)."""
-
-    dtype: np.dtype
-    dims: tuple[Dim, ...]
-
-
-def model_inputs(model: onnx.ModelProto) -> dict[str, InputSpec]:
-    """The model's real inputs (initializers excluded) as :class:`InputSpec`."""
-    inits = {i.name for i in model.graph.initializer}
-    dims = input_dims(model)
-    out: dict[str, InputSpec] = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        dt = np.dtype(helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
-        out[vi.name] = InputSpec(dt, tuple(dims.get(vi.name, [])))
-    return out
 
 
 # --------------------------------------------------------------------------- sources
@@ -209,133 +184,6 @@ def count_samples(source: SampleSource) -> int:
     return min(n, source.limit) if source.limit else n
 
 
-def check_sample(sample: Mapping[str, Any], inputs: Mapping[str, InputSpec], origin: str, *,
-                 noted: set[tuple[str, ...]] | None = None) -> Sample:
-    """Validate one sample against the model's inputs; DataError naming ``origin`` if wrong.
-
-    Keys that are not model inputs are ignored (exports often save labels or metadata
-    beside the inputs), with a log note once per set of such keys in ``noted``.
-    """
-    if not isinstance(sample, Mapping):
-        raise DataError(f"{origin}: a sample must be a dict of input name -> array, got {type(sample).__name__}")
-    missing = [n for n in inputs if n not in sample]
-    extra = tuple(sorted(str(n) for n in sample if n not in inputs))
-    if missing:
-        msg = "missing input(s) " + ", ".join(repr(n) for n in missing)
-        if extra:
-            msg += "; it has " + ", ".join(repr(n) for n in extra)
-        hint = f"the model's inputs are: {', '.join(inputs)}"
-        if origin.endswith(".npz"):
-            first = next(iter(inputs))
-            hint += (f"; an .npz holds one sample keyed by input name ({first}=...) or many keyed "
-                     f"NNN/<input> (000/{first}, 001/{first}, ...)")
-        raise DataError(f"{origin}: {msg}", hint=hint)
-    if extra and (noted is None or extra not in noted):
-        if noted is not None:
-            noted.add(extra)
-        log.warning("%s: ignoring key(s) %s that are not inputs of the model (inputs: %s)", origin,
-                    ", ".join(repr(k) for k in extra), ", ".join(inputs))
-    out: Sample = {}
-    for name, spec in inputs.items():
-        arr = np.asarray(sample[name])
-        if arr.dtype != spec.dtype:
-            raise DataError(
-                f"{origin}: input {name!r} has dtype {arr.dtype}, the model wants {spec.dtype}",
-                hint=f"save it as {spec.dtype} (e.g. arr.astype(np.{spec.dtype.name}))",
-            )
-        if arr.size == 0:
-            raise DataError(f"{origin}: input {name!r} is empty (shape {list(arr.shape)})",
-                            hint="every sample needs data for every input")
-        if spec.dims and arr.ndim != len(spec.dims):
-            raise DataError(
-                f"{origin}: input {name!r} has shape {list(arr.shape)} (rank {arr.ndim}), "
-                f"the model wants rank {len(spec.dims)} {list(spec.dims)}",
-                hint="include the batch dimension",
-            )
-        for i, (have, want) in enumerate(zip(arr.shape, spec.dims)):
-            if isinstance(want, int) and have != want:
-                raise DataError(
-                    f"{origin}: input {name!r} has shape {list(arr.shape)}, the model fixes dim {i} to {want} "
-                    f"({list(spec.dims)})"
-                )
-        if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
-            bad = int(np.count_nonzero(~np.isfinite(arr)))
-            raise DataError(f"{origin}: input {name!r} contains {bad} NaN/Inf value(s)")
-        out[name] = arr
-    return out
-
-
-def _declared_bytes(fp: Any) -> tuple[tuple[int, ...], int] | None:
-    """(shape, bytes through the end of the data) an .npy header promises; None if not plain numeric."""
-    fmt = np.lib.format
-    version = fmt.read_magic(fp)
-    if version == (1, 0):
-        shape, _, dtype = fmt.read_array_header_1_0(fp)
-    elif version == (2, 0):
-        shape, _, dtype = fmt.read_array_header_2_0(fp)
-    else:
-        shape, _, dtype = fmt._read_array_header(fp, version)  # type: ignore[attr-defined]  # 3.0: utf-8 header
-    if dtype.hasobject:
-        return None  # np.load refuses it (allow_pickle=False) with its own message
-    return tuple(shape), fp.tell() + math.prod(shape) * dtype.itemsize
-
-
-def _check_sizes(path: Path) -> None:
-    """Refuse arrays whose header declares more data than the file holds, before numpy allocates it."""
-    try:
-        if path.suffix.lower() == ".npy":
-            with open(path, "rb") as fh:
-                members = [(path.name, _declared_bytes(fh), path.stat().st_size)]
-        else:
-            with zipfile.ZipFile(path) as zf:
-                members = []
-                for info in zf.infolist():
-                    if info.filename.endswith(".npy"):
-                        with zf.open(info) as fh:
-                            members.append((info.filename, _declared_bytes(fh), info.file_size))
-    except Exception:  # a malformed header: np.load reports it below with its own message
-        return
-    for member, declared, size in members:
-        if declared is not None and declared[1] > size:
-            where = "" if member == path.name else f" (array {member!r})"
-            raise DataError(
-                f"{path}{where}: header declares shape {list(declared[0])}, {declared[1]} bytes, "
-                f"but only {size} are there",
-                hint="the file is truncated or corrupt",
-            )
-
-
-def _npy_sample(path: Path, inputs: Mapping[str, InputSpec], group: str | None = None) -> dict[str, np.ndarray]:
-    _check_sizes(path)
-    try:
-        loaded = np.load(path, allow_pickle=False)
-    except ValueError as exc:  # pickled object arrays, bad headers
-        raise DataError(f"{path}: cannot load ({str(exc).splitlines()[0]})",
-                        hint="save plain numeric arrays; pickled objects are refused") from exc
-    except Exception as exc:  # numpy's header parser lets tokenize/syntax errors through on garbage
-        raise DataError(f"{path}: cannot read ({_first_line(exc)})",
-                        hint="the file is truncated or not a numpy file") from exc
-    if isinstance(loaded, np.ndarray):
-        if len(inputs) != 1:
-            raise DataError(
-                f"{path}: a .npy file holds one array but the model has {len(inputs)} inputs",
-                hint=f"save an .npz with keys {', '.join(inputs)}",
-            )
-        return {next(iter(inputs)): loaded}
-    try:
-        with loaded as z:
-            if group is not None:
-                return {k[len(group) + 1:]: z[k] for k in z.files if k.startswith(group + "/")}
-            return {k: z[k] for k in z.files}
-    except Exception as exc:  # a corrupt member: same policy as a corrupt .npy
-        raise DataError(f"{path}: cannot read ({_first_line(exc)})", hint="the file is truncated or corrupt") from exc
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0][:200]}" if text else type(exc).__name__
-
-
 def _loader_module(path: Path) -> Any:
     if not path.is_file():
         raise DataError(f"{path}: loader file not found")
@@ -418,7 +266,7 @@ def iter_samples_with_origin(
         for ref in _refs(source)[start:stop]:
             f, origin = ref[0], _origin(ref)
             if source.kind == "npy":
-                raw = _npy_sample(f, inputs, ref[1])
+                raw = read_npy_sample(f, inputs, ref[1])
             else:
                 if len(inputs) != 1:
                     raise DataError(f"{f}: image samples need a single-input model; this one has {len(inputs)}",

@@ -178,8 +178,8 @@ _OUTPUT = (
 )
 
 SETTINGS: tuple[Setting, ...] = (
-    _s("precision", "choice", "Made explicit in the ONNX (FP16 casts / INT8 Q-DQ), then built strongly typed.", _B,
-       default="fp32", choices=("fp32", "fp16", "int8")),
+    _s("precision", "choice", "Made explicit in the ONNX (FP16 casts / INT8 Q-DQ), then built strongly typed.",
+       PRECISION, default="fp32", choices=("fp32", "fp16", "int8")),  # quantize: fp16 or int8, required
     *_SAMPLES, *_EXCLUDE, *_FP16, *_INT8, *_GATE_SETTINGS,
     _s("shapes", "shapes", "Static shapes for dynamic inputs, e.g. images:1x3x640x640 (build: one profile with "
        "min = opt = max, trtexec --shapes).", ("check", "rewrite", "quantize", "build", "verify"),

@@ -1,4 +1,4 @@
-"""The pipeline as Python functions: what the CLI commands do, minus the printing.
+"""The stage functions of the Python API: check, rewrite, quantize, build (minus the printing).
 
 Each function takes paths and one frozen settings object, returns the stage's typed
 report, and raises the same :mod:`trtconv.errors` exceptions the CLI turns into exit

@@ -1,0 +1,268 @@
+"""The stages of ``trtconv build``, one function each: plain data in, a frozen :class:`Step` out (its
+result for the stages after it, and its line in the report). TensorRT is imported only inside
+:func:`engine_stage` (by trtconv.trt). The precision stage's gate is ``trtconv.pipeline.quantize``'s,
+not a copy."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from trtconv.analyze import analyze
+from trtconv.errors import (
+    BackendUnavailableError,
+    UnsupportedModelError,
+    UsageError,
+)
+from trtconv.load import LoadedModel, dynamic_inputs, load_model, model_sha256, save_model
+from trtconv.onnxutil import qualified_op
+from trtconv.pipeline.build_identity import gpu_properties
+from trtconv.pipeline.build_record import ProgressPhases, Step
+from trtconv.pipeline.build_settings import BuildSettings
+from trtconv.pipeline.quantize import (
+    QuantizeAccuracyError,
+    QuantizeResult,
+    check_gate_outputs,
+    fp16_settings,
+    run_int8,
+)
+from trtconv.pipeline.reference_graph import Reference
+from trtconv.plan import (
+    CORNERS,
+    BuildPlan,
+    CornerRuns,
+    Profile,
+    run_corners,
+    target_name,
+)
+from trtconv.precision import Fp16AccuracyError, convert_fp16
+from trtconv.reference import DEFAULT_THRESHOLDS
+from trtconv.rewrites import RewriteResult, RewriteSettings, rewrite
+from trtconv.samples import SampleSet
+from trtconv.settings import NEWEST_TENSORRT
+from trtconv.trt import build_engine, for_target, probe
+from trtconv.verify import verify_engine_corners
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Precisioned:
+    model: onnx.ModelProto
+    summary: Mapping[str, Any]  # the manifest's precision block
+    calibration: Mapping[str, Any] | None = None
+    gate: QuantizeResult | None = None  # fp16/int8: the accuracy gate's verdict
+
+
+@dataclass(frozen=True)
+class Saved:
+    path: Path
+    sha256: str
+    graph: LoadedModel  # the prepared ONNX as written (structure only: no weight bytes)
+
+
+@dataclass(frozen=True)
+class Built:
+    environment: Mapping[str, Any]
+    precision: Mapping[str, Any]
+    plugins_needed: tuple[str, ...]
+    seconds: float
+    engine_sha256: str
+    extra: Mapping[str, Any] = field(default_factory=dict)  # layer table, bindings, plugin creators
+
+
+
+def check_stage(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]]) -> Step[None]:
+    report = analyze(loaded, target, shapes)
+    if report.verdict not in ("supported", "needs-rewrite"):
+        bad = [n for n in report.nodes if n.status == "unsupported"]
+        names = ", ".join(f"{n.path} ({n.op_type})" for n in bad[:5]) or "see `trtconv check`"
+        verb = "cannot build" if report.stage() == "builder" else "cannot parse"
+        raise UnsupportedModelError(
+            f"{target_name(target)} {verb} {len(bad)} node(s) that trtconv can neither rewrite nor map to a "
+            f"plugin: {names}",
+            hint=f"run `trtconv check --trt {target} {shlex.quote(str(loaded.path))}` for the reasons",
+        )
+    return Step(None, {"verdict": report.verdict, "target": target})
+
+
+def rewrite_stage(loaded: LoadedModel, settings: RewriteSettings) -> Step[RewriteResult]:
+    result = rewrite(loaded, settings)
+    proof = result.report.graph_proof
+    rules: dict[str, list[str]] = {}  # rule -> the nodes it rewrote
+    for entry in result.report.rewrites:
+        rules.setdefault(entry.rule, []).append(entry.node)
+    return Step(result, {"rewritten": len(result.report.rewrites), "rules": rules,
+                         "nodes": [result.report.nodes_before, result.report.nodes_after],
+                         "graph_proof": {"method": proof.method, "passed": proof.passed,
+                                         "tolerance": proof.tolerance, "arithmetic": proof.arithmetic}})
+
+
+def recheck_stage(saved: Saved, target: str, shapes: dict[str, tuple[int, ...]]) -> Step[None]:
+    """The prepared ONNX against the parser's rules again: what rewrite left behind fails here,
+    without TensorRT, instead of minutes later in its parser. Plugin nodes are expected."""
+
+    report = analyze(saved.graph, target, shapes)
+    left = [n for n in report.nodes if n.status in ("unsupported", "rewritable")]
+    if left:
+        names = ", ".join(f"{n.path} ({n.op_type}: {n.status})" for n in left[:5])
+        raise UnsupportedModelError(
+            f"after rewrite and precision, {target_name(target)} would still reject {len(left)} node(s): {names}",
+            hint=f"run `trtconv check --trt {target} {shlex.quote(str(saved.path))}` for the reasons",
+        )
+    plugins = sorted({qualified_op(n.domain, n.op_type) for n in report.nodes if n.status == "plugin"})
+    return Step(None, {"verdict": report.verdict, "plugin_ops": plugins})
+
+
+def precision_stage(model: onnx.ModelProto, req: BuildSettings, target: str, samples: SampleSet | None,
+               reference: Reference, phases: ProgressPhases | None) -> Step[Precisioned]:
+    if req.precision == "fp32":
+        return Step(Precisioned(model, {"method": "none"}), {"precision": "fp32"}, status="skipped")
+    qs = req.quantize_settings()
+    check_gate_outputs(model, qs.gate())
+    if req.precision == "fp16":
+        if samples is not None and not reference.rewritten_runs:
+            log.warning("the rewritten graph holds plugin nodes ONNX Runtime cannot run: FP16 activation "
+                        "ranges are not measured (rewrite with --dcn-target deformconv to measure them)")
+            samples = None
+        elif samples is None:
+            log.warning("fp16 without --calib-data: nodes are kept in FP32 by op type and weight range only; "
+                        "activation ranges are not measured (pass --calib-data DIR for that)")
+        source = samples.source if samples is not None else None
+        try:
+            fp16 = convert_fp16(model, fp16_settings(qs), samples, progress=phases)  # quantize's settings
+        except Fp16AccuracyError as exc:
+            failed = QuantizeResult(exc.result.model, qs, exc.result.report, source, exc.result.report.samples)
+            raise QuantizeAccuracyError(exc.message, failed, exc.hint) from exc
+        report = fp16.report.to_json()
+        gate = QuantizeResult(fp16.model, qs, fp16.report, source, fp16.report.samples)
+        calibration = None if samples is None else {
+            "method": "fp16-activation-ranges", "data_sha256": samples.digest(), "samples": len(samples)}
+        kept = report.get("kept") or []
+        return Step(Precisioned(fp16.model, {"method": "fp16-explicit", "report": report}, calibration, gate),
+                    {"precision": "fp16", "samples": len(samples) if samples is not None else 0,
+                     "kept_fp32": len(kept) if isinstance(kept, list) else kept, **_gate_json(gate)})
+
+    assert samples is not None
+    # Plugin nodes (DCN -> a TensorRT plugin) cannot run in ONNX Runtime: calibrate on the model's
+    # DeformConv form instead, whose tensors carry the same names; int8 carries the scales over.
+    calibration_model = None if reference.rewritten_runs else reference.deformconv
+    # the calibration cache's header names a TensorRT version; TensorRT-RTX reads none, so it gets the default
+    result = run_int8(model, samples, qs, calibration_model=calibration_model,
+                      trt_version=target if target[:1].isdigit() else NEWEST_TENSORRT,
+                      progress=phases, warn=log.warning)
+    report8 = result.report
+    gate = QuantizeResult(result.model, qs, report8, samples.source, report8.calibration_runs or None)
+    calibration = {"method": qs.calib_method, "data_sha256": samples.digest(), "samples": report8.calibration_runs,
+                   "held_out": report8.accuracy_samples if report8.checked_on == "held-out" else 0}
+    return Step(Precisioned(result.model, {"method": "int8-qdq", "report": report8.to_json()}, calibration, gate),
+                {"precision": "int8", "qdq_pairs": len(report8.placed), "remainder": report8.remainder,
+                 "auto_excluded": list(report8.auto_excluded),
+                 "calibrated_on": "model" if calibration_model is None else "DeformConv form", **_gate_json(gate)})
+
+
+def _gate_json(result: QuantizeResult) -> dict[str, Any]:
+    """The accuracy gate's verdict for the precision stage's record (same fields as ``quantize --json``)."""
+    doc = result.to_json()
+    keys = ("accuracy", "thresholds", "violations", "accuracy_check", "checked", "passed", "held_out_samples",
+            "worst_samples", "weak", "verdict")
+    return {"gate": {k: doc[k] for k in keys if k in doc}}
+
+
+def save_stage(model: onnx.ModelProto, prepared: Path) -> Step[Saved]:
+    save_model(model, prepared, force=True)
+    # Hash the files, not the proto: a model over 2 GB cannot be serialized in memory.
+    graph = load_model(prepared, structure_only=True)  # the files' hash, and the graph recheck reads
+    sha = model_sha256(graph)
+    return Step(Saved(prepared, sha, graph), {"path": str(prepared), "sha256": sha})
+
+
+def corners_stage(reference: Reference, profiles: tuple[Profile, ...], req: BuildSettings, samples: SampleSet | None,
+             keep_outputs: bool) -> Step[CornerRuns | None]:
+    """Every profile corner run on the reference graph before TensorRT spends minutes on it (on a
+    real sample of the corner's shapes where --calib-data has one); the outputs are kept for
+    verify, which judges the engine on the same inputs."""
+    if req.no_preflight:
+        return Step(None, {"reason": "--no-preflight"}, "skipped")
+    if not profiles and dynamic_inputs(reference.loaded.proto):  # only with --prepare-only: build needs one
+        return Step(None, {"reason": "no profile: dynamic inputs and no shapes (--prepare-only)"}, "skipped")
+    graph = reference.graph
+    if graph is None:
+        log.warning("profile shapes not checked on ONNX Runtime: it can run neither the model nor its rewritten "
+                    "graph")
+        return Step(None, {"reason": "ONNX Runtime cannot run this graph"}, "skipped")
+    runs = run_corners(graph.model, profiles, seed=req.seed, path=graph.path, keep_outputs=keep_outputs,
+                       samples=samples)
+    if runs.failures:
+        first = runs.failures[0]
+        raise UsageError(
+            f"the graph cannot run at {first.describe()}",
+            hint="TensorRT would fail on the same shapes minutes into the build; narrow the profile "
+            "(--min-shapes/--opt-shapes/--max-shapes) to shapes the model supports, or skip this check "
+            "with --no-preflight",
+        )
+    return Step(runs, {"profiles": len(profiles), "corners_run": "min/opt/max", "graph": graph.label,
+                       "not_run": list(runs.skipped),
+                       "failed_on_synthetic_values": [f.describe() for f in runs.value_failures]})
+
+
+def engine_stage(plan: BuildPlan, progress: Any) -> Step[Built]:
+    flavour = for_target(plan.target)
+    env = probe()
+    gpu = env.gpus[0] if env.gpus else None
+    cache = None
+    if flavour.needs_gpu_to_build and gpu is None:
+        raise BackendUnavailableError(f"no usable GPU: {env.driver_error or 'none visible'}",
+                                      hint="run `trtconv doctor`; without a GPU, --trt rtx builds TensorRT-RTX engines")
+    if flavour.timing_cache and gpu is not None:  # TensorRT-RTX: no timing cache, never touched
+        cache = plan.timing_cache.resolve(gpu.name, gpu.compute_capability, env.tensorrt.version or "unknown")
+    result = build_engine(plan, timing_cache=cache, progress=progress)
+    share = result.precision_share
+    built = Built(
+        environment={**env.manifest_fields(flavour=flavour), "gpu_properties": gpu_properties()},
+        precision={**result.precision.to_json(), "share": round(share, 4) if share is not None else None,
+                   "checked_on": result.precision_source},
+        plugins_needed=tuple(result.plugins_needed),
+        seconds=result.seconds,
+        engine_sha256=hashlib.sha256(plan.engine_path.read_bytes()).hexdigest(),
+        extra=result.extra,
+    )
+    return Step(built, {"engine": str(plan.engine_path), "bytes": result.engine_bytes,
+                        "timing_cache": str(cache) if cache else None})
+
+
+def verify_stage(model: Path, req: BuildSettings, plan: BuildPlan, reference: Reference,
+            corners: CornerRuns | None) -> Step[Mapping[str, Any]]:
+    """Engine vs ONNX Runtime at every profile's min/opt/max, against the reference graph (the
+    user's model, or what ONNX Runtime runs of it), on the inputs the profile stage ran; if
+    ONNX Runtime runs none of them, skipped."""
+
+    todo: list[tuple[int, str, dict[str, tuple[int, ...]]]] = []
+    seen: set[tuple[int, tuple[tuple[str, tuple[int, ...]], ...]]] = set()
+    for index, profile in enumerate(plan.profiles or ()):
+        for corner in CORNERS:
+            shapes = profile.corner(corner)
+            key = (index, tuple(sorted(shapes.items())))
+            if key not in seen:
+                seen.add(key)
+                todo.append((index, corner, shapes))
+    todo = todo or [(0, "static", {})]
+    graph = reference.graph
+    if graph is None:
+        reason = "ONNX Runtime can run neither the model nor the prepared graph"
+        return Step({"passed": None, "reason": reason}, {"reason": reason}, "skipped")
+    result = verify_engine_corners(plan.engine_path, graph.path or graph.model, todo,
+                                   thresholds=DEFAULT_THRESHOLDS[req.precision],
+                                   plugin_libraries=plan.plugin_libraries, seed=req.seed,
+                                   check_compatibility=False,  # just built here; an old manifest may linger
+                                   references=corners.outputs if corners is not None else None)
+    label = model.name if graph.label == "original" else f"{model.name} ({graph.label})"
+    verdict = {**result, "reference": label}
+    return Step(verdict, verdict, "done" if result["passed"] else "failed")
