@@ -54,7 +54,7 @@ class BarSink:
 
     def phase_start(self, name: str, parent: str | None, steps: int) -> None:
         with self.lock:
-            label = ("  " if parent else "") + "tensorrt: " + name  # TensorRT's phase, not trtconv's stage
+            label = ("  " if parent else "") + name
             self.tasks[name] = self.bar.add_task(label, total=steps if steps > 0 else None)
 
     def step(self, name: str, step: int) -> None:

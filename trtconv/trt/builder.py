@@ -88,7 +88,11 @@ class BuildResult:
 def _progress_monitor(sink: ProgressSink | None, cancel: Cancel) -> trt.IProgressMonitor:
     """TensorRT's progress callbacks → ``sink``, and the way a build is cancelled: ``step_complete``
     returns False once ``cancel`` was requested (Ctrl-C, SIGTERM, the caller). An interrupt that
-    still surfaces in a callback must not unwind through TensorRT's C++ frames: it is recorded."""
+    still surfaces in a callback must not unwind through TensorRT's C++ frames: it is recorded.
+    Phase names reach ``sink`` as ``tensorrt: <phase>``: TensorRT's phases, never read as trtconv's."""
+    def own(phase: str | None) -> str | None:
+        return None if phase is None else f"tensorrt: {phase}"
+
     class Monitor(trt.IProgressMonitor):
         def __init__(self) -> None:
             trt.IProgressMonitor.__init__(self)
@@ -96,14 +100,14 @@ def _progress_monitor(sink: ProgressSink | None, cancel: Cancel) -> trt.IProgres
         def phase_start(self, phase_name: str, parent_phase: str | None, num_steps: int) -> None:  # type: ignore[override]
             try:
                 if sink is not None:
-                    sink.phase_start(phase_name, parent_phase, int(num_steps))
+                    sink.phase_start(f"tensorrt: {phase_name}", own(parent_phase), int(num_steps))
             except KeyboardInterrupt:
                 cancel.request()
 
         def step_complete(self, phase_name: str, step: int) -> bool:  # type: ignore[override]
             try:
                 if sink is not None:
-                    sink.step(phase_name, int(step))
+                    sink.step(f"tensorrt: {phase_name}", int(step))
             except KeyboardInterrupt:
                 cancel.request()
             return not cancel.requested  # False asks TensorRT to cancel the build
@@ -111,7 +115,7 @@ def _progress_monitor(sink: ProgressSink | None, cancel: Cancel) -> trt.IProgres
         def phase_finish(self, phase_name: str) -> None:
             try:
                 if sink is not None:
-                    sink.phase_finish(phase_name)
+                    sink.phase_finish(f"tensorrt: {phase_name}")
             except KeyboardInterrupt:
                 cancel.request()
 
