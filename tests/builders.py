@@ -92,3 +92,14 @@ def cls_calibration(folder: Path, n: int = 10) -> Path:
         x = (np.asarray(img, np.float32) / 255.0 - 0.5) / 0.5
         np.save(folder / f"{i:03d}.npy", x.transpose(2, 0, 1)[None])
     return folder
+
+
+def two_inputs_one_dim_name(folder: Path) -> Path:
+    """Two inputs naming a dim alike: 4 vs 8 is a contradiction only TensorRT's builder sees (exit 6)."""
+    g = helper.make_graph([helper.make_node("Concat", ["a", "b"], ["y"], axis=1)], "g",
+                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, "n"]),
+                           helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, "n"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, None])])
+    path = folder / "two.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
+    return path

@@ -13,11 +13,9 @@ import hashlib
 import json
 from pathlib import Path
 
-import onnx
 import pytest
-from builders import cls_calibration
+from builders import cls_calibration, two_inputs_one_dim_name
 from click.testing import CliRunner
-from onnx import TensorProto, helper
 from realmodels import ddddocr_model, magika_model, nudenet_model, rapidocr_model, silero_model
 
 from trtconv.cli.main import cli
@@ -169,12 +167,7 @@ def test_a_model_the_real_builder_rejects_exits_6_with_its_message(tmp_path):
     """Two inputs naming a dim alike ("n") with different --shapes: TensorRT treats equally named dims as
     equal, so 4 vs 8 is contradictory (`check` flags this only within one input, where the names are
     an exporter's accident). The builder's own words reach the user in one line."""
-    g = helper.make_graph([helper.make_node("Concat", ["a", "b"], ["y"], axis=1)], "g",
-                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, "n"]),
-                           helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, "n"])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, None])])
-    model = tmp_path / "two.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), model)
+    model = two_inputs_one_dim_name(tmp_path)
     engine = tmp_path / "two.engine"
     code, out = _build(model, "-o", engine, "--shapes", "a:1x4,b:1x8")
     assert code == ExitCode.BUILD_FAILED, out

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import onnx
 import pytest
+from builders import two_inputs_one_dim_name
 from click.testing import CliRunner
 from onnx import TensorProto, helper
 from realmodels import rapidocr_model
@@ -20,17 +21,6 @@ from trtconv.cli.main import cli
 from trtconv.errors import ExitCode
 
 pytest.importorskip("tensorrt_rtx", reason="tensorrt-rtx is in the test extra: run `make install`")
-
-
-def _two_inputs_one_dim_name(folder: Path) -> Path:
-    """Two inputs naming a dim alike: 4 vs 8 is a contradiction only TensorRT's builder sees (exit 6)."""
-    g = helper.make_graph([helper.make_node("Concat", ["a", "b"], ["y"], axis=1)], "g",
-                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, "n"]),
-                           helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, "n"])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, None])])
-    path = folder / "two.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
-    return path
 
 
 def _reshape_to_2x3(folder: Path) -> Path:
@@ -45,7 +35,7 @@ def _reshape_to_2x3(folder: Path) -> Path:
 
 
 FAILURES = {  # id: (model, flags, exit code, stage that failed)
-    "builder-exit-6": (_two_inputs_one_dim_name, ["--shapes", "a:1x4,b:1x8"], ExitCode.BUILD_FAILED, "build"),
+    "builder-exit-6": (two_inputs_one_dim_name, ["--shapes", "a:1x4,b:1x8"], ExitCode.BUILD_FAILED, "build"),
     "precision-exit-8": (lambda _d: rapidocr_model("cls"),
                          ["--shapes", "x:1x3x48x192", "--precision", "fp16", "--exclude-op", "Conv"],
                          ExitCode.PRECISION_NOT_ACHIEVED, "build"),
@@ -74,7 +64,7 @@ def test_a_failed_build_leaves_nothing_and_json_names_nothing(case, tmp_path):
 def test_keep_prepared_keeps_the_prepared_onnx_of_a_failed_build(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    res = CliRunner().invoke(cli, ["build", "--trt", "rtx", str(_two_inputs_one_dim_name(tmp_path)),
+    res = CliRunner().invoke(cli, ["build", "--trt", "rtx", str(two_inputs_one_dim_name(tmp_path)),
                                    "-o", str(out / "m.engine"), "--shapes", "a:1x4,b:1x8", "--keep-prepared",
                                    "--json"])
     assert res.exit_code == ExitCode.BUILD_FAILED, res.output
