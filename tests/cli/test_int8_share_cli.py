@@ -45,19 +45,23 @@ def test_an_unreachable_share_stops_after_one_check_in_seconds(ocr_det, tmp_path
     assert seconds < 120, seconds  # one check, not the whole search (minutes on larger models)
 
 
-def test_auto_exclude_marks_the_excluded_layers_and_counts_its_evaluations(silero, tmp_path):
+def test_auto_exclude_is_the_default_marks_the_excluded_layers_and_counts_its_evaluations(silero, tmp_path):
+    """Auto-exclusion is on by default (a user asking for INT8 expects an INT8 model that passes the gate, within
+    --min-precision-share, not a refusal and a hint): no flag, and the layers that break the gate stay out."""
     folder = tmp_path / "vad"
     folder.mkdir()
     s16 = silero_samples(silero, range(1), seconds=1.5, every=3)
     s8 = silero_samples(silero, range(1), seconds=1.5, every=3, sr=8000)
     for i, sample in enumerate(x for pair in zip(s16, s8) for x in pair):
         np.savez(folder / f"{i:03d}.npz", **sample)
-    args = ("quantize", silero, "-o", tmp_path / "vad.onnx", "--precision", "int8", "--calib-data", folder,
-            "--auto-exclude", "--force")
+    args = ("quantize", silero, "-o", tmp_path / "vad.onnx", "--precision", "int8", "--calib-data", folder, "--force")
+    refused = _invoke(*args, "--no-auto-exclude", "--json")
+    assert refused.exit_code == ExitCode.ACCURACY, refused.output  # the full-INT8 model misses the gate
     res = _invoke(*args, "--json")
     assert res.exit_code == 0, res.output
     r = json.loads(res.stdout)["int8"]
     assert r["auto_excluded"], "the test data needs auto-exclude on Silero"
+    assert len(r["auto_excluded"]) <= len(r["sensitivity"]) / 2  # the default --min-precision-share: 0.5
     marked = [e["node"] for e in r["sensitivity"] if e["excluded"]]
     assert sorted(marked) == sorted(r["auto_excluded"])
     per_candidate = 2  # the candidate and its exact-rounding FP16 twin

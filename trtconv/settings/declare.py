@@ -101,7 +101,8 @@ _INT8 = (
     _s("int8_remainder", "choice", "int8: the precision of everything outside the Q/DQ pairs (fp16 under the FP16 "
        "overflow rules).", PRECISION, default="fp16", choices=("fp16", "fp32")),
     _s("auto_exclude", "bool", "int8: when the gate fails, keep the fewest layers out of INT8 until it passes (named "
-       "in the report).", PRECISION, default=False),
+       "in the report), at least --min-precision-share of them staying INT8 (else exit 8); --no-auto-exclude: "
+       "fail at once (exit 7).", PRECISION, default=True, secondary="--no-auto-exclude"),
     _s("sensitivity", "bool", "int8: report the error each quantized layer adds on the held-out data (always done "
        "when the gate fails).", PRECISION, default=False),
 )
