@@ -237,21 +237,23 @@ def task_metric(name: str, refs: list[dict], gots: list[dict]) -> tuple[str, flo
 
 
 def int8_share(fp32, q) -> tuple[int, int]:
-    """(compute layers whose data input arrives through DequantizeLinear in ``q``, compute layers of ``fp32``),
-    subgraphs included; a Cast between the DequantizeLinear and the layer counts as through it."""
+    """(compute layers of ``q`` whose data *and* weight inputs both arrive through DequantizeLinear — what
+    TensorRT runs in INT8 —, compute layers of ``fp32``), subgraphs included; Casts in between are looked
+    through. Both, because ONNX Runtime also puts Q/DQ on the outputs of the layers it quantizes: a layer it
+    was told to exclude can still read its data through a DequantizeLinear, with float weights."""
     from trtconv.onnxutil.walk import iter_graphs
 
     total = sum(1 for g in iter_graphs(fp32.graph) for n in g.node if n.op_type in COMPUTE_OPS)
     producer = {o: n for g in iter_graphs(q.graph) for n in g.node for o in n.output}
-    quantized = 0
-    for g in iter_graphs(q.graph):
-        for n in g.node:
-            if n.op_type not in COMPUTE_OPS:
-                continue
-            p = producer.get(n.input[0])
-            while p is not None and p.op_type == "Cast":
-                p = producer.get(p.input[0])
-            quantized += p is not None and p.op_type == "DequantizeLinear"
+
+    def through_dq(name: str) -> bool:
+        p = producer.get(name)
+        while p is not None and p.op_type == "Cast":
+            p = producer.get(p.input[0])
+        return p is not None and p.op_type == "DequantizeLinear"
+
+    quantized = sum(1 for g in iter_graphs(q.graph) for n in g.node
+                    if n.op_type in COMPUTE_OPS and len(n.input) > 1 and through_dq(n.input[0]) and through_dq(n.input[1]))
     return quantized, total
 
 
