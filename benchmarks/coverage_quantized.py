@@ -101,15 +101,29 @@ def _changed(src: Path, dst: Path) -> bool:
     return ops(src) != ops(dst)
 
 
+def _ort_refuses(path: Path) -> str | None:
+    """Why ONNX Runtime cannot load ``path`` (its quantizers at times write invalid models: the
+    4-bit QDQ form moves the model to opset 21 and leaves ReduceMean's ``axes`` an attribute), or None."""
+    import onnxruntime as ort
+
+    try:
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+    return None
+
+
 def preprocessed(float_onnx: Path, out_dir: Path) -> Path:
-    """``quant_pre_process`` (symbolic shape inference + ONNX Runtime's basic optimizations), the step
-    ONNX Runtime's quantization guide runs first: its quantizers need the shapes of the fused ops'
-    outputs. The model as it is where that step fails (with a printed line)."""
+    """``quant_pre_process``'s shape inference, the step ONNX Runtime's quantization guide runs first:
+    its quantizers need the shapes of the fused ops' outputs. Its optimization step is skipped: it
+    merges equal initializers (the zero biases of seeded models), and the QOperator quantizer then
+    writes a QGemm whose bias is the int8 LayerNorm bias, a model ONNX Runtime refuses to load.
+    The model as it is where that step fails (with a printed line)."""
     from onnxruntime.quantization import quant_pre_process
 
     dst = out_dir / f"{float_onnx.stem}.pre.onnx"
     try:
-        quant_pre_process(str(float_onnx), str(dst))
+        quant_pre_process(str(float_onnx), str(dst), skip_optimization=True)
     except Exception as exc:
         print(f"quant_pre_process failed on {float_onnx.name} ({type(exc).__name__}); quantizing it as it is")
         return float_onnx
@@ -135,6 +149,11 @@ def quantized_variants(float_onnx: Path, out_dir: Path,
             continue
         if not _changed(src, dst):
             print(f"skip {float_onnx.stem}.{suffix}: the quantizer found nothing to quantize", flush=True)
+            continue
+        refused = _ort_refuses(dst)
+        if refused:
+            print(f"skip {float_onnx.stem}.{suffix}: ONNX Runtime cannot load what its quantizer wrote: {refused}",
+                  flush=True)
             continue
         made.append((suffix, dst))
     return made

@@ -6,6 +6,8 @@ takes. One rule per module; each is registered in :mod:`trtconv.rewrites.catalog
 * :mod:`.dynamic_lstm`: ``com.microsoft::DynamicQuantizeLSTM`` -> ``LSTM`` on dequantized weights;
 * :mod:`.dynamic_matmul`: ``com.microsoft::DynamicQuantizeMatMul`` / ``MatMulIntegerToFloat`` ->
   ``MatMul`` (+ bias) on dequantized weights;
+* :mod:`.matmul_nbits`: ``com.microsoft::MatMulNBits`` (4-bit blocked weights) -> int4 blocked
+  ``DequantizeLinear`` + ``MatMul`` (or float weights);
 * :mod:`.qattention`: ``DynamicQuantizeLinear`` + ``com.microsoft::QAttention`` -> standard-ONNX
   attention on dequantized weights;
 * :mod:`.quantized_gather`: ``Gather`` of a quantized embedding table -> ``Gather`` of the float table;
@@ -20,6 +22,7 @@ original's own quantization noise, so their node proofs hold a measured bound, n
 from trtconv.rewrites.quantized.dynamic_integer import DynamicIntegerRule
 from trtconv.rewrites.quantized.dynamic_lstm import DynamicLstmRule
 from trtconv.rewrites.quantized.dynamic_matmul import DynamicMatMulRule
+from trtconv.rewrites.quantized.matmul_nbits import MatMulNBitsRule
 from trtconv.rewrites.quantized.qattention import QAttentionRule
 from trtconv.rewrites.quantized.qdq_boundary import QdqRule
 from trtconv.rewrites.quantized.qoperator import QOperatorRule
@@ -27,7 +30,7 @@ from trtconv.rewrites.quantized.quantized_gather import QuantizedGatherRule
 from trtconv.rewrites.rule import RuleFamily
 
 FAMILY = RuleFamily("quantized", (DynamicIntegerRule(), DynamicLstmRule(), DynamicMatMulRule(), QAttentionRule(),
-                                  QuantizedGatherRule(), QdqRule(), QOperatorRule()))
+                                  MatMulNBitsRule(), QuantizedGatherRule(), QdqRule(), QOperatorRule()))
 
-__all__ = ["FAMILY", "DynamicIntegerRule", "DynamicLstmRule", "DynamicMatMulRule", "QAttentionRule", "QOperatorRule",
+__all__ = ["FAMILY", "DynamicIntegerRule", "DynamicLstmRule", "DynamicMatMulRule", "MatMulNBitsRule", "QAttentionRule", "QOperatorRule",
            "QdqRule", "QuantizedGatherRule"]

@@ -2,7 +2,8 @@
 
 ``QLinearConv``, ``QLinearMatMul`` and ``com.microsoft`` ``QGemm``, ``QLinearAdd``,
 ``QLinearMul``, ``QLinearSigmoid``, ``QLinearLeakyRelu``, ``QLinearGlobalAveragePool``,
-``QLinearAveragePool``, ``QLinearConcat``: TensorRT imports none of them. Each becomes its
+``QLinearAveragePool``, ``QLinearConcat``, ``QLinearSoftmax`` (a QOperator BERT's attention scores):
+TensorRT imports none of them. Each becomes its
 float op. Quantized activations arrive float (the ``QuantizeLinear`` that made them, and the
 QOperator op before, are rewritten first: :mod:`.qdq_boundary`, this module); constant inputs are
 dequantized once, except symmetric int8 weights, which stay int8 behind a ``DequantizeLinear``
@@ -79,6 +80,8 @@ OPS: dict[tuple[str, str], QOp] = {
     (MS_DOMAIN, "QLinearGlobalAveragePool"): QOp("GlobalAveragePool", _one, (3, 4)),
     (MS_DOMAIN, "QLinearAveragePool"): QOp("AveragePool", _one, (3, 4), POOL_ATTRS),
     (MS_DOMAIN, "QLinearConcat"): QOp("Concat", lambda n: tuple(range(2, n, 3)), (0, 1), ("axis",)),
+    # its ``opset`` attribute: the Softmax semantics (before 13, over the flattened trailing axes)
+    (MS_DOMAIN, "QLinearSoftmax"): QOp("Softmax", _one, (3, 4), ("axis",)),
 }
 
 
@@ -154,10 +157,20 @@ def _read(node: gs.Node, ctx: RuleContext, spec: QOp) -> QMatch | None:
         w = operands[1]
         w_scale = np.asarray(w.scale, np.float32).reshape(-1)
         bias = (b.astype(np.float32) * np.float32(operands[0].scale) * w_scale).astype(np.float32)
-    if node.attrs.get("channels_last", 0):
+    if node.attrs.get("channels_last", 0) or not _same_softmax(node, ctx):
         return None
     attrs = {k: v for k, v in node.attrs.items() if k in spec.attrs}
     return QMatch(spec, tuple(operands), bias, y_scale, y_zero, attrs, Original.of([node]))
+
+
+def _same_softmax(node: gs.Node, ctx: RuleContext) -> bool:
+    """Softmax before opset 13 (QLinearSoftmax's ``opset`` attribute, or the model's, which the
+    emitted Softmax follows) runs over the flattened trailing axes: the same as 13+ over the last axis only."""
+    if node.op != "QLinearSoftmax":
+        return True
+    axis = int(node.attrs.get("axis", -1 if int(node.attrs.get("opset", 13)) >= 13 else 1))
+    rank = len(ctx.shapes.get(node.inputs[0].name) or ())
+    return axis == -1 or (rank > 0 and axis == rank - 1) or min(int(node.attrs.get("opset", 13)), ctx.opset) >= 13
 
 
 def _emit_operand(em: Emitter, k: int, op: Operand) -> gs.Tensor:
@@ -242,14 +255,21 @@ class QOperatorRule(RewriteRule):
         return _proof(ctx, site, match, emitted)
 
 
+def _known_shape(ctx: RuleContext, op: Operand) -> tuple[int, ...] | None:
+    """A variable operand's inferred shape, unknown dims made concrete (None when its rank is unknown)."""
+    known = ctx.shapes.get(op.tensor.name) if op.tensor is not None else None
+    if not known:
+        return None
+    return tuple(d if isinstance(d, int) and d > 0 else (1 if i == 0 else PROOF_SIDE) for i, d in enumerate(known))
+
+
 def _proof_shape(ctx: RuleContext, match: QMatch) -> tuple[int, ...]:
     """One shape for every variable operand (elementwise ops and Concat need them alike): the first
     known one, else one the weights imply."""
     for op in match.operands:
-        known = ctx.shapes.get(op.tensor.name) if op.tensor is not None else None
+        known = _known_shape(ctx, op)
         if known:
-            return tuple(d if isinstance(d, int) and d > 0 else (1 if i == 0 else PROOF_SIDE)
-                         for i, d in enumerate(known))
+            return known
     w = next((op.q for op in match.operands if op.q is not None), None)
     if match.spec.float_op == "Conv" and w is not None:
         return (1, w.shape[1] * int(match.attrs.get("group", 1))) + (PROOF_SIDE,) * (w.ndim - 2)
@@ -270,7 +290,8 @@ def _proof(ctx: RuleContext, site: Site, match: QMatch, emitted: Emitted) -> Nod
             continue
         qtype = np.dtype(op.zero.dtype) if op.zero is not None else np.dtype(np.uint8)
         lo, hi = INT_RANGES[qtype]
-        q = rng.integers(lo, hi + 1, shape).astype(qtype)
+        # each operand its own shape where known (broadcasting Add/Mul), else the shared one
+        q = rng.integers(lo, hi + 1, _known_shape(ctx, op) or shape).astype(qtype)
         quantized[node.input[k]] = q
         floats[op.tensor.name] = dequantized(q, op.scale, op.zero, 0)
     out = site.outputs[0].name
@@ -291,4 +312,4 @@ def _proof(ctx: RuleContext, site: Site, match: QMatch, emitted: Emitted) -> Nod
         step = float(np.abs(match.y_scale).max())
     rtol = step / max(1.0, float(np.abs(ref).max())) + max(ctx.settings.node_tolerance, 1e-5)
     return NodeProofCase(emitted.nodes, out, floats, ref, np.dtype(np.float32), opset, rtol=rtol,
-                         shapes={k: v.shape for k, v in quantized.items()})
+                         shapes={k: tuple(v.shape) for k, v in quantized.items()})
