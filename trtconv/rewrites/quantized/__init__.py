@@ -10,6 +10,8 @@ takes. One rule per module; each is registered in :mod:`trtconv.rewrites.catalog
   ``DequantizeLinear`` + ``MatMul`` (or float weights);
 * :mod:`.qattention`: ``DynamicQuantizeLinear`` + ``com.microsoft::QAttention`` -> standard-ONNX
   attention on dequantized weights;
+* :mod:`.qembed_layernorm`: ``com.microsoft::QEmbedLayerNormalization`` -> Gather + Add +
+  LayerNormalization on the dequantized tables;
 * :mod:`.quantized_gather`: ``Gather`` of a quantized embedding table -> ``Gather`` of the float table;
 * :mod:`.qdq_boundary`: static QDQ's int32 bias ``DequantizeLinear`` folded into a float bias, and the
   Q/DQ TensorRT refuses;
@@ -25,12 +27,13 @@ from trtconv.rewrites.quantized.dynamic_matmul import DynamicMatMulRule
 from trtconv.rewrites.quantized.matmul_nbits import MatMulNBitsRule
 from trtconv.rewrites.quantized.qattention import QAttentionRule
 from trtconv.rewrites.quantized.qdq_boundary import QdqRule
+from trtconv.rewrites.quantized.qembed_layernorm import QEmbedLayerNormRule
 from trtconv.rewrites.quantized.qoperator import QOperatorRule
 from trtconv.rewrites.quantized.quantized_gather import QuantizedGatherRule
 from trtconv.rewrites.rule import RuleFamily
 
 FAMILY = RuleFamily("quantized", (DynamicIntegerRule(), DynamicLstmRule(), DynamicMatMulRule(), QAttentionRule(),
-                                  MatMulNBitsRule(), QuantizedGatherRule(), QdqRule(), QOperatorRule()))
+                                  QEmbedLayerNormRule(), MatMulNBitsRule(), QuantizedGatherRule(), QdqRule(), QOperatorRule()))
 
-__all__ = ["FAMILY", "DynamicIntegerRule", "DynamicLstmRule", "DynamicMatMulRule", "MatMulNBitsRule", "QAttentionRule", "QOperatorRule",
+__all__ = ["FAMILY", "DynamicIntegerRule", "DynamicLstmRule", "DynamicMatMulRule", "MatMulNBitsRule", "QAttentionRule", "QEmbedLayerNormRule", "QOperatorRule",
            "QdqRule", "QuantizedGatherRule"]
