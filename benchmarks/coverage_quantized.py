@@ -113,47 +113,55 @@ def _ort_refuses(path: Path) -> str | None:
     return None
 
 
-def preprocessed(float_onnx: Path, out_dir: Path) -> Path:
-    """``quant_pre_process``'s shape inference, the step ONNX Runtime's quantization guide runs first:
-    its quantizers need the shapes of the fused ops' outputs. Its optimization step is skipped: it
-    merges equal initializers (the zero biases of seeded models), and the QOperator quantizer then
-    writes a QGemm whose bias is the int8 LayerNorm bias, a model ONNX Runtime refuses to load.
-    The model as it is where that step fails (with a printed line)."""
+def preprocessed(float_onnx: Path, out_dir: Path, optimize: bool) -> Path:
+    """``quant_pre_process`` (symbolic shape inference, then ONNX Runtime's basic optimizations unless
+    ``optimize`` is off), the step ONNX Runtime's quantization guide runs first: its quantizers need
+    the shapes of the fused ops' outputs. The model as it is where that step fails (with a printed line)."""
     from onnxruntime.quantization import quant_pre_process
 
-    dst = out_dir / f"{float_onnx.stem}.pre.onnx"
+    dst = out_dir / f"{float_onnx.stem}.pre{'' if optimize else '-noopt'}.onnx"
     try:
-        quant_pre_process(str(float_onnx), str(dst), skip_optimization=True)
+        quant_pre_process(str(float_onnx), str(dst), skip_optimization=not optimize)
     except Exception as exc:
         print(f"quant_pre_process failed on {float_onnx.name} ({type(exc).__name__}); quantizing it as it is")
         return float_onnx
     return dst
 
 
+def _attempt(make: Callable[[Path, Path, list[dict[str, np.ndarray]]], None], src: Path, dst: Path,
+             calib: list[dict[str, np.ndarray]]) -> str | None:
+    """Run one quantizer; why its result is unusable (it failed, changed nothing, or wrote a model
+    ONNX Runtime cannot load), or None."""
+    try:
+        make(src, dst, calib)
+    except Exception as exc:  # the quantizers raise anything; one variant failing skips only it
+        return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:120]}"
+    if not _changed(src, dst):
+        return "the quantizer found nothing to quantize"
+    refused = _ort_refuses(dst)
+    return f"ONNX Runtime cannot load what its quantizer wrote: {refused}" if refused else None
+
+
 def quantized_variants(float_onnx: Path, out_dir: Path,
                        calib_inputs: list[dict[str, np.ndarray]]) -> list[tuple[str, Path]]:
-    """(suffix, path) of each quantized variant of ``float_onnx`` that ONNX Runtime's quantizers made
-    (after :func:`preprocessed`), written to ``out_dir`` as ``<stem>.<suffix>.onnx``; a variant the
-    model cannot take is skipped with a printed line saying why (the quantizer failed, or found
-    nothing to quantize)."""
+    """(suffix, path) of each quantized variant of ``float_onnx`` that ONNX Runtime's quantizers made,
+    written to ``out_dir`` as ``<stem>.<suffix>.onnx``; a variant the model cannot take is skipped
+    with a printed line saying why. Each quantizer runs after :func:`preprocessed` with its
+    optimizations, and again without them where that fails: they merge equal initializers (the zero
+    biases of seeded models), and the QOperator quantizer then writes a QGemm whose bias is an int8
+    LayerNorm bias, which ONNX Runtime refuses to load; without them, other models fail to quantize."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    src = preprocessed(float_onnx, out_dir)
+    sources = [preprocessed(float_onnx, out_dir, optimize=True)]
     made: list[tuple[str, Path]] = []
     for suffix, make in VARIANTS.items():
         dst = out_dir / f"{float_onnx.stem}.{suffix}.onnx"
-        try:
-            make(src, dst, calib_inputs)
-        except Exception as exc:  # the quantizers raise anything; one variant failing skips only it
-            msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
-            print(f"skip {float_onnx.stem}.{suffix}: {type(exc).__name__}: {msg}", flush=True)
-            continue
-        if not _changed(src, dst):
-            print(f"skip {float_onnx.stem}.{suffix}: the quantizer found nothing to quantize", flush=True)
-            continue
-        refused = _ort_refuses(dst)
-        if refused:
-            print(f"skip {float_onnx.stem}.{suffix}: ONNX Runtime cannot load what its quantizer wrote: {refused}",
-                  flush=True)
+        why = _attempt(make, sources[0], dst, calib_inputs)
+        if why is not None and "nothing to quantize" not in why:
+            if len(sources) == 1:
+                sources.append(preprocessed(float_onnx, out_dir, optimize=False))
+            why = _attempt(make, sources[1], dst, calib_inputs)
+        if why is not None:
+            print(f"skip {float_onnx.stem}.{suffix}: {why}", flush=True)
             continue
         made.append((suffix, dst))
     return made

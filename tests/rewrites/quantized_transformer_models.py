@@ -1,0 +1,90 @@
+"""Small float graphs built in code for what ONNX Runtime's quantizers make of transformer and
+weight-only models: QAttention, QEmbedLayerNormalization, quantized embedding Gathers,
+QLinearSoftmax, MatMulNBits (the originals of tests/rewrites/test_quantized_transformer.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+F, I32, I64 = TensorProto.FLOAT, TensorProto.INT32, TensorProto.INT64
+MS = "com.microsoft"
+SEQ, HIDDEN, HEADS, VOCAB = 6, 16, 2, 40
+
+
+def _init(rng: np.random.Generator, name: str, shape: tuple[int, ...], scale: float = 1.0,
+          offset: float = 0.0) -> onnx.TensorProto:
+    return numpy_helper.from_array((rng.standard_normal(shape) * scale + offset).astype(np.float32), name)
+
+
+def bert_block_model(path: Path) -> Path:
+    """com.microsoft EmbedLayerNormalization -> Attention (with its mask_index), as ONNX Runtime's
+    transformer optimizer fuses a BERT: what quantize_dynamic makes QEmbedLayerNormalization and
+    DynamicQuantizeLinear + QAttention of. ids, mask int32 [1, SEQ] -> [1, SEQ, HIDDEN]."""
+    rng = np.random.default_rng(5)
+    nodes = [helper.make_node("EmbedLayerNormalization", ["ids", "", "word", "pos", "", "gamma", "beta", "mask"],
+                              ["emb", "mask_index"], domain=MS, epsilon=1e-12),
+             helper.make_node("Attention", ["emb", "qkv_w", "qkv_b", "mask_index"], ["y"], domain=MS,
+                              num_heads=HEADS)]
+    inits = [_init(rng, "word", (VOCAB, HIDDEN), 0.5), _init(rng, "pos", (SEQ + 2, HIDDEN), 0.5),
+             _init(rng, "gamma", (HIDDEN,), 0.1, 1.0), _init(rng, "beta", (HIDDEN,), 0.1),
+             _init(rng, "qkv_w", (HIDDEN, 3 * HIDDEN), 0.3), _init(rng, "qkv_b", (3 * HIDDEN,), 0.1)]
+    g = helper.make_graph(nodes, "bert_block",
+                          [helper.make_tensor_value_info("ids", I32, [1, SEQ]),
+                           helper.make_tensor_value_info("mask", I32, [1, SEQ])],
+                          [helper.make_tensor_value_info("y", F, [1, SEQ, HIDDEN])], inits,
+                          value_info=[helper.make_tensor_value_info("emb", F, [1, SEQ, HIDDEN]),
+                                      helper.make_tensor_value_info("mask_index", I32, [1])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)]),
+              str(path))
+    return path
+
+
+def embedding_model(path: Path) -> Path:
+    """Gather from an embedding table -> Add (a position bias) -> MatMul: quantize_dynamic makes the
+    table uint8 and puts a DequantizeLinear after the Gather. ids int64 [2, 5] -> [2, 5, 4]."""
+    rng = np.random.default_rng(6)
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"], axis=0),
+             helper.make_node("Add", ["e", "pos"], ["p"]), helper.make_node("MatMul", ["p", "w"], ["y"])]
+    g = helper.make_graph(nodes, "embedding", [helper.make_tensor_value_info("ids", I64, [2, 5])],
+                          [helper.make_tensor_value_info("y", F, [2, 5, 4])],
+                          [_init(rng, "table", (50, 8)), _init(rng, "pos", (5, 8), 0.1), _init(rng, "w", (8, 4), 0.3)])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def scores_model(path: Path) -> Path:
+    """MatMul -> Softmax -> MatMul (attention scores): quantize_static's QOperator format makes
+    QLinearMatMul -> com.microsoft::QLinearSoftmax -> QLinearMatMul of it. x [1, 4, 8] -> [1, 4, 8]."""
+    rng = np.random.default_rng(7)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["s"]), helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "w2"], ["y"])]
+    g = helper.make_graph(nodes, "scores", [helper.make_tensor_value_info("x", F, [1, 4, 8])],
+                          [helper.make_tensor_value_info("y", F, [1, 4, 8])],
+                          [_init(rng, "w1", (8, 8)), _init(rng, "w2", (8, 8))])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def linear_model(path: Path, opset: int = 17) -> Path:
+    """x [2, 64] -> MatMul [64, 32] -> Add: MatMulNBitsQuantizer makes com.microsoft::MatMulNBits of the MatMul."""
+    rng = np.random.default_rng(8)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])]
+    g = helper.make_graph(nodes, "linear", [helper.make_tensor_value_info("x", F, [2, 64])],
+                          [helper.make_tensor_value_info("y", F, [2, 32])],
+                          [_init(rng, "w", (64, 32), 0.2), _init(rng, "b", (32,), 0.1)])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]), str(path))
+    return path
+
+
+def nbits_quantized(float_model: Path, out: Path, block: int = 32, symmetric: bool = True) -> Path:
+    """ONNX Runtime's MatMulNBitsQuantizer (4 bits, QOperator form: MatMulNBits)."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    q = MatMulNBitsQuantizer(onnx.load(str(float_model)), bits=4, block_size=block, is_symmetric=symmetric)
+    q.process()
+    q.model.save_model_to_file(str(out), use_external_data_format=False)
+    return out
