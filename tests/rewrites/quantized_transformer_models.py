@@ -88,3 +88,25 @@ def nbits_quantized(float_model: Path, out: Path, block: int = 32, symmetric: bo
     q.process()
     q.model.save_model_to_file(str(out), use_external_data_format=False)
     return out
+
+
+def qlinear_add_chain() -> onnx.ModelProto:
+    """x [1, 4, 8] -> QuantizeLinear -> QLinearAdd(+ constant [1, 4, 8]) -> QLinearAdd(+ another) ->
+    DequantizeLinear, built directly: the second QLinearAdd's variable operand has no inferred shape
+    (ONNX knows nothing of com.microsoft ops), its constant one does (BERT's folded position
+    embeddings, as quantize_static's QOperator format leaves them)."""
+    rng = np.random.default_rng(9)
+
+    def q8(name: str) -> onnx.TensorProto:
+        return numpy_helper.from_array(rng.integers(-100, 100, (1, 4, 8)).astype(np.int8), name)
+
+    scalars = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in
+               (("s_x", 0.02), ("s_c", 0.01), ("s_a", 0.03), ("s_d", 0.015), ("s_b", 0.04))]
+    zeros = [numpy_helper.from_array(np.array(0, np.int8), n) for n in ("z",)]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s_x", "z"], ["xq"]),
+             helper.make_node("QLinearAdd", ["xq", "s_x", "z", "c", "s_c", "z", "s_a", "z"], ["a"], domain=MS),
+             helper.make_node("QLinearAdd", ["a", "s_a", "z", "d", "s_d", "z", "s_b", "z"], ["b"], domain=MS),
+             helper.make_node("DequantizeLinear", ["b", "s_b", "z"], ["y"])]
+    g = helper.make_graph(nodes, "qadd", [helper.make_tensor_value_info("x", F, [1, 4, 8])],
+                          [helper.make_tensor_value_info("y", F, [1, 4, 8])], [q8("c"), q8("d"), *scalars, *zeros])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])

@@ -20,6 +20,7 @@ from quantized_transformer_models import (
     embedding_model,
     linear_model,
     nbits_quantized,
+    qlinear_add_chain,
     scores_model,
 )
 
@@ -117,6 +118,17 @@ def test_qlinear_softmax_becomes_softmax_between_dequantized_values(tmp_path):
     x = np.random.default_rng(1).standard_normal((1, 4, 8)).astype(np.float32)
     got, ref = run_model(res.model, {"x": x})["y"], run_model(q, {"x": x})["y"]
     assert np.abs(got - ref).max() < 0.1 * np.abs(ref).max()
+
+
+def test_qlinear_add_with_a_constant_operand_is_proven_at_the_constant_shape():
+    q = qlinear_add_chain()
+    res = rewrite(q)
+    adds = [e for e in res.report.rewrites if e.before.op.endswith("QLinearAdd")]
+    assert len(adds) == 2 and all(e.proof.passed for e in adds), [e.proof.reason for e in adds]
+    assert adds[1].proof.shapes  # drawn at the constant's shape (the variable operand's is unknown)
+    x = np.random.default_rng(4).uniform(-2, 2, (1, 4, 8)).astype(np.float32)
+    got, ref = run_model(res.model, {"x": x})["y"], run_model(q, {"x": x})["y"]
+    assert np.abs(got - ref).max() <= 0.04 + 1e-6  # within one output step
 
 
 @pytest.mark.parametrize("opset, symmetric, form", [(17, True, "MatMul (dequantized weights)"),

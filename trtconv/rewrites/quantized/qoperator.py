@@ -271,6 +271,8 @@ def _proof_shape(ctx: RuleContext, match: QMatch) -> tuple[int, ...]:
         if known:
             return known
     w = next((op.q for op in match.operands if op.q is not None), None)
+    if match.spec.float_op in ("Add", "Mul") and w is not None and w.ndim:
+        return tuple(w.shape)  # an elementwise op with a constant operand (folded position embeddings): its shape
     if match.spec.float_op == "Conv" and w is not None:
         return (1, w.shape[1] * int(match.attrs.get("group", 1))) + (PROOF_SIDE,) * (w.ndim - 2)
     if match.spec.float_op in ("MatMul", "Gemm") and w is not None:
