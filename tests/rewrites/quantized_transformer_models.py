@@ -110,3 +110,20 @@ def qlinear_add_chain() -> onnx.ModelProto:
     g = helper.make_graph(nodes, "qadd", [helper.make_tensor_value_info("x", F, [1, 4, 8])],
                           [helper.make_tensor_value_info("y", F, [1, 4, 8])], [q8("c"), q8("d"), *scalars, *zeros])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+
+
+def qlinear_mul_by_quantized_constant() -> onnx.ModelProto:
+    """x [1, 4, 8] -> QuantizeLinear -> QLinearMul by a QuantizeLinear of a scalar Constant node (int8,
+    zero point 5: what quantize_static's QOperator format makes of BERT's 1/sqrt(d) and GELU's constants)."""
+    t = numpy_helper.from_array(np.array(0.25, np.float32), "c_value")
+    scalars = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in
+               (("s_x", 0.02), ("s_c", 0.003), ("s_y", 0.01))]
+    zeros = [numpy_helper.from_array(np.array(v, np.int8), n) for n, v in (("z", 0), ("z_c", 5))]
+    nodes = [helper.make_node("Constant", [], ["c"], value=t),
+             helper.make_node("QuantizeLinear", ["c", "s_c", "z_c"], ["cq"]),
+             helper.make_node("QuantizeLinear", ["x", "s_x", "z"], ["xq"]),
+             helper.make_node("QLinearMul", ["xq", "s_x", "z", "cq", "s_c", "z_c", "s_y", "z"], ["m"], domain=MS),
+             helper.make_node("DequantizeLinear", ["m", "s_y", "z"], ["y"])]
+    g = helper.make_graph(nodes, "qmul", [helper.make_tensor_value_info("x", F, [1, 4, 8])],
+                          [helper.make_tensor_value_info("y", F, [1, 4, 8])], [*scalars, *zeros])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])

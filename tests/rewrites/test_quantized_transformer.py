@@ -21,6 +21,7 @@ from quantized_transformer_models import (
     linear_model,
     nbits_quantized,
     qlinear_add_chain,
+    qlinear_mul_by_quantized_constant,
     scores_model,
 )
 
@@ -129,6 +130,16 @@ def test_qlinear_add_with_a_constant_operand_is_proven_at_the_constant_shape():
     x = np.random.default_rng(4).uniform(-2, 2, (1, 4, 8)).astype(np.float32)
     got, ref = run_model(res.model, {"x": x})["y"], run_model(q, {"x": x})["y"]
     assert np.abs(got - ref).max() <= 0.04 + 1e-6  # within one output step
+
+
+def test_quantize_linear_of_a_constant_becomes_the_float_it_represents():
+    q = qlinear_mul_by_quantized_constant()
+    res = rewrite(q)
+    (const,) = [e for e in res.report.rewrites if e.before.op == "QuantizeLinear" and e.target.startswith("Constant")]
+    assert const.rule == "ort-qdq" and const.proof.passed and const.proof.max_abs == 0.0  # exact
+    x = np.random.default_rng(5).uniform(-2, 2, (1, 4, 8)).astype(np.float32)
+    got, ref = run_model(res.model, {"x": x})["y"], run_model(q, {"x": x})["y"]
+    assert np.abs(got - ref).max() <= 0.01 + 1e-6  # within one output step
 
 
 @pytest.mark.parametrize("opset, symmetric, form", [(17, True, "MatMul (dequantized weights)"),
