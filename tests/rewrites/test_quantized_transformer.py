@@ -11,7 +11,7 @@ import importlib.util
 import numpy as np
 import onnx
 import pytest
-from quantized_models import quantized_dynamic, quantized_static
+from quantized_models import ops_model, quantized_dynamic, quantized_static
 from quantized_transformer_models import (
     HIDDEN,
     SEQ,
@@ -140,6 +140,18 @@ def test_quantize_linear_of_a_constant_becomes_the_float_it_represents():
     x = np.random.default_rng(5).uniform(-2, 2, (1, 4, 8)).astype(np.float32)
     got, ref = run_model(res.model, {"x": x})["y"], run_model(q, {"x": x})["y"]
     assert np.abs(got - ref).max() <= 0.01 + 1e-6  # within one output step
+
+
+def test_per_channel_qgemm_with_transposed_weights(tmp_path):
+    """quantize_static per channel (what a CNN's classifier head gets): QGemm's B is [N, K] (transB),
+    its scales run along N."""
+    q = onnx.load(quantized_static(ops_model(tmp_path / "f.onnx"), tmp_path / "q.onnx", "QOperator", per_channel=True))
+    res = rewrite(q)
+    (gemm,) = [e for e in res.report.rewrites if e.before.op.endswith("QGemm")]
+    assert gemm.proof.passed and gemm.proof.max_abs <= gemm.proof.tolerance
+    x = np.random.default_rng(6).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    got, ref = run_model(res.model, {"x": x})["y"], run_model(q, {"x": x})["y"]
+    assert np.abs(got - ref).max() < 0.05 * np.abs(ref).max()
 
 
 @pytest.mark.parametrize("opset, symmetric, form", [(17, True, "MatMul (dequantized weights)"),

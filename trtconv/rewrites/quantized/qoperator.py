@@ -130,6 +130,8 @@ def _operand(node: gs.Node, i: int, spec: QOp) -> Operand | None:
     if q.dtype not in INT_RANGES:
         return None
     axis = spec.weight_axis if i == 3 and spec.weight == 1 else 0
+    if i == 3 and spec.float_op == "Gemm" and int(node.attrs.get("transB", 0)):
+        axis = 0  # B is [N, K]: its per-channel scales run along N, axis 0
     keep = i == 3 and spec.weight == 1 and q.dtype == np.int8 and (z is None or not np.any(z))
     return Operand(None, q, s, z, keep, axis)
 
