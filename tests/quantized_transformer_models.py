@@ -127,3 +127,26 @@ def qlinear_mul_by_quantized_constant() -> onnx.ModelProto:
     g = helper.make_graph(nodes, "qmul", [helper.make_tensor_value_info("x", F, [1, 4, 8])],
                           [helper.make_tensor_value_info("y", F, [1, 4, 8])], [*scalars, *zeros])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+
+
+def reshaped_qlinear_output() -> onnx.ModelProto:
+    """QLinearAdd -> Reshape -> (DequantizeLinear -> y1, and QLinearMul -> DequantizeLinear -> y2): the
+    DequantizeLinear after the Reshape comes before the QLinearMul that reads the Reshape too (a
+    QOperator ViT's MLP), so it sees the Reshape's output before anything marked it float."""
+    rng = np.random.default_rng(10)
+    c = numpy_helper.from_array(rng.integers(-100, 100, (1, 4, 8)).astype(np.int8), "c")
+    d = numpy_helper.from_array(rng.integers(-100, 100, (2, 16)).astype(np.int8), "d")
+    shape = numpy_helper.from_array(np.array([2, 16], np.int64), "shape")
+    scalars = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in
+               (("s_x", 0.02), ("s_c", 0.01), ("s_a", 0.03), ("s_d", 0.01), ("s_m", 0.02))]
+    z = numpy_helper.from_array(np.array(0, np.int8), "z")
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s_x", "z"], ["xq"]),
+             helper.make_node("QLinearAdd", ["xq", "s_x", "z", "c", "s_c", "z", "s_a", "z"], ["a"], domain=MS),
+             helper.make_node("Reshape", ["a", "shape"], ["r"]),
+             helper.make_node("DequantizeLinear", ["r", "s_a", "z"], ["y1"]),
+             helper.make_node("QLinearMul", ["r", "s_a", "z", "d", "s_d", "z", "s_m", "z"], ["m"], domain=MS),
+             helper.make_node("DequantizeLinear", ["m", "s_m", "z"], ["y2"])]
+    g = helper.make_graph(nodes, "reshaped", [helper.make_tensor_value_info("x", F, [1, 4, 8])],
+                          [helper.make_tensor_value_info("y1", F, [2, 16]), helper.make_tensor_value_info("y2", F, [2, 16])],
+                          [c, d, shape, *scalars, z])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])

@@ -22,6 +22,7 @@ from quantized_transformer_models import (
     nbits_quantized,
     qlinear_add_chain,
     qlinear_mul_by_quantized_constant,
+    reshaped_qlinear_output,
     scores_model,
 )
 
@@ -140,6 +141,16 @@ def test_quantize_linear_of_a_constant_becomes_the_float_it_represents():
     x = np.random.default_rng(5).uniform(-2, 2, (1, 4, 8)).astype(np.float32)
     got, ref = run_model(res.model, {"x": x})["y"], run_model(q, {"x": x})["y"]
     assert np.abs(got - ref).max() <= 0.01 + 1e-6  # within one output step
+
+
+def test_dequantize_after_a_reshape_of_a_rewritten_qoperator_output_becomes_identity():
+    q = reshaped_qlinear_output()
+    res = rewrite(q)
+    onnx.checker.check_model(res.model, full_check=True)  # no DequantizeLinear left reading float
+    assert "DequantizeLinear" not in {n.op_type for n in res.model.graph.node if n.output[0] == "y1"}
+    x = np.random.default_rng(7).uniform(-2, 2, (1, 4, 8)).astype(np.float32)
+    got, ref = run_model(res.model, {"x": x}), run_model(q, {"x": x})
+    assert np.abs(got["y1"] - ref["y1"]).max() <= 0.03 + 1e-6 and np.abs(got["y2"] - ref["y2"]).max() <= 0.02 + 1e-6
 
 
 def test_per_channel_qgemm_with_transposed_weights(tmp_path):

@@ -9,7 +9,7 @@ point is not supported": uint8 activations, asymmetric int8). It takes int8 with
 * ``DequantizeLinear`` of a constant it refuses (the int32 bias, an asymmetric weight) -> the
   float constant, computed as ONNX Runtime does (exact);
 * ``DequantizeLinear`` of a tensor an earlier rewrite already made float (the QOperator rule's
-  outputs, a rewritten ``QuantizeLinear``) -> ``Identity`` (exact);
+  outputs, a rewritten ``QuantizeLinear``, directly or through pass-through ops) -> ``Identity`` (exact);
 * ``QuantizeLinear`` of a constant (a QOperator model's 1/sqrt(d) or GELU constants) TensorRT
   refuses or a QOperator op reads -> the float constant its quantized value represents (exact);
 * ``QuantizeLinear`` with a non-zero zero point -> ``Clip`` to the range it represents, in float:
@@ -38,6 +38,7 @@ from trtconv.rewrites.quantized.graphs import (
     dequantized,
     feeds_qoperator,
     float_frontier,
+    float_root,
     given,
     is_float,
 )
@@ -105,7 +106,8 @@ class QdqRule(RewriteRule):
                     return None
                 return QdqMatch("constant", dequantized(q, scale, zero, int(node.attrs.get("axis", 1))),
                                 original=Original.of([node]))
-            return QdqMatch("identity") if is_float(x) else None
+            # float already, or through pass-through ops (a Reshape) from a tensor an earlier rewrite made float
+            return QdqMatch("identity") if is_float(x) or float_root(x) is not None else None
         y = node.outputs[0]
         scale = const(node.inputs[1])
         qtype = np.dtype(zero.dtype) if zero is not None else np.dtype(np.uint8)
