@@ -3,7 +3,7 @@
 Issue 25 Deliver 3 (quantized part). :func:`quantized_variants` runs, on one float ONNX model, what
 users run on theirs: ``quantize_dynamic`` (per tensor and per channel), ``quantize_static`` in the
 QDQ and the QOperator formats (int8 activations per channel; uint8 activations per tensor with
-``reduce_range``), and ``MatMulNBitsQuantizer`` (4-bit blocked weights, as ``com.microsoft::MatMulNBits``
+``reduce_range``; QDQ with 16-bit activations), and ``MatMulNBitsQuantizer`` (4-bit blocked weights, as ``com.microsoft::MatMulNBits``
 and as int4 ``DequantizeLinear`` + ``MatMul``). ``benchmarks/build_coverage.py`` adds a row per variant.
 
 Run alone, it prints the table for the transformers of ``build_coverage.specs()`` (bare and after
@@ -85,6 +85,7 @@ VARIANTS: dict[str, Callable[[Path, Path, list[dict[str, np.ndarray]]], None]] =
     "dyn-pc": _dynamic(per_channel=True),
     "qdq": _static("QDQ", "QInt8", per_channel=True, reduce_range=False),
     "qdq-u8": _static("QDQ", "QUInt8", per_channel=False, reduce_range=True),
+    "qdq-a16": _static("QDQ", "QInt16", per_channel=False, reduce_range=False),
     "qop": _static("QOperator", "QInt8", per_channel=True, reduce_range=False),
     "qop-u8": _static("QOperator", "QUInt8", per_channel=False, reduce_range=True),
     "w4": _w4("QOperator"),

@@ -11,7 +11,7 @@ import importlib.util
 import numpy as np
 import onnx
 import pytest
-from quantized_models import ops_model, quantized_dynamic, quantized_static
+from quantized_models import conv_matmul_model, ops_model, quantized_dynamic, quantized_static
 from quantized_transformer_models import (
     HIDDEN,
     SEQ,
@@ -185,6 +185,25 @@ def test_matmul_nbits_becomes_matmul_on_the_same_weights(tmp_path, opset, symmet
     x = np.random.default_rng(2).standard_normal((2, 64)).astype(np.float32)
     np.testing.assert_array_equal(run_model(res.model, {"x": x})["y"], run_model(q, {"x": x})["y"])
     assert "MatMulNBits" in _ops(rewrite(q, rules=_without("ort-matmul-nbits")).model)
+
+
+@pytest.mark.parametrize("activation, weight", [("QInt16", "QInt8"), ("QUInt16", "QUInt8"), ("QInt16", "QInt16")])
+def test_sixteen_bit_qdq_becomes_float(tmp_path, activation, weight):
+    """quantize_static's 16-bit activations (and weights): TensorRT takes no 16-bit Q/DQ."""
+    q = onnx.load(quantized_static(conv_matmul_model(tmp_path / "f.onnx"), tmp_path / "q.onnx", "QDQ", activation,
+                                   weight))
+    sixteen = {onnx.TensorProto.INT16, onnx.TensorProto.UINT16}
+    assert any(i.data_type in sixteen for i in q.graph.initializer)
+    res = rewrite(q)
+    assert all(e.rule == "ort-qdq" and e.proof.passed for e in res.report.rewrites)
+    left = {n.input[2] for n in res.model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")
+            and len(n.input) > 2}
+    assert not [i for i in res.model.graph.initializer if i.name in left and i.data_type in sixteen]
+    x = np.random.default_rng(8).standard_normal((1, 3, 6, 6)).astype(np.float32)
+    got, ref = run_model(res.model, {"x": x})["y"], run_model(q, {"x": x})["y"]
+    assert np.abs(got - ref).max() < 1e-3 * np.abs(ref).max()  # 16-bit steps: the rounding dropped is tiny
+    if HAVE_RTX:
+        assert not _rtx_parses(q, tmp_path, "orig") and _rtx_parses(res.model, tmp_path, "rewritten")
 
 
 @pytest.mark.skipif(not HAVE_RTX, reason="tensorrt-rtx is in the test extra: run `make install`")

@@ -15,7 +15,9 @@ from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 from trtconv.reference import run, session
 
 MS_DOMAIN = "com.microsoft"
-INT_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
+INT_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127),
+              # quantize_static's 16-bit activations/weights (QuantType.QInt16/QUInt16)
+              np.dtype(np.int16): (-32768, 32767), np.dtype(np.uint16): (0, 65535)}
 QOPERATOR_OPS = {("", "QLinearConv"), ("", "QLinearMatMul"), (MS_DOMAIN, "QGemm"), (MS_DOMAIN, "QLinearAdd"),
                  (MS_DOMAIN, "QLinearMul"), (MS_DOMAIN, "QLinearSigmoid"), (MS_DOMAIN, "QLinearGlobalAveragePool"),
                  (MS_DOMAIN, "QLinearConcat"), (MS_DOMAIN, "QLinearLeakyRelu"), (MS_DOMAIN, "QLinearAveragePool"),

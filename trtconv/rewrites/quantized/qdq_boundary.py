@@ -2,7 +2,8 @@
 
 TensorRT-RTX 1.7 (measured, tests/rewrites/test_quantized_static.py) refuses a
 ``DequantizeLinear`` of int32 ("input has type Int32 but must have type FP8, FP4, Int4, Int8, or
-UInt8": the bias of ONNX Runtime's static QDQ models) and any non-zero zero point ("Non-zero zero
+UInt8": the bias of ONNX Runtime's static QDQ models, and its 16-bit activations or weights
+from ``QuantType.QInt16``/``QUInt16``) and any non-zero zero point ("Non-zero zero
 point is not supported": uint8 activations, asymmetric int8). It takes int8 with zero point 0
 (uint8 with zero point 0 too, but the parser's table and TensorRT 10 do not: uint8 is rewritten).
 
@@ -45,6 +46,8 @@ from trtconv.rewrites.quantized.graphs import (
 from trtconv.rewrites.rule import Emitted, RewriteRule, RuleContext, Site
 
 PROOF_SHAPE = (2, 3, 4, 5)
+# "must have type FP8, FP4, Int4, Int8, or UInt8" (TensorRT-RTX 1.7, measured: int32 bias, int16/uint16)
+REFUSED_TYPES = frozenset(np.dtype(t) for t in (np.int32, np.int16, np.uint16, np.uint8))
 
 
 def requantized(c: np.ndarray, scale: np.ndarray, zero: np.ndarray | None, axis: int, lo: int, hi: int) -> np.ndarray:
@@ -80,9 +83,9 @@ def _zero(node: gs.Node) -> tuple[np.ndarray | None, bool]:
 
 
 def _refused(q_dtype: np.dtype, zero: np.ndarray | None) -> bool:
-    """int32, uint8 (the parser's table lists int8 only; 1.7 takes uint8 with a zero point 0, but
-    TensorRT 10 does not), or a non-zero zero point."""
-    return q_dtype in (np.dtype(np.int32), np.dtype(np.uint8)) or (zero is not None and bool(np.any(zero != 0)))
+    """int32, 16-bit, uint8 (the parser's table lists int8 only; 1.7 takes uint8 with a zero point 0,
+    but TensorRT 10 does not), or a non-zero zero point."""
+    return q_dtype in REFUSED_TYPES or (zero is not None and bool(np.any(zero != 0)))
 
 
 class QdqRule(RewriteRule):
