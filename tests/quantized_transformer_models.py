@@ -150,3 +150,22 @@ def reshaped_qlinear_output() -> onnx.ModelProto:
                           [helper.make_tensor_value_info("y1", F, [2, 16]), helper.make_tensor_value_info("y2", F, [2, 16])],
                           [c, d, shape, *scalars, z])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+
+
+def qlinear_scores() -> onnx.ModelProto:
+    """QLinearMatMul of two activations (attention's Q.K^T, as a QOperator Whisper encoder has it):
+    x [1, 2, 4, 8] quantized, times the Transpose of a QLinearAdd's output, whose shape ONNX cannot
+    infer (a com.microsoft op writes it)."""
+    rng = np.random.default_rng(11)
+    c = numpy_helper.from_array(rng.integers(-100, 100, (1, 2, 4, 8)).astype(np.int8), "c")
+    scalars = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in
+               (("s_x", 0.02), ("s_c", 0.01), ("s_a", 0.03), ("s_m", 0.05))]
+    z = numpy_helper.from_array(np.array(0, np.int8), "z")
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s_x", "z"], ["xq"]),
+             helper.make_node("QLinearAdd", ["xq", "s_x", "z", "c", "s_c", "z", "s_a", "z"], ["a"], domain=MS),
+             helper.make_node("Transpose", ["a"], ["at"], perm=[0, 1, 3, 2]),
+             helper.make_node("QLinearMatMul", ["xq", "s_x", "z", "at", "s_a", "z", "s_m", "z"], ["m"]),
+             helper.make_node("DequantizeLinear", ["m", "s_m", "z"], ["y"])]
+    g = helper.make_graph(nodes, "scores", [helper.make_tensor_value_info("x", F, [1, 2, 4, 8])],
+                          [helper.make_tensor_value_info("y", F, [1, 2, 4, 4])], [c, *scalars, z])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])

@@ -22,6 +22,7 @@ from quantized_transformer_models import (
     nbits_quantized,
     qlinear_add_chain,
     qlinear_mul_by_quantized_constant,
+    qlinear_scores,
     reshaped_qlinear_output,
     scores_model,
 )
@@ -151,6 +152,16 @@ def test_dequantize_after_a_reshape_of_a_rewritten_qoperator_output_becomes_iden
     x = np.random.default_rng(7).uniform(-2, 2, (1, 4, 8)).astype(np.float32)
     got, ref = run_model(res.model, {"x": x}), run_model(q, {"x": x})
     assert np.abs(got["y1"] - ref["y1"]).max() <= 0.03 + 1e-6 and np.abs(got["y2"] - ref["y2"]).max() <= 0.02 + 1e-6
+
+
+def test_qlinear_matmul_of_two_activations_one_of_unknown_shape():
+    q = qlinear_scores()
+    res = rewrite(q)
+    (mm,) = [e for e in res.report.rewrites if e.before.op.endswith("QLinearMatMul")]
+    assert mm.proof.passed, mm.proof.reason
+    x = np.random.default_rng(9).uniform(-2, 2, (1, 2, 4, 8)).astype(np.float32)
+    got, ref = run_model(res.model, {"x": x})["y"], run_model(q, {"x": x})["y"]
+    assert got.shape == (1, 2, 4, 4) and np.abs(got - ref).max() < 0.1 * np.abs(ref).max()
 
 
 def test_per_channel_qgemm_with_transposed_weights(tmp_path):

@@ -283,19 +283,33 @@ def _proof_shape(ctx: RuleContext, match: QMatch) -> tuple[int, ...]:
     return (1, 4, PROOF_SIDE, PROOF_SIDE)
 
 
+def _operand_shapes(ctx: RuleContext, match: QMatch) -> list[tuple[int, ...]]:
+    """Each operand's proof shape: its own where known (broadcasting Add/Mul), else the shared one; a
+    MatMul of two activations (attention's Q.K^T) whose one shape is unknown takes the other's, its
+    last two dims swapped."""
+    shared = _proof_shape(ctx, match)
+    own = [_known_shape(ctx, op) for op in match.operands]
+    if match.spec.float_op == "MatMul" and len(own) == 2 and all(op.tensor is not None for op in match.operands):
+        a, b = own
+        if a is not None and b is None and len(a) >= 2:
+            own[1] = a[:-2] + (a[-1], a[-2])
+        elif b is not None and a is None and len(b) >= 2:
+            own[0] = b[:-2] + (b[-1], b[-2])
+    return [s if s is not None else shared for s in own]
+
+
 def _proof(ctx: RuleContext, site: Site, match: QMatch, emitted: Emitted) -> NodeProofCase | Proof:
     rng = np.random.default_rng(ctx.settings.seed + site.index)
     node = match.original.nodes[0]
     quantized: dict[str, np.ndarray] = {}
     floats: dict[str, np.ndarray] = {}
-    shape = _proof_shape(ctx, match)
-    for k, op in zip(match.spec.triplets(len(node.input)), match.operands):
+    shapes = _operand_shapes(ctx, match)
+    for k, op, shape in zip(match.spec.triplets(len(node.input)), match.operands, shapes):
         if op.tensor is None:
             continue
         qtype = np.dtype(op.zero.dtype) if op.zero is not None else np.dtype(np.uint8)
         lo, hi = INT_RANGES[qtype]
-        # each operand its own shape where known (broadcasting Add/Mul), else the shared one
-        q = rng.integers(lo, hi + 1, _known_shape(ctx, op) or shape).astype(qtype)
+        q = rng.integers(lo, hi + 1, shape).astype(qtype)
         quantized[node.input[k]] = q
         floats[op.tensor.name] = dequantized(q, op.scale, op.zero, 0)
     out = site.outputs[0].name
