@@ -36,24 +36,51 @@ def test_only_rtx_needs_the_split():
 def test_nms_graph_is_cut_at_the_nms_and_composes_exactly(tmp_path):
     loaded, cut = _cut(nms_model(tmp_path / "nms.onnx"))
     assert cut.at == ("nms (NonMaxSuppression)",)
-    assert {n.op_type for n in cut.head.graph.node} >= {"Conv", "Sigmoid", "Transpose"}
-    assert not {n.op_type for n in cut.head.graph.node} & set(RTX_OPS)
-    assert [n.name for n in cut.tail.graph.node] == ["nms", "keep_index", "det_boxes", "det_scores"]
+    assert [n.name for n in cut.head.graph.node] == ["conv", "score_slice", "score_sigmoid", "score_reshape",
+                                                     "score_flat"]
+    # the NMS and all after it; and the box slicing that only feeds it (the cut is no wider for it)
+    assert [n.name for n in cut.tail.graph.node] == ["box_slice", "box_reshape", "box_transpose", "nms",
+                                                     "keep_index", "box_table", "det_boxes", "det_scores"]
     # engine outputs: the model's output it computes (names kept), then what the tail reads from it
-    assert [o.name for o in cut.head.graph.output] == ["all_scores", "box_table", "boxes", "scores"]
-    assert [c.name for c in cut.cut] == ["all_scores", "box_table", "boxes", "scores"]
-    assert [c.shape for c in cut.cut] == [(256,), (256, 4), (1, 256, 4), (1, 1, 256)]
+    assert [o.name for o in cut.head.graph.output] == ["all_scores", "feat", "scores"]
+    assert [c.name for c in cut.cut] == ["all_scores", "feat", "scores"]
+    assert [c.shape for c in cut.cut] == [(256,), (1, 5, 16, 16), (1, 1, 256)]
     assert {c.dtype for c in cut.cut} == {"float32"} and {c.source for c in cut.cut} == {"head"}
     assert cut.head_outputs == ("all_scores",) and cut.tail_outputs == ("det_boxes", "det_scores")
-    # the tail carries the initializers it reads (NMS limits, the gather index), the head the weights
-    assert {t.name for t in cut.tail.graph.initializer} == {"max_out", "iou", "score_thr", "col2"}
-    assert "w" in {t.name for t in cut.head.graph.initializer}
+    # each part carries the initializers it reads: the tail the NMS limits, the head the weights
+    assert {"max_out", "iou", "score_thr", "col2", "box_rows"} <= {t.name for t in cut.tail.graph.initializer}
+    assert "w" in {t.name for t in cut.head.graph.initializer} and "w" not in {t.name for t in cut.tail.graph.initializer}
     for m in (cut.head, cut.tail):
         onnx.checker.check_model(m, full_check=True)
     feeds = random_feeds(loaded.proto, seed=0)
     proof = prove_cut(loaded.proto, cut, feeds, inputs="seeded", tolerance=1e-5)
     assert proof.passed and proof.max_abs == 0.0
     assert {s.name: s.shape for s in proof.stats} == {"det_boxes": (20, 4), "det_scores": (20,), "all_scores": (256,)}
+
+
+def test_per_class_slices_cross_the_cut_as_one_tensor(tmp_path):
+    """A detector's per-class post-processing (slice the class's scores, threshold, NonZero): the light
+    slices and masks that only feed the tail go with it, so the scores cross once, not once per class."""
+    F, classes = TensorProto.FLOAT, 4
+    inits = [numpy_helper.from_array(np.random.default_rng(1).standard_normal((4, classes)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "thr")]
+    inits += [numpy_helper.from_array(np.array(k, np.int64), f"k{k}") for k in range(classes)]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["scores"], name="head_matmul")]
+    for k in range(classes):
+        nodes += [helper.make_node("Gather", ["scores", f"k{k}"], [f"s{k}"], name=f"class{k}", axis=2),
+                  helper.make_node("Greater", [f"s{k}", "thr"], [f"m{k}"], name=f"keep{k}"),
+                  helper.make_node("NonZero", [f"m{k}"], [f"i{k}"], name=f"nonzero{k}"),
+                  helper.make_node("Cast", [f"i{k}"], [f"f{k}"], name=f"cast{k}", to=F),
+                  helper.make_node("ReduceSum", [f"f{k}"], [f"count{k}"], name=f"count{k}", keepdims=0)]
+    graph = helper.make_graph(nodes, "perclass", [helper.make_tensor_value_info("x", F, [1, 8, 4])],
+                              [helper.make_tensor_value_info(f"count{k}", F, []) for k in range(classes)], inits)
+    path = tmp_path / "perclass.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
+    loaded, cut = _cut(path)
+    assert [c.name for c in cut.cut] == ["scores"] and [n.op_type for n in cut.head.graph.node] == ["MatMul"]
+    assert len(cut.at) == classes
+    proof = prove_cut(loaded.proto, cut, random_feeds(loaded.proto, seed=2), inputs="seeded", tolerance=1e-5)
+    assert proof.passed and proof.max_abs == 0.0
 
 
 def test_nonzero_graph_composes_on_onnx_runtime(tmp_path):
@@ -91,7 +118,7 @@ def test_tail_reads_a_model_input_and_a_body_reads_the_head_by_name(tmp_path):
                               [helper.make_tensor_value_info("out2", F, None)])
     nodes = [
         helper.make_node("Relu", ["x"], ["r"], name="relu"),
-        helper.make_node("Mul", ["r", "r"], ["scale"], name="square"),
+        helper.make_node("MatMul", ["r", "r"], ["scale"], name="square"),  # heavy: stays in the engine
         helper.make_node("NonZero", ["r"], ["idx"], name="nz"),
         helper.make_node("Cast", ["idx"], ["k"], name="cast", to=F),
         helper.make_node("ReduceSum", ["k"], ["total"], name="sum", keepdims=0),

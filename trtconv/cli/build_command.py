@@ -232,9 +232,14 @@ def _tail_line(outcome: BuildOutcome) -> str:
                   f"max rel {proof.get('max_rel'):.3g}")
     else:
         figure = f"not proven: {proof.get('reason')}"
-    cut = ", ".join(split.get("cut") or [])
-    return (f"tail written to {outcome.tail} (ONNX Runtime runs it on the engine's outputs {cut}; it starts at "
-            f"{', '.join(split.get('at') or [])}; {figure})")
+    return (f"tail written to {outcome.tail} (ONNX Runtime runs it on the engine's outputs "
+            f"{_some(split.get('cut') or [])}; it starts at {_some(split.get('at') or [])}; {figure})")
+
+
+def _some(names: list[str], shown: int = 4) -> str:
+    """The first names, and how many more (the manifest's split block lists them all)."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def _record(outcome: BuildOutcome, model: Path, target: str) -> None:

@@ -5,8 +5,8 @@ RTX lacks, ``NonMaxSuppression`` parses but its builder has no runner for it).
 * the **head**: every node of the main graph not downstream of such a node. It goes through the
   normal build and becomes the engine. Its outputs: the model's outputs it computes, then the
   tensors the tail reads from it (the *cut*), names kept.
-* the **tail**: the first such node and everything downstream of it, as an ONNX model for
-  ONNX Runtime. Its inputs: the cut tensors, plus any model input it reads itself; its
+* the **tail**: the first such node and everything downstream of it (plus the light head nodes that
+  only feed it, where moving them does not widen the cut), as an ONNX model for ONNX Runtime. Its inputs: the cut tensors, plus any model input it reads itself; its
   outputs: the model's outputs the head does not compute.
 
 The cut is made on the main graph only: a node the target cannot run inside an If/Loop/Scan
@@ -29,7 +29,14 @@ from onnx import helper
 
 from trtconv.errors import InvalidModelError, UnsupportedModelError
 from trtconv.load import graph_dtypes, value_shapes
-from trtconv.onnxutil import cleanup, is_default_domain, iter_graphs, iter_graphs_with_path, subgraphs
+from trtconv.onnxutil import (
+    cleanup,
+    has_subgraphs,
+    is_default_domain,
+    iter_graphs,
+    iter_graphs_with_path,
+    subgraphs,
+)
 from trtconv.reference import OutputStats, compare_arrays, run, session
 from trtconv.settings import RTX_TARGET
 
@@ -37,6 +44,9 @@ from trtconv.settings import RTX_TARGET
 # run both natively, so nothing is split there.
 TAIL_OPS: Mapping[str, tuple[str, ...]] = {RTX_TARGET: ("NonZero", "NonMaxSuppression")}
 TAIL_SUFFIX = ".tail.onnx"
+# Ops that stay in the engine even when only the tail reads them: the work TensorRT is there for.
+HEAVY_OPS = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "MatMul", "MatMulInteger",
+                       "QLinearMatMul", "Gemm", "Einsum", "LSTM", "GRU", "RNN", "Attention", "DeformConv"})
 SPLIT_FLAG = "--split-tail"
 
 
@@ -137,6 +147,36 @@ def _tail_mask(graph: onnx.GraphProto, ops: Collection[str]) -> list[bool]:
     return mask
 
 
+def _narrow_cut(graph: onnx.GraphProto, mask: list[bool]) -> None:
+    """Move into the tail the light head nodes that only feed it, where that does not widen the cut (a
+    detector's per-class score slices and threshold masks: one tensor crosses instead of one per class).
+    In place; never a model output, a container, a Constant, a heavy op (``HEAVY_OPS``) or a node reading a
+    model input (what the engine exists for stays in it)."""
+    nodes = list(graph.node)
+    returned = {o.name for o in graph.output}
+    inputs = {i.name for i in graph.input}
+    consts = {t.name for t in graph.initializer} | {o for n in nodes if n.op_type == "Constant" for o in n.output}
+    readers: dict[str, list[int]] = {}
+    for i, n in enumerate(nodes):
+        for r in _reads(n):
+            readers.setdefault(r, []).append(i)
+    crossing = {r for i, n in enumerate(nodes) if mask[i] for r in _reads(n)}
+    moved = True
+    while moved:
+        moved = False
+        for i in reversed(range(len(nodes))):
+            n = nodes[i]
+            outs = [o for o in n.output if o]
+            if (mask[i] or n.op_type in HEAVY_OPS or n.op_type == "Constant" or has_subgraphs(n) or not outs
+                    or any(o in returned for o in outs)
+                    or not all(mask[j] for o in outs for j in readers.get(o, ()))):
+                continue
+            new = {r for r in _reads(n) if r not in consts and r not in crossing}
+            if not new & inputs and len(new) <= sum(o in crossing for o in outs):  # the engine keeps its inputs
+                mask[i] = moved = True
+                crossing = (crossing - set(outs)) | new
+
+
 def _refuse_nested(graph: onnx.GraphProto, mask: list[bool], ops: Collection[str]) -> None:
     """A node the target cannot run inside a body that stays in the head: the cut would cross into it."""
     for node, in_tail in zip(graph.node, mask):
@@ -181,6 +221,7 @@ def cut_tail(model: onnx.ModelProto, ops: Collection[str], inferred: onnx.ModelP
     _refuse_nested(graph, mask, ops)
     if not any(mask):
         return None
+    _narrow_cut(graph, mask)
     head_nodes = [n for n, t in zip(graph.node, mask) if not t]
     tail_nodes = [n for n, t in zip(graph.node, mask) if t]
     at = tuple(f"{n.name or '?'} ({n.op_type})" for n in tail_nodes if _is_tail_op(n, ops))
