@@ -122,3 +122,16 @@ def test_tensorrt_11_splits_nothing_and_says_so(tmp_path):
     assert "--split-tail: TensorRT 11.4 runs NonZero and NonMaxSuppression natively" in res.stderr
     assert not (tmp_path / "m.tail.onnx").exists()
     assert any(n.op_type == "NonZero" for n in onnx.load(tmp_path / "m.prepared.onnx").graph.node)
+
+
+def test_the_proof_runs_on_the_sample_data_when_given(tmp_path):
+    model = nonzero_model(tmp_path / "m.onnx")
+    data = tmp_path / "data"
+    data.mkdir()
+    x = np.array([[1, -1, 2, -2, 3, -3, 4, -4], [0, 5, 0, 6, 0, 7, 0, 8]], np.float32)
+    np.savez(data / "000.npz", x=x)
+    res = _build(model, "--trt", "rtx", "-o", tmp_path / "m.engine", "--split-tail", "--calib-data", data)
+    assert res.exit_code == 0, res.output
+    proof = json.loads((tmp_path / "m.engine.json").read_text())["split"]["proof"]
+    assert proof["inputs"] == "the first sample of the sample data" and proof["passed"]
+    assert {o["name"]: o["shape"] for o in proof["outputs"]} == {"positive": [8], "doubled": [2, 8]}  # 8 positives
