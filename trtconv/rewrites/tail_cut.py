@@ -261,9 +261,9 @@ def cut_tail(model: onnx.ModelProto, ops: Collection[str], inferred: onnx.ModelP
 def _submodel(model: onnx.ModelProto, nodes: Iterable[onnx.NodeProto], inputs: Iterable[onnx.ValueInfoProto],
               outputs: Iterable[onnx.ValueInfoProto], initializers: Iterable[onnx.TensorProto]) -> onnx.ModelProto:
     """A model of ``nodes`` with the original's opsets, functions and metadata; unread initializers go."""
-    nodes = list(nodes)
-    read = {r for n in nodes for r in _reads(n)}
-    graph = helper.make_graph(nodes, model.graph.name, list(inputs), list(outputs),
+    nodes, outputs = list(nodes), list(outputs)
+    read = {r for n in nodes for r in _reads(n)} | {o.name for o in outputs}  # an output may be a constant
+    graph = helper.make_graph(nodes, model.graph.name, list(inputs), outputs,
                               [t for t in initializers if t.name in read])
     keep = {vi.name for vi in graph.input} | {vi.name for vi in graph.output}
     produced = {o for n in nodes for o in n.output}
