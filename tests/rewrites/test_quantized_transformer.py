@@ -105,6 +105,8 @@ def test_quantized_embedding_gather_reads_the_dequantized_table(tmp_path):
     ids = np.random.default_rng(0).integers(0, 50, (2, 5)).astype(np.int64)
     got, ref = run_model(res.model, {"ids": ids})["y"], run_model(q, {"ids": ids})["y"]
     assert np.abs(got - ref).max() < 0.05 * np.abs(ref).max()
+    by_op = {n.op_type: n for n in analyze(load_model(tmp_path / "q.onnx"), "rtx").nodes}
+    assert (by_op["Gather"].status, by_op["Gather"].rewrite) == ("rewritable", "ort-quantized-gather")
     kept = rewrite(q, rules=_without("ort-quantized-gather"))
     gather = next(n for n in kept.model.graph.node if n.op_type == "Gather")
     assert {i.name: i for i in kept.model.graph.initializer}[gather.input[0]].data_type == onnx.TensorProto.UINT8

@@ -15,9 +15,11 @@ constant per-tensor scale and zero point); opsets: all; targets: all.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
 from onnx import helper
 
@@ -63,6 +65,13 @@ class QuantizedGatherRule(RewriteRule):
     name = "ort-quantized-gather"
     description = "Gather of a quantized (uint8/int8) constant table -> Gather of the dequantized table"
     ops = (("", "Gather"),)
+    claims_ops = False  # most Gathers are float: ``check`` names this rule only where ``settles`` says so
+
+    def settles(self, node: onnx.NodeProto, errors: Sequence[tuple[str, str]],
+                producer: Mapping[str, onnx.NodeProto]) -> bool:
+        """A Gather ``check`` refuses only for its 8-bit data, read from no node (an initializer)."""
+        return (node.op_type == "Gather" and bool(node.input) and node.input[0] not in producer
+                and all(r == "dtype" and "INT8" in m and "input 0" in m for r, m in errors))
 
     def match(self, node: gs.Node, ctx: RuleContext) -> GatherMatch | None:
         q = const(node.inputs[0])
