@@ -1,7 +1,8 @@
 """Rules for detectors' post-processing on targets that cannot run it: one rule per module.
 
 * :mod:`.roi_align`: ``RoiAlign`` (TensorRT-RTX imports it through a plugin it lacks) -> a
-  plugin-free form of standard ops (``GridSample`` sampling and a mean), for ``--trt rtx`` only.
+  plugin-free form of standard ops (:mod:`.roi_corners`: gathered bilinear corners, then a mean
+  or a max, as ONNX Runtime computes them), for ``--trt rtx`` only.
 """
 
 from trtconv.rewrites.detection.roi_align import RoiAlignRule
