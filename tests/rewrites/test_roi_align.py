@@ -174,3 +174,39 @@ def test_rtx_refuses_roi_align_and_takes_the_rewrite(tmp_path):
     orig = parse_and_build(tmp_path / "orig.onnx", trt, build=False, shapes=shapes)
     assert not orig.parsed and "ROIAlign" in orig.parser_errors[0].desc
     assert parse_and_build(tmp_path / "rewritten.onnx", trt, shapes=shapes).built
+
+
+def torchvision_roi_model() -> onnx.ModelProto:
+    """RoiAlign as torchvision's exporter writes MultiScaleRoIAlign's (opset 16+ symbolic of
+    ``roi_align``, ``aligned=True``, ``sampling_ratio=2``): boxes ``[K, 5]`` split into the batch
+    index column (float, cast to int64) and the corners."""
+    i64 = TensorProto.INT64
+
+    def c(name, v):
+        return numpy_helper.from_array(np.array(v, np.int64), name)
+
+    nodes = [helper.make_node("Slice", ["boxes", "s0", "s1", "ax1"], ["idx_f"]),
+             helper.make_node("Squeeze", ["idx_f", "ax1"], ["idx_sq"]),
+             helper.make_node("Cast", ["idx_sq"], ["idx"], to=i64),
+             helper.make_node("Slice", ["boxes", "s1", "s5", "ax1"], ["rois"]),
+             helper.make_node("RoiAlign", ["feat", "rois", "idx"], ["y"], name="roi", output_height=7, output_width=7,
+                              sampling_ratio=2, spatial_scale=0.25, coordinate_transformation_mode="half_pixel")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("feat", TensorProto.FLOAT, [1, 16, 20, 24]),
+                                       helper.make_tensor_value_info("boxes", TensorProto.FLOAT, ["K", 5])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          initializer=[c("s0", [0]), c("s1", [1]), c("s5", [5]), c("ax1", [1])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_torchvision_multiscale_roi_align_form_is_covered():
+    model = torchvision_roi_model()
+    res = rewrite(model, RTX)
+    (e,) = res.report.rewrites
+    assert e.rule == "roialign-portable" and e.proof.passed and "2x2 samples" in e.target
+    rng = np.random.default_rng(3)
+    xy = rng.uniform(0, 90, (12, 2))  # torchvision clips boxes to the 96x80 image
+    boxes = np.concatenate([np.zeros((12, 1)), xy, np.minimum(xy + rng.uniform(1, 60, (12, 2)), [96, 80])], 1)
+    feeds = {"feat": rng.standard_normal((1, 16, 20, 24)).astype(np.float32), "boxes": boxes.astype(np.float32)}
+    ref, got = run_model(model, feeds)["y"], run_model(res.model, feeds)["y"]
+    assert ref.shape == got.shape == (12, 16, 7, 7)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-6 * float(np.abs(ref).max()))
