@@ -27,7 +27,7 @@ def _invoke(*args: object):
 def test_an_unreachable_share_stops_after_one_check_in_seconds(ocr_det, tmp_path):
     ocr_det_images(tmp_path / "det", range(5), sizes=((224, 288), (256, 224), (192, 320)))
     args = ("quantize", ocr_det, "-o", tmp_path / "det.onnx", "--precision", "int8", "--calib-data", tmp_path / "det",
-            "--preprocess", "preset=ppocr-det", "--auto-exclude", "--min-cosine", "0.9999")
+            "--preprocess", "preset=ppocr-det", "--auto-exclude", "--min-cosine", "0.9999", "--calib-method", "entropy")
     t0 = time.perf_counter()
     res = _invoke(*args, "--min-precision-share", "0.6")
     seconds = time.perf_counter() - t0
@@ -46,7 +46,7 @@ def test_an_unreachable_share_stops_after_one_check_in_seconds(ocr_det, tmp_path
 
 
 def test_auto_exclude_is_the_default_marks_the_excluded_layers_and_counts_its_evaluations(silero, tmp_path):
-    """Auto-exclusion is on by default (a user asking for INT8 expects an INT8 model that passes the gate, within
+    """Auto-exclusion and --calib-method auto are on by default (a user asking for INT8 expects an INT8 model that passes the gate, within
     --min-precision-share, not a refusal and a hint): no flag, and the layers that break the gate stay out."""
     folder = tmp_path / "vad"
     folder.mkdir()
@@ -61,6 +61,7 @@ def test_auto_exclude_is_the_default_marks_the_excluded_layers_and_counts_its_ev
     assert res.exit_code == 0, res.output
     r = json.loads(res.stdout)["int8"]
     assert r["auto_excluded"], "the test data needs auto-exclude on Silero"
+    assert r["method"] == "auto" and r["calibration_choice"]  # the default calibration: chosen on the held-out data
     assert len(r["auto_excluded"]) <= len(r["sensitivity"]) / 2  # the default --min-precision-share: 0.5
     marked = [e["node"] for e in r["sensitivity"] if e["excluded"]]
     assert sorted(marked) == sorted(r["auto_excluded"])

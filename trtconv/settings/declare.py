@@ -89,10 +89,10 @@ _FP16 = (
        default=False),
 )
 _INT8 = (
-    _s("calib_method", "choice", "int8: how activation ranges are chosen from the calibration data (auto: try "
-       "entropy, percentile 99.9/99.99/99.999, minmax and mse, keep the one most accurate on the held-out data).",
-       PRECISION,
-       default="entropy", choices=("entropy", "percentile", "minmax", "mse", "auto")),
+    _s("calib_method", "choice", "int8: how activation ranges are chosen from the calibration data (auto, the "
+       "default: try entropy, percentile 99.9/99.99/99.999, minmax and mse, keep the one most accurate on the "
+       "held-out data; without held-out data, entropy).", PRECISION,
+       default="auto", choices=("entropy", "percentile", "minmax", "mse", "auto")),
     _s("percentile", "float", "int8: the percentile for --calib-method percentile.", PRECISION, default=99.99,
        range=(50.0, 100.0)),
     _s("calib_cache", "path", "int8: read scales from / write scales to this calibration cache.", PRECISION,
