@@ -46,9 +46,11 @@ def choose_calibration(
     samples: Iterable[Mapping[str, np.ndarray]],
     settings: Int8Settings,
     progress: ProgressFn | None = None,
+    memo: list[dict[str, np.ndarray]] | None = None,
 ) -> tuple[str, tuple[CalibrationOption, ...]]:
-    """The label of the candidate whose model agrees best with FP32, and every candidate's result."""
-    memo: list[dict[str, np.ndarray]] = []  # the reference's outputs, computed once
+    """The label of the candidate whose model agrees best with FP32, and every candidate's result
+    (``memo``: the reference's outputs, computed once and kept there for later candidates)."""
+    memo = [] if memo is None else memo
     options = []
     for k, (label, scales) in enumerate(candidates.items()):
         placed, _ = finalize_placements(placements, scales, absent)
