@@ -39,7 +39,7 @@ from trtconv.precision.int8_calibration import (
     proto_sha256,
 )
 from trtconv.precision.int8_candidate import Candidate, CandidateBuilder, check_valid, finalize_placements
-from trtconv.precision.int8_choice import CalibrationOption, choose_calibration
+from trtconv.precision.int8_choice import CalibrationOption, best_option, choose_calibration
 from trtconv.precision.int8_gate import (
     AUTO_EXCLUDED,
     COMPUTE_OPS,
@@ -239,16 +239,19 @@ def _choose(cal: Calibration, where: _Placement, prepared: PreparedModels, refer
         return cal, ("cache" if cal.cache.hit else settings.method), (), None
     if samples is None:
         return keep_candidate(cal, "entropy", settings), "entropy", (), None
-    mix = None
-    if settings.auto_per_tensor:
-        if progress:
-            progress("per-tensor", 0, None)
-        mix = per_tensor_choice(prepared.get()[1], where.plan.placements, where.absent, cal.candidates,
-                                choice_samples(calib_samples, samples))
-        cal = replace(cal, candidates={**cal.candidates, PER_TENSOR: mix.scales})
     make = _builder(cal, settings, has_twin, check_loads=False)
     label, options = choose_calibration(cal.candidates, where.plan.placements, where.absent, make, prepared,
                                         reference, samples, settings, progress, memo)
+    mix = None
+    if settings.auto_per_tensor:  # the winner, with each tensor another candidate suits far better
+        if progress:
+            progress("per-tensor", 0, None)
+        mix = per_tensor_choice(prepared.get()[1], where.plan.placements, where.absent, cal.candidates,
+                                choice_samples(calib_samples, samples), base=label)
+        cal = replace(cal, candidates={**cal.candidates, PER_TENSOR: mix.scales})
+        _, more = choose_calibration({PER_TENSOR: mix.scales}, where.plan.placements, where.absent, make, prepared,
+                                     reference, samples, settings, progress, memo)
+        label, options = best_option((*options, *more))
     meta = {"per_tensor_methods": dict(sorted(mix.methods.items()))} if mix is not None and label == PER_TENSOR else None
     return keep_candidate(cal, label, settings, meta), label, options, mix
 
