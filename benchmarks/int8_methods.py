@@ -5,9 +5,9 @@ Rows per model and variant (``--variants``): ``auto`` (whole-model candidates on
 ``auto+per-tensor`` (the per-tensor mix as one more candidate), ``auto+bias`` (bias correction),
 ``auto+both`` (the default: one run whose report scores the whole-model candidates, the per-tensor
 mix and the bias correction each; ``stage_start_s`` says when each stage began). Data: ``quantize_vs_ort.make_data`` (PP-OCR cls/rec/det, Silero), the same npz samples
-the peers benchmark uses.
+the peers benchmark uses; ``extra_data`` (NudeNet 320n, ddddocr's float recognizer).
 
-    python benchmarks/int8_methods.py [--models cls,rec,det,silero] [--variants auto,auto+per-tensor]
+    python benchmarks/int8_methods.py [--models cls,rec,det,silero,nudenet,ddddocr] [--variants auto,auto+per-tensor]
                                       [--auto-exclude]
 """
 
@@ -73,6 +73,37 @@ def measure(name: str, spec: dict, variant: str, auto_exclude: bool) -> dict:
     return row
 
 
+def extra_data(root: Path, names: set[str], n_cal: int = 16, n_held: int = 6) -> dict[str, dict]:
+    """npz samples for NudeNet 320n (a YOLOv8n; rendered document pages, 320x320 RGB in [0, 1]) and
+    ddddocr's float recognizer ``common.onnx`` (rendered text lines, gray, height 64, (x/255 - 0.5)/0.5)."""
+    import numpy as np
+    from realdata import document_image, text_line_image
+    from realmodels import ddddocr_model, nudenet_model
+
+    def page(seed: int) -> dict:
+        img = np.asarray(document_image(seed, (320, 320)).convert("RGB"), dtype=np.float32) / 255.0
+        return {"images": img.transpose(2, 0, 1)[None].copy()}
+
+    def line(seed: int) -> dict:
+        img = text_line_image(seed, height=64).convert("L")
+        img = img.resize((max(64, min(256, img.width)), 64))
+        x = (np.asarray(img, dtype=np.float32) / 255.0 - 0.5) / 0.5
+        return {"input1": x[None, None].copy()}
+
+    specs = {}
+    for name, model, make in (("nudenet", nudenet_model(), page), ("ddddocr", ddddocr_model("common.onnx"), line)):
+        if name not in names:
+            continue
+        samples = [make(3000 + s) for s in range(n_cal + n_held)]
+        for part, chunk in (("calib", samples[:n_cal]), ("held", samples[n_cal:])):
+            d = root / name / part
+            d.mkdir(parents=True, exist_ok=True)
+            for i, smp in enumerate(chunk):
+                np.savez(d / f"{i:03d}.npz", **smp)
+        specs[name] = {"model": str(model), "calib": str(root / name / "calib"), "held": str(root / name / "held")}
+    return specs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="cls,rec,det,silero")
@@ -80,7 +111,9 @@ def main() -> None:
     ap.add_argument("--auto-exclude", action="store_true")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        specs = base.make_data(Path(tmp), quick=True)
+        names = set(args.models.split(","))
+        specs = base.make_data(Path(tmp), quick=True) if names & {"cls", "rec", "det", "silero"} else {}
+        specs.update(extra_data(Path(tmp), names))
         for name in args.models.split(","):
             for variant in args.variants.split(","):
                 print(json.dumps(measure(name, specs[name], variant, args.auto_exclude)), flush=True)

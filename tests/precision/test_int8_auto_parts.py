@@ -41,7 +41,8 @@ def cls_sets(ocr_cls, tmp_path_factory):
 def auto_run(cls_sets, tmp_path_factory):
     model, calib, held = cls_sets
     cache = tmp_path_factory.mktemp("cache") / "cls.cache"
-    return quantize_int8(model, Int8Settings(method="auto", cache_path=cache), calib, eval_samples=held), cache
+    settings = Int8Settings(method="auto", cache_path=cache, auto_per_tensor=True, auto_bias_correction=True)
+    return quantize_int8(model, settings, calib, eval_samples=held), cache
 
 
 def test_each_tensor_takes_the_candidate_its_readers_like_far_better(cls_sets, auto_run):
@@ -125,3 +126,14 @@ def test_bias_correction_removes_the_shift_it_measured(cls_sets, auto_run):
     corrected_biases = [i.name for i in res.model.graph.initializer if "_biascorrected" in i.name]
     assert bool(corrected_biases) == bc.kept
     assert res.report.to_json()["bias_correction"]["layers"] == n
+
+
+def test_the_flags_reach_the_int8_stage():
+    from trtconv.pipeline.build_settings import quantize_settings
+    from trtconv.pipeline.quantize import int8_settings
+
+    plain = int8_settings(quantize_settings("int8", {"calib_method": "auto"}))
+    assert (plain.auto_per_tensor, plain.auto_bias_correction) == (False, True)  # the defaults
+    flags = int8_settings(quantize_settings("int8", {"calib_method": "auto", "auto_per_tensor": True,
+                                                     "no_bias_correction": True}))
+    assert (flags.auto_per_tensor, flags.auto_bias_correction) == (True, False)
