@@ -5,9 +5,10 @@ Rows per model and variant (``--variants``): ``auto`` (whole-model candidates on
 ``auto+per-tensor`` (the per-tensor mix as one more candidate), ``auto+bias`` (bias correction),
 ``auto+both`` (the default: one run whose report scores the whole-model candidates, the per-tensor
 mix and the bias correction each; ``stage_start_s`` says when each stage began). Data: ``quantize_vs_ort.make_data`` (PP-OCR cls/rec/det, Silero), the same npz samples
-the peers benchmark uses; ``extra_data`` (NudeNet 320n, ddddocr's float recognizer).
+the peers benchmark uses; ``extra_data`` (NudeNet 320n, ddddocr's float recognizer, the coverage benchmark's generated BERT and
+ViT).
 
-    python benchmarks/int8_methods.py [--models cls,rec,det,silero,nudenet,ddddocr] [--variants auto,auto+per-tensor]
+    python benchmarks/int8_methods.py [--models cls,rec,det,silero,nudenet,ddddocr,bert,vit] [--variants auto,auto+per-tensor]
                                       [--auto-exclude]
 """
 
@@ -23,7 +24,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.append(str(HERE.parent / "tests"))  # appended: tests/triton must not shadow the triton package
 
 import quantize_vs_ort as base  # noqa: E402
 
@@ -91,9 +92,12 @@ def extra_data(root: Path, names: set[str], n_cal: int = 16, n_held: int = 6) ->
         return {"input1": x[None, None].copy()}
 
     specs = {}
-    for name, model, make in (("nudenet", nudenet_model(), page), ("ddddocr", ddddocr_model("common.onnx"), line)):
+    makers = [("nudenet", lambda: nudenet_model(), page), ("ddddocr", lambda: ddddocr_model("common.onnx"), line)]
+    makers += [(n, lambda n=n: _generated(n, root), _transformer_sample(n)) for n in ("bert", "vit")]
+    for name, path, make in makers:
         if name not in names:
             continue
+        model = path()
         samples = [make(3000 + s) for s in range(n_cal + n_held)]
         for part, chunk in (("calib", samples[:n_cal]), ("held", samples[n_cal:])):
             d = root / name / part
@@ -102,6 +106,38 @@ def extra_data(root: Path, names: set[str], n_cal: int = 16, n_held: int = 6) ->
                 np.savez(d / f"{i:03d}.npz", **smp)
         specs[name] = {"model": str(model), "calib": str(root / name / "calib"), "held": str(root / name / "held")}
     return specs
+
+
+def _generated(name: str, root: Path) -> Path:
+    """The coverage benchmark's generated transformer (random weights: no activation outliers to speak of)."""
+    import build_coverage as cov
+
+    saved = list(sys.path)  # quantize_vs_ort put tests/ first, whose tests/triton shadows the triton package
+    sys.path[:] = [p for p in sys.path if Path(p).name != "tests"]
+    try:
+        spec = next(s for s in cov.specs() if s.name == name)
+        return cov.export(spec, root)
+    finally:
+        sys.path[:] = saved
+
+
+def _transformer_sample(name: str):
+    """BERT: token ids drawn from the generated vocabulary (varying lengths); ViT: rendered pages at its size."""
+    import numpy as np
+    from build_coverage import IMAGE, SEQ, VOCAB
+    from realdata import document_image
+
+    def bert(seed: int) -> dict:
+        rng = np.random.default_rng(seed)
+        ids = rng.integers(1, VOCAB, (1, SEQ), dtype=np.int64)
+        return {"input_ids": ids, "attention_mask": np.ones((1, SEQ), np.int64)}
+
+    def vit(seed: int) -> dict:
+        img = document_image(seed, (IMAGE * 8, IMAGE * 8)).convert("RGB").resize((IMAGE, IMAGE))
+        x = (np.asarray(img, dtype=np.float32) / 255.0 - 0.5) / 0.5
+        return {"pixel_values": x.transpose(2, 0, 1)[None].copy()}
+
+    return bert if name == "bert" else vit
 
 
 def main() -> None:

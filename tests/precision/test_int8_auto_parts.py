@@ -109,6 +109,18 @@ def test_bias_correction_removes_the_shift_it_measured(cls_sets, auto_run):
     assert shifts and max(float(np.abs(s).max()) for s in shifts.values()) > 1e-3
     n = apply_bias_shifts(work, shifts, layers, dry_run=True)
     assert n == len(shifts)  # PP-OCR cls: every Conv has (or gets) a bias, the Gemm/MatMul a C or an Add
+    # a bias behind an Identity (how torch's exporter shares equal biases) still takes the correction
+    shared = onnx.ModelProto()
+    shared.CopyFrom(work)
+    conv = next(c for c in shared.graph.node if c.op_type == "Conv" and len(c.input) > 2 and ("main", c.name) in shifts)
+    shared.graph.node.insert(0, onnx.helper.make_node("Identity", [conv.input[2]], ["shared_bias"], name="share"))
+    conv.input[2] = "shared_bias"
+    assert apply_bias_shifts(shared, shifts, layers) == n
+    value = next(i for i in shared.graph.initializer if i.name == conv.input[2])
+    original = next(i for i in work.graph.initializer if i.name == next(
+        c for c in work.graph.node if c.name == conv.name).input[2])
+    assert np.allclose(onnx.numpy_helper.to_array(value),
+                       onnx.numpy_helper.to_array(original) - shifts[("main", conv.name)], atol=1e-7)
     # each shadow (the layer with its inputs quantized) with its bias corrected: no mean shift left
     probe, shadows = probe_model(work, res.report.placed, scales)
     producer = {o: node for node in probe.graph.node for o in node.output}

@@ -124,7 +124,7 @@ def _correct(view: GraphView, g: onnx.GraphProto, node: onnx.NodeProto, shift: n
     op = node.op_type
     if op in ("Conv", "ConvTranspose"):
         has = len(node.input) > 2 and bool(node.input[2])
-        b = view.value(node.input[2]) if has else np.zeros(n, np.float32)
+        b = _constant(view, node.input[2]) if has else np.zeros(n, np.float32)
         if b is None or b.shape != (n,):
             return 0
         _set_bias(node, put(b - shift, node.input[2] if has else node_label(node)))
@@ -132,7 +132,7 @@ def _correct(view: GraphView, g: onnx.GraphProto, node: onnx.NodeProto, shift: n
     if op == "Gemm":
         beta = next((a.f for a in node.attribute if a.name == "beta"), 1.0)
         has = len(node.input) > 2 and bool(node.input[2])
-        c = view.value(node.input[2]) if has else np.zeros(n, np.float32)
+        c = _constant(view, node.input[2]) if has else np.zeros(n, np.float32)
         if beta == 0 or c is None or c.size not in (1, n) or (c.ndim == 2 and c.shape[0] != 1) or c.ndim > 2:
             return 0
         value = np.broadcast_to(c.reshape(-1), (n,)) - shift / beta
@@ -143,7 +143,7 @@ def _correct(view: GraphView, g: onnx.GraphProto, node: onnx.NodeProto, shift: n
         return 0
     add = readers[0].node
     k = 1 if add.input[0] == node.output[0] else 0
-    c = view.value(add.input[k])
+    c = _constant(view, add.input[k])
     if c is None or c.shape != (n,):
         return 0
     name = put(c - shift, add.input[k])
@@ -163,3 +163,15 @@ def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
     out = onnx.NodeProto()
     out.CopyFrom(node)
     return out
+
+
+def _constant(view: GraphView, name: str) -> np.ndarray | None:
+    """The value behind ``name``, through ``Identity`` nodes (exporters share equal biases that way: torch's
+    BERT has every zero-initialized bias behind one Identity each)."""
+    for _ in range(8):
+        value = view.value(name)
+        site = view.producer(name)
+        if value is not None or site is None or site.node.op_type != "Identity":
+            return value
+        name = site.node.input[0]
+    return None
