@@ -168,7 +168,7 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
     prepared = outcome.prepared
     saved = stages.run("save", lambda: save_stage(precisioned.model, prepared))
     outcome.written = True
-    stages.run("recheck", lambda: recheck_stage(saved, target, shapes0))
+    stages.run("recheck", lambda: recheck_stage(saved, target, shapes0, frozenset(req.skip_rule)))
     keep = not req.prepare_only and not req.no_verify  # verify reuses the reference's outputs
     corners = stages.run("profiles", lambda: corners_stage(reference, profiles, req, samples, keep))
     if req.prepare_only:

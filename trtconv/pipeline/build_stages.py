@@ -105,17 +105,23 @@ def rewrite_stage(loaded: LoadedModel, settings: RewriteSettings) -> Step[Rewrit
                                          "tolerance": proof.tolerance, "arithmetic": proof.arithmetic}})
 
 
-def recheck_stage(saved: Saved, target: str, shapes: dict[str, tuple[int, ...]]) -> Step[None]:
+def recheck_stage(saved: Saved, target: str, shapes: dict[str, tuple[int, ...]],
+                  skipped: frozenset[str] = frozenset()) -> Step[None]:
     """The prepared ONNX against the parser's rules again: what rewrite left behind fails here,
-    without TensorRT, instead of minutes later in its parser. Plugin nodes are expected."""
+    without TensorRT, instead of minutes later in its parser (or, for an op the parser imports as
+    another op, never). Plugin nodes are expected. ``skipped``: the rules ``--skip-rule`` turned off."""
 
     report = analyze(saved.graph, target, shapes)
     left = [n for n in report.nodes if n.status in ("unsupported", "rewritable")]
     if left:
-        names = ", ".join(f"{n.path} ({n.op_type}: {n.status})" for n in left[:5])
+        off = sorted({n.rewrite for n in left if n.rewrite in skipped})
+        names = ", ".join(f"{n.path} ({n.op_type}: {n.status}"
+                          + (f" by {n.rewrite}, turned off by --skip-rule)" if n.rewrite in skipped else ")")
+                          for n in left[:5])
+        hint = f"run `trtconv check --trt {target} {shlex.quote(str(saved.path))}` for the reasons"
         raise UnsupportedModelError(
             f"after rewrite and precision, {target_name(target)} would still reject {len(left)} node(s): {names}",
-            hint=f"run `trtconv check --trt {target} {shlex.quote(str(saved.path))}` for the reasons",
+            hint=f"drop --skip-rule {' '.join(off)}; or {hint}" if off else hint,
         )
     plugins = sorted({qualified_op(n.domain, n.op_type) for n in report.nodes if n.status == "plugin"})
     return Step(None, {"verdict": report.verdict, "plugin_ops": plugins})
