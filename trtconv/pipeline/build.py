@@ -117,8 +117,12 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
     onnx_sha = model_sha256(loaded)
     shapes0 = profiles[0].corner("opt") if profiles else {}
 
-    stages.run("check", lambda: check_stage(loaded, target, shapes0))
     rewrite_settings = replace(req.rewrite_settings(target), proof_shapes=dict(shapes0))
+    # a static profile: a model refused as it is may build folded with its shapes (like `rewrite --shapes`)
+    fold = stages.run("check", lambda: check_stage(loaded, target, shapes0,
+                                                   rewrite_settings if _static(profiles) else None))
+    if fold:
+        rewrite_settings = replace(rewrite_settings, shapes=dict(shapes0))
     rewritten = stages.run("rewrite", lambda: rewrite_stage(loaded, rewrite_settings))
     reference = Reference(loaded, rewritten)
     phases = ProgressPhases(progress) if progress is not None else None
@@ -247,6 +251,12 @@ def _command(model: Path, output: Path, req: BuildSettings, target: str) -> str:
     flags += f" --calib-data {shlex.quote(str(req.calib_data))}" if req.calib_data else ""
     return (f"trtconv build {shlex.quote(str(model))} -o {shlex.quote(str(output))}{flags}"
             + (" --prepare-only" if req.prepare_only else ""))
+
+
+def _static(profiles: tuple[Profile, ...]) -> bool:
+    """One profile giving each dynamic input a single shape (``--shapes``): nothing in the engine varies."""
+    return len(profiles) == 1 and bool(profiles[0].inputs) and all(
+        r.min == r.opt == r.max for _, r in profiles[0].inputs)
 
 
 def _refuse_requantizing(loaded: LoadedModel, precision: str) -> None:

@@ -9,7 +9,7 @@ import hashlib
 import logging
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -79,8 +79,19 @@ class Built:
 
 
 
-def check_stage(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]]) -> Step[None]:
+def check_stage(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]],
+                settings: RewriteSettings | None = None) -> Step[bool]:
+    """``check`` on the model. With ``settings`` (a static profile), a model it refuses is checked
+    again as the rewrite leaves it when it folds with the profile's shapes, and that check decides
+    (an LSTM in an If whose shape-only condition folds away builds). The result: whether the
+    rewrite stage must fold with the shapes (``rewrite --shapes``) for the build to go on."""
     report = analyze(loaded, target, shapes)
+    if report.verdict not in ("supported", "needs-rewrite") and settings is not None:
+        folded = rewrite(loaded, replace(settings, shapes=dict(shapes), verify=False)).model
+        report = analyze(LoadedModel(folded, loaded.path, weights_loaded=True), target, shapes)
+        if report.verdict in ("supported", "needs-rewrite"):
+            return Step(True, {"verdict": report.verdict, "target": target,
+                               "folded": "unsupported as it is; decided on the graph folded with the shapes"})
     if report.verdict not in ("supported", "needs-rewrite"):
         bad = [n for n in report.nodes if n.status == "unsupported"]
         names = ", ".join(f"{n.path} ({n.op_type})" for n in bad[:5]) or "see `trtconv check`"
@@ -90,7 +101,7 @@ def check_stage(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, .
             f"plugin: {names}",
             hint=f"run `trtconv check --trt {target} {shlex.quote(str(loaded.path))}` for the reasons",
         )
-    return Step(None, {"verdict": report.verdict, "target": target})
+    return Step(False, {"verdict": report.verdict, "target": target})
 
 
 def rewrite_stage(loaded: LoadedModel, settings: RewriteSettings) -> Step[RewriteResult]:
