@@ -61,6 +61,7 @@ from trtconv.plan import (
     validate_plan,
     write_manifest,
 )
+from trtconv.precision import cache_files
 from trtconv.rewrites import RewriteResult
 from trtconv.samples import SampleSet
 from trtconv.trt import for_target, tensorrt_version
@@ -126,10 +127,16 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
     rewritten = stages.run("rewrite", lambda: rewrite_stage(loaded, rewrite_settings))
     reference = Reference(loaded, rewritten)
     phases = ProgressPhases(progress) if progress is not None else None
+    if req.precision == "int8" and req.calib_cache and not req.no_calib_cache:
+        outcome.new_caches += [p for p in cache_files(Path(req.calib_cache)) if not p.exists()]
     try:
         precisioned = stages.run("precision", lambda: precision_stage(rewritten.model, req, target, samples, reference, phases))
     except QuantizeAccuracyError as exc:
         outcome.gate = exc.result
+        _remove_new_caches(outcome)
+        raise
+    except BaseException:
+        _remove_new_caches(outcome)
         raise
     finally:
         if phases is not None:
@@ -142,7 +149,19 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
                                   profiles, progress, onnx_sha, rewritten, shapes0, samples)
     except BaseException as exc:
         _remove_failed_outputs(output, req, outcome, exc)
+        _remove_new_caches(outcome)
         raise
+
+
+def _remove_new_caches(outcome: BuildOutcome) -> None:
+    """The calibration and timing caches a failed build created (never one that existed before it):
+    a later build must not reuse scales or timings of a build that did not succeed."""
+    for path in outcome.new_caches:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as err:  # the original error is what the user must see
+            log.warning("could not remove %s: %s", path, err)
+    outcome.new_caches = []
 
 
 def _remove_failed_outputs(output: Path, req: BuildSettings, outcome: BuildOutcome, exc: BaseException) -> None:
@@ -184,7 +203,7 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
     except BackendUnavailableError as exc:
         outcome.stopped = "tensorrt-unavailable"
         raise _no_tensorrt(exc, prepared, req.keep_prepared) from None
-    built = stages.run("build", lambda: engine_stage(plan, progress))
+    built = stages.run("build", lambda: engine_stage(plan, progress, outcome.new_caches))
     outcome.engine = output
     verify_json: dict[str, Any] | None = None
     if not req.no_verify and not flavour.inspects_engine:

@@ -230,7 +230,9 @@ def corners_stage(reference: Reference, profiles: tuple[Profile, ...], req: Buil
                        "failed_on_synthetic_values": [f.describe() for f in runs.value_failures]})
 
 
-def engine_stage(plan: BuildPlan, progress: Any) -> Step[Built]:
+def engine_stage(plan: BuildPlan, progress: Any, new_caches: list[Path] | None = None) -> Step[Built]:
+    """The TensorRT build. ``new_caches``: the timing cache is added to it when it does not exist yet
+    (this build creates it, so a failed build removes it)."""
     flavour = for_target(plan.target)
     env = probe()
     gpu = env.gpus[0] if env.gpus else None
@@ -240,6 +242,8 @@ def engine_stage(plan: BuildPlan, progress: Any) -> Step[Built]:
                                       hint="run `trtconv doctor`; without a GPU, --trt rtx builds TensorRT-RTX engines")
     if flavour.timing_cache and gpu is not None:  # TensorRT-RTX: no timing cache, never touched
         cache = plan.timing_cache.resolve(gpu.name, gpu.compute_capability, env.tensorrt.version or "unknown")
+        if cache is not None and new_caches is not None and not cache.exists():
+            new_caches.append(cache)
     result = build_engine(plan, timing_cache=cache, progress=progress)
     share = result.precision_share
     built = Built(
