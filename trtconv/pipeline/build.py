@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
-import shlex
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -109,7 +108,7 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
         profiles = build_profiles(
             loaded.proto, shapes=req.shapes, min_shapes=req.min_shapes, opt_shapes=req.opt_shapes,
             max_shapes=req.max_shapes, required=not req.prepare_only,
-            command=command or _command(model, output, req, target),
+            command=command or replace(req, trt=target).command_line(model, output),
             sample_shapes=None if samples is None else _sample_shapes(samples))
     except UsageError:
         check_stage(loaded, target, {})  # a model no shapes could build says so first, with the reason (exit 5)
@@ -260,16 +259,6 @@ def _no_tensorrt(exc: BackendUnavailableError, prepared: Path, kept: bool) -> Ba
         f"{exc.message}; stopped after the precision stage (nothing was kept)",
         hint=f"{(exc.hint or '').rstrip('.')}. Then run this command again; or add --prepare-only (or "
         f"--keep-prepared) to keep the prepared ONNX and build it with {trtexec}")
-
-
-def _command(model: Path, output: Path, req: BuildSettings, target: str) -> str:
-    """The command line a hint repeats when the caller gave none (the CLI gives the user's own): the
-    paths and the settings that change what is built, by their declared names."""
-    flags = f" --precision {req.precision}" if req.precision != "fp32" else ""
-    flags += f" --trt {target}"  # always: the default target depends on what is installed
-    flags += f" --calib-data {shlex.quote(str(req.calib_data))}" if req.calib_data else ""
-    return (f"trtconv build {shlex.quote(str(model))} -o {shlex.quote(str(output))}{flags}"
-            + (" --prepare-only" if req.prepare_only else ""))
 
 
 def _static(profiles: tuple[Profile, ...]) -> bool:
