@@ -61,7 +61,7 @@ from trtconv.plan import (
     write_manifest,
 )
 from trtconv.precision import cache_files
-from trtconv.rewrites import RewriteResult
+from trtconv.rewrites import RewriteResult, RewriteSettings
 from trtconv.samples import SampleSet
 from trtconv.trt import for_target, tensorrt_version
 
@@ -119,8 +119,7 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
 
     rewrite_settings = replace(req.rewrite_settings(target), proof_shapes=dict(shapes0))
     # a static profile: a model refused as it is may build folded with its shapes (like `rewrite --shapes`)
-    fold = stages.run("check", lambda: check_stage(loaded, target, shapes0,
-                                                   rewrite_settings if _static(profiles) else None))
+    fold = stages.run("check", lambda: check_stage(loaded, target, shapes0, _if_static(profiles, rewrite_settings)))
     if fold:
         rewrite_settings = replace(rewrite_settings, shapes=dict(shapes0))
     rewritten = stages.run("rewrite", lambda: rewrite_stage(loaded, rewrite_settings))
@@ -261,10 +260,12 @@ def _no_tensorrt(exc: BackendUnavailableError, prepared: Path, kept: bool) -> Ba
         f"--keep-prepared) to keep the prepared ONNX and build it with {trtexec}")
 
 
-def _static(profiles: tuple[Profile, ...]) -> bool:
-    """One profile giving each dynamic input a single shape (``--shapes``): nothing in the engine varies."""
-    return len(profiles) == 1 and bool(profiles[0].inputs) and all(
+def _if_static(profiles: tuple[Profile, ...], settings: RewriteSettings) -> RewriteSettings | None:
+    """``settings`` where one profile gives each dynamic input a single shape (``--shapes``: nothing in
+    the engine varies, so the graph may be folded with it), else None."""
+    static = len(profiles) == 1 and bool(profiles[0].inputs) and all(
         r.min == r.opt == r.max for _, r in profiles[0].inputs)
+    return settings if static else None
 
 
 def _refuse_requantizing(loaded: LoadedModel, precision: str) -> None:

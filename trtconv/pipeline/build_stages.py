@@ -18,6 +18,7 @@ import onnx
 from trtconv.analyze import analyze
 from trtconv.errors import (
     BackendUnavailableError,
+    TrtconvError,
     UnsupportedModelError,
     UsageError,
 )
@@ -87,10 +88,9 @@ def check_stage(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, .
     rewrite stage must fold with the shapes (``rewrite --shapes``) for the build to go on."""
     report = analyze(loaded, target, shapes)
     if report.verdict not in ("supported", "needs-rewrite") and settings is not None:
-        folded = rewrite(loaded, replace(settings, shapes=dict(shapes), verify=False)).model
-        report = analyze(LoadedModel(folded, loaded.path, weights_loaded=True), target, shapes)
-        if report.verdict in ("supported", "needs-rewrite"):
-            return Step(True, {"verdict": report.verdict, "target": target,
+        folded = _folded_verdict(loaded, target, shapes, settings)
+        if folded in ("supported", "needs-rewrite"):
+            return Step(True, {"verdict": folded, "target": target,
                                "folded": "unsupported as it is; decided on the graph folded with the shapes"})
     if report.verdict not in ("supported", "needs-rewrite"):
         bad = [n for n in report.nodes if n.status == "unsupported"]
@@ -102,6 +102,18 @@ def check_stage(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, .
             hint=f"run `trtconv check --trt {target} {shlex.quote(str(loaded.path))}` for the reasons",
         )
     return Step(False, {"verdict": report.verdict, "target": target})
+
+
+def _folded_verdict(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]],
+                    settings: RewriteSettings) -> str | None:
+    """``check``'s verdict on the graph the rewrite leaves when it folds with ``shapes``; None when
+    that rewrite fails (the model as it is keeps its verdict and its reasons)."""
+    try:
+        folded = rewrite(loaded, replace(settings, shapes=dict(shapes), verify=False)).model
+    except TrtconvError as exc:
+        log.debug("folding with the profile's shapes failed: %s", exc)
+        return None
+    return analyze(LoadedModel(folded, loaded.path, weights_loaded=True), target, shapes).verdict
 
 
 def rewrite_stage(loaded: LoadedModel, settings: RewriteSettings) -> Step[RewriteResult]:
