@@ -80,12 +80,13 @@ class Built:
 
 
 
-def check_stage(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]],
+def check_stage(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]], hint: str | None = None,
                 settings: RewriteSettings | None = None) -> Step[bool]:
-    """``check`` on the model. With ``settings`` (a static profile), a model it refuses is checked
-    again as the rewrite leaves it when it folds with the profile's shapes, and that check decides
-    (an LSTM in an If whose shape-only condition folds away builds). The result: whether the
-    rewrite stage must fold with the shapes (``rewrite --shapes``) for the build to go on."""
+    """The model against the target's parser rules: nodes nothing can fix stop the build here (exit 5);
+    ``hint``: the error's hint where a build option fixes them (--split-tail). With ``settings`` (a
+    static profile), a model it refuses is checked again as the rewrite leaves it when it folds with
+    the profile's shapes, and that check decides (an LSTM in an If whose shape-only condition folds
+    away builds). The result: whether the rewrite stage must fold with the shapes (``rewrite --shapes``)."""
     report = analyze(loaded, target, shapes)
     if report.verdict not in ("supported", "needs-rewrite") and settings is not None:
         folded = _folded_verdict(loaded, target, shapes, settings)
@@ -99,7 +100,7 @@ def check_stage(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, .
         raise UnsupportedModelError(
             f"{target_name(target)} {verb} {len(bad)} node(s) that trtconv can neither rewrite nor map to a "
             f"plugin: {names}",
-            hint=f"run `trtconv check --trt {target} {shlex.quote(str(loaded.path))}` for the reasons",
+            hint=hint or f"run `trtconv check --trt {target} {shlex.quote(str(loaded.path))}` for the reasons",
         )
     return Step(False, {"verdict": report.verdict, "target": target})
 
