@@ -132,22 +132,7 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
         rewrite_settings = replace(rewrite_settings, shapes=dict(shapes0))
     rewritten = stages.run("rewrite", lambda: rewrite_stage(loaded, rewrite_settings))
     reference = Reference(loaded, rewritten, head=split is not None)
-    phases = ProgressPhases(progress) if progress is not None else None
-    if req.precision == "int8" and req.calib_cache and not req.no_calib_cache:
-        outcome.new_caches += [p for p in cache_files(Path(req.calib_cache)) if not p.exists()]
-    try:
-        precisioned = stages.run("precision", lambda: precision_stage(rewritten.model, req, target, samples, reference, phases))
-    except QuantizeAccuracyError as exc:
-        outcome.gate = exc.result
-        _remove_new_caches(outcome)
-        raise
-    except BaseException:
-        _remove_new_caches(outcome)
-        raise
-    finally:
-        if phases is not None:
-            phases.close()
-    outcome.gate = precisioned.gate
+    precisioned = _precision(stages, outcome, rewritten, req, target, samples, reference, progress)
     if replacing:
         log.warning("replacing %s (derived from the model; --prepared PATH writes it elsewhere)", prepared)
     try:
@@ -157,6 +142,27 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
         _remove_failed_outputs(output, req, outcome, exc)
         _remove_new_caches(outcome)
         raise
+
+
+def _precision(stages: StageRunner, outcome: BuildOutcome, rewritten: RewriteResult, req: BuildSettings, target: str,
+               samples: SampleSet | None, reference: Reference, progress: Any) -> Precisioned:
+    """The precision stage, its gate's verdict in ``outcome`` (also when it failed); a failure removes
+    the calibration cache this run created."""
+    phases = ProgressPhases(progress) if progress is not None else None
+    if req.precision == "int8" and req.calib_cache and not req.no_calib_cache:
+        outcome.new_caches += [p for p in cache_files(Path(req.calib_cache)) if not p.exists()]
+    try:
+        precisioned = stages.run("precision", lambda: precision_stage(rewritten.model, req, target, samples, reference, phases))
+    except BaseException as exc:
+        if isinstance(exc, QuantizeAccuracyError):
+            outcome.gate = exc.result
+        _remove_new_caches(outcome)
+        raise
+    finally:
+        if phases is not None:
+            phases.close()
+    outcome.gate = precisioned.gate
+    return precisioned
 
 
 def _remove_new_caches(outcome: BuildOutcome) -> None:
