@@ -30,7 +30,6 @@ from trtconv.cli.depfile import deps_option
 from trtconv.cli.html_report import record, report_option
 from trtconv.cli.inspect_engine import off_precision_lines
 from trtconv.cli.options import (
-    command_line,
     force_option,
     json_option,
     model_argument,
@@ -183,7 +182,8 @@ def build(model: Path, output: Path, force: bool, as_json: bool, layers: bool, *
     settings.contradictions()  # exit 2 before any work
     settings = replace(settings, trt=target_or_default(settings.trt, as_json))
     return_large_blocks()  # freed weights and activations leave the RSS (issue 20's memory bound)
-    command = command_line(click.get_current_context(), drop=SHAPE_FLAGS)  # what hints repeat
+    cli_flags = tuple(f for f, on in (("--force", force), ("--json", as_json), ("--layers", layers)) if on)
+    command = settings.command_line(model, output, drop=SHAPE_FLAGS, extra=cli_flags)  # what hints repeat
     sink = BarSink()
     outcome = BuildOutcome(prepared=settings.outputs(output)[0])
     clock = StageClock(sink, as_json=as_json)
@@ -215,9 +215,31 @@ def build(model: Path, output: Path, force: bool, as_json: bool, layers: bool, *
         click.echo(f"prepared ONNX written to {outcome.prepared} (--prepare-only: TensorRT not run)")
     elif outcome.engine is not None:
         click.echo(f"engine written to {outcome.engine} (manifest {outcome.engine}.json)")
+    if outcome.tail is not None:
+        click.echo(_tail_line(outcome))
+    if outcome.engine is not None and outcome.stopped != "prepare-only":
         if layers and outcome.manifest is not None:
             for line in _layer_summary(outcome.manifest):
                 click.echo(line)
+
+
+def _tail_line(outcome: BuildOutcome) -> str:
+    """--split-tail: where the tail is, what crosses the cut, and the proof's figure."""
+    split = next((s.detail for s in outcome.stages if s.name == "split" and s.status == "done"), {})
+    proof = split.get("proof") or {}
+    if proof.get("passed"):
+        figure = (f"head → tail equals the model on ONNX Runtime: max abs {proof.get('max_abs'):.3g}, "
+                  f"max rel {proof.get('max_rel'):.3g}")
+    else:
+        figure = f"not proven: {proof.get('reason')}"
+    return (f"tail written to {outcome.tail} (ONNX Runtime runs it on the engine's outputs "
+            f"{_some(split.get('cut') or [])}; it starts at {_some(split.get('at') or [])}; {figure})")
+
+
+def _some(names: list[str], shown: int = 4) -> str:
+    """The first names, and how many more (the manifest's split block lists them all)."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def _record(outcome: BuildOutcome, model: Path, target: str) -> None:

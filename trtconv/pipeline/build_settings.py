@@ -9,6 +9,7 @@ The TensorRT plan, the rewrite settings and the precision settings are functions
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -26,7 +27,7 @@ from trtconv.plan import (
     parse_memory_pools,
     parse_size,
 )
-from trtconv.rewrites import RewriteSettings, load_plugin_map, trtconv_plugin_spec
+from trtconv.rewrites import TAIL_SUFFIX, RewriteSettings, load_plugin_map, trtconv_plugin_spec
 from trtconv.settings import declared, for_command
 from trtconv.trt import for_target
 
@@ -98,6 +99,7 @@ class BuildSettings:
     prepare_only: bool = _d("prepare_only")  # stop after the prepared ONNX (no TensorRT needed)
     keep_prepared: bool = _d("keep_prepared")  # a failed build keeps the prepared ONNX (else it leaves nothing)
     no_verify: bool = _d("no_verify")
+    split_tail: bool = _d("split_tail")  # --trt rtx: NonZero/NMS and what follows go to an ONNX Runtime tail
     no_preflight: bool = _d("no_preflight")  # skip the profile corners' run on ONNX Runtime before TensorRT
     seed: int = _d("seed")
     trt: str | None = _d("trt")  # "10.16", "11.4", "rtx"; None: the TensorRT that is installed
@@ -115,10 +117,35 @@ class BuildSettings:
         name = engine.name[: -len(".engine")] if engine.name.endswith(".engine") else engine.name
         return engine.with_name(name + ".prepared.onnx")
 
+    def tail_path(self, output: PathLike) -> Path:
+        """Where ``split_tail`` writes the tail ONNX: ENGINE stem + .tail.onnx."""
+        engine = Path(output)
+        name = engine.name[: -len(".engine")] if engine.name.endswith(".engine") else engine.name
+        return engine.with_name(name + TAIL_SUFFIX)
+
     def outputs(self, output: PathLike) -> list[Path]:
-        """The files a build writes: the prepared ONNX, then (unless prepare_only) manifest and engine."""
-        files = [self.prepared_path(output)]
+        """The files a build writes: the prepared ONNX (and the tail with ``split_tail``, where the model is
+        split), then (unless prepare_only) manifest and engine."""
+        files = [self.prepared_path(output)] + ([self.tail_path(output)] if self.split_tail else [])
         return files if self.prepare_only else [*files, manifest_path(Path(output)), Path(output)]
+
+    def command_line(self, model: PathLike, output: PathLike, *, drop: tuple[str, ...] = (),
+                     extra: tuple[str, ...] = ()) -> str:
+        """``trtconv build`` as a hint repeats it, to run as printed: the paths, then every declared
+        build setting not at its default by its declared flag (spec-file values included: they are
+        settings too), then ``extra`` (the CLI's own flags). ``drop``: settings the hint supplies itself."""
+        parts = ["trtconv", "build", shlex.quote(str(model)), "-o", shlex.quote(str(output))]
+        for setting in for_command("build"):
+            value = getattr(self, setting.name)
+            if setting.name in drop or value is None or value == () or value == setting.default:
+                continue
+            if setting.type == "bool":
+                flag = setting.flag if value else setting.secondary or "--no-" + setting.flag[2:]
+                parts.append(flag)
+                continue
+            for item in value if setting.multiple else (value,):
+                parts += [setting.flag, shlex.quote(str(item))]
+        return " ".join([*parts, *extra])
 
     def contradictions(self) -> None:
         """Settings that cannot all be obeyed: a usage error (exit 2) naming them, never one silently dropped."""
