@@ -25,7 +25,7 @@ import onnx
 from trtconv.errors import AccuracyError, PrecisionNotAchievedError
 from trtconv.onnxutil import GraphView, iter_graphs
 from trtconv.precision.bn_fold import FoldedBatchNorm
-from trtconv.precision.calib_cache import CacheInfo
+from trtconv.precision.calib_cache import CacheInfo, add_to_sidecar, cache_meta
 from trtconv.precision.fp16 import Fp16Report
 from trtconv.precision.int8_accuracy import WorstSample, accuracy_report
 from trtconv.precision.int8_bias import BiasCorrection, apply_bias_shifts, bias_shifts
@@ -283,6 +283,32 @@ def _try_bias_correction(cal: Calibration, where: _Placement, prepared: Prepared
                           corrected)
 
 
+def _bias_correction(cal: Calibration, where: _Placement, prepared: PreparedModels, reference: onnx.ModelProto,
+                     samples: Iterable[Mapping[str, np.ndarray]] | None, calib_samples: Iterable[Mapping[str, np.ndarray]],
+                     settings: Int8Settings, has_twin: bool, options: Sequence[CalibrationOption],
+                     memo: list[dict[str, np.ndarray]], progress: ProgressFn | None) -> BiasCorrection | None:
+    """``method="auto"``'s bias correction: measured and judged on a calibration run, and kept in the cache's
+    sidecar; a cache hit replays the kept one, so the model is the same with or without the cache."""
+    if settings.method != "auto" or not settings.auto_bias_correction:
+        return None
+    if cal.cache.hit:
+        bias = BiasCorrection.replayed(cache_meta(cal.cache.path).get("bias_correction"), 0)
+        if bias is None:
+            return None
+        placed, _ = finalize_placements(where.plan.placements, cal.scales, where.absent)
+        layers = {(p.graph, p.node) for p in placed}
+        return replace(bias, corrected=apply_bias_shifts(prepared.get()[0], bias.shifts, layers, dry_run=True))
+    if not options or samples is None:
+        return None
+    if progress:
+        progress("bias-correction", 0, None)
+    bias = _try_bias_correction(cal, where, prepared, reference, samples, calib_samples, settings, has_twin,
+                                options, memo)
+    if bias is not None and bias.kept and cal.cache.path and settings.use_cache:
+        add_to_sidecar(cal.cache.path, cal.cache.key, {"bias_correction": bias.stored()})
+    return bias
+
+
 def _first_candidate(prepared: PreparedModels, make: Any, placed: Sequence[Placement]
                      ) -> tuple[Candidate, list[Placement]]:
     """The candidate with every placement, and the placements its calibration form runs; the
@@ -323,12 +349,8 @@ def quantize_int8(
     memo: list[dict[str, np.ndarray]] = []  # the reference's outputs on the held-out samples (method "auto")
     cal, chosen, options, mix = _choose(cal, where, prepared, reference, eval_samples, settings,
                                         calibration_model is not None, progress, calib_samples, memo)
-    bias = None
-    if options and settings.auto_bias_correction and eval_samples is not None:
-        if progress:
-            progress("bias-correction", 0, None)
-        bias = _try_bias_correction(cal, where, prepared, reference, eval_samples, calib_samples, settings,
-                                    calibration_model is not None, options, memo)
+    bias = _bias_correction(cal, where, prepared, reference, eval_samples, calib_samples, settings,
+                            calibration_model is not None, options, memo, progress)
     placed, late_skips = finalize_placements(where.plan.placements, cal.scales, where.absent)
     make = _builder(cal, settings, calibration_model is not None, check_loads=eval_samples is None, bias=bias)
     candidate, runnable = _first_candidate(prepared, make, placed)

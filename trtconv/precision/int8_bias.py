@@ -41,6 +41,25 @@ class BiasCorrection:
     kept: bool
     corrected: int  # layers whose bias could take the correction
 
+    def stored(self) -> dict[str, object]:
+        """What the cache sidecar keeps of a kept correction (float32 shifts: exact through JSON)."""
+        return {"worst_cosine_without": self.worst_cosine_without, "worst_cosine_with": self.worst_cosine_with,
+                "layers": [{"graph": g, "node": n, "shift": v.astype(np.float32).tolist()}
+                           for (g, n), v in sorted(self.shifts.items())]}
+
+    @classmethod
+    def replayed(cls, stored: object, corrected: int) -> BiasCorrection | None:
+        """A kept correction read back from ``stored`` (a cache hit replays it); None when absent."""
+        if not isinstance(stored, dict):
+            return None
+        try:
+            shifts = {(str(e["graph"]), str(e["node"])): np.asarray(e["shift"], np.float32)
+                      for e in stored["layers"]}
+            return cls(shifts, float(stored["worst_cosine_without"]), float(stored["worst_cosine_with"]), True,
+                       corrected)
+        except (KeyError, TypeError, ValueError):
+            return None
+
     def to_json(self) -> dict[str, object]:
         return {"kept": self.kept, "layers": self.corrected,
                 "worst_cosine_without": float(f"{self.worst_cosine_without:.8f}"),
