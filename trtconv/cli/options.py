@@ -168,7 +168,7 @@ exclude_options = options_for("quantize", "exclude", "exclude_op")
 fp16_options = options_for("quantize", "keep_io_types", "max_activation", "max_initializer", "no_fold_batchnorm")
 int8_options = options_for("quantize", "calib_method", "percentile", "calib_cache", "no_calib_cache",
                            "int8_remainder", "auto_exclude", "sensitivity", "auto_per_tensor",
-                           "no_bias_correction")
+                           "no_bias_correction", "no_smoothing")
 gate_options = options_for("quantize", "max_abs", "max_rel", "min_cosine", "min_top1", "gate_output",
                            "allow_nonfinite")
 

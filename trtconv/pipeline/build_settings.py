@@ -66,6 +66,7 @@ class BuildSettings:
     sensitivity: bool = _d("sensitivity")
     auto_per_tensor: bool = _d("auto_per_tensor")
     no_bias_correction: bool = _d("no_bias_correction")
+    no_smoothing: bool = _d("no_smoothing")
     max_abs: tuple[str | float, ...] = ()  # each "X" or "OUTPUT=X"
     max_rel: tuple[str | float, ...] = ()
     min_cosine: tuple[str | float, ...] = ()

@@ -14,6 +14,7 @@ and holds the report.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -38,7 +39,13 @@ from trtconv.precision.int8_calibration import (
     keep_candidate,
     proto_sha256,
 )
-from trtconv.precision.int8_candidate import Candidate, CandidateBuilder, check_valid, finalize_placements
+from trtconv.precision.int8_candidate import (
+    Candidate,
+    CandidateBuilder,
+    check_valid,
+    finalize_placements,
+    smoothed,
+)
 from trtconv.precision.int8_choice import CalibrationOption, best_option, choose_calibration
 from trtconv.precision.int8_gate import (
     AUTO_EXCLUDED,
@@ -58,6 +65,13 @@ from trtconv.precision.int8_settings import (
     Int8Settings,
     ProgressFn,
     Remainder,
+)
+from trtconv.precision.int8_smooth import (
+    ALPHAS,
+    Smoothing,
+    channel_maxima,
+    smoothed_scales,
+    smoothing_factors,
 )
 from trtconv.precision.qdq import Placement, Plan, Skip, plan_qdq
 from trtconv.precision.sensitivity import LayerError
@@ -113,6 +127,7 @@ class Int8Report:
     calibration_choice: tuple[CalibrationOption, ...] = ()  # method "auto": every candidate and its score
     per_tensor: PerTensorChoice | None = None  # method "auto": the per-tensor mix (tensor -> candidate it took)
     bias_correction: BiasCorrection | None = None  # method "auto": the bias correction measured, and if kept
+    smoothing: Smoothing | None = None  # method "auto": the SmoothQuant migration measured, and if kept
     sensitivity_sessions: int = 0  # of them, the per-layer error's (1; 4 with weights on disk)
 
     @property
@@ -161,6 +176,7 @@ class Int8Report:
             "chosen_method": self.chosen_method or self.method,
             "calibration_choice": [o.to_json() for o in self.calibration_choice],
             "bias_correction": None if self.bias_correction is None else self.bias_correction.to_json(),
+            "smoothing": None if self.smoothing is None else self.smoothing.to_json(),
             "per_tensor_methods": None if self.per_tensor is None else dict(sorted(self.per_tensor.methods.items())),
             "sensitivity_sessions": self.sensitivity_sessions,
             "passed": self.passed,
@@ -218,14 +234,16 @@ def _place(prepared: PreparedModels, settings: Int8Settings) -> _Placement:
 
 
 def _builder(cal: Calibration, settings: Int8Settings, has_twin: bool, check_loads: bool,
-             bias: BiasCorrection | None = None):
+             bias: BiasCorrection | None = None, smooth: Smoothing | None = None):
     """How to build a candidate from the prepared pair, with these scales and peaks (and the bias
-    correction, when kept)."""
+    correction and the smoothing, when kept)."""
     shifts = bias.shifts if bias is not None and bias.kept else {}
+    factors = smooth.factors if smooth is not None and smooth.kept else {}
 
     def make(pair: Pair, scales: Mapping[str, float] | None = None) -> CandidateBuilder:
         return CandidateBuilder(pair[0], pair[1] if has_twin else None, cal.scales if scales is None else scales,
-                                settings, cal.peaks, check_loads=check_loads, bias=shifts)
+                                settings, cal.peaks, check_loads=check_loads, bias=shifts,
+                                smooth=factors)
     return make
 
 
@@ -259,14 +277,18 @@ def _choose(cal: Calibration, where: _Placement, prepared: PreparedModels, refer
 def _try_bias_correction(cal: Calibration, where: _Placement, prepared: PreparedModels, reference: onnx.ModelProto,
                          samples: Iterable[Mapping[str, np.ndarray]], calib_samples: Iterable[Mapping[str, np.ndarray]],
                          settings: Int8Settings, has_twin: bool, options: Sequence[CalibrationOption],
-                         memo: list[dict[str, np.ndarray]]) -> BiasCorrection | None:
+                         memo: list[dict[str, np.ndarray]], smooth: Smoothing | None) -> BiasCorrection | None:
     """``method="auto"``: the chosen scales' bias correction, measured on the calibration samples and kept when
     the whole model then agrees better with FP32 on the held-out samples (passing first, then worst cosine)."""
     chosen = next((o for o in options if o.chosen), None)
     if chosen is None:
         return None
+    if smooth is not None and smooth.kept:  # judged against the smoothed model it would go into
+        chosen = CalibrationOption(chosen.label, smooth.worst_cosine_with, smooth.passes, True)
     placed, _ = finalize_placements(where.plan.placements, cal.scales, where.absent)
     cal_model = prepared.get()[1]
+    if smooth is not None and smooth.kept:
+        cal_model = smoothed(cal_model, smooth.factors)
     names = {n.name for g in iter_graphs(cal_model.graph) for n in g.node}
     shifts = bias_shifts(cal_model, [p for p in placed if p.node in names], cal.scales,
                          choice_samples(calib_samples, samples))
@@ -274,7 +296,7 @@ def _try_bias_correction(cal: Calibration, where: _Placement, prepared: Prepared
     if not shifts:
         return None
     trial = BiasCorrection(shifts, chosen.worst_cosine, chosen.worst_cosine, True, 0)
-    builder = _builder(cal, settings, has_twin, check_loads=False, bias=trial)(prepared.get())
+    builder = _builder(cal, settings, has_twin, check_loads=False, bias=trial, smooth=smooth)(prepared.get())
     acc = builder.build(placed).accuracy(reference, samples, settings.top1, None, memo)
     worst = min((st.cosine for st in acc.stats), default=1.0)
     passes = not violations(list(acc.stats), settings.thresholds)
@@ -286,7 +308,8 @@ def _try_bias_correction(cal: Calibration, where: _Placement, prepared: Prepared
 def _bias_correction(cal: Calibration, where: _Placement, prepared: PreparedModels, reference: onnx.ModelProto,
                      samples: Iterable[Mapping[str, np.ndarray]] | None, calib_samples: Iterable[Mapping[str, np.ndarray]],
                      settings: Int8Settings, has_twin: bool, options: Sequence[CalibrationOption],
-                     memo: list[dict[str, np.ndarray]], progress: ProgressFn | None) -> BiasCorrection | None:
+                     memo: list[dict[str, np.ndarray]], progress: ProgressFn | None,
+                     smooth: Smoothing | None = None) -> BiasCorrection | None:
     """``method="auto"``'s bias correction: measured and judged on a calibration run, and kept in the cache's
     sidecar; a cache hit replays the kept one, so the model is the same with or without the cache."""
     if settings.method != "auto" or not settings.auto_bias_correction:
@@ -303,10 +326,56 @@ def _bias_correction(cal: Calibration, where: _Placement, prepared: PreparedMode
     if progress:
         progress("bias-correction", 0, None)
     bias = _try_bias_correction(cal, where, prepared, reference, samples, calib_samples, settings, has_twin,
-                                options, memo)
+                                options, memo, smooth)
     if bias is not None and bias.kept and cal.cache.path and settings.use_cache:
         add_to_sidecar(cal.cache.path, cal.cache.key, {"bias_correction": bias.stored()})
     return bias
+
+
+def _smoothing(cal: Calibration, where: _Placement, prepared: PreparedModels, reference: onnx.ModelProto,
+               samples: Iterable[Mapping[str, np.ndarray]] | None, calib_samples: Iterable[Mapping[str, np.ndarray]],
+               settings: Int8Settings, has_twin: bool, options: Sequence[CalibrationOption],
+               memo: list[dict[str, np.ndarray]], progress: ProgressFn | None) -> Smoothing | None:
+    """``method="auto"``'s SmoothQuant migration (int8_smooth): each alpha measured and judged on a calibration
+    run, the best kept when the whole model then agrees better with FP32 on the held-out samples (passing first,
+    then worst cosine), and kept in the cache's sidecar; a cache hit replays the kept one."""
+    if settings.method != "auto" or not settings.auto_smoothing:
+        return None
+    if cal.cache.hit:
+        return Smoothing.replayed(cache_meta(cal.cache.path).get("smoothing"))
+    chosen = next((o for o in options if o.chosen), None)
+    if chosen is None or samples is None:
+        return None
+    if progress:
+        progress("smoothing", 0, None)
+    t0 = time.perf_counter()
+    data = choice_samples(calib_samples, samples)
+    cal_model = prepared.get()[1]
+    quantized = {p.tensor for p in finalize_placements(where.plan.placements, cal.scales, where.absent)[0]
+                 if p.kind == "activation"}
+    xmax = channel_maxima(cal_model, data, quantized)  # one pass (none: no LayerNorm to smooth)
+    per_alpha = {a: f for a in ALPHAS if (f := smoothing_factors(cal_model, xmax, a))}
+    if not per_alpha:
+        return None
+    rescaled = smoothed_scales(cal_model, per_alpha, chosen.label,
+                               calib_samples if iter(calib_samples) is not calib_samples else data)
+    del cal_model
+    tried: list[tuple[bool, float, float]] = []
+    for alpha, factors in per_alpha.items():
+        trial = Smoothing(alpha, factors, rescaled[alpha], chosen.worst_cosine, chosen.worst_cosine, True)
+        scales = {**cal.scales, **rescaled[alpha]}
+        placed, _ = finalize_placements(where.plan.placements, scales, where.absent)
+        builder = _builder(cal, settings, has_twin, check_loads=False, smooth=trial)(prepared.get(), scales)
+        acc = builder.build(placed).accuracy(reference, samples, settings.top1, None, memo)
+        tried.append((not violations(list(acc.stats), settings.thresholds),
+                      min((st.cosine for st in acc.stats), default=1.0), alpha))
+    passes, worst, alpha = max(tried)
+    smooth = Smoothing(alpha, per_alpha[alpha], rescaled[alpha], chosen.worst_cosine, worst,
+                       (passes, worst) > (chosen.passes, chosen.worst_cosine), tuple((a, w) for _, w, a in tried),
+                       time.perf_counter() - t0, passes)
+    if smooth.kept and cal.cache.path and settings.use_cache:
+        add_to_sidecar(cal.cache.path, cal.cache.key, {"smoothing": smooth.stored()})
+    return smooth
 
 
 def _first_candidate(prepared: PreparedModels, make: Any, placed: Sequence[Placement]
@@ -349,10 +418,15 @@ def quantize_int8(
     memo: list[dict[str, np.ndarray]] = []  # the reference's outputs on the held-out samples (method "auto")
     cal, chosen, options, mix = _choose(cal, where, prepared, reference, eval_samples, settings,
                                         calibration_model is not None, progress, calib_samples, memo)
+    smooth = _smoothing(cal, where, prepared, reference, eval_samples, calib_samples, settings,
+                        calibration_model is not None, options, memo, progress)
+    if smooth is not None and smooth.kept:  # the smoothed tensors' ranges, measured again
+        cal = replace(cal, scales={**cal.scales, **smooth.scales})
     bias = _bias_correction(cal, where, prepared, reference, eval_samples, calib_samples, settings,
-                            calibration_model is not None, options, memo, progress)
+                            calibration_model is not None, options, memo, progress, smooth)
     placed, late_skips = finalize_placements(where.plan.placements, cal.scales, where.absent)
-    make = _builder(cal, settings, calibration_model is not None, check_loads=eval_samples is None, bias=bias)
+    make = _builder(cal, settings, calibration_model is not None, check_loads=eval_samples is None, bias=bias,
+                    smooth=smooth)
     candidate, runnable = _first_candidate(prepared, make, placed)
     share = ShareLimit(settings.min_share, where.compute_layers,
                        len({(p.graph, p.node) for p in placed if p.op_type in COMPUTE_OPS}))
@@ -366,7 +440,7 @@ def quantize_int8(
         "held-out" if eval_held_out else "calibration")
     report = _report(settings, prepared, cal, outcome, (*where.plan.skips, *late_skips, *outcome.skips), checked_on)
     report = replace(report, chosen_method=chosen, calibration_choice=options, per_tensor=mix,
-                     bias_correction=bias)
+                     bias_correction=bias, smoothing=smooth)
     result = Int8Result(outcome.candidate.model, report)
     if outcome.unreachable:
         raise _share_unreachable(result, share)

@@ -19,6 +19,7 @@ from trtconv.precision.fp16_graph import emulate_half
 from trtconv.precision.int8_accuracy import Accuracy, accuracy_details
 from trtconv.precision.int8_bias import apply_bias_shifts
 from trtconv.precision.int8_settings import Int8Settings, ProgressFn
+from trtconv.precision.int8_smooth import apply_smoothing
 from trtconv.precision.qdq import Placement, Skip, insert_qdq
 from trtconv.samples import sample_count
 
@@ -50,6 +51,7 @@ class CandidateBuilder:
     peaks: Mapping[str, float] | None
     check_loads: bool = True  # False when the accuracy check runs every candidate anyway
     bias: Mapping[tuple[str, str], np.ndarray] = field(default_factory=dict)  # bias correction per (graph, node)
+    smooth: Mapping[tuple[str, str], np.ndarray] = field(default_factory=dict)  # smoothing per LayerNorm
 
     def runnable(self, placed: Sequence[Placement]) -> list[Placement]:
         if self.twin is None:
@@ -58,6 +60,8 @@ class CandidateBuilder:
         return [p for p in placed if p.node in names]
 
     def _typed(self, base: onnx.ModelProto, placed: Sequence[Placement]) -> tuple[onnx.ModelProto, Any]:
+        if self.smooth:
+            base = smoothed(base, self.smooth)
         q = insert_qdq(base, placed, self.scales, half=self.settings.remainder == "fp16")
         if self.bias:
             apply_bias_shifts(q, self.bias, {(p.graph, p.node) for p in placed})
@@ -72,6 +76,14 @@ class CandidateBuilder:
         runnable, run_res = (model, res) if self.twin is None else self._typed(self.twin, self.runnable(placed))
         twins = (emulate_half(runnable, set(run_res.half_tensors)),) if run_res is not None else ()
         return Candidate(model, runnable, twins, res.report if res is not None else None)
+
+
+def smoothed(model: onnx.ModelProto, factors: Mapping[tuple[str, str], np.ndarray]) -> onnx.ModelProto:
+    """A copy of ``model`` with the smoothing ``factors`` applied (exact in float)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    apply_smoothing(out, factors)
+    return out
 
 
 def check_valid(qmodel: onnx.ModelProto, work: Callable[[], onnx.ModelProto]) -> None:

@@ -58,3 +58,6 @@ class Int8Settings:
     # method "auto": subtract each quantized layer's mean INT8 output shift from its bias (int8_bias), kept only
     # when the whole model agrees better with FP32 on the held-out samples
     auto_bias_correction: bool = True
+    # method "auto": SmoothQuant-style migration of LayerNorm outlier channels into the MatMul/Gemm weights that
+    # read them (int8_smooth), kept only when the whole model agrees better with FP32 on the held-out samples
+    auto_smoothing: bool = True

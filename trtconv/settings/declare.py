@@ -111,6 +111,9 @@ _INT8 = (
     _s("no_bias_correction", "bool", "int8 --calib-method auto: do not try folding each layer's mean INT8 output "
        "shift into its bias (tried by default, kept only if more accurate on the held-out data).", PRECISION,
        default=False),
+    _s("no_smoothing", "bool", "int8 --calib-method auto: do not try SmoothQuant-style migration of LayerNorm "
+       "outlier channels into the MatMul/Gemm weights that read them (tried by default, kept only if more "
+       "accurate on the held-out data).", PRECISION, default=False),
 )
 _GATE = PRECISION + ("verify",)
 _GATE_SETTINGS = (
