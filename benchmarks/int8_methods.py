@@ -3,10 +3,12 @@ held-out samples and the INT8 share at which ``--auto-exclude`` passes the defau
 
 Rows per model and variant (``--variants``): ``auto`` (whole-model candidates only),
 ``auto+per-tensor`` (the per-tensor mix as one more candidate), ``auto+bias`` (bias correction),
-``auto+both`` (the default: one run whose report scores the whole-model candidates, the per-tensor
+``auto+smooth`` (SmoothQuant-style migration), ``auto+bias+smooth`` (the default parts of auto),
+``auto+both`` (one run whose report scores the whole-model candidates, the per-tensor
 mix and the bias correction each; ``stage_start_s`` says when each stage began). Data: ``quantize_vs_ort.make_data`` (PP-OCR cls/rec/det, Silero), the same npz samples
 the peers benchmark uses; ``extra_data`` (NudeNet 320n, ddddocr's float recognizer, the coverage benchmark's generated BERT and
-ViT).
+ViT; ``vit-outliers``: that ViT with gamma x20 on three channels of every LayerNorm, the outlier
+channels trained transformers carry and random weights lack).
 
     python benchmarks/int8_methods.py [--models cls,rec,det,silero,nudenet,ddddocr,bert,vit] [--variants auto,auto+per-tensor]
                                       [--auto-exclude]
@@ -29,9 +31,11 @@ sys.path.append(str(HERE.parent / "tests"))  # appended: tests/triton must not s
 import quantize_vs_ort as base  # noqa: E402
 
 VARIANTS = {
-    "auto": {"auto_per_tensor": False, "auto_bias_correction": False},
-    "auto+per-tensor": {"auto_per_tensor": True, "auto_bias_correction": False},
-    "auto+bias": {"auto_per_tensor": False, "auto_bias_correction": True},
+    "auto": {"auto_per_tensor": False, "auto_bias_correction": False, "auto_smoothing": False},
+    "auto+per-tensor": {"auto_per_tensor": True, "auto_bias_correction": False, "auto_smoothing": False},
+    "auto+bias": {"auto_per_tensor": False, "auto_bias_correction": True, "auto_smoothing": False},
+    "auto+smooth": {"auto_per_tensor": False, "auto_bias_correction": False, "auto_smoothing": True},
+    "auto+bias+smooth": {"auto_per_tensor": False, "auto_bias_correction": True, "auto_smoothing": True},  # default
     "auto+both": {"auto_per_tensor": True, "auto_bias_correction": True},  # the report scores each part
 }
 
@@ -70,6 +74,8 @@ def measure(name: str, spec: dict, variant: str, auto_exclude: bool) -> dict:
         row["per_tensor"] = r.per_tensor.counts()
     if r.bias_correction is not None:
         row["bias"] = r.bias_correction.to_json()
+    if r.smoothing is not None:
+        row["smoothing"] = r.smoothing.to_json()
     row["stage_start_s"] = {k: round(v, 1) for k, v in stages.items()}
     return row
 
@@ -94,6 +100,7 @@ def extra_data(root: Path, names: set[str], n_cal: int = 16, n_held: int = 6) ->
     specs = {}
     makers = [("nudenet", lambda: nudenet_model(), page), ("ddddocr", lambda: ddddocr_model("common.onnx"), line)]
     makers += [(n, lambda n=n: _generated(n, root), _transformer_sample(n)) for n in ("bert", "vit")]
+    makers += [("vit-outliers", lambda: _with_outliers(_generated("vit", root)), _transformer_sample("vit"))]
     for name, path, make in makers:
         if name not in names:
             continue
@@ -119,6 +126,28 @@ def _generated(name: str, root: Path) -> Path:
         return cov.export(spec, root)
     finally:
         sys.path[:] = saved
+
+
+def _with_outliers(path: Path, channels: tuple[int, ...] = (3, 17, 40), factor: float = 20.0) -> Path:
+    """The generated model with a few LayerNorm gamma entries x``factor`` in every LayerNormalization but the
+    last (whose output is the model's: outliers there would dominate the cosine the gate measures): the
+    activation outlier channels trained transformers carry and random weights do not (SmoothQuant's case)."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    inits = {t.name: t for t in model.graph.initializer}
+    done = {o.name for o in model.graph.output}
+    for node in model.graph.node:
+        t = inits.get(node.input[1]) if node.op_type == "LayerNormalization" and node.output[0] not in done else None
+        if t is not None and t.name not in done:
+            done.add(t.name)
+            g = numpy_helper.to_array(t).copy()
+            g[list(channels)] *= factor
+            t.CopyFrom(numpy_helper.from_array(g, t.name))
+    out = path.with_name(path.stem + "-outliers.onnx")
+    onnx.save(model, str(out))
+    return out
 
 
 def _transformer_sample(name: str):

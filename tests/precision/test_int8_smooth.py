@@ -82,6 +82,12 @@ def runs(tmp_path_factory):
 def test_only_layernorms_read_by_matmuls_alone_are_smoothable():
     model = pre_ln_block()
     assert [s.key for s in smoothable(model)] == [("main", "ln1"), ("main", "ln2")]
+    model.graph.node.insert(0, helper.make_node("Identity", ["b1"], ["b1_shared"], name="share"))
+    model.graph.node[1].input[2] = "b1_shared"  # torch's exporter shares equal biases through Identity
+    assert [s.key for s in smoothable(model)] == [("main", "ln1"), ("main", "ln2")]
+    data = samples(2, 4)
+    factors = smoothing_factors(model, channel_maxima(model, data), 0.5)
+    assert np.allclose(_run(smoothed(model, factors), data), _run(model, data), atol=1e-5)
     model.graph.node.append(helper.make_node("Relu", ["ln2"], ["side"], name="side"))  # ln2 also feeds a Relu
     model.graph.output.append(helper.make_tensor_value_info("side", TensorProto.FLOAT, None))
     assert [s.key for s in smoothable(model)] == [("main", "ln1")]

@@ -21,7 +21,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from trtconv.onnxutil import GraphView, cleanup, fresh_name, is_default_domain, model_names
+from trtconv.errors import InternalError
+from trtconv.onnxutil import GraphView, cleanup, fresh_name, is_default_domain, model_names, tensor_array
 from trtconv.precision.calibrate import AUTO_CANDIDATES, Calibrator, CalibSettings, scale_from_threshold
 from trtconv.precision.expose import session_exposing
 from trtconv.precision.int8_accuracy import run_failure, with_origin
@@ -90,6 +91,25 @@ class Smoothing:
                 "seconds": round(self.seconds, 3), "tried": [{"alpha": a, "worst_cosine": float(f"{c:.8f}")} for a, c in self.tried]}
 
 
+def _constant(view: GraphView, name: str) -> onnx.TensorProto | None:
+    """The constant behind ``name``, through ``Identity`` nodes (torch's exporter shares equal LayerNorm
+    biases and tied weights that way)."""
+    for _ in range(8):
+        t = view.constant(name, overridable=False)
+        site = view.producer(name)
+        if t is not None or site is None or site.node.op_type != "Identity":
+            return t
+        name = site.node.input[0]
+    return None
+
+
+def _value(view: GraphView, name: str) -> np.ndarray:
+    t = _constant(view, name)
+    if t is None:
+        raise InternalError(f"smoothing: {name!r} is not a constant")  # smoothable() found it one
+    return np.asarray(tensor_array(t), np.float64)
+
+
 def _attr(node: onnx.NodeProto, name: str, default: int) -> int:
     return next((a.i for a in node.attribute if a.name == name), default)
 
@@ -100,7 +120,7 @@ def _reader(view: GraphView, node: onnx.NodeProto, x: str, channels: int) -> _Re
         return None
     if node.input[0] != x or node.input[1] == x or (node.op_type == "Gemm" and _attr(node, "transA", 0)):
         return None
-    w = view.constant(node.input[1], overridable=False)
+    w = _constant(view, node.input[1])
     if w is None or len(w.dims) != 2 or w.data_type != onnx.TensorProto.FLOAT:
         return None
     axis = 1 if node.op_type == "Gemm" and _attr(node, "transB", 0) else 0
@@ -116,9 +136,9 @@ def smoothable(model: onnx.ModelProto) -> list[_Site]:
     for node in model.graph.node:
         if node.op_type != "LayerNormalization" or not is_default_domain(node.domain) or len(node.input) < 2:
             continue
-        gamma = view.constant(node.input[1], overridable=False)
-        beta = view.constant(node.input[2], overridable=False) if len(node.input) > 2 and node.input[2] else None
-        if gamma is None or len(gamma.dims) != 1 or (len(node.input) > 2 and node.input[2] and (
+        gamma = _constant(view, node.input[1])
+        beta = _constant(view, node.input[2]) if len(node.input) > 2 and node.input[2] else None
+        if gamma is None or len(gamma.dims) != 1 or gamma.data_type != onnx.TensorProto.FLOAT or (len(node.input) > 2 and node.input[2] and (
                 beta is None or list(beta.dims) != list(gamma.dims))):
             continue
         if _attr(node, "axis", -1) != -1 or node.output[0] in returned:
@@ -135,7 +155,7 @@ def _weight_max(view: GraphView, site: _Site) -> np.ndarray:
     """Per channel of ``site``: the largest |w| over every reader's weight row."""
     out = np.zeros(site.channels, np.float64)
     for r in site.readers:
-        w = np.abs(np.asarray(view.value(r.node.input[r.slot]), np.float64))
+        w = np.abs(_value(view, r.node.input[r.slot]))
         out = np.maximum(out, w.max(axis=1 - r.axis))
     return out
 
@@ -176,10 +196,10 @@ def apply_smoothing(model: onnx.ModelProto, factors: Mapping[Key, np.ndarray]) -
         s64 = s.astype(np.float64)
         for slot in (1, 2)[: len(site.node.input) - 1]:
             if site.node.input[slot]:
-                v = np.asarray(view.value(site.node.input[slot]), np.float64)
+                v = _value(view, site.node.input[slot])
                 site.node.input[slot] = put(v / s64, site.node.input[slot])
         for r in site.readers:
-            w = np.asarray(view.value(r.node.input[r.slot]), np.float64)
+            w = _value(view, r.node.input[r.slot])
             r.node.input[r.slot] = put(w * (s64[:, None] if r.axis == 0 else s64[None, :]), r.node.input[r.slot])
         done += 1
     if done:
