@@ -139,3 +139,22 @@ def test_the_switch_reaches_the_int8_stage():
 
     assert int8_settings(quantize_settings("int8", {"calib_method": "auto"})).auto_smoothing
     assert not int8_settings(quantize_settings("int8", {"calib_method": "auto", "no_smoothing": True})).auto_smoothing
+
+
+def test_the_cli_reports_smoothing_and_turns_it_off(tmp_path):
+    from click.testing import CliRunner
+
+    from trtconv.cli.main import cli
+
+    onnx.save(pre_ln_block(), str(tmp_path / "block.onnx"))
+    (tmp_path / "data").mkdir()
+    for i, s in enumerate(samples(24, 1)):
+        np.save(tmp_path / "data" / f"{i:03d}.npy", s["x"])
+    args = ["quantize", str(tmp_path / "block.onnx"), "--precision", "int8", "--calib-data", str(tmp_path / "data"),
+            "--calib-method", "auto", "--no-calib-cache", "--force", "-o"]
+    text = CliRunner().invoke(cli, [*args, str(tmp_path / "a.onnx")])
+    assert text.exit_code == 0, text.output
+    assert "smoothing (alpha 0." in text.output and "2 LayerNorms): kept" in text.output
+    off = CliRunner().invoke(cli, [*args, str(tmp_path / "b.onnx"), "--no-smoothing", "--json"])
+    assert off.exit_code == 0, off.output
+    assert json.loads(off.stdout)["int8"]["smoothing"] is None

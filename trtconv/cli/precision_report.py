@@ -66,15 +66,15 @@ def print_int8(doc: dict[str, Any]) -> None:
         con.print(f"calibration chosen by held-out accuracy: {r['chosen_method']} (worst output cosine: "
                   + ", ".join(f"{o['method']} {o['worst_cosine']:.4f}" + (" passes" if o["passes"] else "")
                               for o in r["calibration_choice"]) + ")", markup=False)
-    bc = r.get("bias_correction")
-    if bc:
-        con.print(f"bias correction ({bc['layers']} layers): {'kept' if bc['kept'] else 'not kept'} (worst output "
-                  f"cosine {bc['worst_cosine_without']:.6f} without, {bc['worst_cosine_with']:.6f} with)", markup=False)
     sm = r.get("smoothing")
     if sm:
         con.print(f"smoothing (alpha {sm['alpha']}, {sm['layers']} LayerNorms): {'kept' if sm['kept'] else 'not kept'} "
                   f"(worst output cosine {sm['worst_cosine_without']:.6f} without, {sm['worst_cosine_with']:.6f} with)",
                   markup=False)
+    bc = r.get("bias_correction")
+    if bc:
+        con.print(f"bias correction ({bc['layers']} layers): {'kept' if bc['kept'] else 'not kept'} (worst output "
+                  f"cosine {bc['worst_cosine_without']:.6f} without, {bc['worst_cosine_with']:.6f} with)", markup=False)
     if r.get("per_tensor_methods"):
         counts: dict[str, int] = {}
         for m in r["per_tensor_methods"].values():
