@@ -1,0 +1,43 @@
+"""ONNX Runtime-quantized variants of a float model, for benchmarks/build_coverage.py.
+
+A stand-in with the interface helper `quant` delivers (its version replaces this one): dynamic
+(``quantize_dynamic``), static QDQ and static QOperator (``quantize_static`` calibrated on the
+given seeded inputs), each written beside the others in ``out_dir``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def quantized_variants(float_onnx: Path, out_dir: Path,
+                       calib_inputs: list[dict[str, np.ndarray]]) -> list[tuple[str, Path]]:
+    """(label, path) of each quantized variant of ``float_onnx`` that ONNX Runtime could write."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.items = iter(calib_inputs)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.items, None)
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = float_onnx.stem
+    made: list[tuple[str, Path]] = []
+    dynamic = out_dir / f"{stem}-dynamic.onnx"
+    quantize_dynamic(str(float_onnx), str(dynamic), weight_type=QuantType.QUInt8)
+    made.append(("dynamic", dynamic))
+    for label, fmt in (("qdq", QuantFormat.QDQ), ("qoperator", QuantFormat.QOperator)):
+        path = out_dir / f"{stem}-{label}.onnx"
+        quantize_static(str(float_onnx), str(path), Reader(), quant_format=fmt, activation_type=QuantType.QUInt8,
+                        weight_type=QuantType.QInt8)
+        made.append((label, path))
+    return made
