@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import re
 import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -139,7 +141,7 @@ def trtconv_rtx(path: Path, folder: Path, shapes: dict[str, tuple[int, ...]], sp
 
 
 def row(cells: tuple[str, ...]) -> str:
-    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+    return "| " + " | ".join(" ".join(c.split()).replace("|", "\\|") for c in cells) + " |"
 
 
 def measure(g: Generated, folder: Path, split: str | None, timeout: float) -> tuple[str, ...]:
@@ -163,6 +165,8 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per child process")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
+    logging.getLogger().setLevel(logging.ERROR)  # ONNX Runtime's quantizers log advice at WARNING
+    warnings.filterwarnings("ignore")  # torch's tracer warnings on every export
     import tensorrt_rtx
 
     folder = args.out or Path(tempfile.mkdtemp(prefix="build_coverage_"))

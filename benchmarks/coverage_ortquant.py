@@ -4,6 +4,8 @@ families (two transformers, two CNNs) quantized dynamic, static QDQ and static Q
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from coverage_models import Generated, first_line
 
 FAMILY = "quantized"
 TRANSFORMERS, CNNS = ("bert", "vit"), ("resnet18", "mobilenet_v3_small")
-VARIANTS = ("dynamic", "qdq", "qoperator")
+VARIANTS = ("dyn", "qdq", "qop")  # rows by default; --only names others quantized_variants makes
 CALIB = 8
 
 
@@ -50,17 +52,17 @@ def generate(folder: Path, keep: Callable[[str], bool], python: str | None) -> I
     from coverage_quantized import quantized_variants
 
     for base in TRANSFORMERS + CNNS:
-        names = [f"{base}-{v}" for v in VARIANTS]
-        if not any(keep(n) for n in names):
+        if not (keep(base) or any(keep(f"{base}.{v}") for v in VARIANTS)):
             continue
         work = folder / "float"
         work.mkdir(parents=True, exist_ok=True)
         try:
             path, shapes = _float_model(base, work, python)
-            made = quantized_variants(path, folder, calib_inputs(path, shapes))
+            with contextlib.redirect_stdout(sys.stderr):  # its progress lines stay out of the table
+                made = quantized_variants(path, folder, calib_inputs(path, shapes))
         except Exception as exc:
-            yield Generated(FAMILY, f"{base}-*", None, f"quantization failed: {first_line(exc)}")
+            yield Generated(FAMILY, f"{base}.*", None, f"quantization failed: {first_line(exc)}")
             continue
         for label, qpath in made:
-            if keep(f"{base}-{label}"):
-                yield Generated(FAMILY, f"{base}-{label}", qpath, shapes=tuple(shapes.items()))
+            if keep(f"{base}.{label}") or (label in VARIANTS and keep(base)):
+                yield Generated(FAMILY, f"{base}.{label}", qpath, shapes=tuple(shapes.items()))

@@ -32,11 +32,11 @@ def quantized_variants(float_onnx: Path, out_dir: Path,
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = float_onnx.stem
     made: list[tuple[str, Path]] = []
-    dynamic = out_dir / f"{stem}-dynamic.onnx"
+    dynamic = out_dir / f"{stem}.dyn.onnx"
     quantize_dynamic(str(float_onnx), str(dynamic), weight_type=QuantType.QUInt8)
-    made.append(("dynamic", dynamic))
-    for label, fmt in (("qdq", QuantFormat.QDQ), ("qoperator", QuantFormat.QOperator)):
-        path = out_dir / f"{stem}-{label}.onnx"
+    made.append(("dyn", dynamic))
+    for label, fmt in (("qdq", QuantFormat.QDQ), ("qop", QuantFormat.QOperator)):
+        path = out_dir / f"{stem}.{label}.onnx"
         quantize_static(str(float_onnx), str(path), Reader(), quant_format=fmt, activation_type=QuantType.QUInt8,
                         weight_type=QuantType.QInt8)
         made.append((label, path))
