@@ -38,7 +38,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import coverage_transformers as ct
 from coverage_models import Generated
+from coverage_transformers import optimize, specs  # noqa: F401  (coverage_quantized.py's own table uses them)
 
 ROOT = Path(__file__).resolve().parents[1]
 FAMILIES = ("transformers", "torchvision", "quantized", "dtypes")
@@ -51,7 +53,6 @@ def generators(folder: Path, keep: Callable[[str], bool], python: str | None) ->
         sub = folder / family
         sub.mkdir(parents=True, exist_ok=True)
         if family == "transformers":
-            import coverage_transformers as ct
             yield from ct.generate(sub, keep)
         elif family == "torchvision":
             import coverage_torchvision as tv
@@ -83,7 +84,12 @@ def node_count(path: Path) -> int:
     return len(onnx.load(str(path), load_external_data=False).graph.node)
 
 
-def bare_rtx(path: Path, shapes: dict[str, tuple[int, ...]], timeout: float) -> str:
+def export(spec: ct.Spec, folder: Path) -> Path:
+    """A transformer spec's ONNX (coverage_quantized.py's own table quantizes these)."""
+    return ct.export(spec, folder)[0]
+
+
+def bare_rtx(path: Path, shapes: dict[str, tuple[int, ...]] | None = None, timeout: float = 900.0) -> str:
     from trtconv.trt.realparse import run_isolated
 
     v = run_isolated(path, "tensorrt_rtx", build=True, shapes=shapes, timeout=timeout)
@@ -109,8 +115,17 @@ def _proof_ratio(r: dict[str, Any]) -> float | None:
     return max((o.get("max_abs", 0.0) for o in proof.get("outputs", [])), default=0.0) / tol
 
 
-def trtconv_rtx(path: Path, folder: Path, shapes: dict[str, tuple[int, ...]], split: str | None,
-                timeout: float) -> tuple[str, str, str]:
+def _said(manifest: dict[str, Any]) -> list[str]:
+    """What the manifest records beside the rules: type changes (float64 narrowed) and a split tail."""
+    out = [f"{c['rule']}: {c['kind']} {c['name']} {c['before']}->{c['after']}" for c in manifest.get("dtype_changes") or []]
+    split = manifest.get("split")
+    if split:
+        out.append(f"split: engine {split.get('head_nodes', '?')} nodes + ONNX tail {split.get('tail_nodes', '?')}")
+    return out
+
+
+def trtconv_rtx(path: Path, folder: Path, shapes: dict[str, tuple[int, ...]] | None = None,
+                split: str | None = None, timeout: float = 900.0) -> tuple[str, str, str]:
     """(verdict, rules applied, worst proof figure) of ``trtconv build --trt rtx``."""
     engine = folder / (path.stem + ".engine")
     cmd = [sys.executable, "-m", "trtconv", "build", "--trt", "rtx", str(path), "-o", str(engine), "--json", "--force"]
@@ -131,7 +146,7 @@ def trtconv_rtx(path: Path, folder: Path, shapes: dict[str, tuple[int, ...]], sp
     counts: dict[str, int] = {}
     for r in rewrites:
         counts[r["rule"]] = counts.get(r["rule"], 0) + 1
-    rules = ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())) or "-"
+    rules = ", ".join([f"{k} x{v}" for k, v in sorted(counts.items())] + _said(doc.get("manifest_data") or {})) or "-"
     ratios = [x for x in map(_proof_ratio, rewrites) if x is not None]
     worst = f"{max(ratios):.3f}" if ratios else "-"
     err = doc.get("error")
