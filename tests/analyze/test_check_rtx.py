@@ -36,7 +36,7 @@ def test_rtx_table_keeps_the_11x_operators_and_drops_every_plugin():
     assert {r.status for r in rtx.any_domain.values() if r.domain == "*" and r.op_type in v11.any_domain
             and v11.any_domain[r.op_type].is_plugin} == {"removed-plugin"}
     changed = {k for k in v11.ops if v11.ops[k].status != rtx.ops[k].status}
-    assert changed == {"DeformConv", "DFT"}
+    assert changed == {"DeformConv", "DFT", "NonZero"}  # NonZero: imported through a plugin RTX lacks (measured)
     assert all(rtx.ops[k].source.startswith("TensorRT-RTX") for k in changed)
     # measured (tools/oracle): Attention and NonMaxSuppression parse; RTX's ahead-of-time build fails them
     for op in ("Attention", "NonMaxSuppression"):

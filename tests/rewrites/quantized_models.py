@@ -69,7 +69,7 @@ def ops_model(path: Path) -> Path:
 
 
 def quantized_static(float_model: Path, out: Path, fmt: str, activation: str = "QInt8", weight: str = "QInt8",
-                     symmetric: bool = False) -> Path:
+                     symmetric: bool = False, per_channel: bool = False) -> Path:
     """quantize_static on four seeded random samples of the model's one input."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
@@ -87,7 +87,7 @@ def quantized_static(float_model: Path, out: Path, fmt: str, activation: str = "
 
     quantize_static(str(float_model), str(out), Reader(), quant_format=getattr(QuantFormat, fmt),
                     activation_type=getattr(QuantType, activation), weight_type=getattr(QuantType, weight),
-                    extra_options={"ActivationSymmetric": symmetric})
+                    per_channel=per_channel, extra_options={"ActivationSymmetric": symmetric})
     return out
 
 

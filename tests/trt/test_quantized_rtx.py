@@ -1,4 +1,4 @@
-"""A real model shipped pre-quantized by ONNX Runtime builds on TensorRT-RTX with one `trtconv build`:
+"""Models quantized by ONNX Runtime build on TensorRT-RTX with one `trtconv build`. A real one shipped pre-quantized:
 ddddocr's `common_old.onnx` (ConvInteger, MatMulInteger, DynamicQuantizeLinear,
 com.microsoft::DynamicQuantizeLSTM) becomes float ops on dequantized weights, and its output is
 reported against the original (the manifest's `rewrite_drift`; here also the decoded text of
@@ -60,3 +60,37 @@ def test_ddddocr_common_old_builds_on_rtx_and_reads_the_same_text(tmp_path):
         same += _ctc(ref) == _ctc(got)
         assert (ref.argmax(-1) == got.argmax(-1)).mean() >= 0.9
     assert same >= 3
+
+
+def _build_rtx(model: Path, tmp_path: Path) -> dict:
+    engine = tmp_path / (model.stem + ".engine")
+    res = CliRunner().invoke(cli, ["build", "--trt", "rtx", str(model), "-o", str(engine)])
+    assert res.exit_code == 0, res.output
+    assert engine.stat().st_size > 1_000
+    return json.loads(Path(str(engine) + ".json").read_text())
+
+
+def test_dynamic_quantized_fused_bert_builds_on_rtx(tmp_path):
+    """quantize_dynamic on ONNX Runtime's fused BERT ops: QEmbedLayerNormalization, QAttention (and its
+    DynamicQuantizeLinear) -> standard ONNX; the dropped activation rounding is measured and reported."""
+    from onnxruntime.quantization import quantize_dynamic
+    from quantized_transformer_models import bert_block_model
+
+    q = tmp_path / "bert.dyn.onnx"
+    quantize_dynamic(str(bert_block_model(tmp_path / "bert.onnx")), str(q))
+    m = _build_rtx(q, tmp_path)
+    assert {r["rule"] for r in m["rewrites"]} == {"ort-qattention", "ort-qembed-layernorm"}
+    assert all(r["proof"]["passed"] and r["proof"]["method"] == "onnxruntime" for r in m["rewrites"])
+    assert m["rewrite_drift"]["outputs"][0]["cosine"] > 0.999
+
+
+def test_matmul_nbits_builds_on_rtx_as_int4_weights(tmp_path):
+    """MatMulNBitsQuantizer's 4-bit blocked weights (opset 21) -> an int4 blocked DequantizeLinear +
+    MatMul, which TensorRT-RTX builds as weight-only INT4; the same numbers as the original."""
+    from quantized_transformer_models import linear_model, nbits_quantized
+
+    q = nbits_quantized(linear_model(tmp_path / "linear.onnx", 21), tmp_path / "linear.w4.onnx")
+    m = _build_rtx(q, tmp_path)
+    (r,) = m["rewrites"]
+    assert r["rule"] == "ort-matmul-nbits" and r["target"].startswith("DequantizeLinear (int4, blocked)")
+    assert r["proof"]["passed"] and r["proof"]["outputs"][0]["max_abs"] == 0.0

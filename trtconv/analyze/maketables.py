@@ -166,6 +166,10 @@ OVERRIDES_RTX = {
                        + "; rewrite DCN to standard ONNX operators"),
     "DFT": dict(status="unsupported", params="", source=RTX_MEASURED,
                 restrictions="imported as a cuFFT plugin; " + RTX_NO_PLUGINS),
+    "NonZero": dict(status="unsupported", params="", source=RTX_MEASURED + ": 'NonZero plugin creator version 1 was "
+                    "not found in plugin registry' (FP32, INT32, INT64 and BOOL inputs)",
+                    restrictions="imported as a NonZero plugin, which " + RTX_NO_PLUGINS + "; `trtconv build --trt rtx "
+                    "--split-tail` builds the graph before it and writes the rest as an ONNX tail for ONNX Runtime"),
     "RoiAlign": dict(params="", source=RTX_MEASURED + ": one of RTX's two internal plugin creators",
                      restrictions="imported as RTX's internal ROIAlign_TRT plugin, whose constructor needs a GPU: "
                      "a CPU-only build fails (cudaError 35)"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import replace
@@ -27,7 +28,15 @@ from trtconv.analyze.support import SupportTable, load_table
 from trtconv.errors import InvalidModelError
 from trtconv.load import LoadedModel, Shape, infer_shapes, input_dims, is_stripped, override_input_shapes
 from trtconv.onnxutil import DEFAULT_DOMAIN, has_subgraphs, is_default_domain
-from trtconv.rewrites import RENAME_SHARED_DIMS, NodeView, RewriteRule, rewrite_rule_for, rule_settling
+from trtconv.rewrites import (
+    RENAME_SHARED_DIMS,
+    SPLIT_FLAG,
+    NodeView,
+    RewriteRule,
+    rewrite_rule_for,
+    rule_settling,
+    tail_ops,
+)
 
 NO_PLUGIN_DOMAINS = ("ai.onnx.ml", "ai.onnx.preview.training")
 # Inputs where ONNX exporters write INT64_MAX/MIN to mean "to the end"; the parser clamps them.
@@ -62,8 +71,9 @@ def analyze(loaded: LoadedModel, target: str, shapes: Mapping[str, Shape] | None
     reports: list[NodeReport] = []
     counts: Counter[str] = Counter()
     int64_wide = _wide_int64(index)
+    split = _split_hint(loaded, target)
     for ref in index.nodes:
-        report = _node_report(ref, table, index, int64_wide)
+        report = _node_report(ref, table, index, int64_wide, split)
         if report is None:
             counts[SUPPORTED] += 1
         else:
@@ -169,7 +179,17 @@ def _wide_int64(index: GraphIndex) -> dict[str, int]:
     return out
 
 
-def _node_report(ref: NodeRef, table: SupportTable, index: GraphIndex, int64_wide: dict[str, int]) -> NodeReport | None:
+def _split_hint(loaded: LoadedModel, target: str) -> tuple[tuple[str, ...], str]:
+    """The ops ``build --split-tail`` moves to ONNX Runtime on ``target``, and the command that does it."""
+    path = loaded.path
+    engine = path.with_name(path.stem + ".engine")
+    return tail_ops(target), (f"`trtconv build {shlex.quote(str(path))} -o {shlex.quote(str(engine))} --trt {target} "
+                              f"{SPLIT_FLAG}` builds the graph before it and writes the rest as an ONNX tail for "
+                              "ONNX Runtime beside the engine")
+
+
+def _node_report(ref: NodeRef, table: SupportTable, index: GraphIndex, int64_wide: dict[str, int],
+                 split: tuple[tuple[str, ...], str] = ((), "")) -> NodeReport | None:
     """The node's report, or None when it has no findings (the common case, kept cheap)."""
     node = ref.node
     domain = node.domain
@@ -212,6 +232,8 @@ def _node_report(ref: NodeRef, table: SupportTable, index: GraphIndex, int64_wid
     rule = covering or rule_settling(node, errors, index.producer)
     status = _status(rule, findings)
     findings = _better_hints(domain, op_type, rule if status == REWRITABLE else None, findings)
+    if status == UNSUPPORTED and op_type in split[0] and is_default_domain(domain):
+        findings = [replace(f, hint=split[1]) if f.severity == ERROR else f for f in findings]
     return NodeReport(ref.path, op_type, domain, status, tuple(findings),
                       rule.name if rule is not None and errors else None, row.source if row else "")
 

@@ -215,9 +215,31 @@ def build(model: Path, output: Path, force: bool, as_json: bool, layers: bool, *
         click.echo(f"prepared ONNX written to {outcome.prepared} (--prepare-only: TensorRT not run)")
     elif outcome.engine is not None:
         click.echo(f"engine written to {outcome.engine} (manifest {outcome.engine}.json)")
+    if outcome.tail is not None:
+        click.echo(_tail_line(outcome))
+    if outcome.engine is not None and outcome.stopped != "prepare-only":
         if layers and outcome.manifest is not None:
             for line in _layer_summary(outcome.manifest):
                 click.echo(line)
+
+
+def _tail_line(outcome: BuildOutcome) -> str:
+    """--split-tail: where the tail is, what crosses the cut, and the proof's figure."""
+    split = next((s.detail for s in outcome.stages if s.name == "split" and s.status == "done"), {})
+    proof = split.get("proof") or {}
+    if proof.get("passed"):
+        figure = (f"head → tail equals the model on ONNX Runtime: max abs {proof.get('max_abs'):.3g}, "
+                  f"max rel {proof.get('max_rel'):.3g}")
+    else:
+        figure = f"not proven: {proof.get('reason')}"
+    return (f"tail written to {outcome.tail} (ONNX Runtime runs it on the engine's outputs "
+            f"{_some(split.get('cut') or [])}; it starts at {_some(split.get('at') or [])}; {figure})")
+
+
+def _some(names: list[str], shown: int = 4) -> str:
+    """The first names, and how many more (the manifest's split block lists them all)."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def _record(outcome: BuildOutcome, model: Path, target: str) -> None:

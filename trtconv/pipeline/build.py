@@ -32,6 +32,7 @@ from trtconv.outputs import check_output_path
 from trtconv.pipeline.build_identity import request_identity
 from trtconv.pipeline.build_record import BuildOutcome, ProgressPhases, StageFn, StageRunner, Step
 from trtconv.pipeline.build_settings import BuildSettings
+from trtconv.pipeline.build_split import Split, head_of, split_hint, split_stage, write_tail
 from trtconv.pipeline.build_stages import (
     Precisioned,
     check_stage,
@@ -61,7 +62,7 @@ from trtconv.plan import (
     validate_plan,
     write_manifest,
 )
-from trtconv.rewrites import RewriteResult
+from trtconv.rewrites import RewriteResult, tail_ops
 from trtconv.samples import SampleSet
 from trtconv.trt import for_target, tensorrt_version
 
@@ -89,6 +90,8 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
     if not req.prepare_only:
         check_output_path(output, force=plan.force)
         check_output_path(manifest_path(output), force=plan.force)
+    if req.split_tail and tail_ops(target):
+        check_output_path(req.tail_path(output), force=plan.force)
     # The prepared ONNX is derived data: its default path is rewritten (saying so); an explicit
     # --prepared path is treated like any output (exists → needs --force).
     check_output_path(prepared, force=plan.force or req.prepared is None)
@@ -101,26 +104,31 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
     # prepared ONNX).
     loaded = load_model(model, lazy_from=LAZY_WEIGHTS_BYTES)
     _refuse_requantizing(loaded, req.precision)
+    command = command or _command(model, output, req, target)
+    hint = split_hint(loaded, target, command, req)  # the blocking ops are ones --split-tail moves to ONNX Runtime
     samples = sample_set(loaded.proto, req.quantize_settings())  # None: no sample data
     if samples is not None:
         next(iter(samples), None)  # names, shapes and dtypes of the data, before any heavy stage (exit 11)
     try:
         profiles = build_profiles(
             loaded.proto, shapes=req.shapes, min_shapes=req.min_shapes, opt_shapes=req.opt_shapes,
-            max_shapes=req.max_shapes, required=not req.prepare_only,
-            command=command or _command(model, output, req, target),
+            max_shapes=req.max_shapes, required=not req.prepare_only, command=command,
             sample_shapes=None if samples is None else _sample_shapes(samples))
     except UsageError:
-        check_stage(loaded, target, {})  # a model no shapes could build says so first, with the reason (exit 5)
+        check_stage(loaded, target, {}, hint)  # a model no shapes could build says so first, with the reason (exit 5)
         raise
     plan = replace(plan, onnx_path=prepared, engine_path=output, profiles=profiles)
     onnx_sha = model_sha256(loaded)
     shapes0 = profiles[0].corner("opt") if profiles else {}
 
-    stages.run("check", lambda: check_stage(loaded, target, shapes0))
+    split = None
+    if req.split_tail:
+        split = stages.run("split", lambda: split_stage(loaded, req, target, req.tail_path(output), samples, shapes0))
+        loaded = head_of(loaded, split)
+    stages.run("check", lambda: check_stage(loaded, target, shapes0, hint))
     rewrite_settings = replace(req.rewrite_settings(target), proof_shapes=dict(shapes0))
     rewritten = stages.run("rewrite", lambda: rewrite_stage(loaded, rewrite_settings))
-    reference = Reference(loaded, rewritten)
+    reference = Reference(loaded, rewritten, head=split is not None)
     phases = ProgressPhases(progress) if progress is not None else None
     try:
         precisioned = stages.run("precision", lambda: precision_stage(rewritten.model, req, target, samples, reference, phases))
@@ -135,7 +143,7 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
         log.warning("replacing %s (derived from the model; --prepared PATH writes it elsewhere)", prepared)
     try:
         return _prepare_and_build(model, output, target, req, plan, outcome, stages, precisioned, reference,
-                                  profiles, progress, onnx_sha, rewritten, shapes0, samples)
+                                  profiles, progress, onnx_sha, rewritten, shapes0, samples, split)
     except BaseException as exc:
         _remove_failed_outputs(output, req, outcome, exc)
         raise
@@ -148,8 +156,11 @@ def _remove_failed_outputs(output: Path, req: BuildSettings, outcome: BuildOutco
     if isinstance(exc, AccuracyError) and outcome.manifest is not None:
         return
     doomed = [manifest_path(output), output] if outcome.engine is not None else []
-    if outcome.written and not req.keep_prepared:
+    if outcome.written and not req.keep_prepared:  # the tail goes (or stays) with the prepared ONNX, its head
         doomed += [outcome.prepared, outcome.prepared.with_name(outcome.prepared.name + ".data")]
+        if outcome.tail is not None:
+            doomed += [outcome.tail, outcome.tail.with_name(outcome.tail.name + ".data")]
+            outcome.tail = None
         outcome.written = False
     outcome.engine = None
     outcome.manifest = None
@@ -163,11 +174,16 @@ def _remove_failed_outputs(output: Path, req: BuildSettings, outcome: BuildOutco
 def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSettings, plan: BuildPlan,
                        outcome: BuildOutcome, stages: StageRunner, precisioned: Precisioned, reference: Reference, profiles: tuple[Profile, ...],
                        progress: Any, onnx_sha: str, rewritten: RewriteResult,
-                       shapes0: dict[str, tuple[int, ...]], samples: SampleSet | None) -> BuildOutcome:
-    """From the prepared ONNX on: save, recheck, profile corners, TensorRT build, verify, manifest."""
+                       shapes0: dict[str, tuple[int, ...]], samples: SampleSet | None,
+                       split: Split | None) -> BuildOutcome:
+    """From the prepared ONNX on: save (and the tail), recheck, profile corners, TensorRT build, verify,
+    manifest. Over 80 lines: the stages in their order, each a line or two, with what they hand on."""
     prepared = outcome.prepared
     saved = stages.run("save", lambda: save_stage(precisioned.model, prepared))
     outcome.written = True
+    if split is not None:
+        write_tail(split)
+        outcome.tail = split.tail_path
     stages.run("recheck", lambda: recheck_stage(saved, target, shapes0))
     keep = not req.prepare_only and not req.no_verify  # verify reuses the reference's outputs
     corners = stages.run("profiles", lambda: corners_stage(reference, profiles, req, samples, keep))
@@ -212,6 +228,7 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
         created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         engine_sha256=built.engine_sha256,
         verify=verify_json,
+        split=None if split is None else split.manifest(),
     )
     write_manifest(manifest_path(output), manifest, force=True)
     outcome.manifest = manifest

@@ -44,11 +44,13 @@ class BuildOutcome:
     stopped: str | None = None  # why the pipeline stopped before an engine, if it did
     gate: QuantizeResult | None = None  # fp16/int8: the precision stage's accuracy gate (also when it failed)
     written: bool = False  # the prepared ONNX is on disk (written by this run and not removed)
+    tail: Path | None = None  # --split-tail: the ONNX Runtime tail on disk (written with the prepared ONNX)
 
     def to_json(self) -> dict[str, Any]:
         """Names only files that are on disk: a failed build removed what it wrote."""
         return {
             "prepared_onnx": str(self.prepared) if self.written else None,
+            "tail_onnx": str(self.tail) if self.tail else None,
             "engine": str(self.engine) if self.engine else None,
             "manifest": str(manifest_path(self.engine)) if self.engine else None,
             "stopped": self.stopped,

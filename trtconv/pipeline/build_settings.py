@@ -26,7 +26,7 @@ from trtconv.plan import (
     parse_memory_pools,
     parse_size,
 )
-from trtconv.rewrites import RewriteSettings, load_plugin_map, trtconv_plugin_spec
+from trtconv.rewrites import TAIL_SUFFIX, RewriteSettings, load_plugin_map, trtconv_plugin_spec
 from trtconv.settings import declared, for_command
 from trtconv.trt import for_target
 
@@ -96,6 +96,7 @@ class BuildSettings:
     prepare_only: bool = _d("prepare_only")  # stop after the prepared ONNX (no TensorRT needed)
     keep_prepared: bool = _d("keep_prepared")  # a failed build keeps the prepared ONNX (else it leaves nothing)
     no_verify: bool = _d("no_verify")
+    split_tail: bool = _d("split_tail")  # --trt rtx: NonZero/NMS and what follows go to an ONNX Runtime tail
     no_preflight: bool = _d("no_preflight")  # skip the profile corners' run on ONNX Runtime before TensorRT
     seed: int = _d("seed")
     trt: str | None = _d("trt")  # "10.16", "11.4", "rtx"; None: the TensorRT that is installed
@@ -113,9 +114,16 @@ class BuildSettings:
         name = engine.name[: -len(".engine")] if engine.name.endswith(".engine") else engine.name
         return engine.with_name(name + ".prepared.onnx")
 
+    def tail_path(self, output: PathLike) -> Path:
+        """Where ``split_tail`` writes the tail ONNX: ENGINE stem + .tail.onnx."""
+        engine = Path(output)
+        name = engine.name[: -len(".engine")] if engine.name.endswith(".engine") else engine.name
+        return engine.with_name(name + TAIL_SUFFIX)
+
     def outputs(self, output: PathLike) -> list[Path]:
-        """The files a build writes: the prepared ONNX, then (unless prepare_only) manifest and engine."""
-        files = [self.prepared_path(output)]
+        """The files a build writes: the prepared ONNX (and the tail with ``split_tail``, where the model is
+        split), then (unless prepare_only) manifest and engine."""
+        files = [self.prepared_path(output)] + ([self.tail_path(output)] if self.split_tail else [])
         return files if self.prepare_only else [*files, manifest_path(Path(output)), Path(output)]
 
     def contradictions(self) -> None:

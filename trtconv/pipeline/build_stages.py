@@ -79,7 +79,10 @@ class Built:
 
 
 
-def check_stage(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]]) -> Step[None]:
+def check_stage(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]], hint: str | None = None
+                ) -> Step[None]:
+    """The model against the target's parser rules: nodes nothing can fix stop the build here (exit 5);
+    ``hint``: the error's hint where a build option fixes them (--split-tail)."""
     report = analyze(loaded, target, shapes)
     if report.verdict not in ("supported", "needs-rewrite"):
         bad = [n for n in report.nodes if n.status == "unsupported"]
@@ -88,7 +91,7 @@ def check_stage(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, .
         raise UnsupportedModelError(
             f"{target_name(target)} {verb} {len(bad)} node(s) that trtconv can neither rewrite nor map to a "
             f"plugin: {names}",
-            hint=f"run `trtconv check --trt {target} {shlex.quote(str(loaded.path))}` for the reasons",
+            hint=hint or f"run `trtconv check --trt {target} {shlex.quote(str(loaded.path))}` for the reasons",
         )
     return Step(None, {"verdict": report.verdict, "target": target})
 

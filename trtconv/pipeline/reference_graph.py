@@ -32,9 +32,10 @@ class Reference:
     itself; else the rewritten graph (proven equal to it); else the model with its DCN nodes
     rewritten to ONNX DeformConv (when rewrite targeted a plugin ORT cannot run)."""
 
-    def __init__(self, loaded: LoadedModel, rewritten: RewriteResult) -> None:
+    def __init__(self, loaded: LoadedModel, rewritten: RewriteResult, *, head: bool = False) -> None:
         self.loaded = loaded
         self.rewritten = rewritten
+        self.head = head  # ``loaded`` is the head of a --split-tail cut: its proto, not the file, is the model
 
     @functools.cached_property
     def rewritten_runs(self) -> bool:
@@ -54,6 +55,9 @@ class Reference:
     @functools.cached_property
     def graph(self) -> ReferenceGraph | None:
         try:
+            if self.head:
+                ort.session(self.loaded.proto)
+                return ReferenceGraph(self.loaded.proto, None, "its head: the graph before the split")
             ort.session(self.loaded.path)
             return ReferenceGraph(self.loaded.proto, self.loaded.path, "original")
         except InvalidModelError:

@@ -49,6 +49,7 @@ def build_manifest(
     layers: Mapping[str, Any] | None = None,
     bindings: list[dict[str, Any]] | None = None,
     plugin_details: list[dict[str, Any]] | None = None,
+    split: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The manifest as a JSON-ready dict. ``environment`` holds the TensorRT, CUDA and driver
     versions and the GPU name and compute capability (from ``trtconv.trt``), and ``gpu_properties``
@@ -103,6 +104,8 @@ def build_manifest(
         },
         "verify": dict(verify) if verify else None,
         "bench": dict(bench) if bench else None,
+        # --split-tail: the engine is the model's head; the tail ONNX (for ONNX Runtime) computes the rest
+        "split": dict(split) if split else None,
     }
 
 

@@ -11,7 +11,8 @@ Where things are. The rule framework, which knows no rule family: the rule inter
 ``RuleFamily`` (rule.py), the registry of families (catalog.py: the one place a family is
 listed), the driver (driver.py), proofs (proof.py), the report (rewrite_report.py), settings
 (settings.py), node emission (emitter.py), clean-ups (cleanup.py), the large-model round trip
-(roundtrip.py), JSON/YAML reading (documents.py). The rule families, one subpackage each:
+(roundtrip.py), JSON/YAML reading (documents.py); and, apart from the rules, the cut of
+``build --split-tail`` (tail_cut.py: the engine's head and ONNX Runtime's tail). The rule families, one subpackage each:
 ``dcn/`` (deformable convolutions), ``transformer/`` (ONNX Runtime's fused transformer ops)
 and ``plugin_map/`` (the user's ``--plugin-map``).
 """
@@ -41,6 +42,17 @@ from trtconv.rewrites.rewrite_settings import (
     RewriteSettings,
 )
 from trtconv.rewrites.rule import NodeView, RewriteRule
+from trtconv.rewrites.tail_cut import (
+    SPLIT_FLAG,
+    TAIL_SUFFIX,
+    CutProof,
+    CutTensor,
+    TailCut,
+    cut_tail,
+    prove_cut,
+    tail_feeds,
+    tail_ops,
+)
 
 DCN_TARGETS = tuple(TARGETS)
 
@@ -51,6 +63,11 @@ __all__ = [
     "RENAME_SHARED_DIMS",
     "RULE_NAMES",
     "SCHEMA",
+    "SPLIT_FLAG",
+    "TAIL_SUFFIX",
+    "CutProof",
+    "CutTensor",
+    "TailCut",
     "NodeView",
     "PluginMap",
     "PluginSpec",
@@ -60,12 +77,16 @@ __all__ = [
     "RewriteRule",
     "RewriteSettings",
     "builtin_plugin_spec",
+    "cut_tail",
     "builtin_spec_document",
     "load_plugin_map",
     "load_plugin_spec",
     "parse_plugin_map",
+    "prove_cut",
     "rewrite",
     "rule_settling",
     "rewrite_rule_for",
+    "tail_feeds",
+    "tail_ops",
     "trtconv_plugin_spec",
 ]

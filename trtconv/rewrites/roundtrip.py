@@ -4,6 +4,7 @@ on what it cannot write back."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
@@ -107,6 +108,19 @@ class _OnDisk(LazyValues):
 EXPORT_STUB_BYTES = 1 << 20
 
 
+SUBBYTE = frozenset({np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.uint4)})
+
+
+def repack_subbyte(graph: gs.Graph) -> None:
+    """Give 4-bit constants (int4 weights of a rewrite) back as packed TensorProtos: reading a
+    constant's values unpacks it to one byte per value, which graphsurgeon's export would then
+    write as if packed (a size mismatch)."""
+    for t in graph.tensors().values():
+        values = getattr(t, "_values", None)
+        if isinstance(t, gs.Constant) and isinstance(values, np.ndarray) and values.dtype in SUBBYTE:
+            t._values = LazyValues(onnx.numpy_helper.from_array(values, t.name))
+
+
 def export(graph: gs.Graph, like: onnx.ModelProto, *, with_weights: bool = True) -> onnx.ModelProto:
     """``graph`` as a model with ``like``'s model-level fields and opset versions.
 
@@ -117,6 +131,7 @@ def export(graph: gs.Graph, like: onnx.ModelProto, *, with_weights: bool = True)
     """
     lent: dict[str, onnx.TensorProto] = {}
     swapped = []
+    repack_subbyte(graph)
     for t in graph.tensors().values():
         values = getattr(t, "_values", None)
         if isinstance(t, gs.Constant) and isinstance(values, LazyValues) \

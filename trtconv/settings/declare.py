@@ -173,6 +173,10 @@ _OUTPUT = (
     _s("keep_prepared", "bool", "Keep the prepared ONNX when the build fails (for debugging); by default a failed "
        "build leaves nothing.", _B, default=False),
     _s("no_verify", "bool", "Skip comparing the engine with ONNX Runtime.", _B, default=False),
+    _s("split_tail", "bool", "Where the target cannot run NonZero/NonMaxSuppression (--trt rtx): build the graph "
+       "before the first one into the engine, and write it and everything after it as ENGINE stem + .tail.onnx for "
+       "ONNX Runtime (its inputs: the engine's outputs), proven equal to the model on ONNX Runtime. TensorRT 10/11 "
+       "run both natively: nothing is split there.", _B, default=False),
     _s("no_preflight", "bool", "Skip running the graph at every profile corner on ONNX Runtime before the TensorRT "
        "build.", _B, default=False),
 )

@@ -15,10 +15,13 @@ from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 from trtconv.reference import run, session
 
 MS_DOMAIN = "com.microsoft"
-INT_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
+INT_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127),
+              # quantize_static's 16-bit activations/weights (QuantType.QInt16/QUInt16)
+              np.dtype(np.int16): (-32768, 32767), np.dtype(np.uint16): (0, 65535)}
 QOPERATOR_OPS = {("", "QLinearConv"), ("", "QLinearMatMul"), (MS_DOMAIN, "QGemm"), (MS_DOMAIN, "QLinearAdd"),
                  (MS_DOMAIN, "QLinearMul"), (MS_DOMAIN, "QLinearSigmoid"), (MS_DOMAIN, "QLinearGlobalAveragePool"),
-                 (MS_DOMAIN, "QLinearConcat"), (MS_DOMAIN, "QLinearLeakyRelu"), (MS_DOMAIN, "QLinearAveragePool")}
+                 (MS_DOMAIN, "QLinearConcat"), (MS_DOMAIN, "QLinearLeakyRelu"), (MS_DOMAIN, "QLinearAveragePool"),
+                 (MS_DOMAIN, "QLinearSoftmax")}
 # ops that move or select values without computing: a quantized tensor passes through them unchanged
 PASSTHROUGH = ("Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "MaxPool", "Slice", "Gather",
                "Expand", "Tile", "DepthToSpace", "SpaceToDepth", "Split")
@@ -78,7 +81,8 @@ def dequantized(q: np.ndarray, scale: np.ndarray, zero: np.ndarray | None, axis:
         shape[axis % q.ndim] = v.size
         return v.reshape(shape)
     z = along(zero).astype(np.int64) if zero is not None else 0
-    return ((q.astype(np.int64) - z).astype(np.float32) * along(scale).astype(np.float32)).astype(np.float32)
+    # an array even for a 0-d q (numpy hands back a scalar there)
+    return np.asarray((q.astype(np.int64) - z).astype(np.float32) * along(scale).astype(np.float32), np.float32)
 
 
 def producer(t: gs.Tensor | None) -> gs.Node | None:

@@ -2,14 +2,17 @@
 
 TensorRT-RTX 1.7 (measured, tests/rewrites/test_quantized_static.py) refuses a
 ``DequantizeLinear`` of int32 ("input has type Int32 but must have type FP8, FP4, Int4, Int8, or
-UInt8": the bias of ONNX Runtime's static QDQ models) and any non-zero zero point ("Non-zero zero
+UInt8": the bias of ONNX Runtime's static QDQ models, and its 16-bit activations or weights
+from ``QuantType.QInt16``/``QUInt16``) and any non-zero zero point ("Non-zero zero
 point is not supported": uint8 activations, asymmetric int8). It takes int8 with zero point 0
 (uint8 with zero point 0 too, but the parser's table and TensorRT 10 do not: uint8 is rewritten).
 
 * ``DequantizeLinear`` of a constant it refuses (the int32 bias, an asymmetric weight) -> the
   float constant, computed as ONNX Runtime does (exact);
 * ``DequantizeLinear`` of a tensor an earlier rewrite already made float (the QOperator rule's
-  outputs, a rewritten ``QuantizeLinear``) -> ``Identity`` (exact);
+  outputs, a rewritten ``QuantizeLinear``, directly or through pass-through ops) -> ``Identity`` (exact);
+* ``QuantizeLinear`` of a constant (a QOperator model's 1/sqrt(d) or GELU constants) TensorRT
+  refuses or a QOperator op reads -> the float constant its quantized value represents (exact);
 * ``QuantizeLinear`` with a non-zero zero point -> ``Clip`` to the range it represents, in float:
   the rounding is dropped (at most half a step per value, the proof's bound), the saturation kept;
 * ``QuantizeLinear`` int8 with zero point 0 feeding QOperator ops -> the same ``QuantizeLinear``
@@ -36,17 +39,34 @@ from trtconv.rewrites.quantized.graphs import (
     dequantized,
     feeds_qoperator,
     float_frontier,
+    float_root,
     given,
     is_float,
 )
 from trtconv.rewrites.rule import Emitted, RewriteRule, RuleContext, Site
 
 PROOF_SHAPE = (2, 3, 4, 5)
+# "must have type FP8, FP4, Int4, Int8, or UInt8" (TensorRT-RTX 1.7, measured: int32 bias, int16/uint16)
+REFUSED_TYPES = frozenset(np.dtype(t) for t in (np.int32, np.int16, np.uint16, np.uint8))
+
+
+def requantized(c: np.ndarray, scale: np.ndarray, zero: np.ndarray | None, axis: int, lo: int, hi: int) -> np.ndarray:
+    """QuantizeLinear of a constant: round half to even, add the zero point, saturate (int64)."""
+    def along(v: np.ndarray) -> np.ndarray:
+        v = np.asarray(v)
+        if v.size == 1 or c.ndim == 0:
+            return v.reshape(())
+        shape = [1] * c.ndim
+        shape[axis % c.ndim] = v.size
+        return v.reshape(shape)
+    z = along(zero).astype(np.int64) if zero is not None else 0
+    q = np.rint(c.astype(np.float32) / along(scale).astype(np.float32)).astype(np.int64) + z
+    return np.clip(q, lo, hi)
 
 
 @dataclass(frozen=True)
 class QdqMatch:
-    kind: str  # "constant" | "identity" | "clip" | "int8"
+    kind: str  # "constant" | "qconstant" | "identity" | "clip" | "int8"
     value: np.ndarray | None = None  # the float constant ("constant")
     bounds: tuple[float, float] = (0.0, 0.0)  # "clip": the represented range
     step: float = 0.0  # "clip": the quantization step (max scale)
@@ -63,9 +83,9 @@ def _zero(node: gs.Node) -> tuple[np.ndarray | None, bool]:
 
 
 def _refused(q_dtype: np.dtype, zero: np.ndarray | None) -> bool:
-    """int32, uint8 (the parser's table lists int8 only; 1.7 takes uint8 with a zero point 0, but
-    TensorRT 10 does not), or a non-zero zero point."""
-    return q_dtype in (np.dtype(np.int32), np.dtype(np.uint8)) or (zero is not None and bool(np.any(zero != 0)))
+    """int32, 16-bit, uint8 (the parser's table lists int8 only; 1.7 takes uint8 with a zero point 0,
+    but TensorRT 10 does not), or a non-zero zero point."""
+    return q_dtype in REFUSED_TYPES or (zero is not None and bool(np.any(zero != 0)))
 
 
 class QdqRule(RewriteRule):
@@ -89,13 +109,19 @@ class QdqRule(RewriteRule):
                     return None
                 return QdqMatch("constant", dequantized(q, scale, zero, int(node.attrs.get("axis", 1))),
                                 original=Original.of([node]))
-            return QdqMatch("identity") if is_float(x) else None
+            # float already, or through pass-through ops (a Reshape) from a tensor an earlier rewrite made float
+            return QdqMatch("identity") if is_float(x) or float_root(x) is not None else None
         y = node.outputs[0]
         scale = const(node.inputs[1])
         qtype = np.dtype(zero.dtype) if zero is not None else np.dtype(np.uint8)
         if scale is None or qtype not in INT_RANGES or y.name in ctx.graph_outputs:
             return None
         lo, hi = INT_RANGES[qtype]
+        c = const(node.inputs[0])
+        if c is not None and (_refused(qtype, zero) or feeds_qoperator(y)):
+            axis = int(node.attrs.get("axis", 1))
+            q = requantized(c, scale, zero, axis, lo, hi).astype(qtype)
+            return QdqMatch("qconstant", dequantized(q, scale, zero, axis), original=Original.of([node]))
         if _refused(qtype, zero):
             z = zero.astype(np.float64) if zero is not None else np.zeros(())
             s = scale.astype(np.float64)
@@ -107,10 +133,11 @@ class QdqRule(RewriteRule):
         em = Emitter(ctx.graph, site.name)
         out = site.outputs[0]
         out.dtype = np.float32
-        if match.kind == "constant":
+        if match.kind in ("constant", "qconstant"):
             assert match.value is not None
             em.node("Constant", "value", [], [out], {"value": gs.Constant(f"{site.name}/value", match.value)})
-            return Emitted(tuple(em.nodes), "Constant (float)")
+            return Emitted(tuple(em.nodes), "Constant (float)" if match.kind == "constant"
+                           else "Constant (float: the value the quantized constant represents)")
         if match.kind == "identity":
             em.node("Identity", "identity", [site.inputs[0]], [out])
             return Emitted(tuple(em.nodes), "Identity (input already float)")
@@ -137,6 +164,17 @@ class QdqRule(RewriteRule):
                                  np.dtype(np.float32), ctx.opset, shapes={"x": x.shape})
         assert match.original is not None
         opset = max(ctx.opset, 13)
+        if match.kind == "qconstant":  # a QuantizeLinear of a constant: what its quantized value represents
+            node = match.original.nodes[0]
+            zero = match.original.constants.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+            try:
+                qy = match.original.run({}, out, opset, helper.np_dtype_to_tensor_dtype(
+                    zero.dtype if zero is not None else np.dtype(np.uint8)))
+            except TrtconvError as exc:
+                return Proof("none", False, reason=f"the original did not run in ONNX Runtime: {exc.message[:200]}")
+            ref = dequantized(qy, match.original.constants[node.input[1]], zero,
+                              int(next((a.i for a in node.attribute if a.name == "axis"), 1)))
+            return NodeProofCase(emitted.nodes, out, {}, ref.astype(np.float64), np.dtype(np.float32), opset)
         if match.kind == "constant":
             try:
                 ref = match.original.run({}, out, opset)

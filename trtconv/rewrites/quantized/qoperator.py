@@ -2,7 +2,8 @@
 
 ``QLinearConv``, ``QLinearMatMul`` and ``com.microsoft`` ``QGemm``, ``QLinearAdd``,
 ``QLinearMul``, ``QLinearSigmoid``, ``QLinearLeakyRelu``, ``QLinearGlobalAveragePool``,
-``QLinearAveragePool``, ``QLinearConcat``: TensorRT imports none of them. Each becomes its
+``QLinearAveragePool``, ``QLinearConcat``, ``QLinearSoftmax`` (a QOperator BERT's attention scores):
+TensorRT imports none of them. Each becomes its
 float op. Quantized activations arrive float (the ``QuantizeLinear`` that made them, and the
 QOperator op before, are rewritten first: :mod:`.qdq_boundary`, this module); constant inputs are
 dequantized once, except symmetric int8 weights, which stay int8 behind a ``DequantizeLinear``
@@ -79,6 +80,8 @@ OPS: dict[tuple[str, str], QOp] = {
     (MS_DOMAIN, "QLinearGlobalAveragePool"): QOp("GlobalAveragePool", _one, (3, 4)),
     (MS_DOMAIN, "QLinearAveragePool"): QOp("AveragePool", _one, (3, 4), POOL_ATTRS),
     (MS_DOMAIN, "QLinearConcat"): QOp("Concat", lambda n: tuple(range(2, n, 3)), (0, 1), ("axis",)),
+    # its ``opset`` attribute: the Softmax semantics (before 13, over the flattened trailing axes)
+    (MS_DOMAIN, "QLinearSoftmax"): QOp("Softmax", _one, (3, 4), ("axis",)),
 }
 
 
@@ -127,6 +130,8 @@ def _operand(node: gs.Node, i: int, spec: QOp) -> Operand | None:
     if q.dtype not in INT_RANGES:
         return None
     axis = spec.weight_axis if i == 3 and spec.weight == 1 else 0
+    if i == 3 and spec.float_op == "Gemm" and int(node.attrs.get("transB", 0)):
+        axis = 0  # B is [N, K]: its per-channel scales run along N, axis 0
     keep = i == 3 and spec.weight == 1 and q.dtype == np.int8 and (z is None or not np.any(z))
     return Operand(None, q, s, z, keep, axis)
 
@@ -154,10 +159,20 @@ def _read(node: gs.Node, ctx: RuleContext, spec: QOp) -> QMatch | None:
         w = operands[1]
         w_scale = np.asarray(w.scale, np.float32).reshape(-1)
         bias = (b.astype(np.float32) * np.float32(operands[0].scale) * w_scale).astype(np.float32)
-    if node.attrs.get("channels_last", 0):
+    if node.attrs.get("channels_last", 0) or not _same_softmax(node, ctx):
         return None
     attrs = {k: v for k, v in node.attrs.items() if k in spec.attrs}
     return QMatch(spec, tuple(operands), bias, y_scale, y_zero, attrs, Original.of([node]))
+
+
+def _same_softmax(node: gs.Node, ctx: RuleContext) -> bool:
+    """Softmax before opset 13 (QLinearSoftmax's ``opset`` attribute, or the model's, which the
+    emitted Softmax follows) runs over the flattened trailing axes: the same as 13+ over the last axis only."""
+    if node.op != "QLinearSoftmax":
+        return True
+    axis = int(node.attrs.get("axis", -1 if int(node.attrs.get("opset", 13)) >= 13 else 1))
+    rank = len(ctx.shapes.get(node.inputs[0].name) or ())
+    return axis == -1 or (rank > 0 and axis == rank - 1) or min(int(node.attrs.get("opset", 13)), ctx.opset) >= 13
 
 
 def _emit_operand(em: Emitter, k: int, op: Operand) -> gs.Tensor:
@@ -242,15 +257,24 @@ class QOperatorRule(RewriteRule):
         return _proof(ctx, site, match, emitted)
 
 
+def _known_shape(ctx: RuleContext, op: Operand) -> tuple[int, ...] | None:
+    """A variable operand's inferred shape, unknown dims made concrete (None when its rank is unknown)."""
+    known = ctx.shapes.get(op.tensor.name) if op.tensor is not None else None
+    if not known:
+        return None
+    return tuple(d if isinstance(d, int) and d > 0 else (1 if i == 0 else PROOF_SIDE) for i, d in enumerate(known))
+
+
 def _proof_shape(ctx: RuleContext, match: QMatch) -> tuple[int, ...]:
     """One shape for every variable operand (elementwise ops and Concat need them alike): the first
     known one, else one the weights imply."""
     for op in match.operands:
-        known = ctx.shapes.get(op.tensor.name) if op.tensor is not None else None
+        known = _known_shape(ctx, op)
         if known:
-            return tuple(d if isinstance(d, int) and d > 0 else (1 if i == 0 else PROOF_SIDE)
-                         for i, d in enumerate(known))
+            return known
     w = next((op.q for op in match.operands if op.q is not None), None)
+    if match.spec.float_op in ("Add", "Mul") and w is not None and w.ndim:
+        return tuple(w.shape)  # an elementwise op with a constant operand (folded position embeddings): its shape
     if match.spec.float_op == "Conv" and w is not None:
         return (1, w.shape[1] * int(match.attrs.get("group", 1))) + (PROOF_SIDE,) * (w.ndim - 2)
     if match.spec.float_op in ("MatMul", "Gemm") and w is not None:
@@ -259,13 +283,28 @@ def _proof_shape(ctx: RuleContext, match: QMatch) -> tuple[int, ...]:
     return (1, 4, PROOF_SIDE, PROOF_SIDE)
 
 
+def _operand_shapes(ctx: RuleContext, match: QMatch) -> list[tuple[int, ...]]:
+    """Each operand's proof shape: its own where known (broadcasting Add/Mul), else the shared one; a
+    MatMul of two activations (attention's Q.K^T) whose one shape is unknown takes the other's, its
+    last two dims swapped."""
+    shared = _proof_shape(ctx, match)
+    own = [_known_shape(ctx, op) for op in match.operands]
+    if match.spec.float_op == "MatMul" and len(own) == 2 and all(op.tensor is not None for op in match.operands):
+        a, b = own
+        if a is not None and b is None and len(a) >= 2:
+            own[1] = a[:-2] + (a[-1], a[-2])
+        elif b is not None and a is None and len(b) >= 2:
+            own[0] = b[:-2] + (b[-1], b[-2])
+    return [s if s is not None else shared for s in own]
+
+
 def _proof(ctx: RuleContext, site: Site, match: QMatch, emitted: Emitted) -> NodeProofCase | Proof:
     rng = np.random.default_rng(ctx.settings.seed + site.index)
     node = match.original.nodes[0]
     quantized: dict[str, np.ndarray] = {}
     floats: dict[str, np.ndarray] = {}
-    shape = _proof_shape(ctx, match)
-    for k, op in zip(match.spec.triplets(len(node.input)), match.operands):
+    shapes = _operand_shapes(ctx, match)
+    for k, op, shape in zip(match.spec.triplets(len(node.input)), match.operands, shapes):
         if op.tensor is None:
             continue
         qtype = np.dtype(op.zero.dtype) if op.zero is not None else np.dtype(np.uint8)
@@ -291,4 +330,4 @@ def _proof(ctx: RuleContext, site: Site, match: QMatch, emitted: Emitted) -> Nod
         step = float(np.abs(match.y_scale).max())
     rtol = step / max(1.0, float(np.abs(ref).max())) + max(ctx.settings.node_tolerance, 1e-5)
     return NodeProofCase(emitted.nodes, out, floats, ref, np.dtype(np.float32), opset, rtol=rtol,
-                         shapes={k: v.shape for k, v in quantized.items()})
+                         shapes={k: tuple(v.shape) for k, v in quantized.items()})
