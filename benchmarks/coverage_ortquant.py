@@ -1,6 +1,6 @@
 """The ONNX Runtime-quantized family of benchmarks/build_coverage.py: float models of the other
-families (two transformers, two CNNs) quantized dynamic, static QDQ and static QOperator by
-``coverage_quantized.quantized_variants``, calibrated on seeded random inputs."""
+families (two transformers, two CNNs) quantized by ``coverage_quantized.quantized_variants`` (dynamic,
+static QDQ and QOperator, 4-bit MatMulNBits: a row per variant it makes), calibrated on seeded random inputs."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from coverage_models import Generated, first_line
 
 FAMILY = "quantized"
 TRANSFORMERS, CNNS = ("bert", "vit"), ("resnet18", "mobilenet_v3_small")
-VARIANTS = ("dyn", "qdq", "qop")  # rows by default; --only names others quantized_variants makes
 CALIB = 8
 
 
@@ -49,10 +48,10 @@ def _float_model(name: str, folder: Path, python: str | None) -> tuple[Path, dic
 
 
 def generate(folder: Path, keep: Callable[[str], bool], python: str | None) -> Iterator[Generated]:
-    from coverage_quantized import quantized_variants
+    from coverage_quantized import VARIANTS, quantized_variants
 
     for base in TRANSFORMERS + CNNS:
-        if not (keep(base) or any(keep(f"{base}.{v}") for v in VARIANTS)):
+        if not (keep(base) or any(keep(f"{base}.{v}") for v in VARIANTS)):  # --only bert or bert.qdq
             continue
         work = folder / "float"
         work.mkdir(parents=True, exist_ok=True)
@@ -64,5 +63,5 @@ def generate(folder: Path, keep: Callable[[str], bool], python: str | None) -> I
             yield Generated(FAMILY, f"{base}.*", None, f"quantization failed: {first_line(exc)}")
             continue
         for label, qpath in made:
-            if keep(f"{base}.{label}") or (label in VARIANTS and keep(base)):
+            if keep(base) or keep(f"{base}.{label}"):
                 yield Generated(FAMILY, f"{base}.{label}", qpath, shapes=tuple(shapes.items()))
