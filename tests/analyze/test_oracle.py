@@ -73,3 +73,24 @@ def test_live_rtx_verdicts_match_the_stored_ones_and_check(cases):
     for level, bar in (("parse", PARSE_MIN), ("build", BUILD_MIN)):
         rate, wrong = _agreement(live, cases, level)
         assert rate >= bar, f"live {level} agreement {rate:.3f} < {bar}:\n" + "\n".join(wrong)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorrt_rtx") is None, reason="tensorrt_rtx is not installed")
+def test_rewrite_family_models_agree_with_the_real_parser(tmp_path):
+    """One model per rewrite family (tools/oracle/familycases.py): a node the parser rejects and a rule
+    rewrites is predicted 'not as-is' (reject), what it takes as it is (float64, ONNX Runtime's Gelu) is
+    not; a wrong-engine import (com.microsoft::RotaryEmbedding) and RTX product limits are not counted."""
+    from tools.oracle.cases import family_cases
+    from tools.oracle.limits import product_limit
+    from tools.oracle.realrun import run_real
+
+    wrong, counted = [], 0
+    for case, real in run_real(family_cases(tmp_path), timeout=60.0):
+        limit = product_limit(onnx.load(str(case.path)))
+        levels, got = real_levels(real), predict(case, "rtx")
+        for level in ("parse", "build"):
+            if limit is None or level not in limit[1]:
+                counted += 1
+                if got[level] != levels[level]:
+                    wrong.append(f"{case.id} {level}: check {got[level]} {got['errors']}, real {levels[level]}")
+    assert counted >= 12 and not wrong, wrong

@@ -69,3 +69,23 @@ def test_check_hint_names_the_users_target(tmp_path):
     assert argv[argv.index("--trt") + 1] == "rtx"
     again = run(argv)
     assert again.exit_code == ExitCode.UNSUPPORTED and "mystery" in again.output  # the reasons, for the same target
+
+
+def test_the_hints_command_line_is_the_settings_flag_for_flag(tmp_path):
+    """One function writes the command a hint repeats, from the settings and their declarations (the CLI's
+    and the API's hints alike): parsed back by `trtconv build`, it gives the same settings."""
+    import shlex
+
+    from trtconv.cli.build_command import build
+    from trtconv.pipeline import BuildSettings
+
+    settings = BuildSettings(precision="fp16", calib_data=tmp_path / "my data", max_samples=7, exclude_op=("Conv", "Add"),
+                             keep_io_types=False, fold=False, max_abs=("out=0.5",), seed=3, trt="rtx",
+                             skip_rule=("ms-gelu",), no_verify=True, shapes="x:1x3")
+    line = settings.command_line(tmp_path / "m.onnx", tmp_path / "m.engine", drop=("shapes",), extra=("--json",))
+    argv = shlex.split(line)
+    assert argv[:2] == ["trtconv", "build"] and "--shapes" not in argv and argv[-1] == "--json"
+    assert "--fp16-io" in argv and "--no-fold" in argv  # the declared off-switches of default-on flags
+    ctx = build.make_context("build", argv[2:])
+    again = BuildSettings.from_params(ctx.params)
+    assert again == BuildSettings(**{**vars(settings), "shapes": None})

@@ -147,3 +147,18 @@ def test_two_profiles_and_compatibility_flags(ocr_det, tmp_path):
     corners = [(c["profile"], c["corner"]) for c in m["verify"]["corners"]]
     assert corners == [(0, "min"), (0, "opt"), (0, "max"), (1, "min"), (1, "opt"), (1, "max")]
     assert all(c["passed"] for c in m["verify"]["corners"])
+
+
+def test_a_failed_build_removes_the_timing_cache_it_created_not_an_existing_one(ocr_cls, tmp_path):
+    """TensorRT saves the timing cache before the precision check; a build that then fails (exit 8)
+    removes the cache it created. One that existed before the command stays."""
+    args = (ocr_cls, "-o", tmp_path / "cls.engine", "--shapes", CLS_SHAPES, "--precision", "fp16", "--exclude-op",
+            "Conv")
+    code, out = _build(*args)
+    assert code == ExitCode.PRECISION_NOT_ACHIEVED, out
+    assert not list((tmp_path / "cache").rglob("*.cache"))
+    mine = tmp_path / "mine.cache"
+    mine.write_bytes(b"")
+    code, out = _build(*args, "--timing-cache", mine)
+    assert code == ExitCode.PRECISION_NOT_ACHIEVED, out
+    assert mine.exists()

@@ -59,3 +59,33 @@ def test_a_builder_error_is_printed_once(tmp_path):
     said = "Input dimensions with this name have different constant values"
     assert res.stderr.count(said) == 1, res.stderr
     assert "trtconv: error: TensorRT-RTX's builder failed: " in res.stderr
+
+
+def test_every_phase_the_monitor_passes_on_is_named_by_one_helper():
+    """trt/builder's progress monitor names TensorRT's phases, their parents and steps alike (one helper)."""
+    from trtconv.trt.builder import _progress_monitor, tensorrt_phase
+    from trtconv.trt.cancel import Cancel
+    from trtconv.trt.flavour import RTX, active
+
+    seen: list[tuple] = []
+
+    class Sink:
+        def phase_start(self, name, parent, steps):
+            seen.append(("start", name, parent, steps))
+
+        def step(self, name, step):
+            seen.append(("step", name, step))
+
+        def phase_finish(self, name):
+            seen.append(("finish", name))
+
+    with active(RTX):
+        monitor = _progress_monitor(Sink(), Cancel())
+        monitor.phase_start("Building engine", None, 3)
+        monitor.phase_start("Timing tactics", "Building engine", 2)
+        assert monitor.step_complete("Timing tactics", 1) is True
+        monitor.phase_finish("Timing tactics")
+    assert tensorrt_phase("Timing tactics") == "tensorrt: Timing tactics"
+    assert seen == [("start", "tensorrt: Building engine", None, 3),
+                    ("start", "tensorrt: Timing tactics", "tensorrt: Building engine", 2),
+                    ("step", "tensorrt: Timing tactics", 1), ("finish", "tensorrt: Timing tactics")]

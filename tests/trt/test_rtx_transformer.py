@@ -8,16 +8,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
-from fused_builders import tiny_bert
+from fused_builders import I64, Case, In, const, tiny_bert
 
 from trtconv.cli.main import cli
 from trtconv.errors import ExitCode
 
 tensorrt_rtx = pytest.importorskip("tensorrt_rtx", reason="tensorrt-rtx is in the test extra: run `make install`")
 
+ROPE_COS = const("cos", np.cos(np.arange(16)[:, None] * np.linspace(0.1, 1.0, 4)[None]).astype(np.float32))
+ROPE_SIN = const("sin", np.sin(np.arange(16)[:, None] * np.linspace(0.1, 1.0, 4)[None]).astype(np.float32))
 FUSED_RULES = {"ms-embed-layernorm", "ms-attention", "ms-skip-layernorm", "ms-bias-gelu", "ms-fast-gelu"}
 
 
@@ -55,3 +58,28 @@ def test_skip_rule_keeps_the_fused_node_and_the_build_says_which(tmp_path):
                                    "--skip-rule", "ms-bias-gelu", "--prepare-only"])
     assert res.exit_code == ExitCode.UNSUPPORTED, res.output
     assert "l0_act (BiasGelu" in res.output
+
+
+def _rotary(path: Path) -> Path:
+    """com.microsoft::RotaryEmbedding alone: RTX parses and builds it as ONNX's RotaryEmbedding, whose
+    inputs come in another order (tests/analyze/test_domain_blind.py measures that)."""
+    model = Case("RotaryEmbedding", [In("x", (2, 2, 4, 8)), In("p", (2, 4), I64), ROPE_COS, ROPE_SIN]).model()
+    model.graph.output[0].type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+    onnx.save(model, path)
+    return path
+
+
+def test_rotary_embedding_is_rewritten_by_default_and_never_built_as_onnx_rotary(tmp_path):
+    model = _rotary(tmp_path / "rope.onnx")
+    engine = tmp_path / "rope.engine"
+    res = CliRunner().invoke(cli, ["build", "--trt", "rtx", str(model), "-o", str(engine)])
+    assert res.exit_code == 0, res.output
+    manifest = json.loads(Path(str(engine) + ".json").read_text())
+    assert [r["rule"] for r in manifest["rewrites"]] == ["ms-rotary-embedding"]
+    skipped = tmp_path / "skipped.engine"
+    res = CliRunner().invoke(cli, ["build", "--trt", "rtx", str(model), "-o", str(skipped),
+                                   "--skip-rule", "ms-rotary-embedding"])
+    assert res.exit_code == ExitCode.UNSUPPORTED, res.output
+    assert "rotaryembedding0 (RotaryEmbedding: rewritable by ms-rotary-embedding, turned off by --skip-rule)" \
+        in res.output and "Traceback" not in res.output
+    assert not skipped.exists() and not Path(str(skipped) + ".json").exists()

@@ -5,6 +5,7 @@
 - ``real``: the project's real test models (PP-OCR det/rec/cls, Silero VAD variants).
 - ``fuzz``: deterministic mutants of the fuzzer's seeds (tests/fuzz/mutate.py).
 - ``rules``: small models written for one rule each (tools/oracle/rulecases.py).
+- ``families``: one small model per rewrite family `check` marks rewritable (tools/oracle/familycases.py).
 Every set is deterministic: the same onnx version gives the same files.
 """
 
@@ -21,7 +22,7 @@ from pathlib import Path
 import onnx
 
 ROOT = Path(__file__).resolve().parents[2]
-SETS = ("node", "real", "fuzz", "rules")
+SETS = ("node", "real", "fuzz", "rules", "families")
 
 
 @dataclass(frozen=True)
@@ -136,8 +137,16 @@ def rule_cases(cache: Path) -> list[Case]:
     return out
 
 
+def family_cases(cache: Path) -> list[Case]:
+    from tools.oracle.familycases import FAMILY_MODELS
+
+    return [Case(f"families/{name}", _write(cache / "families", name, model), dict(shapes), note=note)
+            for name, (model, shapes, note) in sorted(FAMILY_MODELS().items())]
+
+
 def all_cases(cache: Path, sets: tuple[str, ...] = SETS, fuzz_count: int = 120) -> Iterator[Case]:
     makers = {"node": lambda: node_cases(cache), "real": lambda: real_cases(cache),
-              "fuzz": lambda: fuzz_cases(cache, fuzz_count), "rules": lambda: rule_cases(cache)}
+              "fuzz": lambda: fuzz_cases(cache, fuzz_count), "rules": lambda: rule_cases(cache),
+              "families": lambda: family_cases(cache)}
     for s in sets:
         yield from makers[s]()

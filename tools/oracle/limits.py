@@ -7,6 +7,9 @@ the tables model the parser. Each entry: op type -> (condition on the node, leve
 ``levels`` says which verdicts the limit takes out of the count: a plugin-backed op is
 refused by the parser ("parse" and "build"); ops that parse but have no RTX kernel to build
 ("build") still count at the parse level, where the parser logic is the 11.x one.
+Listed the same way: a custom-domain op the parser imports as a different ONNX op and builds
+(``trtconv.analyze.COLLISIONS``, ``WRONG_ENGINE``): the real verdict "ok" is a wrong engine, and
+`check` refuses it by design, so neither level is a measure of the tables.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from collections.abc import Callable
 import onnx
 from onnx import helper
 
+from trtconv.analyze import COLLISIONS, WRONG_ENGINE
 from trtconv.onnxutil import iter_graphs
 
 
@@ -49,6 +53,9 @@ def product_limit(model: onnx.ModelProto) -> tuple[str, tuple[str, ...]] | None:
     (a parse-and-build limit wins over a build-only one)."""
     found = None
     for node in (n for g in iter_graphs(model.graph) for n in g.node):
+        collision = COLLISIONS.get((node.domain, node.op_type))
+        if collision is not None and collision.outcome == WRONG_ENGINE:  # by design: check refuses what builds
+            return f"{node.domain}::{node.op_type}: not a product limit, a wrong engine: {collision.why}", BOTH
         entry = LIMITS.get(node.op_type)
         if entry and node.domain in ("", "ai.onnx") and entry[0](node):
             if found is None or len(entry[1]) > len(found[1]):

@@ -1,12 +1,14 @@
 """Run `trtconv check` and the real TensorRT-RTX parser + CPU-only builder side by side.
 
     PYTHONPATH=. python tools/oracle/run.py [--sets node,real,fuzz,rules] [--out .cache/oracle]
-        [--targets rtx,11.4,10.16] [--timeout 60] [--only REGEX] [--write-sample N]
+        [--targets rtx,11.4,10.16] [--timeout 60] [--only REGEX] [--write-sample N] [--rescore OLD.json]
 
 Writes ``oracle.json`` (every case: both verdicts, the reasons, the confusion matrices,
 the disagreements, the RTX product-limit cases) and ``oracle.md`` (the same, readable).
 ``--write-sample N`` also stores a seeded sample of N cases' real verdicts in
 ``tests/analyze/data/oracle_sample.json`` for the CI test (tests/analyze/test_oracle.py).
+``--rescore OLD.json`` keeps an earlier run's real verdicts and predicts again (two trtconv
+versions compared with one TensorRT run).
 """
 
 from __future__ import annotations
@@ -57,6 +59,20 @@ def evaluate(cases, targets: list[str], timeout: float, progress: bool = True) -
         if progress and (i + 1) % 100 == 0:
             print(f"  {i + 1} cases, {time.monotonic() - t0:.0f} s", file=sys.stderr)
     return rows
+
+
+def rescore(cases, previous: Path, targets: list[str]) -> list[dict[str, Any]]:
+    """The cases of an earlier run (same onnx, same sets: the same files) predicted again by this
+    trtconv: the real verdicts do not depend on trtconv, so comparing two trtconv versions needs
+    TensorRT only once. Cases the earlier run lacks are run for real."""
+    stored = {r["id"]: r for r in json.loads(previous.read_text())["rows"]}
+    fresh = [c for c in cases if c.id not in stored]
+    rows = {r["id"]: r for r in evaluate(fresh, targets, 60.0, progress=False)} if fresh else {}
+    for case in cases:
+        if case.id in stored:
+            rows[case.id] = {**stored[case.id], **_limit_fields(case.path),
+                             "check": {t: predict(case, t) for t in targets}}
+    return [rows[c.id] for c in cases]
 
 
 def disagreements(rows: list[dict[str, Any]], target: str) -> list[dict[str, Any]]:
@@ -126,13 +142,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=None, help="regex on case ids")
     ap.add_argument("--fuzz-count", type=int, default=120)
     ap.add_argument("--write-sample", type=int, default=0)
+    ap.add_argument("--rescore", type=Path, default=None,
+                    help="an oracle.json: keep its real verdicts, predict again with this trtconv (no TensorRT run)")
     args = ap.parse_args(argv)
     targets = args.targets.split(",")
     cases = list(all_cases(args.out / "models", tuple(args.sets.split(",")), args.fuzz_count))
     if args.only:
         cases = [c for c in cases if re.search(args.only, c.id)]
     print(f"oracle: {len(cases)} cases", file=sys.stderr)
-    rows = evaluate(cases, targets, args.timeout)
+    rows = rescore(cases, args.rescore, targets) if args.rescore else evaluate(cases, targets, args.timeout)
     per_set: dict[str, int] = {}
     for r in rows:
         per_set[r["set"]] = per_set.get(r["set"], 0) + 1

@@ -22,6 +22,7 @@ from trtconv.analyze.check_report import (
     InputReport,
     NodeReport,
 )
+from trtconv.analyze.domain_blind import collision_finding
 from trtconv.analyze.lookups import GraphIndex, NodeRef, build_index, int64_out_of_range
 from trtconv.analyze.rules import CONVERTIBLE, NodeContext, dtype_name, run_rules
 from trtconv.analyze.support import SupportTable, load_table
@@ -197,15 +198,21 @@ def _node_report(ref: NodeRef, table: SupportTable, index: GraphIndex, int64_wid
     row = table.lookup(domain, op_type)
     findings: list[Finding] = []
     opset = ref.opset
+    blind = None
     if row is None and domain not in NO_PLUGIN_DOMAINS and op_type in table.ops:
         # The parser picks built-in importers by op type alone (trt-facts §2.3), with the default opset.
-        row = table.ops[op_type]
-        opset = index.opsets.get(DEFAULT_DOMAIN, opset)
-        findings.append(Finding("domain-ignored", WARNING, f"domain {domain!r} is ignored: the parser imports this "
-                                                           f"node as the ONNX operator {op_type}",
-                                "check that the custom op has the ONNX operator's semantics, or rename it"))
+        blind = collision_finding(domain, op_type)  # a known different op of that name: an error, not a warning
+        if blind is not None:
+            findings.append(blind)
+        else:
+            row = table.ops[op_type]
+            opset = index.opsets.get(DEFAULT_DOMAIN, opset)
+            findings.append(Finding("domain-ignored", WARNING, f"domain {domain!r} is ignored: the parser imports "
+                                                               f"this node as the ONNX operator {op_type}",
+                                    "check that the custom op has the ONNX operator's semantics, or rename it"))
     if row is None:
-        findings.append(_unknown_op(node, domain, table))
+        if blind is None:
+            findings.append(_unknown_op(node, domain, table))
     elif row.status == "unsupported":
         findings.append(Finding("op-unsupported", ERROR, f"{op_type} is not supported by the TensorRT "
                                                          f"{table.version} ONNX parser"))

@@ -30,7 +30,6 @@ from trtconv.cli.depfile import deps_option
 from trtconv.cli.html_report import record, report_option
 from trtconv.cli.inspect_engine import off_precision_lines
 from trtconv.cli.options import (
-    command_line,
     force_option,
     json_option,
     model_argument,
@@ -183,7 +182,8 @@ def build(model: Path, output: Path, force: bool, as_json: bool, layers: bool, *
     settings.contradictions()  # exit 2 before any work
     settings = replace(settings, trt=target_or_default(settings.trt, as_json))
     return_large_blocks()  # freed weights and activations leave the RSS (issue 20's memory bound)
-    command = command_line(click.get_current_context(), drop=SHAPE_FLAGS)  # what hints repeat
+    cli_flags = tuple(f for f, on in (("--force", force), ("--json", as_json), ("--layers", layers)) if on)
+    command = settings.command_line(model, output, drop=SHAPE_FLAGS, extra=cli_flags)  # what hints repeat
     sink = BarSink()
     outcome = BuildOutcome(prepared=settings.outputs(output)[0])
     clock = StageClock(sink, as_json=as_json)

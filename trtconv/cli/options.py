@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -55,33 +54,6 @@ def json_option(f: F) -> F:
     return click.option("--json", "as_json", is_flag=True, callback=_remember_json,
                         help="Print a machine-readable report on stdout (schema in docs/cli.md); on failure, "
                         "a JSON error object at least.")(f)
-
-
-def command_line(ctx: click.Context, *, drop: tuple[str, ...] = ()) -> str:
-    """The command as the user ran it, rebuilt from its parsed parameters (every option that is
-    not at its default, spec-file values included), for hints that must run as printed. ``drop``:
-    parameter names (the declared settings' names) left out: the ones the hint itself supplies."""
-    parts = ["trtconv", ctx.info_name or ctx.command.name or ""]
-    for param in ctx.command.params:
-        value = ctx.params.get(param.name or "")
-        if param.name in drop or value is None or value == () or value is False and param.default in (None, False):
-            continue
-        if isinstance(param, click.Argument):
-            parts.append(shlex.quote(str(value)))
-            continue
-        if not isinstance(param, click.Option) or value == param.default:
-            continue
-        flag = next((o for o in param.opts if o == "--" + (param.name or "").replace("_", "-")),
-                    max(param.opts, key=len))  # the declared spelling, not an alias
-        if param.is_flag:
-            if value is True:
-                parts.append(flag)
-            elif param.secondary_opts:  # --no-x for a flag that defaults to on
-                parts.append(max(param.secondary_opts, key=len))
-            continue
-        for item in value if param.multiple else (value,):
-            parts += [flag, shlex.quote(str(item))]
-    return " ".join(parts)
 
 
 def _compose(*decorators: Callable[[F], F]) -> Callable[[F], F]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
-import shlex
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -62,7 +61,8 @@ from trtconv.plan import (
     validate_plan,
     write_manifest,
 )
-from trtconv.rewrites import RewriteResult, tail_ops
+from trtconv.precision import cache_files
+from trtconv.rewrites import RewriteResult, RewriteSettings, tail_ops
 from trtconv.samples import SampleSet
 from trtconv.trt import for_target, tensorrt_version
 
@@ -104,7 +104,7 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
     # prepared ONNX).
     loaded = load_model(model, lazy_from=LAZY_WEIGHTS_BYTES)
     _refuse_requantizing(loaded, req.precision)
-    command = command or _command(model, output, req, target)
+    command = command or replace(req, trt=target).command_line(model, output)
     hint = split_hint(loaded, target, command, req)  # the blocking ops are ones --split-tail moves to ONNX Runtime
     samples = sample_set(loaded.proto, req.quantize_settings())  # None: no sample data
     if samples is not None:
@@ -125,20 +125,14 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
     if req.split_tail:
         split = stages.run("split", lambda: split_stage(loaded, req, target, req.tail_path(output), samples, shapes0))
         loaded = head_of(loaded, split)
-    stages.run("check", lambda: check_stage(loaded, target, shapes0, hint))
     rewrite_settings = replace(req.rewrite_settings(target), proof_shapes=dict(shapes0))
+    # a static profile: a model refused as it is may build folded with its shapes (like `rewrite --shapes`)
+    fold = stages.run("check", lambda: check_stage(loaded, target, shapes0, hint, _if_static(profiles, rewrite_settings)))
+    if fold:
+        rewrite_settings = replace(rewrite_settings, shapes=dict(shapes0))
     rewritten = stages.run("rewrite", lambda: rewrite_stage(loaded, rewrite_settings))
     reference = Reference(loaded, rewritten, head=split is not None)
-    phases = ProgressPhases(progress) if progress is not None else None
-    try:
-        precisioned = stages.run("precision", lambda: precision_stage(rewritten.model, req, target, samples, reference, phases))
-    except QuantizeAccuracyError as exc:
-        outcome.gate = exc.result
-        raise
-    finally:
-        if phases is not None:
-            phases.close()
-    outcome.gate = precisioned.gate
+    precisioned = _precision(stages, outcome, rewritten, req, target, samples, reference, progress)
     if replacing:
         log.warning("replacing %s (derived from the model; --prepared PATH writes it elsewhere)", prepared)
     try:
@@ -146,7 +140,40 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
                                   profiles, progress, onnx_sha, rewritten, shapes0, samples, split)
     except BaseException as exc:
         _remove_failed_outputs(output, req, outcome, exc)
+        _remove_new_caches(outcome)
         raise
+
+
+def _precision(stages: StageRunner, outcome: BuildOutcome, rewritten: RewriteResult, req: BuildSettings, target: str,
+               samples: SampleSet | None, reference: Reference, progress: Any) -> Precisioned:
+    """The precision stage, its gate's verdict in ``outcome`` (also when it failed); a failure removes
+    the calibration cache this run created."""
+    phases = ProgressPhases(progress) if progress is not None else None
+    if req.precision == "int8" and req.calib_cache and not req.no_calib_cache:
+        outcome.new_caches += [p for p in cache_files(Path(req.calib_cache)) if not p.exists()]
+    try:
+        precisioned = stages.run("precision", lambda: precision_stage(rewritten.model, req, target, samples, reference, phases))
+    except BaseException as exc:
+        if isinstance(exc, QuantizeAccuracyError):
+            outcome.gate = exc.result
+        _remove_new_caches(outcome)
+        raise
+    finally:
+        if phases is not None:
+            phases.close()
+    outcome.gate = precisioned.gate
+    return precisioned
+
+
+def _remove_new_caches(outcome: BuildOutcome) -> None:
+    """The calibration and timing caches a failed build created (never one that existed before it):
+    a later build must not reuse scales or timings of a build that did not succeed."""
+    for path in outcome.new_caches:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as err:  # the original error is what the user must see
+            log.warning("could not remove %s: %s", path, err)
+    outcome.new_caches = []
 
 
 def _remove_failed_outputs(output: Path, req: BuildSettings, outcome: BuildOutcome, exc: BaseException) -> None:
@@ -184,7 +211,7 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
     if split is not None:
         write_tail(split)
         outcome.tail = split.tail_path
-    stages.run("recheck", lambda: recheck_stage(saved, target, shapes0))
+    stages.run("recheck", lambda: recheck_stage(saved, target, shapes0, frozenset(req.skip_rule)))
     keep = not req.prepare_only and not req.no_verify  # verify reuses the reference's outputs
     corners = stages.run("profiles", lambda: corners_stage(reference, profiles, req, samples, keep))
     if req.prepare_only:
@@ -196,7 +223,7 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
     except BackendUnavailableError as exc:
         outcome.stopped = "tensorrt-unavailable"
         raise _no_tensorrt(exc, prepared, req.keep_prepared) from None
-    built = stages.run("build", lambda: engine_stage(plan, progress))
+    built = stages.run("build", lambda: engine_stage(plan, progress, outcome.new_caches))
     outcome.engine = output
     verify_json: dict[str, Any] | None = None
     if not req.no_verify and not flavour.inspects_engine:
@@ -256,14 +283,12 @@ def _no_tensorrt(exc: BackendUnavailableError, prepared: Path, kept: bool) -> Ba
         f"--keep-prepared) to keep the prepared ONNX and build it with {trtexec}")
 
 
-def _command(model: Path, output: Path, req: BuildSettings, target: str) -> str:
-    """The command line a hint repeats when the caller gave none (the CLI gives the user's own): the
-    paths and the settings that change what is built, by their declared names."""
-    flags = f" --precision {req.precision}" if req.precision != "fp32" else ""
-    flags += f" --trt {target}"  # always: the default target depends on what is installed
-    flags += f" --calib-data {shlex.quote(str(req.calib_data))}" if req.calib_data else ""
-    return (f"trtconv build {shlex.quote(str(model))} -o {shlex.quote(str(output))}{flags}"
-            + (" --prepare-only" if req.prepare_only else ""))
+def _if_static(profiles: tuple[Profile, ...], settings: RewriteSettings) -> RewriteSettings | None:
+    """``settings`` where one profile gives each dynamic input a single shape (``--shapes``: nothing in
+    the engine varies, so the graph may be folded with it), else None."""
+    static = len(profiles) == 1 and bool(profiles[0].inputs) and all(
+        r.min == r.opt == r.max for _, r in profiles[0].inputs)
+    return settings if static else None
 
 
 def _refuse_requantizing(loaded: LoadedModel, precision: str) -> None:

@@ -44,6 +44,9 @@ class BuildOutcome:
     stopped: str | None = None  # why the pipeline stopped before an engine, if it did
     gate: QuantizeResult | None = None  # fp16/int8: the precision stage's accuracy gate (also when it failed)
     written: bool = False  # the prepared ONNX is on disk (written by this run and not removed)
+    # caches this run may create (calibration, timing) that did not exist when it started: a failed
+    # build removes them; a user's existing cache is never removed
+    new_caches: list[Path] = field(default_factory=list)
     tail: Path | None = None  # --split-tail: the ONNX Runtime tail on disk (written with the prepared ONNX)
 
     def to_json(self) -> dict[str, Any]:

@@ -9,6 +9,7 @@ The TensorRT plan, the rewrite settings and the precision settings are functions
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -125,6 +126,24 @@ class BuildSettings:
         split), then (unless prepare_only) manifest and engine."""
         files = [self.prepared_path(output)] + ([self.tail_path(output)] if self.split_tail else [])
         return files if self.prepare_only else [*files, manifest_path(Path(output)), Path(output)]
+
+    def command_line(self, model: PathLike, output: PathLike, *, drop: tuple[str, ...] = (),
+                     extra: tuple[str, ...] = ()) -> str:
+        """``trtconv build`` as a hint repeats it, to run as printed: the paths, then every declared
+        build setting not at its default by its declared flag (spec-file values included: they are
+        settings too), then ``extra`` (the CLI's own flags). ``drop``: settings the hint supplies itself."""
+        parts = ["trtconv", "build", shlex.quote(str(model)), "-o", shlex.quote(str(output))]
+        for setting in for_command("build"):
+            value = getattr(self, setting.name)
+            if setting.name in drop or value is None or value == () or value == setting.default:
+                continue
+            if setting.type == "bool":
+                flag = setting.flag if value else setting.secondary or "--no-" + setting.flag[2:]
+                parts.append(flag)
+                continue
+            for item in value if setting.multiple else (value,):
+                parts += [setting.flag, shlex.quote(str(item))]
+        return " ".join([*parts, *extra])
 
     def contradictions(self) -> None:
         """Settings that cannot all be obeyed: a usage error (exit 2) naming them, never one silently dropped."""

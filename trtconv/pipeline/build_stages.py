@@ -9,7 +9,7 @@ import hashlib
 import logging
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ import onnx
 from trtconv.analyze import analyze
 from trtconv.errors import (
     BackendUnavailableError,
+    TrtconvError,
     UnsupportedModelError,
     UsageError,
 )
@@ -79,11 +80,19 @@ class Built:
 
 
 
-def check_stage(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]], hint: str | None = None
-                ) -> Step[None]:
+def check_stage(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]], hint: str | None = None,
+                settings: RewriteSettings | None = None) -> Step[bool]:
     """The model against the target's parser rules: nodes nothing can fix stop the build here (exit 5);
-    ``hint``: the error's hint where a build option fixes them (--split-tail)."""
+    ``hint``: the error's hint where a build option fixes them (--split-tail). With ``settings`` (a
+    static profile), a model it refuses is checked again as the rewrite leaves it when it folds with
+    the profile's shapes, and that check decides (an LSTM in an If whose shape-only condition folds
+    away builds). The result: whether the rewrite stage must fold with the shapes (``rewrite --shapes``)."""
     report = analyze(loaded, target, shapes)
+    if report.verdict not in ("supported", "needs-rewrite") and settings is not None:
+        folded = _folded_verdict(loaded, target, shapes, settings)
+        if folded in ("supported", "needs-rewrite"):
+            return Step(True, {"verdict": folded, "target": target,
+                               "folded": "unsupported as it is; decided on the graph folded with the shapes"})
     if report.verdict not in ("supported", "needs-rewrite"):
         bad = [n for n in report.nodes if n.status == "unsupported"]
         names = ", ".join(f"{n.path} ({n.op_type})" for n in bad[:5]) or "see `trtconv check`"
@@ -93,7 +102,19 @@ def check_stage(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, .
             f"plugin: {names}",
             hint=hint or f"run `trtconv check --trt {target} {shlex.quote(str(loaded.path))}` for the reasons",
         )
-    return Step(None, {"verdict": report.verdict, "target": target})
+    return Step(False, {"verdict": report.verdict, "target": target})
+
+
+def _folded_verdict(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]],
+                    settings: RewriteSettings) -> str | None:
+    """``check``'s verdict on the graph the rewrite leaves when it folds with ``shapes``; None when
+    that rewrite fails (the model as it is keeps its verdict and its reasons)."""
+    try:
+        folded = rewrite(loaded, replace(settings, shapes=dict(shapes), verify=False)).model
+    except TrtconvError as exc:
+        log.debug("folding with the profile's shapes failed: %s", exc)
+        return None
+    return analyze(LoadedModel(folded, loaded.path, weights_loaded=True), target, shapes).verdict
 
 
 def rewrite_stage(loaded: LoadedModel, settings: RewriteSettings) -> Step[RewriteResult]:
@@ -108,17 +129,23 @@ def rewrite_stage(loaded: LoadedModel, settings: RewriteSettings) -> Step[Rewrit
                                          "tolerance": proof.tolerance, "arithmetic": proof.arithmetic}})
 
 
-def recheck_stage(saved: Saved, target: str, shapes: dict[str, tuple[int, ...]]) -> Step[None]:
+def recheck_stage(saved: Saved, target: str, shapes: dict[str, tuple[int, ...]],
+                  skipped: frozenset[str] = frozenset()) -> Step[None]:
     """The prepared ONNX against the parser's rules again: what rewrite left behind fails here,
-    without TensorRT, instead of minutes later in its parser. Plugin nodes are expected."""
+    without TensorRT, instead of minutes later in its parser (or, for an op the parser imports as
+    another op, never). Plugin nodes are expected. ``skipped``: the rules ``--skip-rule`` turned off."""
 
     report = analyze(saved.graph, target, shapes)
     left = [n for n in report.nodes if n.status in ("unsupported", "rewritable")]
     if left:
-        names = ", ".join(f"{n.path} ({n.op_type}: {n.status})" for n in left[:5])
+        off = sorted({n.rewrite for n in left if n.rewrite in skipped})
+        names = ", ".join(f"{n.path} ({n.op_type}: {n.status}"
+                          + (f" by {n.rewrite}, turned off by --skip-rule)" if n.rewrite in skipped else ")")
+                          for n in left[:5])
+        hint = f"run `trtconv check --trt {target} {shlex.quote(str(saved.path))}` for the reasons"
         raise UnsupportedModelError(
             f"after rewrite and precision, {target_name(target)} would still reject {len(left)} node(s): {names}",
-            hint=f"run `trtconv check --trt {target} {shlex.quote(str(saved.path))}` for the reasons",
+            hint=f"drop --skip-rule {' '.join(off)}; or {hint}" if off else hint,
         )
     plugins = sorted({qualified_op(n.domain, n.op_type) for n in report.nodes if n.status == "plugin"})
     return Step(None, {"verdict": report.verdict, "plugin_ops": plugins})
@@ -216,7 +243,9 @@ def corners_stage(reference: Reference, profiles: tuple[Profile, ...], req: Buil
                        "failed_on_synthetic_values": [f.describe() for f in runs.value_failures]})
 
 
-def engine_stage(plan: BuildPlan, progress: Any) -> Step[Built]:
+def engine_stage(plan: BuildPlan, progress: Any, new_caches: list[Path] | None = None) -> Step[Built]:
+    """The TensorRT build. ``new_caches``: the timing cache is added to it when it does not exist yet
+    (this build creates it, so a failed build removes it)."""
     flavour = for_target(plan.target)
     env = probe()
     gpu = env.gpus[0] if env.gpus else None
@@ -226,6 +255,8 @@ def engine_stage(plan: BuildPlan, progress: Any) -> Step[Built]:
                                       hint="run `trtconv doctor`; without a GPU, --trt rtx builds TensorRT-RTX engines")
     if flavour.timing_cache and gpu is not None:  # TensorRT-RTX: no timing cache, never touched
         cache = plan.timing_cache.resolve(gpu.name, gpu.compute_capability, env.tensorrt.version or "unknown")
+        if cache is not None and new_caches is not None and not cache.exists():
+            new_caches.append(cache)
     result = build_engine(plan, timing_cache=cache, progress=progress)
     share = result.precision_share
     built = Built(

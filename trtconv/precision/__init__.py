@@ -1,5 +1,6 @@
 """Stage 4, precision: FP16 and INT8 made explicit in the ONNX (TensorRT 11 has no builder flags for them)."""
 
+from trtconv.precision.calib_cache import cache_files
 from trtconv.precision.fp16 import (
     DEFAULT_MAX_ACTIVATION,
     Fp16AccuracyError,
@@ -39,6 +40,7 @@ __all__ = [
     "Int8Report",
     "Int8Result",
     "Int8Settings",
+    "cache_files",
     "convert_fp16",
     "quantize_int8",
     "rule_summaries",

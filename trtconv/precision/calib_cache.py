@@ -72,6 +72,11 @@ def sidecar(path: Path) -> Path:
     return path.with_name(path.name + ".key.json")
 
 
+def cache_files(path: Path) -> tuple[Path, Path]:
+    """The files one calibration cache is: the cache TensorRT reads and its key sidecar."""
+    return path, sidecar(path)
+
+
 @dataclass(frozen=True)
 class CacheInfo:
     path: str | None

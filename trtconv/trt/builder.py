@@ -85,13 +85,20 @@ class BuildResult:
     compute_capabilities: tuple[str, ...] = ()  # RTX: what the engine was built for
 
 
+TENSORRT_PHASE = "tensorrt: "
+
+
+def tensorrt_phase(phase: str) -> str:
+    """A TensorRT build phase as the progress sink gets it: marked as TensorRT's, never read as one of
+    trtconv's own stages or precision phases."""
+    return TENSORRT_PHASE + phase
+
+
 def _progress_monitor(sink: ProgressSink | None, cancel: Cancel) -> trt.IProgressMonitor:
     """TensorRT's progress callbacks → ``sink``, and the way a build is cancelled: ``step_complete``
     returns False once ``cancel`` was requested (Ctrl-C, SIGTERM, the caller). An interrupt that
     still surfaces in a callback must not unwind through TensorRT's C++ frames: it is recorded.
-    Phase names reach ``sink`` as ``tensorrt: <phase>``: TensorRT's phases, never read as trtconv's."""
-    def own(phase: str | None) -> str | None:
-        return None if phase is None else f"tensorrt: {phase}"
+    Phase names (and parents) reach ``sink`` through :func:`tensorrt_phase`."""
 
     class Monitor(trt.IProgressMonitor):
         def __init__(self) -> None:
@@ -100,14 +107,15 @@ def _progress_monitor(sink: ProgressSink | None, cancel: Cancel) -> trt.IProgres
         def phase_start(self, phase_name: str, parent_phase: str | None, num_steps: int) -> None:  # type: ignore[override]
             try:
                 if sink is not None:
-                    sink.phase_start(f"tensorrt: {phase_name}", own(parent_phase), int(num_steps))
+                    parent = None if parent_phase is None else tensorrt_phase(parent_phase)
+                    sink.phase_start(tensorrt_phase(phase_name), parent, int(num_steps))
             except KeyboardInterrupt:
                 cancel.request()
 
         def step_complete(self, phase_name: str, step: int) -> bool:  # type: ignore[override]
             try:
                 if sink is not None:
-                    sink.step(f"tensorrt: {phase_name}", int(step))
+                    sink.step(tensorrt_phase(phase_name), int(step))
             except KeyboardInterrupt:
                 cancel.request()
             return not cancel.requested  # False asks TensorRT to cancel the build
@@ -115,7 +123,7 @@ def _progress_monitor(sink: ProgressSink | None, cancel: Cancel) -> trt.IProgres
         def phase_finish(self, phase_name: str) -> None:
             try:
                 if sink is not None:
-                    sink.phase_finish(f"tensorrt: {phase_name}")
+                    sink.phase_finish(tensorrt_phase(phase_name))
             except KeyboardInterrupt:
                 cancel.request()
 
