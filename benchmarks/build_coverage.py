@@ -120,7 +120,9 @@ def _said(manifest: dict[str, Any]) -> list[str]:
     out = [f"{c['rule']}: {c['kind']} {c['name']} {c['before']}->{c['after']}" for c in manifest.get("dtype_changes") or []]
     split = manifest.get("split")
     if split:
-        out.append(f"split: engine {split.get('head_nodes', '?')} nodes + ONNX tail {split.get('tail_nodes', '?')}")
+        proof = split.get("proof") or {}
+        out.append(f"split: engine {split.get('head_nodes', '?')} nodes + ONNX tail {split.get('tail_nodes', '?')} "
+                   f"(head + tail vs the model on ONNX Runtime: max abs {proof.get('max_abs', '?')})")
     return out
 
 
