@@ -113,6 +113,11 @@ def test_image_preprocessing_matches_ppocr_recipe(tmp_path):
     assert z.shape == (1, 8, 8, 3) and np.allclose(z[..., 0], 1.0)
     with pytest.raises(UsageError):
         ImagePreprocess.parse("size=48x48,colour=red")
+    # a bare preset name, as `--help` lists the presets, is that preset; a bare unknown word is still refused
+    assert ImagePreprocess.parse("ppocr-cls") == ImagePreprocess.preset("ppocr-cls")
+    assert ImagePreprocess.parse("ppocr-det,max_side=40") == det
+    with pytest.raises(UsageError, match="bad preprocessing item 'ppocr'"):
+        ImagePreprocess.parse("ppocr")
 
 
 def test_loader_module_and_random_source(tmp_path):

@@ -167,7 +167,8 @@ sample_options = options_for("quantize", "calib_data", "preprocess", "calib_load
 exclude_options = options_for("quantize", "exclude", "exclude_op")
 fp16_options = options_for("quantize", "keep_io_types", "max_activation", "max_initializer", "no_fold_batchnorm")
 int8_options = options_for("quantize", "calib_method", "percentile", "calib_cache", "no_calib_cache",
-                           "int8_remainder", "auto_exclude", "sensitivity")
+                           "int8_remainder", "auto_exclude", "sensitivity", "auto_per_tensor",
+                           "no_bias_correction")
 gate_options = options_for("quantize", "max_abs", "max_rel", "min_cosine", "min_top1", "gate_output",
                            "allow_nonfinite")
 

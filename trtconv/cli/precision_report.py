@@ -66,6 +66,16 @@ def print_int8(doc: dict[str, Any]) -> None:
         con.print(f"calibration chosen by held-out accuracy: {r['chosen_method']} (worst output cosine: "
                   + ", ".join(f"{o['method']} {o['worst_cosine']:.4f}" + (" passes" if o["passes"] else "")
                               for o in r["calibration_choice"]) + ")", markup=False)
+    bc = r.get("bias_correction")
+    if bc:
+        con.print(f"bias correction ({bc['layers']} layers): {'kept' if bc['kept'] else 'not kept'} (worst output "
+                  f"cosine {bc['worst_cosine_without']:.6f} without, {bc['worst_cosine_with']:.6f} with)", markup=False)
+    if r.get("per_tensor_methods"):
+        counts: dict[str, int] = {}
+        for m in r["per_tensor_methods"].values():
+            counts[m] = counts.get(m, 0) + 1
+        con.print("per-tensor candidate took: " + ", ".join(f"{m} {n}" for m, n in sorted(
+            counts.items(), key=lambda kv: -kv[1])) + " tensors (--json lists each)", markup=False)
     weights = sum(1 for p in r["placed"] if p["kind"] == "weight")
     acts = sum(1 for p in r["placed"] if p["kind"] == "activation")
     con.print(f"Q/DQ placed: {acts} activations, {weights} weights; nodes skipped: {len(r['skipped'])}; "

@@ -64,6 +64,8 @@ class BuildSettings:
     int8_remainder: Literal["fp16", "fp32"] = _d("int8_remainder")
     auto_exclude: bool = _d("auto_exclude")
     sensitivity: bool = _d("sensitivity")
+    auto_per_tensor: bool = _d("auto_per_tensor")
+    no_bias_correction: bool = _d("no_bias_correction")
     max_abs: tuple[str | float, ...] = ()  # each "X" or "OUTPUT=X"
     max_rel: tuple[str | float, ...] = ()
     min_cosine: tuple[str | float, ...] = ()

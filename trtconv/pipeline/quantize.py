@@ -85,6 +85,8 @@ class QuantizeSettings:
     int8_remainder: Literal["fp16", "fp32"] = _d("int8_remainder")  # int8: precision outside the Q/DQ pairs
     auto_exclude: bool = _d("auto_exclude")  # int8: keep the fewest layers out of INT8 until the gate passes
     sensitivity: bool = _d("sensitivity")  # int8: report every quantized layer's own error
+    auto_per_tensor: bool = _d("auto_per_tensor")  # int8 auto: also try the per-tensor mix
+    no_bias_correction: bool = _d("no_bias_correction")  # int8 auto: do not try bias correction
     max_abs: tuple[str | float, ...] = ()  # gate limits, each X or "OUTPUT=X"; none: the precision's defaults
     max_rel: tuple[str | float, ...] = ()
     min_cosine: tuple[str | float, ...] = ()  # default: int8 0.99, fp16 0.999
@@ -250,7 +252,8 @@ def int8_settings(settings: QuantizeSettings, *, trt_version: str = DEFAULT_TRT_
         cache_path=settings.calib_cache, use_cache=not settings.no_calib_cache, thresholds=settings.gate(),
         trt_version=trt_version, remainder=settings.int8_remainder, fp16=fp16_settings(settings, remainder=True),
         fold_batchnorm=not settings.no_fold_batchnorm, auto_exclude=settings.auto_exclude, sensitivity=settings.sensitivity,
-        min_share=settings.min_precision_share,
+        min_share=settings.min_precision_share, auto_per_tensor=settings.auto_per_tensor,
+        auto_bias_correction=not settings.no_bias_correction,
     )
 
 

@@ -16,6 +16,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from trtconv.errors import DataError
 from trtconv.outputs import write_json, write_text
@@ -108,6 +109,26 @@ def read_cache(path: Path, key: str, needed: set[str]) -> tuple[dict[str, float]
     if missing:
         return None, f"cache lacks {len(missing)} tensor(s), e.g. {sorted(missing)[0]!r}"
     return scales, "key matches"
+
+
+def cache_meta(path: Path | str | None) -> dict[str, Any]:
+    """The key sidecar of the cache at ``path`` ({} when absent or unreadable): what a hit replays
+    besides the scales (``method="auto"``'s choice and its bias correction)."""
+    if not path:
+        return {}
+    try:
+        meta = json.loads(sidecar(Path(path)).read_text())
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def add_to_sidecar(path: Path | str, key: str, extra: Mapping[str, object]) -> None:
+    """Add ``extra`` to the key sidecar of the cache at ``path`` when it is still the one for ``key``
+    (what is decided after the scales are saved, e.g. a kept bias correction)."""
+    meta = cache_meta(path)
+    if meta.get("key") == key:
+        write_json(sidecar(Path(path)), {**meta, **extra}, force=True)
 
 
 def write_cache(path: Path, scales: dict[str, float], *, key: str, method: str, trt_version: str,

@@ -25,9 +25,10 @@ import onnx
 from trtconv.errors import AccuracyError, PrecisionNotAchievedError
 from trtconv.onnxutil import GraphView, iter_graphs
 from trtconv.precision.bn_fold import FoldedBatchNorm
-from trtconv.precision.calib_cache import CacheInfo
+from trtconv.precision.calib_cache import CacheInfo, add_to_sidecar, cache_meta
 from trtconv.precision.fp16 import Fp16Report
 from trtconv.precision.int8_accuracy import WorstSample, accuracy_report
+from trtconv.precision.int8_bias import BiasCorrection, apply_bias_shifts, bias_shifts
 from trtconv.precision.int8_calibration import (
     Calibration,
     CalibrationSession,
@@ -38,7 +39,7 @@ from trtconv.precision.int8_calibration import (
     proto_sha256,
 )
 from trtconv.precision.int8_candidate import Candidate, CandidateBuilder, check_valid, finalize_placements
-from trtconv.precision.int8_choice import CalibrationOption, choose_calibration
+from trtconv.precision.int8_choice import CalibrationOption, best_option, choose_calibration
 from trtconv.precision.int8_gate import (
     AUTO_EXCLUDED,
     COMPUTE_OPS,
@@ -47,6 +48,7 @@ from trtconv.precision.int8_gate import (
     ShareLimit,
     run_gate,
 )
+from trtconv.precision.int8_per_tensor import PER_TENSOR, PerTensorChoice, choice_samples, per_tensor_choice
 from trtconv.precision.int8_prepare import Pair, PreparedModels, _prepare, upgrade_opset
 from trtconv.precision.int8_settings import (
     DEFAULT_TRT_VERSION,
@@ -59,7 +61,7 @@ from trtconv.precision.int8_settings import (
 )
 from trtconv.precision.qdq import Placement, Plan, Skip, plan_qdq
 from trtconv.precision.sensitivity import LayerError
-from trtconv.reference import OutputStats, Thresholds
+from trtconv.reference import OutputStats, Thresholds, violations
 
 __all__ = [
     "DEFAULT_TRT_VERSION", "FP16_QDQ_OPSET", "MIN_QDQ_OPSET", "REMAINDER_FP16", "CalibrationSession",
@@ -109,6 +111,8 @@ class Int8Report:
     gate_evaluations: int = 0  # full-model ONNX Runtime passes over the held-out samples
     chosen_method: str = ""  # method "auto": the candidate kept ("cache": the cached choice)
     calibration_choice: tuple[CalibrationOption, ...] = ()  # method "auto": every candidate and its score
+    per_tensor: PerTensorChoice | None = None  # method "auto": the per-tensor mix (tensor -> candidate it took)
+    bias_correction: BiasCorrection | None = None  # method "auto": the bias correction measured, and if kept
     sensitivity_sessions: int = 0  # of them, the per-layer error's (1; 4 with weights on disk)
 
     @property
@@ -156,6 +160,8 @@ class Int8Report:
             "gate_evaluations": self.gate_evaluations,
             "chosen_method": self.chosen_method or self.method,
             "calibration_choice": [o.to_json() for o in self.calibration_choice],
+            "bias_correction": None if self.bias_correction is None else self.bias_correction.to_json(),
+            "per_tensor_methods": None if self.per_tensor is None else dict(sorted(self.per_tensor.methods.items())),
             "sensitivity_sessions": self.sensitivity_sessions,
             "passed": self.passed,
             "held_out_samples": self.accuracy_samples if self.checked_on == "held-out" else 0,
@@ -211,28 +217,96 @@ def _place(prepared: PreparedModels, settings: Int8Settings) -> _Placement:
     return _Placement(plan, [t for t in needed if t in known], {t for t in needed if t not in known}, compute)
 
 
-def _builder(cal: Calibration, settings: Int8Settings, has_twin: bool, check_loads: bool):
-    """How to build a candidate from the prepared pair, with these scales and peaks."""
+def _builder(cal: Calibration, settings: Int8Settings, has_twin: bool, check_loads: bool,
+             bias: BiasCorrection | None = None):
+    """How to build a candidate from the prepared pair, with these scales and peaks (and the bias
+    correction, when kept)."""
+    shifts = bias.shifts if bias is not None and bias.kept else {}
 
     def make(pair: Pair, scales: Mapping[str, float] | None = None) -> CandidateBuilder:
         return CandidateBuilder(pair[0], pair[1] if has_twin else None, cal.scales if scales is None else scales,
-                                settings, cal.peaks, check_loads=check_loads)
+                                settings, cal.peaks, check_loads=check_loads, bias=shifts)
     return make
 
 
 def _choose(cal: Calibration, where: _Placement, prepared: PreparedModels, reference: onnx.ModelProto,
             samples: Iterable[Mapping[str, np.ndarray]] | None, settings: Int8Settings, has_twin: bool,
-            progress: ProgressFn | None) -> tuple[Calibration, str, tuple[CalibrationOption, ...]]:
+            progress: ProgressFn | None, calib_samples: Iterable[Mapping[str, np.ndarray]] = (),
+            memo: list[dict[str, np.ndarray]] | None = None) -> tuple[Calibration, str, tuple[CalibrationOption, ...], PerTensorChoice | None]:
     """``method="auto"``: the candidate calibration whose model agrees best on the held-out samples
     (without them, or on a cache hit, the scales at hand: entropy, or the cached choice)."""
     if not cal.candidates:
-        return cal, ("cache" if cal.cache.hit else settings.method), ()
+        return cal, ("cache" if cal.cache.hit else settings.method), (), None
     if samples is None:
-        return keep_candidate(cal, "entropy", settings), "entropy", ()
+        return keep_candidate(cal, "entropy", settings), "entropy", (), None
     make = _builder(cal, settings, has_twin, check_loads=False)
     label, options = choose_calibration(cal.candidates, where.plan.placements, where.absent, make, prepared,
-                                        reference, samples, settings, progress)
-    return keep_candidate(cal, label, settings), label, options
+                                        reference, samples, settings, progress, memo)
+    mix = None
+    if settings.auto_per_tensor:  # the winner, with each tensor another candidate suits far better
+        if progress:
+            progress("per-tensor", 0, None)
+        mix = per_tensor_choice(prepared.get()[1], where.plan.placements, where.absent, cal.candidates,
+                                choice_samples(calib_samples, samples), base=label)
+        cal = replace(cal, candidates={**cal.candidates, PER_TENSOR: mix.scales})
+        _, more = choose_calibration({PER_TENSOR: mix.scales}, where.plan.placements, where.absent, make, prepared,
+                                     reference, samples, settings, progress, memo)
+        label, options = best_option((*options, *more))
+    meta = {"per_tensor_methods": dict(sorted(mix.methods.items()))} if mix is not None and label == PER_TENSOR else None
+    return keep_candidate(cal, label, settings, meta), label, options, mix
+
+
+def _try_bias_correction(cal: Calibration, where: _Placement, prepared: PreparedModels, reference: onnx.ModelProto,
+                         samples: Iterable[Mapping[str, np.ndarray]], calib_samples: Iterable[Mapping[str, np.ndarray]],
+                         settings: Int8Settings, has_twin: bool, options: Sequence[CalibrationOption],
+                         memo: list[dict[str, np.ndarray]]) -> BiasCorrection | None:
+    """``method="auto"``: the chosen scales' bias correction, measured on the calibration samples and kept when
+    the whole model then agrees better with FP32 on the held-out samples (passing first, then worst cosine)."""
+    chosen = next((o for o in options if o.chosen), None)
+    if chosen is None:
+        return None
+    placed, _ = finalize_placements(where.plan.placements, cal.scales, where.absent)
+    cal_model = prepared.get()[1]
+    names = {n.name for g in iter_graphs(cal_model.graph) for n in g.node}
+    shifts = bias_shifts(cal_model, [p for p in placed if p.node in names], cal.scales,
+                         choice_samples(calib_samples, samples))
+    del cal_model
+    if not shifts:
+        return None
+    trial = BiasCorrection(shifts, chosen.worst_cosine, chosen.worst_cosine, True, 0)
+    builder = _builder(cal, settings, has_twin, check_loads=False, bias=trial)(prepared.get())
+    acc = builder.build(placed).accuracy(reference, samples, settings.top1, None, memo)
+    worst = min((st.cosine for st in acc.stats), default=1.0)
+    passes = not violations(list(acc.stats), settings.thresholds)
+    corrected = apply_bias_shifts(prepared.get()[0], shifts, {(p.graph, p.node) for p in placed}, dry_run=True)
+    return BiasCorrection(shifts, chosen.worst_cosine, worst, (passes, worst) > (chosen.passes, chosen.worst_cosine),
+                          corrected)
+
+
+def _bias_correction(cal: Calibration, where: _Placement, prepared: PreparedModels, reference: onnx.ModelProto,
+                     samples: Iterable[Mapping[str, np.ndarray]] | None, calib_samples: Iterable[Mapping[str, np.ndarray]],
+                     settings: Int8Settings, has_twin: bool, options: Sequence[CalibrationOption],
+                     memo: list[dict[str, np.ndarray]], progress: ProgressFn | None) -> BiasCorrection | None:
+    """``method="auto"``'s bias correction: measured and judged on a calibration run, and kept in the cache's
+    sidecar; a cache hit replays the kept one, so the model is the same with or without the cache."""
+    if settings.method != "auto" or not settings.auto_bias_correction:
+        return None
+    if cal.cache.hit:
+        bias = BiasCorrection.replayed(cache_meta(cal.cache.path).get("bias_correction"), 0)
+        if bias is None:
+            return None
+        placed, _ = finalize_placements(where.plan.placements, cal.scales, where.absent)
+        layers = {(p.graph, p.node) for p in placed}
+        return replace(bias, corrected=apply_bias_shifts(prepared.get()[0], bias.shifts, layers, dry_run=True))
+    if not options or samples is None:
+        return None
+    if progress:
+        progress("bias-correction", 0, None)
+    bias = _try_bias_correction(cal, where, prepared, reference, samples, calib_samples, settings, has_twin,
+                                options, memo)
+    if bias is not None and bias.kept and cal.cache.path and settings.use_cache:
+        add_to_sidecar(cal.cache.path, cal.cache.key, {"bias_correction": bias.stored()})
+    return bias
 
 
 def _first_candidate(prepared: PreparedModels, make: Any, placed: Sequence[Placement]
@@ -272,10 +346,13 @@ def quantize_int8(
     where = _place(prepared, settings)
     cal = calibrate(prepared, where.needed, calib_samples, settings, model_path=model_path, progress=progress)
     reference = calibration_model if calibration_model is not None else model
-    cal, chosen, options = _choose(cal, where, prepared, reference, eval_samples, settings,
-                                   calibration_model is not None, progress)
+    memo: list[dict[str, np.ndarray]] = []  # the reference's outputs on the held-out samples (method "auto")
+    cal, chosen, options, mix = _choose(cal, where, prepared, reference, eval_samples, settings,
+                                        calibration_model is not None, progress, calib_samples, memo)
+    bias = _bias_correction(cal, where, prepared, reference, eval_samples, calib_samples, settings,
+                            calibration_model is not None, options, memo, progress)
     placed, late_skips = finalize_placements(where.plan.placements, cal.scales, where.absent)
-    make = _builder(cal, settings, calibration_model is not None, check_loads=eval_samples is None)
+    make = _builder(cal, settings, calibration_model is not None, check_loads=eval_samples is None, bias=bias)
     candidate, runnable = _first_candidate(prepared, make, placed)
     share = ShareLimit(settings.min_share, where.compute_layers,
                        len({(p.graph, p.node) for p in placed if p.op_type in COMPUTE_OPS}))
@@ -288,7 +365,8 @@ def quantize_int8(
     checked_on = None if eval_samples is None or not outcome.samples else (
         "held-out" if eval_held_out else "calibration")
     report = _report(settings, prepared, cal, outcome, (*where.plan.skips, *late_skips, *outcome.skips), checked_on)
-    report = replace(report, chosen_method=chosen, calibration_choice=options)
+    report = replace(report, chosen_method=chosen, calibration_choice=options, per_tensor=mix,
+                     bias_correction=bias)
     result = Int8Result(outcome.candidate.model, report)
     if outcome.unreachable:
         raise _share_unreachable(result, share)

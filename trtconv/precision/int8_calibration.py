@@ -252,16 +252,21 @@ def calibrate(prepared: PreparedModels, needed: Sequence[str], samples: Iterable
     return Calibration(scales, cache, runs, seconds, frozenset(guarded), peaks, candidates, keyed)
 
 
-def save_scales(cache_path: Path | None, scales: dict[str, float], keyed: _Keyed, settings: Int8Settings) -> None:
-    """Write the calibration cache and its key sidecar (when a cache is asked for and can be keyed)."""
+def save_scales(cache_path: Path | None, scales: dict[str, float], keyed: _Keyed, settings: Int8Settings,
+                extra: Mapping[str, Any] | None = None) -> None:
+    """Write the calibration cache and its key sidecar (when a cache is asked for and can be keyed);
+    ``extra``: more for the sidecar (the per-tensor choice: which tensor took which method)."""
     if cache_path and keyed.data_hash is not None and settings.use_cache:
         write_cache(cache_path, scales, key=keyed.key, method=settings.method, trt_version=settings.trt_version,
-                    meta={"model_sha256": keyed.model_hash, "data_sha256": keyed.data_hash, "params": keyed.params})
+                    meta={"model_sha256": keyed.model_hash, "data_sha256": keyed.data_hash, "params": keyed.params,
+                          **(extra or {})})
 
 
-def keep_candidate(cal: Calibration, label: str, settings: Int8Settings) -> Calibration:
-    """``cal`` with the chosen candidate's scales, which the cache then holds."""
+def keep_candidate(cal: Calibration, label: str, settings: Int8Settings,
+                   extra: Mapping[str, Any] | None = None) -> Calibration:
+    """``cal`` with the chosen candidate's scales, which the cache then holds (``extra``: in its sidecar)."""
     scales = dict(cal.candidates[label])
     if cal.keyed is not None:
-        save_scales(Path(settings.cache_path) if settings.cache_path else None, scales, cal.keyed, settings)
+        save_scales(Path(settings.cache_path) if settings.cache_path else None, scales, cal.keyed, settings,
+                    {"chosen_method": label, **(extra or {})})
     return replace(cal, scales=scales)

@@ -5,7 +5,7 @@ placements, the form its accuracy is measured on, and the checks that it is a va
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,6 +17,7 @@ from trtconv.onnxutil import is_default_domain, iter_graphs
 from trtconv.precision.fp16 import Fp16Report, convert_fp16
 from trtconv.precision.fp16_graph import emulate_half
 from trtconv.precision.int8_accuracy import Accuracy, accuracy_details
+from trtconv.precision.int8_bias import apply_bias_shifts
 from trtconv.precision.int8_settings import Int8Settings, ProgressFn
 from trtconv.precision.qdq import Placement, Skip, insert_qdq
 from trtconv.samples import sample_count
@@ -48,6 +49,7 @@ class CandidateBuilder:
     settings: Int8Settings
     peaks: Mapping[str, float] | None
     check_loads: bool = True  # False when the accuracy check runs every candidate anyway
+    bias: Mapping[tuple[str, str], np.ndarray] = field(default_factory=dict)  # bias correction per (graph, node)
 
     def runnable(self, placed: Sequence[Placement]) -> list[Placement]:
         if self.twin is None:
@@ -57,6 +59,8 @@ class CandidateBuilder:
 
     def _typed(self, base: onnx.ModelProto, placed: Sequence[Placement]) -> tuple[onnx.ModelProto, Any]:
         q = insert_qdq(base, placed, self.scales, half=self.settings.remainder == "fp16")
+        if self.bias:
+            apply_bias_shifts(q, self.bias, {(p.graph, p.node) for p in placed})
         q.ir_version = max(q.ir_version, 4)  # IR 3 wants every initializer listed as an input; we add some
         if self.settings.remainder != "fp16":
             return q, None

@@ -46,9 +46,11 @@ def choose_calibration(
     samples: Iterable[Mapping[str, np.ndarray]],
     settings: Int8Settings,
     progress: ProgressFn | None = None,
+    memo: list[dict[str, np.ndarray]] | None = None,
 ) -> tuple[str, tuple[CalibrationOption, ...]]:
-    """The label of the candidate whose model agrees best with FP32, and every candidate's result."""
-    memo: list[dict[str, np.ndarray]] = []  # the reference's outputs, computed once
+    """The label of the candidate whose model agrees best with FP32, and every candidate's result
+    (``memo``: the reference's outputs, computed once and kept there for later candidates)."""
+    memo = [] if memo is None else memo
     options = []
     for k, (label, scales) in enumerate(candidates.items()):
         placed, _ = finalize_placements(placements, scales, absent)
@@ -57,6 +59,12 @@ def choose_calibration(
         options.append(CalibrationOption(label, worst, not violations(list(acc.stats), settings.thresholds)))
         if progress:
             progress("choose-calibration", k + 1, len(candidates))
+    return best_option(options)
+
+
+def best_option(options: Sequence[CalibrationOption]) -> tuple[str, tuple[CalibrationOption, ...]]:
+    """The label of the option that passes with the highest worst cosine (ties: the earlier), every option
+    marked chosen or not."""
     best = max(range(len(options)), key=lambda i: (options[i].passes, options[i].worst_cosine, -i))
     chosen = tuple(CalibrationOption(o.label, o.worst_cosine, o.passes, i == best) for i, o in enumerate(options))
     return options[best].label, chosen

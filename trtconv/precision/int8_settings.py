@@ -52,3 +52,9 @@ class Int8Settings:
     # stops (Int8ShareError, exit 8) as soon as the gate cannot pass within it; 0: no limit
     min_share: float = 0.0
     sensitivity: bool = False  # measure every quantized layer's own error (always done when the gate fails)
+    # method "auto": also a per-tensor mix of the candidates (each activation tensor the scale under which the
+    # layers reading it add the least error; int8_per_tensor), judged on the held-out samples like the others
+    auto_per_tensor: bool = False
+    # method "auto": subtract each quantized layer's mean INT8 output shift from its bias (int8_bias), kept only
+    # when the whole model agrees better with FP32 on the held-out samples
+    auto_bias_correction: bool = True

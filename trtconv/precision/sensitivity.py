@@ -53,7 +53,7 @@ def node_label(node: onnx.NodeProto) -> str:
     return node.name or f"{node.op_type}({', '.join(node.output)})"
 
 
-def _probe_model(model: onnx.ModelProto, placed: Sequence[Placement], scales: Mapping[str, float]
+def probe_model(model: onnx.ModelProto, placed: Sequence[Placement], scales: Mapping[str, float]
                  ) -> tuple[onnx.ModelProto, dict[tuple[str, str], tuple[str, str, str]]]:
     """A new model: ``model`` plus one shadow per quantized layer; (graph, node) -> (op, fp32 output, int8 output).
 
@@ -152,7 +152,7 @@ def _accumulate(model: onnx.ModelProto, placed: Sequence[Placement], scales: Map
                 ops: dict[tuple[str, str], str]) -> None:
     """One session with the shadows of ``placed``, over every sample: into ``acc``, per layer,
     (dot, |ref|^2, |got|^2, |diff|^2)."""
-    probe, shadows = _probe_model(model, placed, scales)
+    probe, shadows = probe_model(model, placed, scales)
     wanted = sorted({t for _, a, b in shadows.values() for t in (a, b)})
     sess, mapping = session_exposing(probe, wanted)
     del probe  # the session holds what it needs

@@ -67,8 +67,11 @@ class ImagePreprocess:
         for item in (p.strip() for p in spec.split(",") if p.strip()):
             key, sep, val = item.partition("=")
             key, val = key.strip().lower(), val.strip()
+            if not sep and key in PRESETS:  # a bare preset name, as the help lists them: `--preprocess ppocr-cls`
+                key, sep, val = "preset", "=", key
             if not sep or not val:
-                raise UsageError(f"bad preprocessing item {item!r}", hint="write key=value, e.g. size=224x224")
+                raise UsageError(f"bad preprocessing item {item!r}",
+                                 hint=f"write key=value, e.g. size=224x224, or a preset: {', '.join(PRESETS)}")
             try:
                 if key == "preset":
                     preset = val

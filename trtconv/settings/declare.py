@@ -104,6 +104,12 @@ _INT8 = (
        "in the report).", PRECISION, default=False),
     _s("sensitivity", "bool", "int8: report the error each quantized layer adds on the held-out data (always done "
        "when the gate fails).", PRECISION, default=False),
+    _s("auto_per_tensor", "bool", "int8 --calib-method auto: also try a per-tensor mix of the methods (each tensor "
+       "the one under which the layers reading it add the least error), kept if more accurate on the held-out data.",
+       PRECISION, default=False),
+    _s("no_bias_correction", "bool", "int8 --calib-method auto: do not try folding each layer's mean INT8 output "
+       "shift into its bias (tried by default, kept only if more accurate on the held-out data).", PRECISION,
+       default=False),
 )
 _GATE = PRECISION + ("verify",)
 _GATE_SETTINGS = (
