@@ -148,8 +148,9 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_ort(model_path: str, calib, method: str, out: str) -> float:
-    """Run ORT's quantize_static; returns the seconds of that call alone."""
+def run_ort(model_path: str, calib, method: str, out: str, exclude: tuple[str, ...] = ()) -> float:
+    """Run ORT's quantize_static; returns the seconds of that call alone. ``exclude``: node names kept float
+    (its ``nodes_to_exclude``)."""
     import importlib
 
     import onnx
@@ -183,7 +184,7 @@ def run_ort(model_path: str, calib, method: str, out: str) -> float:
         ortq.quantize_static(
             str(src), out, Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
             weight_type=QuantType.QInt8, per_channel=True, calibrate_method=getattr(CalibrationMethod, method),
-            op_types_to_quantize=list(OP_TYPES),
+            op_types_to_quantize=list(OP_TYPES), nodes_to_exclude=list(exclude),
             extra_options={"ActivationSymmetric": True, "WeightSymmetric": True, "CalibTensorRangeSymmetric": True,
                            "CalibPercentile": 99.99},
         )

@@ -117,6 +117,50 @@ def ocr_line_images(folder: Path, seeds: range, *, flip_every: int = 0) -> list[
     return save_images(folder, imgs)
 
 
+SKIN = ((255, 219, 172), (241, 194, 125), (224, 172, 105), (198, 134, 66), (141, 85, 36))
+
+
+def scene_image(seed: int, size: tuple[int, int] = (360, 480)):
+    """A rendered outdoor scene (object-detector input; YOLOv8n's): sky and ground gradients with texture,
+    trees, buildings and people-like figures (skin-toned heads, arms and torsos, clothed or not), blurred
+    and with sensor noise, so activations span what photos give. Size (H, W)."""
+    from PIL import Image, ImageDraw, ImageFilter
+
+    rng = np.random.default_rng(seed)
+    h, w = size
+    horizon = int(h * rng.uniform(0.35, 0.6))
+    sky0, sky1 = rng.integers(90, 200, 3), rng.integers(170, 255, 3)
+    ground0, ground1 = rng.integers(40, 140, 3), rng.integers(20, 100, 3)
+    t = np.linspace(0, 1, h)[:, None, None]
+    arr = np.where(np.arange(h)[:, None, None] < horizon, sky0 + (sky1 - sky0) * t, ground0 + (ground1 - ground0) * t)
+    arr = np.broadcast_to(arr, (h, w, 3)) + rng.normal(0, 8, (h, w, 1)) * (np.arange(h)[:, None, None] >= horizon)
+    img = Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "RGB")
+    draw = ImageDraw.Draw(img)
+    for _ in range(int(rng.integers(0, 4))):  # buildings
+        x, bw, bh = int(rng.integers(0, w)), int(rng.integers(40, 140)), int(rng.integers(40, horizon))
+        draw.rectangle((x, horizon - bh, x + bw, horizon + 5), fill=tuple(int(v) for v in rng.integers(60, 220, 3)))
+    for _ in range(int(rng.integers(1, 5))):  # trees
+        x, r = int(rng.integers(0, w)), int(rng.integers(15, 45))
+        draw.rectangle((x - 4, horizon - 2 * r, x + 4, horizon + 10), fill=(90, 60, 30))
+        draw.ellipse((x - r, horizon - 3 * r, x + r, horizon - r), fill=(30, int(rng.integers(90, 160)), 40))
+    for _ in range(int(rng.integers(1, 4))):  # people
+        ph = int(rng.integers(h // 4, int(h * 0.8)))
+        x, y = int(rng.integers(20, w - 20)), int(rng.integers(horizon, h)) - ph // 2
+        skin = SKIN[int(rng.integers(0, len(SKIN)))]
+        cloth = tuple(int(v) for v in rng.integers(0, 255, 3)) if rng.random() < 0.7 else skin
+        hw = ph // 7
+        draw.ellipse((x - hw // 2, y, x + hw // 2, y + hw), fill=skin)  # head
+        draw.rectangle((x - hw, y + hw, x + hw, y + ph // 2), fill=cloth)  # torso
+        draw.rectangle((x - hw - hw // 3, y + hw, x - hw, y + ph // 2), fill=skin)  # arms
+        draw.rectangle((x + hw, y + hw, x + hw + hw // 3, y + ph // 2), fill=skin)
+        legs = skin if rng.random() < 0.5 else tuple(int(v) for v in rng.integers(0, 120, 3))
+        draw.rectangle((x - hw, y + ph // 2, x - 2, y + ph), fill=legs)
+        draw.rectangle((x + 2, y + ph // 2, x + hw, y + ph), fill=legs)
+    img = img.filter(ImageFilter.GaussianBlur(float(rng.uniform(0.5, 1.5))))
+    noisy = np.asarray(img, np.float32) + rng.normal(0, 4, (h, w, 3))
+    return Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8), "RGB")
+
+
 # ----------------------------------------------------------------------------- audio
 
 SR = 16000

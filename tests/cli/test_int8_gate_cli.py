@@ -124,7 +124,7 @@ def test_real_model_passes_the_default_gate_and_a_planted_scale_fails_it(name, r
     bad = tmp_path / "bad.onnx"
     before = sorted(p.name for p in tmp_path.iterdir())
     res = _invoke("quantize", model, "-o", bad, "--precision", "int8", "--calib-data", folder, *extra,
-                  "--calib-cache", cache, "--json")
+                  "--calib-cache", cache, "--no-auto-exclude", "--json")
     assert res.exit_code == ExitCode.ACCURACY == 7, res.output
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
     doc = json.loads(res.stdout)
@@ -154,7 +154,8 @@ CLS_OUT = "save_infer_model/scale_0.tmp_1"
 def test_per_output_limits_named_outputs_and_unknown_names(ocr_cls, data, tmp_path):
     folder, extra = data["cls"]
     out = tmp_path / "q.onnx"
-    base = ("quantize", ocr_cls, "-o", out, "--precision", "int8", "--calib-data", folder, *extra, "--json")
+    base = ("quantize", ocr_cls, "-o", out, "--precision", "int8", "--calib-data", folder, *extra, "--json",
+            "--no-auto-exclude")
     res = _invoke(*base, "--min-cosine", f"{CLS_OUT}=1.0", "--max-abs", f"{CLS_OUT}=0")
     assert res.exit_code == 7 and not out.exists(), res.output
     doc = json.loads(res.stdout)
@@ -203,7 +204,7 @@ def test_build_prepare_only_runs_and_prints_the_same_gate(ocr_cls, data, tmp_pat
     assert "accuracy gate: passed on n=2 samples: weak (held-out data; min_cosine 0.99)" in res.stdout
     assert "error each quantized layer adds" in res.stdout
     failing = tmp_path / "strict.engine"
-    res = _invoke(*args[:3], failing, *args[4:], "--min-cosine", "1.0")
+    res = _invoke(*args[:3], failing, *args[4:], "--min-cosine", "1.0", "--no-auto-exclude")
     assert res.exit_code == 7, res.output
     assert "accuracy gate: FAILED" in res.stdout and "the layers adding the most error" in res.stderr
     assert not (tmp_path / "strict.prepared.onnx").exists()  # the gate stops before the prepared ONNX is saved
@@ -218,5 +219,5 @@ def test_build_fp16_gates_with_fp16_defaults(ocr_cls, data, tmp_path):
     assert gate["thresholds"] == {"min_cosine": 0.999} and gate["passed"] is True
     assert gate["accuracy_check"] == "sample data" and gate["accuracy"][0]["cosine"] > 0.999
     res = _invoke("build", ocr_cls, "-o", tmp_path / "x.engine", "--precision", "fp16", "--shapes", "x:1x3x48x192",
-                  "--prepare-only", "--auto-exclude")
-    assert res.exit_code == ExitCode.USAGE and "--auto-exclude applies to --precision int8 only" in res.stderr
+                  "--prepare-only", "--sensitivity")
+    assert res.exit_code == ExitCode.USAGE and "--sensitivity applies to --precision int8 only" in res.stderr

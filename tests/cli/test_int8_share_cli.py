@@ -27,7 +27,7 @@ def _invoke(*args: object):
 def test_an_unreachable_share_stops_after_one_check_in_seconds(ocr_det, tmp_path):
     ocr_det_images(tmp_path / "det", range(5), sizes=((224, 288), (256, 224), (192, 320)))
     args = ("quantize", ocr_det, "-o", tmp_path / "det.onnx", "--precision", "int8", "--calib-data", tmp_path / "det",
-            "--preprocess", "preset=ppocr-det", "--auto-exclude", "--min-cosine", "0.9999")
+            "--preprocess", "preset=ppocr-det", "--auto-exclude", "--min-cosine", "0.9999", "--calib-method", "entropy")
     t0 = time.perf_counter()
     res = _invoke(*args, "--min-precision-share", "0.6")
     seconds = time.perf_counter() - t0
@@ -45,19 +45,30 @@ def test_an_unreachable_share_stops_after_one_check_in_seconds(ocr_det, tmp_path
     assert seconds < 120, seconds  # one check, not the whole search (minutes on larger models)
 
 
-def test_auto_exclude_marks_the_excluded_layers_and_counts_its_evaluations(silero, tmp_path):
+def test_auto_exclude_is_the_default_marks_the_excluded_layers_and_counts_its_evaluations(silero, tmp_path):
+    """Auto-exclusion and --calib-method auto are on by default (a user asking for INT8 expects an INT8 model
+    that passes the gate, within --min-precision-share, not a refusal and a hint). On this Silero data auto's
+    choice passes with every layer in INT8; entropy's scales miss the gate, and then, with no flag, the
+    layers that break it stay out."""
     folder = tmp_path / "vad"
     folder.mkdir()
     s16 = silero_samples(silero, range(1), seconds=1.5, every=3)
     s8 = silero_samples(silero, range(1), seconds=1.5, every=3, sr=8000)
     for i, sample in enumerate(x for pair in zip(s16, s8) for x in pair):
         np.savez(folder / f"{i:03d}.npz", **sample)
-    args = ("quantize", silero, "-o", tmp_path / "vad.onnx", "--precision", "int8", "--calib-data", folder,
-            "--auto-exclude", "--force")
+    base = ("quantize", silero, "-o", tmp_path / "vad.onnx", "--precision", "int8", "--calib-data", folder, "--force")
+    default = _invoke(*base, "--json")
+    assert default.exit_code == 0, default.output
+    d = json.loads(default.stdout)["int8"]
+    assert d["method"] == "auto" and d["calibration_choice"] and d["passed"]  # chosen on the held-out data
+    args = (*base, "--calib-method", "entropy")
+    refused = _invoke(*args, "--no-auto-exclude", "--json")
+    assert refused.exit_code == ExitCode.ACCURACY, refused.output  # entropy's full-INT8 model misses the gate
     res = _invoke(*args, "--json")
     assert res.exit_code == 0, res.output
     r = json.loads(res.stdout)["int8"]
-    assert r["auto_excluded"], "the test data needs auto-exclude on Silero"
+    assert r["auto_excluded"], "the test data needs auto-exclude on Silero with entropy"
+    assert len(r["auto_excluded"]) <= len(r["sensitivity"]) / 2  # the default --min-precision-share: 0.5
     marked = [e["node"] for e in r["sensitivity"] if e["excluded"]]
     assert sorted(marked) == sorted(r["auto_excluded"])
     per_candidate = 2  # the candidate and its exact-rounding FP16 twin

@@ -37,7 +37,8 @@ def test_a_pass_on_few_held_out_samples_is_weak_in_text_and_json(ocr_cls, tmp_pa
     assert set(worst) == {a["name"] for a in doc["accuracy"]}
     for w in worst.values():  # the worst sample is one of the two held out, named by its file
         assert w["index"] in (0, 1) and w["sample"].endswith((".png", ".jpg"))
-        assert w["cosine"] <= next(a["cosine"] for a in doc["accuracy"] if a["name"] == w["output"]) + 1e-9
+        # per-sample cosines are float32 (pooled: float64): near 1 a sample's rounds up by up to ~6e-8
+        assert w["cosine"] <= next(a["cosine"] for a in doc["accuracy"] if a["name"] == w["output"]) + 1e-6
     text = _quantize(ocr_cls, tmp_path / "few", tmp_path / "a.onnx")
     assert text.exit_code == 0, text.output
     assert "accuracy gate: passed on n=2 samples: weak (held-out data;" in text.stdout

@@ -53,7 +53,7 @@ from trtconv.errors import AccuracyError
 @fp16_options
 @int8_options
 @options_for("quantize", "min_precision_share",
-             help={"min_precision_share": "int8 --auto-exclude: keep at least this share of Conv/MatMul/Gemm layers "
+             help={"min_precision_share": "int8 auto-exclusion (on unless --no-auto-exclude): keep at least this share of Conv/MatMul/Gemm layers "
                    "in INT8, and stop (exit 8) as soon as the gate cannot pass within it (as build)."})
 @gate_options
 @force_option

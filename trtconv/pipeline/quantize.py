@@ -180,7 +180,7 @@ def check_quantize_settings(settings: QuantizeSettings) -> None:
     if settings.preprocess and not settings.calib_data:
         raise UsageError("--preprocess applies to image folders given with --calib-data")
     if settings.precision == "fp16":
-        wrong = [f for f, v in (("--auto-exclude", settings.auto_exclude), ("--sensitivity", settings.sensitivity),
+        wrong = [f for f, v in (("--sensitivity", settings.sensitivity),  # --auto-exclude is on by default
                                 ("--int8-remainder fp32", settings.int8_remainder == "fp32")) if v]
         if wrong:
             raise UsageError(f"{wrong[0]} applies to --precision int8 only")

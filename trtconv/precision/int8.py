@@ -399,8 +399,8 @@ def _gate_failed(result: Int8Result, settings: Int8Settings) -> Int8AccuracyErro
         + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else "")
         + (f"; the layers adding the most error: {worst}" if worst else ""),
         result,
-        hint=("pass --auto-exclude to keep the fewest layers out of INT8 until the gate passes, "
-              if not settings.auto_exclude else "")
+        hint=("drop --no-auto-exclude (--auto-exclude, the default, keeps the fewest layers out of INT8 until the "
+              "gate passes), " if not settings.auto_exclude else "")
         + "--exclude the layers named, calibrate on more representative data, or try --calib-method percentile",
     )
 

@@ -89,10 +89,10 @@ _FP16 = (
        default=False),
 )
 _INT8 = (
-    _s("calib_method", "choice", "int8: how activation ranges are chosen from the calibration data (auto: try "
-       "entropy, percentile 99.9/99.99/99.999, minmax and mse, keep the one most accurate on the held-out data).",
-       PRECISION,
-       default="entropy", choices=("entropy", "percentile", "minmax", "mse", "auto")),
+    _s("calib_method", "choice", "int8: how activation ranges are chosen from the calibration data (auto, the "
+       "default: try entropy, percentile 99.9/99.99/99.999, minmax and mse, keep the one most accurate on the "
+       "held-out data; without held-out data, entropy).", PRECISION,
+       default="auto", choices=("entropy", "percentile", "minmax", "mse", "auto")),
     _s("percentile", "float", "int8: the percentile for --calib-method percentile.", PRECISION, default=99.99,
        range=(50.0, 100.0)),
     _s("calib_cache", "path", "int8: read scales from / write scales to this calibration cache.", PRECISION,
@@ -101,7 +101,8 @@ _INT8 = (
     _s("int8_remainder", "choice", "int8: the precision of everything outside the Q/DQ pairs (fp16 under the FP16 "
        "overflow rules).", PRECISION, default="fp16", choices=("fp16", "fp32")),
     _s("auto_exclude", "bool", "int8: when the gate fails, keep the fewest layers out of INT8 until it passes (named "
-       "in the report).", PRECISION, default=False),
+       "in the report), at least --min-precision-share of them staying INT8 (else exit 8); --no-auto-exclude: "
+       "fail at once (exit 7).", PRECISION, default=True, secondary="--no-auto-exclude"),
     _s("sensitivity", "bool", "int8: report the error each quantized layer adds on the held-out data (always done "
        "when the gate fails).", PRECISION, default=False),
     _s("auto_per_tensor", "bool", "int8 --calib-method auto: also try a per-tensor mix of the methods (each tensor "
