@@ -11,8 +11,7 @@ from pathlib import Path
 
 import onnx
 import pytest
-
-from tests.fused_builders import tiny_bert
+from fused_builders import tiny_bert
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 HAVE_RTX = importlib.util.find_spec("tensorrt_rtx") is not None
