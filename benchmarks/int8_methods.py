@@ -153,7 +153,7 @@ def _with_outliers(path: Path, channels: tuple[int, ...] = (3, 17, 40), factor: 
 def _transformer_sample(name: str):
     """BERT: token ids drawn from the generated vocabulary (varying lengths); ViT: rendered pages at its size."""
     import numpy as np
-    from build_coverage import IMAGE, SEQ, VOCAB
+    from coverage_transformers import IMAGE, SEQ, VOCAB
     from realdata import document_image
 
     def bert(seed: int) -> dict:
