@@ -158,3 +158,12 @@ def test_the_cli_reports_smoothing_and_turns_it_off(tmp_path):
     off = CliRunner().invoke(cli, [*args, str(tmp_path / "b.onnx"), "--no-smoothing", "--json"])
     assert off.exit_code == 0, off.output
     assert json.loads(off.stdout)["int8"]["smoothing"] is None
+
+
+def test_no_smoothing_keeps_its_own_cache(runs):
+    """A kept bias correction was measured on the smoothed model: a run without smoothing must not replay it."""
+    model, calib, held, cache, _, with_ = runs
+    off = quantize_int8(model, Int8Settings(method="auto", cache_path=cache, auto_smoothing=False), calib,
+                        eval_samples=held)
+    assert not off.report.cache.hit and off.report.smoothing is None
+    assert off.report.cache.key != with_.report.cache.key

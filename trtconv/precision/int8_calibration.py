@@ -201,6 +201,8 @@ def _cache_key(model: onnx.ModelProto, calibration_model: onnx.ModelProto | None
     data_hash = _digest(samples)
     params = {"percentile": calib.percentile, "bins": calib.bins, "levels": calib.levels,
               "max_samples": settings.max_samples, "batchnorm_folded": folded}
+    if settings.method == "auto" and not settings.auto_smoothing:  # a kept bias correction was measured on the
+        params["smoothing"] = False  # smoothed model: a run without smoothing keeps its own cache (default: same key)
     return _Keyed(cache_key(model_hash, data_hash or "", settings.method, params), model_hash, data_hash, params)
 
 
