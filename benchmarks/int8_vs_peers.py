@@ -410,6 +410,7 @@ def run_model(args, root: Path, name: str) -> list[dict]:
             passing.pop("ranking", None)
         row = {**full, "pass": {k: passing.get(k) for k in ("gate", "share", "int8", "cosine", "value",
                                                            "auto_excluded", "excluded", "error", "seconds")}}
+        row["pass"]["searched"] = passing is not full or bool(full.get("gate"))
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
     return rows
@@ -432,7 +433,8 @@ def table(rows: list[dict]) -> str:
         elif r.get("error") or p.get("error"):
             passing = "-"
         else:
-            passing = "none tried" if p is r or p.get("share") is None else f"fails at {p['share']:.0%}"
+            passing = ("not searched" if not p.get("searched", True) or p.get("share") is None
+                       else f"fails at {p['share']:.0%}")
         method = r["method"] + (f" → {r['chosen']}" if r.get("chosen") not in (None, r["method"]) else "")
         lines.append(f"| {r['model']} | {r['tool']} | {method} | {share} | {base._fmt(r, 'cosine', '.4f')} | "
                      f"{r.get('metric', '-')} | {base._fmt(r, 'value', '.3f')} | "
