@@ -1,211 +1,209 @@
-"""Which generated transformer models build for TensorRT-RTX as they are, and with `trtconv build --trt rtx`.
+"""Which generated models build for TensorRT-RTX as they are, and with `trtconv build --trt rtx`.
 
-Issue 25 Deliver 3 (transformer part): models from ``transformers`` configs with seeded random
-weights (small: hidden 64, 2 layers; nothing is downloaded), exported by ``torch.onnx.export``
-(opset 17, static shapes), each also after ONNX Runtime's transformer optimizer
-(``onnxruntime.transformers.optimizer``, which writes ``com.microsoft`` fused ops). Per model:
-the bare TensorRT-RTX parser + builder as is (in a child process), beside
-``trtconv build --trt rtx`` (a child process too), with the rules it applied and the worst
-proof figure (max |err| / tolerance). Needs the ``bench`` extra (``pip install -e .[bench]``).
+Issue 25 Deliver 3: a set of models of the kinds people bring to a converter, generated here
+from library configs and constructors with seeded random weights (nothing is downloaded), one
+module per family:
 
-    python benchmarks/build_coverage.py [--out DIR] [--only bert,vit]
+- ``transformers``  coverage_transformers.py: Hugging Face encoders as exported, and after ONNX
+  Runtime's transformer optimizer (``<name>+ort``)
+- ``torchvision``   coverage_torchvision.py: classifiers, segmenters, detectors (exported by the
+  interpreter given with ``--torchvision-python``; make one with
+  ``python3 -m venv v && v/bin/pip install torch==2.14.1 torchvision==0.29.1 onnx``)
+- ``quantized``     coverage_ortquant.py: ONNX Runtime dynamic, static QDQ and QOperator
+  quantizations of two transformers and two CNNs (coverage_quantized.py)
+- ``dtypes``        coverage_dtypes.py: a uint8 NHWC image input, float64 models
+
+Per model (each step a child process with a timeout): its node count, the bare TensorRT-RTX
+parser + builder on the file as it is, beside ``trtconv build --trt rtx`` (``--shapes`` for
+dynamic inputs; detectors with the split flag where ``trtconv build --help`` lists one), the
+rules it applied (rule x count) and the worst proof figure (max |err| / tolerance), and a summary
+line. Needs the ``bench`` extra (``pip install -e .[bench]``).
+
+    python benchmarks/build_coverage.py [--out DIR] [--family transformers,dtypes] [--only bert,vit+ort]
+        [--torchvision-python v/bin/python] [--timeout 900]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+import re
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import coverage_transformers as ct
+from coverage_models import Generated
+from coverage_transformers import optimize, specs  # noqa: F401  (coverage_quantized.py's own table uses them)
+
 ROOT = Path(__file__).resolve().parents[1]
-HIDDEN, LAYERS, HEADS, SEQ, IMAGE, VOCAB = 64, 2, 4, 16, 32, 1000
+FAMILIES = ("transformers", "torchvision", "quantized", "dtypes")
+HEAD = ("family", "model", "nodes", "RTX as is", "trtconv build --trt rtx", "rules applied", "worst proof (err/tol)", "s")
 
 
-@dataclass(frozen=True)
-class Spec:
-    name: str
-    ort_type: str  # onnxruntime.transformers.optimizer model_type
-    make: Callable[[], Any]  # () -> (torch module, example inputs tuple, input names)
+def generators(folder: Path, keep: Callable[[str], bool], python: str | None) -> dict[str, Iterator[Generated]]:
+    """Each family's generator, lazily (a family is imported only when it is run)."""
+    def lazy(family: str) -> Iterator[Generated]:
+        sub = folder / family
+        sub.mkdir(parents=True, exist_ok=True)
+        if family == "transformers":
+            yield from ct.generate(sub, keep)
+        elif family == "torchvision":
+            import coverage_torchvision as tv
+            yield from tv.generate(sub, keep, python)
+        elif family == "quantized":
+            import coverage_ortquant as oq
+            yield from oq.generate(sub, keep, python)
+        else:
+            import coverage_dtypes as cd
+            yield from cd.generate(sub, keep, python)
+    return {f: lazy(f) for f in FAMILIES}
 
 
-def _text(model: Any) -> tuple[Any, tuple[Any, ...], list[str]]:
-    import torch
+def dynamic_shapes(path: Path, example: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """The example shapes of the inputs whose ONNX shape is not all fixed numbers."""
+    import onnx
 
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, 100, (1, SEQ), generator=g)
-    mask = torch.ones(1, SEQ, dtype=torch.int64)
-    return model, (ids, mask), ["input_ids", "attention_mask"]
-
-
-def _image(model: Any, channels: int = 3, side: int = IMAGE) -> tuple[Any, tuple[Any, ...], list[str]]:
-    import torch
-
-    return model, (torch.randn(1, channels, side, side, generator=torch.Generator().manual_seed(0)),), ["pixel_values"]
-
-
-def specs() -> list[Spec]:
-    import torch
-    import transformers as tf
-
-    def eager(cfg: Any) -> Any:  # the classic attention graph ONNX Runtime's fusions match (not SDPA)
-        cfg._attn_implementation = "eager"
-        return cfg
-
-    small = {"hidden_size": HIDDEN, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
-             "intermediate_size": 4 * HIDDEN}
-    # ONNX Runtime fuses EmbedLayerNormalization only where the vocabulary outnumbers the positions
-    text = {"vocab_size": VOCAB, "max_position_embeddings": 64}
-
-    class Encoder(torch.nn.Module):  # Whisper's encoder alone: features -> hidden states
-        def __init__(self, enc: Any) -> None:
-            super().__init__()
-            self.enc = enc
-
-        def forward(self, x: Any) -> Any:
-            return self.enc(input_features=x).last_hidden_state
-
-    def whisper() -> tuple[Any, tuple[Any, ...], list[str]]:
-        cfg = tf.WhisperConfig(d_model=HIDDEN, encoder_layers=LAYERS, encoder_attention_heads=HEADS,
-                               decoder_layers=1, decoder_attention_heads=HEADS, encoder_ffn_dim=4 * HIDDEN,
-                               decoder_ffn_dim=4 * HIDDEN, num_mel_bins=16, max_source_positions=32)
-        enc = Encoder(tf.WhisperModel(eager(cfg)).get_encoder())
-        return enc, (torch.randn(1, 16, 64, generator=torch.Generator().manual_seed(0)),), ["input_features"]
-
-    def build(model_cls: Any, cfg: Any) -> Any:
-        return model_cls(eager(cfg))
-
-    return [
-        Spec("bert", "bert", lambda: _text(build(tf.BertModel, tf.BertConfig(**text, **small)))),
-        Spec("roberta", "bert", lambda: _text(build(tf.RobertaModel, tf.RobertaConfig(**text, **small)))),
-        Spec("distilbert", "bert", lambda: _text(build(tf.DistilBertModel, tf.DistilBertConfig(
-            **text, dim=HIDDEN, n_layers=LAYERS, n_heads=HEADS, hidden_dim=4 * HIDDEN)))),
-        Spec("vit", "vit", lambda: _image(build(tf.ViTModel, tf.ViTConfig(image_size=IMAGE, patch_size=8, **small)))),
-        Spec("clip-vision", "clip", lambda: _image(build(tf.CLIPVisionModel, tf.CLIPVisionConfig(
-            image_size=IMAGE, patch_size=8, **small)))),
-        Spec("swin", "swin", lambda: _image(build(tf.SwinModel, tf.SwinConfig(
-            image_size=IMAGE, patch_size=4, embed_dim=32, depths=[1, 1], num_heads=[2, 4], window_size=4)))),
-        Spec("whisper-encoder", "bart", whisper),
-        Spec("t5-encoder", "t5", lambda: _text(build(tf.T5EncoderModel, tf.T5Config(
-            vocab_size=VOCAB, d_model=HIDDEN, d_kv=HIDDEN // HEADS, d_ff=4 * HIDDEN, num_layers=LAYERS,
-            num_heads=HEADS)))),
-        Spec("gpt2", "gpt2", lambda: _text(build(tf.GPT2Model, tf.GPT2Config(
-            vocab_size=VOCAB, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, n_positions=64, use_cache=False)))),
-    ]
-
-
-def export(spec: Spec, folder: Path) -> Path:
-    import torch
-
-    class ByName(torch.nn.Module):  # positional tensors -> the model's keyword inputs -> its first output
-        def __init__(self, model: Any, names: list[str]) -> None:
-            super().__init__()
-            self.model, self.names = model, names
-
-        def forward(self, *xs: Any) -> Any:
-            out = self.model(**dict(zip(self.names, xs)))
-            return out if isinstance(out, torch.Tensor) else out[0]
-
-    torch.manual_seed(0)
-    model, inputs, names = spec.make()
-    model.eval()
-    path = folder / f"{spec.name}.onnx"
-    with torch.no_grad():
-        torch.onnx.export(ByName(model, names) if spec.name != "whisper-encoder" else model, inputs, str(path),
-                          input_names=names, output_names=["hidden"], opset_version=17, dynamo=False)
-    return path
-
-
-def optimize(spec: Spec, path: Path) -> Path:
-    from onnxruntime.transformers.optimizer import optimize_model
-
-    out = path.with_name(path.stem + ".ort-opt.onnx")
-    opt = optimize_model(str(path), model_type=spec.ort_type, num_heads=HEADS if spec.name != "swin" else 0,
-                         hidden_size=HIDDEN if spec.name != "swin" else 0, opt_level=0, use_gpu=False)
-    opt.save_model_to_file(str(out))
+    out = {}
+    for i in onnx.load(str(path), load_external_data=False).graph.input:
+        dims = i.type.tensor_type.shape.dim
+        if any(not d.HasField("dim_value") for d in dims) and i.name in example:
+            out[i.name] = example[i.name]
     return out
 
 
-def fused_ops(path: Path) -> str:
+def node_count(path: Path) -> int:
     import onnx
 
-    ops = sorted({n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node
-                  if n.domain == "com.microsoft" or n.op_type in ("SimplifiedLayerNormalization",)})
-    return ", ".join(ops) or "-"
+    return len(onnx.load(str(path), load_external_data=False).graph.node)
 
 
-def bare_rtx(path: Path) -> str:
+def export(spec: ct.Spec, folder: Path) -> Path:
+    """A transformer spec's ONNX (coverage_quantized.py's own table quantizes these)."""
+    return ct.export(spec, folder)[0]
+
+
+def bare_rtx(path: Path, shapes: dict[str, tuple[int, ...]] | None = None, timeout: float = 900.0) -> str:
     from trtconv.trt.realparse import run_isolated
 
-    v = run_isolated(path, "tensorrt_rtx", build=True, timeout=600)
+    v = run_isolated(path, "tensorrt_rtx", build=True, shapes=shapes, timeout=timeout)
     if not v["parsed"]:
         first = v["parser_errors"][0] if v["parser_errors"] else {"op_type": "?", "desc": "?"}
         return f"parse fails: {first['op_type']}: {first['desc'][:70]}"
     return "builds" if v["built"] else f"build fails: {(v['build_errors'] or ['?'])[0][:70]}"
 
 
-def trtconv_rtx(path: Path, folder: Path) -> tuple[str, str, str]:
+def split_flag() -> str | None:
+    """The opt-in split option of ``trtconv build`` (engine + ONNX tail), if this trtconv has one."""
+    text = subprocess.run([sys.executable, "-m", "trtconv", "build", "--help"], capture_output=True, text=True,
+                          cwd=ROOT).stdout
+    found = re.findall(r"--[a-z0-9-]*split[a-z0-9-]*", text)
+    return found[0] if found else None
+
+
+def _proof_ratio(r: dict[str, Any]) -> float | None:
+    proof = r.get("proof") or {}
+    tol = proof.get("tolerance")
+    if not tol:
+        return None
+    return max((o.get("max_abs", 0.0) for o in proof.get("outputs", [])), default=0.0) / tol
+
+
+def _said(manifest: dict[str, Any]) -> list[str]:
+    """What the manifest records beside the rules: type changes (float64 narrowed) and a split tail."""
+    out = [f"{c['rule']}: {c['kind']} {c['name']} {c['before']}->{c['after']}" for c in manifest.get("dtype_changes") or []]
+    split = manifest.get("split")
+    if split:
+        proof = split.get("proof") or {}
+        out.append(f"split: engine {split.get('head_nodes', '?')} nodes + ONNX tail {split.get('tail_nodes', '?')} "
+                   f"(head + tail vs the model on ONNX Runtime: max abs {proof.get('max_abs', '?')})")
+    return out
+
+
+def trtconv_rtx(path: Path, folder: Path, shapes: dict[str, tuple[int, ...]] | None = None,
+                split: str | None = None, timeout: float = 900.0) -> tuple[str, str, str]:
     """(verdict, rules applied, worst proof figure) of ``trtconv build --trt rtx``."""
     engine = folder / (path.stem + ".engine")
     cmd = [sys.executable, "-m", "trtconv", "build", "--trt", "rtx", str(path), "-o", str(engine), "--json", "--force"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=ROOT)
+    if shapes:
+        cmd += ["--shapes", ",".join(f"{k}:{'x'.join(map(str, v))}" for k, v in shapes.items())]
+    if split:
+        cmd.append(split)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return f"timeout ({timeout:.0f} s)", "-", "-"
     try:
         doc = json.loads(proc.stdout)
     except ValueError:
-        return f"exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1][:80] if proc.stderr else ''}", "-", "-"
+        last = proc.stderr.strip().splitlines()[-1][:80] if proc.stderr.strip() else ""
+        return f"exit {proc.returncode}: {last}", "-", "-"
     rewrites = (doc.get("manifest_data") or {}).get("rewrites") or []
     counts: dict[str, int] = {}
     for r in rewrites:
         counts[r["rule"]] = counts.get(r["rule"], 0) + 1
-    rules = ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())) or "-"
-    ratios = [max((o["max_abs"] for o in r["proof"]["outputs"]), default=0.0) / r["proof"]["tolerance"]
-              for r in rewrites if r["proof"].get("tolerance")]
+    rules = ", ".join([f"{k} x{v}" for k, v in sorted(counts.items())] + _said(doc.get("manifest_data") or {})) or "-"
+    ratios = [x for x in map(_proof_ratio, rewrites) if x is not None]
     worst = f"{max(ratios):.3f}" if ratios else "-"
     err = doc.get("error")
-    verdict = "builds" if err is None else f"exit {err['exit_code']}: {err['message'][:80]}"
+    first = (err or {}).get("message", "").strip().splitlines()
+    verdict = "builds" if err is None else f"exit {err['exit_code']}: {(first[0] if first else '')[:80]}"
     return verdict, rules, worst
 
 
+def row(cells: tuple[str, ...]) -> str:
+    return "| " + " | ".join(" ".join(c.split()).replace("|", "\\|") for c in cells) + " |"
+
+
+def measure(g: Generated, folder: Path, split: str | None, timeout: float) -> tuple[str, ...]:
+    """One table row for one generated model."""
+    if g.path is None:
+        return (g.family, g.name, "-", g.error, "-", "-", "-", "-")
+    t0 = time.perf_counter()
+    shapes = dynamic_shapes(g.path, dict(g.shapes))
+    bare = bare_rtx(g.path, shapes, timeout)
+    verdict, rules, worst = trtconv_rtx(g.path, folder, shapes, split if g.detector else None, timeout)
+    name = g.name + (f" ({split})" if split and g.detector else "")
+    return (g.family, name, str(node_count(g.path)), bare, verdict, rules, worst, f"{time.perf_counter() - t0:.0f}")
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--out", type=Path, default=None, help="where models and engines go (default: a temp dir)")
-    ap.add_argument("--only", default="", help="comma-separated model names")
+    ap.add_argument("--family", default="", help=f"comma-separated families of {', '.join(FAMILIES)}")
+    ap.add_argument("--only", default="", help="comma-separated model names (as in the table)")
+    ap.add_argument("--torchvision-python", default=None, help="an interpreter with torch, torchvision and onnx")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per child process")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
+    logging.getLogger().setLevel(logging.ERROR)  # ONNX Runtime's quantizers log advice at WARNING
+    warnings.filterwarnings("ignore")  # torch's tracer warnings on every export
     import tensorrt_rtx
 
     folder = args.out or Path(tempfile.mkdtemp(prefix="build_coverage_"))
     folder.mkdir(parents=True, exist_ok=True)
-    chosen = [s for s in specs() if not args.only or s.name in args.only.split(",")]
-    print(f"TensorRT-RTX {tensorrt_rtx.__version__}; hidden {HIDDEN}, {LAYERS} layers, {HEADS} heads, "
-          f"seq {SEQ}, image {IMAGE}; seeded random weights; opset 17")
-    head = ("model", "variant", "fused ops", "RTX as is", "trtconv build --trt rtx", "rules applied",
-            "worst proof (err/tol)", "s")
-    print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * len(head))
-    for spec in chosen:
-        try:
-            raw = export(spec, folder)
-        except Exception as exc:
-            print(f"| {spec.name} | export | - | export failed: {str(exc).splitlines()[0][:80]} | | | | |")
+    only = set(filter(None, args.only.split(",")))
+    families = [f for f in FAMILIES if not args.family or f in args.family.split(",")]
+    split = split_flag()
+    print(f"TensorRT-RTX {tensorrt_rtx.__version__}; seeded random weights; opset 17; split flag: {split or 'none'}")
+    print(row(HEAD))
+    print("|" + "---|" * len(HEAD), flush=True)
+    rows = []
+    for family, gen in generators(folder, lambda n: not only or n in only, args.torchvision_python).items():
+        if family not in families:
             continue
-        variants = [("torch.onnx.export", raw)]
-        try:
-            variants.append(("+ ORT optimizer", optimize(spec, raw)))
-        except Exception as exc:
-            print(f"| {spec.name} | ORT optimizer | - | failed: {str(exc).splitlines()[0][:80]} | | | | |")
-        for label, path in variants:
-            t0 = time.perf_counter()
-            bare = bare_rtx(path)
-            verdict, rules, worst = trtconv_rtx(path, folder)
-            cells = (spec.name, label, fused_ops(path), bare, verdict, rules, worst, f"{time.perf_counter() - t0:.0f}")
-            print("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |", flush=True)
+        for g in gen:
+            rows.append(measure(g, folder / family, split, args.timeout))
+            print(row(rows[-1]), flush=True)
+    bare = sum(r[3] == "builds" for r in rows)
+    built = sum(r[4] == "builds" for r in rows)
+    print(f"\n{len(rows)} models; bare TensorRT-RTX builds {bare} as they are; trtconv build --trt rtx builds {built}")
     return 0
 
 
