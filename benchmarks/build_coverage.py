@@ -40,7 +40,6 @@ from typing import Any
 
 import coverage_transformers as ct
 from coverage_models import Generated
-from coverage_transformers import optimize, specs  # noqa: F401  (coverage_quantized.py's own table uses them)
 
 ROOT = Path(__file__).resolve().parents[1]
 FAMILIES = ("transformers", "torchvision", "quantized", "dtypes")
@@ -82,11 +81,6 @@ def node_count(path: Path) -> int:
     import onnx
 
     return len(onnx.load(str(path), load_external_data=False).graph.node)
-
-
-def export(spec: ct.Spec, folder: Path) -> Path:
-    """A transformer spec's ONNX (coverage_quantized.py's own table quantizes these)."""
-    return ct.export(spec, folder)[0]
 
 
 def bare_rtx(path: Path, shapes: dict[str, tuple[int, ...]] | None = None, timeout: float = 900.0) -> str:

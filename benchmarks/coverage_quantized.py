@@ -6,18 +6,13 @@ QDQ and the QOperator formats (int8 activations per channel; uint8 activations p
 ``reduce_range``; QDQ with 16-bit activations), and ``MatMulNBitsQuantizer`` (4-bit blocked weights, as ``com.microsoft::MatMulNBits``
 and as int4 ``DequantizeLinear`` + ``MatMul``). ``benchmarks/build_coverage.py`` adds a row per variant.
 
-Run alone, it prints the table for the transformers of ``build_coverage.specs()`` (bare and after
-ONNX Runtime's optimizer) and a small ResNet-like CNN:
+Its table is the coverage benchmark's quantized family:
 
-    python benchmarks/coverage_quantized.py [--out DIR] [--only bert,cnn] [--variants dyn,qdq]
+    python benchmarks/build_coverage.py --family quantized [--only bert.qdq,resnet18.dyn]
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
-import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -186,80 +181,3 @@ def calibration_inputs(float_onnx: Path, count: int = 4, seed: int = 0) -> list[
                 feed[inp.name] = rng.standard_normal(shape).astype(np.float32)
         feeds.append(feed)
     return feeds
-
-
-def resnet_ish(folder: Path) -> Path:
-    """A small ResNet-like CNN (stem, two residual stages with BatchNorm and a strided shortcut,
-    global pooling, a Linear head), seeded, exported at opset 17."""
-    import torch
-    from torch import nn
-
-    class Block(nn.Module):
-        def __init__(self, cin: int, cout: int, stride: int) -> None:
-            super().__init__()
-            self.c1, self.b1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout)
-            self.c2, self.b2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout)
-            self.short = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-                          if stride != 1 or cin != cout else nn.Identity())
-
-        def forward(self, x: Any) -> Any:
-            y = torch.relu(self.b1(self.c1(x)))
-            return torch.relu(self.b2(self.c2(y)) + self.short(x))
-
-    torch.manual_seed(0)
-    net = nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1), nn.ReLU(), nn.MaxPool2d(2), Block(16, 16, 1), Block(16, 32, 2),
-                        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10)).eval()
-    path = folder / "cnn.onnx"
-    with torch.no_grad():
-        torch.onnx.export(net, (torch.randn(1, 3, 32, 32),), str(path), input_names=["pixel_values"],
-                          output_names=["logits"], opset_version=17, dynamo=False)
-    return path
-
-
-def _float_models(folder: Path, only: set[str]) -> list[tuple[str, Path]]:
-    import build_coverage as bc
-
-    models: list[tuple[str, Path]] = []
-    for spec in bc.specs():
-        if only and spec.name not in only:
-            continue
-        raw = bc.export(spec, folder)
-        models.append((spec.name, raw))
-        try:
-            models.append((spec.name + "+opt", bc.optimize(spec, raw)))
-        except Exception as exc:
-            print(f"skip {spec.name}+opt: {str(exc).splitlines()[0][:100]}")
-    if not only or "cnn" in only:
-        models.append(("cnn", resnet_ish(folder)))
-    return models
-
-
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=None, help="where models and engines go (default: a temp dir)")
-    ap.add_argument("--only", default="", help="comma-separated model names (build_coverage's, and cnn)")
-    ap.add_argument("--variants", default="", help=f"comma-separated suffixes of {', '.join(VARIANTS)}")
-    args = ap.parse_args()
-    sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
-    import build_coverage as bc
-
-    if args.variants:
-        for name in set(VARIANTS) - set(args.variants.split(",")):
-            del VARIANTS[name]
-    folder = args.out or Path(tempfile.mkdtemp(prefix="coverage_quantized_"))
-    folder.mkdir(parents=True, exist_ok=True)
-    head = ("model", "variant", "RTX as is", "trtconv build --trt rtx", "rules applied", "worst proof (err/tol)", "s")
-    print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * len(head), flush=True)
-    for name, path in _float_models(folder, set(filter(None, args.only.split(",")))):
-        for suffix, qpath in quantized_variants(path, folder / "q", calibration_inputs(path)):
-            t0 = time.perf_counter()
-            bare = bc.bare_rtx(qpath)
-            verdict, rules, worst = bc.trtconv_rtx(qpath, folder)
-            cells = (name, suffix, bare, verdict, rules, worst, f"{time.perf_counter() - t0:.0f}")
-            print("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |", flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

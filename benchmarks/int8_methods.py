@@ -117,13 +117,13 @@ def extra_data(root: Path, names: set[str], n_cal: int = 16, n_held: int = 6) ->
 
 def _generated(name: str, root: Path) -> Path:
     """The coverage benchmark's generated transformer (random weights: no activation outliers to speak of)."""
-    import build_coverage as cov
+    import coverage_transformers as cov
 
     saved = list(sys.path)  # quantize_vs_ort put tests/ first, whose tests/triton shadows the triton package
     sys.path[:] = [p for p in sys.path if Path(p).name != "tests"]
     try:
         spec = next(s for s in cov.specs() if s.name == name)
-        return cov.export(spec, root)
+        return cov.export(spec, root)[0]
     finally:
         sys.path[:] = saved
 

@@ -3,7 +3,9 @@
 Models (``--models``): PP-OCR ``cls``/``rec``/``det``; ``yolo`` (NudeNet's YOLOv8n, 320x320, on rendered
 scenes: tests/realdata.py ``scene_image``); ``dddd`` (ddddocr's float CRNN recognizer ``common.onnx``,
 1x64x256 gray, on rendered text lines); ``silero16k`` (``silero_vad_16k_op15.onnx`` on a real recorded
-sentence, see ``silero16k_data``); ``silero`` (the packaged model, network in ``If`` branches, 16 and 8 kHz).
+sentence, see ``silero16k_data``); ``silero`` (the packaged model, network in ``If`` branches, 16 and 8 kHz);
+``bert``/``vit``: the coverage benchmark's generated transformers (benchmarks/build_coverage.py, seeded random
+weights) with the samples of benchmarks/int8_methods.py ``extra_data`` (token ids; rendered pages).
 
 Per model, each tool and method first quantizes every Conv/MatMul/Gemm it can (**full INT8**):
 
@@ -27,11 +29,12 @@ Every written model runs in ONNX Runtime *as written* (graph optimizations off: 
 float16 Q/DQ) on the held-out samples against FP32: ``min cosine`` over outputs (pooled over samples, the
 gate's measure), a task metric (cls: top-1 agreement; rec/dddd: CTC-greedy-decoded string equality; det:
 IoU of the text mask, probability > 0.3; yolo: IoU of the confident-anchor sets, class score > 0.25;
-Silero: speech-decision agreement, probability > 0.5), and the **INT8 share**: Conv/ConvTranspose/MatMul/
+Silero: speech-decision agreement, probability > 0.5; bert/vit: the worst token's cosine, each token's hidden vector
+to FP32's, over the held-out samples), and the **INT8 share**: Conv/ConvTranspose/MatMul/
 Gemm nodes (subgraphs included) whose data input arrives through a DequantizeLinear, over those of the FP32
 model. ``calib s``: the quantize call in a fresh process.
 
-    python benchmarks/int8_vs_peers.py [--models cls,rec,det,yolo,dddd,silero16k] [--modelopt-python PATH]
+    python benchmarks/int8_vs_peers.py [--models cls,rec,det,yolo,dddd,silero16k,bert,vit] [--modelopt-python PATH]
                                        [--steps 0.75,0.5] [--entropy-steps] [--skip-ort-entropy] [--json OUT]
 """
 
@@ -232,6 +235,11 @@ def task_metric(name: str, refs: list[dict], gots: list[dict]) -> tuple[str, flo
                 inter += int(np.count_nonzero(a & b))
                 union += int(np.count_nonzero(a | b))
         return ("text-mask IoU" if name == "det" else "confident-anchor IoU"), inter / union if union else 1.0
+    if name in ("bert", "vit"):  # hidden states (1 x tokens x width); LayerNorm makes every token's norm alike,
+        # so the pooled cosine is their mean: the worst token says what the mean hides
+        cos = [np.sum(r[k] * g[k], -1) / (np.linalg.norm(r[k], axis=-1) * np.linalg.norm(g[k], axis=-1) + 1e-12)
+               for r, g in zip(refs, gots) for k in r]
+        return "worst token cosine", float(np.min(np.concatenate([c.ravel() for c in cos])))
     agree = [(r["output"] > 0.5) == (g["output"] > 0.5) for r, g in zip(refs, gots)]
     return "speech decision agreement", float(np.mean(np.concatenate([a.ravel() for a in agree])))
 
@@ -327,7 +335,7 @@ def share_search(args, root, name, spec, held, memo, tool, method, full: dict, r
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--models", default="cls,rec,det,yolo,dddd,silero16k")
+    ap.add_argument("--models", default="cls,rec,det,yolo,dddd,silero16k,bert,vit")
     ap.add_argument("--modelopt-python", default=sys.executable,
                     help="interpreter with nvidia-modelopt[onnx] installed (its own venv: it pins onnx versions)")
     ap.add_argument("--tools", default=",".join(f"{t}:{m}" for t, m in TOOLS), help="tool:method,...")
@@ -359,6 +367,10 @@ def main() -> None:
 def model_spec(args, root: Path, name: str) -> dict:
     if name in ("yolo", "dddd"):
         return image_data(root, name, quick=not args.full)
+    if name in ("bert", "vit"):
+        import int8_methods  # the generated transformers and their samples, shared with that benchmark
+
+        return int8_methods.extra_data(root, {name})[name]
     if name == "silero16k":
         first, last = (int(x) for x in args.silero16k_held.split("-"))
         return silero16k_data(root, args.silero16k_speech, range(first, last + 1))
@@ -398,6 +410,7 @@ def run_model(args, root: Path, name: str) -> list[dict]:
             passing.pop("ranking", None)
         row = {**full, "pass": {k: passing.get(k) for k in ("gate", "share", "int8", "cosine", "value",
                                                            "auto_excluded", "excluded", "error", "seconds")}}
+        row["pass"]["searched"] = passing is not full or bool(full.get("gate"))
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
     return rows
@@ -420,7 +433,8 @@ def table(rows: list[dict]) -> str:
         elif r.get("error") or p.get("error"):
             passing = "-"
         else:
-            passing = "none tried" if p is r or p.get("share") is None else f"fails at {p['share']:.0%}"
+            passing = ("not searched" if not p.get("searched", True) or p.get("share") is None
+                       else f"fails at {p['share']:.0%}")
         method = r["method"] + (f" → {r['chosen']}" if r.get("chosen") not in (None, r["method"]) else "")
         lines.append(f"| {r['model']} | {r['tool']} | {method} | {share} | {base._fmt(r, 'cosine', '.4f')} | "
                      f"{r.get('metric', '-')} | {base._fmt(r, 'value', '.3f')} | "

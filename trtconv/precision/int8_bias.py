@@ -22,10 +22,8 @@ import onnx
 from onnx import numpy_helper
 
 from trtconv.onnxutil import GraphView, cleanup, fresh_name, model_names
-from trtconv.precision.expose import session_exposing
-from trtconv.precision.int8_accuracy import run_failure, with_origin
 from trtconv.precision.qdq import Placement
-from trtconv.precision.sensitivity import node_label, probe_model
+from trtconv.precision.sensitivity import node_label, probe_model, shadow_outputs
 
 Key = tuple[str, str]  # (graph, node)
 CORRECTABLE = ("Conv", "ConvTranspose", "Gemm", "MatMul")
@@ -84,27 +82,17 @@ def bias_shifts(model: onnx.ModelProto, placed: Sequence[Placement], scales: Map
 def mean_shifts(probe: onnx.ModelProto, shadows: Mapping[Key, tuple[str, str, str]],
                 samples: Iterable[Mapping[str, np.ndarray]]) -> dict[Key, np.ndarray]:
     """Per shadowed layer (``probe_model``'s result), the mean of ``shadow - layer`` per output channel."""
-    wanted = sorted({t for _, a, b in shadows.values() for t in (a, b)})
-    sess, mapping = session_exposing(probe, wanted)
-    fetch = list(mapping)
     sums: dict[Key, np.ndarray] = {}
     counts: dict[Key, int] = {}
-    for origin, sample in with_origin(samples, "calibration sample"):
-        try:
-            values = dict(zip((mapping[f] for f in fetch), sess.run(fetch, dict(sample))))
-        except Exception as exc:
-            raise run_failure(origin, exc) from exc
-        for key, (op, ref_name, got_name) in shadows.items():
-            ref, got = values.get(ref_name), values.get(got_name)
-            if ref is None or got is None or np.shape(ref) != np.shape(got) or np.ndim(ref) < 2 or not np.size(ref):
-                continue
-            d = np.moveaxis(np.asarray(got, np.float64) - np.asarray(ref, np.float64), _channel_axis(op), -1)
-            d = d.reshape(-1, d.shape[-1])
-            if not np.isfinite(d).all() or (key in sums and sums[key].shape != d.shape[1:]):
-                continue
-            sums[key] = sums.get(key, 0.0) + d.sum(axis=0)
-            counts[key] = counts.get(key, 0) + d.shape[0]
-        del values
+    for key, op, ref, got in shadow_outputs(probe, shadows, samples, "calibration sample"):
+        if np.ndim(ref) < 2:
+            continue
+        d = np.moveaxis(np.asarray(got, np.float64) - np.asarray(ref, np.float64), _channel_axis(op), -1)
+        d = d.reshape(-1, d.shape[-1])
+        if not np.isfinite(d).all() or (key in sums and sums[key].shape != d.shape[1:]):
+            continue
+        sums[key] = sums.get(key, 0.0) + d.sum(axis=0)
+        counts[key] = counts.get(key, 0) + d.shape[0]
     return {k: (sums[k] / counts[k]).astype(np.float32) for k in sums if counts[k]}
 
 

@@ -15,7 +15,7 @@ only the model is rebuilt and the accuracy run again.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -147,34 +147,45 @@ def _groups(model: onnx.ModelProto, placed: Sequence[Placement], *, split: bool)
     return groups
 
 
+def shadow_outputs(probe: onnx.ModelProto, shadows: Mapping[tuple[str, str], tuple[str, str, str]],
+                   samples: Iterable[Mapping[str, np.ndarray]], what: str
+                   ) -> Iterator[tuple[tuple[str, str], str, np.ndarray, np.ndarray]]:
+    """Per sample, each shadowed layer's (key, op, FP32 output, INT8 output), non-empty and of one shape, from
+    one ONNX Runtime session over ``probe`` (``probe_model``'s result). The session holds what it needs:
+    callers drop their ``probe`` once this is made."""
+    wanted = sorted({t for _, a, b in shadows.values() for t in (a, b)})
+    sess, mapping = session_exposing(probe, wanted)
+    del probe
+    fetch = list(mapping)
+    for origin, sample in with_origin(samples, what):
+        try:
+            values = dict(zip((mapping[f] for f in fetch), sess.run(fetch, dict(sample))))
+        except Exception as exc:
+            raise run_failure(origin, exc) from exc
+        for key, (op, ref_name, got_name) in shadows.items():
+            ref, got = values.get(ref_name), values.get(got_name)
+            if ref is not None and got is not None and np.size(ref) and np.shape(ref) == np.shape(got):
+                yield key, op, ref, got
+        del values
+
+
 def _accumulate(model: onnx.ModelProto, placed: Sequence[Placement], scales: Mapping[str, float],
                 samples: Iterable[Mapping[str, np.ndarray]], acc: dict[tuple[str, str], np.ndarray],
                 ops: dict[tuple[str, str], str]) -> None:
     """One session with the shadows of ``placed``, over every sample: into ``acc``, per layer,
     (dot, |ref|^2, |got|^2, |diff|^2)."""
     probe, shadows = probe_model(model, placed, scales)
-    wanted = sorted({t for _, a, b in shadows.values() for t in (a, b)})
-    sess, mapping = session_exposing(probe, wanted)
-    del probe  # the session holds what it needs
-    fetch = list(mapping)
+    rows = shadow_outputs(probe, shadows, samples, "accuracy sample")
+    del probe
     for key, (op, _, _) in shadows.items():
         acc[key] = np.zeros(4)
         ops[key] = op
-    for origin, sample in with_origin(samples, "accuracy sample"):
-        try:
-            values = dict(zip((mapping[f] for f in fetch), sess.run(fetch, dict(sample))))
-        except Exception as exc:
-            raise run_failure(origin, exc) from exc
-        for key, (_, ref_name, got_name) in shadows.items():
-            ref, got = values.get(ref_name), values.get(got_name)
-            if ref is None or got is None or np.asarray(ref).size == 0 or np.shape(ref) != np.shape(got):
-                continue
-            r = np.asarray(ref, dtype=np.float64).ravel()
-            q = np.asarray(got, dtype=np.float64).ravel()
-            ok = np.isfinite(r) & np.isfinite(q)
-            r, q = r[ok], q[ok]
-            acc[key] += (r @ q, r @ r, q @ q, float(np.sum((r - q) ** 2)))
-        del values
+    for key, _, ref, got in rows:
+        r = np.asarray(ref, dtype=np.float64).ravel()
+        q = np.asarray(got, dtype=np.float64).ravel()
+        ok = np.isfinite(r) & np.isfinite(q)
+        r, q = r[ok], q[ok]
+        acc[key] += (r @ q, r @ r, q @ q, float(np.sum((r - q) ** 2)))
 
 
 def sensitivity_sessions(model: onnx.ModelProto, placed: Sequence[Placement],

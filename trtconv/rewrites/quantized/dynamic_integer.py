@@ -31,6 +31,7 @@ from trtconv.rewrites.quantized.graphs import (
     const,
     dequantize,
     given,
+    matmul_bias,
     other_input,
     producer,
     sole_consumer,
@@ -147,14 +148,8 @@ class DynamicIntegerRule(RewriteRule):
             inputs: list[gs.Tensor] = [match.x, w] + ([em.const("bias", match.bias)] if match.bias is not None else [])
             em.node("Conv", "conv", inputs, [final], match.attrs)
             target = "Conv"
-        elif match.bias is None:
-            em.node("MatMul", "matmul", [match.x, w], [final])
-            target = "MatMul"
         else:
-            mm = em.var("matmul", dtype=np.float32)
-            em.node("MatMul", "matmul", [match.x, w], [mm])
-            em.node("Add", "bias", [mm, em.const("bias", match.bias)], [final])
-            target = "MatMul+Add"
+            target = matmul_bias(em, match.x, w, match.bias, final)
         return Emitted(tuple(em.nodes), f"{target} (dequantized weights)", (DROPPED,),
                        graph_cuts=frozenset({final.name}), absorbed=match.tail, exact=False)
 

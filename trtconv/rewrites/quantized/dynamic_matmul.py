@@ -26,6 +26,7 @@ from trtconv.rewrites.quantized.graphs import (
     const,
     dequantize,
     given,
+    matmul_bias,
     producer,
     upstream,
 )
@@ -82,12 +83,7 @@ class DynamicMatMulRule(RewriteRule):
         out = site.outputs[0]
         out.dtype = np.float32
         w = em.const("weight", match.weight)
-        if match.bias is None:
-            em.node("MatMul", "matmul", [match.x, w], [out])
-        else:
-            mm = em.var("matmul", dtype=np.float32)
-            em.node("MatMul", "matmul", [match.x, w], [mm])
-            em.node("Add", "bias", [mm, em.const("bias", match.bias)], [out])
+        matmul_bias(em, match.x, w, match.bias, out)
         return Emitted(tuple(em.nodes), "MatMul (dequantized weights)", (DROPPED,), graph_cuts=frozenset({out.name}),
                        exact=False)
 

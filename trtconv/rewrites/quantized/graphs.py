@@ -13,6 +13,7 @@ from onnx import helper
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
 from trtconv.reference import run, session
+from trtconv.rewrites.emitter import Emitter
 
 MS_DOMAIN = "com.microsoft"
 INT_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127),
@@ -83,6 +84,18 @@ def dequantized(q: np.ndarray, scale: np.ndarray, zero: np.ndarray | None, axis:
     z = along(zero).astype(np.int64) if zero is not None else 0
     # an array even for a 0-d q (numpy hands back a scalar there)
     return np.asarray((q.astype(np.int64) - z).astype(np.float32) * along(scale).astype(np.float32), np.float32)
+
+
+def matmul_bias(em: Emitter, x: gs.Tensor, w: gs.Tensor, bias: np.ndarray | None, out: gs.Tensor) -> str:
+    """``out = x @ w (+ bias)`` in float, as the dequantized forms of the MatMul rules write it; returns
+    what was written ("MatMul" or "MatMul+Add")."""
+    if bias is None:
+        em.node("MatMul", "matmul", [x, w], [out])
+        return "MatMul"
+    mm = em.var("matmul", dtype=np.float32)
+    em.node("MatMul", "matmul", [x, w], [mm])
+    em.node("Add", "bias", [mm, em.const("bias", bias)], [out])
+    return "MatMul+Add"
 
 
 def producer(t: gs.Tensor | None) -> gs.Node | None:

@@ -27,7 +27,7 @@ from onnx_graphsurgeon.ir.tensor import LazyValues
 from trtconv.errors import TrtconvError
 from trtconv.rewrites.emitter import Emitter
 from trtconv.rewrites.proof import NodeProofCase, Proof
-from trtconv.rewrites.quantized.graphs import MS_DOMAIN, Original, concrete, const, given
+from trtconv.rewrites.quantized.graphs import MS_DOMAIN, Original, concrete, const, given, matmul_bias
 from trtconv.rewrites.rule import Emitted, NodeView, RewriteRule, RuleContext, Site
 
 A, B, SCALES, ZEROS, G_IDX, BIAS = range(6)
@@ -121,12 +121,7 @@ class MatMulNBitsRule(RewriteRule):
             target = "MatMul (dequantized weights)"
             notes = (f"weights kept in float: int4 needs a symmetric 4-bit form and opset {INT4_OPSET} (the model is "
                      f"opset {ctx.opset}); re-export at opset {INT4_OPSET} for TensorRT's int4 weights",)
-        if match.bias is None:
-            em.node("MatMul", "matmul", [match.x, w], [out])
-        else:
-            mm = em.var("matmul", dtype=np.float32)
-            em.node("MatMul", "matmul", [match.x, w], [mm])
-            em.node("Add", "bias", [mm, em.const("bias", match.bias)], [out])
+        if matmul_bias(em, match.x, w, match.bias, out) == "MatMul+Add":
             target += "+Add"
         return Emitted(tuple(em.nodes), target, notes)
 
