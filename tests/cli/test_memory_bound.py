@@ -93,7 +93,8 @@ def _commands(model: Path, calib: Path, out: Path) -> dict[str, list[str]]:
         "int8-samples": ["quantize", m, "--precision", "int8", "--calib-data", str(calib), "--min-cosine", "0.9",
                          "-o", str(out / "i.onnx")],
         "int8-gate-fails": ["quantize", m, "--precision", "int8", "--calib-data", str(calib), "--min-cosine",
-                            "0.9999", "--no-auto-exclude", "-o", str(out / "ig.onnx")],  # the gate's own exit 7
+                            "0.9999", "--no-auto-exclude", "--calib-method", "entropy",
+                            "-o", str(out / "ig.onnx")],  # the gate's own exit 7; int8-samples measures auto
         "build-prepare-only": ["build", m, "-o", str(out / "m.engine"), "--prepare-only"],
     }
 
