@@ -72,18 +72,23 @@ def float_frontier(t: gs.Tensor) -> frozenset[str]:
     return frozenset(out)
 
 
+def per_axis(v: np.ndarray, ndim: int, axis: int) -> np.ndarray:
+    """A scale or zero point (one value, or one per slice along ``axis``) shaped to broadcast against an
+    array of rank ``ndim``."""
+    v = np.asarray(v)
+    if v.size == 1 or ndim == 0:
+        return v.reshape(())
+    shape = [1] * ndim
+    shape[axis % ndim] = v.size
+    return v.reshape(shape)
+
+
 def dequantized(q: np.ndarray, scale: np.ndarray, zero: np.ndarray | None, axis: int) -> np.ndarray:
     """ONNX Runtime's float32 ``(q - zero) * scale``, per-axis scale/zero along ``axis``."""
-    def along(v: np.ndarray) -> np.ndarray:
-        v = np.asarray(v)
-        if v.size == 1 or q.ndim == 0:
-            return v.reshape(())
-        shape = [1] * q.ndim
-        shape[axis % q.ndim] = v.size
-        return v.reshape(shape)
-    z = along(zero).astype(np.int64) if zero is not None else 0
+    z = per_axis(zero, q.ndim, axis).astype(np.int64) if zero is not None else 0
     # an array even for a 0-d q (numpy hands back a scalar there)
-    return np.asarray((q.astype(np.int64) - z).astype(np.float32) * along(scale).astype(np.float32), np.float32)
+    return np.asarray((q.astype(np.int64) - z).astype(np.float32) * per_axis(scale, q.ndim, axis).astype(np.float32),
+                      np.float32)
 
 
 def matmul_bias(em: Emitter, x: gs.Tensor, w: gs.Tensor, bias: np.ndarray | None, out: gs.Tensor) -> str:
@@ -128,15 +133,8 @@ def other_input(node: gs.Node, t: gs.Tensor) -> gs.Tensor | None:
 
 def dequantize(q: np.ndarray, scale: np.ndarray, zero: np.ndarray | None, axis: int) -> np.ndarray:
     """``(q - zero) * scale`` in float64; per-channel scale/zero broadcast along ``axis`` of ``q``."""
-    def along(v: np.ndarray) -> np.ndarray:
-        v = np.asarray(v, dtype=np.float64)
-        if v.size == 1:
-            return v.reshape(())
-        shape = [1] * q.ndim
-        shape[axis] = v.size
-        return v.reshape(shape)
-    z = along(zero) if zero is not None else 0.0
-    return (q.astype(np.float64) - z) * along(scale)
+    z = per_axis(zero, q.ndim, axis).astype(np.float64) if zero is not None else 0.0
+    return (q.astype(np.float64) - z) * per_axis(scale, q.ndim, axis).astype(np.float64)
 
 
 def upstream(out: gs.Tensor, stop: Sequence[gs.Tensor]) -> list[gs.Node] | None:

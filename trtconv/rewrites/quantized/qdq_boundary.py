@@ -42,6 +42,7 @@ from trtconv.rewrites.quantized.graphs import (
     float_root,
     given,
     is_float,
+    per_axis,
 )
 from trtconv.rewrites.rule import Emitted, RewriteRule, RuleContext, Site
 
@@ -52,15 +53,8 @@ REFUSED_TYPES = frozenset(np.dtype(t) for t in (np.int32, np.int16, np.uint16, n
 
 def requantized(c: np.ndarray, scale: np.ndarray, zero: np.ndarray | None, axis: int, lo: int, hi: int) -> np.ndarray:
     """QuantizeLinear of a constant: round half to even, add the zero point, saturate (int64)."""
-    def along(v: np.ndarray) -> np.ndarray:
-        v = np.asarray(v)
-        if v.size == 1 or c.ndim == 0:
-            return v.reshape(())
-        shape = [1] * c.ndim
-        shape[axis % c.ndim] = v.size
-        return v.reshape(shape)
-    z = along(zero).astype(np.int64) if zero is not None else 0
-    q = np.rint(c.astype(np.float32) / along(scale).astype(np.float32)).astype(np.int64) + z
+    z = per_axis(zero, c.ndim, axis).astype(np.int64) if zero is not None else 0
+    q = np.rint(c.astype(np.float32) / per_axis(scale, c.ndim, axis).astype(np.float32)).astype(np.int64) + z
     return np.clip(q, lo, hi)
 
 
