@@ -273,7 +273,7 @@ def test_progress_sink_follows_tensorrt_phases_across_threads():
 
 def test_int8_prepare_only_calibrates_on_real_data(ocr_cls, tmp_path: Path):
     calib = cls_calibration(tmp_path / "calib")
-    res = run("build", ocr_cls, "-o", tmp_path / "q.engine", "--shapes", CLS_SHAPES, "--precision", "int8",
+    res = run("build", ocr_cls, "-o", tmp_path / "q.engine", "--shapes", CLS_SHAPES, "--precision", "int8", "--int8-unverified",
               "--calib-data", calib, "--prepare-only", "--json")
     assert res.exit_code == 0, res.output
     stage = next(s for s in json.loads(res.stdout)["stages"] if s["name"] == "precision")
@@ -337,7 +337,7 @@ def test_int8_with_dcn_as_tensorrt_plugin_calibrates_on_the_deformconv_form(tmp_
     rng = np.random.default_rng(0)  # the synthetic DCN graph's input: feature maps ~ N(0, 1)
     for i in range(8):
         np.save(tmp_path / "cal" / f"{i}.npy", rng.standard_normal((1, 8, 32, 32)).astype(np.float32))
-    res = run("build", model, "-o", tmp_path / "q.engine", "--dcn-target", "trt-plugin", "--precision", "int8",
+    res = run("build", model, "-o", tmp_path / "q.engine", "--dcn-target", "trt-plugin", "--precision", "int8", "--int8-unverified",
               "--calib-data", tmp_path / "cal", "--prepare-only", "--trt", "11.4", "--json")
     assert res.exit_code == 0, res.output
     stage = next(s for s in json.loads(res.stdout)["stages"] if s["name"] == "precision")
@@ -380,9 +380,9 @@ def test_profile_check_never_lets_onnxruntime_allocate_a_shape_bomb(tmp_path: Pa
 def test_int8_on_a_model_that_already_has_qdq_is_refused(ocr_cls, tmp_path: Path):
     calib = cls_calibration(tmp_path / "calib", n=4)
     quantized = tmp_path / "cls.int8.onnx"
-    res = run("quantize", ocr_cls, "--precision", "int8", "--calib-data", calib, "-o", quantized)
+    res = run("quantize", ocr_cls, "--precision", "int8", "--int8-unverified", "--calib-data", calib, "-o", quantized)
     assert res.exit_code == 0, res.output
-    res = run("build", quantized, "-o", tmp_path / "q.engine", "--shapes", CLS_SHAPES, "--precision", "int8",
+    res = run("build", quantized, "-o", tmp_path / "q.engine", "--shapes", CLS_SHAPES, "--precision", "int8", "--int8-unverified",
               "--calib-data", calib, "--prepare-only")
     assert res.exit_code == ExitCode.USAGE, res.output
     assert "already holds" in res.stderr and "QuantizeLinear/DequantizeLinear" in res.stderr

@@ -90,7 +90,7 @@ def test_real_model_passes_the_default_gate_and_a_planted_scale_fails_it(name, r
              else request.getfixturevalue("silero" if name == "silero" else f"ocr_{name}"))
     folder, extra = data[name]
     cache, out = tmp_path / "calib.cache", tmp_path / "q.onnx"
-    res = _invoke("quantize", model, "-o", out, "--precision", "int8", "--calib-data", folder, *extra,
+    res = _invoke("quantize", model, "-o", out, "--precision", "int8", "--int8-unverified", "--calib-data", folder, *extra,
                   "--calib-cache", cache, "--auto-exclude", "--json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
@@ -123,7 +123,7 @@ def test_real_model_passes_the_default_gate_and_a_planted_scale_fails_it(name, r
     cache.write_text("\n".join(lines) + "\n")
     bad = tmp_path / "bad.onnx"
     before = sorted(p.name for p in tmp_path.iterdir())
-    res = _invoke("quantize", model, "-o", bad, "--precision", "int8", "--calib-data", folder, *extra,
+    res = _invoke("quantize", model, "-o", bad, "--precision", "int8", "--int8-unverified", "--calib-data", folder, *extra,
                   "--calib-cache", cache, "--no-auto-exclude", "--json")
     assert res.exit_code == ExitCode.ACCURACY == 7, res.output
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
@@ -139,7 +139,7 @@ def test_real_model_passes_the_default_gate_and_a_planted_scale_fails_it(name, r
 def test_fp32_remainder_opt_out_keeps_the_rest_in_fp32(ocr_cls, data, tmp_path):
     folder, extra = data["cls"]
     out = tmp_path / "q.onnx"
-    res = _invoke("quantize", ocr_cls, "-o", out, "--precision", "int8", "--calib-data", folder, *extra,
+    res = _invoke("quantize", ocr_cls, "-o", out, "--precision", "int8", "--int8-unverified", "--calib-data", folder, *extra,
                   "--int8-remainder", "fp32", "--json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
@@ -154,7 +154,7 @@ CLS_OUT = "save_infer_model/scale_0.tmp_1"
 def test_per_output_limits_named_outputs_and_unknown_names(ocr_cls, data, tmp_path):
     folder, extra = data["cls"]
     out = tmp_path / "q.onnx"
-    base = ("quantize", ocr_cls, "-o", out, "--precision", "int8", "--calib-data", folder, *extra, "--json",
+    base = ("quantize", ocr_cls, "-o", out, "--precision", "int8", "--int8-unverified", "--calib-data", folder, *extra, "--json",
             "--no-auto-exclude")
     res = _invoke(*base, "--min-cosine", f"{CLS_OUT}=1.0", "--max-abs", f"{CLS_OUT}=0")
     assert res.exit_code == 7 and not out.exists(), res.output
@@ -171,7 +171,7 @@ def test_per_output_limits_named_outputs_and_unknown_names(ocr_cls, data, tmp_pa
 
 def test_random_data_is_never_reported_as_passed(ocr_cls, tmp_path):
     out = tmp_path / "q.onnx"
-    res = _invoke("quantize", ocr_cls, "-o", out, "--precision", "int8", "--random-data", "6",
+    res = _invoke("quantize", ocr_cls, "-o", out, "--precision", "int8", "--int8-unverified", "--random-data", "6",
                   "--shapes", "x:1x3x48x192", "--json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
@@ -181,7 +181,7 @@ def test_random_data_is_never_reported_as_passed(ocr_cls, tmp_path):
 
 def test_too_few_samples_checks_on_calibration_data_and_says_so(ocr_cls, data, tmp_path):
     folder, extra = data["cls"]
-    res = _invoke("quantize", ocr_cls, "-o", tmp_path / "q.onnx", "--precision", "int8", "--calib-data", folder,
+    res = _invoke("quantize", ocr_cls, "-o", tmp_path / "q.onnx", "--precision", "int8", "--int8-unverified", "--calib-data", folder,
                   *extra, "--max-samples", "3", "--json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
@@ -192,7 +192,7 @@ def test_too_few_samples_checks_on_calibration_data_and_says_so(ocr_cls, data, t
 def test_build_prepare_only_runs_and_prints_the_same_gate(ocr_cls, data, tmp_path):
     folder, extra = data["cls"]
     engine = tmp_path / "cls.engine"
-    args = ("build", ocr_cls, "-o", engine, "--precision", "int8", "--calib-data", folder, *extra,
+    args = ("build", ocr_cls, "-o", engine, "--precision", "int8", "--int8-unverified", "--calib-data", folder, *extra,
             "--shapes", "x:1x3x48x192", "--prepare-only")
     res = _invoke(*args, "--json")
     assert res.exit_code == 0, res.output

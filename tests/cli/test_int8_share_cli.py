@@ -26,7 +26,7 @@ def _invoke(*args: object):
 
 def test_an_unreachable_share_stops_after_one_check_in_seconds(ocr_det, tmp_path):
     ocr_det_images(tmp_path / "det", range(5), sizes=((224, 288), (256, 224), (192, 320)))
-    args = ("quantize", ocr_det, "-o", tmp_path / "det.onnx", "--precision", "int8", "--calib-data", tmp_path / "det",
+    args = ("quantize", ocr_det, "-o", tmp_path / "det.onnx", "--precision", "int8", "--int8-unverified", "--calib-data", tmp_path / "det",
             "--preprocess", "preset=ppocr-det", "--auto-exclude", "--min-cosine", "0.9999", "--calib-method", "entropy")
     t0 = time.perf_counter()
     res = _invoke(*args, "--min-precision-share", "0.6")
@@ -56,7 +56,7 @@ def test_auto_exclude_is_the_default_marks_the_excluded_layers_and_counts_its_ev
     s8 = silero_samples(silero, range(1), seconds=1.5, every=3, sr=8000)
     for i, sample in enumerate(x for pair in zip(s16, s8) for x in pair):
         np.savez(folder / f"{i:03d}.npz", **sample)
-    base = ("quantize", silero, "-o", tmp_path / "vad.onnx", "--precision", "int8", "--calib-data", folder, "--force")
+    base = ("quantize", silero, "-o", tmp_path / "vad.onnx", "--precision", "int8", "--int8-unverified", "--calib-data", folder, "--force")
     default = _invoke(*base, "--json")
     assert default.exit_code == 0, default.output
     d = json.loads(default.stdout)["int8"]

@@ -25,7 +25,7 @@ CASES = {  # id: (argv builder, exit code)
     "rewrite-invalid-model": (lambda d: ["rewrite", _not_onnx(d), "-o", d / "o.onnx", "--json"],
                               ExitCode.INVALID_MODEL),
     "quantize-int8-without-data": (lambda d: ["quantize", rapidocr_model("cls"), "-o", d / "q.onnx",
-                                              "--precision", "int8", "--json"], ExitCode.USAGE),
+                                              "--precision", "int8", "--int8-unverified", "--json"], ExitCode.USAGE),
     "verify-missing-engine": (lambda d: ["verify", d / "none.engine", "--onnx", rapidocr_model("cls"), "--json"],
                               ExitCode.USAGE),
     "bench-missing-engine": (lambda d: ["bench", d / "none.engine", "--json"], ExitCode.USAGE),

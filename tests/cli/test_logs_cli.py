@@ -79,7 +79,7 @@ def test_stderr_speaks_with_one_voice(silero, ocr_cls, tmp_path):
     (error,) = [line for line in lines if line.startswith("trtconv: error: ")]
     assert "does not load in ONNX Runtime" in error
     # Warnings: one spelling, no Python source lines.
-    res = piped("quantize", ocr_cls, "--precision", "int8", "--random-data", "3", "--shapes", CLS_SHAPES,
+    res = piped("quantize", ocr_cls, "--precision", "int8", "--int8-unverified", "--random-data", "3", "--shapes", CLS_SHAPES,
                 "-o", tmp_path / "q.onnx")
     assert res.returncode == 0, res.stderr
     lines = res.stderr.splitlines()
@@ -129,7 +129,7 @@ def test_outputs_respect_the_umask(ocr_cls, tmp_path):
     old = os.umask(0o022)
     try:
         out = tmp_path / "q.onnx"
-        res = CliRunner().invoke(cli, ["quantize", str(ocr_cls), "--precision", "int8", "--random-data", "2",
+        res = CliRunner().invoke(cli, ["quantize", str(ocr_cls), "--precision", "int8", "--int8-unverified", "--random-data", "2",
                                        "--shapes", CLS_SHAPES, "-o", str(out), "--calib-cache",
                                        str(tmp_path / "q.cache"), "--deps", str(tmp_path / "q.d"),
                                        "--cache-dir", str(tmp_path / "results")])

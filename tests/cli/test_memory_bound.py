@@ -90,9 +90,9 @@ def _commands(model: Path, calib: Path, out: Path) -> dict[str, list[str]]:
         "fp16-samples": ["quantize", m, "--precision", "fp16", "--calib-data", str(calib), "-o", str(out / "fd.onnx")],
         # on 3 pages the INT8 model's cosine is about 0.95: 0.9 passes (calibration, gate, save), and
         # 0.9999 fails (exit 7) after the per-layer sensitivity pass, the heaviest path
-        "int8-samples": ["quantize", m, "--precision", "int8", "--calib-data", str(calib), "--min-cosine", "0.9",
+        "int8-samples": ["quantize", m, "--precision", "int8", "--int8-unverified", "--calib-data", str(calib), "--min-cosine", "0.9",
                          "-o", str(out / "i.onnx")],
-        "int8-gate-fails": ["quantize", m, "--precision", "int8", "--calib-data", str(calib), "--min-cosine",
+        "int8-gate-fails": ["quantize", m, "--precision", "int8", "--int8-unverified", "--calib-data", str(calib), "--min-cosine",
                             "0.9999", "--no-auto-exclude", "--calib-method", "entropy",
                             "-o", str(out / "ig.onnx")],  # the gate's own exit 7; int8-samples measures auto
         "build-prepare-only": ["build", m, "-o", str(out / "m.engine"), "--prepare-only"],

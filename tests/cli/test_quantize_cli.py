@@ -121,7 +121,7 @@ def test_random_data_with_shapes_for_a_dynamic_model(ocr_cls, tmp_path):
 
 def test_int8_is_wired_through_the_same_command(ocr_cls, line_images, tmp_path):
     out = tmp_path / "cls.int8.onnx"
-    res = _invoke("quantize", ocr_cls, "-o", out, "--precision", "int8", "--calib-data", line_images,
+    res = _invoke("quantize", ocr_cls, "-o", out, "--precision", "int8", "--int8-unverified", "--calib-data", line_images,
                   "--preprocess", "preset=ppocr-cls", "--calib-method", "minmax", "--held-out", "1", "--json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)

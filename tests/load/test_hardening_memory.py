@@ -58,7 +58,7 @@ def test_available_memory_honours_rlimit():
 @pytest.mark.parametrize("args", [
     ["rewrite"],
     ["quantize", "--precision", "fp16", "--random-data", "2"],
-    ["quantize", "--precision", "int8", "--random-data", "2", "--calib-method", "minmax"],
+    ["quantize", "--precision", "int8", "--int8-unverified", "--random-data", "2", "--calib-method", "minmax"],
 ])
 def test_commands_refuse_to_run_a_shape_bomb(tmp_path, ocr_cls, args):
     bomb = _bomb(ocr_cls, tmp_path / "bomb.onnx")

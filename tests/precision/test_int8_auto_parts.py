@@ -42,7 +42,7 @@ def cls_sets(ocr_cls, tmp_path_factory):
 def auto_run(cls_sets, tmp_path_factory):
     model, calib, held = cls_sets
     cache = tmp_path_factory.mktemp("cache") / "cls.cache"
-    settings = Int8Settings(method="auto", cache_path=cache, auto_per_tensor=True, auto_bias_correction=True)
+    settings = Int8Settings(unverified=True, method="auto", cache_path=cache, auto_per_tensor=True, auto_bias_correction=True)
     return quantize_int8(model, settings, calib, eval_samples=held), cache
 
 
@@ -56,7 +56,7 @@ def test_each_tensor_takes_the_candidate_its_readers_like_far_better(cls_sets, a
     assert labels[-1] == PER_TENSOR and len(labels) == len(AUTO_CANDIDATES) + 1
     base, _ = best_option(options[:-1])  # the whole-model winner the mix starts from
     assert base in mix.methods.values() and len(set(mix.methods.values())) > 1  # a real mix
-    work = _prepare(model, Int8Settings())[0]
+    work = _prepare(model, Int8Settings(unverified=True))[0]
     placed = res.report.placed
     samples = list(calib)[:8]
     whole = {lab: _candidate_scales(res, lab, mix) for lab in labels[:-1]}
@@ -84,7 +84,7 @@ _ALONE: dict[str, dict[str, float]] = {}
 @pytest.fixture(autouse=True, scope="module")
 def _alone(cls_sets):
     model, calib, _ = cls_sets
-    work = _prepare(model, Int8Settings())[0]
+    work = _prepare(model, Int8Settings(unverified=True))[0]
     run = calibration_session(work, plan_qdq(work).activation_tensors())
     candidates: dict[str, dict[str, float]] = {}
     collect_scales(run, calib, CalibSettings(), candidates=candidates)
@@ -102,7 +102,7 @@ def test_the_cache_sidecar_says_which_tensor_took_which_method(auto_run):
 def test_bias_correction_removes_the_shift_it_measured(cls_sets, auto_run):
     model, calib, _ = cls_sets
     res, _ = auto_run
-    work = _prepare(model, Int8Settings())[0]
+    work = _prepare(model, Int8Settings(unverified=True))[0]
     scales = {p.tensor: p.scale for p in res.report.placed if p.kind == "activation"}
     samples = list(calib)[:8]
     shifts = bias_shifts(work, res.report.placed, scales, samples)
@@ -165,7 +165,7 @@ def test_a_cache_hit_replays_the_kept_bias_correction(cls_sets, auto_run):
     side_path = cache.with_name(cache.name + ".key.json")
     side = json.loads(side_path.read_text())
     assert ("bias_correction" in side) == bc.kept
-    settings = Int8Settings(method="auto", cache_path=cache, auto_per_tensor=True, auto_bias_correction=True)
+    settings = Int8Settings(unverified=True, method="auto", cache_path=cache, auto_per_tensor=True, auto_bias_correction=True)
     again = quantize_int8(model, settings, calib, eval_samples=held)
     assert again.report.cache.hit
     assert again.model.SerializeToString() == first.model.SerializeToString()

@@ -44,7 +44,7 @@ def test_auto_keeps_the_candidate_that_agrees_best_and_its_scales_are_that_metho
                             model_inputs(model)).split(2)
     cache = tmp_path / "det.cache"
     # bias correction off: the model must be exactly the chosen method's (bias correction: test_int8_auto_parts)
-    auto = Int8Settings(method="auto", cache_path=cache, auto_bias_correction=False)
+    auto = Int8Settings(unverified=True, method="auto", cache_path=cache, auto_bias_correction=False)
     res = quantize_int8(model, auto, calib, eval_samples=held)
     r = res.report
     assert r.per_tensor is None and r.bias_correction is None  # neither tried: off
@@ -56,7 +56,7 @@ def test_auto_keeps_the_candidate_that_agrees_best_and_its_scales_are_that_metho
     assert min(st.cosine for st in r.accuracy) == pytest.approx(chosen[0].worst_cosine, abs=1e-6)
     assert len({o.worst_cosine for o in options}) > 1  # the candidates really differ
     method, _, pct = r.chosen_method.partition("-")
-    alone = quantize_int8(model, Int8Settings(method=method, percentile=float(pct) if pct else 99.99),
+    alone = quantize_int8(model, Int8Settings(unverified=True, method=method, percentile=float(pct) if pct else 99.99),
                           calib, eval_samples=held)
     assert alone.report.scales == r.scales
     assert alone.model.SerializeToString() == res.model.SerializeToString()

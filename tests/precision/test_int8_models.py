@@ -41,7 +41,7 @@ def _qdq_ops(model: onnx.ModelProto) -> collections.Counter:
 def test_cls_opset11_upgraded_quantized_and_agrees_with_fp32(ocr_cls, ocr_data):
     model = onnx.load(str(ocr_cls))
     calib, held = _sets(model, ocr_data / "cls", "ppocr-cls", 4)
-    res = quantize_int8(model, Int8Settings(method="entropy", remainder="fp32"), calib, model_path=ocr_cls,
+    res = quantize_int8(model, Int8Settings(unverified=True, method="entropy", remainder="fp32"), calib, model_path=ocr_cls,
                         eval_samples=held)
     rep = res.report
     assert rep.opset_upgrade == (11, 13)
@@ -65,7 +65,7 @@ def test_det_opset12_fp32_close_after_upgrade(ocr_det, ocr_data):
     model = onnx.load(str(ocr_det))
     calib, held = _sets(model, ocr_data / "det", "ppocr-det", 2)
     # measured, not gated (Thresholds()): this checks placement on an opset-12 model with the FP32 remainder
-    res = quantize_int8(model, Int8Settings(method="entropy", remainder="fp32", thresholds=Thresholds()), calib,
+    res = quantize_int8(model, Int8Settings(unverified=True, method="entropy", remainder="fp32", thresholds=Thresholds()), calib,
                         eval_samples=held)
     assert res.report.opset_upgrade == (12, 13)
     dq_axes = [a.i for n in res.model.graph.node if n.op_type == "DequantizeLinear" for a in n.attribute]
@@ -81,7 +81,7 @@ def test_rec_calibrates_on_samples_of_different_widths(ocr_rec, ocr_data):
     calib, held = _sets(model, ocr_data / "rec", "ppocr-rec", 4)
     widths = {s["x"].shape[3] for s in calib}
     assert len(widths) > 5  # no resizing to one width, no padding, no cropping
-    res = quantize_int8(model, Int8Settings(method="percentile", thresholds=Thresholds()), calib, eval_samples=held)
+    res = quantize_int8(model, Int8Settings(unverified=True, method="percentile", thresholds=Thresholds()), calib, eval_samples=held)
     (stats,) = res.report.accuracy
     assert stats.top1_agreement is not None and stats.top1_agreement > 0.9, stats
     assert stats.cosine > 0.95
@@ -93,7 +93,7 @@ def test_cache_second_run_skips_calibration(ocr_cls, ocr_data, tmp_path):
     model = onnx.load(str(ocr_cls))
     calib, held = _sets(model, ocr_data / "cls", "ppocr-cls", 4)
     cache = tmp_path / "cls.cache"
-    settings = Int8Settings(method="percentile", cache_path=cache)
+    settings = Int8Settings(unverified=True, method="percentile", cache_path=cache)
     first = quantize_int8(model, settings, calib, model_path=ocr_cls)
     assert first.report.calibration_runs == 10 and not first.report.cache.hit
     assert cache.read_text().startswith("TRT-110400-LegacyCalibration\n")
@@ -103,7 +103,7 @@ def test_cache_second_run_skips_calibration(ocr_cls, ocr_data, tmp_path):
     assert second.model.SerializeToString() == first.model.SerializeToString()
     other = quantize_int8(model, settings, held, model_path=ocr_cls)  # other data: the key differs
     assert other.report.calibration_runs == 4 and "another model, data set or method" in other.report.cache.reason
-    entropy = quantize_int8(model, Int8Settings(method="minmax", cache_path=cache), held, model_path=ocr_cls)
+    entropy = quantize_int8(model, Int8Settings(unverified=True, method="minmax", cache_path=cache), held, model_path=ocr_cls)
     assert entropy.report.calibration_runs == 4 and not entropy.report.cache.hit
 
 
@@ -113,7 +113,7 @@ def test_silero_quantizes_inside_if_subgraphs(silero):
     s8 = silero_samples(silero, range(2), seconds=1.5, every=3, sr=8000)
     calib = ArraySamples(tuple(s16[:22] + s8[:22]))
     held = ArraySamples(tuple(s16[22:] + s8[22:]))
-    res = quantize_int8(model, Int8Settings(method="entropy"), calib, eval_samples=held)
+    res = quantize_int8(model, Int8Settings(unverified=True, method="entropy"), calib, eval_samples=held)
     (if_node,) = [n for n in res.model.graph.node if n.op_type == "If"]
     for branch in if_node.attribute:
         ops = collections.Counter(n.op_type for n in branch.g.node)
@@ -128,7 +128,7 @@ def test_silero_quantizes_inside_if_subgraphs(silero):
 def test_accuracy_thresholds_fail_with_exit_7_and_keep_the_report(ocr_cls, ocr_data):
     model = onnx.load(str(ocr_cls))
     calib, held = _sets(model, ocr_data / "cls", "ppocr-cls", 4)
-    strict = Int8Settings(method="minmax", thresholds=Thresholds(max_abs=0.0, min_cosine=1.0))
+    strict = Int8Settings(unverified=True, method="minmax", thresholds=Thresholds(max_abs=0.0, min_cosine=1.0))
     with pytest.raises(Int8AccuracyError) as info:
         quantize_int8(model, strict, calib, eval_samples=held)
     err = info.value
@@ -146,9 +146,9 @@ def test_plugin_graph_calibrates_on_a_runnable_twin(ocr_cls, ocr_data):
     hs.op_type, hs.domain = "HardSigmoidPlugin", "trt.plugins"
     plugin.opset_import.append(onnx.helper.make_opsetid("trt.plugins", 1))
     calib, held = _sets(runnable, ocr_data / "cls", "ppocr-cls", 4)
-    twin = quantize_int8(plugin, Int8Settings(method="minmax"), calib, calibration_model=runnable,
+    twin = quantize_int8(plugin, Int8Settings(unverified=True, method="minmax"), calib, calibration_model=runnable,
                          eval_samples=held)
-    direct = quantize_int8(runnable, Int8Settings(method="minmax"), calib)
+    direct = quantize_int8(runnable, Int8Settings(unverified=True, method="minmax"), calib)
     assert twin.report.scales == pytest.approx(direct.report.scales, rel=1e-6)
     assert any(n.op_type == "HardSigmoidPlugin" for n in twin.model.graph.node)
     assert twin.report.accuracy[0].top1_agreement == 1.0

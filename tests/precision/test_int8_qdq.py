@@ -170,7 +170,7 @@ def test_if_subgraph_calibration_outputs_and_qdq():
     assert by_tensor["r_then"].shape == (1, 2, 3, 3) and by_tensor["r_else"].size == 0  # untaken branch: empty
     samples = [{"x": RNG.standard_normal((1, 2, 3, 3)).astype(np.float32), "flag": np.array(f)}
                for f in (True, False) * 4]
-    res = quantize_int8(m, Int8Settings(method="minmax"), ArraySamples(tuple(samples[:6])),
+    res = quantize_int8(m, Int8Settings(unverified=True, method="minmax"), ArraySamples(tuple(samples[:6])),
                         eval_samples=ArraySamples(tuple(samples[6:])))
     for attr in res.model.graph.node[0].attribute:
         ops = [n.op_type for n in attr.g.node]
@@ -199,7 +199,7 @@ def test_branch_never_taken_is_reported_not_quantized():
     m = _if_model()
     samples = [{"x": RNG.standard_normal((1, 2, 3, 3)).astype(np.float32), "flag": np.array(True)}
                for _ in range(3)]
-    res = quantize_int8(m, Int8Settings(method="minmax"), ArraySamples(tuple(samples)))
+    res = quantize_int8(m, Int8Settings(unverified=True, method="minmax"), ArraySamples(tuple(samples)))
     skipped = {s.node: s.reason for s in res.report.skipped}
     assert "branch never taken" in skipped["conv2_else"]
     assert {p.node for p in res.report.placed} == {"conv_then", "conv2_then", "conv_else"}  # x is fed
@@ -209,7 +209,7 @@ def test_branch_never_taken_is_reported_not_quantized():
 def test_every_method_produces_a_valid_model(method):
     m = _resnet_block()
     samples = tuple({"x": RNG.standard_normal((1, 4, 8, 8)).astype(np.float32)} for _ in range(4))
-    res = quantize_int8(m, Int8Settings(method=method), ArraySamples(samples))
+    res = quantize_int8(m, Int8Settings(unverified=True, method=method), ArraySamples(samples))
     onnx.checker.check_model(res.model)
     assert res.report.method == method and set(res.report.scales) == {"x", "r1"}
 
@@ -239,7 +239,7 @@ def test_loop_body_is_calibrated_through_scan_outputs_and_quantized():
     m = _model([helper.make_node("Loop", ["trip", "cond", "x"], ["y"], name="loop", body=body)], [x], [y],
                [trip, cond])
     samples = tuple({"x": rng.uniform(-1, 1, (1, 16)).astype(np.float32)} for _ in range(16))
-    res = quantize_int8(m, Int8Settings(method="minmax"), ArraySamples(samples[:12]),
+    res = quantize_int8(m, Int8Settings(unverified=True, method="minmax"), ArraySamples(samples[:12]),
                         eval_samples=ArraySamples(samples[12:]))
     assert [(p.graph, p.node, p.tensor, p.kind) for p in res.report.placed] == [
         ("main/loop/body", "body_mm", "v", "activation"), ("main/loop/body", "body_mm", "w_body", "weight")]

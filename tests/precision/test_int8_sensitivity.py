@@ -24,7 +24,7 @@ def cls_sets(ocr_cls, tmp_path_factory):
 
 def test_an_absurd_scale_puts_its_layer_first(cls_sets):
     model, calib, held = cls_sets
-    settings = Int8Settings(sensitivity=True)
+    settings = Int8Settings(unverified=True, sensitivity=True)
     res = quantize_int8(model, settings, calib, eval_samples=held)
     errors = res.report.sensitivity
     layers = {(p.graph, p.node) for p in res.report.placed}

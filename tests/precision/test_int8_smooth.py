@@ -74,8 +74,8 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("smooth")
     model, calib, held = pre_ln_block(), sample_set(root / "calib", samples(16, 1)), sample_set(root / "held", samples(8, 2))
     cache = root / "block.cache"
-    without = quantize_int8(model, Int8Settings(method="auto", auto_smoothing=False), calib, eval_samples=held)
-    with_ = quantize_int8(model, Int8Settings(method="auto", cache_path=cache), calib, eval_samples=held)
+    without = quantize_int8(model, Int8Settings(unverified=True, method="auto", auto_smoothing=False), calib, eval_samples=held)
+    with_ = quantize_int8(model, Int8Settings(unverified=True, method="auto", cache_path=cache), calib, eval_samples=held)
     return model, calib, held, cache, without, with_
 
 
@@ -128,7 +128,7 @@ def test_a_cache_hit_replays_the_kept_smoothing(runs):
     model, calib, held, cache, _, with_ = runs
     side = json.loads(cache.with_name(cache.name + ".key.json").read_text())
     assert side["smoothing"]["alpha"] == with_.report.smoothing.alpha
-    again = quantize_int8(model, Int8Settings(method="auto", cache_path=cache), calib, eval_samples=held)
+    again = quantize_int8(model, Int8Settings(unverified=True, method="auto", cache_path=cache), calib, eval_samples=held)
     assert again.report.cache.hit and again.report.smoothing is not None and again.report.smoothing.kept
     assert again.model.SerializeToString() == with_.model.SerializeToString()
 
@@ -150,7 +150,7 @@ def test_the_cli_reports_smoothing_and_turns_it_off(tmp_path):
     (tmp_path / "data").mkdir()
     for i, s in enumerate(samples(24, 1)):
         np.save(tmp_path / "data" / f"{i:03d}.npy", s["x"])
-    args = ["quantize", str(tmp_path / "block.onnx"), "--precision", "int8", "--calib-data", str(tmp_path / "data"),
+    args = ["quantize", str(tmp_path / "block.onnx"), "--precision", "int8", "--int8-unverified", "--calib-data", str(tmp_path / "data"),
             "--calib-method", "auto", "--no-calib-cache", "--force", "-o"]
     text = CliRunner().invoke(cli, [*args, str(tmp_path / "a.onnx")])
     assert text.exit_code == 0, text.output
@@ -163,7 +163,7 @@ def test_the_cli_reports_smoothing_and_turns_it_off(tmp_path):
 def test_no_smoothing_keeps_its_own_cache(runs):
     """A kept bias correction was measured on the smoothed model: a run without smoothing must not replay it."""
     model, calib, held, cache, _, with_ = runs
-    off = quantize_int8(model, Int8Settings(method="auto", cache_path=cache, auto_smoothing=False), calib,
+    off = quantize_int8(model, Int8Settings(unverified=True, method="auto", cache_path=cache, auto_smoothing=False), calib,
                         eval_samples=held)
     assert not off.report.cache.hit and off.report.smoothing is None
     assert off.report.cache.key != with_.report.cache.key

@@ -110,7 +110,7 @@ def test_int8_qdq_recognizer_builds_dynamic_and_counts_int8_layers(text_lines, t
     engine = tmp_path / "rec-int8.engine"
     # the layer precisions are under test here, not accuracy: 8 rendered lines are too few for the
     # default accuracy gate (tests/cli/test_int8_gate_cli.py tests the gate on the recognizer)
-    code, out = _build(rapidocr_model("rec"), "-o", engine, "--precision", "int8", "--calib-data", text_lines,
+    code, out = _build(rapidocr_model("rec"), "-o", engine, "--precision", "int8", "--int8-unverified", "--calib-data", text_lines,
                        "--min-shapes", "x:1x3x48x96", "--opt-shapes", "x:1x3x48x192", "--max-shapes", "x:2x3x48x320",
                        *NO_GATE)
     assert code == 0, out
@@ -125,7 +125,7 @@ def test_asking_more_int8_than_the_network_has_exits_8_and_writes_no_engine(text
     INT8 (the attention-probability MatMuls, in the FP16 remainder), so requiring every one in INT8
     fails before the build, with nothing written."""
     engine = tmp_path / "rec-int8.engine"
-    code, out = _build(rapidocr_model("rec"), "-o", engine, "--precision", "int8", "--calib-data", text_lines,
+    code, out = _build(rapidocr_model("rec"), "-o", engine, "--precision", "int8", "--int8-unverified", "--calib-data", text_lines,
                        "--shapes", "x:1x3x48x192", "--min-precision-share", "1.0", *NO_GATE)
     assert code == ExitCode.PRECISION_NOT_ACHIEVED, out
     assert "asked for int8" in out and "fp16" in out

@@ -163,12 +163,12 @@ trt_option = option("trt")
 engine_trt_option = option("trt", help="The TensorRT the engine was built with, or rtx for TensorRT-RTX (default: "
                            "from ENGINE.json, else the engine's header, else TensorRT).")
 sample_options = options_for("quantize", "calib_data", "preprocess", "calib_loader", "random_data", "max_samples",
-                             "held_out")
+                             "held_out", "split_seed")
 exclude_options = options_for("quantize", "exclude", "exclude_op")
 fp16_options = options_for("quantize", "keep_io_types", "max_activation", "max_initializer", "no_fold_batchnorm")
 int8_options = options_for("quantize", "calib_method", "percentile", "calib_cache", "no_calib_cache",
                            "int8_remainder", "auto_exclude", "sensitivity", "auto_per_tensor",
-                           "no_bias_correction", "no_smoothing")
+                           "no_bias_correction", "no_smoothing", "int8_unverified")
 gate_options = options_for("quantize", "max_abs", "max_rel", "min_cosine", "min_top1", "gate_output",
                            "allow_nonfinite")
 

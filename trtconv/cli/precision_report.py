@@ -62,8 +62,14 @@ def print_int8(doc: dict[str, Any]) -> None:
     con = stdout_console()
     con.print(f"{doc['model']} -> {doc['output']} (int8, {r['method']} calibration, {r['remainder']} remainder)",
               markup=False)
+    parts = r.get("samples_per_part") or {}
+    if parts:
+        con.print("samples: " + ", ".join(f"{k} {v}" for k, v in parts.items())
+                  + (" (drawn at random, a source at a time; nothing that chooses reads the judging part)"
+                     if parts.get("judging") else " (none held out to judge on)"), markup=False)
     if r.get("calibration_choice"):
-        con.print(f"calibration chosen by held-out accuracy: {r['chosen_method']} (worst output cosine: "
+        on = "selection" if parts.get("selection") else "calibration"
+        con.print(f"calibration chosen on the {on} samples: {r['chosen_method']} (worst output cosine: "
                   + ", ".join(f"{o['method']} {o['worst_cosine']:.4f}" + (" passes" if o["passes"] else "")
                               for o in r["calibration_choice"]) + ")", markup=False)
     sm = r.get("smoothing")
@@ -103,17 +109,24 @@ def print_int8(doc: dict[str, Any]) -> None:
         con.print(f"--auto-exclude kept {len(r['auto_excluded'])} layer(s) out of INT8 "
                   f"({r['gate_checks']} candidate models checked): {', '.join(r['auto_excluded'])}", markup=False)
     if r.get("sensitivity_sessions"):
-        con.print(f"gate cost: {r['gate_evaluations']} full-model evaluations over the held-out samples "
+        con.print(f"gate cost: {r['gate_evaluations']} full-model evaluations (selection and judging samples) "
                   f"(reference, {r['gate_checks'] + 1} candidate(s) with their FP16 twins, "
                   f"{r['sensitivity_sessions']} sensitivity session(s))", markup=False)
+    if r.get("phase_seconds"):
+        con.print("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in r["phase_seconds"].items()), markup=False)
     print_accuracy(doc, r["accuracy_samples"])
     print_worst(r.get("worst_samples") or [])
     print_sensitivity(r["sensitivity"])
+    if doc.get("error") and r.get("int8_share") is not None:
+        need = r.get("share_needed_below")
+        con.print(f"INT8 share: {r['int8_share']:.0%} of the Conv/ConvTranspose/MatMul/Gemm layers"
+                  + (f"; the gate would need less than {need:.0%}" if need is not None else
+                     "; the gate needs a lower one"), markup=False)
     print_verdict(doc)
 
 
 def print_worst(rows: list[dict[str, Any]]) -> None:
-    """Each output's worst held-out sample: where a pass is closest to failing."""
+    """Each output's worst judged sample: where a pass is closest to failing."""
     if rows:
         stdout_console().print("worst sample per output: " + "; ".join(
             f"{w['output']}: #{w['index']} ({w['sample']}) cosine {w['cosine']:.6f}" for w in rows), markup=False)
@@ -122,7 +135,7 @@ def print_worst(rows: list[dict[str, Any]]) -> None:
 def print_sensitivity(rows: list[dict[str, Any]]) -> None:
     if not rows:
         return
-    table = Table(title="error each quantized layer adds to its own output (held-out data, ONNX Runtime)")
+    table = Table(title="error each quantized layer adds to its own output (selection samples, ONNX Runtime)")
     for col in ("layer", "op", "graph", "rel. sq. error", "cosine", "INT8"):
         table.add_column(col, justify="left" if col in ("layer", "op", "graph") else "right", overflow="fold")
     for e in rows[:SHOW_LAYERS]:
@@ -161,9 +174,9 @@ def gate_line(doc: dict[str, Any]) -> str:
     if doc["violations"]:
         return f"accuracy gate: FAILED{n} ({limits})"
     if doc["passed"] and doc.get("verdict"):
-        weak = ("; too few held-out samples for the pass to hold on new data: give more sample data "
-                "(docs/precision.md)") if doc.get("weak") else ""
-        return f"accuracy gate: {doc['verdict']} ({doc['accuracy_check']}; {limits}){weak}"
+        return f"accuracy gate: {doc['verdict']} ({doc['accuracy_check']}; {limits})"
+    if doc.get("unverified"):
+        return f"accuracy gate: {doc['verdict']} ({doc['accuracy_check']}; {limits})"
     if doc["passed"]:
         return f"accuracy gate: passed on {doc['accuracy_check']} ({limits})"
     if doc["accuracy_check"] == "not checked":
@@ -188,6 +201,8 @@ def print_verdict(doc: dict[str, Any]) -> None:
     if doc.get("quiet_verdict"):
         return
     if doc["written"]:
-        con.print(f"wrote {doc['output']}", markup=False)
-    else:
+        con.print(f"wrote {doc['output']}" + (" (unverified)" if doc.get("unverified") else ""), markup=False)
+    elif doc["violations"]:
         con.print("FAILED: " + "; ".join(doc["violations"]) + " - nothing written", markup=False)
+    else:
+        con.print("REFUSED: " + (doc.get("error") or {}).get("message", "") + " - nothing written", markup=False)

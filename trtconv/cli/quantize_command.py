@@ -40,7 +40,7 @@ from trtconv.cli.options import (
 )
 from trtconv.cli.output import Heartbeat, interactive, progress, warn
 from trtconv.cli.precision_report import emit_quantize
-from trtconv.errors import AccuracyError
+from trtconv.errors import AccuracyError, PrecisionNotAchievedError
 
 
 @click.command("quantize")
@@ -82,11 +82,13 @@ def quantize(model: Path, output: Path, precision: str, force: bool, as_json: bo
     try:
         with _quiet_random_samples(precision, settings.random_data), Heartbeat("quantize"):
             result = api.quantize(model, output, settings, force=force, progress=bar.update, warn=warn)
-    except AccuracyError as exc:
+    except (AccuracyError, PrecisionNotAchievedError) as exc:
         bar.close()
         failed = getattr(exc, "result", None)
-        if failed is not None:
+        if failed is not None:  # the numbers behind the refusal: per-layer sensitivity, the share needed
             doc.update(failed.to_json())
+            doc["error"] = {"exit_code": int(exc.exit_code), "name": exc.exit_code.name, "message": exc.message,
+                            "hint": exc.hint}
             record("gate", doc)
             emit_quantize(doc, as_json)
         raise

@@ -142,6 +142,9 @@ def accuracy_gate(gate: Mapping[str, Any]) -> str:
                      ("html", cosine_svg(name, plot, limit) if plot else "no per-sample figures")))
     checked = gate.get("accuracy_check") or ("checked" if gate.get("checked") else "not checked")
     head = f"<p>checked on: {esc(checked)}; passed: <b>{esc(gate.get('passed'))}</b></p>"
+    if gate.get("verdict"):  # INT8: the claim a pass makes, or "unverified" and why
+        cls = "fail" if gate.get("unverified") else "pass" if gate.get("passed") else ""
+        head += f'<p class="verdict">verdict: <b class="{cls}">{esc(gate.get("verdict"))}</b></p>'
     viol = "".join(f"<li>{esc(v)}</li>" for v in gate.get("violations") or [])
     return head + table(["output", "shape", "cosine", "min cosine", "max abs", "top-1", "verdict",
                          "per-sample cosine"], rows, "accuracy-gate") + (f"<ul>{viol}</ul>" if viol else "")

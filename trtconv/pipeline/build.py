@@ -46,6 +46,7 @@ from trtconv.pipeline.build_stages import (
 from trtconv.pipeline.quantize import (
     QuantizeAccuracyError,
     QuantizeSettings,
+    QuantizeShareError,
     check_quantize_settings,
     sample_set,
 )
@@ -154,7 +155,7 @@ def _precision(stages: StageRunner, outcome: BuildOutcome, rewritten: RewriteRes
     try:
         precisioned = stages.run("precision", lambda: precision_stage(rewritten.model, req, target, samples, reference, phases))
     except BaseException as exc:
-        if isinstance(exc, QuantizeAccuracyError):
+        if isinstance(exc, QuantizeAccuracyError | QuantizeShareError):
             outcome.gate = exc.result
         _remove_new_caches(outcome)
         raise

@@ -67,6 +67,8 @@ class BuildSettings:
     auto_per_tensor: bool = _d("auto_per_tensor")
     no_bias_correction: bool = _d("no_bias_correction")
     no_smoothing: bool = _d("no_smoothing")
+    int8_unverified: bool = _d("int8_unverified")
+    split_seed: int = _d("split_seed")
     max_abs: tuple[str | float, ...] = ()  # each "X" or "OUTPUT=X"
     max_rel: tuple[str | float, ...] = ()
     min_cosine: tuple[str | float, ...] = ()

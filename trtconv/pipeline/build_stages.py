@@ -28,6 +28,7 @@ from trtconv.pipeline.build_identity import gpu_properties
 from trtconv.pipeline.build_record import ProgressPhases, Step
 from trtconv.pipeline.build_settings import BuildSettings
 from trtconv.pipeline.quantize import (
+    INT8_GATE_KEYS,
     QuantizeAccuracyError,
     QuantizeResult,
     check_gate_outputs,
@@ -191,7 +192,8 @@ def precision_stage(model: onnx.ModelProto, req: BuildSettings, target: str, sam
     report8 = result.report
     gate = QuantizeResult(result.model, qs, report8, samples.source, report8.calibration_runs or None)
     calibration = {"method": qs.calib_method, "data_sha256": samples.digest(), "samples": report8.calibration_runs,
-                   "held_out": report8.accuracy_samples if report8.checked_on == "held-out" else 0}
+                   "held_out": report8.accuracy_samples if report8.checked_on == "held-out" else 0,
+                   "unverified": report8.unverified, "verdict": report8.verdict}
     return Step(Precisioned(result.model, {"method": "int8-qdq", "report": report8.to_json()}, calibration, gate),
                 {"precision": "int8", "qdq_pairs": len(report8.placed), "remainder": report8.remainder,
                  "auto_excluded": list(report8.auto_excluded),
@@ -201,8 +203,7 @@ def precision_stage(model: onnx.ModelProto, req: BuildSettings, target: str, sam
 def _gate_json(result: QuantizeResult) -> dict[str, Any]:
     """The accuracy gate's verdict for the precision stage's record (same fields as ``quantize --json``)."""
     doc = result.to_json()
-    keys = ("accuracy", "thresholds", "violations", "accuracy_check", "checked", "passed", "held_out_samples",
-            "worst_samples", "weak", "verdict")
+    keys = ("accuracy", "thresholds", "violations", "accuracy_check", "checked", "passed", *INT8_GATE_KEYS)
     return {"gate": {k: doc[k] for k in keys if k in doc}}
 
 

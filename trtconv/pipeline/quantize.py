@@ -6,13 +6,14 @@ re-exports it and ``trtconv.pipeline.build`` reuses its settings and sample sele
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from trtconv.errors import AccuracyError, UsageError
+from trtconv.errors import AccuracyError, PrecisionNotAchievedError, UsageError
 from trtconv.load import LAZY_WEIGHTS_BYTES, load_model, save_model
 from trtconv.outputs import check_output_path
 from trtconv.precision import (
@@ -25,11 +26,14 @@ from trtconv.precision import (
     Int8AccuracyError,
     Int8Result,
     Int8Settings,
+    Int8ShareError,
     convert_fp16,
     quantize_int8,
+    samples_needed,
+    too_few_samples,
 )
 from trtconv.reference import DEFAULT_THRESHOLDS, Thresholds, parse_limit, thresholds_with
-from trtconv.samples import ImagePreprocess, SampleSet, SampleSource, model_inputs
+from trtconv.samples import ImagePreprocess, SampleSet, SampleSource, Split, model_inputs, split_samples
 from trtconv.settings import declared
 
 if TYPE_CHECKING:
@@ -40,10 +44,13 @@ if TYPE_CHECKING:
 
 PathLike = str | os.PathLike[str]
 
-INT8_DEFAULT_HELD_OUT = 0.2  # fraction of samples kept out of calibration for the accuracy check
-INT8_MIN_FOR_HOLDOUT = 5
+INT8_JUDGING_SHARE = 0.4  # of the samples, judged (at least the claim's need, at most half)
+INT8_SELECTION_SHARE = 0.2  # of the samples, for choosing (method, smoothing, bias correction, exclusions)
 QUANTIZE_SCHEMA = "trtconv.quantize/1"
 GATE_LIMITS = ("max_abs", "max_rel", "min_cosine", "min_top1")
+# the INT8 verdict's fields ``quantize --json`` and a build's precision gate carry at the top level
+INT8_GATE_KEYS = ("held_out_samples", "worst_samples", "weak", "unverified", "claim", "samples_per_part",
+                  "int8_share", "share_needed_below", "verdict")
 
 
 def not_the_input(model: PathLike, output: PathLike) -> None:
@@ -71,7 +78,7 @@ class QuantizeSettings:
     calib_loader: Path | None = None  # Python file defining samples(inputs); runs that code
     random_data: int | None = None  # N seeded random samples (smoke tests only)
     max_samples: int = _d("max_samples")  # 0: all
-    held_out: int | float | None = None  # int8: samples kept out of calibration (None: 20% if >= 5)
+    held_out: int | float | None = None  # int8: samples to judge on (None: 40%, >= the claim's need, <= half)
     exclude: tuple[str, ...] = ()  # node-name globs kept in FP32 (int8: also op types)
     exclude_op: tuple[str, ...] = ()  # op types kept in FP32
     keep_io_types: bool = _d("keep_io_types")  # fp16: float32 inputs/outputs stay float32
@@ -88,6 +95,8 @@ class QuantizeSettings:
     auto_per_tensor: bool = _d("auto_per_tensor")  # int8 auto: also try the per-tensor mix
     no_bias_correction: bool = _d("no_bias_correction")  # int8 auto: do not try bias correction
     no_smoothing: bool = _d("no_smoothing")  # int8 auto: do not try SmoothQuant-style migration
+    int8_unverified: bool = _d("int8_unverified")  # int8: build although the judged samples cannot support the claim
+    split_seed: int = _d("split_seed")  # int8: the seed of the calibration / selection / judging draw
     max_abs: tuple[str | float, ...] = ()  # gate limits, each X or "OUTPUT=X"; none: the precision's defaults
     max_rel: tuple[str | float, ...] = ()
     min_cosine: tuple[str | float, ...] = ()  # default: int8 0.99, fp16 0.999
@@ -125,10 +134,13 @@ class QuantizeResult:
 
     @property
     def passed(self) -> bool | None:
-        """False: the gate failed. True: it passed on real data the model was not fitted to. None: not checked."""
+        """False: the gate failed. True: it passed on real data the model was not fitted to (int8: the judged
+        samples support the claim). None: not checked, or unverified."""
         if self.report.violations:
             return False
-        return True if self.accuracy_check in ("held-out data", "sample data") else None
+        if self.accuracy_check == "sample data":
+            return True
+        return self.report.passed if self.accuracy_check == "held-out data" else None
 
     def to_json(self) -> dict[str, Any]:
         """The ``trtconv quantize --json`` report (schema trtconv.quantize/1), minus the paths."""
@@ -142,7 +154,7 @@ class QuantizeResult:
                 "accuracy": r.get("accuracy", []), "thresholds": self.settings.gate().to_json(),
                 "violations": list(self.report.violations), "accuracy_check": self.accuracy_check,
                 "checked": self.passed is not None, "passed": self.passed, "written": self.output is not None,
-                **({} if is_fp16 else {k: r[k] for k in ("held_out_samples", "worst_samples", "weak", "verdict")})}
+                **({} if is_fp16 else {k: r[k] for k in INT8_GATE_KEYS})}
 
 
 def _patterns(values: Sequence[str]) -> tuple[str, ...]:
@@ -215,20 +227,38 @@ def sample_set(proto: onnx.ModelProto, settings: QuantizeSettings) -> SampleSet 
     return SampleSet(source, model_inputs(proto))
 
 
-def held_out_split(samples: SampleSet, held_out: int | float | None, *, warn: Any = None
-                   ) -> tuple[SampleSet, SampleSet | None]:
-    """(calibration, evaluation) for int8: by default 20% held out when there are >= 5 samples."""
-    if held_out is None:
-        n = len(samples) if samples.source.kind != "loader" else 0
-        if n < INT8_MIN_FOR_HOLDOUT:
-            if warn is not None:
-                warn(f"{n or 'too few'} samples: none held out, so the accuracy check runs on the calibration "
-                     f"data (pass --held-out with >= {INT8_MIN_FOR_HOLDOUT} samples for an honest one)")
-            return samples, samples
-        return samples.split(INT8_DEFAULT_HELD_OUT)
-    if held_out == 0:
-        return samples, None
-    return samples.split(held_out)
+def int8_parts(samples: SampleSet, settings: QuantizeSettings) -> Split:
+    """The samples drawn at random, a source at a time, into calibration, selection and judging parts.
+
+    Judging: ``--held-out`` (a count or a fraction); by default 40 %, at least the judged samples a pass needs
+    (:func:`samples_needed`), at most half. Selection: 20 % when something is chosen (``--calib-method auto`` or
+    auto-exclude), else none. The rest calibrates.
+    """
+    n = len(samples)
+    needed = samples_needed()
+    held = settings.held_out
+    if held is None:
+        judging = min(max(needed, math.ceil(INT8_JUDGING_SHARE * n)), n // 2)
+    elif isinstance(held, float) and 0 < held < 1:
+        judging = math.ceil(held * n)
+    else:
+        judging = int(held)
+    if judging >= n and n > 1:
+        raise UsageError(f"cannot judge on {judging} of {n} samples", hint="need at least one sample to calibrate on")
+    chooses = settings.calib_method == "auto" or settings.auto_exclude
+    selection = math.ceil(INT8_SELECTION_SHARE * n) if chooses else 0
+    return split_samples(samples, max(judging, 0), selection, settings.split_seed)
+
+
+def samples_for_claim(settings: QuantizeSettings) -> int:
+    """How many samples the default draw needs for its judging part to support the claim."""
+    needed = samples_needed()
+    held = settings.held_out
+    if isinstance(held, float) and 0 < held < 1:
+        return math.ceil(needed / held)
+    if held:
+        return needed + 1
+    return 2 * needed
 
 
 def fp16_settings(settings: QuantizeSettings, *, remainder: bool = False) -> Fp16Settings:
@@ -262,19 +292,35 @@ def run_int8(proto: onnx.ModelProto, samples: SampleSet, settings: QuantizeSetti
              model_path: Path | None = None, calibration_model: onnx.ModelProto | None = None,
              trt_version: str = DEFAULT_TRT_VERSION, progress: Callable[[str, int, int | None], None] | None = None,
              warn: Callable[[str], None] | None = None) -> Int8Result:
-    """Hold out, calibrate, gate: the INT8 path ``quantize`` and ``build --precision int8`` share.
+    """Draw the parts, calibrate, choose, judge: the INT8 path ``quantize`` and ``build --precision int8`` share.
 
-    Raises :class:`QuantizeAccuracyError` (exit 7; ``.result`` holds the report) when the gate fails.
+    Too few judging samples for the claim: :class:`Int8EvidenceError` (exit 11) before any work, unless
+    ``int8_unverified`` (random data is never judged for the claim). Raises :class:`QuantizeAccuracyError`
+    (exit 7) and :class:`QuantizeShareError` (exit 8), each with ``.result`` holding the report.
     """
-    calib, evaluate = held_out_split(samples, settings.held_out, warn=warn)
+    split = int8_parts(samples, settings)
+    judging = split.judging
+    unverified = settings.int8_unverified or samples.source.kind == "random"
+    judged = len(judging) if judging is not None else 0
+    if judged < samples_needed() and not unverified:
+        raise too_few_samples(judged, samples_needed(), len(samples), samples_for_claim(settings))
+    if judging is None and warn is not None:
+        warn(f"{len(samples)} sample(s) in {split.groups} source(s): none to judge on, so the accuracy check runs on "
+             "the calibration data and the result is unverified")
+    int8 = replace(int8_settings(settings, trt_version=trt_version), unverified=unverified)
     try:
-        return quantize_int8(proto, int8_settings(settings, trt_version=trt_version), calib, model_path=model_path,
-                             eval_samples=evaluate, calibration_model=calibration_model, progress=progress,
-                             eval_held_out=evaluate is not calib)
+        return quantize_int8(proto, int8, split.calibration, model_path=model_path,
+                             eval_samples=judging if judging is not None else split.calibration,
+                             select_samples=split.selection, calibration_model=calibration_model, progress=progress,
+                             eval_held_out=judging is not None)
     except Int8AccuracyError as exc:
         failed = QuantizeResult(exc.result.model, settings, exc.result.report, samples.source,
                                 exc.result.report.calibration_runs or None)
         raise QuantizeAccuracyError(exc.message, failed, exc.hint) from exc
+    except Int8ShareError as exc:
+        failed = QuantizeResult(exc.result.model, settings, exc.result.report, samples.source,
+                                exc.result.report.calibration_runs or None)
+        raise QuantizeShareError(exc.message, failed, exc.hint) from exc
 
 
 def _limit(value: float | None, default: float) -> float | None:
@@ -285,6 +331,15 @@ def _limit(value: float | None, default: float) -> float | None:
 
 class QuantizeAccuracyError(AccuracyError):
     """Accuracy outside the thresholds; nothing was written, ``result`` holds the model and the report."""
+
+    def __init__(self, message: str, result: QuantizeResult, hint: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.result = result
+
+
+class QuantizeShareError(PrecisionNotAchievedError):
+    """INT8 cannot pass the gate within ``--min-precision-share`` (exit 8); nothing was written, ``result`` holds
+    the report (the per-layer sensitivity behind the refusal, the share the gate would need)."""
 
     def __init__(self, message: str, result: QuantizeResult, hint: str | None = None) -> None:
         super().__init__(message, hint)

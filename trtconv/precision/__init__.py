@@ -18,8 +18,11 @@ from trtconv.precision.int8 import (
     Int8Report,
     Int8Result,
     Int8Settings,
+    Int8ShareError,
     cache_files,
     quantize_int8,
+    samples_needed,
+    too_few_samples,
 )
 from trtconv.precision.phases import (
     LONG_PHASES,
@@ -40,8 +43,11 @@ __all__ = [
     "Int8Report",
     "Int8Result",
     "Int8Settings",
+    "Int8ShareError",
     "cache_files",
     "convert_fp16",
     "quantize_int8",
+    "samples_needed",
+    "too_few_samples",
     "rule_summaries",
 ]

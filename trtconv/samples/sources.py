@@ -35,10 +35,11 @@ from trtconv.samples.sample_checks import InputSpec, Sample, check_sample, model
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ArraySamples", "ImagePreprocess", "InputSpec", "SampleSet", "SampleSource", "check_sample", "count_samples",
-           "dataset_hash", "iter_samples", "iter_samples_with_origin", "load_image", "model_inputs", "sample_count"]
+__all__ = ["GROUP_KEY", "ArraySamples", "ImagePreprocess", "InputSpec", "SampleSet", "SampleSource", "check_sample",
+           "count_samples", "dataset_hash", "sample_groups", "iter_samples", "iter_samples_with_origin", "load_image", "model_inputs", "sample_count"]
 
 ARRAY_SUFFIXES = (".npy", ".npz")
+GROUP_KEY = "trtconv_group"  # an .npz key naming the source a sample comes from (kept together by a split)
 RANDOM_WARNING = (
     "calibrating on RANDOM data: INT8 scales will not match real inputs and accuracy will suffer; "
     "use it only to smoke-test a pipeline"
@@ -246,34 +247,39 @@ def _random_iter(source: SampleSource, inputs: Mapping[str, InputSpec]) -> Itera
 
 
 def iter_samples(
-    source: SampleSource, inputs: Mapping[str, InputSpec], *, start: int = 0, stop: int | None = None
+    source: SampleSource, inputs: Mapping[str, InputSpec], *, start: int = 0, stop: int | None = None,
+    picks: tuple[int, ...] | None = None,
 ) -> Iterator[Sample]:
-    """Checked samples ``[start, stop)`` of ``source``, one at a time."""
-    for _, sample in iter_samples_with_origin(source, inputs, start=start, stop=stop):
+    """Checked samples ``[start, stop)`` of ``source`` (or the samples at ``picks``, in source order), one at a time."""
+    for _, sample in iter_samples_with_origin(source, inputs, start=start, stop=stop, picks=picks):
         yield sample
 
 
 def iter_samples_with_origin(
-    source: SampleSource, inputs: Mapping[str, InputSpec], *, start: int = 0, stop: int | None = None
+    source: SampleSource, inputs: Mapping[str, InputSpec], *, start: int = 0, stop: int | None = None,
+    picks: tuple[int, ...] | None = None,
 ) -> Iterator[tuple[str, Sample]]:
     """Like :func:`iter_samples`, with where each sample came from (file name, loader index),
     so a later failure on a sample can name it."""
+    if picks is not None and source.kind in ("npy", "images"):
+        refs = _refs(source)
+        yield from _iter_refs(source, inputs, [refs[i] for i in sorted(set(picks)) if i < len(refs)])
+        return
+    if picks is not None:
+        wanted = set(picks)
+        last = max(picks, default=-1)
+        for i, (origin, sample) in enumerate(iter_samples_with_origin(source, inputs)):
+            if i > last:
+                return
+            if i in wanted:
+                yield origin, sample
+        return
     if source.kind == "random":
         warnings.warn(RANDOM_WARNING, UserWarning, stacklevel=3)
         log.warning(RANDOM_WARNING)
     noted: set[tuple[str, ...]] = set()
     if source.kind in ("npy", "images"):
-        for ref in _refs(source)[start:stop]:
-            f, origin = ref[0], _origin(ref)
-            if source.kind == "npy":
-                raw = read_npy_sample(f, inputs, ref[1])
-            else:
-                if len(inputs) != 1:
-                    raise DataError(f"{f}: image samples need a single-input model; this one has {len(inputs)}",
-                                    hint="give .npz samples with one key per input")
-                name, spec = next(iter(inputs.items()))
-                raw = {name: load_image(f, source.preprocess or ImagePreprocess(), spec)}
-            yield origin, check_sample(raw, inputs, origin, noted=noted)
+        yield from _iter_refs(source, inputs, _refs(source)[start:stop])
         return
     it = _loader_iter(source, inputs) if source.kind == "loader" else _random_iter(source, inputs)
     n = 0
@@ -289,7 +295,62 @@ def iter_samples_with_origin(
         raise DataError(f"{source.path}: loader yielded no samples", hint="samples() must yield at least one dict")
 
 
-def dataset_hash(source: SampleSource, *, start: int = 0, stop: int | None = None) -> str:
+def _iter_refs(source: SampleSource, inputs: Mapping[str, InputSpec], refs: list[SampleRef]
+               ) -> Iterator[tuple[str, Sample]]:
+    noted: set[tuple[str, ...]] = set()
+    for ref in refs:
+        f, origin = ref[0], _origin(ref)
+        if source.kind == "npy":
+            raw = read_npy_sample(f, inputs, ref[1])
+            raw.pop(GROUP_KEY, None)
+        else:
+            if len(inputs) != 1:
+                raise DataError(f"{f}: image samples need a single-input model; this one has {len(inputs)}",
+                                hint="give .npz samples with one key per input")
+            name, spec = next(iter(inputs.items()))
+            raw = {name: load_image(f, source.preprocess or ImagePreprocess(), spec)}
+        yield origin, check_sample(raw, inputs, origin, noted=noted)
+
+
+def sample_groups(source: SampleSource) -> list[str]:
+    """Which source each sample comes from, in sample order: samples of one group stay in one part of a split.
+
+    Files in more than one folder: the folder (relative to the data set) is the group; all in one folder: each
+    file is its own group. An ``.npz`` key ``trtconv_group`` (``NNN/trtconv_group`` in a many-sample .npz; any
+    scalar) names the group instead. A loader's or random samples: each its own.
+    """
+    if source.kind not in ("npy", "images"):
+        return [f"#{i}" for i in range(count_samples(source))]
+    refs = _refs(source)
+    assert source.path is not None
+    base = source.path if source.path.is_dir() else source.path.parent
+    folders = {f.parent for f, _ in refs}
+    out = []
+    for f, group in refs:
+        label = str(f.parent.relative_to(base)) if len(folders) > 1 else _origin((f, group))
+        if group is not None:
+            label = _origin((f, group))
+        if source.kind == "npy" and f.suffix.lower() == ".npz":
+            key = _npz_group_key(f, group)
+            label = f"key {key}" if key is not None else label
+        out.append(label)
+    return out
+
+
+def _npz_group_key(path: Path, group: str | None) -> str | None:
+    name = GROUP_KEY if group is None else f"{group}/{GROUP_KEY}"
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if name not in z.files:
+                return None
+            value = np.asarray(z[name])
+    except Exception:
+        return None  # reading the sample itself reports a broken file, naming it
+    return str(value.reshape(-1)[0].item()) if value.size else ""
+
+
+def dataset_hash(source: SampleSource, *, start: int = 0, stop: int | None = None,
+                 picks: tuple[int, ...] | None = None) -> str:
     """A stable hash of the data the source yields, without decoding it (for calibration cache keys).
 
     Files: names relative to the folder plus their bytes; images: plus the preprocessing;
@@ -297,14 +358,15 @@ def dataset_hash(source: SampleSource, *, start: int = 0, stop: int | None = Non
     when its data changes); random: seed, count and shapes.
     """
     h = hashlib.sha256()
-    h.update(json.dumps({"kind": source.kind, "start": start, "stop": stop,
+    h.update(json.dumps({"kind": source.kind, "start": start, "stop": stop, **({"picks": list(picks)} if picks else {}),
                          "pp": source.preprocess.to_json() if source.preprocess else None},
                         sort_keys=True).encode())
     if source.kind in ("npy", "images"):
         assert source.path is not None
         base = source.path if source.path.is_dir() else source.path.parent
         digests: dict[Path, bytes] = {}
-        for f, group in _refs(source)[start:stop]:
+        refs = _refs(source)
+        for f, group in (refs[start:stop] if picks is None else [refs[i] for i in sorted(set(picks)) if i < len(refs)]):
             if f not in digests:
                 digests[f] = hashlib.sha256(f.read_bytes()).digest()
             h.update(f"{f.relative_to(base)}|{group or ''}".encode())
@@ -323,26 +385,47 @@ def dataset_hash(source: SampleSource, *, start: int = 0, stop: int | None = Non
 
 @dataclass(frozen=True)
 class SampleSet:
-    """A re-iterable slice of a source bound to a model's inputs: what calibration and accuracy consume."""
+    """A re-iterable slice of a source bound to a model's inputs: what calibration and accuracy consume.
+
+    ``picks``: the indices of the samples it holds (a random split's part); else ``[start, stop)``.
+    """
 
     source: SampleSource
     inputs: Mapping[str, InputSpec] = field(hash=False, compare=False)
     start: int = 0
     stop: int | None = None
+    picks: tuple[int, ...] | None = None
 
     def __iter__(self) -> Iterator[Sample]:
-        return iter_samples(self.source, self.inputs, start=self.start, stop=self.stop)
+        return iter_samples(self.source, self.inputs, start=self.start, stop=self.stop, picks=self.picks)
 
     def with_origin(self) -> Iterator[tuple[str, Sample]]:
-        return iter_samples_with_origin(self.source, self.inputs, start=self.start, stop=self.stop)
+        return iter_samples_with_origin(self.source, self.inputs, start=self.start, stop=self.stop, picks=self.picks)
 
     def __len__(self) -> int:
+        if self.picks is not None:
+            return len(self.picks)
         total = count_samples(self.source)
         stop = total if self.stop is None else min(self.stop, total)
         return max(0, stop - self.start)
 
     def digest(self) -> str:
-        return dataset_hash(self.source, start=self.start, stop=self.stop)
+        return dataset_hash(self.source, start=self.start, stop=self.stop, picks=self.picks)
+
+    def indices(self) -> list[int]:
+        """The source positions of the samples it holds."""
+        if self.picks is not None:
+            return list(self.picks)
+        return list(range(self.start, self.start + len(self)))
+
+    def groups(self) -> list[str]:
+        """The group (source) of each sample it holds (:func:`sample_groups`)."""
+        every = sample_groups(self.source)
+        return [every[i] for i in self.indices()]
+
+    def subset(self, picks: list[int] | tuple[int, ...]) -> SampleSet:
+        """The samples at these source positions (sorted: samples stream in source order)."""
+        return replace(self, start=0, stop=None, picks=tuple(sorted(picks)))
 
     def split(self, holdout: int | float) -> tuple[SampleSet, SampleSet]:
         """(calibration, held-out): the last ``holdout`` samples (a count, or a fraction < 1) are held out."""
@@ -350,8 +433,8 @@ class SampleSet:
         k = int(math.ceil(n * holdout)) if isinstance(holdout, float) and holdout < 1 else int(holdout)
         if k <= 0 or k >= n:
             raise UsageError(f"cannot hold out {k} of {n} samples", hint="need at least one sample on each side")
-        cut = self.start + n - k
-        return replace(self, stop=cut), replace(self, start=cut, stop=self.start + n)
+        idx = self.indices()
+        return self.subset(idx[: n - k]), self.subset(idx[n - k:])
 
 
 @dataclass(frozen=True)

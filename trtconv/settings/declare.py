@@ -68,8 +68,11 @@ _SAMPLES = (
        "then says 'not checked').", PRECISION, range=(1, None), metavar="N"),
     _s("max_samples", "int", "Use at most this many samples (0: all).", PRECISION, default=0, range=(0, None),
        aliases=("--calib-limit",)),
-    _s("held_out", "str", "int8: keep the last N samples (or this fraction) out of calibration for the accuracy gate "
-       "[default: 0.2 when there are >= 5 samples].", PRECISION, metavar="N|FRACTION"),
+    _s("held_out", "str", "int8: judge the result on N samples (or this fraction), drawn at random a source (folder, "
+       "npz trtconv_group) at a time and never used to calibrate or choose [default: 40%, at least the 45 a pass "
+       "needs, at most half].", PRECISION, metavar="N|FRACTION"),
+    _s("split_seed", "int", "int8: the seed of the random draw of samples into calibration, selection and judging "
+       "parts.", PRECISION, default=0, range=(0, None)),
 )
 _EXCLUDE = (
     _s("exclude", "str", "Keep nodes whose name matches this glob out of the precision change (int8: also op types; "
@@ -91,7 +94,7 @@ _FP16 = (
 _INT8 = (
     _s("calib_method", "choice", "int8: how activation ranges are chosen from the calibration data (auto, the "
        "default: try entropy, percentile 99.9/99.99/99.999, minmax and mse, keep the one most accurate on the "
-       "held-out data; without held-out data, entropy).", PRECISION,
+       "selection samples, never the judging ones).", PRECISION,
        default="auto", choices=("entropy", "percentile", "minmax", "mse", "auto")),
     _s("percentile", "float", "int8: the percentile for --calib-method percentile.", PRECISION, default=99.99,
        range=(50.0, 100.0)),
@@ -103,17 +106,20 @@ _INT8 = (
     _s("auto_exclude", "bool", "int8: when the gate fails, keep the fewest layers out of INT8 until it passes (named "
        "in the report), at least --min-precision-share of them staying INT8 (else exit 8); --no-auto-exclude: "
        "fail at once (exit 7).", PRECISION, default=True, secondary="--no-auto-exclude"),
-    _s("sensitivity", "bool", "int8: report the error each quantized layer adds on the held-out data (always done "
+    _s("sensitivity", "bool", "int8: report the error each quantized layer adds on the selection samples (always done "
        "when the gate fails).", PRECISION, default=False),
     _s("auto_per_tensor", "bool", "int8 --calib-method auto: also try a per-tensor mix of the methods (each tensor "
-       "the one under which the layers reading it add the least error), kept if more accurate on the held-out data.",
+       "the one under which the layers reading it add the least error), kept if more accurate on the selection samples.",
        PRECISION, default=False),
     _s("no_bias_correction", "bool", "int8 --calib-method auto: do not try folding each layer's mean INT8 output "
-       "shift into its bias (tried by default, kept only if more accurate on the held-out data).", PRECISION,
+       "shift into its bias (tried by default, kept only if more accurate on the selection samples).", PRECISION,
        default=False),
+    _s("int8_unverified", "bool", "int8: build even when the judged samples are too few to support the claim a pass "
+       "makes (otherwise exit 11, nothing written); the manifest, --json and the report say 'unverified'.",
+       PRECISION, default=False),
     _s("no_smoothing", "bool", "int8 --calib-method auto: do not try SmoothQuant-style migration of LayerNorm "
        "outlier channels into the MatMul/Gemm weights that read them (tried by default, kept only if more "
-       "accurate on the held-out data).", PRECISION, default=False),
+       "accurate on the selection samples).", PRECISION, default=False),
 )
 _GATE = PRECISION + ("verify",)
 _GATE_SETTINGS = (

@@ -10,9 +10,10 @@ module each: ``parameters`` (what is asked) -> ``prepare`` (opset upgrade, Batch
 
 from trtconv.precision.int8.accuracy import accuracy_report
 from trtconv.precision.int8.calib_cache import cache_files
+from trtconv.precision.int8.claim import CLAIM_CONFIDENCE, CLAIM_SHARE, samples_needed
 from trtconv.precision.int8.compose import (
-    WEAK_BELOW,
     Int8AccuracyError,
+    Int8EvidenceError,
     Int8Report,
     Int8Result,
     Int8ShareError,
@@ -20,12 +21,15 @@ from trtconv.precision.int8.compose import (
 )
 from trtconv.precision.int8.parameters import DEFAULT_TRT_VERSION, REMAINDER_FP16, Int8Settings
 from trtconv.precision.int8.prepare import upgrade_opset
+from trtconv.precision.int8.report import too_few_samples
 
 __all__ = [
+    "CLAIM_CONFIDENCE",
+    "CLAIM_SHARE",
     "DEFAULT_TRT_VERSION",
     "REMAINDER_FP16",
-    "WEAK_BELOW",
     "Int8AccuracyError",
+    "Int8EvidenceError",
     "Int8Report",
     "Int8Result",
     "Int8Settings",
@@ -33,5 +37,7 @@ __all__ = [
     "accuracy_report",
     "cache_files",
     "quantize_int8",
+    "samples_needed",
+    "too_few_samples",
     "upgrade_opset",
 ]

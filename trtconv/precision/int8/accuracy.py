@@ -11,7 +11,7 @@ sessions alive together would hold their weights together.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -73,6 +73,8 @@ class Accuracy:
     stats: tuple[OutputStats, ...]
     samples: int
     worst: tuple[WorstSample, ...] = ()
+    cosines: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # output -> each sample's cosine
+    origins: tuple[str, ...] = ()  # where each sample came from
 
 
 def sample_cosine(ref: np.ndarray, got: np.ndarray) -> float:
@@ -135,7 +137,13 @@ def accuracy_details(
         for acc in accs[1:]:
             st = worse_stats(st, acc[o].stats())
         result.append(st)
-    return Accuracy(tuple(result), n, _worst(per_sample, [st.name for st in result]))
+    names = [st.name for st in result]
+    origins = [""] * n
+    for (_, i), (origin, _) in per_sample.items():
+        if i < n:
+            origins[i] = origin
+    cosines = {o: tuple(per_sample.get((o, i), ("", 1.0))[1] for i in range(n)) for o in names}
+    return Accuracy(tuple(result), n, _worst(per_sample, names), cosines, tuple(origins))
 
 
 def _worst(per_sample: Mapping[tuple[str, int], tuple[str, float]], outputs: Sequence[str]) -> tuple[WorstSample, ...]:

@@ -1,10 +1,9 @@
 """Calibration chosen by the data (``method="auto"``): every candidate method's scales come from
 one calibration pass (the same histograms), each candidate model is measured against FP32 on
-the held-out samples, and the one that agrees best is kept.
+the selection samples (never the judging ones), and the one that agrees best is kept.
 
 The score is the gate's own measure: first whether the candidate passes the thresholds, then
-its worst output cosine. Ties keep the earlier candidate (TensorRT's entropy first). The
-held-out samples both choose and judge, so a weak verdict (few samples) matters more here.
+its worst output cosine. Ties keep the earlier candidate (TensorRT's entropy first).
 """
 
 from __future__ import annotations
@@ -16,15 +15,15 @@ import numpy as np
 import onnx
 
 from trtconv.precision.int8.candidate import CandidateBuilder, finalize_placements
+from trtconv.precision.int8.gate import agrees
 from trtconv.precision.int8.parameters import Int8Settings, ProgressFn
 from trtconv.precision.int8.prepare import Pair, PreparedModels
 from trtconv.precision.int8.qdq import Placement
-from trtconv.reference import violations
 
 
 @dataclass(frozen=True)
 class CalibrationOption:
-    """One candidate calibration and how its model did on the held-out samples."""
+    """One candidate calibration and how its model did on the selection samples."""
 
     label: str  # "entropy", "percentile-99.99", "minmax", "mse"
     worst_cosine: float  # the lowest cosine over the outputs
@@ -56,7 +55,7 @@ def choose_calibration(
         placed, _ = finalize_placements(placements, scales, absent)
         acc = builder(prepared.get(), scales).build(placed).accuracy(reference, samples, settings.top1, None, memo)
         worst = min((st.cosine for st in acc.stats), default=1.0)
-        options.append(CalibrationOption(label, worst, not violations(list(acc.stats), settings.thresholds)))
+        options.append(CalibrationOption(label, worst, agrees(acc, settings.thresholds)))
         if progress:
             progress("choose-calibration", k + 1, len(candidates))
     return best_option(options)

@@ -16,20 +16,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 
-from trtconv.errors import AccuracyError, PrecisionNotAchievedError
 from trtconv.onnxutil import GraphView, iter_graphs
-from trtconv.precision.bn_fold import FoldedBatchNorm
-from trtconv.precision.fp16 import Fp16Report
-from trtconv.precision.int8.accuracy import WorstSample, accuracy_report
+from trtconv.precision.int8.accuracy import accuracy_report
 from trtconv.precision.int8.bias import BiasCorrection, apply_bias_shifts, bias_shifts
-from trtconv.precision.int8.calib_cache import CacheInfo, add_to_sidecar, cache_meta
+from trtconv.precision.int8.calib_cache import add_to_sidecar, cache_meta
 from trtconv.precision.int8.calibration import (
     Calibration,
     CalibrationSession,
@@ -47,12 +44,13 @@ from trtconv.precision.int8.candidate import (
     smoothed,
 )
 from trtconv.precision.int8.choice import CalibrationOption, best_option, choose_calibration
+from trtconv.precision.int8.claim import samples_needed
 from trtconv.precision.int8.gate import (
-    AUTO_EXCLUDED,
     COMPUTE_OPS,
     GateInputs,
     GateOutcome,
     ShareLimit,
+    agrees,
     run_gate,
 )
 from trtconv.precision.int8.parameters import (
@@ -67,7 +65,17 @@ from trtconv.precision.int8.parameters import (
 from trtconv.precision.int8.per_tensor import PER_TENSOR, PerTensorChoice, choice_samples, per_tensor_choice
 from trtconv.precision.int8.prepare import Pair, PreparedModels, _prepare, upgrade_opset
 from trtconv.precision.int8.qdq import Placement, Plan, Skip, plan_qdq
-from trtconv.precision.int8.sensitivity import LayerError
+from trtconv.precision.int8.report import (
+    Int8AccuracyError,
+    Int8EvidenceError,
+    Int8Report,
+    Int8Result,
+    Int8ShareError,
+    gate_failed,
+    gate_verdict,
+    share_unreachable,
+    too_few_samples,
+)
 from trtconv.precision.int8.smooth import (
     ALPHAS,
     Smoothing,
@@ -75,139 +83,14 @@ from trtconv.precision.int8.smooth import (
     smoothed_scales,
     smoothing_factors,
 )
-from trtconv.reference import OutputStats, Thresholds, violations
+from trtconv.samples import sample_count
 
 __all__ = [
     "DEFAULT_TRT_VERSION", "FP16_QDQ_OPSET", "MIN_QDQ_OPSET", "REMAINDER_FP16", "CalibrationSession",
-    "WEAK_BELOW", "Int8AccuracyError", "Int8ShareError", "Int8Report", "gate_verdict", "Int8Result", "Int8Settings", "ProgressFn", "Remainder", "_prepare",
+    "Int8AccuracyError", "Int8EvidenceError", "Int8ShareError", "Int8Report", "gate_verdict",
+    "Int8Result", "Int8Settings", "ProgressFn", "Remainder", "_prepare",
     "accuracy_report", "calibration_session", "collect_scales", "proto_sha256", "quantize_int8", "upgrade_opset",
 ]
-
-WORST_NAMED = 3  # layers a failing gate names
-# Below this many held-out samples a pass is "weak": with 2 samples a 0.99 cosine says little about
-# the next image (a YOLOv8 detector passed on its own few held-out samples and reached 0.908 on one
-# it never saw). 8 held out is 40 samples at the default 20 % hold-out.
-WEAK_BELOW = 8
-
-
-def gate_verdict(passed: bool | None, samples: int) -> str:
-    """"passed on n=8 samples", "passed on n=2 samples: weak", "failed on n=5 samples", "not checked"."""
-    if passed is None:
-        return "not checked"
-    if not passed:
-        return f"failed on n={samples} samples"
-    return f"passed on n={samples} samples" + (": weak" if samples < WEAK_BELOW else "")
-
-
-@dataclass(frozen=True)
-class Int8Report:
-    method: str
-    placed: tuple[Placement, ...]
-    skipped: tuple[Skip, ...]
-    scales: dict[str, float]
-    cache: CacheInfo
-    calibration_runs: int  # ORT runs spent calibrating: 0 when the cache was used
-    calibration_seconds: float
-    opset_upgrade: tuple[int, int] | None
-    accuracy: tuple[OutputStats, ...] = ()
-    accuracy_samples: int = 0
-    violations: tuple[str, ...] = ()
-    clip_guarded: tuple[str, ...] = ()  # entropy thresholds the clip guard raised (this run only)
-    checked_on: str | None = None  # "held-out" | "calibration" samples, None: accuracy not checked
-    thresholds: Thresholds = field(default_factory=Thresholds)
-    remainder: str = "fp32"
-    fp16: Fp16Report | None = None  # the FP16 remainder's conversion (what stayed FP32 and why)
-    folded_batchnorms: tuple[FoldedBatchNorm, ...] = ()
-    sensitivity: tuple[LayerError, ...] = ()  # worst first
-    auto_excluded: tuple[str, ...] = ()  # layers --auto-exclude kept out of INT8
-    gate_checks: int = 0  # candidate models the auto-exclude search ran
-    worst_samples: tuple[WorstSample, ...] = ()  # each output's worst held-out sample
-    gate_evaluations: int = 0  # full-model ONNX Runtime passes over the held-out samples
-    chosen_method: str = ""  # method "auto": the candidate kept ("cache": the cached choice)
-    calibration_choice: tuple[CalibrationOption, ...] = ()  # method "auto": every candidate and its score
-    per_tensor: PerTensorChoice | None = None  # method "auto": the per-tensor mix (tensor -> candidate it took)
-    bias_correction: BiasCorrection | None = None  # method "auto": the bias correction measured, and if kept
-    smoothing: Smoothing | None = None  # method "auto": the SmoothQuant migration measured, and if kept
-    sensitivity_sessions: int = 0  # of them, the per-layer error's (1; 4 with weights on disk)
-
-    @property
-    def passed(self) -> bool | None:
-        """True only when held-out accuracy meets the thresholds; None when that was not checked."""
-        if self.violations:
-            return False
-        return True if self.checked_on == "held-out" else None
-
-    @property
-    def weak(self) -> bool:
-        """A pass judged on fewer than ``WEAK_BELOW`` held-out samples: it may not hold on new data."""
-        return bool(self.passed) and self.accuracy_samples < WEAK_BELOW
-
-    @property
-    def verdict(self) -> str:
-        """The gate's verdict in words, with the number of held-out samples it rests on."""
-        return gate_verdict(self.passed, self.accuracy_samples)
-
-    def to_json(self) -> dict[str, Any]:
-        excluded = {(s.graph, s.node) for s in self.skipped if s.reason.startswith(AUTO_EXCLUDED)}
-        return {
-            "method": self.method,
-            "placed": [p.to_json() for p in self.placed],
-            "skipped": [s.to_json() for s in self.skipped],
-            "scales": dict(sorted(self.scales.items())),
-            "cache": self.cache.to_json(),
-            "calibration_runs": self.calibration_runs,
-            "calibration_seconds": round(self.calibration_seconds, 3),
-            "opset_upgrade": list(self.opset_upgrade) if self.opset_upgrade else None,
-            "accuracy": [s.to_json() for s in self.accuracy],
-            "accuracy_samples": self.accuracy_samples,
-            "violations": list(self.violations),
-            "clip_guarded": list(self.clip_guarded),
-            "checked": self.checked_on == "held-out",
-            "accuracy_check": self.checked_on or "not checked",
-            "thresholds": self.thresholds.to_json(),
-            "remainder": self.remainder,
-            "fp16_remainder": None if self.fp16 is None else {
-                k: v for k, v in self.fp16.to_json().items() if k not in ("accuracy", "violations", "passed", "samples")},
-            "folded_batchnorms": [f.__dict__ for f in self.folded_batchnorms],
-            "sensitivity": [{**e.to_json(), "excluded": e.key in excluded} for e in self.sensitivity],
-            "auto_excluded": list(self.auto_excluded),
-            "gate_checks": self.gate_checks,
-            "gate_evaluations": self.gate_evaluations,
-            "chosen_method": self.chosen_method or self.method,
-            "calibration_choice": [o.to_json() for o in self.calibration_choice],
-            "bias_correction": None if self.bias_correction is None else self.bias_correction.to_json(),
-            "smoothing": None if self.smoothing is None else self.smoothing.to_json(),
-            "per_tensor_methods": None if self.per_tensor is None else dict(sorted(self.per_tensor.methods.items())),
-            "sensitivity_sessions": self.sensitivity_sessions,
-            "passed": self.passed,
-            "held_out_samples": self.accuracy_samples if self.checked_on == "held-out" else 0,
-            "worst_samples": [w.to_json() for w in self.worst_samples],
-            "weak": self.weak,
-            "verdict": self.verdict,
-        }
-
-
-@dataclass(frozen=True)
-class Int8Result:
-    model: onnx.ModelProto
-    report: Int8Report
-
-
-class Int8ShareError(PrecisionNotAchievedError):
-    """Auto-exclude stopped: the gate needs more layers out of INT8 than ``min_share`` allows (exit 8)."""
-
-    def __init__(self, message: str, result: Int8Result, hint: str | None = None) -> None:
-        super().__init__(message, hint)
-        self.result = result
-
-
-class Int8AccuracyError(AccuracyError):
-    """Accuracy below the thresholds; ``result`` still holds the model and the full report."""
-
-    def __init__(self, message: str, result: Int8Result, hint: str | None = None) -> None:
-        super().__init__(message, hint)
-        self.result = result
-
 
 # ----------------------------------------------------------------------------- the stages
 
@@ -251,7 +134,7 @@ def _choose(cal: Calibration, where: _Placement, prepared: PreparedModels, refer
             samples: Iterable[Mapping[str, np.ndarray]] | None, settings: Int8Settings, has_twin: bool,
             progress: ProgressFn | None, calib_samples: Iterable[Mapping[str, np.ndarray]] = (),
             memo: list[dict[str, np.ndarray]] | None = None) -> tuple[Calibration, str, tuple[CalibrationOption, ...], PerTensorChoice | None]:
-    """``method="auto"``: the candidate calibration whose model agrees best on the held-out samples
+    """``method="auto"``: the candidate calibration whose model agrees best on the selection samples
     (without them, or on a cache hit, the scales at hand: entropy, or the cached choice)."""
     if not cal.candidates:
         return cal, ("cache" if cal.cache.hit else settings.method), (), None
@@ -279,7 +162,7 @@ def _try_bias_correction(cal: Calibration, where: _Placement, prepared: Prepared
                          settings: Int8Settings, has_twin: bool, options: Sequence[CalibrationOption],
                          memo: list[dict[str, np.ndarray]], smooth: Smoothing | None) -> BiasCorrection | None:
     """``method="auto"``: the chosen scales' bias correction, measured on the calibration samples and kept when
-    the whole model then agrees better with FP32 on the held-out samples (passing first, then worst cosine)."""
+    the whole model then agrees better with FP32 on the selection samples (passing first, then worst cosine)."""
     chosen = next((o for o in options if o.chosen), None)
     if chosen is None:
         return None
@@ -299,7 +182,7 @@ def _try_bias_correction(cal: Calibration, where: _Placement, prepared: Prepared
     builder = _builder(cal, settings, has_twin, check_loads=False, bias=trial, smooth=smooth)(prepared.get())
     acc = builder.build(placed).accuracy(reference, samples, settings.top1, None, memo)
     worst = min((st.cosine for st in acc.stats), default=1.0)
-    passes = not violations(list(acc.stats), settings.thresholds)
+    passes = agrees(acc, settings.thresholds)
     corrected = apply_bias_shifts(prepared.get()[0], shifts, {(p.graph, p.node) for p in placed}, dry_run=True)
     return BiasCorrection(shifts, chosen.worst_cosine, worst, (passes, worst) > (chosen.passes, chosen.worst_cosine),
                           corrected)
@@ -337,7 +220,7 @@ def _smoothing(cal: Calibration, where: _Placement, prepared: PreparedModels, re
                settings: Int8Settings, has_twin: bool, options: Sequence[CalibrationOption],
                memo: list[dict[str, np.ndarray]], progress: ProgressFn | None) -> Smoothing | None:
     """``method="auto"``'s SmoothQuant migration (smooth): each alpha measured and judged on a calibration
-    run, the best kept when the whole model then agrees better with FP32 on the held-out samples (passing first,
+    run, the best kept when the whole model then agrees better with FP32 on the selection samples (passing first,
     then worst cosine), and kept in the cache's sidecar; a cache hit replays the kept one."""
     if settings.method != "auto" or not settings.auto_smoothing:
         return None
@@ -367,7 +250,7 @@ def _smoothing(cal: Calibration, where: _Placement, prepared: PreparedModels, re
         placed, _ = finalize_placements(where.plan.placements, scales, where.absent)
         builder = _builder(cal, settings, has_twin, check_loads=False, smooth=trial)(prepared.get(), scales)
         acc = builder.build(placed).accuracy(reference, samples, settings.top1, None, memo)
-        tried.append((not violations(list(acc.stats), settings.thresholds),
+        tried.append((agrees(acc, settings.thresholds),
                       min((st.cosine for st in acc.stats), default=1.0), alpha))
     passes, worst, alpha = max(tried)
     smooth = Smoothing(alpha, per_alpha[alpha], rescaled[alpha], chosen.worst_cosine, worst,
@@ -396,57 +279,106 @@ def quantize_int8(
     *,
     model_path: Path | None = None,
     eval_samples: Iterable[Mapping[str, np.ndarray]] | None = None,
+    select_samples: Iterable[Mapping[str, np.ndarray]] | None = None,
     calibration_model: onnx.ModelProto | None = None,
     progress: ProgressFn | None = None,
     eval_held_out: bool = True,
 ) -> Int8Result:
     """Calibrate ``model`` on ``calib_samples`` and return it with explicit INT8 Q/DQ.
 
-    ``calibration_model``: an ONNX Runtime-runnable form of ``model`` with the same tensor
-    names (e.g. plugin nodes replaced by ``DeformConv``); activations are measured on it and
-    the scales carried over. ``eval_samples`` should be held out from calibration
-    (``eval_held_out=False`` says they are not: the report then never says "passed"); the
-    report's accuracy compares the INT8 model with ``model`` on them. Raises
-    :class:`Int8AccuracyError` (exit 7) if that misses ``settings.thresholds`` — after
-    ``settings.auto_exclude`` has tried keeping layers out of INT8 — and DataError (exit 11)
+    Three disjoint sample sets: ``calib_samples`` calibrate; ``select_samples`` choose (the calibration method,
+    smoothing, bias correction, the layers auto-exclude keeps out; without them, the calibration samples when
+    they can be read again); ``eval_samples`` judge the model chosen, once, and nothing else reads them. The
+    verdict is a claim (``claim``): too few judged samples to support it raise :class:`Int8EvidenceError`
+    (exit 11) before any work when their number is known, unless ``settings.unverified``.
+    ``calibration_model``: an ONNX Runtime-runnable form of ``model`` with the same tensor names (e.g. plugin
+    nodes replaced by ``DeformConv``); activations are measured on it and the scales carried over.
+    ``eval_held_out=False`` says the ``eval_samples`` are not held out (the report never says "passed").
+    Raises :class:`Int8AccuracyError` (exit 7) when the judged samples miss ``settings.thresholds``,
+    :class:`Int8ShareError` (exit 8) when auto-exclude cannot pass within ``min_share``, DataError (exit 11)
     for bad samples.
     """
+    judged = sample_count(eval_samples) if eval_samples is not None and eval_held_out else None
+    if judged is not None and judged < samples_needed() and not settings.unverified:
+        raise too_few_samples(judged, samples_needed())
+    clock = _Clock(progress)
     prepared = PreparedModels.of(model, calibration_model, settings)
     where = _place(prepared, settings)
-    cal = calibrate(prepared, where.needed, calib_samples, settings, model_path=model_path, progress=progress)
+    cal = calibrate(prepared, where.needed, calib_samples, settings, model_path=model_path, progress=clock)
+    clock.lap("calibrate")
+    selection = select_samples if select_samples is not None else (
+        calib_samples if iter(calib_samples) is not calib_samples else None)
     reference = calibration_model if calibration_model is not None else model
-    memo: list[dict[str, np.ndarray]] = []  # the reference's outputs on the held-out samples (method "auto")
-    cal, chosen, options, mix = _choose(cal, where, prepared, reference, eval_samples, settings,
-                                        calibration_model is not None, progress, calib_samples, memo)
-    smooth = _smoothing(cal, where, prepared, reference, eval_samples, calib_samples, settings,
-                        calibration_model is not None, options, memo, progress)
+    memo: list[dict[str, np.ndarray]] = []  # the reference's outputs on the selection samples (method "auto")
+    twin = calibration_model is not None
+    cal, chosen, options, mix = _choose(cal, where, prepared, reference, selection, settings, twin, clock,
+                                        calib_samples, memo)
+    clock.lap("choose-calibration")
+    smooth = _smoothing(cal, where, prepared, reference, selection, calib_samples, settings, twin, options, memo,
+                        clock)
     if smooth is not None and smooth.kept:  # the smoothed tensors' ranges, measured again
         cal = replace(cal, scales={**cal.scales, **smooth.scales})
-    bias = _bias_correction(cal, where, prepared, reference, eval_samples, calib_samples, settings,
-                            calibration_model is not None, options, memo, progress, smooth)
+    clock.lap("smoothing")
+    bias = _bias_correction(cal, where, prepared, reference, selection, calib_samples, settings, twin, options, memo,
+                            clock, smooth)
+    clock.lap("bias-correction")
+    del memo
     placed, late_skips = finalize_placements(where.plan.placements, cal.scales, where.absent)
-    make = _builder(cal, settings, calibration_model is not None, check_loads=eval_samples is None, bias=bias,
-                    smooth=smooth)
+    make = _builder(cal, settings, twin, check_loads=eval_samples is None, bias=bias, smooth=smooth)
     candidate, runnable = _first_candidate(prepared, make, placed)
     share = ShareLimit(settings.min_share, where.compute_layers,
                        len({(p.graph, p.node) for p in placed if p.op_type in COMPUTE_OPS}))
-    if eval_samples is None:
-        outcome = GateOutcome(candidate, tuple(placed))
-    else:
-        outcome = run_gate(candidate, placed, GateInputs(reference, eval_samples, settings, cal.scales, runnable, make,
-                                                         share), prepared, progress)
+    outcome = run_gate(candidate, placed, GateInputs(reference, selection, eval_samples, settings, cal.scales,
+                                                     runnable, make, share), prepared, clock)
+    clock.lap("gate")
     check_valid(outcome.candidate.model, lambda: prepared.get()[0])
     checked_on = None if eval_samples is None or not outcome.samples else (
         "held-out" if eval_held_out else "calibration")
-    report = _report(settings, prepared, cal, outcome, (*where.plan.skips, *late_skips, *outcome.skips), checked_on)
-    report = replace(report, chosen_method=chosen, calibration_choice=options, per_tensor=mix,
-                     bias_correction=bias, smoothing=smooth)
+    claim = outcome.claim if eval_held_out else None
+    short = claim is not None and claim.too_few
+    report = replace(
+        _report(settings, prepared, cal, outcome, (*where.plan.skips, *late_skips, *outcome.skips), checked_on),
+        chosen_method=chosen, calibration_choice=options, per_tensor=mix, bias_correction=bias, smoothing=smooth,
+        claim=claim, unverified=settings.unverified and (short or checked_on != "held-out"),
+        int8_share=_share(outcome.placed, share), share_needed_below=outcome.share_needed_below,
+        parts=tuple((k, n) for k, n in (("calibration", cal.runs or sample_count(calib_samples)),
+                                        ("selection", sample_count(selection) if select_samples is not None else 0),
+                                        ("judging", outcome.samples if eval_held_out else 0)) if n is not None),
+        phases=tuple(clock.laps))
     result = Int8Result(outcome.candidate.model, report)
     if outcome.unreachable:
-        raise _share_unreachable(result, share)
+        raise share_unreachable(result, share)
     if report.violations:
-        raise _gate_failed(result, settings)
+        raise gate_failed(result, settings)
+    if short and not settings.unverified:
+        assert claim is not None
+        raise too_few_samples(claim.judged, claim.needed, result=result)
     return result
+
+
+def _share(placed: Sequence[Placement], share: ShareLimit) -> float:
+    """The share of the compute layers the final model keeps in INT8."""
+    layers = len({(p.graph, p.node) for p in placed if p.op_type in COMPUTE_OPS})
+    return layers / share.compute_layers if share.compute_layers else 0.0
+
+
+class _Clock:
+    """The progress callback, timing each phase (the report's ``phases``: where the time went)."""
+
+    def __init__(self, progress: ProgressFn | None) -> None:
+        self.progress = progress
+        self.laps: list[tuple[str, float]] = []
+        self.t0 = time.perf_counter()
+
+    def __call__(self, stage: str, done: int, total: int | None) -> None:
+        if self.progress:
+            self.progress(stage, done, total)
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        if now - self.t0 >= 0.0005:
+            self.laps.append((phase, now - self.t0))
+        self.t0 = now
 
 
 def _report(settings: Int8Settings, prepared: PreparedModels, cal: Calibration, outcome: GateOutcome,
@@ -463,28 +395,3 @@ def _report(settings: Int8Settings, prepared: PreparedModels, cal: Calibration, 
         sensitivity_sessions=outcome.sensitivity_sessions,
     )
 
-
-def _gate_failed(result: Int8Result, settings: Int8Settings) -> Int8AccuracyError:
-    bad, errors = result.report.violations, result.report.sensitivity
-    worst = ", ".join(f"{e.node} ({e.op_type}, error {e.nmse:.3g})" for e in errors[:WORST_NAMED])
-    tried_note = " even after --auto-exclude tried keeping layers out of INT8" if settings.auto_exclude else ""
-    return Int8AccuracyError(
-        f"INT8 accuracy below the thresholds{tried_note}: {bad[0]}"
-        + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else "")
-        + (f"; the layers adding the most error: {worst}" if worst else ""),
-        result,
-        hint=("drop --no-auto-exclude (--auto-exclude, the default, keeps the fewest layers out of INT8 until the "
-              "gate passes), " if not settings.auto_exclude else "")
-        + "--exclude the layers named, calibrate on more representative data, or try --calib-method percentile",
-    )
-
-
-def _share_unreachable(result: Int8Result, share: ShareLimit) -> Int8ShareError:
-    r = result.report
-    return Int8ShareError(
-        f"INT8 needs more than {max(share.budget, 0)} of {share.compute_layers} layers excluded to pass the gate; "
-        f"below the share ({share.min_share:.0%} in INT8); use fp16 or lower it (stopped after {r.gate_checks} "
-        f"candidate check(s), {r.gate_evaluations} full-model evaluations)",
-        result,
-        hint="--precision fp16, or a lower --min-precision-share; --sensitivity lists the layers to blame",
-    )

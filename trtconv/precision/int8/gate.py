@@ -1,5 +1,5 @@
-"""The INT8 gate: the candidate against FP32 on held-out samples, the layers to blame when it
-fails, and ``auto_exclude``'s search for the fewest layers to keep out of INT8.
+"""The INT8 gate: auto-exclude's search on the selection samples, then one judgement of the candidate it
+ends with on the judging samples (the claim), and the layers to blame when it fails.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import onnx
 
 from trtconv.precision.int8.accuracy import Accuracy, WorstSample
 from trtconv.precision.int8.candidate import Candidate, CandidateBuilder
+from trtconv.precision.int8.claim import Claim, judge_samples
 from trtconv.precision.int8.parameters import Int8Settings, ProgressFn
 from trtconv.precision.int8.prepare import Pair, PreparedModels
 from trtconv.precision.int8.qdq import Placement, Skip
@@ -22,7 +23,7 @@ from trtconv.precision.int8.sensitivity import (
     layer_errors,
     sensitivity_sessions,
 )
-from trtconv.reference import OutputStats, violations
+from trtconv.reference import OutputStats, Thresholds, violations
 
 Samples = Iterable[Mapping[str, np.ndarray]]
 Key = tuple[str, str]  # (graph, node)
@@ -72,14 +73,21 @@ class GateOutcome:
     evaluations: int = 0  # full-model ONNX Runtime passes over the held-out samples (reference, candidates, shadows)
     sensitivity_sessions: int = 0  # of them, the per-layer error's
     unreachable: bool = False  # auto-exclude stopped: passing needs more layers out than the share allows
+    claim: Claim | None = None  # what the judged samples support
+    share_needed_below: float | None = None  # unreachable: the INT8 share passing would need is below this
 
 
 @dataclass(frozen=True)
 class GateInputs:
-    """What the gate reads besides the candidate: plain data, and how to build another candidate."""
+    """What the gate reads besides the candidate: plain data, and how to build another candidate.
+
+    ``selection`` chooses (auto-exclude's search, the per-layer sensitivity); ``judging`` only judges the
+    candidate that choosing ended with: nothing that chooses reads it.
+    """
 
     reference: onnx.ModelProto  # the FP32 model the outputs are compared with
-    samples: Samples
+    selection: Samples | None
+    judging: Samples | None
     settings: Int8Settings
     scales: Mapping[str, float]
     runnable: Sequence[Placement]  # placements the calibration form has (sensitivity runs on it)
@@ -87,32 +95,63 @@ class GateInputs:
     share: ShareLimit
 
 
+def agrees(acc: Accuracy, thresholds: Thresholds) -> bool:
+    """The pooled limits hold and every sample meets its cosine limit (what choosing asks of a candidate)."""
+    if violations(list(acc.stats), thresholds):
+        return False
+    claim = judge_samples(acc.cosines, acc.origins, thresholds)
+    return claim.meeting == claim.judged
+
+
 def run_gate(candidate: Candidate, placed: Sequence[Placement], gate: GateInputs, prepared: PreparedModels,
              progress: ProgressFn | None) -> GateOutcome:
-    """Measure ``candidate``; when it fails (or sensitivity is asked), rank the layers; when it fails and
-    ``auto_exclude`` is on, search for the fewest layers to keep out of INT8."""
+    """Choose on the selection samples (when the candidate misses there and ``auto_exclude`` is on, the fewest
+    layers to keep out of INT8), then judge the candidate chosen on the judging samples, once."""
     settings = gate.settings
-    memo: list[dict[str, np.ndarray]] = []  # the reference's outputs, kept for every candidate
-    acc = candidate.accuracy(gate.reference, gate.samples, settings.top1, progress, memo)
     per_candidate = 1 + len(candidate.twins)  # sessions one candidate's accuracy runs
-    candidate = replace(candidate, twins=())  # measured: what follows needs the model, not its twins
+    outcome = GateOutcome(candidate, tuple(placed))
+    if gate.selection is not None and settings.auto_exclude:
+        memo: list[dict[str, np.ndarray]] = []  # the reference's outputs on the selection samples
+        acc = candidate.accuracy(gate.reference, gate.selection, settings.top1, progress, memo)
+        outcome = replace(outcome, evaluations=1 + per_candidate)
+        if not agrees(acc, settings.thresholds):
+            outcome = _sensitivity(outcome, gate, prepared, progress)
+            outcome = _auto_exclude(outcome, gate, prepared, memo, progress)
+            outcome = replace(outcome, evaluations=outcome.evaluations + per_candidate * outcome.checks)
+            if outcome.unreachable:
+                return outcome
+    if gate.judging is None:
+        return outcome
+    if progress:
+        progress("judge", 0, None)
+    acc = outcome.candidate.accuracy(gate.reference, gate.judging, settings.top1, progress, [])
+    claim = judge_samples(acc.cosines, acc.origins, settings.thresholds)
     bad = tuple(violations(list(acc.stats), settings.thresholds))
-    outcome = GateOutcome(candidate, tuple(placed), acc.stats, acc.samples, acc.worst, bad,
-                          evaluations=1 + per_candidate)
-    if not bad and not settings.sensitivity:
+    if claim.judged - claim.meeting and not claim.holds:
+        bad += (f"{claim.judged - claim.meeting} of {claim.judged} judged samples below the cosine limit "
+                f"(first: {claim.misses[0]}); {claim.statement()}",)
+    outcome = replace(outcome, candidate=replace(outcome.candidate, twins=()), accuracy=acc.stats,
+                      samples=acc.samples, worst=acc.worst, violations=bad, claim=claim,
+                      evaluations=outcome.evaluations + 1 + per_candidate)
+    if (bad or settings.sensitivity) and not outcome.sensitivity:
+        outcome = _sensitivity(outcome, gate, prepared, progress)
+    return outcome
+
+
+def _sensitivity(outcome: GateOutcome, gate: GateInputs, prepared: PreparedModels,
+                 progress: ProgressFn | None) -> GateOutcome:
+    """Each quantized layer's own error, on the selection samples (never the judging ones)."""
+    samples = gate.selection
+    if samples is None:
         return outcome
     if progress:
         progress("sensitivity", 0, None)
     cal_model = prepared.get()[1]
-    sessions = sensitivity_sessions(cal_model, gate.runnable, gate.samples)
-    errors = layer_errors(cal_model, gate.runnable, gate.scales, gate.samples)
+    sessions = sensitivity_sessions(cal_model, gate.runnable, samples)
+    errors = layer_errors(cal_model, gate.runnable, gate.scales, samples)
     del cal_model
-    outcome = replace(outcome, sensitivity=errors, sensitivity_sessions=sessions,
-                      evaluations=outcome.evaluations + sessions)
-    if bad and settings.auto_exclude:
-        outcome = _auto_exclude(outcome, gate, prepared, memo, progress)
-        outcome = replace(outcome, evaluations=outcome.evaluations + per_candidate * outcome.checks)
-    return outcome
+    return replace(outcome, sensitivity=errors, sensitivity_sessions=sessions,
+                   evaluations=outcome.evaluations + sessions)
 
 
 def _auto_exclude(outcome: GateOutcome, gate: GateInputs, prepared: PreparedModels,
@@ -122,13 +161,14 @@ def _auto_exclude(outcome: GateOutcome, gate: GateInputs, prepared: PreparedMode
     builder = gate.builder(prepared.get())
     placed = outcome.placed
     tried: dict[frozenset[Key], tuple[Candidate | None, Accuracy]] = {}
+    assert gate.selection is not None
 
     def passes(without: frozenset[Key]) -> bool:
         if without in tried:
             return tried[without][0] is not None
         cand = builder.build([p for p in placed if (p.graph, p.node) not in without])
-        acc = cand.accuracy(gate.reference, gate.samples, settings.top1, None, memo)
-        ok = not violations(list(acc.stats), settings.thresholds)
+        acc = cand.accuracy(gate.reference, gate.selection, settings.top1, None, memo)
+        ok = agrees(acc, settings.thresholds)
         tried[without] = (cand if ok else None, acc)  # only a passing one may be kept
         if progress:
             progress("auto-exclude", len(tried), None)
@@ -137,12 +177,16 @@ def _auto_exclude(outcome: GateOutcome, gate: GateInputs, prepared: PreparedMode
     limit = gate.share.prefix_limit(outcome.sensitivity)
     found = fewest_exclusions([e.key for e in outcome.sensitivity], passes, limit=limit)
     if found is None:
-        return replace(outcome, checks=len(tried),
-                       unreachable=limit is not None and limit < len(outcome.sensitivity))
-    kept, acc = tried[frozenset(found)]
+        unreachable = limit is not None and limit < len(outcome.sensitivity)
+        below = None
+        if unreachable and gate.share.compute_layers:  # passing needs more than the first limit+1 layers out
+            out = sum(e.op_type in COMPUTE_OPS for e in outcome.sensitivity[: (limit or 0) + 1])
+            below = (gate.share.int8_layers - out + 1) / gate.share.compute_layers
+        return replace(outcome, checks=len(tried), unreachable=unreachable, share_needed_below=below)
+    kept, _ = tried[frozenset(found)]
     assert kept is not None
     ops = {e.key: e.op_type for e in outcome.sensitivity}
     skips = tuple(Skip(g, node, ops.get((g, node), ""), AUTO_EXCLUDED + ": the gate passes without it")
                   for g, node in found)
     return replace(outcome, candidate=kept, placed=tuple(p for p in placed if (p.graph, p.node) not in set(found)),
-                   accuracy=acc.stats, samples=acc.samples, worst=acc.worst, violations=(), excluded=found, checks=len(tried), skips=skips)
+                   excluded=found, checks=len(tried), skips=skips)

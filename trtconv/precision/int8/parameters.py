@@ -61,3 +61,6 @@ class Int8Settings:
     # method "auto": SmoothQuant-style migration of LayerNorm outlier channels into the MatMul/Gemm weights that
     # read them (the smooth module), kept only when the whole model agrees better with FP32 on the held-out samples
     auto_smoothing: bool = True
+    # build even when the judged samples cannot support the claim a pass makes (claim.py): the report then says
+    # "unverified" instead of refusing (Int8EvidenceError, exit 11)
+    unverified: bool = False
