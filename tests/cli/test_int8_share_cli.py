@@ -29,14 +29,22 @@ def test_an_unreachable_share_stops_after_one_check_in_seconds(ocr_det, tmp_path
     args = ("quantize", ocr_det, "-o", tmp_path / "det.onnx", "--precision", "int8", "--int8-unverified", "--calib-data", tmp_path / "det",
             "--preprocess", "preset=ppocr-det", "--auto-exclude", "--min-cosine", "0.9999", "--calib-method", "entropy")
     t0 = time.perf_counter()
-    res = _invoke(*args, "--min-precision-share", "0.6")
+    res = _invoke(*args, "--min-precision-share", "0.6", "--json")
     seconds = time.perf_counter() - t0
     assert res.exit_code == ExitCode.PRECISION_NOT_ACHIEVED, res.output
+    doc = json.loads(res.stdout)  # the numbers behind the refusal (issue 32.3, 35.6)
+    assert doc["error"]["exit_code"] == 8 and doc["written"] is False
+    rows = doc["int8"]["sensitivity"]
+    assert len(rows) > 50 and all(r["nmse"] >= 0 and "cosine" in r for r in rows)
+    assert [r["nmse"] for r in rows] == sorted((r["nmse"] for r in rows), reverse=True)
+    assert doc["int8_share"] == 1.0 and 0 < doc["share_needed_below"] < 0.6
     errors = [ln for ln in res.stderr.splitlines() if "error:" in ln]
     assert len(errors) == 1, res.stderr
     line = errors[0]
     m = re.search(r"INT8 needs more than (\d+) of (\d+) layers excluded to pass the gate; below the share "
-                  r"\(60% in INT8\); use fp16 or lower it \(stopped after 1 candidate check\(s\), (\d+) full-model", line)
+                  r"\(60% in INT8; the gate needs less than \d+%\); use fp16 or lower it \(stopped after 1 candidate "
+                  r"check\(s\), (\d+) full-model", line)
+    assert f"the gate needs less than {doc['share_needed_below']:.0%}" in line
     assert m, line
     budget, layers, evaluations = map(int, m.groups())
     assert 0 < budget < layers * 0.4 + 1 and layers > 50

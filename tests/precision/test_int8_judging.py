@@ -1,0 +1,109 @@
+"""Nothing that chooses reads the judging samples (issue 32, Deliver 1), and the claim's arithmetic (Deliver 2).
+
+The planted case: two runs with the same calibration and selection samples and different judging samples —
+one of them planted far outside the others (×30 with spikes), where another calibration would win. Every
+choice (method, bias correction, smoothing, the layers kept out, the scales, the model) must be the same in
+both runs, and the judging samples are read exactly once per judged model. Choosing on the planted samples
+does change the scores, so the test would see a choice that read them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from trtconv.precision.int8 import Int8AccuracyError, Int8Settings, quantize_int8
+from trtconv.precision.int8.claim import Claim, _at_least, lower_bound, samples_needed
+from trtconv.samples.sources import ArraySamples
+
+
+def _convnet() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((16, 4, 3, 3)) * 0.3).astype(np.float32), "w1"),
+             numpy_helper.from_array(rng.standard_normal(16).astype(np.float32) * 0.1, "b1"),
+             numpy_helper.from_array((rng.standard_normal((16, 16, 3, 3)) * 0.1).astype(np.float32), "w2"),
+             numpy_helper.from_array(rng.standard_normal(16).astype(np.float32) * 0.1, "b2")]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["y"], name="conv2", pads=[1, 1, 1, 1])]
+    g = helper.make_graph(nodes, "net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 12, 12])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 12, 12])], initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _samples(seed: int, n: int, planted: bool = False) -> ArraySamples:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        x = rng.standard_normal((1, 4, 12, 12)).astype(np.float32)
+        if planted:
+            x = x * 30
+            x[0, :, 0, 0] = 400.0
+        out.append({"x": x})
+    return ArraySamples(tuple(out))
+
+
+class _Spy:
+    """Samples that count how often they are read (a pass that yields a sample; ``iter()`` alone is not one)."""
+
+    def __init__(self, samples: ArraySamples) -> None:
+        self.samples, self.reads = samples, 0
+
+    def _counted(self, it):
+        for k, item in enumerate(it):
+            self.reads += k == 0
+            yield item
+
+    def __iter__(self):
+        return self._counted(iter(self.samples))
+
+    def with_origin(self):
+        return self._counted(self.samples.with_origin())
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+
+def _choices(report) -> dict:
+    doc = report.to_json()
+    keys = ("chosen_method", "calibration_choice", "bias_correction", "smoothing", "auto_excluded", "scales",
+            "placed", "per_tensor_methods")
+    return {k: doc[k] for k in keys}
+
+
+def test_selection_never_reads_the_judging_samples_a_planted_case():
+    model = _convnet()
+    settings = Int8Settings(method="auto", auto_exclude=True, unverified=True)
+    calib, select = _samples(1, 8), _samples(2, 6)
+    runs = []
+    for judging in (_samples(3, 6), _samples(4, 6, planted=True)):
+        spy = _Spy(judging)
+        try:
+            res = quantize_int8(model, settings, calib, select_samples=select, eval_samples=spy)
+        except Int8AccuracyError as exc:  # the planted samples fail the judgement: the choices are still reported
+            res = exc.result
+        runs.append((res, spy.reads))
+    (plain, reads_plain), (planted, reads_planted) = runs
+    assert _choices(plain.report) == _choices(planted.report)  # every choice the same
+    assert plain.model.SerializeToString() == planted.model.SerializeToString()
+    judged_models = 1 + 1 + 1  # the FP32 reference, the candidate, its exact-rounding FP16 twin
+    assert reads_plain == reads_planted == judged_models
+    assert plain.report.passed is None and planted.report.passed is False  # judged: unverified, and failed
+    # the planted samples would change what is chosen, had choosing read them
+    chosen_on_planted = quantize_int8(model, settings, calib, select_samples=_samples(4, 6, planted=True),
+                                      eval_samples=_samples(3, 6))
+    scores = [o.worst_cosine for o in plain.report.calibration_choice]
+    assert scores != [o.worst_cosine for o in chosen_on_planted.report.calibration_choice]
+
+
+def test_the_claim_is_the_clopper_pearson_bound():
+    assert samples_needed(0.95, 0.90) == 45 == math.ceil(math.log(0.1) / math.log(0.95))
+    assert lower_bound(44, 44) < 0.95 <= lower_bound(45, 45)
+    for meeting, judged in ((45, 45), (79, 80), (190, 200), (5, 10)):
+        p = lower_bound(meeting, judged)
+        assert abs(_at_least(meeting, judged, p) - 0.10) < 1e-6  # P(>= meeting | p) is 10 % at the bound
+    assert lower_bound(199, 200) > 0.95 > lower_bound(43, 45)  # one miss in 200 still passes, two in 45 do not
+    assert Claim(45, 45).holds and Claim(44, 44).too_few and not Claim(45, 43).too_few
