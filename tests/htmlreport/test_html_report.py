@@ -72,6 +72,7 @@ def test_build_report_shows_every_section_and_the_engine_layers(browser, lines, 
                      "--calib-data", lines, "--shapes", "x:1x3x48x192", "--min-cosine", "0", "--report", page)
     assert code == 0, out
     manifest = json.loads(Path(str(engine) + ".json").read_text())
+    assert manifest["calibration"]["unverified"] is True  # --int8-unverified on a few samples: said so
     got = _open(browser, page, sections="[...document.querySelectorAll('section')].map(s => s.id).join(' ')",
                 layers=COUNT.format("#engine-layers tbody tr"), manifest=TEXT.format("#manifest"),
                 dots=COUNT.format("svg.cosine-plot circle"))

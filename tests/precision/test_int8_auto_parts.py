@@ -42,7 +42,7 @@ def cls_sets(ocr_cls, tmp_path_factory):
 def auto_run(cls_sets, tmp_path_factory):
     model, calib, held = cls_sets
     cache = tmp_path_factory.mktemp("cache") / "cls.cache"
-    settings = Int8Settings(unverified=True, method="auto", cache_path=cache, auto_per_tensor=True, auto_bias_correction=True)
+    settings = Int8Settings(unverified=True, early_stop=False, method="auto", cache_path=cache, auto_per_tensor=True, auto_bias_correction=True)
     return quantize_int8(model, settings, calib, eval_samples=held), cache
 
 
@@ -155,9 +155,9 @@ def test_the_flags_reach_the_int8_stage():
 
 def test_a_cache_hit_replays_the_kept_bias_correction(cls_sets, auto_run):
     """A cache hit reads the scales and must give the model the calibration run gave: a kept bias
-    correction travels in the cache's sidecar. On cls the correction is measured but not kept (cosine ~1
-    either way), so the sidecar first has none and the hit's model is the first model; then the measured
-    shifts are written into the sidecar as a kept correction, and the next hit must apply them."""
+    correction travels in the cache's sidecar: a hit's model is the first model; with the correction taken out
+    of the sidecar a hit gives the uncorrected model, and with the measured shifts written in as a kept
+    correction the next hit must apply them."""
     model, calib, held = cls_sets
     first, cache = auto_run
     bc = first.report.bias_correction
@@ -165,19 +165,23 @@ def test_a_cache_hit_replays_the_kept_bias_correction(cls_sets, auto_run):
     side_path = cache.with_name(cache.name + ".key.json")
     side = json.loads(side_path.read_text())
     assert ("bias_correction" in side) == bc.kept
-    settings = Int8Settings(unverified=True, method="auto", cache_path=cache, auto_per_tensor=True, auto_bias_correction=True)
+    settings = Int8Settings(unverified=True, early_stop=False, method="auto", cache_path=cache, auto_per_tensor=True, auto_bias_correction=True)
     again = quantize_int8(model, settings, calib, eval_samples=held)
     assert again.report.cache.hit
     assert again.model.SerializeToString() == first.model.SerializeToString()
 
+    plain_side = {k: v for k, v in side.items() if k != "bias_correction"}  # the same scales, no correction
+    side_path.write_text(json.dumps(plain_side))
+    plain = quantize_int8(model, settings, calib, eval_samples=held)
+    assert plain.report.cache.hit and not (plain.report.bias_correction and plain.report.bias_correction.kept)
     kept = type(bc)(bc.shifts, bc.worst_cosine_without, bc.worst_cosine_with, True, bc.corrected)
-    side_path.write_text(json.dumps({**side, "bias_correction": kept.stored()}))
+    side_path.write_text(json.dumps({**plain_side, "bias_correction": kept.stored()}))
     replayed = quantize_int8(model, settings, calib, eval_samples=held)
     assert replayed.report.cache.hit
     rb = replayed.report.bias_correction
     assert rb is not None and rb.kept and rb.corrected == bc.corrected
     assert all(np.array_equal(rb.shifts[k], bc.shifts[k]) for k in bc.shifts)
     biases = {t.name: onnx.numpy_helper.to_array(t) for t in replayed.model.graph.initializer}
-    before = {t.name: onnx.numpy_helper.to_array(t) for t in first.model.graph.initializer}
+    before = {t.name: onnx.numpy_helper.to_array(t) for t in plain.model.graph.initializer}
     changed = [n for n, v in biases.items() if n not in before or not np.array_equal(before[n], v)]
     assert changed, "the replayed correction changed no bias"

@@ -106,4 +106,5 @@ def test_the_claim_is_the_clopper_pearson_bound():
         p = lower_bound(meeting, judged)
         assert abs(_at_least(meeting, judged, p) - 0.10) < 1e-6  # P(>= meeting | p) is 10 % at the bound
     assert lower_bound(199, 200) > 0.95 > lower_bound(43, 45)  # one miss in 200 still passes, two in 45 do not
-    assert Claim(45, 45).holds and Claim(44, 44).too_few and not Claim(45, 43).too_few
+    assert Claim(45, 45).holds and Claim(44, 44).too_few and not Claim(45, 45).too_few
+    assert Claim(5, 4).too_few and Claim(16, 12).fails and Claim(200, 199).holds  # too few to tell; contradicted

@@ -57,7 +57,7 @@ def test_cls_opset11_upgraded_quantized_and_agrees_with_fp32(ocr_cls, ocr_data):
     assert all(p.scale and p.scale > 0 for p in rep.placed if p.kind == "activation")
     assert any("normalization" in s.reason for s in rep.skipped)
     doc = json.loads(dumps_json(rep.to_json()))
-    assert doc["cache"]["hit"] is False and doc["passed"] is True
+    assert doc["cache"]["hit"] is False and doc["passed"] is None and doc["unverified"] and not doc["violations"]
     assert set(doc["clip_guarded"]) <= set(doc["scales"])
 
 

@@ -19,6 +19,9 @@ from trtconv.precision.int8.gate import agrees
 from trtconv.precision.int8.parameters import Int8Settings, ProgressFn
 from trtconv.precision.int8.prepare import Pair, PreparedModels
 from trtconv.precision.int8.qdq import Placement
+from trtconv.reference import Thresholds
+
+MARGIN = 10  # a candidate with (1 - cosine) below a tenth of (1 - the limit) stops the search
 
 
 @dataclass(frozen=True)
@@ -46,9 +49,11 @@ def choose_calibration(
     settings: Int8Settings,
     progress: ProgressFn | None = None,
     memo: list[dict[str, np.ndarray]] | None = None,
+    early_stop: bool = False,
 ) -> tuple[str, tuple[CalibrationOption, ...]]:
-    """The label of the candidate whose model agrees best with FP32, and every candidate's result
-    (``memo``: the reference's outputs, computed once and kept there for later candidates)."""
+    """The label of the candidate whose model agrees best with FP32, and every candidate measured
+    (``memo``: the reference's outputs, computed once and kept there for later candidates; ``early_stop``:
+    stop at the first candidate that passes with margin, :func:`with_margin`)."""
     memo = [] if memo is None else memo
     options = []
     for k, (label, scales) in enumerate(candidates.items()):
@@ -58,7 +63,16 @@ def choose_calibration(
         options.append(CalibrationOption(label, worst, agrees(acc, settings.thresholds)))
         if progress:
             progress("choose-calibration", k + 1, len(candidates))
+        if early_stop and with_margin(options[-1], settings.thresholds):
+            break  # the rest could only win by a hair: not worth a full-model evaluation each
     return best_option(options)
+
+
+def with_margin(option: CalibrationOption, thresholds: Thresholds) -> bool:
+    """A candidate that passes with a tenth of the cosine limit's room to spare (0.999 for 0.99): choosing on,
+    or correcting it further, cannot change the verdict, only cost time (the early stop)."""
+    limit = thresholds.min_cosine
+    return limit is not None and option.passes and option.worst_cosine >= 1 - (1 - limit) / MARGIN
 
 
 def best_option(options: Sequence[CalibrationOption]) -> tuple[str, tuple[CalibrationOption, ...]]:

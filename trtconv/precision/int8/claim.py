@@ -1,8 +1,9 @@
 """What "passed" promises: a statement about new samples from the same source, with its confidence.
 
 Each judged sample either meets the gate's cosine limit on every gated output or misses it. With ``n``
-judged samples of which ``k`` miss, the one-sided Clopper-Pearson bound gives the share ``p`` of new
-samples that meet it at the stated confidence; the gate passes when that bound reaches the claimed share.
+judged samples of which ``k`` miss, the one-sided Clopper-Pearson bounds give the share of new samples
+that meet it at the stated confidence: the gate passes when the lower bound reaches the claimed share,
+fails when the upper bound is below it, and otherwise the samples are too few to tell.
 With no miss the bound is ``(1 - confidence) ** (1 / n)``: claiming 95 % at 90 % confidence takes 45
 judged samples, all meeting the limit (docs/precision.md, "What a pass promises").
 """
@@ -38,6 +39,13 @@ def lower_bound(meeting: int, judged: int, confidence: float = CLAIM_CONFIDENCE)
     return lo
 
 
+def upper_bound(meeting: int, judged: int, confidence: float = CLAIM_CONFIDENCE) -> float:
+    """The one-sided Clopper-Pearson upper bound of the meeting share (1 when every judged sample met it)."""
+    if judged <= 0:
+        return 1.0
+    return 1.0 - lower_bound(judged - meeting, judged, confidence)
+
+
 def _at_least(x: int, n: int, p: float) -> float:
     """P(X >= x) for X ~ Binomial(n, p)."""
     if p <= 0:
@@ -70,12 +78,18 @@ class Claim:
 
     @property
     def holds(self) -> bool:
+        """The evidence supports the claim: the lower bound reaches the claimed share."""
         return self.judged > 0 and self.bound >= self.share
 
     @property
+    def fails(self) -> bool:
+        """The evidence contradicts the claim: even the upper bound of the meeting share is below it."""
+        return self.judged > 0 and upper_bound(self.meeting, self.judged, self.confidence) < self.share
+
+    @property
     def too_few(self) -> bool:
-        """Every judged sample met the limit, but not enough of them were judged to support the claim."""
-        return not self.holds and self.meeting == self.judged
+        """Neither: too few judged samples to tell (every one met the limit, or a few missed)."""
+        return not self.holds and not self.fails
 
     @property
     def needed(self) -> int:

@@ -43,7 +43,7 @@ from trtconv.precision.int8.candidate import (
     finalize_placements,
     smoothed,
 )
-from trtconv.precision.int8.choice import CalibrationOption, best_option, choose_calibration
+from trtconv.precision.int8.choice import CalibrationOption, best_option, choose_calibration, with_margin
 from trtconv.precision.int8.claim import samples_needed
 from trtconv.precision.int8.gate import (
     COMPUTE_OPS,
@@ -142,7 +142,8 @@ def _choose(cal: Calibration, where: _Placement, prepared: PreparedModels, refer
         return keep_candidate(cal, "entropy", settings), "entropy", (), None
     make = _builder(cal, settings, has_twin, check_loads=False)
     label, options = choose_calibration(cal.candidates, where.plan.placements, where.absent, make, prepared,
-                                        reference, samples, settings, progress, memo)
+                                        reference, samples, settings, progress, memo,
+                                        early_stop=settings.early_stop and not settings.auto_per_tensor)
     mix = None
     if settings.auto_per_tensor:  # the winner, with each tensor another candidate suits far better
         if progress:
@@ -204,8 +205,9 @@ def _bias_correction(cal: Calibration, where: _Placement, prepared: PreparedMode
         placed, _ = finalize_placements(where.plan.placements, cal.scales, where.absent)
         layers = {(p.graph, p.node) for p in placed}
         return replace(bias, corrected=apply_bias_shifts(prepared.get()[0], bias.shifts, layers, dry_run=True))
-    if not options or samples is None:
-        return None
+    if not options or samples is None or (
+            settings.early_stop and with_margin(next(o for o in options if o.chosen), settings.thresholds)):
+        return None  # the early stop: a candidate with margin needs no correction
     if progress:
         progress("bias-correction", 0, None)
     bias = _try_bias_correction(cal, where, prepared, reference, samples, calib_samples, settings, has_twin,
@@ -352,7 +354,7 @@ def quantize_int8(
         raise gate_failed(result, settings)
     if short and not settings.unverified:
         assert claim is not None
-        raise too_few_samples(claim.judged, claim.needed, result=result)
+        raise too_few_samples(claim.judged, claim.needed, result=result, misses=claim.judged - claim.meeting)
     return result
 
 

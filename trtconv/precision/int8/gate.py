@@ -127,7 +127,7 @@ def run_gate(candidate: Candidate, placed: Sequence[Placement], gate: GateInputs
     acc = outcome.candidate.accuracy(gate.reference, gate.judging, settings.top1, progress, [])
     claim = judge_samples(acc.cosines, acc.origins, settings.thresholds)
     bad = tuple(violations(list(acc.stats), settings.thresholds))
-    if claim.judged - claim.meeting and not claim.holds:
+    if claim.fails:
         bad += (f"{claim.judged - claim.meeting} of {claim.judged} judged samples below the cosine limit "
                 f"(first: {claim.misses[0]}); {claim.statement()}",)
     outcome = replace(outcome, candidate=replace(outcome.candidate, twins=()), accuracy=acc.stats,

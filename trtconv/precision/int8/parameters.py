@@ -64,3 +64,6 @@ class Int8Settings:
     # build even when the judged samples cannot support the claim a pass makes (claim.py): the report then says
     # "unverified" instead of refusing (Int8EvidenceError, exit 11)
     unverified: bool = False
+    # method "auto": stop trying candidates at the first that passes with margin (choice.with_margin), and then
+    # skip bias correction; False measures every candidate and part (benchmarks, tests of the parts)
+    early_stop: bool = True

@@ -185,12 +185,13 @@ def worst_layers(errors: Sequence[LayerError], k: int = WORST_NAMED) -> str:
 
 
 def too_few_samples(judged: int, needed: int, total: int | None = None, total_needed: int | None = None,
-                    result: Int8Result | None = None) -> Int8EvidenceError:
+                    result: Int8Result | None = None, misses: int = 0) -> Int8EvidenceError:
     """The one line when the judged samples cannot support the claim: how many it would take."""
     more = f"; give at least {total_needed} samples (now {total})" if total is not None and total_needed else ""
+    missed = f", {misses} of them below the limit," if misses else ""
     return Int8EvidenceError(
-        f"INT8 not verified: {judged} judged sample(s) cannot support the claim a pass makes "
-        f"({needed} judged samples, all meeting the limit, are needed){more}",
+        f"INT8 not verified: {judged} judged sample(s){missed} cannot support the claim a pass makes "
+        f"({needed} judged samples, all meeting the limit, are needed{'; more with misses' if misses else ''}){more}",
         result,
         hint="give more sample data (docs/precision.md, 'What a pass promises'), or add --int8-unverified to build "
              "it anyway, marked unverified",
