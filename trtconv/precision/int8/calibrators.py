@@ -233,6 +233,9 @@ class Calibrator:
         self._hist: dict[str, AbsHistogram] = {}
         self._amax: dict[str, float] = {}
         self.guarded: set[str] = set()  # tensors whose entropy threshold the clip guard raised
+        # thresholds already searched, per (tensor, method, percentile): "auto" asks for entropy twice (its own
+        # scales and the entropy candidate's), and the KL search is most of calibration's time (~40 ms a tensor)
+        self._searched: dict[tuple[str, str, float | None], float] = {}
 
     def update(self, name: str, x: np.ndarray) -> None:
         if self.settings.method == "minmax":
@@ -247,6 +250,7 @@ class Calibrator:
         if h is None:
             h = self._hist[name] = AbsHistogram(self.settings.bins * FINE_FACTOR)
         h.update(x)
+        self._searched.pop((name, "entropy", None), None)
         if h.count:
             self._amax[name] = h.amax
 
@@ -265,7 +269,10 @@ class Calibrator:
             return h.percentile(s.percentile if percentile is None else percentile)
         if method == "mse":
             return mse_threshold(h.over_amax(s.bins), h.amax, levels=s.levels)
-        th = entropy_threshold(h.over_amax(s.bins), h.amax, levels=s.levels)
+        key = (name, "entropy", None)
+        if key not in self._searched:
+            self._searched[key] = entropy_threshold(h.over_amax(s.bins), h.amax, levels=s.levels)
+        th = self._searched[key]
         if s.max_clip is not None:
             floor = h.percentile(100.0 * (1.0 - s.max_clip))
             if floor > th:
