@@ -330,8 +330,11 @@ def quantize_int8(
     candidate, runnable = _first_candidate(prepared, make, placed)
     share = ShareLimit(settings.min_share, where.compute_layers,
                        len({(p.graph, p.node) for p in placed if p.op_type in COMPUTE_OPS}))
+    # auto's choice measured this very candidate on the selection samples (no correction or smoothing kept since)
+    agreed = any(o.chosen and o.passes for o in options) and not (bias is not None and bias.kept) and not (
+        smooth is not None and smooth.kept)
     outcome = run_gate(candidate, placed, GateInputs(reference, selection, eval_samples, settings, cal.scales,
-                                                     runnable, make, share), prepared, clock)
+                                                     runnable, make, share, agreed), prepared, clock)
     clock.lap("gate")
     check_valid(outcome.candidate.model, lambda: prepared.get()[0])
     checked_on = None if eval_samples is None or not outcome.samples else (

@@ -93,6 +93,7 @@ class GateInputs:
     runnable: Sequence[Placement]  # placements the calibration form has (sensitivity runs on it)
     builder: Callable[[Pair], CandidateBuilder]
     share: ShareLimit
+    selection_agrees: bool = False  # the candidate was measured on the selection samples already, and agreed
 
 
 def agrees(acc: Accuracy, thresholds: Thresholds) -> bool:
@@ -110,7 +111,7 @@ def run_gate(candidate: Candidate, placed: Sequence[Placement], gate: GateInputs
     settings = gate.settings
     per_candidate = 1 + len(candidate.twins)  # sessions one candidate's accuracy runs
     outcome = GateOutcome(candidate, tuple(placed))
-    if gate.selection is not None and settings.auto_exclude:
+    if gate.selection is not None and settings.auto_exclude and not gate.selection_agrees:
         memo: list[dict[str, np.ndarray]] = []  # the reference's outputs on the selection samples
         acc = candidate.accuracy(gate.reference, gate.selection, settings.top1, progress, memo)
         outcome = replace(outcome, evaluations=1 + per_candidate)
