@@ -12,5 +12,11 @@ PHASES: dict[str, str] = {
     "convert": "converting to FP16",
     "calibrate": "calibrating",
     "accuracy": "checking accuracy with ONNX Runtime",
+    "choose-calibration": "choosing the calibration on the selection samples",
+    "smoothing": "trying smoothing on the selection samples",
+    "bias-correction": "trying bias correction on the selection samples",
+    "sensitivity": "measuring each layer's error on the selection samples",
+    "auto-exclude": "keeping the fewest layers out of INT8",
+    "judge": "judging the result on the held-out samples",
 }
 LONG_PHASES = ("peaks", "calibrate", "accuracy")  # the ones that run the model once per sample
