@@ -288,17 +288,13 @@ def quantize_int8(
 ) -> Int8Result:
     """Calibrate ``model`` on ``calib_samples`` and return it with explicit INT8 Q/DQ.
 
-    Three disjoint sample sets: ``calib_samples`` calibrate; ``select_samples`` choose (the calibration method,
-    smoothing, bias correction, the layers auto-exclude keeps out; without them, the calibration samples when
-    they can be read again); ``eval_samples`` judge the model chosen, once, and nothing else reads them. The
-    verdict is a claim (``claim``): too few judged samples to support it raise :class:`Int8EvidenceError`
-    (exit 11) before any work when their number is known, unless ``settings.unverified``.
-    ``calibration_model``: an ONNX Runtime-runnable form of ``model`` with the same tensor names (e.g. plugin
-    nodes replaced by ``DeformConv``); activations are measured on it and the scales carried over.
-    ``eval_held_out=False`` says the ``eval_samples`` are not held out (the report never says "passed").
-    Raises :class:`Int8AccuracyError` (exit 7) when the judged samples miss ``settings.thresholds``,
-    :class:`Int8ShareError` (exit 8) when auto-exclude cannot pass within ``min_share``, DataError (exit 11)
-    for bad samples.
+    ``select_samples`` choose (method, smoothing, bias correction, exclusions; default: the calibration samples
+    when re-readable); ``eval_samples`` judge the chosen model once and nothing else reads them. Too few judged
+    samples for the claim: :class:`Int8EvidenceError` (exit 11), before any work when countable, unless
+    ``settings.unverified``. ``calibration_model``: an ONNX Runtime-runnable twin with the same tensor names
+    (e.g. DeformConv for plugins), measured instead. ``eval_held_out=False``: the ``eval_samples`` are not held
+    out (never "passed"). Raises :class:`Int8AccuracyError` (exit 7), :class:`Int8ShareError` (exit 8),
+    DataError (exit 11) for bad samples.
     """
     judged = sample_count(eval_samples) if eval_samples is not None and eval_held_out else None
     if judged is not None and judged < samples_needed() and not settings.unverified:
@@ -324,7 +320,6 @@ def quantize_int8(
     bias = _bias_correction(cal, where, prepared, reference, selection, calib_samples, settings, twin, options, memo,
                             clock, smooth)
     clock.lap("bias-correction")
-    del memo
     placed, late_skips = finalize_placements(where.plan.placements, cal.scales, where.absent)
     make = _builder(cal, settings, twin, check_loads=eval_samples is None, bias=bias, smooth=smooth)
     candidate, runnable = _first_candidate(prepared, make, placed)
@@ -346,9 +341,8 @@ def quantize_int8(
         chosen_method=chosen, calibration_choice=options, per_tensor=mix, bias_correction=bias, smoothing=smooth,
         claim=claim, unverified=settings.unverified and (short or checked_on != "held-out"),
         int8_share=_share(outcome.placed, share), share_needed_below=outcome.share_needed_below,
-        parts=tuple((k, n) for k, n in (("calibration", cal.runs or sample_count(calib_samples)),
-                                        ("selection", sample_count(selection) if select_samples is not None else 0),
-                                        ("judging", outcome.samples if eval_held_out else 0)) if n is not None),
+        parts=_parts(cal.runs or sample_count(calib_samples), sample_count(select_samples) if select_samples else 0,
+                     outcome.samples if eval_held_out else 0),
         phases=tuple(clock.laps))
     result = Int8Result(outcome.candidate.model, report)
     if outcome.unreachable:
@@ -359,6 +353,12 @@ def quantize_int8(
         assert claim is not None
         raise too_few_samples(claim.judged, claim.needed, result=result, misses=claim.judged - claim.meeting)
     return result
+
+
+def _parts(calibration: int | None, selection: int | None, judging: int) -> tuple[tuple[str, int], ...]:
+    """Samples per part, as the report lists them (a count that cannot be known is left out)."""
+    counts = (("calibration", calibration), ("selection", selection), ("judging", judging))
+    return tuple((k, n) for k, n in counts if n is not None)
 
 
 def _share(placed: Sequence[Placement], share: ShareLimit) -> float:
