@@ -42,9 +42,9 @@ def test_an_unreachable_share_stops_after_one_check_in_seconds(ocr_det, tmp_path
     assert len(errors) == 1, res.stderr
     line = errors[0]
     m = re.search(r"INT8 needs more than (\d+) of (\d+) layers excluded to pass the gate; below the share "
-                  r"\(60% in INT8; the gate needs less than \d+%\); use fp16 or lower it \(stopped after 1 candidate "
+                  r"\(60% in INT8; the gate needs at most \d+%\); use fp16 or lower it \(stopped after 1 candidate "
                   r"check\(s\), (\d+) full-model", line)
-    assert f"the gate needs less than {doc['share_needed_below']:.0%}" in line
+    assert f"the gate needs at most {doc['share_needed_below']:.0%}" in line
     assert m, line
     budget, layers, evaluations = map(int, m.groups())
     assert 0 < budget < layers * 0.4 + 1 and layers > 50
@@ -64,7 +64,9 @@ def test_auto_exclude_is_the_default_marks_the_excluded_layers_and_counts_its_ev
     s8 = silero_samples(silero, range(1), seconds=1.5, every=3, sr=8000)
     for i, sample in enumerate(x for pair in zip(s16, s8) for x in pair):
         np.savez(folder / f"{i:03d}.npz", **sample)
-    base = ("quantize", silero, "-o", tmp_path / "vad.onnx", "--precision", "int8", "--int8-unverified", "--calib-data", folder, "--force")
+    # 0.97: with the honest split (issue 32) some judged Silero windows miss 0.99 whatever is excluded
+    base = ("quantize", silero, "-o", tmp_path / "vad.onnx", "--precision", "int8", "--int8-unverified", "--calib-data", folder,
+            "--force", "--min-cosine", "0.97")
     default = _invoke(*base, "--json")
     assert default.exit_code == 0, default.output
     d = json.loads(default.stdout)["int8"]

@@ -120,7 +120,7 @@ def print_int8(doc: dict[str, Any]) -> None:
     if doc.get("error") and r.get("int8_share") is not None:
         need = r.get("share_needed_below")
         con.print(f"INT8 share: {r['int8_share']:.0%} of the Conv/ConvTranspose/MatMul/Gemm layers"
-                  + (f"; the gate would need less than {need:.0%}" if need is not None else
+                  + (f"; the gate would need at most {need:.0%}" if need is not None else
                      "; the gate needs a lower one"), markup=False)
     print_verdict(doc)
 

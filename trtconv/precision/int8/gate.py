@@ -74,7 +74,7 @@ class GateOutcome:
     sensitivity_sessions: int = 0  # of them, the per-layer error's
     unreachable: bool = False  # auto-exclude stopped: passing needs more layers out than the share allows
     claim: Claim | None = None  # what the judged samples support
-    share_needed_below: float | None = None  # unreachable: the INT8 share passing would need is below this
+    share_needed_below: float | None = None  # unreachable: passing would need an INT8 share of at most this
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,7 @@ def _auto_exclude(outcome: GateOutcome, gate: GateInputs, prepared: PreparedMode
         below = None
         if unreachable and gate.share.compute_layers:  # passing needs more than the first limit+1 layers out
             out = sum(e.op_type in COMPUTE_OPS for e in outcome.sensitivity[: (limit or 0) + 1])
-            below = (gate.share.int8_layers - out + 1) / gate.share.compute_layers
+            below = (gate.share.int8_layers - out) / gate.share.compute_layers
         return replace(outcome, checks=len(tried), unreachable=unreachable, share_needed_below=below)
     kept, _ = tried[frozenset(found)]
     assert kept is not None

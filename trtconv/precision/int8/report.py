@@ -83,7 +83,7 @@ class Int8Report:
     unverified: bool = False  # built on the opt-in although the judged samples cannot support the claim
     parts: tuple[tuple[str, int], ...] = ()  # samples per part: calibration, selection, judging
     int8_share: float = 0.0  # of the Conv/ConvTranspose/MatMul/Gemm layers, the share left in INT8
-    share_needed_below: float | None = None  # exit 8: the gate would need an INT8 share below this
+    share_needed_below: float | None = None  # exit 8: the gate would need an INT8 share of at most this
     phases: tuple[tuple[str, float], ...] = ()  # seconds per phase (calibrate, choose, ..., judge)
 
     @property
@@ -220,7 +220,7 @@ def share_unreachable(result: Int8Result, share: ShareLimit) -> Int8ShareError:
     worst = worst_layers(r.sensitivity)
     return Int8ShareError(
         f"INT8 needs more than {max(share.budget, 0)} of {share.compute_layers} layers excluded to pass the gate; "
-        f"below the share ({share.min_share:.0%} in INT8; the gate needs less than {below}); use fp16 or lower it "
+        f"below the share ({share.min_share:.0%} in INT8; the gate needs at most {below}); use fp16 or lower it "
         f"(stopped after {r.gate_checks} candidate check(s), {r.gate_evaluations} full-model evaluations)"
         + (f"; the layers adding the most error: {worst}" if worst else ""),
         result,
