@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import shlex
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -137,7 +138,8 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
         log.warning("replacing %s (derived from the model; --prepared PATH writes it elsewhere)", prepared)
     try:
         return _prepare_and_build(model, output, target, req, plan, outcome, stages, precisioned, reference,
-                                  profiles, progress, onnx_sha, rewritten, shapes0, samples, split)
+                                  profiles, progress, onnx_sha, rewritten, shapes0, samples, split,
+                                  hint or f"run `trtconv check --trt {target} {shlex.quote(str(model))}` for the reasons")
     except BaseException as exc:
         _remove_failed_outputs(output, req, outcome, exc)
         _remove_new_caches(outcome)
@@ -202,7 +204,7 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
                        outcome: BuildOutcome, stages: StageRunner, precisioned: Precisioned, reference: Reference, profiles: tuple[Profile, ...],
                        progress: Any, onnx_sha: str, rewritten: RewriteResult,
                        shapes0: dict[str, tuple[int, ...]], samples: SampleSet | None,
-                       split: Split | None) -> BuildOutcome:
+                       split: Split | None, hint: str | None) -> BuildOutcome:
     """From the prepared ONNX on: save (and the tail), recheck, profile corners, TensorRT build, verify,
     manifest. Over 80 lines: the stages in their order, each a line or two, with what they hand on."""
     prepared = outcome.prepared
@@ -211,7 +213,9 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
     if split is not None:
         write_tail(split)
         outcome.tail = split.tail_path
-    stages.run("recheck", lambda: recheck_stage(saved, target, shapes0, frozenset(req.skip_rule)))
+    disagreements = stages.run("recheck", lambda: recheck_stage(saved, target, shapes0, frozenset(req.skip_rule), hint,
+                                                                rewritten.report.stepped_aside))
+    outcome.parser_disagreements = [d.to_json() for d in disagreements]
     keep = not req.prepare_only and not req.no_verify  # verify reuses the reference's outputs
     corners = stages.run("profiles", lambda: corners_stage(reference, profiles, req, samples, keep))
     if req.prepare_only:
@@ -246,6 +250,8 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
         environment=dict(built.environment),
         source_onnx=model.name,
         rewrites=rewritten.report.to_json().get("rewrites", []),
+        rewrites_stepped_aside=[a.to_json() for a in rewritten.report.stepped_aside],
+        parser_disagreements=outcome.parser_disagreements,
         rewrite_drift=None if rewritten.report.drift is None else rewritten.report.drift.to_json(),
         dtype_changes=[c.to_json() for c in rewritten.report.dtype_changes],
         precision={**precisioned.summary, "achieved": dict(built.precision)},

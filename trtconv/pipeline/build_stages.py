@@ -25,6 +25,16 @@ from trtconv.errors import (
 from trtconv.load import LoadedModel, dynamic_inputs, load_model, model_sha256, save_model
 from trtconv.onnxutil import qualified_op
 from trtconv.pipeline.build_identity import gpu_properties
+from trtconv.pipeline.build_parser import (
+    Disagreement,
+    accepted,
+    aside_reasons,
+    ask,
+    disagreements,
+    predicted,
+    real_parser,
+    refusal,
+)
 from trtconv.pipeline.build_record import ProgressPhases, Step
 from trtconv.pipeline.build_settings import BuildSettings
 from trtconv.pipeline.quantize import (
@@ -45,7 +55,7 @@ from trtconv.plan import (
 )
 from trtconv.precision import Fp16AccuracyError, convert_fp16
 from trtconv.reference import DEFAULT_THRESHOLDS
-from trtconv.rewrites import RewriteResult, RewriteSettings, rewrite
+from trtconv.rewrites import RewriteResult, RewriteSettings, SteppedAside, rewrite
 from trtconv.samples import SampleSet
 from trtconv.settings import NEWEST_TENSORRT
 from trtconv.trt import build_engine, for_target, probe
@@ -96,6 +106,11 @@ def check_stage(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, .
     if report.verdict not in ("supported", "needs-rewrite"):
         bad = [n for n in report.nodes if n.status == "unsupported"]
         names = ", ".join(f"{n.path} ({n.op_type})" for n in bad[:5]) or "see `trtconv check`"
+        module = real_parser(target, bad)
+        if module is not None:  # advice: the real parser decides on the prepared ONNX (recheck)
+            return Step(False, {"verdict": report.verdict, "target": target, "decided_by": module,
+                                "advice": f"check predicts {target_name(target)} refuses {len(bad)} node(s): {names}; "
+                                          f"{module}'s own parser decides on the prepared ONNX"})
         verb = "cannot build" if report.stage() == "builder" else "cannot parse"
         raise UnsupportedModelError(
             f"{target_name(target)} {verb} {len(bad)} node(s) that trtconv can neither rewrite nor map to a "
@@ -118,37 +133,59 @@ def _folded_verdict(loaded: LoadedModel, target: str, shapes: dict[str, tuple[in
 
 
 def rewrite_stage(loaded: LoadedModel, settings: RewriteSettings) -> Step[RewriteResult]:
-    result = rewrite(loaded, settings)
+    """The rewrite with ``step_aside`` on: a rewrite whose proof fails is dropped (said here and in the
+    report), and the parser decides on the node as it was."""
+    result = rewrite(loaded, replace(settings, step_aside=True))
+    for a in result.report.stepped_aside:
+        log.warning("%s; the node stays as it was", a.describe())
     proof = result.report.graph_proof
     rules: dict[str, list[str]] = {}  # rule -> the nodes it rewrote
     for entry in result.report.rewrites:
         rules.setdefault(entry.rule, []).append(entry.node)
     return Step(result, {"rewritten": len(result.report.rewrites), "rules": rules,
+                         "stepped_aside": [a.to_json() for a in result.report.stepped_aside],
                          "nodes": [result.report.nodes_before, result.report.nodes_after],
                          "graph_proof": {"method": proof.method, "passed": proof.passed,
                                          "tolerance": proof.tolerance, "arithmetic": proof.arithmetic}})
 
 
 def recheck_stage(saved: Saved, target: str, shapes: dict[str, tuple[int, ...]],
-                  skipped: frozenset[str] = frozenset()) -> Step[None]:
+                  skipped: frozenset[str] = frozenset(), hint: str | None = None,
+                  aside: tuple[SteppedAside, ...] = ()) -> Step[tuple[Disagreement, ...]]:
     """The prepared ONNX against the parser's rules again: what rewrite left behind fails here,
     without TensorRT, instead of minutes later in its parser (or, for an op the parser imports as
-    another op, never). Plugin nodes are expected. ``skipped``: the rules ``--skip-rule`` turned off."""
+    another op, never). Plugin nodes are expected. ``skipped``: the rules ``--skip-rule`` turned off;
+    ``aside``: the rewrites that stepped aside (their nodes stayed as they were). Where the target's
+    parser is installed, it decides what the rules refuse (build_parser.py): the result is the
+    nodes it took against the prediction."""
 
     report = analyze(saved.graph, target, shapes)
     left = [n for n in report.nodes if n.status in ("unsupported", "rewritable")]
-    if left:
-        off = sorted({n.rewrite for n in left if n.rewrite in skipped})
-        names = ", ".join(f"{n.path} ({n.op_type}: {n.status}"
-                          + (f" by {n.rewrite}, turned off by --skip-rule)" if n.rewrite in skipped else ")")
-                          for n in left[:5])
-        hint = f"run `trtconv check --trt {target} {shlex.quote(str(saved.path))}` for the reasons"
-        raise UnsupportedModelError(
-            f"after rewrite and precision, {target_name(target)} would still reject {len(left)} node(s): {names}",
-            hint=f"drop --skip-rule {' '.join(off)}; or {hint}" if off else hint,
-        )
     plugins = sorted({qualified_op(n.domain, n.op_type) for n in report.nodes if n.status == "plugin"})
-    return Step(None, {"verdict": report.verdict, "plugin_ops": plugins})
+    if not left:
+        return Step((), {"verdict": report.verdict, "plugin_ops": plugins})
+    reasons = aside_reasons(aside)
+    check_hint = f"run `trtconv check --trt {target} {shlex.quote(str(saved.path))}` for the reasons"
+    module = real_parser(target, left)
+    if module is not None:
+        real = ask(saved.path, module, shapes)
+        if not accepted(real):
+            raise UnsupportedModelError(refusal(target, real, left, reasons), hint=hint or check_hint)
+        found = disagreements(left, real)
+        for d in found:
+            log.warning("check predicted %s refuses %s (%s), but %s: recorded as a disagreement (parser_disagreements)",
+                        target_name(target), d.node, d.op, d.real)
+        return Step(found, {"verdict": report.verdict, "plugin_ops": plugins, "decided_by": module,
+                            "parser_disagreements": [d.to_json() for d in found]})
+    off = sorted({n.rewrite for n in left if n.rewrite in skipped})
+    names = ", ".join(f"{n.path} ({n.op_type}: " + (f"{predicted(n)}; {reasons[n.path]}" if n.path in reasons else
+                                                     n.status + (f" by {n.rewrite}, turned off by --skip-rule"
+                                                                 if n.rewrite in skipped else "")) + ")"
+                      for n in left[:5])
+    raise UnsupportedModelError(
+        f"after rewrite and precision, {target_name(target)} would still reject {len(left)} node(s): {names}",
+        hint=f"drop --skip-rule {' '.join(off)}; or {check_hint}" if off else hint or check_hint,
+    )
 
 
 def precision_stage(model: onnx.ModelProto, req: BuildSettings, target: str, samples: SampleSet | None,

@@ -64,6 +64,19 @@ def import_tensorrt(module: str | None = None) -> Any:
     return None
 
 
+def target_module(target: str) -> str | None:
+    """The module holding ``target``'s own parser (a ``--trt`` value), where it imports here: TensorRT-RTX
+    for ``rtx``, TensorRT of the target's major version for ``10.16``/``11.4``; None where it does not
+    (the build then goes by ``check``'s prediction). Imports it: call it only where the answer matters."""
+    module = RTX_MODULE if target == "rtx" else "tensorrt"
+    trt = import_tensorrt(module)
+    if trt is None:
+        return None
+    if module == RTX_MODULE:
+        return module
+    return module if str(getattr(trt, "__version__", "")).split(".")[0] == target.split(".")[0] else None
+
+
 def _logger(trt: Any, sink: list[str]) -> Any:
     class Collect(trt.ILogger):  # type: ignore[misc,name-defined]
         def __init__(self) -> None:
