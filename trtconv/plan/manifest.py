@@ -56,7 +56,8 @@ def build_manifest(
     """The manifest as a JSON-ready dict. ``environment`` holds the TensorRT, CUDA and driver
     versions and the GPU name and compute capability (from ``trtconv.trt``), and ``gpu_properties``
     (SM count, memory) where a GPU exists; ``identity`` is ``trtconv.plan.engine_identity.identity(...)``;
-    ``layers`` the layer table (``source``: engine or network, ``layers``) ``trtconv inspect`` shows."""
+    ``layers`` the layer table (``source``: engine or network, ``layers``) ``trtconv inspect`` shows.
+    Over 80 lines: one keyword per manifest section, and the sections as one literal."""
     return {
         "schema": SCHEMA_VERSION,
         "trtconv": __version__,

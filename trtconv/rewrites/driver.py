@@ -160,25 +160,29 @@ def _apply_rules(graph: gs.Graph, ctx: RuleContext, rules: tuple[RewriteRule, ..
     return applied
 
 
-# The clean-ups a failed graph proof drops, in this order, and the setting that turns each off.
+# The clean-ups a failed graph proof may drop, and the setting that turns each off.
 CLEANUP_SWITCHES = {"int64-to-int32": "int64_to_int32", "fold-constants": "fold_constants"}
+RULES = "rules"  # a variant that drops every rewrite the failed attempt made
 
 
 class _GraphFailed(Exception):
-    """The graph proof failed (or ONNX Runtime refused the result) with ``step_aside`` on."""
+    """The graph proof failed (or ONNX Runtime refused the result) with ``step_aside`` on; ``rewritten``:
+    the rewrites that attempt made, as the entries that would drop them."""
 
-    def __init__(self, error: AccuracyError) -> None:
+    def __init__(self, error: AccuracyError, rewritten: tuple[SteppedAside, ...]) -> None:
         super().__init__(error.message)
         self.error = error
+        self.rewritten = rewritten
 
 
 def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSettings | None = None, *,
             rules: Sequence[RewriteRule] | None = None) -> RewriteResult:
     """Rewrite a model for TensorRT; raise AccuracyError if any proof fails (nothing is returned then).
-    With ``settings.step_aside`` (``build``) a failed proof drops that rewrite instead: the model is
-    rewritten again without it (the node stays as it was; a clean-up the graph proof fails is turned
-    off), and ``report.stepped_aside`` says what and why. AccuracyError only when the graph proof fails
-    with every clean-up of CLEANUP_SWITCHES off.
+    With ``settings.step_aside`` (``build``) a failed proof drops that rewrite instead and the model is
+    rewritten again without it: a node proof drops its rule at that node (the node stays as it was); a
+    failed graph proof drops one clean-up of CLEANUP_SWITCHES, else the rules' rewrites, else all of
+    them (the first that passes). ``report.stepped_aside`` says what and why; AccuracyError (the first
+    failure) only when nothing passes.
 
     ``rules``: the rules to apply, first match wins (default: the plugin map's, then the catalog's).
     """
@@ -188,21 +192,33 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     if isinstance(loaded_or_model, LoadedModel) and not loaded_or_model.weights_loaded:
         raise UsageError("rewrite needs the model's weights", hint="load it with load_model(path) (weights on)")
     refuse_empty_list_attributes(src)
-    aside: tuple[SteppedAside, ...] = ()
-    first: AccuracyError | None = None
-    while True:  # each pass drops at least one more rewrite, so it ends
+    try:
+        return _nodes_aside(src, settings, rules, ())
+    except _GraphFailed as exc:
+        first = exc
+    on = [c for c, flag in CLEANUP_SWITCHES.items() if getattr(settings, flag)]
+    variants = [(c,) for c in on] + [(RULES,)] * bool(first.rewritten) + [(*on, RULES)] * bool(on and first.rewritten)
+    for drop in variants:
+        why = f"the whole-graph proof failed with it: {first.error.message}"
+        aside = tuple(SteppedAside("", "", c, why) for c in drop if c != RULES)
+        aside += first.rewritten if RULES in drop else ()
+        off = {CLEANUP_SWITCHES[c]: False for c in drop if c != RULES}
+        try:
+            return _nodes_aside(src, replace(settings, **off), rules, aside)
+        except _GraphFailed:
+            continue
+    raise first.error from None
+
+
+def _nodes_aside(src: onnx.ModelProto, settings: RewriteSettings, rules: Sequence[RewriteRule] | None,
+                 aside: tuple[SteppedAside, ...]) -> RewriteResult:
+    """Attempts until no node proof fails, each leaving the nodes whose proof failed before as they were
+    (each drops at least one more, so it ends); _GraphFailed when the graph proof fails."""
+    while True:
         try:
             result = _attempt(src, settings, rules, aside)
         except _StepAside as exc:
             aside += exc.sites
-            continue
-        except _GraphFailed as exc:
-            first = first or exc.error
-            off = next((c for c, flag in CLEANUP_SWITCHES.items() if getattr(settings, flag)), None)
-            if off is None:
-                raise first from None
-            aside += (SteppedAside("", "", off, exc.error.message),)
-            settings = replace(settings, **{CLEANUP_SWITCHES[off]: False})
             continue
         if not aside:
             return result
@@ -277,7 +293,8 @@ def _attempt(src: onnx.ModelProto, settings: RewriteSettings, rules: Sequence[Re
                               narrowed=bool(narrowed.count))
     except AccuracyError as exc:
         if settings.step_aside:
-            raise _GraphFailed(exc) from None
+            raise _GraphFailed(exc, tuple(SteppedAside(e.node, e.before.op, e.rule, "the whole-graph proof failed with "
+                                                       f"it: {exc.message}") for e in applied.entries)) from None
         raise
     drift = None
     if applied.inexact and settings.verify and not large:
