@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 import onnx
 import onnx_graphsurgeon as gs
 
-from trtconv.errors import AccuracyError, InvalidModelError, UsageError
+from trtconv.errors import AccuracyError, InvalidModelError, TrtconvError, UsageError
 from trtconv.load import LoadedModel, Shape, override_input_shapes, value_shapes, weight_bytes
 from trtconv.onnxutil import ORT_DOMAINS, default_opset, fresh_name, is_sorted, iter_graphs, normalize_domain
 from trtconv.reference import ort
@@ -87,11 +87,19 @@ class _StepAside(Exception):
 
 
 def _node_proof(rule: RewriteRule, ctx: RuleContext, site: Site, match: object, emitted: Emitted) -> Proof:
-    """The rule's proof of one replacement; a prologue that could not run the original is a failed proof."""
+    """The rule's proof of one replacement; a prologue that could not run the original is a failed proof,
+    and so (with ``step_aside``) is a proof that could not run at all: the rewrite steps aside."""
     try:
         case = rule.proof_case(ctx, site, match, emitted)
     except OriginalDidNotRun as exc:
         return exc.proof
+    except TrtconvError:
+        raise
+    except Exception as exc:  # a rule's proof that fails to set itself up: without step_aside, a bug to report
+        if not ctx.settings.step_aside:
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return Proof("none", False, reason=f"the proof could not run: {type(exc).__name__}: {first[:200]}")
     return case if isinstance(case, Proof) else prove_node(case)
 
 
