@@ -1,0 +1,122 @@
+"""The real parser decides what `build` refuses (issue 33): where TensorRT-RTX is installed, `check`'s
+prediction is advice, a rewrite whose proof fails steps aside, and only the real parser's (and CPU-only
+builder's) refusal refuses, naming both reasons when neither form builds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from builders import bool_equal_model, dcn_model, ms_gelu_model
+from click.testing import CliRunner
+from fused_builders import Case, In
+from onnx import TensorProto
+
+from trtconv.cli.main import cli
+from trtconv.errors import ExitCode
+
+pytest.importorskip("tensorrt_rtx", reason="tensorrt-rtx is in the test extra: run `make install`")
+
+
+def _build(*args: object):
+    return CliRunner().invoke(cli, ["build", *[str(a) for a in args]])
+
+
+def _error_line(res) -> str:
+    lines = [line for line in res.stderr.splitlines() if line.startswith("trtconv: error:")]
+    assert len(lines) == 1, res.stderr
+    return lines[0]
+
+
+def test_a_refusal_only_check_predicts_builds_and_is_recorded(tmp_path):
+    """`check --trt rtx` refuses Equal on BOOL inputs (exit 5); RTX's own parser and builder take it, so
+    build exits 0 and records the disagreement in --json and the manifest."""
+    model = bool_equal_model(tmp_path / "eq.onnx")
+    predicted = CliRunner().invoke(cli, ["check", "--trt", "rtx", str(model)])
+    assert predicted.exit_code == ExitCode.UNSUPPORTED, predicted.output  # the prediction really refuses
+    engine = tmp_path / "eq.engine"
+    res = _build("--trt", "rtx", model, "-o", engine, "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    [d] = doc["parser_disagreements"]
+    assert (d["node"], d["op"]) == ("masks_equal", "Equal")
+    assert d["predicted"].startswith("unsupported: ") and "BOOL" in d["predicted"]
+    assert d["real"].startswith("parsed and built by tensorrt_rtx ")
+    manifest = json.loads(Path(str(engine) + ".json").read_text())
+    assert manifest["parser_disagreements"] == [d]
+    stages = {s["name"]: s for s in doc["stages"]}
+    assert stages["check"]["decided_by"] == "tensorrt_rtx" and stages["recheck"]["parser_disagreements"] == [d]
+    assert engine.stat().st_size > 0
+
+
+def test_without_the_target_installed_the_prediction_decides(tmp_path):
+    """TensorRT 11.4 is not installed here: the same model is refused on the prediction (exit 5)."""
+    try:
+        import tensorrt  # noqa: F401
+        pytest.skip("TensorRT is installed: its parser would decide")
+    except ImportError:
+        pass
+    res = _build("--trt", "11.4", bool_equal_model(tmp_path / "eq.onnx"), "-o", tmp_path / "eq.engine")
+    assert res.exit_code == ExitCode.UNSUPPORTED, res.output
+    assert "TensorRT 11.4 cannot parse 1 node(s)" in _error_line(res) and "masks_equal (Equal)" in res.stderr
+
+
+def test_a_rewrite_whose_proof_fails_steps_aside_where_the_parser_takes_the_original(tmp_path):
+    """ms-gelu's replacement differs from ONNX Runtime's Gelu by ~6e-8, over a tolerance of 1e-12: the
+    rewrite steps aside (said on stderr, in --json and the manifest), the node stays, RTX builds it."""
+    engine = tmp_path / "g.engine"
+    res = _build("--trt", "rtx", ms_gelu_model(tmp_path / "g.onnx"), "-o", engine, "--tolerance", "1e-12", "--json",
+                 "--keep-prepared")
+    assert res.exit_code == 0, res.output
+    assert "ms-gelu stepped aside, its proof failed: max abs error" in res.stderr
+    stages = {s["name"]: s for s in json.loads(res.stdout)["stages"]}
+    [aside] = stages["rewrite"]["stepped_aside"]
+    assert (aside["node"], aside["rule"]) == ("gelu0", "ms-gelu") and "max abs error" in aside["reason"]
+    assert stages["rewrite"]["rewritten"] == 0
+    manifest = json.loads(Path(str(engine) + ".json").read_text())
+    assert manifest["rewrites_stepped_aside"] == [aside] and manifest["rewrites"] == []
+    prepared = onnx.load(tmp_path / "g.prepared.onnx")
+    assert [(n.domain, n.op_type) for n in prepared.graph.node] == [("com.microsoft", "Gelu")]
+
+
+def test_a_proof_that_cannot_run_steps_aside_too(tmp_path):
+    """bfloat16 com.microsoft::Gelu: no proof can run it on ONNX Runtime's CPU; RTX's parser takes it."""
+    res = _build("--trt", "rtx", ms_gelu_model(tmp_path / "g.onnx", TensorProto.BFLOAT16), "-o", tmp_path / "g.engine",
+                 "--json")
+    assert res.exit_code == 0, res.output
+    stages = {s["name"]: s for s in json.loads(res.stdout)["stages"]}
+    [aside] = stages["rewrite"]["stepped_aside"]
+    assert aside["node"] == "gelu0" and aside["rule"] == "ms-gelu"
+
+
+def test_neither_form_builds_the_refusal_names_both_reasons(tmp_path):
+    """DCNv2's plugin-free rewrite fails its proof at 1e-12 and steps aside; RTX's parser rejects the
+    DCNv2 node as it is (no plugins): exit 5, one line with both reasons, nothing written."""
+    out = tmp_path / "out"
+    out.mkdir()
+    res = _build("--trt", "rtx", dcn_model(tmp_path / "dcn.onnx"), "-o", out / "d.engine", "--tolerance", "1e-12")
+    assert res.exit_code == ExitCode.UNSUPPORTED, res.output
+    line = _error_line(res)
+    assert "TensorRT-RTX's parser (tensorrt_rtx" in line and "dcn0 (DCNv2)" in line
+    assert "Plugin not found" in line  # the real parser's reason for the original form
+    assert "its rewrite by dcnv2-centernet failed its proof (max abs error" in line  # the rewrite's
+    assert list(out.iterdir()) == []
+    assert "Traceback" not in res.output
+
+
+def test_a_wrong_engine_refusal_is_never_the_parsers_to_overrule(tmp_path):
+    """com.microsoft::RotaryEmbedding parses and builds on RTX as ONNX's RotaryEmbedding, which computes
+    something else: when its rewrite steps aside, the build refuses although the parser would build."""
+    rng = np.random.default_rng(0)
+    cos, sin = (rng.standard_normal((16, 4)).astype(np.float32) for _ in range(2))
+    case = Case("RotaryEmbedding", [In("x", (1, 2, 4, 8)), In("p", (1, 4), TensorProto.INT64),
+                                    In("cos", value=cos), In("sin", value=sin)])
+    model = tmp_path / "rot.onnx"
+    onnx.save(case.model(), model)
+    res = _build("--trt", "rtx", model, "-o", tmp_path / "r.engine", "--tolerance", "1e-12")
+    assert res.exit_code == ExitCode.UNSUPPORTED, res.output
+    line = _error_line(res)
+    assert "would still reject 1 node(s)" in line and "domain" in line and "failed its proof" in line
