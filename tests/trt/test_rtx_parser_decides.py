@@ -38,7 +38,7 @@ def test_a_refusal_only_check_predicts_builds_and_is_recorded(tmp_path):
     predicted = CliRunner().invoke(cli, ["check", "--trt", "rtx", str(model)])
     assert predicted.exit_code == ExitCode.UNSUPPORTED, predicted.output  # the prediction really refuses
     engine = tmp_path / "eq.engine"
-    res = _build("--trt", "rtx", model, "-o", engine, "--json")
+    res = _build("--trt", "rtx", model, "-o", engine, "--json", "--report", tmp_path / "r.html")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     [d] = doc["parser_disagreements"]
@@ -50,6 +50,8 @@ def test_a_refusal_only_check_predicts_builds_and_is_recorded(tmp_path):
     stages = {s["name"]: s for s in doc["stages"]}
     assert stages["check"]["decided_by"] == "tensorrt_rtx" and stages["recheck"]["parser_disagreements"] == [d]
     assert engine.stat().st_size > 0
+    page = (tmp_path / "r.html").read_text()
+    assert 'id="parser-disagreements"' in page and "masks_equal" in page and "parsed and built by" in page
 
 
 def test_without_the_target_installed_the_prediction_decides(tmp_path):
@@ -69,7 +71,7 @@ def test_a_rewrite_whose_proof_fails_steps_aside_where_the_parser_takes_the_orig
     rewrite steps aside (said on stderr, in --json and the manifest), the node stays, RTX builds it."""
     engine = tmp_path / "g.engine"
     res = _build("--trt", "rtx", ms_gelu_model(tmp_path / "g.onnx"), "-o", engine, "--tolerance", "1e-12", "--json",
-                 "--keep-prepared")
+                 "--keep-prepared", "--report", tmp_path / "r.html")
     assert res.exit_code == 0, res.output
     assert "ms-gelu stepped aside, its proof failed: max abs error" in res.stderr
     stages = {s["name"]: s for s in json.loads(res.stdout)["stages"]}
@@ -80,6 +82,8 @@ def test_a_rewrite_whose_proof_fails_steps_aside_where_the_parser_takes_the_orig
     assert manifest["rewrites_stepped_aside"] == [aside] and manifest["rewrites"] == []
     prepared = onnx.load(tmp_path / "g.prepared.onnx")
     assert [(n.domain, n.op_type) for n in prepared.graph.node] == [("com.microsoft", "Gelu")]
+    page = (tmp_path / "r.html").read_text()
+    assert 'id="stepped-aside"' in page and "ms-gelu" in page
 
 
 def test_a_proof_that_cannot_run_steps_aside_too(tmp_path):
