@@ -116,7 +116,7 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
             max_shapes=req.max_shapes, required=not req.prepare_only, command=command,
             sample_shapes=None if samples is None else _sample_shapes(samples))
     except UsageError:
-        check_stage(loaded, target, {}, hint)  # a model no shapes could build says so first, with the reason (exit 5)
+        check_stage(loaded, target, {}, hint, early=True)  # a model no shapes could build says so first (exit 5)
         raise
     plan = replace(plan, onnx_path=prepared, engine_path=output, profiles=profiles)
     onnx_sha = model_sha256(loaded)

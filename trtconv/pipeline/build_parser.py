@@ -81,8 +81,22 @@ def _error_node(err: Mapping[str, Any]) -> str:
     return "(model)"
 
 
+def early_refusal(path: Path, module: str, target: str, refused: Sequence[NodeReport]) -> str | None:
+    """The model as given (``path``) to the real parser, parse only: where it rejects a node ``check``
+    calls unsupported (no rule rewrites it, so the prepared ONNX will hold it too), the refusal's line,
+    before any heavy stage; else None (the recheck decides)."""
+    real = run_isolated(path, module, build=False)
+    if real.get("parsed"):
+        return None
+    names = {n.path for n in refused}
+    hits = [e for e in real.get("parser_errors") or [] if _error_node(e) in names]
+    if not hits:
+        return None
+    return refusal(target, {**real, "parser_errors": hits}, refused, {}, what=path.name)
+
+
 def refusal(target: str, real: Mapping[str, Any], refused: Sequence[NodeReport],
-            aside: Mapping[str, str]) -> str:
+            aside: Mapping[str, str], what: str = "the prepared ONNX") -> str:
     """One line: what the real parser or builder said, and for a node whose rewrite stepped aside, why
     neither form builds."""
     tensorrt = f"{real.get('module', '?')} {real.get('version', '?')}"
@@ -95,10 +109,10 @@ def refusal(target: str, real: Mapping[str, Any], refused: Sequence[NodeReport],
             op = f" ({err['op_type']})" if err.get("op_type") else ""
             items.append(f"{node}{op}: {why}" + (f"; {aside[node]}" if node in aside else ""))
         more = f" (and {len(errors) - SHOWN} more)" if len(errors) > SHOWN else ""
-        return (f"{target_name(target)}'s parser ({tensorrt}) rejects {len(errors) or 'the'} node(s) of the "
-                f"prepared ONNX: {'; '.join(items) or 'no details reported'}{more}")
+        return (f"{target_name(target)}'s parser ({tensorrt}) rejects {len(errors) or 'the'} node(s) of "
+                f"{what}: {'; '.join(items) or 'no details reported'}{more}")
     errors = [str(e).strip() for e in real.get("build_errors") or [] if str(e).strip()]
     names = ", ".join(f"{n.path} ({n.op_type}" + (f"; {aside[n.path]}" if n.path in aside else "") + ")"
                       for n in refused[:SHOWN])
-    return (f"{target_name(target)} cannot build the prepared ONNX ({tensorrt}'s builder: "
+    return (f"{target_name(target)} cannot build {what} ({tensorrt}'s builder: "
             f"{errors[0].splitlines()[0][:300] if errors else 'no details reported'}); check predicted it for {names}")

@@ -31,6 +31,7 @@ from trtconv.pipeline.build_parser import (
     aside_reasons,
     ask,
     disagreements,
+    early_refusal,
     predicted,
     real_parser,
     refusal,
@@ -91,12 +92,16 @@ class Built:
 
 
 def check_stage(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]], hint: str | None = None,
-                settings: RewriteSettings | None = None) -> Step[bool]:
+                settings: RewriteSettings | None = None, *, early: bool = False) -> Step[bool]:
     """The model against the target's parser rules: nodes nothing can fix stop the build here (exit 5);
     ``hint``: the error's hint where a build option fixes them (--split-tail). With ``settings`` (a
     static profile), a model it refuses is checked again as the rewrite leaves it when it folds with
     the profile's shapes, and that check decides (an LSTM in an If whose shape-only condition folds
-    away builds). The result: whether the rewrite stage must fold with the shapes (``rewrite --shapes``)."""
+    away builds). Where the target's parser is installed, a refusal is advice and the real parser
+    decides at the recheck, on the prepared ONNX (folding may give a node what the parser needs);
+    with ``early`` (the build cannot go on anyway: no shapes for a dynamic model) it refuses here a
+    node the real parser rejects in the model file as given. The result: whether the rewrite stage
+    must fold with the shapes (``rewrite --shapes``)."""
     report = analyze(loaded, target, shapes)
     if report.verdict not in ("supported", "needs-rewrite") and settings is not None:
         folded = _folded_verdict(loaded, target, shapes, settings)
@@ -107,6 +112,10 @@ def check_stage(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, .
         bad = [n for n in report.nodes if n.status == "unsupported"]
         names = ", ".join(f"{n.path} ({n.op_type})" for n in bad[:5]) or "see `trtconv check`"
         module = real_parser(target, bad)
+        refused = early_refusal(loaded.path, module, target, bad) if module is not None and early else None
+        if refused is not None:
+            raise UnsupportedModelError(refused, hint=hint or f"run `trtconv check --trt {target} "
+                                                           f"{shlex.quote(str(loaded.path))}` for the reasons")
         if module is not None:  # advice: the real parser decides on the prepared ONNX (recheck)
             return Step(False, {"verdict": report.verdict, "target": target, "decided_by": module,
                                 "advice": f"check predicts {target_name(target)} refuses {len(bad)} node(s): {names}; "

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import onnx
 import onnx_graphsurgeon as gs
@@ -210,7 +211,7 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
         why = f"the whole-graph proof failed with it: {first.error.message}"
         aside = tuple(SteppedAside("", "", c, why) for c in drop if c != RULES)
         aside += first.rewritten if RULES in drop else ()
-        off = {CLEANUP_SWITCHES[c]: False for c in drop if c != RULES}
+        off: dict[str, Any] = {CLEANUP_SWITCHES[c]: False for c in drop if c != RULES}
         try:
             return _nodes_aside(src, replace(settings, **off), rules, aside)
         except _GraphFailed:
