@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from trtconv.analyze import NodeReport
 from trtconv.errors import (
     AccuracyError,
     BackendUnavailableError,
@@ -128,8 +129,8 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
         loaded = head_of(loaded, split)
     rewrite_settings = replace(req.rewrite_settings(target), proof_shapes=dict(shapes0))
     # a static profile: a model refused as it is may build folded with its shapes (like `rewrite --shapes`)
-    fold = stages.run("check", lambda: check_stage(loaded, target, shapes0, hint, _if_static(profiles, rewrite_settings)))
-    if fold:
+    checked = stages.run("check", lambda: check_stage(loaded, target, shapes0, hint, _if_static(profiles, rewrite_settings)))
+    if checked.fold:
         rewrite_settings = replace(rewrite_settings, shapes=dict(shapes0))
     rewritten = stages.run("rewrite", lambda: rewrite_stage(loaded, rewrite_settings))
     reference = Reference(loaded, rewritten, head=split is not None)
@@ -139,7 +140,8 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
     try:
         return _prepare_and_build(model, output, target, req, plan, outcome, stages, precisioned, reference,
                                   profiles, progress, onnx_sha, rewritten, shapes0, samples, split,
-                                  hint or f"run `trtconv check --trt {target} {shlex.quote(str(model))}` for the reasons")
+                                  hint or f"run `trtconv check --trt {target} {shlex.quote(str(model))}` for the reasons",
+                                  checked.advice)
     except BaseException as exc:
         _remove_failed_outputs(output, req, outcome, exc)
         _remove_new_caches(outcome)
@@ -204,7 +206,7 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
                        outcome: BuildOutcome, stages: StageRunner, precisioned: Precisioned, reference: Reference, profiles: tuple[Profile, ...],
                        progress: Any, onnx_sha: str, rewritten: RewriteResult,
                        shapes0: dict[str, tuple[int, ...]], samples: SampleSet | None,
-                       split: Split | None, hint: str | None) -> BuildOutcome:
+                       split: Split | None, hint: str | None, advice: tuple[NodeReport, ...]) -> BuildOutcome:
     """From the prepared ONNX on: save (and the tail), recheck, profile corners, TensorRT build, verify,
     manifest. Over 80 lines: the stages in their order, each a line or two, with what they hand on."""
     prepared = outcome.prepared
@@ -214,7 +216,8 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
         write_tail(split)
         outcome.tail = split.tail_path
     disagreements = stages.run("recheck", lambda: recheck_stage(saved, target, shapes0, frozenset(req.skip_rule), hint,
-                                                                rewritten.report.stepped_aside))
+                                                                rewritten.report.stepped_aside, advice,
+                                                                profiles[0] if profiles else None))
     outcome.parser_disagreements = [d.to_json() for d in disagreements]
     keep = not req.prepare_only and not req.no_verify  # verify reuses the reference's outputs
     corners = stages.run("profiles", lambda: corners_stage(reference, profiles, req, samples, keep))

@@ -15,7 +15,7 @@ from typing import Any
 
 import onnx
 
-from trtconv.analyze import analyze
+from trtconv.analyze import NodeReport, analyze
 from trtconv.errors import (
     BackendUnavailableError,
     TrtconvError,
@@ -81,6 +81,13 @@ class Saved:
 
 
 @dataclass(frozen=True)
+class Checked:
+    fold: bool  # the rewrite must fold with the profile's shapes (``rewrite --shapes``)
+    # nodes check refused that the target's installed parser decides on instead (at the recheck)
+    advice: tuple[NodeReport, ...] = ()
+
+
+@dataclass(frozen=True)
 class Built:
     environment: Mapping[str, Any]
     precision: Mapping[str, Any]
@@ -92,13 +99,13 @@ class Built:
 
 
 def check_stage(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]], hint: str | None = None,
-                settings: RewriteSettings | None = None, *, early: bool = False) -> Step[bool]:
+                settings: RewriteSettings | None = None, *, early: bool = False) -> Step[Checked]:
     """The model against the target's parser rules: nodes nothing can fix stop the build here (exit 5);
     ``hint``: the error's hint where a build option fixes them (--split-tail). With ``settings`` (a
     static profile), a model it refuses is checked again as the rewrite leaves it when it folds with
     the profile's shapes, and that check decides (an LSTM in an If whose shape-only condition folds
-    away builds). Where the target's parser is installed, a refusal is advice and the real parser
-    decides at the recheck, on the prepared ONNX (folding may give a node what the parser needs);
+    away builds). Where the target's parser is installed, a refusal is advice (``Checked.advice``) and
+    the real parser decides at the recheck, on the prepared ONNX (folding may give a node what the parser needs);
     with ``early`` (the build cannot go on anyway: no shapes for a dynamic model) it refuses here a
     node the real parser rejects in the model file as given. The result: whether the rewrite stage
     must fold with the shapes (``rewrite --shapes``)."""
@@ -106,7 +113,7 @@ def check_stage(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, .
     if report.verdict not in ("supported", "needs-rewrite") and settings is not None:
         folded = _folded_verdict(loaded, target, shapes, settings)
         if folded in ("supported", "needs-rewrite"):
-            return Step(True, {"verdict": folded, "target": target,
+            return Step(Checked(True), {"verdict": folded, "target": target,
                                "folded": "unsupported as it is; decided on the graph folded with the shapes"})
     if report.verdict not in ("supported", "needs-rewrite"):
         bad = [n for n in report.nodes if n.status == "unsupported"]
@@ -117,7 +124,7 @@ def check_stage(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, .
             raise UnsupportedModelError(refused, hint=hint or f"run `trtconv check --trt {target} "
                                                            f"{shlex.quote(str(loaded.path))}` for the reasons")
         if module is not None:  # advice: the real parser decides on the prepared ONNX (recheck)
-            return Step(False, {"verdict": report.verdict, "target": target, "decided_by": module,
+            return Step(Checked(False, tuple(bad)), {"verdict": report.verdict, "target": target, "decided_by": module,
                                 "advice": f"check predicts {target_name(target)} refuses {len(bad)} node(s): {names}; "
                                           f"{module}'s own parser decides on the prepared ONNX"})
         verb = "cannot build" if report.stage() == "builder" else "cannot parse"
@@ -126,7 +133,7 @@ def check_stage(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, .
             f"plugin: {names}",
             hint=hint or f"run `trtconv check --trt {target} {shlex.quote(str(loaded.path))}` for the reasons",
         )
-    return Step(False, {"verdict": report.verdict, "target": target})
+    return Step(Checked(False), {"verdict": report.verdict, "target": target})
 
 
 def _folded_verdict(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]],
@@ -160,41 +167,45 @@ def rewrite_stage(loaded: LoadedModel, settings: RewriteSettings) -> Step[Rewrit
 
 def recheck_stage(saved: Saved, target: str, shapes: dict[str, tuple[int, ...]],
                   skipped: frozenset[str] = frozenset(), hint: str | None = None,
-                  aside: tuple[SteppedAside, ...] = ()) -> Step[tuple[Disagreement, ...]]:
+                  aside: tuple[SteppedAside, ...] = (), advice: tuple[NodeReport, ...] = (),
+                  profile: Profile | None = None) -> Step[tuple[Disagreement, ...]]:
     """The prepared ONNX against the parser's rules again: what rewrite left behind fails here,
     without TensorRT, instead of minutes later in its parser (or, for an op the parser imports as
     another op, never). Plugin nodes are expected. ``skipped``: the rules ``--skip-rule`` turned off;
     ``aside``: the rewrites that stepped aside (their nodes stayed as they were). Where the target's
-    parser is installed, it decides what the rules refuse (build_parser.py): the result is the
-    nodes it took against the prediction."""
+    parser is installed, it decides what the rules refuse here or refused at the check stage
+    (``advice``), building with the first ``profile`` (build_parser.py): the result is the nodes it
+    took against the prediction."""
 
     report = analyze(saved.graph, target, shapes)
     left = [n for n in report.nodes if n.status in ("unsupported", "rewritable")]
     plugins = sorted({qualified_op(n.domain, n.op_type) for n in report.nodes if n.status == "plugin"})
-    if not left:
+    asked = left + [n for n in advice if n.path not in {m.path for m in left}]
+    if not asked:
         return Step((), {"verdict": report.verdict, "plugin_ops": plugins})
     reasons = aside_reasons(aside)
     check_hint = f"run `trtconv check --trt {target} {shlex.quote(str(saved.path))}` for the reasons"
-    module = real_parser(target, left)
+    off = sorted({n.rewrite for n in left if n.rewrite in skipped})
+    hint = f"drop --skip-rule {' '.join(off)}; or {hint or check_hint}" if off else hint or check_hint
+    module = real_parser(target, asked)
     if module is not None:
-        real = ask(saved.path, module, shapes)
+        log.info("check predicts %s refuses %d node(s): asking %s", target_name(target), len(asked), module)
+        real = ask(saved.path, module, {n: r.to_json() for n, r in profile.inputs} if profile else shapes)
         if not accepted(real):
-            raise UnsupportedModelError(refusal(target, real, left, reasons), hint=hint or check_hint)
-        found = disagreements(left, real)
+            raise UnsupportedModelError(refusal(target, real, asked, reasons), hint=hint)
+        found = disagreements(asked, real)
         for d in found:
             log.warning("check predicted %s refuses %s (%s), but %s: recorded as a disagreement (parser_disagreements)",
                         target_name(target), d.node, d.op, d.real)
         return Step(found, {"verdict": report.verdict, "plugin_ops": plugins, "decided_by": module,
                             "parser_disagreements": [d.to_json() for d in found]})
-    off = sorted({n.rewrite for n in left if n.rewrite in skipped})
     names = ", ".join(f"{n.path} ({n.op_type}: " + (f"{predicted(n)}; {reasons[n.path]}" if n.path in reasons else
                                                      n.status + (f" by {n.rewrite}, turned off by --skip-rule"
                                                                  if n.rewrite in skipped else "")) + ")"
                       for n in left[:5])
     raise UnsupportedModelError(
         f"after rewrite and precision, {target_name(target)} would still reject {len(left)} node(s): {names}",
-        hint=f"drop --skip-rule {' '.join(off)}; or {check_hint}" if off else hint or check_hint,
-    )
+        hint=hint)
 
 
 def precision_stage(model: onnx.ModelProto, req: BuildSettings, target: str, samples: SampleSet | None,

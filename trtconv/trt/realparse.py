@@ -89,18 +89,27 @@ def _logger(trt: Any, sink: list[str]) -> Any:
     return Collect()
 
 
-def _profile_dims(dims: Sequence[int], name: str, shapes: Mapping[str, Sequence[int]]) -> tuple[int, ...]:
-    if name in shapes:
-        return tuple(int(d) for d in shapes[name])
-    return tuple(1 if d < 0 else int(d) for d in dims)
+# One input's profile: its shape (min = opt = max), or {"min": ..., "opt": ..., "max": ...}.
+ShapeOrRange = Sequence[int] | Mapping[str, Sequence[int]]
+
+
+def _profile_dims(dims: Sequence[int], name: str,
+                  shapes: Mapping[str, ShapeOrRange]) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(min, opt, max) of one input: as given, else its fixed dims with the dynamic ones set to 1."""
+    given = shapes.get(name)
+    if isinstance(given, Mapping):
+        lo, mid, hi = (tuple(int(d) for d in given[k]) for k in ("min", "opt", "max"))
+        return lo, mid, hi
+    want = tuple(int(d) for d in given) if given is not None else tuple(1 if d < 0 else int(d) for d in dims)
+    return want, want, want
 
 
 def parse_and_build(path: Path, trt: Any, *, build: bool = True,
-                    shapes: Mapping[str, Sequence[int]] | None = None,
+                    shapes: Mapping[str, ShapeOrRange] | None = None,
                     values: Mapping[str, Sequence[int]] | None = None,
                     on_parsed: Callable[[RealVerdict], None] | None = None) -> RealVerdict:
     """Parse ``path`` with ``trt``'s OnnxParser; if it parses and ``build``, build it with one
-    profile (``shapes`` per input, other dynamic dims set to 1; ``values`` for shape-tensor
+    profile (``shapes`` per input, a shape or a min/opt/max range, other dynamic dims set to 1; ``values`` for shape-tensor
     inputs, which need values rather than dims). Never raises for a bad model.
     ``on_parsed`` hears the parse verdict before the build starts (a build can abort the process)."""
     logs: list[str] = []
@@ -133,9 +142,9 @@ def parse_and_build(path: Path, trt: Any, *, build: bool = True,
         dims = tuple(t.shape)
         if t.is_shape_tensor or any(d < 0 for d in dims):
             profile = profile or builder.create_optimization_profile()
-            want = _profile_dims(dims, t.name, shapes or {})
+            lo, mid, hi = _profile_dims(dims, t.name, shapes or {})
             if any(d < 0 for d in dims):
-                profile.set_shape(t.name, want, want, want)
+                profile.set_shape(t.name, lo, mid, hi)
             if t.is_shape_tensor and values and t.name in values:
                 v = [int(x) for x in values[t.name]]
                 profile.set_shape_input(t.name, v, v, v)  # without values: the builder's own error
@@ -161,12 +170,14 @@ def aborted_verdict(parsed: Mapping[str, Any] | None, how: str, detail: object) 
             "aborted": how}
 
 
-def run_isolated(path: Path, module: str, *, build: bool, shapes: Mapping[str, Sequence[int]] | None = None,
+def run_isolated(path: Path, module: str, *, build: bool, shapes: Mapping[str, ShapeOrRange] | None = None,
                  timeout: float = 600.0) -> dict[str, Any]:
     """``parse_and_build`` in a child process (``python -m trtconv.trt.realparse``): a builder
     that aborts or hangs costs that process only. Returns the verdict's JSON form."""
+    given = {k: {c: list(r) for c, r in v.items()} if isinstance(v, Mapping) else list(v)
+             for k, v in (shapes or {}).items()}
     cmd = [sys.executable, "-m", "trtconv.trt.realparse", str(path), "--module", module,
-           "--shapes", json.dumps({k: list(v) for k, v in (shapes or {}).items()})] + (["--build"] if build else [])
+           "--shapes", json.dumps(given)] + (["--build"] if build else [])
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         out, how, detail = proc.stdout, "crash", f"exit {proc.returncode}"
