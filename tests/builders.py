@@ -126,3 +126,13 @@ def ms_gelu_model(path: Path, dtype: int = TensorProto.FLOAT) -> Path:
     opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
     onnx.save(helper.make_model(g, opset_imports=opsets, ir_version=9), path)
     return path
+
+
+def int32_relu_model(path: Path) -> Path:
+    """Relu on an INT32 input (valid ONNX since opset 14): `check --trt rtx` calls it supported, TensorRT-RTX
+    1.7.1's parser rejects it ("Found unsupported input type of INT32", measured): a miss of the prediction."""
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="int_relu")], "relu",
+                          [helper.make_tensor_value_info("x", TensorProto.INT32, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.INT32, [2, 3])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
+    return path

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from builders import bool_equal_model, dcn_model, ms_gelu_model
+from builders import bool_equal_model, dcn_model, int32_relu_model, ms_gelu_model
 from click.testing import CliRunner
 from fused_builders import Case, In
 from onnx import TensorProto
@@ -52,6 +52,20 @@ def test_a_refusal_only_check_predicts_builds_and_is_recorded(tmp_path):
     assert engine.stat().st_size > 0
     page = (tmp_path / "r.html").read_text()
     assert 'id="parser-disagreements"' in page and "masks_equal" in page and "parsed and built by" in page
+
+
+def test_a_rejection_check_did_not_predict_is_recorded_too(tmp_path):
+    """`check --trt rtx` takes Relu on INT32; RTX's parser rejects it in the build stage (exit 6): the miss
+    is recorded in --json (the build's error stays the parser's own)."""
+    model = int32_relu_model(tmp_path / "r.onnx")
+    assert CliRunner().invoke(cli, ["check", "--trt", "rtx", str(model)]).exit_code == 0  # predicted fine
+    res = _build("--trt", "rtx", model, "-o", tmp_path / "r.engine", "--json")
+    assert res.exit_code == ExitCode.BUILD_FAILED, res.output
+    doc = json.loads(res.stdout)
+    [d] = doc["parser_disagreements"]
+    assert (d["node"], d["op"], d["predicted"]) == ("int_relu", "Relu", "supported")
+    assert d["real"].startswith("rejected by tensorrt_rtx ") and "INT32" in d["real"]
+    assert doc["error"]["exit_code"] == ExitCode.BUILD_FAILED and doc["engine"] is None
 
 
 def test_without_the_target_installed_the_prediction_decides(tmp_path):

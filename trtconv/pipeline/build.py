@@ -25,6 +25,7 @@ from trtconv.analyze import NodeReport
 from trtconv.errors import (
     AccuracyError,
     BackendUnavailableError,
+    BuildError,
     UsageError,
 )
 from trtconv.load import LAZY_WEIGHTS_BYTES, LoadedModel, load_model, model_sha256
@@ -39,6 +40,7 @@ from trtconv.pipeline.build_stages import (
     check_stage,
     corners_stage,
     engine_stage,
+    missed_rejections,
     precision_stage,
     recheck_stage,
     rewrite_stage,
@@ -230,7 +232,11 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
     except BackendUnavailableError as exc:
         outcome.stopped = "tensorrt-unavailable"
         raise _no_tensorrt(exc, prepared, req.keep_prepared) from None
-    built = stages.run("build", lambda: engine_stage(plan, progress, outcome.new_caches))
+    try:
+        built = stages.run("build", lambda: engine_stage(plan, progress, outcome.new_caches))
+    except BuildError:  # a parser that rejects what check predicted it takes: recorded, then the error
+        outcome.parser_disagreements += [d.to_json() for d in missed_rejections(saved, target, shapes0)]
+        raise
     outcome.engine = output
     verify_json: dict[str, Any] | None = None
     if not req.no_verify and not flavour.inspects_engine:

@@ -5,7 +5,8 @@ TensorRT-RTX, ``--trt 10.16``/``11.4`` with that TensorRT), the prediction is ad
 ONNX that ``check`` refuses is handed to the real parser (and, for TensorRT-RTX, a CPU-only build)
 in a child process, and only their refusal refuses. Where they take what ``check`` refused, the
 disagreement is recorded (the build's report, ``--json`` and the manifest's
-``parser_disagreements``) so the tables can be corrected. Without the target installed, the
+``parser_disagreements``) so the tables can be corrected; so is, after a failed build, a node the
+parser rejected that ``check`` said it would take. Without the target installed, the
 prediction decides. One kind of finding is not a prediction and always refuses: a custom-domain op
 the parser would import as a different ONNX op (``domain-blind-import``: it may build, wrongly).
 """
@@ -117,3 +118,25 @@ def refusal(target: str, real: Mapping[str, Any], refused: Sequence[NodeReport],
                       for n in refused[:SHOWN])
     return (f"{target_name(target)} cannot build {what} ({tensorrt}'s builder: "
             f"{errors[0].splitlines()[0][:300] if errors else 'no details reported'}); check predicted it for {names}")
+
+
+def unpredicted_rejections(nodes: Sequence[NodeReport], path: Path, module: str) -> tuple[Disagreement, ...]:
+    """After a failed build: the nodes of ``path`` the real parser rejects (parse only, in a child
+    process) that ``check`` (``nodes``: its report on that file) predicted it would take."""
+    real = run_isolated(path, module, build=False)
+    if real.get("parsed"):
+        return ()
+    by_path = {n.path: n for n in nodes}
+    tensorrt = f"{real.get('module', '?')} {real.get('version', '?')}"
+    found = []
+    for err in real.get("parser_errors") or []:
+        name = _error_node(err)
+        node = by_path.get(name)  # the report lists nodes with findings; one without was predicted supported
+        if (node is not None and node.errors) or int(err.get("node", -1)) < 0:  # predicted, or not a node
+            continue
+        why = str(err.get("desc") or "").strip().splitlines()[0][:300] if err.get("desc") else "rejected"
+        op = node.op_type if node is not None else str(err.get("op_type") or "")
+        found.append(Disagreement(name, op, node.status if node is not None else "supported",
+                                  f"rejected by {tensorrt}'s parser: {why}"))
+    return tuple(found)
+

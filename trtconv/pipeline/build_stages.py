@@ -35,6 +35,7 @@ from trtconv.pipeline.build_parser import (
     predicted,
     real_parser,
     refusal,
+    unpredicted_rejections,
 )
 from trtconv.pipeline.build_record import ProgressPhases, Step
 from trtconv.pipeline.build_settings import BuildSettings
@@ -59,7 +60,7 @@ from trtconv.reference import DEFAULT_THRESHOLDS
 from trtconv.rewrites import RewriteResult, RewriteSettings, SteppedAside, rewrite
 from trtconv.samples import SampleSet
 from trtconv.settings import NEWEST_TENSORRT
-from trtconv.trt import build_engine, for_target, probe
+from trtconv.trt import build_engine, for_target, probe, target_module
 from trtconv.verify import verify_engine_corners
 
 log = logging.getLogger(__name__)
@@ -206,6 +207,19 @@ def recheck_stage(saved: Saved, target: str, shapes: dict[str, tuple[int, ...]],
     raise UnsupportedModelError(
         f"after rewrite and precision, {target_name(target)} would still reject {len(left)} node(s): {names}",
         hint=hint)
+
+
+def missed_rejections(saved: Saved, target: str, shapes: dict[str, tuple[int, ...]]) -> tuple[Disagreement, ...]:
+    """After the build stage failed: the nodes the target's installed parser rejects that ``check``
+    said it would take (none where the target is not installed), for ``parser_disagreements``."""
+    module = target_module(target)
+    if module is None:
+        return ()
+    try:
+        return unpredicted_rejections(analyze(saved.graph, target, shapes).nodes, saved.path, module)
+    except TrtconvError as exc:  # the build's own error is what the user must see
+        log.debug("no parser disagreements recorded: %s", exc)
+        return ()
 
 
 def precision_stage(model: onnx.ModelProto, req: BuildSettings, target: str, samples: SampleSet | None,
