@@ -9,7 +9,8 @@ Nothing depends on time, paths or randomness without a seed, so equal inputs giv
 byte-equal outputs.
 
 The driver is generic: what a rule matches, emits and proves is the rule's business
-(:mod:`.rule`).
+(:mod:`.rule`). A failed proof is an error, or, with ``RewriteSettings.step_aside`` (``build``),
+the rewrite that failed is dropped and the model rewritten again without it (:func:`rewrite`).
 """
 
 from __future__ import annotations
