@@ -52,6 +52,9 @@ def test_a_refusal_only_check_predicts_builds_and_is_recorded(tmp_path):
     assert engine.stat().st_size > 0
     page = (tmp_path / "r.html").read_text()
     assert 'id="parser-disagreements"' in page and "masks_equal" in page and "parsed and built by" in page
+    human = _build("--trt", "rtx", model, "-o", tmp_path / "h.engine")
+    assert human.exit_code == 0, human.output
+    assert "check predicted a refusal of masks_equal (Equal); the real parser took it" in human.stdout
 
 
 def test_a_rejection_check_did_not_predict_is_recorded_too(tmp_path):
