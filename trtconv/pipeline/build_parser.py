@@ -55,8 +55,9 @@ def ask(path: Path, module: str, shapes: Mapping[str, Sequence[int] | Mapping[st
 
 
 def accepted(real: Mapping[str, Any]) -> bool:
-    """Parsed, and built where a build was tried."""
-    return bool(real.get("parsed")) and real.get("built") is not False
+    """Parsed, and built where a build was tried; a build that ran out of the probe's time is no
+    refusal (the build stage decides)."""
+    return bool(real.get("parsed")) and (real.get("built") is not False or real.get("aborted") == "timeout")
 
 
 def predicted(node: NodeReport) -> str:
@@ -65,7 +66,8 @@ def predicted(node: NodeReport) -> str:
 
 
 def disagreements(refused: Sequence[NodeReport], real: Mapping[str, Any]) -> tuple[Disagreement, ...]:
-    what = "parsed and built" if real.get("built") else "parsed (no build tried here)"
+    what = ("parsed and built" if real.get("built") else "parsed (its build did not finish in time here)"
+            if real.get("aborted") == "timeout" else "parsed (no build tried here)")
     tensorrt = f"{real.get('module', '?')} {real.get('version', '?')}"
     return tuple(Disagreement(n.path, n.op_type, predicted(n), f"{what} by {tensorrt}") for n in refused)
 
