@@ -13,10 +13,12 @@ import pytest
 from builders import bool_equal_model, dcn_model, int32_relu_model, ms_gelu_model
 from click.testing import CliRunner
 from fused_builders import Case, In
-from onnx import TensorProto
+from onnx import TensorProto, helper, numpy_helper
 
 from trtconv.cli.main import cli
 from trtconv.errors import ExitCode
+from trtconv.rewrites.cleanup import INT32_OK_INPUTS
+from trtconv.trt.realparse import RTX_MODULE, import_tensorrt, parse_and_build
 
 pytest.importorskip("tensorrt_rtx", reason="tensorrt-rtx is in the test extra: run `make install`")
 
@@ -141,3 +143,39 @@ def test_a_wrong_engine_refusal_is_never_the_parsers_to_overrule(tmp_path):
     assert res.exit_code == ExitCode.UNSUPPORTED, res.output
     line = _error_line(res)
     assert "would still reject 1 node(s)" in line and "domain" in line and "failed its proof" in line
+
+
+def _int32_case(op: str, index: int) -> tuple[list, list, list[int]]:
+    """A model where input ``index`` of ``op`` is an INT32 initializer, as the int64-to-int32 clean-up
+    leaves it."""
+    arr = numpy_helper.from_array
+    cases = {
+        ("Gather", 1): ([helper.make_node("Gather", ["x", "i"], ["y"], axis=0)],
+                        [arr(np.array([0, 2], np.int32), "i")], [4, 3]),
+        ("GatherElements", 1): ([helper.make_node("GatherElements", ["x", "i"], ["y"], axis=0)],
+                                [arr(np.array([[0, 1, 2], [2, 1, 0], [1, 1, 1]], np.int32), "i")], [3, 3]),
+        ("ScatterElements", 1): ([helper.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=0)],
+                                 [arr(np.array([[0, 1, 2]], np.int32), "i"), arr(np.ones((1, 3), np.float32), "u")],
+                                 [3, 3]),
+        ("OneHot", 0): ([helper.make_node("OneHot", ["i", "d", "v"], ["o"]), helper.make_node("Add", ["x", "o"], ["y"])],
+                        [arr(np.array([0, 2, 1], np.int32), "i"), arr(np.array(3, np.int64), "d"),
+                         i32(np.array([0, 1], np.float32), "v")], [3, 3]),
+    }
+    return cases[(op, index)]
+
+
+def test_every_input_the_int32_clean_up_narrows_is_one_tensorrt_rtx_takes(tmp_path):
+    """The TensorRT side of "no clean-up leaves a node TensorRT cannot run where the original could":
+    each (op, input) INT32_OK_INPUTS lets the clean-up narrow parses and builds with an INT32 initializer
+    there (ONNX Runtime's side is the step-aside of tests/rewrites/test_step_aside.py). A new entry
+    needs its case here."""
+    trt = import_tensorrt(RTX_MODULE)
+    for op, index in sorted(INT32_OK_INPUTS):
+        nodes, inits, shape = _int32_case(op, index)
+        g = helper.make_graph(nodes, op, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_value_info("y", helper.make_tensor_type_proto(TensorProto.FLOAT, None))],
+                              initializer=inits)
+        path = tmp_path / f"{op}.onnx"
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
+        verdict = parse_and_build(path, trt)
+        assert verdict.parsed and verdict.built, (op, index, verdict)
