@@ -159,7 +159,7 @@ def _int32_case(op: str, index: int) -> tuple[list, list, list[int]]:
                                  [3, 3]),
         ("OneHot", 0): ([helper.make_node("OneHot", ["i", "d", "v"], ["o"]), helper.make_node("Add", ["x", "o"], ["y"])],
                         [arr(np.array([0, 2, 1], np.int32), "i"), arr(np.array(3, np.int64), "d"),
-                         i32(np.array([0, 1], np.float32), "v")], [3, 3]),
+                         arr(np.array([0, 1], np.float32), "v")], [3, 3]),
     }
     return cases[(op, index)]
 
