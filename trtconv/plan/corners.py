@@ -123,7 +123,8 @@ def run_corners(model: onnx.ModelProto, profiles: tuple[Profile, ...], *, seed: 
                 skipped.append(f"{where}: {too_big}")
                 continue
             try:
-                feeds = _sample_at(shapes, real) or ort.random_feeds(model, shapes, seed=seed)
+                feeds = _sample_at(shapes, real) or _with_values(
+                    ort.random_feeds(model, shapes, seed=seed), profile.value_corner(corner))
             except UsageError as exc:
                 failures.append(CornerFailure(index, corner, shapes, None, None, exc.message))
                 continue
@@ -158,6 +159,16 @@ def _samples_by_shape(model: onnx.ModelProto, samples: Iterable[Mapping[str, np.
             feeds = {n: np.asarray(sample[n]) for n in wanted}
             kept.setdefault(tuple(tuple(v.shape) for v in feeds.values()), feeds)
     return list(kept.values())
+
+
+def _with_values(feeds: ort.Feeds, values: Mapping[str, tuple[int, ...]]) -> ort.Feeds:
+    """``feeds`` with the profile's values for its shape-tensor inputs (random values would make a
+    Reshape fail on what TensorRT is told they are)."""
+    out = dict(feeds)
+    for name, vals in values.items():
+        if name in out:
+            out[name] = np.asarray(vals, dtype=out[name].dtype).reshape(out[name].shape)
+    return out
 
 
 def _sample_at(shapes: Mapping[str, tuple[int, ...]], samples: list[ort.Feeds]) -> ort.Feeds | None:
