@@ -226,8 +226,9 @@ def _volume(network: trt.INetworkDefinition, name: str) -> int:
         t = network.get_input(i)
         if t.name == name:
             n = 1
-            for d in t.shape:
-                n *= max(int(d), 1)
+            shape = t.shape
+            for axis in range(len(shape)):
+                n *= max(int(shape[axis]), 1)
             return n
     return 1
 
