@@ -30,14 +30,16 @@ def conv_matmul_model(path: Path) -> Path:
     return path
 
 
-def lstm_model(path: Path, hidden: int = 8, size: int = 6) -> Path:
-    """A bidirectional LSTM: what quantize_dynamic makes com.microsoft::DynamicQuantizeLSTM of."""
+def lstm_model(path: Path, hidden: int = 8, size: int = 6, initial_h: bool = False) -> Path:
+    """A bidirectional LSTM: what quantize_dynamic makes com.microsoft::DynamicQuantizeLSTM of
+    (``initial_h``: a constant non-zero initial hidden state)."""
     rng = np.random.default_rng(1)
-    node = helper.make_node("LSTM", ["x", "W", "R", "B"], ["y"], hidden_size=hidden, direction="bidirectional")
+    inputs = ["x", "W", "R", "B"] + (["", "H0"] if initial_h else [])
+    node = helper.make_node("LSTM", inputs, ["y"], hidden_size=hidden, direction="bidirectional")
+    inits = [_init(rng, "W", (2, 4 * hidden, size), 0.3), _init(rng, "R", (2, 4 * hidden, hidden), 0.3),
+             _init(rng, "B", (2, 8 * hidden), 0.1)] + ([_init(rng, "H0", (2, 1, hidden), 0.5)] if initial_h else [])
     g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", F, [5, 1, size])],
-                          [helper.make_tensor_value_info("y", F, None)],
-                          [_init(rng, "W", (2, 4 * hidden, size), 0.3), _init(rng, "R", (2, 4 * hidden, hidden), 0.3),
-                           _init(rng, "B", (2, 8 * hidden), 0.1)])
+                          [helper.make_tensor_value_info("y", F, None)], inits)
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     return path
 

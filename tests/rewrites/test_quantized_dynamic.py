@@ -191,3 +191,14 @@ def test_a_transpose_on_the_quantized_activation_moves_to_the_float_side(tmp_pat
     assert [n.op_type for n in rewritten.graph.node] == ["Transpose", "MatMul"]
     x = np.random.default_rng(0).standard_normal((4, 2, 16)).astype(np.float32)
     assert run_model(rewritten, {"x": x})["y"].shape == (2, 4, 8)
+
+
+def test_a_constant_initial_state_adds_its_rounding_bound(tmp_path):
+    """A constant H0 is read by the replacement as it is, not rounded as the original rounds it: the
+    proof's tolerance grows by the one-step bound of that rounding (derived in docs/rewrite.md), no more."""
+    from trtconv.rewrites.quantized.dynamic_lstm import grid_tolerance
+
+    q = onnx.load(quantized_dynamic(lstm_model(tmp_path / "f.onnx", initial_h=True), tmp_path / "q.onnx"))
+    (e,) = rewrite(q).report.rewrites
+    assert e.rule == "ort-dynamic-lstm" and e.proof.passed
+    assert grid_tolerance(6, 8, 1e-5) < e.proof.tolerance < 0.05

@@ -55,6 +55,19 @@ def rounded_state(h: np.ndarray) -> np.ndarray:
     return np.stack([np.stack([on_uint8_grid(row) for row in direction]) for direction in h])
 
 
+def state_rounding_bound(r: np.ndarray, h0: np.ndarray, c0: np.ndarray | None) -> float:
+    """How far one step's h moves when H0 is not rounded as the original rounds it: each element of
+    H0 by at most one step s_h, a gate's pre-activation by a = max_row(sum |R|) s_h, sigmoid gates by
+    a/4, tanh by a, c1 by (|c0|/4 + 5/4) a, h1 by a/4 more (docs/rewrite.md)."""
+    moved = np.abs(rounded_state(h0).astype(np.float64) - h0).max() if h0.size else 0.0
+    if moved == 0:
+        return 0.0
+    steps = [(max(float(row.max()), 0.0) - min(float(row.min()), 0.0)) / UINT8_MAX for d in h0 for row in d]
+    a = float(np.abs(r).sum(axis=2).max()) * max(steps)
+    c_max = float(np.abs(c0).max()) if c0 is not None and c0.size else 0.0
+    return a / 4 + (c_max / 4 + 1.25) * a
+
+
 def grid_tolerance(size: int, hidden: int, node_tolerance: float) -> float:
     """float32 against the original's int32 accumulation: a gate sums size + hidden products, each
     rounded once (relative error eps), so 4 eps per term is ample; never below ``node_tolerance``."""
@@ -134,11 +147,14 @@ class DynamicLstmRule(RewriteRule):
             return Proof("none", False, reason=f"the original did not run in ONNX Runtime: {exc.message[:200]}")
         rounded = dict(values)  # the replacement reads X and H as the original rounded them
         rounded[proto.input[0]] = on_uint8_grid(values[proto.input[0]])
-        if len(proto.input) > 5 and proto.input[5] in values:
-            rounded[proto.input[5]] = rounded_state(values[proto.input[5]])
-        elif len(proto.input) > 5 and proto.input[5] in match.original.constants:
-            rounded[proto.input[5]] = rounded_state(match.original.constants[proto.input[5]])
+        h0 = proto.input[5] if len(proto.input) > 5 else ""
         rtol = grid_tolerance(size, hidden, ctx.settings.node_tolerance)
+        if h0 in values:
+            rounded[h0] = rounded_state(values[h0])
+        elif h0 in match.original.constants:  # a constant the replacement reads as it is: its rounding, bounded
+            c0 = proto.input[6] if len(proto.input) > 6 else ""
+            rtol += state_rounding_bound(match.r, match.original.constants[h0],
+                                         values.get(c0, match.original.constants.get(c0)))
         return NodeProofCase(emitted.nodes, out, rounded, expected, np.dtype(np.float32), max(ctx.opset, 14),
                              rtol=rtol, shapes={"X": shapes[0]})
 
