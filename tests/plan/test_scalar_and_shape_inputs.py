@@ -104,3 +104,22 @@ def test_shape_tensor_input_values_from_the_samples(tmp_path):
     assert code == 0, out
     values = json.loads((tmp_path / "m.engine.json").read_text())["shape_input_values"][0]["mask"]
     assert values["min"] == [1, 1, 0, 0, 0, 0] and values["max"] == [1, 1, 1, 1, 1, 0]
+
+
+def test_the_preflight_feeds_the_profiles_values(tmp_path):
+    """Random values for a Reshape's target would fail ONNX Runtime (or run a shape TensorRT is never
+    told); the corners run on the values the profile gives."""
+    from trtconv.plan.build_plan import InputRange, Profile
+    from trtconv.plan.corners import run_corners
+
+    path = _save(tmp_path / "r.onnx", [helper.make_node("Reshape", ["x", "shp"], ["y"])],
+                 [helper.make_tensor_value_info("x", F, [2, 6]), helper.make_tensor_value_info("shp", I64, [2])],
+                 [helper.make_tensor_value_info("y", F, ["a", "b"])])
+    rng = InputRange((3, 4), (4, 3), (6, 2))
+    runs = run_corners(onnx.load(path), (Profile((), (("shp", rng),)),), keep_outputs=True)
+    assert not runs.failures and not runs.value_failures
+    (feeds, outputs), = runs.outputs.values()  # kept per input shapes: the min corner's
+    assert feeds["shp"].tolist() == [3, 4] and outputs["y"].shape == (3, 4)
+    bad = InputRange((3, 4), (4, 3), (5, 2))  # max: 10 elements from 12, a corner ONNX Runtime refuses
+    runs = run_corners(onnx.load(path), (Profile((), (("shp", bad),)),))
+    assert [f.corner for f in runs.failures] == ["max"]
