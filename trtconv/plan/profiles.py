@@ -125,8 +125,8 @@ def build_profiles(
                 hint="every dynamic input needs a range in every profile, e.g. "
                 + _example(missing[0], dynamic[missing[0]]),
             )
-        values = _value_ranges(where, valued[index] if index < len(valued) else ({}, {}, {}), dims, lo)
-        profiles.append(Profile(tuple(_ranges(where, lo, mid, hi)), values))
+        value_ranges = _value_ranges(where, valued[index] if index < len(valued) else ({}, {}, {}), dims, lo)
+        profiles.append(Profile(tuple(_ranges(where, lo, mid, hi)), value_ranges))
     return tuple(profiles)
 
 
@@ -161,10 +161,11 @@ def _value_ranges(where: str, valued: tuple[dict[str, Shape], dict[str, Shape], 
             raise UsageError(f"--shapes gives values for {name!r}, which is not an input of the model",
                              hint=f"inputs are: {', '.join(dims) or '(none)'}")
         have = shapes.get(name) or dims[name]
-        if all(isinstance(d, int) for d in have):
+        fixed = [d for d in have if isinstance(d, int)]
+        if len(fixed) == len(have):
             count = 1
-            for d in have:
-                count *= int(d)  # type: ignore[arg-type]
+            for d in fixed:
+                count *= d
             if count != len(vals):
                 raise UsageError(f"{where}: input {name!r} holds {count} value(s) (shape {list(have)}); "
                                  f"{len(vals)} were given", hint=f"e.g. {name}:[{','.join(['1'] * count)}]")
