@@ -123,3 +123,12 @@ def test_the_preflight_feeds_the_profiles_values(tmp_path):
     bad = InputRange((3, 4), (4, 3), (5, 2))  # max: 10 elements from 12, a corner ONNX Runtime refuses
     runs = run_corners(onnx.load(path), (Profile((), (("shp", bad),)),))
     assert [f.corner for f in runs.failures] == ["max"]
+
+
+def test_check_live_gives_the_probe_the_shape_tensor_values(tmp_path):
+    """Without them the real builder refuses ("missing values for shape input tensor") and `check --live`
+    reported a disagreement on a model that builds."""
+    model = mask_model(tmp_path / "m.onnx")
+    res = CliRunner().invoke(cli, ["check", "--trt", "rtx", "--live", str(model), "--shapes", "mask:[1,1,1,0,0,0]"])
+    assert res.exit_code == 0, res.output
+    assert "AGREES" in res.output and "DISAGREES" not in res.output
