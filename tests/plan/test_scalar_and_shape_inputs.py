@@ -132,3 +132,14 @@ def test_check_live_gives_the_probe_the_shape_tensor_values(tmp_path):
     res = CliRunner().invoke(cli, ["check", "--trt", "rtx", "--live", str(model), "--shapes", "mask:[1,1,1,0,0,0]"])
     assert res.exit_code == 0, res.output
     assert "AGREES" in res.output and "DISAGREES" not in res.output
+
+
+def test_inspect_shows_the_shape_tensor_values_recorded(tmp_path):
+    model = mask_model(tmp_path / "m.onnx")
+    code, out = _build(model, "-o", tmp_path / "m.engine", "--shapes", "mask:[1,1,0,0,0,0]")
+    assert code == 0, out
+    res = CliRunner().invoke(cli, ["inspect", str(tmp_path / "m.engine")])
+    assert res.exit_code == 0, res.output
+    assert "profile 0 mask (shape tensor) values: min [1, 1, 0, 0, 0, 0]" in res.output
+    doc = json.loads(CliRunner().invoke(cli, ["inspect", str(tmp_path / "m.engine"), "--json"]).stdout)
+    assert doc["shape_input_values"][0]["mask"]["max"] == [1, 1, 0, 0, 0, 0]
