@@ -47,11 +47,14 @@ def real_parser(target: str, refused: Sequence[NodeReport]) -> str | None:
     return target_module(target)
 
 
-def ask(path: Path, module: str, shapes: Mapping[str, Sequence[int] | Mapping[str, Sequence[int]]]) -> dict[str, Any]:
+Ranges = Mapping[str, Sequence[int] | Mapping[str, Sequence[int]]]
+
+
+def ask(path: Path, module: str, shapes: Ranges, values: Ranges | None = None) -> dict[str, Any]:
     """The real parser's verdict on ``path`` (JSON form of realparse.RealVerdict); TensorRT-RTX also builds
-    it, without a GPU, with one profile: ``shapes`` per input, a shape or a min/opt/max range (the build's
-    first profile)."""
-    return run_isolated(path, module, build=module == RTX_MODULE, shapes=shapes)
+    it, without a GPU, with one profile: ``shapes`` per input, a shape or a min/opt/max range, and
+    ``values`` likewise for shape-tensor inputs (the build's first profile)."""
+    return run_isolated(path, module, build=module == RTX_MODULE, shapes=shapes, values=values)
 
 
 def accepted(real: Mapping[str, Any]) -> bool:

@@ -191,7 +191,8 @@ def recheck_stage(saved: Saved, target: str, shapes: dict[str, tuple[int, ...]],
     module = real_parser(target, asked)
     if module is not None:
         log.info("check predicts %s refuses %d node(s): asking %s", target_name(target), len(asked), module)
-        real = ask(saved.path, module, {n: r.to_json() for n, r in profile.inputs} if profile else shapes)
+        real = ask(saved.path, module, profile.to_json() if profile else shapes,
+                   profile.values_json() if profile else None)
         if not accepted(real):
             raise UnsupportedModelError(refusal(target, real, asked, reasons), hint=hint)
         found = disagreements(asked, real)
