@@ -79,7 +79,7 @@ def _onehot() -> onnx.ModelProto:
 def test_no_clean_up_leaves_a_node_onnx_runtime_cannot_run_where_the_original_could():
     """ONNX Runtime has no OneHot kernel for int32 indices with an int64 depth and float values: the
     result of the build's rewrite runs wherever the original did, with the same outputs (the int32
-    clean-up steps aside there, or does not narrow that input)."""
+    clean-up steps aside there, or, since it skips OneHot, does not narrow that input)."""
     model = _onehot()
     res = rewrite(model, RewriteSettings(fold_constants=False, step_aside=True))
     x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
