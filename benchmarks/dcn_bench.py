@@ -111,7 +111,7 @@ def time_us(torch, fn, iters: int, reps: int) -> float:
     return statistics.median(samples)
 
 
-def portable_graph(n: int, c: int, cout: int, h: int, fp16: bool) -> Any:
+def portable_graph(n: int, c: int, cout: int, h: int, fp16: bool, stride: int = 1) -> Any:
     """The ONNX graph ``trtconv rewrite --dcn-target portable`` emits for one 3x3 DCNv2 layer
     (x, offset, mask, weight, bias all graph inputs, so the benchmark feeds its own tensors),
     with what depends only on the (static) shapes folded to constants, as a TensorRT builder
@@ -122,8 +122,11 @@ def portable_graph(n: int, c: int, cout: int, h: int, fp16: bool) -> Any:
     from trtconv.rewrites import RewriteSettings, rewrite
 
     t = TensorProto.FLOAT16 if fp16 else TensorProto.FLOAT
-    shapes = {"x": [n, c, h, h], "weight": [cout, c, 3, 3], "offset": [n, 18, h, h], "bias": [cout], "mask": [n, 9, h, h]}
-    node = helper.make_node("DeformConv", list(shapes), ["y"], pads=[1, 1, 1, 1], kernel_shape=[3, 3])
+    ho = out_size(h, stride)
+    shapes = {"x": [n, c, h, h], "weight": [cout, c, 3, 3], "offset": [n, 18, ho, ho], "bias": [cout],
+              "mask": [n, 9, ho, ho]}
+    node = helper.make_node("DeformConv", list(shapes), ["y"], pads=[1, 1, 1, 1], kernel_shape=[3, 3],
+                            strides=[stride, stride])
     g = helper.make_graph([node], "dcn", [helper.make_tensor_value_info(k, t, v) for k, v in shapes.items()],
                           [helper.make_tensor_value_info("y", t, None)])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
@@ -133,9 +136,11 @@ def portable_graph(n: int, c: int, cout: int, h: int, fp16: bool) -> Any:
     return gs.export_onnx(graph)
 
 
-def torch_runner(torch: Any, model: Any, device: str = "cuda") -> Any:
-    """``fn(feeds, skip=()) -> tensors by name``: the ONNX graph's nodes in order, each as its
-    PyTorch op; node types in ``skip`` are not run."""
+def torch_runner(torch: Any, model: Any, device: str = "cuda", fuse_cast_mul: bool = False) -> Any:
+    """``fn(feeds, until=()) -> tensors by name``: the ONNX graph's nodes in order, each as its
+    PyTorch op, up to the first node of a type in ``until``. ``fuse_cast_mul``: a Cast whose only reader
+    is a Mul runs inside that Mul (one kernel reading the wider type, writing the Cast's type),
+    as TensorRT fuses adjacent element-wise layers; every other node runs alone."""
     import torch.nn.functional as F
     from onnx import helper, numpy_helper
 
@@ -159,23 +164,40 @@ def torch_runner(torch: Any, model: Any, device: str = "cuda") -> Any:
         "Sub": lambda u, v, **a: u - v,
         "Div": lambda u, v, **a: u / v,
         "Transpose": lambda v, **a: v.permute(*a["perm"]),
+        "Expand": lambda v, **a: v.expand(*torch.broadcast_shapes(v.shape, tuple(a["shape"]))),
         "GridSample": lambda v, g, **a: F.grid_sample(v, g, mode="bilinear", padding_mode="zeros",
                                                        align_corners=bool(a.get("align_corners", 0))),
         "Conv": conv,
     }
+    readers: dict[str, list[Any]] = {}
+    for nd in model.graph.node:
+        for i in nd.input:
+            readers.setdefault(i, []).append(nd)
+    fused: dict[str, Any] = {}  # Mul output -> the dtype of the Cast folded into it
     nodes = []
     for nd in model.graph.node:
         attrs = {x.name: helper.get_attribute_value(x) for x in nd.attribute}
         ins = list(nd.input)
-        if nd.op_type == "Reshape":
+        op = ops[nd.op_type]
+        if nd.op_type in ("Reshape", "Expand"):
             attrs["shape"] = [int(d) for d in host[ins.pop()]]
-        nodes.append((ops[nd.op_type], ins, nd.output[0], attrs, nd.op_type))
+        if fuse_cast_mul and nd.op_type == "Cast" and [r.op_type for r in readers.get(nd.output[0], [])] == ["Mul"]:
+            fused[readers[nd.output[0]][0].output[0]] = types[attrs["to"]]
+            op, attrs = (lambda v: v), {}
+        if nd.output[0] in fused:
+            dt = fused[nd.output[0]]
 
-    def fn(feeds: dict[str, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
+            def op(u: Any, v: Any, dt: Any = dt) -> Any:
+                out = torch.empty(torch.broadcast_shapes(u.shape, v.shape), dtype=dt, device=u.device)
+                return torch.mul(u, v, out=out)
+        nodes.append((op, ins, nd.output[0], attrs, nd.op_type))
+
+    def fn(feeds: dict[str, Any], until: tuple[str, ...] = ()) -> dict[str, Any]:
         env = {**consts, **feeds}
         for op, ins, o, attrs, kind in nodes:
-            if kind not in skip:
-                env[o] = op(*(env[i] for i in ins if i), **attrs)
+            if kind in until:
+                break
+            env[o] = op(*(env[i] for i in ins if i), **attrs)
         return env
 
     return fn
@@ -196,25 +218,37 @@ def graphed(torch: Any, fn: Any) -> Any:
 
 
 def portable_timings(torch: Any, F: Any, deform_conv2d: Any, tensors: tuple[Any, ...], fp16: bool, iters: int,
-                     reps: int) -> dict[str, Any]:
-    """The portable form of one layer: whole, its sampling part (every node but the Conv), its
-    1x1 Conv alone, and its error against float64 torchvision. A failure is reported, not fatal."""
+                     reps: int, stride: int = 1, model: Any = None) -> dict[str, Any]:
+    """The portable form of one layer: whole (each node alone; and with each Cast fused into the
+    Mul that reads it, as TensorRT fuses element-wise layers), its sampling part (every node before
+    the Conv), the 1x1 Conv alone, the GridSample alone, and the errors
+    against float64 torchvision. A failure is reported, not fatal."""
     x, w, b, off, msk = tensors
     n, c, h = x.shape[0], x.shape[1], x.shape[2]
     try:
-        model = portable_graph(n, c, w.shape[0], h, fp16)
-        conv = next(nd for nd in model.graph.node if nd.op_type == "Conv")
+        model = model or portable_graph(n, c, w.shape[0], h, fp16, stride)
+        product = next(nd for nd in model.graph.node if nd.op_type == "Conv")
         y = model.graph.output[0].name
         feeds = {"x": x, "offset": off, "mask": msk, "weight": w, "bias": b}
         run = torch_runner(torch, model)
+        run_fused = torch_runner(torch, model, fuse_cast_mul=True)
         whole = time_us(torch, graphed(torch, lambda: run(feeds)[y]), iters, reps)
+        fused = time_us(torch, graphed(torch, lambda: run_fused(feeds)[y]), iters, reps)
         sample = time_us(torch, graphed(torch, lambda: run(feeds, ("Conv",))), iters, reps)
         env = run(feeds)
-        cols, w1 = env[conv.input[0]], env[conv.input[1]]
+        cols, w1 = env[product.input[0]], env[product.input[1]]
         dense = time_us(torch, graphed(torch, lambda: F.conv2d(cols, w1, b)), iters, reps)
-        ref = deform_conv2d(x.double(), off.double(), w.double(), b.double(), padding=1, mask=msk.double())
+        sampler = next(nd for nd in model.graph.node if nd.op_type == "GridSample")
+        img, grid = env[sampler.input[0]], env[sampler.input[1]]
+        gs_alone = time_us(torch, graphed(torch, lambda: F.grid_sample(img, grid, padding_mode="zeros",
+                                                                        align_corners=False)), iters, reps)
+        ref = deform_conv2d(x.double(), off.double(), w.double(), b.double(), stride=stride, padding=1,
+                            mask=msk.double())
         err = float((env[y].double() - ref).norm() / ref.norm())
-        return dict(portable_us=whole, portable_sample_us=sample, portable_conv_us=dense, err_portable=err,
+        err_fused = float((run_fused(feeds)[y].double() - ref).norm() / ref.norm())
+        return dict(portable_us=whole, portable_fused_us=fused, portable_sample_us=sample, portable_conv_us=dense,
+                    portable_gridsample_us=gs_alone,
+                    err_portable=err, err_portable_fused=err_fused,
                     portable_nodes=[nd.op_type for nd in model.graph.node])
     except Exception as exc:  # keep the plugin's numbers when the portable part fails
         print(f"# portable form failed: {type(exc).__name__}: {exc}", flush=True)
@@ -273,9 +307,8 @@ def main(argv: list[str] | None = None) -> int:
             t_tv = time_us(torch, tv_run, iters, reps)
             t_conv = dense_conv_us(torch, gen, n, c, cout, h, stride, dtype, iters, reps)
             t_reformat = time_us(torch, lambda x=x: x.permute(0, 2, 3, 1).contiguous(), iters, reps)
-            # the portable graph is built for stride 1 (portable_graph); other strides are not timed
-            port_row = (portable_timings(torch, F, deform_conv2d, (x, w, b, off, msk), mode == "fp16", iters, reps)
-                        if stride == 1 else dict(portable_error="stride != 1: not timed"))
+            port_row = portable_timings(torch, F, deform_conv2d, (x, w, b, off, msk), mode == "fp16", iters, reps,
+                                        stride)
 
             ref = deform_conv2d(x.double(), off.double(), w.double(), b.double(), stride=stride, padding=1,
                                 mask=msk.double())
@@ -294,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
                 cudnn_nchw_us=t_conv["nchw"], cudnn_nhwc_us=t_conv["nhwc"], cudnn_best_us=min(t_conv.values()),
                 reformat_us=t_reformat, roofline_us=roofline_us(n, c, cout, h, stride, mode, gpu),
                 err_nchw=errs["nchw"], err_nhwc=errs["nhwc"], err_torchvision=e_tv,
-                columns_mib=n * c * 9 * h * h * (2 if mode == "fp16" else 4) / 2**20, **port_row,
+                columns_mib=n * c * 9 * ho * ho * (2 if mode == "fp16" else 4) / 2**20, **port_row,
             )
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -335,15 +368,19 @@ def main(argv: list[str] | None = None) -> int:
             f"| {max(r['err_nchw'], r['err_nhwc']):.1e} | {r['err_torchvision']:.1e} |"
         )
     print("\n## The plugin-free form (--dcn-target portable), its ONNX nodes run as PyTorch ops in a CUDA graph")
-    print("| shape | mode | portable | = sampling | + 1x1 conv | plugin NHWC | portable / plugin | torchvision "
-          "| portable / tv | columns MiB | err portable |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("portable = every node alone; fused = each Cast run inside the Mul that reads it (TensorRT fuses "
+          "element-wise layers); plugin = the faster plugin layout.")
+    print("| shape | mode | portable | fused | = sampling | + 1x1 conv | plugin | portable / plugin "
+          "| fused / plugin | torchvision | portable / tv | columns MiB | err portable |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in (r for r in rows if "portable_us" in r):
+        plugin = min(r["ours_nchw_us"], r["ours_nhwc_us"])
         print(
-            f"| ({r['shape']}) | {r['mode']} | {r['portable_us']:.1f} | {r['portable_sample_us']:.1f} "
-            f"| {r['portable_conv_us']:.1f} | {r['ours_nhwc_us']:.1f} | {r['portable_us'] / r['ours_nhwc_us']:.2f} "
+            f"| ({r['shape']}) | {r['mode']} | {r['portable_us']:.1f} | {r['portable_fused_us']:.1f} "
+            f"| {r['portable_sample_us']:.1f} | {r['portable_conv_us']:.1f} | {plugin:.1f} "
+            f"| {r['portable_us'] / plugin:.2f} | {r['portable_fused_us'] / plugin:.2f} "
             f"| {r['torchvision_us']:.1f} | {r['portable_us'] / r['torchvision_us']:.2f} | {r['columns_mib']:.0f} "
-            f"| {r['err_portable']:.1e} |"
+            f"| {max(r['err_portable'], r['err_portable_fused']):.1e} |"
         )
     print("portable nodes: " + "; ".join(sorted({" ".join(r.get("portable_nodes", ["failed"])) for r in rows})))
     print("\nbest tiles: " + "; ".join(f"({r['shape']}) {r['mode']}: {r['tile_nchw']}, {r['tile_nhwc']}" for r in rows))
