@@ -136,11 +136,12 @@ def portable_graph(n: int, c: int, cout: int, h: int, fp16: bool, stride: int = 
     return gs.export_onnx(graph)
 
 
-def torch_runner(torch: Any, model: Any, device: str = "cuda", fuse_cast_mul: bool = False) -> Any:
+def torch_runner(torch: Any, model: Any, device: str = "cuda", fuse: bool = False) -> Any:
     """``fn(feeds, until=()) -> tensors by name``: the ONNX graph's nodes in order, each as its
-    PyTorch op, up to the first node of a type in ``until``. ``fuse_cast_mul``: a Cast whose only reader
-    is a Mul runs inside that Mul (one kernel reading the wider type, writing the Cast's type),
-    as TensorRT fuses adjacent element-wise layers; every other node runs alone."""
+    PyTorch op, up to the first node of a type in ``until``. ``fuse``: every run of nodes between
+    the GridSample and the Conv (casts, element-wise arithmetic, gathers, reshapes, transposes)
+    is compiled by ``torch.compile`` (Inductor) into fused kernels, as TensorRT fuses such layers;
+    GridSample and Conv still run as their PyTorch ops (grid_sample, cuDNN)."""
     import torch.nn.functional as F
     from onnx import helper, numpy_helper
 
@@ -150,6 +151,11 @@ def torch_runner(torch: Any, model: Any, device: str = "cuda", fuse_cast_mul: bo
 
     def reshape(v: Any, shape: list[int]) -> Any:  # shapes stay on the host: no copies in a CUDA graph
         return v.reshape([v.shape[i] if d == 0 else d for i, d in enumerate(shape)])
+
+    def expand(v: Any, shape: list[int]) -> Any:  # ONNX Expand broadcasts both ways
+        shape = [1] * (v.dim() - len(shape)) + list(shape)
+        dims = [1] * (len(shape) - v.dim()) + list(v.shape)
+        return v.reshape(dims).expand([max(a, b) for a, b in zip(dims, shape)])
 
     def conv(v: Any, w: Any, b: Any = None, **a: Any) -> Any:
         return F.conv2d(v, w, b, a.get("strides", [1, 1]), a.get("pads", [0, 0, 0, 0])[:2],
@@ -164,43 +170,68 @@ def torch_runner(torch: Any, model: Any, device: str = "cuda", fuse_cast_mul: bo
         "Sub": lambda u, v, **a: u - v,
         "Div": lambda u, v, **a: u / v,
         "Transpose": lambda v, **a: v.permute(*a["perm"]),
-        "Expand": lambda v, **a: v.expand(*torch.broadcast_shapes(v.shape, tuple(a["shape"]))),
+        "Expand": lambda v, **a: expand(v, a["shape"]),
         "GridSample": lambda v, g, **a: F.grid_sample(v, g, mode="bilinear", padding_mode="zeros",
                                                        align_corners=bool(a.get("align_corners", 0))),
         "Conv": conv,
     }
-    readers: dict[str, list[Any]] = {}
-    for nd in model.graph.node:
-        for i in nd.input:
-            readers.setdefault(i, []).append(nd)
-    fused: dict[str, Any] = {}  # Mul output -> the dtype of the Cast folded into it
     nodes = []
     for nd in model.graph.node:
         attrs = {x.name: helper.get_attribute_value(x) for x in nd.attribute}
         ins = list(nd.input)
-        op = ops[nd.op_type]
         if nd.op_type in ("Reshape", "Expand"):
             attrs["shape"] = [int(d) for d in host[ins.pop()]]
-        if fuse_cast_mul and nd.op_type == "Cast" and [r.op_type for r in readers.get(nd.output[0], [])] == ["Mul"]:
-            fused[readers[nd.output[0]][0].output[0]] = types[attrs["to"]]
-            op, attrs = (lambda v: v), {}
-        if nd.output[0] in fused:
-            dt = fused[nd.output[0]]
-
-            def op(u: Any, v: Any, dt: Any = dt) -> Any:
-                out = torch.empty(torch.broadcast_shapes(u.shape, v.shape), dtype=dt, device=u.device)
-                return torch.mul(u, v, out=out)
-        nodes.append((op, ins, nd.output[0], attrs, nd.op_type))
+        nodes.append((ops[nd.op_type], ins, nd.output[0], attrs, nd.op_type))
+    steps = _compiled_segments(torch, nodes, {o.name for o in model.graph.output}) if fuse else nodes
 
     def fn(feeds: dict[str, Any], until: tuple[str, ...] = ()) -> dict[str, Any]:
         env = {**consts, **feeds}
-        for op, ins, o, attrs, kind in nodes:
+        for op, ins, outs, attrs, kind in steps:
             if kind in until:
                 break
-            env[o] = op(*(env[i] for i in ins if i), **attrs)
+            got = op(*(env[i] for i in ins if i), **attrs)
+            if isinstance(outs, str):
+                env[outs] = got
+            else:
+                env.update(zip(outs, got))
         return env
 
     return fn
+
+
+def _compiled_segments(torch: Any, nodes: list[Any], graph_outputs: set[str]) -> list[Any]:
+    """``nodes`` with every run of nodes other than GridSample and Conv replaced by one
+    ``torch.compile``d step: ``(fn, inputs, outputs, {}, "Fused")``."""
+    heavy = ("GridSample", "Conv")
+    steps: list[Any] = []
+    run: list[Any] = []
+
+    def close() -> None:
+        if not run:
+            return
+        made = {o for _, _, o, _, _ in run}
+        ins = list(dict.fromkeys(i for _, nin, _, _, _ in run for i in nin if i and i not in made))
+        later = {i for _, nin, _, _, _ in nodes for i in nin} | graph_outputs
+        outs = [o for _, _, o, _, _ in run if o in later]
+        body = list(run)
+
+        def segment(*args: Any, body: list[Any] = body, ins: list[str] = ins, outs: list[str] = outs) -> Any:
+            env = dict(zip(ins, args))
+            for op, nin, o, attrs, _ in body:
+                env[o] = op(*(env[i] for i in nin if i), **attrs)
+            return tuple(env[o] for o in outs)
+
+        steps.append((torch.compile(segment, fullgraph=True, dynamic=False), ins, outs, {}, "Fused"))
+        run.clear()
+
+    for nd in nodes:
+        if nd[4] in heavy:
+            close()
+            steps.append(nd)
+        else:
+            run.append(nd)
+    close()
+    return steps
 
 
 def graphed(torch: Any, fn: Any) -> Any:
@@ -219,8 +250,8 @@ def graphed(torch: Any, fn: Any) -> Any:
 
 def portable_timings(torch: Any, F: Any, deform_conv2d: Any, tensors: tuple[Any, ...], fp16: bool, iters: int,
                      reps: int, stride: int = 1, model: Any = None) -> dict[str, Any]:
-    """The portable form of one layer: whole (each node alone; and with each Cast fused into the
-    Mul that reads it, as TensorRT fuses element-wise layers), its sampling part (every node before
+    """The portable form of one layer: whole (each node alone; and with the nodes between
+    GridSample and Conv compiled into fused kernels, as TensorRT fuses such layers), its sampling part (every node before
     the Conv), the 1x1 Conv alone, the GridSample alone, and the errors
     against float64 torchvision. A failure is reported, not fatal."""
     x, w, b, off, msk = tensors
@@ -231,7 +262,7 @@ def portable_timings(torch: Any, F: Any, deform_conv2d: Any, tensors: tuple[Any,
         y = model.graph.output[0].name
         feeds = {"x": x, "offset": off, "mask": msk, "weight": w, "bias": b}
         run = torch_runner(torch, model)
-        run_fused = torch_runner(torch, model, fuse_cast_mul=True)
+        run_fused = torch_runner(torch, model, fuse=True)
         whole = time_us(torch, graphed(torch, lambda: run(feeds)[y]), iters, reps)
         fused = time_us(torch, graphed(torch, lambda: run_fused(feeds)[y]), iters, reps)
         sample = time_us(torch, graphed(torch, lambda: run(feeds, ("Conv",))), iters, reps)
@@ -368,8 +399,8 @@ def main(argv: list[str] | None = None) -> int:
             f"| {max(r['err_nchw'], r['err_nhwc']):.1e} | {r['err_torchvision']:.1e} |"
         )
     print("\n## The plugin-free form (--dcn-target portable), its ONNX nodes run as PyTorch ops in a CUDA graph")
-    print("portable = every node alone; fused = each Cast run inside the Mul that reads it (TensorRT fuses "
-          "element-wise layers); plugin = the faster plugin layout.")
+    print("portable = every node alone; fused = the nodes around GridSample and Conv compiled into fused kernels "
+          "(torch.compile; TensorRT fuses such layers); plugin = the faster plugin layout.")
     print("| shape | mode | portable | fused | = sampling | + 1x1 conv | plugin | portable / plugin "
           "| fused / plugin | torchvision | portable / tv | columns MiB | err portable |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")

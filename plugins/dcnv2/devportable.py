@@ -5,7 +5,8 @@
 
 ``write`` saves, for every shape of benchmarks/dcn_bench.py, the portable ONNX graph that the
 trtconv on ``PYTHONPATH`` emits (proven in ONNX Runtime, shape-only parts folded), once per
-``SAMPLE_CHANNELS`` value given (``0``: no channel split), as ``KEY_f16|f32_LABEL.onnx``; run it
+``SAMPLE_CHANNELS`` value given (``0``: no channel split; none given: the module's own), as
+``KEY_f16|f32_LABEL[-cN].onnx``; run it
 once per trtconv version to compare (e.g. ``--label main`` with the main checkout first on the
 path). ``time`` runs every graph in DIR on the GPU through dcn_bench's PyTorch proxy (each node
 alone, and each Cast fused into the Mul that reads it), checks it against float64 torchvision,
@@ -34,9 +35,9 @@ def write(out: Path, label: str, channels: list[int]) -> None:
         portable = None
     for key, (n, c, cout, h, stride, modes) in bench.SHAPES.items():
         for fp16 in sorted({m == "fp16" for m in modes}, reverse=True):
-            for ch in channels:
-                name = f"{label}-c{ch}" if len(channels) > 1 else label
-                if portable is not None and hasattr(portable, "SAMPLE_CHANNELS"):
+            for ch in channels or [None]:
+                name = f"{label}-c{ch}" if ch is not None else label
+                if ch is not None and portable is not None and hasattr(portable, "SAMPLE_CHANNELS"):
                     portable.SAMPLE_CHANNELS = ch or 1 << 30
                 model = bench.portable_graph(n, c, cout, h, fp16, stride)
                 onnx.save(model, out / f"{key}_{'f16' if fp16 else 'f32'}_{name}.onnx")
@@ -91,7 +92,7 @@ def main() -> int:
     w = sub.add_parser("write")
     w.add_argument("dir", type=Path)
     w.add_argument("--label", default="branch")
-    w.add_argument("--channels", type=int, nargs="+", default=[0])
+    w.add_argument("--channels", type=int, nargs="+", help="SAMPLE_CHANNELS values (0: no split); default: the module's")
     t = sub.add_parser("time")
     t.add_argument("dir", type=Path)
     t.add_argument("--json")
