@@ -203,6 +203,10 @@ def _compiled_segments(torch: Any, nodes: list[Any], graph_outputs: set[str]) ->
     """``nodes`` with every run of nodes other than GridSample and Conv replaced by one
     ``torch.compile``d step: ``(fn, inputs, outputs, {}, "Fused")``."""
     heavy = ("GridSample", "Conv")
+    # every segment shares one code object: without this, Dynamo stops recompiling after 8 of them
+    for limit in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(torch._dynamo.config, limit):
+            setattr(torch._dynamo.config, limit, 4096)
     steps: list[Any] = []
     run: list[Any] = []
 
