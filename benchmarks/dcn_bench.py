@@ -402,21 +402,35 @@ def main(argv: list[str] | None = None) -> int:
             f"| {ours / r['cudnn_best_us']:.2f} "
             f"| {max(r['err_nchw'], r['err_nhwc']):.1e} | {r['err_torchvision']:.1e} |"
         )
-    print("\n## The plugin-free form (--dcn-target portable), its ONNX nodes run as PyTorch ops in a CUDA graph")
-    print("portable = every node alone; fused = the nodes around GridSample and Conv compiled into fused kernels "
-          "(torch.compile; TensorRT fuses such layers); plugin = the faster plugin layout.")
-    print("| shape | mode | portable | fused | = sampling | + 1x1 conv | plugin | portable / plugin "
-          "| fused / plugin | torchvision | portable / tv | columns MiB | err portable |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for r in (r for r in rows if "portable_us" in r):
+    print("\n## Both forms against cuDNN, torchvision and the roofline: median µs")
+    print("plugin = its faster layout (channels-last; +reformat adds an NCHW->NHWC copy, what TensorRT inserts "
+          "after an NCHW producer); portable = the plugin-free ONNX graph, every node alone; fused = the same with "
+          "the nodes around GridSample and Conv compiled into fused kernels (torch.compile), as TensorRT fuses such "
+          "layers; cuDNN = dense 3x3 conv, faster layout; errors: relative L2 against float64.")
+    print("| shape | mode | plugin | +reformat | portable | fused | torchvision | cuDNN | roofline "
+          "| plugin / cuDNN | portable / plugin | fused / plugin | tv / plugin | err plugin | err portable | err tv |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
         plugin = min(r["ours_nchw_us"], r["ours_nhwc_us"])
+        stride_note = f" s{r['stride']}" if r["stride"] != 1 else ""
+        port = ("| {portable_us:.1f} | {portable_fused_us:.1f} ".format(**r) if "portable_us" in r else "| – | – ")
+        ratios = (f"| {r['portable_us'] / plugin:.2f} | {r['portable_fused_us'] / plugin:.2f} "
+                  if "portable_us" in r else "| – | – ")
         print(
-            f"| ({r['shape']}) | {r['mode']} | {r['portable_us']:.1f} | {r['portable_fused_us']:.1f} "
-            f"| {r['portable_sample_us']:.1f} | {r['portable_conv_us']:.1f} | {plugin:.1f} "
-            f"| {r['portable_us'] / plugin:.2f} | {r['portable_fused_us'] / plugin:.2f} "
-            f"| {r['torchvision_us']:.1f} | {r['portable_us'] / r['torchvision_us']:.2f} | {r['columns_mib']:.0f} "
-            f"| {max(r['err_portable'], r['err_portable_fused']):.1e} |"
+            f"| ({r['shape']}) N{r['n']} C{r['c']}→{r['cout']} {r['h']}²{stride_note} | {r['mode']} | {plugin:.1f} "
+            f"| {r['ours_nhwc_us'] + r['reformat_us']:.1f} {port}| {r['torchvision_us']:.1f} "
+            f"| {r['cudnn_best_us']:.1f} | {r['roofline_us']:.1f} | {plugin / r['cudnn_best_us']:.2f} {ratios}"
+            f"| {r['torchvision_us'] / plugin:.2f} | {max(r['err_nchw'], r['err_nhwc']):.1e} "
+            f"| {max(r.get('err_portable', float('nan')), r.get('err_portable_fused', float('nan'))):.1e} "
+            f"| {r['err_torchvision']:.1e} |"
         )
+    print("\nportable, where its time goes: = sampling (every node before the Conv, alone), GridSample alone, "
+          "the 1x1 Conv alone; columns MiB = the im2col buffer in the model's type (GridSample writes twice that, FP32, for FP16 models)")
+    print("| shape | mode | portable | = sampling | GridSample | + 1x1 conv | columns MiB |")
+    print("|---|---|---|---|---|---|---|")
+    for r in (r for r in rows if "portable_us" in r):
+        print(f"| ({r['shape']}) | {r['mode']} | {r['portable_us']:.1f} | {r['portable_sample_us']:.1f} "
+              f"| {r['portable_gridsample_us']:.1f} | {r['portable_conv_us']:.1f} | {r['columns_mib']:.0f} |")
     print("portable nodes: " + "; ".join(sorted({" ".join(r.get("portable_nodes", ["failed"])) for r in rows})))
     print("\nbest tiles: " + "; ".join(f"({r['shape']}) {r['mode']}: {r['tile_nchw']}, {r['tile_nhwc']}" for r in rows))
     print("\n| H=W (FP16, C64→64) | " + " | ".join(str(s["h"]) for s in sweep) + " |")

@@ -4,15 +4,16 @@ For runtimes with no plugins (TensorRT-RTX) and users who cannot ship a plugin l
 Every op emitted is one TensorRT's ONNX parser imports natively; the computation is
 deformable convolution written out as sampling then a dense product (im2col):
 
-1. ``x [N, C, H, W]`` → ``[N*G, C/G, H, W]`` (``G`` = deformable groups; skipped when 1).
+1. ``x [N, C, H, W]`` → ``[N*G*S, C/(G*S), H, W]`` (``G`` = deformable groups, ``S`` = channel
+   shares of each, see :func:`sample_split`; skipped when ``G*S`` is 1).
 2. Sampling grid from the offsets: the (dy, dx) pairs are swapped to GridSample's (x, y)
    order by one ``Gather`` over the offset channels, added to the position of every kernel
-   tap at every output pixel and normalised,
-   ``[N*G, K*OH, OW, 2]`` with ``K = kh*kw`` (see :func:`_grid`).
+   tap at every output pixel and normalised, ``[N*G, K*OH, OW, 2]`` with ``K = kh*kw`` (see
+   :func:`_grid`), then ``Expand``-ed to one copy per channel share, ``[N*G*S, K*OH, OW, 2]``.
 3. ``GridSample`` (bilinear, ``padding_mode="zeros"``, ``align_corners=0``): pixel ``p`` is
    normalised as ``(2p + 1)/W - 1``, which ``align_corners=0`` maps back to ``p``; corners
    outside the image count as zeros, exactly as DCNv2 defines its border. Output
-   ``[N*G, C/G, K*OH, OW]``: the im2col columns.
+   ``[N*G*S, C/(G*S), K*OH, OW]``, the memory of ``[N, C, K*OH, OW]``: the im2col columns.
 4. Mask multiply (``[N*G, 1, K*OH, OW]``, broadcast over channels), when there is a mask.
 5. The columns reshaped to ``[N, C*K, OH, OW]`` (channel ``c*K + k``) and a 1x1 ``Conv``
    with the weight reshaped ``[Cout, C/group*K, 1, 1]`` and ``group`` groups, plus bias.
