@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import ast
 import sys
-import tomllib
 from pathlib import Path
+
+from trtconv.cli.config import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_TESTS = ("test_dcnv2_gpu.py", "test_dcnv2_plugin.py")
