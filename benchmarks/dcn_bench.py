@@ -13,7 +13,10 @@ Times are medians of CUDA-event timed batches.
 The ``portable`` columns time the plugin-free form (``trtconv rewrite --dcn-target portable``):
 the ONNX graph trtconv emits for the layer, its nodes executed one by one with the matching
 PyTorch op (GridSample → ``grid_sample``, Conv → cuDNN ``conv2d``, ...), captured in a CUDA
-graph so launch overhead stays out as it does in a TensorRT engine; no fusion between nodes.
+graph so launch overhead stays out as it does in a TensorRT engine; ``fused`` runs the same
+graph with the nodes between GridSample and Conv compiled by ``torch.compile``, as TensorRT
+fuses element-wise, cast and shuffle layers. The last tables put both forms side by side
+against cuDNN, torchvision and the roofline, and split the portable time into its parts.
 
     python benchmarks/dcn_bench.py [--json out.json] [--quick]
 """
