@@ -71,9 +71,9 @@ def main() -> int:
             out = torch.empty(n, cout, ho, ho, dtype=dtype, device="cuda")
             ref = deform_conv2d(x.double(), off.double(), w.double(), b.double(), stride=stride, padding=1,
                                 mask=msk.double())
-            t_tv = time_us(torch, lambda x=x, off=off, w=w, b=b, msk=msk: deform_conv2d(
-                x, off, w, b, stride=stride, padding=1, mask=msk), args.iters, args.reps)
-            t_cv = time_us(torch, lambda x=x, w=w, b=b: F.conv2d(x, w, b, stride=stride, padding=1), args.iters, args.reps)
+            t_tv = time_us(torch, lambda x=x, off=off, w=w, b=b, msk=msk, s=stride: deform_conv2d(
+                x, off, w, b, stride=s, padding=1, mask=msk), args.iters, args.reps)
+            t_cv = time_us(torch, lambda x=x, w=w, b=b, s=stride: F.conv2d(x, w, b, stride=s, padding=1), args.iters, args.reps)
             res = []
             for layout in args.layouts.split(","):
                 for tile in dk.usable_tiles(cc, accurate_fp32=mode == "fp32"):
