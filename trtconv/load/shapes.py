@@ -147,6 +147,27 @@ def override_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Shape]) -
     return out
 
 
+def _negative_dims(model: onnx.ModelProto) -> list[onnx.TensorShapeProto.Dimension]:
+    return [d for g in iter_graphs(model.graph) for vi in list(g.value_info) + list(g.output)
+            if vi.type.HasField("tensor_type") for d in vi.type.tensor_type.shape.dim
+            if d.HasField("dim_value") and d.dim_value < 0]
+
+
+def _without_negative_dims(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``, or a copy whose stored dims of -1 are unknown dims.
+
+    Some exporters (Paddle's) store -1 for a dynamic dim in value infos; ONNX >= 1.23 takes it as a
+    known size that conflicts with what inference derives, and keeps the stale -1 (a first Conv of
+    [-1, 8, ?, ?] for a fixed 1x3x48x192 input). The copy is made only where such dims exist."""
+    if not _negative_dims(model):
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for d in _negative_dims(out):
+        d.Clear()
+    return out
+
+
 def _has_unknown_dims(model: onnx.ModelProto) -> bool:
     for g in iter_graphs(model.graph):
         for vi in list(g.value_info) + list(g.output):
@@ -171,6 +192,7 @@ def infer_shapes(
     ranks, which is all ``check`` needs, and the symbolic pass costs seconds per 1k nodes.
     """
     model = model if model is not None else loaded.proto
+    model = _without_negative_dims(model)
     try:
         if approx_size(model) > PROTOBUF_LIMIT:
 
