@@ -408,11 +408,13 @@ def test_no_tensorrt_hint_names_trtexec_strongly_typed(ocr_cls, tmp_path: Path, 
 
 
 def test_docs_and_help_agree_with_the_code():
-    from trtconv.pipeline.quantize import INT8_DEFAULT_HELD_OUT
+    from trtconv.pipeline.quantize import INT8_JUDGING_SHARE
+    from trtconv.precision import samples_needed
 
     docs = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
     held_out_row = next(line for line in docs.splitlines() if line.startswith("| `--held-out N"))
-    assert f"default {INT8_DEFAULT_HELD_OUT} with ≥ 5 samples" in held_out_row  # build shares quantize's flag
+    # build shares quantize's flag
+    assert f"default {INT8_JUDGING_SHARE:.0%}, at least the {samples_needed()} a pass needs" in held_out_row
     bench_help = run("bench", "--help").stdout
     assert "dynamic inputs without --shapes" not in bench_help
     assert "Dynamic inputs run at the opt shape of profile 0" in " ".join(bench_help.split())
