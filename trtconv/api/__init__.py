@@ -23,6 +23,7 @@ from trtconv.api.engines import (
     probe,
     probe_driver,
     problems,
+    unservable,
     verify_engine,
     write_repository,
 )
@@ -77,7 +78,7 @@ __all__ = [
     # engines (engines.py)
     "BenchResult", "BenchSettings", "Environment", "PlanSource", "TensorRTStatus", "VerifyReport", "bench_engine",
     "inspect_engine", "layer_rows", "model_name", "off_precision", "probe", "probe_driver", "problems",
-    "verify_engine", "write_repository",
+    "unservable", "verify_engine", "write_repository",
     # files (files.py)
     "disk_bytes", "file_sha256", "identity_problems", "load_model", "manifest_path", "parse_shapes",
     "read_manifest", "return_large_blocks", "update_manifest",

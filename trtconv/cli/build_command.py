@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from trtconv import api
 from trtconv.api import (
@@ -40,7 +42,10 @@ from trtconv.cli.options import (
 from trtconv.cli.output import Heartbeat, interactive, print_json, progress, stderr_console
 from trtconv.cli.precision_report import print_gate
 from trtconv.cli.triton_repo import triton_repo_option
-from trtconv.errors import DataError, TrtconvError
+from trtconv.errors import DataError, TrtconvError, UsageError
+from trtconv.outputs import check_output_dir, check_output_path
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class BarSink:
@@ -152,6 +157,42 @@ def _entry_problems(params: Mapping[str, Any], key: Mapping[str, Any], files: Ma
     return identity_problems(data, engine, expected_hash=ident)
 
 
+def _check_outputs(ctx: click.Context) -> None:
+    """Before any work, a cache lookup included: a Triton repository only for a target Triton serves,
+    and every path the build writes (engine, manifest, prepared ONNX, tail, calibration cache, report,
+    Triton repository, depfile) writable, in one line naming the flag; nothing is written."""
+    params = ctx.params
+    settings = BuildSettings.from_params(params)
+    target = settings.trt or api.default_target()[0]
+    repo = params.get("triton_repo")
+    if repo is not None:
+        why = api.unservable(api.target_name(target))
+        if why is not None:
+            named = ("triton-repo in the spec file" if ctx.get_parameter_source("triton_repo") == ParameterSource.DEFAULT_MAP
+                     else "--triton-repo")
+            chosen = "" if settings.trt else f" (the target without --trt: {api.target_name(target)}, installed here)"
+            raise UsageError(f"{named}: {why}{chosen}",
+                             hint="drop it for TensorRT-RTX; for Triton, build with --trt 10.16 or --trt 11.4 "
+                             "where TensorRT and a GPU are")
+        if not settings.prepare_only:
+            check_output_dir(Path(repo), flag="--triton-repo")
+    settings.check_outputs(params["output"], target, force=bool(params.get("force")))
+    for key in ("report", "deps"):
+        if params.get(key) is not None:
+            check_output_path(Path(params[key]), force=True, flag=f"--{key}")
+
+
+def outputs_checked(f: F) -> F:
+    """Run :func:`_check_outputs` first (place it right below ``config_option``: a --print-config writes nothing)."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        _check_outputs(click.get_current_context())
+        return f(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
 NOT_INPUTS = ("prepared", "timing_cache")  # path flags that are not inputs (the build updates the cache)
 SHAPE_FLAGS = ("shapes", "min_shapes", "opt_shapes", "max_shapes")  # a shapes hint gives its own
 
@@ -165,6 +206,7 @@ SHAPE_FLAGS = ("shapes", "min_shapes", "opt_shapes", "max_shapes")  # a shapes h
 @force_option
 @json_option
 @config_option
+@outputs_checked
 @deps_option(outputs=_outputs, not_inputs=NOT_INPUTS)
 @triton_repo_option
 @report_option

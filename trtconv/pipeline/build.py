@@ -27,7 +27,6 @@ from trtconv.errors import (
 )
 from trtconv.load import LAZY_WEIGHTS_BYTES, LoadedModel, load_model, model_sha256
 from trtconv.onnxutil import iter_graphs
-from trtconv.outputs import check_output_path
 from trtconv.pipeline.build_identity import request_identity
 from trtconv.pipeline.build_record import BuildOutcome, ProgressPhases, StageFn, StageRunner, Step
 from trtconv.pipeline.build_settings import BuildSettings
@@ -62,7 +61,7 @@ from trtconv.plan import (
     write_manifest,
 )
 from trtconv.precision import cache_files
-from trtconv.rewrites import RewriteResult, RewriteSettings, tail_ops
+from trtconv.rewrites import RewriteResult, RewriteSettings
 from trtconv.samples import SampleSet
 from trtconv.trt import for_target, tensorrt_version
 
@@ -86,15 +85,7 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
     if req.precision != "fp32":
         check_quantize_settings(req.quantize_settings())
     prepared = req.prepared_path(output)
-    # Every output is checked before minutes of work: the engine, its manifest, the prepared ONNX.
-    if not req.prepare_only:
-        check_output_path(output, force=plan.force)
-        check_output_path(manifest_path(output), force=plan.force)
-    if req.split_tail and tail_ops(target):
-        check_output_path(req.tail_path(output), force=plan.force)
-    # The prepared ONNX is derived data: its default path is rewritten (saying so); an explicit
-    # --prepared path is treated like any output (exists → needs --force).
-    check_output_path(prepared, force=plan.force or req.prepared is None)
+    req.check_outputs(output, target, force=plan.force)  # every output, before minutes of work
     replacing = req.prepared is None and prepared.exists() and not plan.force
     outcome = outcome if outcome is not None else BuildOutcome(prepared=prepared)
     outcome.prepared = prepared
