@@ -98,7 +98,7 @@ class StageClock:
             return
         seconds = self.close()
         if self.durations:
-            took = f" ({seconds:.1f} s)" if status != "skipped" else ""
+            took = f" ({seconds:.1f} s)" if not status.startswith("skipped") else ""
             self.console.print(f"trtconv: {stage}: {status}{took}", markup=False, highlight=False)
 
     def close(self) -> float:
@@ -259,6 +259,7 @@ def build(model: Path, output: Path, force: bool, as_json: bool, layers: bool, *
         click.echo(f"engine written to {outcome.engine} (manifest {outcome.engine}.json)")
     if outcome.tail is not None:
         click.echo(_tail_line(outcome))
+    click.echo(f"verification: {outcome.to_json()['verification']['summary']}")
     if outcome.engine is not None and outcome.stopped != "prepare-only":
         if layers and outcome.manifest is not None:
             for line in _layer_summary(outcome.manifest):
@@ -294,5 +295,6 @@ def _record(outcome: BuildOutcome, model: Path, target: str) -> None:
         pass
     if outcome.gate is not None:
         record("gate", outcome.gate.to_json())
+    record("verification", outcome.to_json()["verification"])
     if outcome.manifest is not None:
         record("manifest", outcome.manifest)

@@ -73,6 +73,9 @@ def report_option(f: F) -> F:
             raise
         finally:
             docs = ctx.meta.get(KEY, {})
+            checked = docs.get("verification")
+            if status == "passed" and checked is not None:  # a build says what it verified, never "passed" alone
+                status = f"succeeded (exit 0): {checked['summary']}"
             if not docs and ctx.command.name != "build" and status == "passed":
                 status = "passed (result restored from the cache: the stored run's details are not kept)"
             write_report(report, ctx.command.name or "", dict(ctx.params), docs, status)

@@ -167,6 +167,16 @@ def layer_precisions(rows: Sequence[Mapping[str, Any]], source: str, off: Sequen
         "engine-layers") + "</details>"
 
 
+def verification(doc: Mapping[str, Any]) -> str:
+    """A build's verification: the engine run or not (and why), what ONNX Runtime verified, what was only measured."""
+    css = "pass" if doc.get("engine_verified") else ("fail" if doc.get("engine_run") else "not-run")
+    body = f'<p id="engine-run" class="{css}">{esc(doc.get("engine"))}</p>'
+    for title, items in (("verified", doc.get("verified") or []), ("not verified", doc.get("not_verified") or [])):
+        if items:
+            body += f"<p>{esc(title)}:</p><ul>" + "".join(f"<li>{esc(i)}</li>" for i in items) + "</ul>"
+    return body
+
+
 def page(title: str, subtitle: str, sections: Sequence[str]) -> str:
     """The whole document. The Content-Security-Policy forbids every fetch: the page stands alone."""
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import shlex
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -217,12 +218,15 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
     built = stages.run("build", lambda: engine_stage(plan, progress, outcome.new_caches))
     outcome.engine = output
     verify_json: dict[str, Any] | None = None
-    if not req.no_verify and not flavour.inspects_engine:
-        reason = (f"{flavour.name} engines run only on RTX-class GPUs of the compute capabilities they were "
-                  "built for (kernels are compiled there at first run); run `trtconv verify` on such a GPU")
+    if req.no_verify:  # said, like every skip: the engine was not run
+        stages.run("verify", lambda: Step(None, {"reason": "--no-verify"}, "skipped"))
+    elif not flavour.inspects_engine:
+        reason = (f"{flavour.name} engines run only on RTX-class GPUs of the compute capabilities they were built "
+                  f"for, and the build runs none (`trtconv verify {shlex.quote(str(output))} --onnx "
+                  f"{shlex.quote(str(model))} --trt rtx` does, on such a GPU)")
         verify_json = dict(stages.run("verify", lambda: Step({"passed": None, "reason": reason},
                                                              {"reason": reason}, "skipped")))
-    elif not req.no_verify:
+    else:
         verify_json = dict(stages.run("verify", lambda: verify_stage(model, req, plan, reference, corners)))
     plugin_details = plugin_fingerprints(plan.plugin_libraries, built.extra.get("plugin_creators") or {})
     material = request_identity(model, req, target, plan, onnx_sha256=onnx_sha, plugins=plugin_details)

@@ -125,7 +125,7 @@ def rewrite_stage(loaded: LoadedModel, settings: RewriteSettings) -> Step[Rewrit
         rules.setdefault(entry.rule, []).append(entry.node)
     return Step(result, {"rewritten": len(result.report.rewrites), "rules": rules,
                          "nodes": [result.report.nodes_before, result.report.nodes_after],
-                         "graph_proof": {"method": proof.method, "passed": proof.passed,
+                         "graph_proof": {"method": proof.method, "passed": proof.passed, "reason": proof.reason,
                                          "tolerance": proof.tolerance, "arithmetic": proof.arithmetic}})
 
 
@@ -154,7 +154,8 @@ def recheck_stage(saved: Saved, target: str, shapes: dict[str, tuple[int, ...]],
 def precision_stage(model: onnx.ModelProto, req: BuildSettings, target: str, samples: SampleSet | None,
                reference: Reference, phases: ProgressPhases | None) -> Step[Precisioned]:
     if req.precision == "fp32":
-        return Step(Precisioned(model, {"method": "none"}), {"precision": "fp32"}, status="skipped")
+        return Step(Precisioned(model, {"method": "none"}),
+                    {"precision": "fp32", "reason": "--precision fp32: the graph keeps its own types"}, status="skipped")
     qs = req.quantize_settings()
     check_gate_outputs(model, qs.gate())
     if req.precision == "fp16":
