@@ -28,6 +28,7 @@ from trtconv.api.engines import (
     write_repository,
 )
 from trtconv.api.files import (
+    dims_text,
     disk_bytes,
     file_sha256,
     identity_problems,
@@ -80,7 +81,7 @@ __all__ = [
     "inspect_engine", "layer_rows", "model_name", "off_precision", "probe", "probe_driver", "problems",
     "unservable", "verify_engine", "write_repository",
     # files (files.py)
-    "disk_bytes", "file_sha256", "identity_problems", "load_model", "manifest_path", "parse_shapes",
+    "dims_text", "disk_bytes", "file_sha256", "identity_problems", "load_model", "manifest_path", "parse_shapes",
     "read_manifest", "return_large_blocks", "update_manifest",
     # reports (reports.py)
     "LONG_PHASES", "PHASES", "OutputStats", "parse_limit", "qualified_op", "report_html", "rule_summaries",

@@ -274,7 +274,7 @@ def _tail_line(outcome: BuildOutcome) -> str:
         figure = (f"head → tail equals the model on ONNX Runtime: max abs {proof.get('max_abs'):.3g}, "
                   f"max rel {proof.get('max_rel'):.3g}")
     else:
-        figure = f"not proven: {proof.get('reason')}"
+        figure = f"not proven: {proof.get('reason') or 'no reason recorded'}"
     return (f"tail written to {outcome.tail} (ONNX Runtime runs it on the engine's outputs "
             f"{_some(split.get('cut') or [])}; it starts at {_some(split.get('at') or [])}; {figure})")
 

@@ -75,7 +75,8 @@ def rewrites(doc: Sequence[Mapping[str, Any]], graph_proof: Mapping[str, Any] | 
     body = table(["node", "rule", "target", "proof", "max abs", "min cosine", "tolerance", "verdict"], rows,
                  "rewrites") if rows else "<p>no node needed rewriting.</p>"
     if graph_proof:
-        body += (f"<p>whole-graph proof: {esc(graph_proof.get('method'))}, passed {esc(graph_proof.get('passed'))}"
+        passed = {True: "yes", False: "no"}.get(graph_proof.get("passed"), "not judged")
+        body += (f"<p>whole-graph proof: {esc(graph_proof.get('method'))}, passed: {esc(passed)}"
                  f"{'; ' + esc(graph_proof.get('reason')) if graph_proof.get('reason') else ''}</p>")
     return body
 
@@ -141,7 +142,8 @@ def accuracy_gate(gate: Mapping[str, Any]) -> str:
                      ("html", f'<span class="{"fail" if failed else "pass"}">{"fail" if failed else "pass"}</span>'),
                      ("html", cosine_svg(name, plot, limit) if plot else "no per-sample figures")))
     checked = gate.get("accuracy_check") or ("checked" if gate.get("checked") else "not checked")
-    head = f"<p>checked on: {esc(checked)}; passed: <b>{esc(gate.get('passed'))}</b></p>"
+    passed = {True: "yes", False: "no"}.get(gate.get("passed"), "not judged (not gated)")
+    head = f"<p>checked on: {esc(checked)}; passed: <b>{esc(passed)}</b></p>"
     viol = "".join(f"<li>{esc(v)}</li>" for v in gate.get("violations") or [])
     return head + table(["output", "shape", "cosine", "min cosine", "max abs", "top-1", "verdict",
                          "per-sample cosine"], rows, "accuracy-gate") + (f"<ul>{viol}</ul>" if viol else "")
@@ -151,7 +153,7 @@ def layer_precisions(rows: Sequence[Mapping[str, Any]], source: str, off: Sequen
     counts: dict[str, int] = {}
     for r in rows:
         if r.get("compute"):
-            name = str(r.get("precision") or "integer only")  # None: shape arithmetic on int32/int64
+            name = str(r.get("precision") or "no float tensor")  # integer/bool only: shape arithmetic (as inspect says)
             counts[name] = counts.get(name, 0) + 1
     summary = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
     body = f"<p>{len(rows)} layers ({esc(source)}); compute layers by precision: {esc(summary)}</p>"

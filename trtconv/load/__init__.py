@@ -41,6 +41,8 @@ from trtconv.load.save import (
 )
 from trtconv.load.shapes import (
     Shape,
+    dim_label,
+    dims_text,
     dynamic_inputs,
     graph_dtypes,
     infer_shapes,
@@ -77,6 +79,8 @@ __all__ = [
     "check_structure_only",
     "copy_fields",
     "copy_lazy",
+    "dim_label",
+    "dims_text",
     "disk_bytes",
     "dynamic_inputs",
     "ensure_room",

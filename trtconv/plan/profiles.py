@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import onnx
 
 from trtconv.errors import InvalidModelError, UsageError
-from trtconv.load import dynamic_inputs, input_dims, parse_shapes
+from trtconv.load import dim_label, dynamic_inputs, input_dims, parse_shapes
 from trtconv.plan.build_plan import InputRange, Profile, Shape
 from trtconv.plan.corners import does_not_fit
 from trtconv.reference import ort
@@ -176,7 +176,7 @@ def _warn_narrowed(spec: tuple[Mapping[str, Shape], Mapping[str, Shape], Mapping
         for axis, dim in enumerate(dims):
             if axis == 0 or isinstance(dim, int):
                 continue
-            label = f" ({dim})" if isinstance(dim, str) and dim else ""
+            label = f" ({dim_label(dim)})" if dim_label(dim) != "-1" else ""
             log.warning("input %r dim %d%s is dynamic in the model, but the profile from --calib-data spans only "
                         "%d..%d, the sizes in the samples: the engine refuses any other (give --min-shapes/"
                         "--opt-shapes/--max-shapes for the range you need)", name, axis, label,
