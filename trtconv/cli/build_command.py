@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import shlex
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -193,6 +194,7 @@ def outputs_checked(f: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+PATH_FLAGS = (("triton_repo", "--triton-repo"), ("report", "--report"), ("deps", "--deps"), ("cache_dir", "--cache-dir"))
 NOT_INPUTS = ("prepared", "timing_cache")  # path flags that are not inputs (the build updates the cache)
 SHAPE_FLAGS = ("shapes", "min_shapes", "opt_shapes", "max_shapes")  # a shapes hint gives its own
 
@@ -225,6 +227,9 @@ def build(model: Path, output: Path, force: bool, as_json: bool, layers: bool, *
     settings = replace(settings, trt=target_or_default(settings.trt, as_json))
     return_large_blocks()  # freed weights and activations leave the RSS (issue 20's memory bound)
     cli_flags = tuple(f for f, on in (("--force", force), ("--json", as_json), ("--layers", layers)) if on)
+    ctx = click.get_current_context()  # the wrappers' own paths, so a hint repeats the whole command
+    cli_flags += tuple(f"{flag} {shlex.quote(str(ctx.params[key]))}" for key, flag in PATH_FLAGS
+                       if ctx.params.get(key) is not None)
     command = settings.command_line(model, output, drop=SHAPE_FLAGS, extra=cli_flags)  # what hints repeat
     sink = BarSink()
     outcome = BuildOutcome(prepared=settings.outputs(output)[0])
