@@ -118,3 +118,14 @@ def test_calibration_cache_under_a_regular_file(tmp_path):
     res = _build(tmp_path, "--precision", "int8", "--random-data", "4", "--calib-cache", blocker / "c.cache")
     _refused(res, ExitCode.IO_ERROR, f"--calib-cache {blocker / 'c.cache'}: {blocker} is a file, not a folder")
     assert _left(tmp_path) == ["calib"]
+
+
+@pytest.mark.parametrize("flag", ["--report", "--deps"])
+def test_quantize_refuses_a_report_or_depfile_it_could_not_write_before_the_work(tmp_path, flag):
+    blocker = tmp_path / "afile"
+    blocker.write_text("")
+    out = tmp_path / "q.onnx"
+    res = CliRunner().invoke(cli, ["quantize", str(_model(tmp_path)), "--precision", "fp16", "-o", str(out),
+                                   flag, str(blocker / "out")])
+    _refused(res, ExitCode.IO_ERROR, f"{flag} {blocker / 'out'}: {blocker} is a file, not a folder")
+    assert "quantizing" not in res.stderr and _left(tmp_path) == []

@@ -12,7 +12,7 @@ import click
 
 from trtconv.api import layer_rows, manifest_path, off_precision, read_manifest, report_html
 from trtconv.errors import DataError, TrtconvError
-from trtconv.outputs import write_text
+from trtconv.outputs import check_output_path, write_text
 
 F = TypeVar("F", bound=Callable[..., Any])
 KEY = "trtconv.report"
@@ -61,6 +61,7 @@ def report_option(f: F) -> F:
     def wrapper(*args: Any, report: Path | None = None, **kwargs: Any) -> Any:
         if report is None:
             return f(*args, **kwargs)
+        check_output_path(report, force=True, flag="--report")  # before any work: nothing written if not
         ctx = click.get_current_context()
         status = "passed"
         try:

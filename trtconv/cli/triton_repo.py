@@ -49,7 +49,8 @@ def triton_repo_option(f: F) -> F:
 
     return click.option("--triton-repo", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
                         help="Also write the engine into a Triton model repository: DIR/<name>/config.pbtxt "
-                        "and DIR/<name>/1/model.plan.")(wrapper)  # type: ignore[return-value]
+                        "and DIR/<name>/1/model.plan (TensorRT 10/11 targets: Triton cannot load TensorRT-RTX plans, "
+                        "refused before any work).")(wrapper)  # type: ignore[return-value]
 
 
 @click.command("triton-repo")
