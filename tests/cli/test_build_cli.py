@@ -107,14 +107,15 @@ def test_existing_engine_needs_force(ocr_cls, tmp_path: Path):
 
 
 def test_dynamic_model_without_shapes_hints_a_command_that_runs(ocr_cls, tmp_path: Path, no_tensorrt):
-    """A dynamic width (not only the batch) needs shapes: the hint is a command with real numbers,
-    and running it (with --prepare-only) gets through every stage TensorRT does not do."""
+    """A dynamic width (not only the batch) needs shapes: the hint is a command with real numbers, a
+    range said to be placeholders (issue 35), and running it (with --prepare-only) gets through every
+    stage TensorRT does not do."""
     res = run("build", ocr_cls, "-o", tmp_path / "m.engine")
     assert res.exit_code == ExitCode.USAGE
-    assert "dynamic inputs" in res.stderr and "--shapes x:" in res.stderr
+    assert "dynamic inputs" in res.stderr and "--min-shapes x:" in res.stderr and "(placeholders: " in res.stderr
     hint = next(line for line in res.stderr.splitlines() if line.startswith("  hint: "))
-    command = hint.removeprefix("  hint: ").split(" (or ")[0]
-    assert "N" not in command.split("--shapes ")[1], command  # no placeholder to fill in
+    command = hint.removeprefix("  hint: ").split(" (placeholders")[0]
+    assert "N" not in command.split("--min-shapes ")[1], command  # numbers, not a letter to fill in
     words = shlex.split(command)
     assert words[:2] == ["trtconv", "build"]
     again = run(*words[1:], "--prepare-only", "--json")

@@ -173,7 +173,7 @@ def test_piped_build_times_each_stage_and_a_long_one_says_it_runs(tmp_path):
             done[m[1]] = float(m[2])
     assert set(done) >= {"check", "rewrite", "save", "recheck", "profiles"}, lines
     assert not [line for line in lines if re.fullmatch(r"trtconv: \w+: (done|failed)", line)]  # each one timed
-    assert "trtconv: precision: skipped" in lines
+    assert "trtconv: precision: skipped (--precision fp32: the graph keeps its own types)" in lines  # with its reason
     running = [int(m[1]) for line in lines if (m := re.fullmatch(r"trtconv: profiles: running \((\d+) s\)", line))]
     assert running or done["profiles"] < 6, lines
     assert len(running) in (int(done["profiles"] // 5), int(done["profiles"] // 5) - 1, int(done["profiles"] // 5) + 1)

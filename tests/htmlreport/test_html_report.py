@@ -74,9 +74,14 @@ def test_build_report_shows_every_section_and_the_engine_layers(browser, lines, 
     manifest = json.loads(Path(str(engine) + ".json").read_text())
     got = _open(browser, page, sections="[...document.querySelectorAll('section')].map(s => s.id).join(' ')",
                 layers=COUNT.format("#engine-layers tbody tr"), manifest=TEXT.format("#manifest"),
-                dots=COUNT.format("svg.cosine-plot circle"))
-    assert got["sections"].split() == ["nodes-section", "rewrites-section", "kept-out-section", "accuracy-section",
-                                       "layers-section", "manifest-section"]
+                dots=COUNT.format("svg.cosine-plot circle"), subtitle=TEXT.format("#subtitle"),
+                engine=TEXT.format("#engine-run"))
+    assert got["sections"].split() == ["verification-section", "nodes-section", "rewrites-section", "kept-out-section",
+                                       "accuracy-section", "layers-section", "manifest-section"]
+    # the RTX engine was never run: the page says so, never "passed" (issue 35)
+    assert got["subtitle"].startswith("succeeded (exit 0): engine built, not run: TensorRT-RTX") and \
+        "passed" not in got["subtitle"], got["subtitle"]
+    assert got["engine"].startswith("engine built, not run: ")
     assert got["layers"] == len(manifest["layers"]["layers"])
     assert manifest["identity"]["hash"] in got["manifest"]
     assert got["dots"] > 0
