@@ -91,3 +91,16 @@ def test_images_for_a_channels_last_input_get_layout_nhwc(tmp_path, dims):
     res = _run(["quantize", str(model), "--precision", "fp16", "--calib-data", str(images), "-o", str(out),
                 "--preprocess", "layout=nhwc"])
     assert res.exit_code == ExitCode.OK, res.output
+
+
+def test_random_data_takes_the_profiles_opt_shapes_and_warns_once_in_fp16_words(tmp_path):
+    """--min/--opt/--max-shapes are shapes given: random data runs at the opt corner, never asking for --shapes."""
+    pytest.importorskip("tensorrt_rtx")
+    model = _detector(tmp_path / "det.onnx")
+    res = _run(["build", str(model), "-o", str(tmp_path / "det.engine"), "--trt", "rtx", "--precision", "fp16",
+                "--random-data", "2", "--min-shapes", "x:1x3x32x32", "--opt-shapes", "x:1x3x64x64",
+                "--max-shapes", "x:1x3x128x128"])
+    assert res.exit_code == ExitCode.OK, res.output
+    warned = [line for line in res.stderr.splitlines() if "RANDOM" in line]
+    assert warned == ["trtconv: warning: using 2 RANDOM sample(s): activation ranges and errors will not reflect "
+                      "real inputs; use this only to smoke-test"], warned

@@ -42,6 +42,7 @@ from trtconv.cli.options import (
 )
 from trtconv.cli.output import Heartbeat, interactive, print_json, progress, stderr_console
 from trtconv.cli.precision_report import print_gate
+from trtconv.cli.quantize_command import quiet_random_samples
 from trtconv.cli.triton_repo import triton_repo_option
 from trtconv.errors import DataError, TrtconvError, UsageError
 from trtconv.outputs import check_output_dir, check_output_path
@@ -235,7 +236,7 @@ def build(model: Path, output: Path, force: bool, as_json: bool, layers: bool, *
     outcome = BuildOutcome(prepared=settings.outputs(output)[0])
     clock = StageClock(sink, as_json=as_json)
     try:
-        with sink.bar:
+        with sink.bar, quiet_random_samples(settings.precision, settings.random_data):
             # Always installed: it draws only on a terminal, and lets Ctrl-C cancel a build cleanly.
             api.build(model, output, settings, force=force, say=clock, progress=sink, outcome=outcome,
                       command=command)

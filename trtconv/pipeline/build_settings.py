@@ -200,7 +200,10 @@ class BuildSettings:
     def quantize_settings(self) -> QuantizeSettings:
         """The precision stage's settings (precision fp16 or int8), as ``quantize`` takes them."""
         precision = "int8" if self.precision == "int8" else "fp16"
-        return quantize_settings(precision, {f.name: getattr(self, f.name) for f in fields(self)})
+        params = {f.name: getattr(self, f.name) for f in fields(self)}
+        if not self.shapes and self.opt_shapes:  # random data's shapes: the first profile's opt, as --shapes gives them
+            params["shapes"] = self.opt_shapes[0]
+        return quantize_settings(precision, params)
 
     def plan(self, model: PathLike, output: PathLike, target: str, *, force: bool = False) -> BuildPlan:
         """What the TensorRT builder is told (the profiles and the prepared ONNX's path come later)."""
