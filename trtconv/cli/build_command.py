@@ -176,8 +176,9 @@ def _check_outputs(ctx: click.Context) -> None:
             raise UsageError(f"{named}: {why}{chosen}",
                              hint="drop it for TensorRT-RTX; for Triton, build with --trt 10.16 or --trt 11.4 "
                              "where TensorRT and a GPU are")
-        if not settings.prepare_only:
+        if not settings.prepare_only:  # the repository, then the model's folder in it
             check_output_dir(Path(repo), flag="--triton-repo")
+            check_output_dir(Path(repo) / api.model_name(Path(params["output"])), flag="--triton-repo")
     settings.check_outputs(params["output"], target, force=bool(params.get("force")))
     for key in ("report", "deps"):
         if params.get(key) is not None:
