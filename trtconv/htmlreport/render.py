@@ -75,7 +75,7 @@ def rewrites(doc: Sequence[Mapping[str, Any]], graph_proof: Mapping[str, Any] | 
     body = table(["node", "rule", "target", "proof", "max abs", "min cosine", "tolerance", "verdict"], rows,
                  "rewrites") if rows else "<p>no node needed rewriting.</p>"
     if graph_proof:
-        passed = {True: "yes", False: "no"}.get(graph_proof.get("passed"), "not judged")
+        passed = {True: "yes", False: "no", None: "not judged"}[graph_proof.get("passed")]
         body += (f"<p>whole-graph proof: {esc(graph_proof.get('method'))}, passed: {esc(passed)}"
                  f"{'; ' + esc(graph_proof.get('reason')) if graph_proof.get('reason') else ''}</p>")
     return body
@@ -142,7 +142,7 @@ def accuracy_gate(gate: Mapping[str, Any]) -> str:
                      ("html", f'<span class="{"fail" if failed else "pass"}">{"fail" if failed else "pass"}</span>'),
                      ("html", cosine_svg(name, plot, limit) if plot else "no per-sample figures")))
     checked = gate.get("accuracy_check") or ("checked" if gate.get("checked") else "not checked")
-    passed = {True: "yes", False: "no"}.get(gate.get("passed"), "not judged (not gated)")
+    passed = {True: "yes", False: "no", None: "not judged (not gated)"}[gate.get("passed")]
     head = f"<p>checked on: {esc(checked)}; passed: <b>{esc(passed)}</b></p>"
     viol = "".join(f"<li>{esc(v)}</li>" for v in gate.get("violations") or [])
     return head + table(["output", "shape", "cosine", "min cosine", "max abs", "top-1", "verdict",

@@ -224,11 +224,12 @@ def load_image(path: Path, pp: ImagePreprocess, spec: TensorSpec) -> np.ndarray:
     hw_axes = (2, 3) if pp.layout == "NCHW" else (1, 2)
     c_axis = 1 if pp.layout == "NCHW" else 3
     other = 3 if pp.layout == "NCHW" else 1
-    if not isinstance(dims[c_axis], int) and isinstance(dims[other], int) and dims[other] in (1, 3):
+    there = dims[other]
+    if not isinstance(dims[c_axis], int) and isinstance(there, int) and there in (1, 3):
         # e.g. [N, H, W, 3] read as NCHW: W would be resized to 3 pixels and the model fed a wrong tensor
-        raise DataError(f"{path}: the model's input {dims_text(dims)} has {dims[other]} channels "
+        raise DataError(f"{path}: the model's input {dims_text(dims)} has {there} channels "
                         f"{'last' if other == 3 else 'first'}, and the images are laid out {pp.layout}",
-                        hint=_channels_hint(pp, dims, dims[other]))
+                        hint=_channels_hint(pp, dims, there))
     fixed = tuple(d if isinstance(d, int) else None for d in (dims[hw_axes[0]], dims[hw_axes[1]]))
     try:
         with Image.open(path) as raw:
