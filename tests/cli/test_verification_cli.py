@@ -87,3 +87,22 @@ def test_what_onnx_runtime_checked_is_named_and_what_it_did_not_is_too(tmp_path)
     (line,) = [x for x in res.stdout.splitlines() if x.startswith("verification: ")]
     assert "; verified: the FP16 prepared ONNX against the FP32 original on ONNX Runtime (" in line, line
     assert "not verified" not in line
+
+
+def test_rewrites_say_how_they_were_proven(tmp_path):
+    """ONNX Runtime's fused BERT ops, rewritten for RTX: each rewrite's node proof counts as verified; the
+    whole graph's proof is named as verified or, where it was skipped, as not verified with why."""
+    from fused_builders import tiny_bert
+
+    model = tmp_path / "bert.onnx"
+    onnx.save(tiny_bert(batch="batch", seq="seq"), model)
+    res = CliRunner().invoke(cli, ["build", str(model), "-o", str(tmp_path / "bert.engine"), "--trt", "rtx", "--json",
+                                   "--shapes", "input_ids:1x8,segment_ids:1x8,mask:1x8"])
+    assert res.exit_code == 0, res.output
+    v = json.loads(res.stdout)["verification"]
+    rewritten = next(s for s in json.loads(res.stdout)["stages"] if s["name"] == "rewrite")["rewritten"]
+    assert rewritten > 0
+    assert f"{rewritten} of {rewritten} rewrite(s), node by node, against the original op on ONNX Runtime" in v["verified"]
+    graph = [x for x in v["verified"] + v["not_verified"] if x.startswith("the rewritten graph")]
+    assert len(graph) == 1, v
+    assert graph[0] in v["verified"] or "(" in graph[0]  # not verified: always with its reason

@@ -123,7 +123,8 @@ def rewrite_stage(loaded: LoadedModel, settings: RewriteSettings) -> Step[Rewrit
     rules: dict[str, list[str]] = {}  # rule -> the nodes it rewrote
     for entry in result.report.rewrites:
         rules.setdefault(entry.rule, []).append(entry.node)
-    return Step(result, {"rewritten": len(result.report.rewrites), "rules": rules,
+    proven = sum(1 for e in result.report.rewrites if e.proof.passed and e.proof.method != "none")
+    return Step(result, {"rewritten": len(result.report.rewrites), "rules": rules, "node_proofs_passed": proven,
                          "nodes": [result.report.nodes_before, result.report.nodes_after],
                          "graph_proof": {"method": proof.method, "passed": proof.passed, "reason": proof.reason,
                                          "tolerance": proof.tolerance, "arithmetic": proof.arithmetic}})
