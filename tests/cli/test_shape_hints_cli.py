@@ -72,7 +72,7 @@ def _channels_last(path: Path, dims: list[int | str]) -> Path:
     return path
 
 
-@pytest.mark.parametrize("dims", [[1, 32, 32, 3], ["n", "h", "w", 3]], ids=["static", "dynamic"])
+@pytest.mark.parametrize("dims", [[1, 32, 32, 3], ["n", "h", "w", 3], [1, 32, 32, 1]], ids=["static", "dynamic", "gray"])
 def test_images_for_a_channels_last_input_get_layout_nhwc(tmp_path, dims):
     images = tmp_path / "images"
     images.mkdir()
@@ -85,11 +85,12 @@ def test_images_for_a_channels_last_input_get_layout_nhwc(tmp_path, dims):
     assert res.exit_code == ExitCode.BAD_DATA, res.output  # never read as NCHW (a 3-pixel-wide image) in silence
     (hint,) = [line.strip() for line in res.stderr.splitlines() if line.strip().startswith("hint:")]
     shown = "[" + ", ".join(map(str, dims)) + "]"
-    assert hint == f"hint: add layout=nhwc to --preprocess: the model's input is {shown}, channels last", hint
+    add = "layout=nhwc" + (",order=gray" if dims[3] == 1 else "")
+    assert hint == f"hint: add {add} to --preprocess: the model's input is {shown}, {dims[3]} channel(s) last", hint
     assert not out.exists()
 
     res = _run(["quantize", str(model), "--precision", "fp16", "--calib-data", str(images), "-o", str(out),
-                "--preprocess", "layout=nhwc"])
+                "--preprocess", add])
     assert res.exit_code == ExitCode.OK, res.output
 
 

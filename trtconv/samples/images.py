@@ -105,6 +105,11 @@ class ImagePreprocess:
                 raise UsageError(f"bad preprocessing value in {item!r}: {exc}") from exc
         pp = cls.preset(preset) if preset else cls()
         pp = replace(pp, **fields)
+        if pp.channel_order == "GRAY":  # one value for one channel where the three given or defaulted agree
+            for key in ("mean", "std"):
+                vals = getattr(pp, key)
+                if key not in fields and len(vals) == 3 and len(set(vals)) == 1:
+                    pp = replace(pp, **{key: vals[:1]})
         pp.validate()
         return pp
 
@@ -202,9 +207,12 @@ def _channels_hint(pp: ImagePreprocess, dims: Sequence[int | str | None], want_c
     """What to add to --preprocess: the other layout where the model's channels sit there (an NHWC
     input [1, 224, 224, 3] read as NCHW has 224 channels), else the channel order that gives want_c."""
     other, axis = ("NHWC", 3) if pp.layout == "NCHW" else ("NCHW", 1)
-    if isinstance(dims[axis], int) and dims[axis] in (1, 3):
-        return (f"add layout={other.lower()} to --preprocess: the model's input is {dims_text(dims)}, channels "
-                f"{'last' if other == 'NHWC' else 'first'}")
+    there = dims[axis]
+    if isinstance(there, int) and there in (1, 3):
+        order = ",order=gray" if there == 1 and pp.channel_order != "GRAY" else (
+            ",order=rgb" if there == 3 and pp.channel_order == "GRAY" else "")
+        return (f"add layout={other.lower()}{order} to --preprocess: the model's input is {dims_text(dims)}, "
+                f"{there} channel(s) {'last' if other == 'NHWC' else 'first'}")
     if want_c == 1:
         return "add order=gray to --preprocess: the model takes 1-channel images"
     if want_c == 3:
