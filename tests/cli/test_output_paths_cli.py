@@ -2,15 +2,17 @@
 under a regular file, a folder where a file goes. One line naming the flag, a documented exit code,
 and nothing written: no engine, manifest, prepared ONNX, report, repository or depfile.
 
-Root is not stopped by permission bits, so a read-only folder here is a read-only mount when
-running as root (a tmpfs mounted ``ro``), permission bits otherwise; a path under a regular file
-stops everyone."""
+Root is not stopped by permission bits, so a read-only folder here is a read-only tmpfs mounted in a
+private mount namespace when running as root (as tests/test_atomic.py does), permission bits
+otherwise; a path under a regular file stops everyone."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import onnx
@@ -38,29 +40,42 @@ def _model(folder: Path) -> Path:
     return path
 
 
+ROOT = Path(__file__).parents[2]
+
+
 @pytest.fixture
-def read_only_dir(tmp_path: Path):
-    """A folder no one may write into, root included (proven by trying)."""
-    folder = tmp_path / "ro"
-    folder.mkdir()
-    mounted = False
+def read_only_run(tmp_path: Path):
+    """``run(folder_name, args)``: ``trtconv args`` (a subprocess of this checkout) with ``tmp_path/folder_name``
+    read-only for everyone, root included: a read-only tmpfs mounted over it in a private mount namespace
+    (``unshare -m``) when running as root, permission bits otherwise. Each run first proves the folder
+    refuses a write (exit 99 if it did not)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env.pop("TRTCONV_RESULT_CACHE_DIR", None)
     if os.geteuid() == 0:
-        mount = shutil.which("mount")
-        mounted = bool(mount) and subprocess.run([mount, "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)],
-                                                 capture_output=True).returncode == 0
-        if not mounted:
-            pytest.skip("running as root (permission bits do not stop root) and no read-only mount can be made here")
-    else:
-        folder.chmod(0o555)
-    try:
-        with pytest.raises(OSError):
-            (folder / "probe").write_text("")
-        yield folder
-    finally:
-        if mounted:
-            subprocess.run(["umount", str(folder)], check=True)
-        else:
-            folder.chmod(0o755)
+        probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o ro,size=64k tmpfs /mnt"],
+                               capture_output=True, text=True) if shutil.which("unshare") else None
+        if probe is None or probe.returncode:
+            pytest.skip("running as root (permission bits do not stop root) and no private read-only mount here: "
+                        + (probe.stderr.strip()[:200] if probe else "unshare is not installed"))
+
+    def run(name: str, args: list[object]) -> subprocess.CompletedProcess:
+        folder = tmp_path / name
+        folder.mkdir(exist_ok=True)
+        argv = [sys.executable, "-m", "trtconv", *map(str, args)]
+        if os.geteuid() != 0:
+            folder.chmod(0o555)
+            try:
+                if os.access(folder, os.W_OK):
+                    return subprocess.CompletedProcess(argv, 99, "", "the folder is still writable")
+                return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path)
+            finally:
+                folder.chmod(0o755)
+        q = shlex.quote(str(folder))
+        script = f'mount -t tmpfs -o ro,size=64k tmpfs {q} || exit 98; if touch {q}/probe 2>/dev/null; then exit 99; fi; exec "$@"'
+        return subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", *argv], capture_output=True, text=True,
+                              env=env, cwd=tmp_path)
+
+    return run
 
 
 def _build(tmp_path: Path, *flags: object, trt: str = "rtx"):
@@ -81,23 +96,33 @@ def _refused(res, code: ExitCode, line: str) -> None:
     assert ": done" not in res.stderr and "Traceback" not in res.output  # refused before the first stage
 
 
-def test_report_into_a_read_only_folder(tmp_path, read_only_dir):
-    res = _build(tmp_path, "--report", read_only_dir / "r.html")
-    _refused(res, ExitCode.IO_ERROR, f"--report {read_only_dir / 'r.html'}: folder {read_only_dir} is not writable")
+def _refused_in_a_subprocess(res: subprocess.CompletedProcess, code: ExitCode, line: str) -> None:
+    assert res.returncode == code, (res.returncode, res.stderr)
+    errors = [x for x in res.stderr.splitlines() if x.startswith("trtconv: error:")]
+    assert errors == [f"trtconv: error: {line}"], res.stderr
+    assert ": done" not in res.stderr and "Traceback" not in res.stderr  # refused before the first stage
+
+
+def test_report_into_a_read_only_folder(tmp_path, read_only_run):
+    model, ro = _model(tmp_path), tmp_path / "ro"
+    res = read_only_run("ro", ["build", model, "-o", tmp_path / "m.engine", "--trt", "rtx", "--report", ro / "r.html"])
+    _refused_in_a_subprocess(res, ExitCode.IO_ERROR, f"--report {ro / 'r.html'}: folder {ro} is not writable")
     assert _left(tmp_path) == []
 
 
-def test_triton_repo_into_a_read_only_folder(tmp_path, read_only_dir):
+def test_triton_repo_into_a_read_only_folder(tmp_path, read_only_run):
     # a target Triton serves (TensorRT 10.16): the check comes before TensorRT is needed at all
-    res = _build(tmp_path, "--triton-repo", read_only_dir / "models", trt="10.16")
-    _refused(res, ExitCode.IO_ERROR, f"--triton-repo {read_only_dir / 'models'}: folder {read_only_dir} is not writable")
+    model, ro = _model(tmp_path), tmp_path / "ro"
+    res = read_only_run("ro", ["build", model, "-o", tmp_path / "m.engine", "--trt", "10.16",
+                               "--triton-repo", ro / "models"])
+    _refused_in_a_subprocess(res, ExitCode.IO_ERROR, f"--triton-repo {ro / 'models'}: folder {ro} is not writable")
     assert _left(tmp_path) == []
 
 
-def test_engine_into_a_read_only_folder(tmp_path, read_only_dir):
-    model = _model(tmp_path)
-    res = CliRunner().invoke(cli, ["build", str(model), "-o", str(read_only_dir / "m.engine"), "--trt", "rtx"])
-    _refused(res, ExitCode.IO_ERROR, f"-o {read_only_dir / 'm.engine'}: folder {read_only_dir} is not writable")
+def test_engine_into_a_read_only_folder(tmp_path, read_only_run):
+    model, ro = _model(tmp_path), tmp_path / "ro"
+    res = read_only_run("ro", ["build", model, "-o", ro / "m.engine", "--trt", "rtx"])
+    _refused_in_a_subprocess(res, ExitCode.IO_ERROR, f"-o {ro / 'm.engine'}: folder {ro} is not writable")
     assert _left(tmp_path) == []
 
 
