@@ -106,3 +106,16 @@ def test_rewrites_say_how_they_were_proven(tmp_path):
     graph = [x for x in v["verified"] + v["not_verified"] if x.startswith("the rewritten graph")]
     assert len(graph) == 1, v
     assert graph[0] in v["verified"] or "(" in graph[0]  # not verified: always with its reason
+
+
+def test_a_build_restored_from_the_cache_is_not_passed_either(tmp_path):
+    cache, first, second = tmp_path / "cache", tmp_path / "r1.html", tmp_path / "r2.html"
+    assert _build(tmp_path, "--cache-dir", cache, "--report", first).exit_code == 0
+    for f in tmp_path.glob("m.engine*"):
+        f.unlink()
+    res = _build(tmp_path, "--cache-dir", cache, "--report", second)
+    assert res.exit_code == 0 and "cache hit" in res.stderr, res.output
+    subtitle = _subtitle(second)
+    assert subtitle.startswith("succeeded (exit 0): restored from the cache; the engine was not run when it was "
+                               "built: TensorRT-RTX engines run only"), subtitle
+    assert "passed" not in subtitle

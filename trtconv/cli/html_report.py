@@ -45,10 +45,22 @@ def _engine_manifest(params: dict[str, Any]) -> dict[str, Any] | None:
         return None
 
 
+def _restored(manifest: dict[str, Any] | None) -> str:
+    """A build restored from the cache: what its manifest says of the engine's verification."""
+    verify = (manifest or {}).get("verify")
+    if not isinstance(verify, dict):
+        return "restored from the cache; the engine was not run when it was built (verify skipped)"
+    if verify.get("passed"):
+        return "restored from the cache; the engine was run and verified against ONNX Runtime when it was built"
+    return f"restored from the cache; the engine was not run when it was built: {verify.get('reason') or 'verify skipped'}"
+
+
 def write_report(path: Path, command: str, params: dict[str, Any], docs: dict[str, Any], status: str) -> None:
     docs = dict(docs)
     if command == "build" and docs.get("manifest") is None:
         docs["manifest"] = _engine_manifest(params)  # a cache hit: the restored engine's manifest
+        if status == "passed":
+            status = f"succeeded (exit 0): {_restored(docs['manifest'])}"
     layers = _layers(docs["manifest"]) if docs.get("manifest") else None
     text = report_html(command, str(params.get("model", "")), docs, status=status, layers=layers)
     write_text(path, text, force=True)
