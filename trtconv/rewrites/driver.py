@@ -26,7 +26,7 @@ from trtconv.onnxutil import ORT_DOMAINS, default_opset, fresh_name, is_sorted, 
 from trtconv.reference import ort
 from trtconv.rewrites import cleanup
 from trtconv.rewrites.catalog import active_rules, check_settings, rewrite_rule_for, rule_among
-from trtconv.rewrites.dtype_narrowing import narrow_float64
+from trtconv.rewrites.dtype_narrowing import DtypeChange, narrow_float64
 from trtconv.rewrites.proof import Proof, measure_drift, prove_graph, prove_node, prove_unchanged
 from trtconv.rewrites.rewrite_report import NodeInfo, RewriteEntry, RewriteReport, RewriteResult
 from trtconv.rewrites.rewrite_settings import RewriteSettings
@@ -39,7 +39,7 @@ from trtconv.rewrites.roundtrip import (
     sorted_copy,
     strip_value_info,
 )
-from trtconv.rewrites.rule import NodeView, RewriteRule, RuleContext, Site
+from trtconv.rewrites.rule import ModelFacts, NodeView, RewriteRule, RuleContext, Site
 
 
 def _computing_nodes(graph: gs.Graph) -> int:
@@ -154,6 +154,8 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     notes = _subgraph_notes(model)
     active = tuple(rules) if rules is not None else active_rules(settings.plugin_map, settings.skip_rules)
     active = tuple(r for r in active if not r.targets or settings.target in r.targets)
+    if settings.rules_only and not settings.shapes and not narrowed.count and not _sites_possible(model, active):
+        return _untouched(model, settings, nodes_before, tuple(notes), dtype_changes)
     for rule in active:
         model = rule.prepare(model, settings, large)
     # Imported with inferred shapes: graphsurgeon folds Shape nodes only where shapes are known.
@@ -210,6 +212,28 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     report = RewriteReport(settings, tuple(applied.entries), tuple(results), gproof, nodes_before,
                            _count_nodes(out), opset_before, default_opset(out), tuple(notes + applied.notes), drift, dtype_changes)
     return RewriteResult(out, report)
+
+
+def _sites_possible(model: onnx.ModelProto, rules: tuple[RewriteRule, ...]) -> bool:
+    """Whether any main-graph node may be a rule's site (the rules' own cheap look, on the proto)."""
+    opset = default_opset(model)
+    facts = ModelFacts.of(model.graph)
+    for node in model.graph.node:
+        rule = rule_among(rules, node.domain, node.op_type, opset)
+        if rule is not None and rule.may_apply(node, facts):
+            return True
+    return False
+
+
+def _untouched(model: onnx.ModelProto, settings: RewriteSettings, nodes: int, notes: tuple[str, ...],
+               dtype_changes: tuple[DtypeChange, ...]) -> RewriteResult:
+    """``rules_only`` and no node any rule may apply to: the model as it came (no import, no clean-up,
+    no export), and nothing to prove: not one node or weight changed."""
+    proof = Proof("identical", True, reason="nothing to rewrite: no rule applies to any node, and the model "
+                  "goes on as it is (no clean-up, no graph round trip)")
+    opset = default_opset(model)
+    report = RewriteReport(settings, (), (), proof, nodes, nodes, opset, opset, notes, None, dtype_changes)
+    return RewriteResult(model, report)
 
 
 def _graph_proof(before: onnx.ModelProto, out: onnx.ModelProto, settings: RewriteSettings, applied: _Applied, *,

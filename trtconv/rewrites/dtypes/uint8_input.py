@@ -23,7 +23,7 @@ from trtconv.errors import TrtconvError
 from trtconv.rewrites.emitter import Emitter
 from trtconv.rewrites.proof import NodeProofCase, Proof
 from trtconv.rewrites.quantized.graphs import Original, producer, sole_consumer
-from trtconv.rewrites.rule import Emitted, RewriteRule, RuleContext, Site, detach
+from trtconv.rewrites.rule import Emitted, ModelFacts, RewriteRule, RuleContext, Site, detach
 
 LAYOUT = ("Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Slice", "Expand", "Tile",
           "DepthToSpace", "SpaceToDepth")
@@ -46,6 +46,10 @@ class Uint8InputRule(RewriteRule):
     description = "uint8 input -> layout ops -> Cast: the Cast moved to the input, the layout ops in float"
     ops = (("", "Cast"),)
     claims_ops = False  # a Cast is this rule's only where a uint8 input reaches it: settles() says where
+
+    def may_apply(self, node: onnx.NodeProto, facts: ModelFacts) -> bool:
+        """Only a model with a uint8 graph input has a site."""
+        return TensorProto.UINT8 in facts.input_types.values()
 
     def settles(self, node: onnx.NodeProto, errors: Sequence[tuple[str, str]],
                 producer: Mapping[str, onnx.NodeProto]) -> bool:
