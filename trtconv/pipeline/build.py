@@ -206,18 +206,21 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
     """From the prepared ONNX on: save (and the tail), recheck, profile corners, TensorRT build, verify,
     manifest. Over 80 lines: the stages in their order, each a line or two, with what they hand on."""
     prepared = outcome.prepared
-    saved = stages.run("save", lambda: save_stage(precisioned.model, prepared))
+    source = reference.loaded if split is None else None  # a head of --split-tail has no file of its own
+    saved = stages.run("save", lambda: save_stage(precisioned.model, prepared, source))
     outcome.written = True
     if split is not None:
         write_tail(split)
         outcome.tail = split.tail_path
     stages.run("recheck", lambda: recheck_stage(saved, target, shapes0, frozenset(req.skip_rule)))
-    keep = not req.prepare_only and not req.no_verify  # verify reuses the reference's outputs
-    corners = stages.run("profiles", lambda: corners_stage(reference, profiles, req, samples, keep))
+    flavour = for_target(target)
+    # verify (only where the engine runs here) reuses the reference's outputs at the corners
+    keep = not req.prepare_only and not req.no_verify and flavour.inspects_engine
+    corners = stages.run("profiles", lambda: corners_stage(reference, profiles, req, samples, keep,
+                                                           builder_follows=not req.prepare_only))
     if req.prepare_only:
         outcome.stopped = "prepare-only"
         return outcome
-    flavour = for_target(target)
     try:
         tensorrt_version(flavour)
     except BackendUnavailableError as exc:

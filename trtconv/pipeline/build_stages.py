@@ -22,8 +22,9 @@ from trtconv.errors import (
     UnsupportedModelError,
     UsageError,
 )
-from trtconv.load import LoadedModel, dynamic_inputs, load_model, model_sha256, save_model
+from trtconv.load import LoadedModel, dynamic_inputs, files_sha256, load_model, model_sha256, save_model
 from trtconv.onnxutil import qualified_op
+from trtconv.outputs import copy_file
 from trtconv.pipeline.build_identity import gpu_properties
 from trtconv.pipeline.build_record import ProgressPhases, Step
 from trtconv.pipeline.build_settings import BuildSettings
@@ -67,6 +68,7 @@ class Saved:
     path: Path
     sha256: str
     graph: LoadedModel  # the prepared ONNX as written (structure only: no weight bytes)
+    copied: bool = False  # the user's file, copied as it is: nothing was rewritten or converted
 
 
 @dataclass(frozen=True)
@@ -133,7 +135,10 @@ def recheck_stage(saved: Saved, target: str, shapes: dict[str, tuple[int, ...]],
                   skipped: frozenset[str] = frozenset()) -> Step[None]:
     """The prepared ONNX against the parser's rules again: what rewrite left behind fails here,
     without TensorRT, instead of minutes later in its parser (or, for an op the parser imports as
-    another op, never). Plugin nodes are expected. ``skipped``: the rules ``--skip-rule`` turned off."""
+    another op, never). Plugin nodes are expected. ``skipped``: the rules ``--skip-rule`` turned off.
+    A copy of the model (nothing rewritten or converted) is what the check stage just checked: skipped."""
+    if saved.copied:
+        return Step(None, {"reason": "the prepared ONNX is the model check checked, unchanged"}, "skipped")
 
     report = analyze(saved.graph, target, shapes)
     left = [n for n in report.nodes if n.status in ("unsupported", "rewritable")]
@@ -206,7 +211,15 @@ def _gate_json(result: QuantizeResult) -> dict[str, Any]:
     return {"gate": {k: doc[k] for k in keys if k in doc}}
 
 
-def save_stage(model: onnx.ModelProto, prepared: Path) -> Step[Saved]:
+def save_stage(model: onnx.ModelProto, prepared: Path, source: LoadedModel | None = None) -> Step[Saved]:
+    """The prepared ONNX. ``source``: the model as loaded; when ``model`` is it (nothing was rewritten
+    or converted) and it is one file, that file is copied byte for byte (hashed on the way) instead of
+    serialized again and read back."""
+    if source is not None and source.proto is model and not source.external_files:
+        sha = files_sha256([(prepared.name, copy_file(source.path, prepared, force=True))])
+        copied = LoadedModel(source.proto, prepared, source.weights_loaded, checker_error=source.checker_error)
+        return Step(Saved(prepared, sha, copied, copied=True), {"path": str(prepared), "sha256": sha,
+                                                                "written": "the model's file, copied as it is"})
     save_model(model, prepared, force=True)
     # Hash the files, not the proto: a model over 2 GB cannot be serialized in memory.
     graph = load_model(prepared, structure_only=True)  # the files' hash, and the graph recheck reads
@@ -215,12 +228,18 @@ def save_stage(model: onnx.ModelProto, prepared: Path) -> Step[Saved]:
 
 
 def corners_stage(reference: Reference, profiles: tuple[Profile, ...], req: BuildSettings, samples: SampleSet | None,
-             keep_outputs: bool) -> Step[CornerRuns | None]:
-    """Every profile corner run on the reference graph before TensorRT spends minutes on it (on a
-    real sample of the corner's shapes where --calib-data has one); the outputs are kept for
-    verify, which judges the engine on the same inputs."""
+                  keep_outputs: bool, builder_follows: bool = False) -> Step[CornerRuns | None]:
+    """The pre-flight: every profile corner run on the reference graph, one inference per corner on one
+    ONNX Runtime session (on a real sample of the corner's shapes where --calib-data has one), where
+    what it finds is not found anyway: its outputs are kept for verify (``keep_outputs``), which judges
+    the engine on the same inputs; or no builder follows (--prepare-only). Before a build whose engine
+    is not verified here, it runs nothing: the builder checks every corner's shapes itself
+    (``builder_follows``: a corner the graph cannot take is exit 2, trtconv.trt.builder.profile_error)."""
     if req.no_preflight:
         return Step(None, {"reason": "--no-preflight"}, "skipped")
+    if builder_follows and not keep_outputs:
+        return Step(None, {"reason": "the builder checks every profile corner's shapes itself, and nothing here "
+                                     "uses the outputs of running them (no verify)"}, "skipped")
     if not profiles and dynamic_inputs(reference.loaded.proto):  # only with --prepare-only: build needs one
         return Step(None, {"reason": "no profile: dynamic inputs and no shapes (--prepare-only)"}, "skipped")
     graph = reference.graph
@@ -229,7 +248,7 @@ def corners_stage(reference: Reference, profiles: tuple[Profile, ...], req: Buil
                     "graph")
         return Step(None, {"reason": "ONNX Runtime cannot run this graph"}, "skipped")
     runs = run_corners(graph.model, profiles, seed=req.seed, path=graph.path, keep_outputs=keep_outputs,
-                       samples=samples)
+                       samples=samples, session=graph.session)
     if runs.failures:
         first = runs.failures[0]
         raise UsageError(

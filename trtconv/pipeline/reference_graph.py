@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import onnx
 
@@ -25,6 +26,7 @@ class ReferenceGraph:
     model: onnx.ModelProto
     path: Path | None  # where it is saved, if it is (ORT loads models over 2 GB only from disk)
     label: str
+    session: Any = field(default=None, compare=False)  # its ONNX Runtime session: one per graph, for corners and verify
 
 
 class Reference:
@@ -56,10 +58,9 @@ class Reference:
     def graph(self) -> ReferenceGraph | None:
         try:
             if self.head:
-                ort.session(self.loaded.proto)
-                return ReferenceGraph(self.loaded.proto, None, "its head: the graph before the split")
-            ort.session(self.loaded.path)
-            return ReferenceGraph(self.loaded.proto, self.loaded.path, "original")
+                return ReferenceGraph(self.loaded.proto, None, "its head: the graph before the split",
+                                      ort.session(self.loaded.proto))
+            return ReferenceGraph(self.loaded.proto, self.loaded.path, "original", ort.session(self.loaded.path))
         except InvalidModelError:
             pass
         if self.rewritten_runs:

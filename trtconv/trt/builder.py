@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import onnx
 
-from trtconv.errors import BackendUnavailableError, BuildError, OutputError
+from trtconv.errors import BackendUnavailableError, BuildError, OutputError, UsageError
 from trtconv.outputs import write_bytes
 from trtconv.plan import (
     BuildPlan,
@@ -287,6 +288,25 @@ def network_layer_info(network: trt.INetworkDefinition) -> dict[str, Any]:
     return {"Layers": layers}
 
 
+_FAULT = re.compile(r"Profile k(MIN|OPT|MAX) values are not self-consistent\.?\s*(.*?)(?:\s+In \w+ at \S+.*)?$", re.S)
+
+
+def profile_error(faults: list[str], profiles: tuple[Profile, ...], flavour: Flavour = TENSORRT) -> UsageError:
+    """The builder's own shape check failed at a profile corner (it warns and would build an engine that
+    fails at run time at those shapes): exit 2, the corner's shapes and the layer it names."""
+    found = _FAULT.search(faults[0])
+    corner = found.group(1).lower() if found else "?"
+    detail = (found.group(2) if found else faults[0]).strip().rstrip(".")
+    detail = re.sub(r"\s+", " ", detail)[:300]
+    shapes = "; ".join(f"profile {i}: " + ", ".join(f"{n}:{'x'.join(map(str, s))}" for n, s in p.corner(corner).items())
+                       for i, p in enumerate(profiles)) if corner in ("min", "opt", "max") else ""
+    return UsageError(
+        f"{flavour.name}'s builder: the graph cannot take the {corner} shapes of the profile"
+        + (f" ({shapes})" if shapes else "") + f": {detail}",
+        hint="narrow the profile (--min-shapes/--opt-shapes/--max-shapes) to shapes the model supports; "
+        "nothing was written")
+
+
 def builder_error(messages: list[str], flavour: Flavour = TENSORRT) -> BuildError:
     """The builder returned no engine: its own error lines, in one message."""
     said = "; ".join(dict.fromkeys(m.strip().splitlines()[0] for m in messages if m.strip()))
@@ -325,9 +345,10 @@ def _build(plan: BuildPlan, flavour: Flavour, timing_cache: Path | None, progres
            cancelled: Callable[[], bool]) -> BuildResult:
     version = tensorrt_version()
     errors: list[str] = []
-    cancel = Cancel(cancelled)
+    faults: list[str] = []  # profile corners the graph cannot take: the build stops at the first
+    cancel = Cancel(lambda: cancelled() or bool(faults))
     repeats = LogRepeats()
-    logger = LogBridge.make(errors, cancel, repeats)
+    logger = LogBridge.make(errors, cancel, repeats, faults)
     creators: dict[str, list[str]] = {}
     plugins = load_plugins(logger, plan.plugin_libraries, creators) if flavour.plugins else []
     builder = trt.Builder(logger)
@@ -360,6 +381,8 @@ def _build(plan: BuildPlan, flavour: Flavour, timing_cache: Path | None, progres
         serialized = builder.build_serialized_network(network, config)
     seconds = time.monotonic() - start
     repeats.report()
+    if faults:
+        raise profile_error(faults, plan.profiles, flavour)
     cancel.raise_if_requested()  # the build was cancelled cleanly; nothing was written
     if serialized is None:
         raise builder_error(errors, flavour)
