@@ -5,7 +5,6 @@ not a copy."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import shlex
 from collections.abc import Mapping
@@ -68,7 +67,7 @@ class Saved:
     path: Path
     sha256: str
     graph: LoadedModel  # the prepared ONNX as written (structure only: no weight bytes)
-    copied: bool = False  # the user's file, copied as it is: nothing was rewritten or converted
+    copied: str | None = None  # the user's file copied as it is (nothing rewritten or converted): its bytes' SHA-256
 
 
 @dataclass(frozen=True)
@@ -82,8 +81,14 @@ class Built:
 
 
 
+@dataclass(frozen=True)
+class Checked:
+    verdict: str  # check's verdict: "supported" or "needs-rewrite" (anything else stopped the build)
+    fold: bool  # whether the rewrite stage must fold with the profile's shapes (``rewrite --shapes``)
+
+
 def check_stage(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]], hint: str | None = None,
-                settings: RewriteSettings | None = None) -> Step[bool]:
+                settings: RewriteSettings | None = None) -> Step[Checked]:
     """The model against the target's parser rules: nodes nothing can fix stop the build here (exit 5);
     ``hint``: the error's hint where a build option fixes them (--split-tail). With ``settings`` (a
     static profile), a model it refuses is checked again as the rewrite leaves it when it folds with
@@ -93,7 +98,7 @@ def check_stage(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, .
     if report.verdict not in ("supported", "needs-rewrite") and settings is not None:
         folded = _folded_verdict(loaded, target, shapes, settings)
         if folded in ("supported", "needs-rewrite"):
-            return Step(True, {"verdict": folded, "target": target,
+            return Step(Checked(folded, True), {"verdict": folded, "target": target,
                                "folded": "unsupported as it is; decided on the graph folded with the shapes"})
     if report.verdict not in ("supported", "needs-rewrite"):
         bad = [n for n in report.nodes if n.status == "unsupported"]
@@ -104,7 +109,7 @@ def check_stage(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, .
             f"plugin: {names}",
             hint=hint or f"run `trtconv check --trt {target} {shlex.quote(str(loaded.path))}` for the reasons",
         )
-    return Step(False, {"verdict": report.verdict, "target": target})
+    return Step(Checked(report.verdict, False), {"verdict": report.verdict, "target": target})
 
 
 def _folded_verdict(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]],
@@ -132,12 +137,13 @@ def rewrite_stage(loaded: LoadedModel, settings: RewriteSettings) -> Step[Rewrit
 
 
 def recheck_stage(saved: Saved, target: str, shapes: dict[str, tuple[int, ...]],
-                  skipped: frozenset[str] = frozenset()) -> Step[None]:
+                  skipped: frozenset[str] = frozenset(), verdict: str | None = None) -> Step[None]:
     """The prepared ONNX against the parser's rules again: what rewrite left behind fails here,
     without TensorRT, instead of minutes later in its parser (or, for an op the parser imports as
     another op, never). Plugin nodes are expected. ``skipped``: the rules ``--skip-rule`` turned off.
-    A copy of the model (nothing rewritten or converted) is what the check stage just checked: skipped."""
-    if saved.copied:
+    A copy of the model (nothing rewritten or converted) that check called supported (``verdict``) is
+    what it just checked: skipped."""
+    if saved.copied and verdict == "supported":
         return Step(None, {"reason": "the prepared ONNX is the model check checked, unchanged"}, "skipped")
 
     report = analyze(saved.graph, target, shapes)
@@ -216,9 +222,10 @@ def save_stage(model: onnx.ModelProto, prepared: Path, source: LoadedModel | Non
     or converted) and it is one file, that file is copied byte for byte (hashed on the way) instead of
     serialized again and read back."""
     if source is not None and source.proto is model and not source.external_files:
-        sha = files_sha256([(prepared.name, copy_file(source.path, prepared, force=True))])
+        digest = copy_file(source.path, prepared, force=True)
+        sha = files_sha256([(prepared.name, digest)])
         copied = LoadedModel(source.proto, prepared, source.weights_loaded, checker_error=source.checker_error)
-        return Step(Saved(prepared, sha, copied, copied=True), {"path": str(prepared), "sha256": sha,
+        return Step(Saved(prepared, sha, copied, copied=digest), {"path": str(prepared), "sha256": sha,
                                                                 "written": "the model's file, copied as it is"})
     save_model(model, prepared, force=True)
     # Hash the files, not the proto: a model over 2 GB cannot be serialized in memory.
@@ -284,7 +291,7 @@ def engine_stage(plan: BuildPlan, progress: Any, new_caches: list[Path] | None =
                    "checked_on": result.precision_source},
         plugins_needed=tuple(result.plugins_needed),
         seconds=result.seconds,
-        engine_sha256=hashlib.sha256(plan.engine_path.read_bytes()).hexdigest(),
+        engine_sha256=result.engine_sha256,
         extra=result.extra,
     )
     return Step(built, {"engine": str(plan.engine_path), "bytes": result.engine_bytes,

@@ -148,13 +148,11 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     shaped = model  # the input as --shapes made it, before any rule prepares it
     model, narrowed, dtype_changes = narrow_float64(model)  # TensorRT computes no float64: said, not silent
     large = weight_bytes(model) > settings.large_model_bytes  # lazy (on-disk) weights count too
-    opset_before = default_opset(model)
-    nodes_before = _count_nodes(model)
+    opset_before, nodes_before = default_opset(model), _count_nodes(model)
     was_sorted = is_sorted(model)
     notes = _subgraph_notes(model)
-    active = tuple(rules) if rules is not None else active_rules(settings.plugin_map, settings.skip_rules)
-    active = tuple(r for r in active if not r.targets or settings.target in r.targets)
-    if settings.rules_only and not settings.shapes and not narrowed.count and not _sites_possible(model, active):
+    active = _active(rules, settings)
+    if settings.rules_only and not settings.shapes and not narrowed.count and _nothing_applies(model, active):
         return _untouched(model, settings, nodes_before, tuple(notes), dtype_changes)
     for rule in active:
         model = rule.prepare(model, settings, large)
@@ -214,15 +212,24 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     return RewriteResult(out, report)
 
 
-def _sites_possible(model: onnx.ModelProto, rules: tuple[RewriteRule, ...]) -> bool:
-    """Whether any main-graph node may be a rule's site (the rules' own cheap look, on the proto)."""
+def _active(rules: Sequence[RewriteRule] | None, settings: RewriteSettings) -> tuple[RewriteRule, ...]:
+    """The rules to apply: ``rules`` (default: the plugin map's, then the catalog's), those of other targets left out."""
+    active = tuple(rules) if rules is not None else active_rules(settings.plugin_map, settings.skip_rules)
+    return tuple(r for r in active if not r.targets or settings.target in r.targets)
+
+
+def _nothing_applies(model: onnx.ModelProto, rules: tuple[RewriteRule, ...]) -> bool:
+    """Whether no main-graph node may be a rule's site (the rules' own cheap look, on the proto), and
+    no input shares a dim name (TensorRT would take them as equal: the round trip renames them)."""
+    if cleanup.shares_dims(model):
+        return False
     opset = default_opset(model)
     facts = ModelFacts.of(model.graph)
     for node in model.graph.node:
         rule = rule_among(rules, node.domain, node.op_type, opset)
         if rule is not None and rule.may_apply(node, facts):
-            return True
-    return False
+            return False
+    return True
 
 
 def _untouched(model: onnx.ModelProto, settings: RewriteSettings, nodes: int, notes: tuple[str, ...],

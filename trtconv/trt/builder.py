@@ -10,6 +10,7 @@ inspected here) are the ``Flavour`` fields in ``trtconv.trt.flavour``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -84,6 +85,7 @@ class BuildResult:
     flavour: str = "TensorRT"
     precision_source: str = "engine"  # "engine" (inspector) | "network" (strongly typed layer types)
     compute_capabilities: tuple[str, ...] = ()  # RTX: what the engine was built for
+    engine_sha256: str = ""  # of the bytes written (hashed in memory: the engine is not read back)
 
 
 TENSORRT_PHASE = "tensorrt: "
@@ -419,4 +421,5 @@ def _build(plan: BuildPlan, flavour: Flavour, timing_cache: Path | None, progres
         precision_source="engine" if flavour.inspects_engine else "network",
         compute_capabilities=plan.build_targets(),
         extra=extra,
+        engine_sha256=hashlib.sha256(data).hexdigest(),
     )
