@@ -58,7 +58,9 @@ def test_shared_dim_names_still_get_their_renaming():
         d.dim_param = "?"  # PP-OCR cls's input: TensorRT would take H and W as one dim
     result = rewrite(model, BUILD)
     dims = [d.dim_param for d in result.model.graph.input[0].type.tensor_type.shape.dim]
-    assert len(set(dims)) == 2
+    assert len(set(dims)) == 2 and [c.rule for c in result.report.cleanups] == ["rename-shared-dims"]
+    assert [d.dim_param for d in x.dim] == ["?", "?"]  # on a copy: the caller's model is not edited
+    assert result.report.graph_proof.method == "identical"
 
 
 def test_a_standard_layernorm_runs_no_symbolic_shape_inference():

@@ -219,10 +219,7 @@ def _active(rules: Sequence[RewriteRule] | None, settings: RewriteSettings) -> t
 
 
 def _nothing_applies(model: onnx.ModelProto, rules: tuple[RewriteRule, ...]) -> bool:
-    """Whether no main-graph node may be a rule's site (the rules' own cheap look, on the proto), and
-    no input shares a dim name (TensorRT would take them as equal: the round trip renames them)."""
-    if cleanup.shares_dims(model):
-        return False
+    """Whether no main-graph node may be a rule's site (the rules' own cheap look, on the proto)."""
     opset = default_opset(model)
     facts = ModelFacts.of(model.graph)
     for node in model.graph.node:
@@ -235,11 +232,17 @@ def _nothing_applies(model: onnx.ModelProto, rules: tuple[RewriteRule, ...]) -> 
 def _untouched(model: onnx.ModelProto, settings: RewriteSettings, nodes: int, notes: tuple[str, ...],
                dtype_changes: tuple[DtypeChange, ...]) -> RewriteResult:
     """``rules_only`` and no node any rule may apply to: the model as it came (no import, no clean-up,
-    no export), and nothing to prove: not one node or weight changed."""
+    no export), and nothing to prove: not one node or weight changed. Inputs whose dims share a name
+    (TensorRT would take them as one) get their own names, on a copy: the one edit a build needs."""
+    results: tuple[cleanup.CleanupResult, ...] = ()
+    if cleanup.shares_dims(model):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        model, results = copy, (cleanup.rename_shared_dims(copy),)
     proof = Proof("identical", True, reason="nothing to rewrite: no rule applies to any node, and the model "
-                  "goes on as it is (no clean-up, no graph round trip)")
+                  "goes on as it is (no clean-up but dim names, no graph round trip)")
     opset = default_opset(model)
-    report = RewriteReport(settings, (), (), proof, nodes, nodes, opset, opset, notes, None, dtype_changes)
+    report = RewriteReport(settings, (), results, proof, nodes, nodes, opset, opset, notes, None, dtype_changes)
     return RewriteResult(model, report)
 
 
