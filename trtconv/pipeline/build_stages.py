@@ -256,6 +256,7 @@ def corners_stage(reference: Reference, profiles: tuple[Profile, ...], req: Buil
         return Step(None, {"reason": "ONNX Runtime cannot run this graph"}, "skipped")
     runs = run_corners(graph.model, profiles, seed=req.seed, path=graph.path, keep_outputs=keep_outputs,
                        samples=samples, session=graph.session)
+    reference.release_session()
     if runs.failures:
         first = runs.failures[0]
         raise UsageError(

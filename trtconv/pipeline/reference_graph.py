@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,13 @@ class Reference:
             return rewrite(self.loaded, RewriteSettings(dcn_target="deformconv", verify=False)).model
         except TrtconvError:
             return None
+
+    def release_session(self) -> None:
+        """Drop the reference graph's session once the corners ran (verify reuses their outputs, not the
+        session): it holds the model's weights, which must not stay in memory through the TensorRT build."""
+        graph = self.__dict__.get("graph")
+        if graph is not None:
+            self.__dict__["graph"] = replace(graph, session=None)
 
     @functools.cached_property
     def graph(self) -> ReferenceGraph | None:
