@@ -9,7 +9,11 @@ never an exit blamed on the shapes; ``--no-preflight`` skips the run. The BERT-l
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -107,6 +111,20 @@ def test_a_build_not_verified_here_leaves_the_corners_to_the_builder(tmp_path):
     assert ok.exit_code == ExitCode.OK, ok.output
     (stage,) = [s for s in json.loads(ok.stdout)["stages"] if s["name"] == "profiles"]
     assert stage["status"] == "skipped" and "the builder checks every profile corner" in stage["reason"]
+
+
+def test_an_rtx_build_with_nothing_to_rewrite_never_starts_onnx_runtime(tmp_path):
+    """Nothing rewritten, nothing verified here: no graph proof, no corner run, so ONNX Runtime is never
+    imported (a fresh interpreter: the test process has it loaded already)."""
+    pytest.importorskip("tensorrt_rtx")
+    path = _fixed_reshape(tmp_path)
+    code = ("import sys; from trtconv.cli.main import main; sys.argv = ['trtconv', 'build', sys.argv[1], '-o', "
+            "sys.argv[2], '--trt', 'rtx', '--shapes', 'x:1x8']\ntry:\n    main()\nexcept SystemExit as e:\n"
+            "    assert not e.code, e.code\nprint('onnxruntime' in sys.modules)")
+    res = subprocess.run([sys.executable, "-c", code, str(path), str(tmp_path / "r.engine")], capture_output=True,
+                         text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert res.returncode == 0 and res.stdout.strip().splitlines()[-1] == "False", res.stdout + res.stderr
+    assert (tmp_path / "r.engine").is_file()
 
 
 def test_a_shape_the_graph_cannot_run_still_fails_and_names_the_skip(tmp_path):
