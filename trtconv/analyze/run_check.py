@@ -63,6 +63,7 @@ ORT_QUANT_HINT = ("quantized by ONNX Runtime: start from the float model (`trtco
 
 
 WEIGHTS_STRIPPED = 1 << 20  # inline weight bytes from which analysis works on structure_only (what `check` loads)
+KEPT_BYTES = 64 << 10  # constants a rule may read (zero points, shapes, flags) keep their values there
 
 
 def analyze(loaded: LoadedModel, target: str, shapes: Mapping[str, Shape] | None = None) -> CheckReport:
@@ -74,8 +75,8 @@ def analyze(loaded: LoadedModel, target: str, shapes: Mapping[str, Shape] | None
     table = load_table(target)
     shapes = dict(shapes or {})
     model = loaded.proto
-    if approx_size(model) >= WEIGHTS_STRIPPED:  # the build's model, weights in: check's own view of it
-        model = structure_only(model)  # shape inference then serializes no weight (it copied each 3 times)
+    if approx_size(model) >= WEIGHTS_STRIPPED:  # the build's model, weights in: no weight is serialized for
+        model = structure_only(model, KEPT_BYTES)  # shape inference (it copied each 3 times); small constants stay
     if shapes:
         model = override_input_shapes(model, shapes)
     inferred = infer_shapes(loaded, model, symbolic=False)  # on the structure alone; never fails

@@ -81,7 +81,7 @@ STRUCTURE_KEEP_BYTES = 1024
 STRIPPED_LOCATION = "trtconv-structure-only"
 
 
-def structure_only(model: onnx.ModelProto) -> onnx.ModelProto:
+def structure_only(model: onnx.ModelProto, keep_bytes: int = STRUCTURE_KEEP_BYTES) -> onnx.ModelProto:
     """A copy of ``model`` without the bytes of its large tensors (main-graph initializers and
     Constant values), which become external-data references to a file that does not exist
     (so do tensors left on disk by ``load_model(lazy_from=...)``).
@@ -89,12 +89,13 @@ def structure_only(model: onnx.ModelProto) -> onnx.ModelProto:
     Shape inference needs dims and types, not weights: handing it the whole model costs a
     serialized copy, a parsed copy and a returned copy of every weight (seconds and several
     times the model's size). The weights are never copied here: the copy is built field by field.
+    ``keep_bytes``: tensors smaller than this keep their bytes.
     """
     out = onnx.ModelProto()
     copy_fields(model, out, frozenset({"graph"}))
     copy_fields(model.graph, out.graph, frozenset({"initializer", "node"}))
     for t in model.graph.initializer:
-        _stub_tensor(t, out.graph.initializer.add())
+        _stub_tensor(t, out.graph.initializer.add(), keep_bytes)
     for n in model.graph.node:
         nn = out.graph.node.add()
         copy_fields(n, nn, frozenset({"attribute"}))
@@ -102,15 +103,15 @@ def structure_only(model: onnx.ModelProto) -> onnx.ModelProto:
             na = nn.attribute.add()
             if a.type == onnx.AttributeProto.TENSOR:
                 copy_fields(a, na, frozenset({"t"}))
-                _stub_tensor(a.t, na.t)
+                _stub_tensor(a.t, na.t, keep_bytes)
             else:
                 na.CopyFrom(a)
     return out
 
 
-def _stub_tensor(t: onnx.TensorProto, out: onnx.TensorProto) -> None:
+def _stub_tensor(t: onnx.TensorProto, out: onnx.TensorProto, keep_bytes: int = STRUCTURE_KEEP_BYTES) -> None:
     on_disk = t.data_location == onnx.TensorProto.EXTERNAL
-    if (on_disk and not is_lazy(t)) or (not on_disk and tensor_nbytes(t) < STRUCTURE_KEEP_BYTES):
+    if (on_disk and not is_lazy(t)) or (not on_disk and tensor_nbytes(t) < keep_bytes):
         out.CopyFrom(t)
         return
     copy_fields(t, out, DATA_FIELDS)
