@@ -15,18 +15,23 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from trtconv.analyze import NodeReport
 from trtconv.errors import (
     AccuracyError,
     BackendUnavailableError,
+    BuildError,
     UsageError,
 )
 from trtconv.load import LAZY_WEIGHTS_BYTES, LoadedModel, files_sha256, load_model, model_sha256
-from trtconv.onnxutil import iter_graphs
+from trtconv.onnxutil import iter_graphs, shape_value_inputs
 from trtconv.outputs import check_output_path
 from trtconv.pipeline.build_identity import request_identity
 from trtconv.pipeline.build_record import BuildOutcome, ProgressPhases, StageFn, StageRunner, Step
@@ -37,6 +42,7 @@ from trtconv.pipeline.build_stages import (
     check_stage,
     corners_stage,
     engine_stage,
+    missed_rejections,
     precision_stage,
     recheck_stage,
     rewrite_stage,
@@ -113,9 +119,10 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
         profiles = build_profiles(
             loaded.proto, shapes=req.shapes, min_shapes=req.min_shapes, opt_shapes=req.opt_shapes,
             max_shapes=req.max_shapes, required=not req.prepare_only, command=command,
-            sample_shapes=None if samples is None else _sample_shapes(samples))
+            sample_shapes=None if samples is None else _sample_shapes(samples),
+            sample_values=None if samples is None else _sample_values(samples, shape_value_inputs(loaded.proto)))
     except UsageError:
-        check_stage(loaded, target, {}, hint)  # a model no shapes could build says so first, with the reason (exit 5)
+        check_stage(loaded, target, {}, hint, early=True)  # a model no shapes could build says so first (exit 5)
         raise
     plan = replace(plan, onnx_path=prepared, engine_path=output, profiles=profiles)
     shapes0 = profiles[0].corner("opt") if profiles else {}
@@ -136,8 +143,10 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
     if replacing:
         log.warning("replacing %s (derived from the model; --prepared PATH writes it elsewhere)", prepared)
     try:
-        return _prepare_and_build(model, output, target, req, plan, outcome, stages, precisioned, reference, checked.verdict,
-                                  profiles, progress, rewritten, shapes0, samples, split, lambda: model_sha256(source))
+        return _prepare_and_build(model, output, target, req, plan, outcome, stages, precisioned, reference,
+                                  checked.verdict, profiles, progress, rewritten, shapes0, samples, split,
+                                  hint or f"run `trtconv check --trt {target} {shlex.quote(str(model))}` for the reasons",
+                                  checked.advice, lambda: model_sha256(source))
     except BaseException as exc:
         _remove_failed_outputs(output, req, outcome, exc)
         _remove_new_caches(outcome)
@@ -203,7 +212,8 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
                        verdict: str, profiles: tuple[Profile, ...],
                        progress: Any, rewritten: RewriteResult,
                        shapes0: dict[str, tuple[int, ...]], samples: SampleSet | None,
-                       split: Split | None, model_hash: Callable[[], str]) -> BuildOutcome:
+                       split: Split | None, hint: str | None, advice: tuple[NodeReport, ...],
+                       model_hash: Callable[[], str]) -> BuildOutcome:
     """From the prepared ONNX on: save (and the tail), recheck, profile corners, TensorRT build, verify,
     manifest. Over 80 lines: the stages in their order, each a line or two, with what they hand on."""
     prepared = outcome.prepared
@@ -215,7 +225,10 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
     if split is not None:
         write_tail(split)
         outcome.tail = split.tail_path
-    stages.run("recheck", lambda: recheck_stage(saved, target, shapes0, frozenset(req.skip_rule), verdict))
+    disagreements = stages.run("recheck", lambda: recheck_stage(saved, target, shapes0, frozenset(req.skip_rule), hint,
+                                                                rewritten.report.stepped_aside, advice,
+                                                                profiles[0] if profiles else None, verdict))
+    outcome.parser_disagreements = [d.to_json() for d in disagreements]
     flavour = for_target(target)
     missing = None if req.prepare_only else _missing_tensorrt(flavour)
     # verify (only where the engine runs here) reuses the reference's outputs at the corners
@@ -228,7 +241,11 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
     if missing is not None:
         outcome.stopped = "tensorrt-unavailable"
         raise _no_tensorrt(missing, prepared, req.keep_prepared) from None
-    built = stages.run("build", lambda: engine_stage(plan, progress, outcome.new_caches))
+    try:
+        built = stages.run("build", lambda: engine_stage(plan, progress, outcome.new_caches))
+    except BuildError:  # a parser that rejects what check predicted it takes: recorded, then the error
+        outcome.parser_disagreements += [d.to_json() for d in missed_rejections(saved, target, shapes0)]
+        raise
     outcome.engine = output
     verify_json: dict[str, Any] | None = None
     if not req.no_verify and not flavour.inspects_engine:
@@ -251,6 +268,8 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
         environment=dict(built.environment),
         source_onnx=model.name,
         rewrites=rewritten.report.to_json().get("rewrites", []),
+        rewrites_stepped_aside=[a.to_json() for a in rewritten.report.stepped_aside],
+        parser_disagreements=outcome.parser_disagreements,
         rewrite_drift=None if rewritten.report.drift is None else rewritten.report.drift.to_json(),
         dtype_changes=[c.to_json() for c in rewritten.report.dtype_changes],
         precision={**precisioned.summary, "achieved": dict(built.precision)},
@@ -320,6 +339,14 @@ def _refuse_requantizing(loaded: LoadedModel, precision: str) -> None:
 
 def _has_samples(settings: QuantizeSettings) -> bool:
     return bool(settings.calib_data or settings.calib_loader or settings.random_data)
+
+
+def _sample_values(samples: SampleSet, names: tuple[str, ...]) -> Iterator[dict[str, tuple[int, ...]]]:
+    """Each sample's values of the shape-tensor inputs (``names``), flattened; nothing without such inputs."""
+    if not names:
+        return iter(())
+    return ({n: tuple(int(v) for v in np.asarray(sample[n]).reshape(-1)) for n in names if n in sample}
+            for sample in samples)
 
 
 def _sample_shapes(samples: SampleSet) -> Iterator[dict[str, tuple[int, ...]]]:

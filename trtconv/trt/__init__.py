@@ -40,6 +40,7 @@ from trtconv.trt.loader import (
 from trtconv.trt.realparse import (
     RTX_MODULE,
     run_isolated,
+    target_module,
 )
 
 __all__ = [
@@ -59,5 +60,6 @@ __all__ = [
     "problems",
     "profile_shapes",
     "run_isolated",
+    "target_module",
     "tensorrt_version",
 ]

@@ -19,7 +19,7 @@ from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 from trtconv.onnxutil import default_opset, normalize_domain
 from trtconv.reference import compare_arrays, run, session
 from trtconv.rewrites.emitter import Emitter
-from trtconv.rewrites.proof import FP16_RTOL, ONNXRUNTIME, NodeProofCase, Proof
+from trtconv.rewrites.proof import FP16_RTOL, ONNXRUNTIME, NodeProofCase, Proof, run_original
 from trtconv.rewrites.rewrite_settings import RewriteSettings
 from trtconv.rewrites.rule import MAX_OPSET, Emitted, NodeView, RewriteRule, RuleContext, Site
 from trtconv.rewrites.transformer.fused_shapes import with_fused_shapes
@@ -159,8 +159,7 @@ def prove_against_original(rule: FusedRule, ctx: RuleContext, site: Site, match:
             continue
         shape = _shape_of(t, ctx.shapes)
         if shape is None:
-            return Proof("none", False, reason=f"the shape of input {t.name!r} is unknown, so the rewrite cannot be "
-                                               "proven (give --shapes, or --no-verify)")
+            return Proof("none", False, reason=_unknown_shape(t.name, ctx.settings))
         if t.name not in feeds:
             feeds[t.name] = rule.feed(match.view, i, shape, _np_dtype(t), by_index, rng)
         by_index[i] = feeds[t.name]
@@ -170,11 +169,8 @@ def prove_against_original(rule: FusedRule, ctx: RuleContext, site: Site, match:
     inner = {c.name: np.asarray(c.values) for n in emitted.nodes for c in n.inputs if isinstance(c, gs.Constant)}
     own = rule.reference(match.view, by_index)
     against = f"against ONNX Runtime's {site.op}" if own is None else f"against a float64 reference of {site.op}"
-    try:
-        ref = (run(session(_mini([match.original], feeds, consts, outputs, opset)), feeds, outputs) if own is None
-               else {name: value for name, value in zip(outputs, own)})
-    except Exception as exc:
-        return Proof("none", False, reason=f"ONNX Runtime cannot run the original {site.op}: {_first(exc)}")
+    ref = (run_original(_mini([match.original], feeds, consts, outputs, opset), feeds, outputs) if own is None
+           else {name: value for name, value in zip(outputs, own)})
     try:
         got = run(session(_mini(replacement, feeds, {**consts, **inner}, outputs, opset)), feeds, outputs)
     except Exception as exc:
@@ -194,6 +190,15 @@ def prove_against_original(rule: FusedRule, ctx: RuleContext, site: Site, match:
         stats.append(s)
     return Proof(ONNXRUNTIME, passed, tol, tuple(stats), {k: tuple(v.shape) for k, v in sorted(feeds.items())},
                  against)
+
+
+def _unknown_shape(name: str, settings: RewriteSettings) -> str:
+    """Why a proof has no data for ``name``; "give --shapes" only where no shapes were given."""
+    if settings.shapes or settings.proof_shapes:
+        return (f"the shape of input {name!r} is unknown: shape inference (ONNX's and ONNX Runtime's symbolic one) "
+                "does not reach it from the given input shapes, so the rewrite cannot be proven (--no-verify skips "
+                "the proofs)")
+    return f"the shape of input {name!r} is unknown, so the rewrite cannot be proven (give --shapes, or --no-verify)"
 
 
 def _first(exc: Exception) -> str:
