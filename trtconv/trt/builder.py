@@ -25,6 +25,7 @@ import onnx
 from trtconv.errors import BackendUnavailableError, BuildError, OutputError, UsageError
 from trtconv.outputs import write_bytes
 from trtconv.plan import (
+    CORNERS,
     BuildPlan,
     PrecisionSummary,
     Profile,
@@ -344,8 +345,9 @@ def profile_error(faults: list[str], profiles: tuple[Profile, ...], flavour: Fla
     corner = found.group(1).lower() if found else "?"
     detail = (found.group(2) if found else faults[0]).strip().rstrip(".")
     detail = re.sub(r"\s+", " ", detail)[:300]
-    shapes = "; ".join(f"profile {i}: " + ", ".join(f"{n}:{'x'.join(map(str, s))}" for n, s in p.corner(corner).items())
-                       for i, p in enumerate(profiles)) if corner in ("min", "opt", "max") else ""
+    which = next((c for c in CORNERS if c == corner), None)
+    shapes = "; ".join(f"profile {i}: " + ", ".join(f"{n}:{'x'.join(map(str, s))}" for n, s in p.corner(which).items())
+                       for i, p in enumerate(profiles)) if which is not None else ""
     return UsageError(
         f"{flavour.name}'s builder: the graph cannot take the {corner} shapes of the profile"
         + (f" ({shapes})" if shapes else "") + f": {detail}",
