@@ -171,7 +171,9 @@ def test_piped_build_times_each_stage_and_a_long_one_says_it_runs(tmp_path):
         m = re.fullmatch(r"trtconv: (\w+): done \((\d+\.\d) s\)", line)
         if m:
             done[m[1]] = float(m[2])
-    assert set(done) >= {"check", "rewrite", "save", "recheck", "profiles"}, lines
+    assert set(done) >= {"check", "rewrite", "save", "profiles"}, lines
+    # the recheck runs, or is skipped saying why (the prepared ONNX is the graph check checked)
+    assert "recheck" in done or any(line.startswith("trtconv: recheck: skipped (") for line in lines), lines
     assert not [line for line in lines if re.fullmatch(r"trtconv: \w+: (done|failed)", line)]  # each one timed
     assert "trtconv: precision: skipped (--precision fp32: the graph keeps its own types)" in lines  # with its reason
     running = [int(m[1]) for line in lines if (m := re.fullmatch(r"trtconv: profiles: running \((\d+) s\)", line))]
