@@ -125,12 +125,13 @@ def test_piped_quantize_names_each_long_phase(ocr_cls, tmp_path):
 
 
 def test_outputs_respect_the_umask(ocr_cls, tmp_path):
-    """--deps files, calibration caches, outputs and result-cache entries: as `cp` makes them."""
+    """--deps files, calibration caches, outputs and result-cache entries: as `cp` makes them (minmax: one
+    calibration method writes every one of these files; auto's choice is tested elsewhere)."""
     old = os.umask(0o022)
     try:
         out = tmp_path / "q.onnx"
         res = CliRunner().invoke(cli, ["quantize", str(ocr_cls), "--precision", "int8", "--random-data", "2",
-                                       "--shapes", CLS_SHAPES, "-o", str(out), "--calib-cache",
+                                       "--calib-method", "minmax", "--shapes", CLS_SHAPES, "-o", str(out), "--calib-cache",
                                        str(tmp_path / "q.cache"), "--deps", str(tmp_path / "q.d"),
                                        "--cache-dir", str(tmp_path / "results")])
         assert res.exit_code == 0, res.output
