@@ -217,6 +217,10 @@ def build(model: Path, output: Path, force: bool, as_json: bool, layers: bool, *
         click.echo(f"engine written to {outcome.engine} (manifest {outcome.engine}.json)")
     if outcome.tail is not None:
         click.echo(_tail_line(outcome))
+    if outcome.parser_disagreements:
+        nodes = _some([f"{d['node']} ({d['op']})" for d in outcome.parser_disagreements])
+        click.echo(f"check predicted a refusal of {nodes}; the real parser took it (parser_disagreements in the "
+                   "manifest)")
     if outcome.engine is not None and outcome.stopped != "prepare-only":
         if layers and outcome.manifest is not None:
             for line in _layer_summary(outcome.manifest):

@@ -13,8 +13,10 @@ from trtconv.htmlreport.render import (
     manifest_block,
     node_verdicts,
     page,
+    parser_disagreements,
     rewrites,
     section,
+    stepped_aside,
 )
 
 
@@ -43,6 +45,13 @@ def report_html(command: str, model: str, docs: Mapping[str, Any], *, status: st
     elif docs.get("manifest") is not None:
         sections.append(section("rewrites-section", "Rewrites and their proofs",
                                 rewrites(docs["manifest"].get("rewrites") or [])))
+    manifest = docs.get("manifest") or {}
+    if manifest.get("rewrites_stepped_aside"):
+        sections.append(section("stepped-aside-section", "Rewrites that stepped aside",
+                                stepped_aside(manifest["rewrites_stepped_aside"])))
+    if manifest.get("parser_disagreements"):
+        sections.append(section("disagreements-section", "Where the real parser overruled check",
+                                parser_disagreements(manifest["parser_disagreements"])))
     if docs.get("gate") is not None:
         sections += _gate_sections(docs["gate"])
     if layers is not None:

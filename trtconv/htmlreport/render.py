@@ -80,6 +80,21 @@ def rewrites(doc: Sequence[Mapping[str, Any]], graph_proof: Mapping[str, Any] | 
     return body
 
 
+def stepped_aside(aside: Sequence[Mapping[str, Any]]) -> str:
+    """Rewrites dropped because their proof failed: the node stayed as it was (``build``)."""
+    return table(["node", "op", "rule", "why it stepped aside"],
+                 [(a.get("node") or "(clean-up)", a.get("op") or "", a.get("rule"), a.get("reason")) for a in aside],
+                 "stepped-aside")
+
+
+def parser_disagreements(found: Sequence[Mapping[str, Any]]) -> str:
+    """Nodes ``check`` predicted the parser would refuse that the real parser and builder took."""
+    return ("<p>check's prediction was advice here: the target's own parser decided, and took these.</p>"
+            + table(["node", "op", "check predicted", "the real parser"],
+                    [(d.get("node"), d.get("op"), d.get("predicted"), d.get("real")) for d in found],
+                    "parser-disagreements"))
+
+
 def kept_out(kept: Sequence[Mapping[str, Any]]) -> str:
     if not kept:
         return "<p>no node was kept out of the reduced precision.</p>"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import shlex
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -22,9 +23,11 @@ from typing import Any
 
 import numpy as np
 
+from trtconv.analyze import NodeReport
 from trtconv.errors import (
     AccuracyError,
     BackendUnavailableError,
+    BuildError,
     UsageError,
 )
 from trtconv.load import LAZY_WEIGHTS_BYTES, LoadedModel, load_model, model_sha256
@@ -39,6 +42,7 @@ from trtconv.pipeline.build_stages import (
     check_stage,
     corners_stage,
     engine_stage,
+    missed_rejections,
     precision_stage,
     recheck_stage,
     rewrite_stage,
@@ -118,7 +122,7 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
             sample_shapes=None if samples is None else _sample_shapes(samples),
             sample_values=None if samples is None else _sample_values(samples, shape_value_inputs(loaded.proto)))
     except UsageError:
-        check_stage(loaded, target, {}, hint)  # a model no shapes could build says so first, with the reason (exit 5)
+        check_stage(loaded, target, {}, hint, early=True)  # a model no shapes could build says so first (exit 5)
         raise
     plan = replace(plan, onnx_path=prepared, engine_path=output, profiles=profiles)
     onnx_sha = model_sha256(loaded)
@@ -130,8 +134,8 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
         loaded = head_of(loaded, split)
     rewrite_settings = replace(req.rewrite_settings(target), proof_shapes=dict(shapes0))
     # a static profile: a model refused as it is may build folded with its shapes (like `rewrite --shapes`)
-    fold = stages.run("check", lambda: check_stage(loaded, target, shapes0, hint, _if_static(profiles, rewrite_settings)))
-    if fold:
+    checked = stages.run("check", lambda: check_stage(loaded, target, shapes0, hint, _if_static(profiles, rewrite_settings)))
+    if checked.fold:
         rewrite_settings = replace(rewrite_settings, shapes=dict(shapes0))
     rewritten = stages.run("rewrite", lambda: rewrite_stage(loaded, rewrite_settings))
     reference = Reference(loaded, rewritten, head=split is not None)
@@ -140,7 +144,9 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
         log.warning("replacing %s (derived from the model; --prepared PATH writes it elsewhere)", prepared)
     try:
         return _prepare_and_build(model, output, target, req, plan, outcome, stages, precisioned, reference,
-                                  profiles, progress, onnx_sha, rewritten, shapes0, samples, split)
+                                  profiles, progress, onnx_sha, rewritten, shapes0, samples, split,
+                                  hint or f"run `trtconv check --trt {target} {shlex.quote(str(model))}` for the reasons",
+                                  checked.advice)
     except BaseException as exc:
         _remove_failed_outputs(output, req, outcome, exc)
         _remove_new_caches(outcome)
@@ -205,7 +211,7 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
                        outcome: BuildOutcome, stages: StageRunner, precisioned: Precisioned, reference: Reference, profiles: tuple[Profile, ...],
                        progress: Any, onnx_sha: str, rewritten: RewriteResult,
                        shapes0: dict[str, tuple[int, ...]], samples: SampleSet | None,
-                       split: Split | None) -> BuildOutcome:
+                       split: Split | None, hint: str | None, advice: tuple[NodeReport, ...]) -> BuildOutcome:
     """From the prepared ONNX on: save (and the tail), recheck, profile corners, TensorRT build, verify,
     manifest. Over 80 lines: the stages in their order, each a line or two, with what they hand on."""
     prepared = outcome.prepared
@@ -214,7 +220,10 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
     if split is not None:
         write_tail(split)
         outcome.tail = split.tail_path
-    stages.run("recheck", lambda: recheck_stage(saved, target, shapes0, frozenset(req.skip_rule)))
+    disagreements = stages.run("recheck", lambda: recheck_stage(saved, target, shapes0, frozenset(req.skip_rule), hint,
+                                                                rewritten.report.stepped_aside, advice,
+                                                                profiles[0] if profiles else None))
+    outcome.parser_disagreements = [d.to_json() for d in disagreements]
     keep = not req.prepare_only and not req.no_verify  # verify reuses the reference's outputs
     corners = stages.run("profiles", lambda: corners_stage(reference, profiles, req, samples, keep))
     if req.prepare_only:
@@ -226,7 +235,11 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
     except BackendUnavailableError as exc:
         outcome.stopped = "tensorrt-unavailable"
         raise _no_tensorrt(exc, prepared, req.keep_prepared) from None
-    built = stages.run("build", lambda: engine_stage(plan, progress, outcome.new_caches))
+    try:
+        built = stages.run("build", lambda: engine_stage(plan, progress, outcome.new_caches))
+    except BuildError:  # a parser that rejects what check predicted it takes: recorded, then the error
+        outcome.parser_disagreements += [d.to_json() for d in missed_rejections(saved, target, shapes0)]
+        raise
     outcome.engine = output
     verify_json: dict[str, Any] | None = None
     if not req.no_verify and not flavour.inspects_engine:
@@ -249,6 +262,8 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
         environment=dict(built.environment),
         source_onnx=model.name,
         rewrites=rewritten.report.to_json().get("rewrites", []),
+        rewrites_stepped_aside=[a.to_json() for a in rewritten.report.stepped_aside],
+        parser_disagreements=outcome.parser_disagreements,
         rewrite_drift=None if rewritten.report.drift is None else rewritten.report.drift.to_json(),
         dtype_changes=[c.to_json() for c in rewritten.report.dtype_changes],
         precision={**precisioned.summary, "achieved": dict(built.precision)},

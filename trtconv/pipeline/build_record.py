@@ -48,6 +48,8 @@ class BuildOutcome:
     # build removes them; a user's existing cache is never removed
     new_caches: list[Path] = field(default_factory=list)
     tail: Path | None = None  # --split-tail: the ONNX Runtime tail on disk (written with the prepared ONNX)
+    # nodes check refused that the target's real parser took (build_parser.py): to correct the tables
+    parser_disagreements: list[dict[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """Names only files that are on disk: a failed build removed what it wrote."""
@@ -57,6 +59,7 @@ class BuildOutcome:
             "engine": str(self.engine) if self.engine else None,
             "manifest": str(manifest_path(self.engine)) if self.engine else None,
             "stopped": self.stopped,
+            "parser_disagreements": list(self.parser_disagreements),
             "stages": [s.to_json() for s in self.stages],
         }
 

@@ -39,6 +39,10 @@ class RewriteSettings:
     int64_to_int32: bool = True
     prune_opsets: bool = True
     verify: bool = True
+    # A rule whose proof fails (or cannot run) is dropped for that node, which stays as it was, and a
+    # clean-up the graph proof fails is dropped for the graph; the report lists them (stepped_aside).
+    # False (``trtconv rewrite``): a failed proof is an error. ``build`` sets it: the parser decides.
+    step_aside: bool = False
     seed: int = 0
     # proofs pass when max |err| <= tolerance * max(1, max |reference|)
     node_tolerance: float = NODE_RTOL
@@ -66,6 +70,7 @@ class RewriteSettings:
             "int64_to_int32": self.int64_to_int32,
             "prune_opsets": self.prune_opsets,
             "verify": self.verify,
+            "step_aside": self.step_aside,
             "seed": self.seed,
             "node_tolerance": self.node_tolerance,
             "graph_tolerance": self.graph_tolerance,

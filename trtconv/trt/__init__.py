@@ -39,6 +39,7 @@ from trtconv.trt.loader import (
 from trtconv.trt.realparse import (
     RTX_MODULE,
     run_isolated,
+    target_module,
 )
 
 __all__ = [
@@ -57,5 +58,6 @@ __all__ = [
     "problems",
     "profile_shapes",
     "run_isolated",
+    "target_module",
     "tensorrt_version",
 ]

@@ -19,10 +19,9 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx import TensorProto, helper
 
-from trtconv.errors import TrtconvError
 from trtconv.rewrites.emitter import Emitter
-from trtconv.rewrites.proof import NodeProofCase, Proof
-from trtconv.rewrites.quantized.graphs import Original, producer, sole_consumer
+from trtconv.rewrites.proof import NodeProofCase, Original, Proof
+from trtconv.rewrites.quantized.graphs import producer, sole_consumer
 from trtconv.rewrites.rule import Emitted, RewriteRule, RuleContext, Site, detach
 
 LAYOUT = ("Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Slice", "Expand", "Tile",
@@ -100,10 +99,7 @@ class Uint8InputRule(RewriteRule):
         shape = tuple(d if isinstance(d, int) and d > 0 else PROOF_FILL for d in (match.source.shape or ()))
         x = np.random.default_rng(ctx.settings.seed + site.index).integers(0, 256, shape).astype(np.uint8)
         out = site.outputs[0].name
-        try:
-            ref = match.original.run({match.source.name: x}, out, max(ctx.opset, 13), match.to)
-        except TrtconvError as exc:
-            return Proof("none", False, reason=f"the original did not run in ONNX Runtime: {exc.message[:200]}")
+        ref = match.original.run({match.source.name: x}, out, max(ctx.opset, 13), match.to)
         return NodeProofCase(emitted.nodes, out, {match.source.name: x}, ref.astype(np.float64),
                              np.dtype(helper.tensor_dtype_to_np_dtype(match.to)), max(ctx.opset, 13),
                              shapes={"input": shape})

@@ -23,7 +23,6 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx import helper
 
-from trtconv.errors import TrtconvError
 from trtconv.rewrites.emitter import Emitter
 from trtconv.rewrites.proof import NodeProofCase, Proof
 from trtconv.rewrites.quantized.graphs import INT_RANGES, QOPERATOR_OPS, Original, const, dequantized
@@ -104,10 +103,7 @@ class QuantizedGatherRule(RewriteRule):
         ids = np.random.default_rng(ctx.settings.seed + site.index).integers(0, rows, shape).astype(dtype)
         out = site.outputs[0].name
         qtype = helper.np_dtype_to_tensor_dtype(match.qtype)
-        try:
-            picked = match.original.run({ids_t.name: ids}, out, max(ctx.opset, 13), qtype)
-        except TrtconvError as exc:
-            return Proof("none", False, reason=f"the original did not run in ONNX Runtime: {exc.message[:200]}")
+        picked = match.original.run({ids_t.name: ids}, out, max(ctx.opset, 13), qtype)
         ref = dequantized(picked, match.scale, match.zero, 0).astype(np.float64)
         return NodeProofCase(emitted.nodes, out, {ids_t.name: ids}, ref, np.dtype(np.float32), ctx.opset,
                              shapes={"indices": shape})
