@@ -202,6 +202,20 @@ def write_bytes(path: Path, data: bytes, *, force: bool = False) -> None:
         tmp.write_bytes(data)
 
 
+def copy_file(source: Path, path: Path, *, force: bool = False, chunk: int = 1 << 20) -> str:
+    """Copy ``source`` to ``path`` atomically, hashing the bytes on the way; their SHA-256 (hex)."""
+    h = hashlib.sha256()
+    with atomic_path(path, force=force) as tmp:
+        try:
+            with open(source, "rb") as src, open(tmp, "wb") as dst:
+                while block := src.read(chunk):
+                    h.update(block)
+                    dst.write(block)
+        except OSError as exc:
+            raise os_error(path, exc) from exc
+    return h.hexdigest()
+
+
 def write_text(path: Path, text: str, *, force: bool = False) -> None:
     write_bytes(path, text.encode("utf-8"), force=force)
 

@@ -83,6 +83,24 @@ def test_without_tensorrt_build_stops_after_precision_with_exit_9(ocr_cls, tmp_p
     assert [s["status"] for s in report["stages"]] == ["done", "done", "skipped", "done", "done", "done"]
 
 
+def test_a_model_with_nothing_to_rewrite_is_copied_and_not_proven_again(tmp_path: Path):
+    """PP-OCRv4 det: no rule applies, no input shares a dim name: the rewrite stage hands the model on
+    (nothing imported, nothing to prove), the prepared ONNX is its file byte for byte, recheck is
+    skipped (check just checked that graph), and the hash recorded is the copy's, read once."""
+    from realmodels import rapidocr_model
+
+    from trtconv.load import load_model, model_sha256
+    det = rapidocr_model("det")
+    res = run("build", det, "-o", tmp_path / "det.engine", "--shapes", "x:1x3x64x64", "--prepare-only", "--json")
+    assert res.exit_code == 0, res.output
+    stages = {s["name"]: s for s in json.loads(res.stdout)["stages"]}
+    assert stages["rewrite"]["graph_proof"]["method"] == "identical" and stages["rewrite"]["rewritten"] == 0
+    assert stages["save"]["written"] == "the model's file, copied as it is"
+    assert stages["recheck"]["status"] == "skipped"
+    assert (tmp_path / "det.prepared.onnx").read_bytes() == det.read_bytes()
+    assert stages["save"]["sha256"] == model_sha256(load_model(tmp_path / "det.prepared.onnx", load_weights=False))
+
+
 def test_fp16_prepare_only_makes_precision_explicit(ocr_cls, tmp_path: Path):
     res = run("build", ocr_cls, "-o", tmp_path / "m.engine", "--shapes", CLS_SHAPES, "--precision", "fp16",
               "--prepare-only")
@@ -144,6 +162,7 @@ def test_batch_dynamic_model_builds_at_batch_1_with_a_warning(ocr_cls, tmp_path:
                         "were given): x 1x3x48x192 (give --shapes or --min-shapes/--opt-shapes/--max-shapes to "
                         "choose it)"]
     stages = {s["name"]: s for s in json.loads(res.stdout)["stages"]}
+    # no TensorRT here: no builder follows, so the pre-flight runs the corners (the prepared ONNX is built elsewhere)
     assert stages["profiles"]["status"] == "done" and stages["profiles"]["profiles"] == 1
 
 
@@ -167,6 +186,7 @@ def test_profile_comes_from_the_calibration_samples(ocr_cls, tmp_path: Path, no_
               "--no-verify", "--trt", "11.4", "--json")
     assert res.exit_code == ExitCode.TENSORRT_UNAVAILABLE, res.output
     stages = {s["name"]: s for s in json.loads(res.stdout)["stages"]}
+    # no TensorRT here: no builder follows, so the pre-flight runs the corners (the prepared ONNX is built elsewhere)
     assert stages["profiles"]["status"] == "done" and stages["profiles"]["profiles"] == 1
     from trtconv.api import BuildSettings
     from trtconv.load import load_model

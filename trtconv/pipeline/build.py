@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import shlex
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from trtconv.errors import (
     BuildError,
     UsageError,
 )
-from trtconv.load import LAZY_WEIGHTS_BYTES, LoadedModel, load_model, model_sha256
+from trtconv.load import LAZY_WEIGHTS_BYTES, LoadedModel, files_sha256, load_model, model_sha256
 from trtconv.onnxutil import iter_graphs, shape_value_inputs
 from trtconv.outputs import check_output_path
 from trtconv.pipeline.build_identity import request_identity
@@ -70,7 +70,7 @@ from trtconv.plan import (
 from trtconv.precision import cache_files
 from trtconv.rewrites import RewriteResult, RewriteSettings, tail_ops
 from trtconv.samples import SampleSet
-from trtconv.trt import for_target, tensorrt_version
+from trtconv.trt import Flavour, for_target, tensorrt_version
 
 log = logging.getLogger(__name__)
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
@@ -125,8 +125,8 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
         check_stage(loaded, target, {}, hint, early=True)  # a model no shapes could build says so first (exit 5)
         raise
     plan = replace(plan, onnx_path=prepared, engine_path=output, profiles=profiles)
-    onnx_sha = model_sha256(loaded)
     shapes0 = profiles[0].corner("opt") if profiles else {}
+    source = loaded  # the user's model, before --split-tail takes its head
 
     split = None
     if req.split_tail:
@@ -144,9 +144,9 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
         log.warning("replacing %s (derived from the model; --prepared PATH writes it elsewhere)", prepared)
     try:
         return _prepare_and_build(model, output, target, req, plan, outcome, stages, precisioned, reference,
-                                  profiles, progress, onnx_sha, rewritten, shapes0, samples, split,
+                                  checked.verdict, profiles, progress, rewritten, shapes0, samples, split,
                                   hint or f"run `trtconv check --trt {target} {shlex.quote(str(model))}` for the reasons",
-                                  checked.advice)
+                                  checked.advice, lambda: model_sha256(source))
     except BaseException as exc:
         _remove_failed_outputs(output, req, outcome, exc)
         _remove_new_caches(outcome)
@@ -208,33 +208,39 @@ def _remove_failed_outputs(output: Path, req: BuildSettings, outcome: BuildOutco
 
 
 def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSettings, plan: BuildPlan,
-                       outcome: BuildOutcome, stages: StageRunner, precisioned: Precisioned, reference: Reference, profiles: tuple[Profile, ...],
-                       progress: Any, onnx_sha: str, rewritten: RewriteResult,
+                       outcome: BuildOutcome, stages: StageRunner, precisioned: Precisioned, reference: Reference,
+                       verdict: str, profiles: tuple[Profile, ...],
+                       progress: Any, rewritten: RewriteResult,
                        shapes0: dict[str, tuple[int, ...]], samples: SampleSet | None,
-                       split: Split | None, hint: str | None, advice: tuple[NodeReport, ...]) -> BuildOutcome:
+                       split: Split | None, hint: str | None, advice: tuple[NodeReport, ...],
+                       model_hash: Callable[[], str]) -> BuildOutcome:
     """From the prepared ONNX on: save (and the tail), recheck, profile corners, TensorRT build, verify,
     manifest. Over 80 lines: the stages in their order, each a line or two, with what they hand on."""
     prepared = outcome.prepared
-    saved = stages.run("save", lambda: save_stage(precisioned.model, prepared))
+    source = reference.loaded if split is None else None  # a head of --split-tail has no file of its own
+    saved = stages.run("save", lambda: save_stage(precisioned.model, prepared, source))
     outcome.written = True
+    # the model's hash: from the bytes the copy read, where the prepared ONNX is its copy (read once)
+    onnx_sha = files_sha256([(model.name, saved.copied)]) if saved.copied else model_hash()
     if split is not None:
         write_tail(split)
         outcome.tail = split.tail_path
     disagreements = stages.run("recheck", lambda: recheck_stage(saved, target, shapes0, frozenset(req.skip_rule), hint,
                                                                 rewritten.report.stepped_aside, advice,
-                                                                profiles[0] if profiles else None))
+                                                                profiles[0] if profiles else None, verdict))
     outcome.parser_disagreements = [d.to_json() for d in disagreements]
-    keep = not req.prepare_only and not req.no_verify  # verify reuses the reference's outputs
-    corners = stages.run("profiles", lambda: corners_stage(reference, profiles, req, samples, keep))
+    flavour = for_target(target)
+    missing = None if req.prepare_only else _missing_tensorrt(flavour)
+    # verify (only where the engine runs here) reuses the reference's outputs at the corners
+    keep = not req.prepare_only and not req.no_verify and flavour.inspects_engine
+    corners = stages.run("profiles", lambda: corners_stage(reference, profiles, req, samples, keep,
+                                                           builder_follows=not req.prepare_only and not missing))
     if req.prepare_only:
         outcome.stopped = "prepare-only"
         return outcome
-    flavour = for_target(target)
-    try:
-        tensorrt_version(flavour)
-    except BackendUnavailableError as exc:
+    if missing is not None:
         outcome.stopped = "tensorrt-unavailable"
-        raise _no_tensorrt(exc, prepared, req.keep_prepared) from None
+        raise _no_tensorrt(missing, prepared, req.keep_prepared) from None
     try:
         built = stages.run("build", lambda: engine_stage(plan, progress, outcome.new_caches))
     except BuildError:  # a parser that rejects what check predicted it takes: recorded, then the error
@@ -285,6 +291,15 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
             "`trtconv verify` shows per-output statistics",
         )
     return outcome
+
+
+def _missing_tensorrt(flavour: Flavour) -> BackendUnavailableError | None:
+    """Why the TensorRT of ``flavour`` cannot build here, or None when it can."""
+    try:
+        tensorrt_version(flavour)
+    except BackendUnavailableError as exc:
+        return exc
+    return None
 
 
 def _no_tensorrt(exc: BackendUnavailableError, prepared: Path, kept: bool) -> BackendUnavailableError:

@@ -175,7 +175,8 @@ class BuildSettings:
         """The rewrite stage's settings: build's rewrite switches, the DCN target and the rules for ``target``."""
         settings = rewrite_settings({**{f.name: getattr(self, f.name) for f in fields(self)}, "verify": True,
                                      "shapes": None, "dcn_target": self.dcn(target)})
-        return replace(settings, target=target)  # rules made for some targets only apply there
+        # rules made for some targets only apply there; the clean-ups alone are TensorRT's parser's business
+        return replace(settings, target=target, rules_only=True)
 
     def quantize_settings(self) -> QuantizeSettings:
         """The precision stage's settings (precision fp16 or int8), as ``quantize`` takes them."""
