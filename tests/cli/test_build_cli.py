@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -292,14 +293,23 @@ def test_progress_sink_follows_tensorrt_phases_across_threads():
     assert not sink.tasks
 
 
-def test_int8_prepare_only_calibrates_on_real_data(ocr_cls, tmp_path: Path):
-    calib = cls_calibration(tmp_path / "calib")
-    res = run("build", ocr_cls, "-o", tmp_path / "q.engine", "--shapes", CLS_SHAPES, "--precision", "int8",
+@pytest.fixture(scope="module")
+def int8_prepared(ocr_cls, tmp_path_factory) -> tuple[Path, Path, object]:
+    """One INT8 --prepare-only build of the classifier on real rendered lines, shared by the module:
+    (calibration folder, prepared ONNX, CLI result)."""
+    folder = tmp_path_factory.mktemp("int8-prepared")
+    calib = cls_calibration(folder / "calib")
+    res = run("build", ocr_cls, "-o", folder / "q.engine", "--shapes", CLS_SHAPES, "--precision", "int8",
               "--calib-data", calib, "--prepare-only", "--json")
+    return calib, folder / "q.prepared.onnx", res
+
+
+def test_int8_prepare_only_calibrates_on_real_data(int8_prepared):
+    _, path, res = int8_prepared
     assert res.exit_code == 0, res.output
     stage = next(s for s in json.loads(res.stdout)["stages"] if s["name"] == "precision")
     assert stage["status"] == "done" and stage["qdq_pairs"] > 0
-    prepared = onnx.load(str(tmp_path / "q.prepared.onnx"))
+    prepared = onnx.load(str(path))
     assert any(n.op_type == "QuantizeLinear" for n in prepared.graph.node)
 
 
@@ -398,11 +408,12 @@ def test_profile_check_never_lets_onnxruntime_allocate_a_shape_bomb(tmp_path: Pa
     assert reason.startswith("the static shapes: tensor 'bomb' alone would need 16.0 GiB")
 
 
-def test_int8_on_a_model_that_already_has_qdq_is_refused(ocr_cls, tmp_path: Path):
-    calib = cls_calibration(tmp_path / "calib", n=4)
+def test_int8_on_a_model_that_already_has_qdq_is_refused(int8_prepared, tmp_path: Path):
+    """trtconv's own INT8 output given back to an INT8 build (the module's prepared ONNX: Q/DQ throughout)."""
+    calib, prepared, made = int8_prepared
+    assert made.exit_code == 0, made.output
     quantized = tmp_path / "cls.int8.onnx"
-    res = run("quantize", ocr_cls, "--precision", "int8", "--calib-data", calib, "-o", quantized)
-    assert res.exit_code == 0, res.output
+    shutil.copyfile(prepared, quantized)
     res = run("build", quantized, "-o", tmp_path / "q.engine", "--shapes", CLS_SHAPES, "--precision", "int8",
               "--calib-data", calib, "--prepare-only")
     assert res.exit_code == ExitCode.USAGE, res.output
