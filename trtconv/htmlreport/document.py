@@ -17,6 +17,7 @@ from trtconv.htmlreport.render import (
     rewrites,
     section,
     stepped_aside,
+    verification,
 )
 
 
@@ -33,9 +34,12 @@ def _gate_sections(gate: Mapping[str, Any]) -> list[str]:
 def report_html(command: str, model: str, docs: Mapping[str, Any], *, status: str,
                 layers: tuple[Sequence[Mapping[str, Any]], str, Sequence[Mapping[str, Any]]] | None = None) -> str:
     """The page for ``trtconv <command> MODEL``. ``docs``: ``check`` (check --json), ``rewrite``
-    (rewrite --json), ``gate`` (quantize --json, or a build's precision gate), ``manifest``;
+    (rewrite --json), ``gate`` (quantize --json, or a build's precision gate), ``manifest``,
+    ``verification`` (a build's: whether the engine ran, what ONNX Runtime verified);
     ``layers``: (layer rows, where they come from, layers off the requested precision)."""
     sections = []
+    if docs.get("verification") is not None:
+        sections.append(section("verification-section", "What was verified, and how", verification(docs["verification"])))
     if docs.get("check") is not None:
         sections.append(section("nodes-section", "Per-node verdicts", node_verdicts(docs["check"])))
     if docs.get("rewrite") is not None:

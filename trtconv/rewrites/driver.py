@@ -28,7 +28,7 @@ from trtconv.onnxutil import ORT_DOMAINS, default_opset, fresh_name, is_sorted, 
 from trtconv.reference import ort
 from trtconv.rewrites import cleanup
 from trtconv.rewrites.catalog import active_rules, check_settings, rewrite_rule_for, rule_among
-from trtconv.rewrites.dtype_narrowing import narrow_float64
+from trtconv.rewrites.dtype_narrowing import DtypeChange, narrow_float64
 from trtconv.rewrites.proof import (
     OriginalDidNotRun,
     Proof,
@@ -48,7 +48,7 @@ from trtconv.rewrites.roundtrip import (
     sorted_copy,
     strip_value_info,
 )
-from trtconv.rewrites.rule import Emitted, NodeView, RewriteRule, RuleContext, Site
+from trtconv.rewrites.rule import Emitted, ModelFacts, NodeView, RewriteRule, RuleContext, Site
 
 
 def _computing_nodes(graph: gs.Graph) -> int:
@@ -245,12 +245,12 @@ def _attempt(src: onnx.ModelProto, settings: RewriteSettings, rules: Sequence[Re
     shaped = model  # the input as --shapes made it, before any rule prepares it
     model, narrowed, dtype_changes = narrow_float64(model)  # TensorRT computes no float64: said, not silent
     large = weight_bytes(model) > settings.large_model_bytes  # lazy (on-disk) weights count too
-    opset_before = default_opset(model)
-    nodes_before = _count_nodes(model)
+    opset_before, nodes_before = default_opset(model), _count_nodes(model)
     was_sorted = is_sorted(model)
     notes = _subgraph_notes(model)
-    active = tuple(rules) if rules is not None else active_rules(settings.plugin_map, settings.skip_rules)
-    active = tuple(r for r in active if not r.targets or settings.target in r.targets)
+    active = _active(rules, settings)
+    if settings.rules_only and not settings.shapes and not narrowed.count and _nothing_applies(model, active):
+        return _untouched(model, settings, nodes_before, tuple(notes), dtype_changes)
     for rule in active:
         model = rule.prepare(model, settings, large)
     # Imported with inferred shapes: graphsurgeon folds Shape nodes only where shapes are known.
@@ -313,6 +313,40 @@ def _attempt(src: onnx.ModelProto, settings: RewriteSettings, rules: Sequence[Re
     report = RewriteReport(settings, tuple(applied.entries), tuple(results), gproof, nodes_before,
                            _count_nodes(out), opset_before, default_opset(out), tuple(notes + applied.notes), drift, dtype_changes)
     return RewriteResult(out, report)
+
+
+def _active(rules: Sequence[RewriteRule] | None, settings: RewriteSettings) -> tuple[RewriteRule, ...]:
+    """The rules to apply: ``rules`` (default: the plugin map's, then the catalog's), those of other targets left out."""
+    active = tuple(rules) if rules is not None else active_rules(settings.plugin_map, settings.skip_rules)
+    return tuple(r for r in active if not r.targets or settings.target in r.targets)
+
+
+def _nothing_applies(model: onnx.ModelProto, rules: tuple[RewriteRule, ...]) -> bool:
+    """Whether no main-graph node may be a rule's site (the rules' own cheap look, on the proto)."""
+    opset = default_opset(model)
+    facts = ModelFacts.of(model.graph)
+    for node in model.graph.node:
+        rule = rule_among(rules, node.domain, node.op_type, opset)
+        if rule is not None and rule.may_apply(node, facts):
+            return False
+    return True
+
+
+def _untouched(model: onnx.ModelProto, settings: RewriteSettings, nodes: int, notes: tuple[str, ...],
+               dtype_changes: tuple[DtypeChange, ...]) -> RewriteResult:
+    """``rules_only`` and no node any rule may apply to: the model as it came (no import, no clean-up,
+    no export), and nothing to prove: not one node or weight changed. Inputs whose dims share a name
+    (TensorRT would take them as one) get their own names, on a copy: the one edit a build needs."""
+    results: tuple[cleanup.CleanupResult, ...] = ()
+    if cleanup.shares_dims(model):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        model, results = copy, (cleanup.rename_shared_dims(copy),)
+    proof = Proof("identical", True, reason="nothing to rewrite: no rule applies to any node, and the model "
+                  "goes on as it is (no clean-up but dim names, no graph round trip)")
+    opset = default_opset(model)
+    report = RewriteReport(settings, (), results, proof, nodes, nodes, opset, opset, notes, None, dtype_changes)
+    return RewriteResult(model, report)
 
 
 def _graph_proof(before: onnx.ModelProto, out: onnx.ModelProto, settings: RewriteSettings, applied: _Applied, *,

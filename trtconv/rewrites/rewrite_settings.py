@@ -33,6 +33,9 @@ class RewriteSettings:
     # the --trt target the model is rewritten for ("rtx", "10.16", ...; None: not known): rules made
     # for some targets only (RewriteRule.targets: RoiAlign without a plugin for RTX) apply there
     target: str | None = None
+    # build: a model no rule may apply to goes on untouched (no clean-up, no round trip, nothing to
+    # prove); rewrite (False): the clean-ups below run whether or not a rule applies
+    rules_only: bool = False
     fold_constants: bool = True
     fold_size_limit: int = DEFAULT_FOLD_LIMIT
     remove_dead_nodes: bool = True
@@ -64,6 +67,7 @@ class RewriteSettings:
             "shapes": {k: list(v) for k, v in sorted(self.shapes.items())},
             "proof_shapes": {k: list(v) for k, v in sorted(self.proof_shapes.items())},
             "target": self.target,
+            "rules_only": self.rules_only,
             "fold_constants": self.fold_constants,
             "fold_size_limit": self.fold_size_limit,
             "remove_dead_nodes": self.remove_dead_nodes,

@@ -31,6 +31,7 @@ from trtconv.trt.environment import (
     problems,
 )
 from trtconv.trt.flavour import (
+    Flavour,
     for_target,
 )
 from trtconv.trt.loader import (
@@ -50,6 +51,7 @@ __all__ = [
     "build_engine",
     "describe_engine",
     "engine_flavour",
+    "Flavour",
     "for_target",
     "installed_target",
     "probe",

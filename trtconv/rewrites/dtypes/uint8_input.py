@@ -22,7 +22,7 @@ from onnx import TensorProto, helper
 from trtconv.rewrites.emitter import Emitter
 from trtconv.rewrites.proof import NodeProofCase, Original, Proof
 from trtconv.rewrites.quantized.graphs import producer, sole_consumer
-from trtconv.rewrites.rule import Emitted, RewriteRule, RuleContext, Site, detach
+from trtconv.rewrites.rule import Emitted, ModelFacts, RewriteRule, RuleContext, Site, detach
 
 LAYOUT = ("Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Slice", "Expand", "Tile",
           "DepthToSpace", "SpaceToDepth")
@@ -45,6 +45,10 @@ class Uint8InputRule(RewriteRule):
     description = "uint8 input -> layout ops -> Cast: the Cast moved to the input, the layout ops in float"
     ops = (("", "Cast"),)
     claims_ops = False  # a Cast is this rule's only where a uint8 input reaches it: settles() says where
+
+    def may_apply(self, node: onnx.NodeProto, facts: ModelFacts) -> bool:
+        """Only a model with a uint8 graph input has a site."""
+        return TensorProto.UINT8 in facts.input_types.values()
 
     def settles(self, node: onnx.NodeProto, errors: Sequence[tuple[str, str]],
                 producer: Mapping[str, onnx.NodeProto]) -> bool:

@@ -26,7 +26,7 @@ from onnx import helper
 from trtconv.rewrites.emitter import Emitter
 from trtconv.rewrites.proof import NodeProofCase, Proof
 from trtconv.rewrites.quantized.graphs import INT_RANGES, QOPERATOR_OPS, Original, const, dequantized
-from trtconv.rewrites.rule import Emitted, RewriteRule, RuleContext, Site
+from trtconv.rewrites.rule import Emitted, ModelFacts, RewriteRule, RuleContext, Site
 
 PROOF_INDICES = (2, 5)
 
@@ -60,11 +60,20 @@ def _scale_zero_read(t: gs.Tensor) -> list[tuple[np.ndarray, np.ndarray | None]]
     return found
 
 
+FLOAT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
+                         onnx.TensorProto.DOUBLE})
+
+
 class QuantizedGatherRule(RewriteRule):
     name = "ort-quantized-gather"
     description = "Gather of a quantized (uint8/int8) constant table -> Gather of the dequantized table"
     ops = (("", "Gather"),)
     claims_ops = False  # most Gathers are float: ``check`` names this rule only where ``settles`` says so
+
+    def may_apply(self, node: onnx.NodeProto, facts: ModelFacts) -> bool:
+        """Only a Gather whose table is a constant of an integer type (a float table is no site)."""
+        kind = facts.constant_types.get(node.input[0]) if node.input else None
+        return kind is not None and kind not in FLOAT_TYPES
 
     def settles(self, node: onnx.NodeProto, errors: Sequence[tuple[str, str]],
                 producer: Mapping[str, onnx.NodeProto]) -> bool:
