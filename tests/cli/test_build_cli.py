@@ -299,7 +299,7 @@ def int8_prepared(ocr_cls, tmp_path_factory) -> tuple[Path, Path, object]:
     (calibration folder, prepared ONNX, CLI result)."""
     folder = tmp_path_factory.mktemp("int8-prepared")
     calib = cls_calibration(folder / "calib")
-    res = run("build", ocr_cls, "-o", folder / "q.engine", "--shapes", CLS_SHAPES, "--precision", "int8",
+    res = run("build", ocr_cls, "-o", folder / "q.engine", "--shapes", CLS_SHAPES, "--precision", "int8", "--int8-unverified",
               "--calib-data", calib, "--prepare-only", "--json")
     return calib, folder / "q.prepared.onnx", res
 
@@ -368,7 +368,7 @@ def test_int8_with_dcn_as_tensorrt_plugin_calibrates_on_the_deformconv_form(tmp_
     rng = np.random.default_rng(0)  # the synthetic DCN graph's input: feature maps ~ N(0, 1)
     for i in range(8):
         np.save(tmp_path / "cal" / f"{i}.npy", rng.standard_normal((1, 8, 32, 32)).astype(np.float32))
-    res = run("build", model, "-o", tmp_path / "q.engine", "--dcn-target", "trt-plugin", "--precision", "int8",
+    res = run("build", model, "-o", tmp_path / "q.engine", "--dcn-target", "trt-plugin", "--precision", "int8", "--int8-unverified",
               "--calib-data", tmp_path / "cal", "--prepare-only", "--trt", "11.4", "--json")
     assert res.exit_code == 0, res.output
     stage = next(s for s in json.loads(res.stdout)["stages"] if s["name"] == "precision")
@@ -414,7 +414,7 @@ def test_int8_on_a_model_that_already_has_qdq_is_refused(int8_prepared, tmp_path
     assert made.exit_code == 0, made.output
     quantized = tmp_path / "cls.int8.onnx"
     shutil.copyfile(prepared, quantized)
-    res = run("build", quantized, "-o", tmp_path / "q.engine", "--shapes", CLS_SHAPES, "--precision", "int8",
+    res = run("build", quantized, "-o", tmp_path / "q.engine", "--shapes", CLS_SHAPES, "--precision", "int8", "--int8-unverified",
               "--calib-data", calib, "--prepare-only")
     assert res.exit_code == ExitCode.USAGE, res.output
     assert "already holds" in res.stderr and "QuantizeLinear/DequantizeLinear" in res.stderr

@@ -14,7 +14,7 @@ from trtconv.errors import ExitCode
 
 def test_exit_7_json_and_text_carry_the_per_layer_numbers(ocr_cls, tmp_path):
     ocr_line_images(tmp_path / "lines", range(8), flip_every=2)
-    args = ["quantize", str(ocr_cls), "-o", str(tmp_path / "q.onnx"), "--precision", "int8", "--int8-unverified", "--int8-unverified",
+    args = ["quantize", str(ocr_cls), "-o", str(tmp_path / "q.onnx"), "--precision", "int8", "--int8-unverified",
             "--calib-data", str(tmp_path / "lines"), "--preprocess", "preset=ppocr-cls", "--calib-method", "entropy",
             "--max-abs", "1e-12", "--no-auto-exclude"]
     res = CliRunner().invoke(cli, [*args, "--json"])

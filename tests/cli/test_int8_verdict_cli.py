@@ -24,7 +24,7 @@ def _invoke(*args: object):
 
 
 def _quantize(model, folder, out, *extra):
-    return _invoke("quantize", model, "-o", out, "--precision", "int8", "--int8-unverified", "--calib-data", folder,
+    return _invoke("quantize", model, "-o", out, "--precision", "int8", "--calib-data", folder,
                    "--preprocess", "preset=ppocr-cls", "--force", *extra)
 
 

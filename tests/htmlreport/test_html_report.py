@@ -58,7 +58,7 @@ def test_check_and_rewrite_reports_show_node_verdicts_and_rewrite_proofs(browser
 
 
 def test_quantize_report_shows_kept_nodes_and_the_gate_with_a_per_sample_plot(browser, lines, tmp_path):
-    code, out, stdout = _run("quantize", rapidocr_model("cls"), "-o", tmp_path / "q.onnx", "--precision", "int8",
+    code, out, stdout = _run("quantize", rapidocr_model("cls"), "-o", tmp_path / "q.onnx", "--precision", "int8", "--int8-unverified",
                      "--calib-data", lines, "--min-cosine", "0", "--json", "--report", tmp_path / "q.html", *ONE_METHOD)
     assert code == 0, out
     doc = json.loads(stdout)
@@ -73,7 +73,7 @@ def test_quantize_report_shows_kept_nodes_and_the_gate_with_a_per_sample_plot(br
 def test_build_report_shows_every_section_and_the_engine_layers(browser, lines, tmp_path):
     pytest.importorskip("tensorrt_rtx", reason="tensorrt-rtx is in the test extra: run `make install`")
     engine, page = tmp_path / "cls.engine", tmp_path / "build.html"
-    code, out, stdout = _run("build", rapidocr_model("cls"), "-o", engine, "--trt", "rtx", "--precision", "int8",
+    code, out, stdout = _run("build", rapidocr_model("cls"), "-o", engine, "--trt", "rtx", "--precision", "int8", "--int8-unverified",
                      "--calib-data", lines, "--shapes", "x:1x3x48x192", "--min-cosine", "0", "--report", page, *ONE_METHOD)
     assert code == 0, out
     manifest = json.loads(Path(str(engine) + ".json").read_text())
@@ -95,7 +95,7 @@ def test_build_report_shows_every_section_and_the_engine_layers(browser, lines, 
 
 def test_a_failed_gate_still_writes_the_report_and_it_says_what_failed(browser, lines, tmp_path):
     page = tmp_path / "failed.html"
-    code, out, _ = _run("quantize", rapidocr_model("cls"), "-o", tmp_path / "q.onnx", "--precision", "int8",
+    code, out, _ = _run("quantize", rapidocr_model("cls"), "-o", tmp_path / "q.onnx", "--precision", "int8", "--int8-unverified",
                         "--calib-data", lines, "--max-abs", "1e-12", "--no-auto-exclude", "--report", page, *ONE_METHOD)
     assert code == 7, out
     assert not (tmp_path / "q.onnx").exists()
