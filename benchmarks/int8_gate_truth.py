@@ -154,8 +154,11 @@ def run_trtconv(model: str, cal: Path, out: Path) -> dict:
     cmd = [sys.executable, "-m", "trtconv", "quantize", model, "--precision", "int8", "--calib-data", str(cal),
            "-o", str(out), "--json"]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    row = {"exit": proc.returncode, "seconds": time.perf_counter() - t0}
+    # run from the split's folder: ``python -m`` puts the working directory first on sys.path, and a checkout
+    # there would win over PYTHONPATH
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=out.parent,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    row = {"exit": proc.returncode, "seconds": time.perf_counter() - t0, "trtconv": _trtconv_file(out.parent)}
     try:
         doc = json.loads(proc.stdout)
     except ValueError:
@@ -170,6 +173,13 @@ def run_trtconv(model: str, cal: Path, out: Path) -> dict:
         if key in doc and not isinstance(doc[key], dict | list):
             row[key] = doc[key]
     return row
+
+
+def _trtconv_file(cwd: Path) -> str:
+    """Which trtconv the command imports (from ``cwd``, with this environment)."""
+    proc = subprocess.run([sys.executable, "-c", "import trtconv; print(trtconv.__file__)"], capture_output=True,
+                          text=True, cwd=cwd)
+    return proc.stdout.strip()
 
 
 def run_modelopt(python: str, model: str, cal: Path, out: Path) -> dict:
