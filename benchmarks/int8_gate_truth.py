@@ -29,7 +29,7 @@ gate for trtconv, writing the model), sequentially, under whatever else the mach
 
     python benchmarks/int8_gate_truth.py [--models cls,rec,dddd,yolo,silero16k] [--splits 5] [--seed 0]
         [--modelopt-python /work/venvs/modelopt/bin/python] [--modelopt-from OLD.json] [--json OUT] [--quick]
-    python benchmarks/int8_gate_truth.py --table-from OUT.json      # the tables of a saved run
+    python benchmarks/int8_gate_truth.py --table-from OUT.json [MORE.json] [--models ...]   # tables of saved runs
 """
 
 from __future__ import annotations
@@ -374,14 +374,16 @@ def main() -> None:
     ap.add_argument("--modelopt-from", type=Path, help="reuse ModelOpt rows of this earlier --json for the same splits")
     ap.add_argument("--json", type=Path, help="write every row here (rows of other models/splits already there are kept)")
     ap.add_argument("--quick", action="store_true", help="2 splits of the two fastest models")
-    ap.add_argument("--table-from", type=Path, help="print the tables of an earlier --json; run nothing")
+    ap.add_argument("--table-from", type=Path, nargs="+", help="print the tables of earlier --json files; run nothing")
     ap.add_argument("--modelopt-child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.modelopt_child:
         modelopt_child(*args.modelopt_child)
         return
     if args.table_from:
-        rows = json.loads(args.table_from.read_text())["rows"]
+        rows = [r for f in args.table_from for r in json.loads(f.read_text())["rows"]]
+        if args.models:
+            rows = [r for r in rows if r["model"] in args.models.split(",")]
         print(summary(rows) + "\n\n" + detail(rows))
         return
     args.models = args.models or ",".join(QUICK_MODELS if args.quick else MODELS)
