@@ -164,14 +164,16 @@ def run_trtconv(model: str, cal: Path, out: Path) -> dict:
     except ValueError:
         doc = {}
     int8 = doc.get("int8") or {}
+    error = doc.get("error") or {}
     row.update({"passed": doc.get("passed"), "verdict": doc.get("verdict") or int8.get("verdict"),
                 "held_out": doc.get("held_out_samples") or int8.get("held_out_samples"),
                 "auto_excluded": len(int8.get("auto_excluded") or []), "written": out.is_file(),
-                "message": _last_line(proc.stderr) if proc.returncode else "",
+                "message": error.get("message") or (_last_line(proc.stderr) if proc.returncode else ""),
                 "json_keys": sorted(k for k in doc if k not in ("int8", "fp16", "accuracy", "samples"))})
-    for key in ("unverified", "claim", "needed_samples", "gate"):
-        if key in doc and not isinstance(doc[key], dict | list):
+    for key in ("unverified", "claim", "samples_per_part", "int8_share", "share_needed_below"):
+        if key in doc:
             row[key] = doc[key]
+    row["refused"] = proc.returncode in (7, 8) or (proc.returncode == 11 and "not verified" in row["message"])
     return row
 
 
@@ -229,14 +231,14 @@ def modelopt_child(model: str, cal: str, out: str, rest: str) -> None:
 # ----------------------------------------------------------------------------- driver
 
 
-def split_key(model: str, seed: int, calib: list[str]) -> str:
-    return hashlib.sha256(json.dumps([model, seed, calib]).encode()).hexdigest()[:16]
+def split_key(model: str, seed: int, calib: list[str], total: int) -> str:
+    return hashlib.sha256(json.dumps([model, seed, calib, total]).encode()).hexdigest()[:16]
 
 
 def measure_model(args, name: str, tmp: Path, reuse: dict) -> list[dict]:
     import gate_data
 
-    folder = gate_data.ensure(name, args.data)
+    folder = gate_data.ensure(name, args.data, scale=args.data_scale)
     meta = json.loads((folder / "meta.json").read_text())
     sources = sources_of(folder)
     total = sum(len(v) for v in sources.values())
@@ -253,7 +255,7 @@ def measure_model(args, name: str, tmp: Path, reuse: dict) -> list[dict]:
         unseen_files = [f for s in unseen for f in sources[s]]
         row = {"model": name, "split": k, "seed": seed, "samples": total, "sources": len(sources),
                "calib_samples": sum(len(sources[s]) for s in calib), "calib_sources": calib,
-               "unseen_samples": len(unseen_files), "key": split_key(name, seed, calib)}
+               "unseen_samples": len(unseen_files), "key": split_key(name, seed, calib, total)}
         out = work / "trtconv.onnx"
         t = run_trtconv(meta["model"], cal, out)
         if t["written"]:
@@ -295,8 +297,7 @@ def summary(rows: list[dict]) -> str:
         t = [r["trtconv"] for r in rs]
         passed = [x for x in t if x["exit"] == 0 and x.get("passed") is True]
         holding = [x for x in passed if x.get("holds")]
-        refused = [x for x in t if x["exit"] in (7, 8) or (x["exit"] not in (0,) and not x["written"]
-                                                            and x["exit"] not in (1, 2, 11))]
+        refused = [x for x in t if x.get("refused", x["exit"] in (7, 8))]
         other = [x for x in t if x not in passed and x not in refused]
         written = [x for x in t if "unseen_meeting" in x]
         codes = ",".join(str(c) for c in sorted({x["exit"] for x in refused}))
@@ -369,6 +370,7 @@ def main() -> None:
     ap.add_argument("--splits", type=int, default=None, help="random source-aware splits per model (default 5; 2 with --quick)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data", type=Path, default=HERE.parent / ".cache" / "gate_data")
+    ap.add_argument("--data-scale", type=int, default=1, help="gate_data.py --scale: k times the samples per source")
     ap.add_argument("--modelopt-python", default=None,
                     help="interpreter with nvidia-modelopt[onnx]==0.47.0 (its own venv); without it no ModelOpt column")
     ap.add_argument("--modelopt-from", type=Path, help="reuse ModelOpt rows of this earlier --json for the same splits")
@@ -390,7 +392,8 @@ def main() -> None:
     args.splits = args.splits or (2 if args.quick else 5)
     reuse = {}
     if args.modelopt_from:
-        reuse = {r["key"]: r["modelopt"] for r in json.loads(args.modelopt_from.read_text())["rows"]
+        reuse = {split_key(r["model"], r["seed"], r["calib_sources"], r["samples"]): r["modelopt"]
+                 for r in json.loads(args.modelopt_from.read_text())["rows"]
                  if "modelopt" in r and not r["modelopt"].get("error")}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
