@@ -262,7 +262,7 @@ def measure_model(args, name: str, tmp: Path, reuse: dict) -> list[dict]:
             t.update(unseen_stats(worst_cosines(meta["model"], str(out), unseen_files, memo)))
             t["int8_share"] = share(meta["model"], str(out))
         row["trtconv"] = t
-        if args.modelopt_python:
+        if args.modelopt_python or row["key"] in reuse:
             if row["key"] in reuse:
                 row["modelopt"] = {**reuse[row["key"]], "reused": True}
             else:
@@ -373,7 +373,7 @@ def main() -> None:
     ap.add_argument("--data-scale", type=int, default=1, help="gate_data.py --scale: k times the samples per source")
     ap.add_argument("--modelopt-python", default=None,
                     help="interpreter with nvidia-modelopt[onnx]==0.47.0 (its own venv); without it no ModelOpt column")
-    ap.add_argument("--modelopt-from", type=Path, help="reuse ModelOpt rows of this earlier --json for the same splits")
+    ap.add_argument("--modelopt-from", type=Path, nargs="+", help="reuse ModelOpt rows of earlier --json files for the same splits")
     ap.add_argument("--json", type=Path, help="write every row here (rows of other models/splits already there are kept)")
     ap.add_argument("--quick", action="store_true", help="2 splits of the two fastest models")
     ap.add_argument("--table-from", type=Path, nargs="+", help="print the tables of earlier --json files; run nothing")
@@ -393,7 +393,7 @@ def main() -> None:
     reuse = {}
     if args.modelopt_from:
         reuse = {split_key(r["model"], r["seed"], r["calib_sources"], r["samples"]): r["modelopt"]
-                 for r in json.loads(args.modelopt_from.read_text())["rows"]
+                 for f in args.modelopt_from for r in json.loads(f.read_text())["rows"]
                  if "modelopt" in r and not r["modelopt"].get("error")}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
