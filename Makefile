@@ -5,8 +5,11 @@ PYTEST_ARGS ?=
 
 .PHONY: install test lint typecheck bench clean stubs typecheck-trt fuzz
 
+# On a machine with an NVIDIA GPU the `gpu` extra too, so the GPU tests run instead of skipping.
+EXTRAS ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo test,gpu || echo test)
+
 install:
-	$(PIP) install -q -e '.[test]'
+	$(PIP) install -q -e '.[$(EXTRAS)]'
 	-command -v pyenv >/dev/null 2>&1 && pyenv rehash
 	@command -v trtconv >/dev/null && trtconv --version | head -1
 

@@ -12,6 +12,10 @@ module per family:
 - ``quantized``     coverage_ortquant.py: ONNX Runtime dynamic, static QDQ and QOperator
   quantizations of two transformers and two CNNs (coverage_quantized.py)
 - ``dtypes``        coverage_dtypes.py: a uint8 NHWC image input, float64 models
+- ``decoders``      coverage_decoders.py: decoder LMs (Llama, Qwen2, GPT-2) with KV-cache inputs and outputs
+- ``diffusion``     coverage_diffusion.py: a conditional UNet, a ControlNet, a VAE decoder (``pip install diffusers``)
+- ``torch``         coverage_torch.py: plain torch models: GRU, 3-D conv, einsum, timm-style classifiers, a
+  length input that sets a shape
 
 Per model (each step a child process with a timeout): its node count, the bare TensorRT-RTX
 parser + builder on the file as it is, beside ``trtconv build --trt rtx`` (``--shapes`` for
@@ -42,7 +46,7 @@ import coverage_transformers as ct
 from coverage_models import Generated
 
 ROOT = Path(__file__).resolve().parents[1]
-FAMILIES = ("transformers", "torchvision", "quantized", "dtypes")
+FAMILIES = ("transformers", "torchvision", "quantized", "dtypes", "decoders", "diffusion", "torch")
 HEAD = ("family", "model", "nodes", "RTX as is", "trtconv build --trt rtx", "rules applied", "worst proof (err/tol)", "s")
 
 
@@ -59,9 +63,18 @@ def generators(folder: Path, keep: Callable[[str], bool], python: str | None) ->
         elif family == "quantized":
             import coverage_ortquant as oq
             yield from oq.generate(sub, keep, python)
-        else:
+        elif family == "dtypes":
             import coverage_dtypes as cd
             yield from cd.generate(sub, keep, python)
+        elif family == "decoders":
+            import coverage_decoders as dec
+            yield from dec.generate(sub, keep)
+        elif family == "diffusion":
+            import coverage_diffusion as dif
+            yield from dif.generate(sub, keep)
+        else:
+            import coverage_torch as tor
+            yield from tor.generate(sub, keep)
     return {f: lazy(f) for f in FAMILIES}
 
 
@@ -83,10 +96,11 @@ def node_count(path: Path) -> int:
     return len(onnx.load(str(path), load_external_data=False).graph.node)
 
 
-def bare_rtx(path: Path, shapes: dict[str, tuple[int, ...]] | None = None, timeout: float = 900.0) -> str:
+def bare_rtx(path: Path, shapes: dict[str, tuple[int, ...]] | None = None, timeout: float = 900.0,
+             values: dict[str, tuple[int, ...]] | None = None) -> str:
     from trtconv.trt.realparse import run_isolated
 
-    v = run_isolated(path, "tensorrt_rtx", build=True, shapes=shapes, timeout=timeout)
+    v = run_isolated(path, "tensorrt_rtx", build=True, shapes=shapes, timeout=timeout, values=values)
     if not v["parsed"]:
         first = v["parser_errors"][0] if v["parser_errors"] else {"op_type": "?", "desc": "?"}
         return f"parse fails: {first['op_type']}: {first['desc'][:70]}"
@@ -121,12 +135,16 @@ def _said(manifest: dict[str, Any]) -> list[str]:
 
 
 def trtconv_rtx(path: Path, folder: Path, shapes: dict[str, tuple[int, ...]] | None = None,
-                split: str | None = None, timeout: float = 900.0) -> tuple[str, str, str]:
-    """(verdict, rules applied, worst proof figure) of ``trtconv build --trt rtx``."""
+                split: str | None = None, timeout: float = 900.0,
+                values: dict[str, tuple[int, ...]] | None = None) -> tuple[str, str, str]:
+    """(verdict, rules applied, worst proof figure) of ``trtconv build --trt rtx``; ``values``: the
+    shape-tensor inputs' values, in ``--shapes`` as ``NAME:[v,...]``."""
     engine = folder / (path.stem + ".engine")
     cmd = [sys.executable, "-m", "trtconv", "build", "--trt", "rtx", str(path), "-o", str(engine), "--json", "--force"]
-    if shapes:
-        cmd += ["--shapes", ",".join(f"{k}:{'x'.join(map(str, v))}" for k, v in shapes.items())]
+    items = [f"{k}:{'x'.join(map(str, v)) or 'scalar'}" for k, v in (shapes or {}).items()]
+    items += [f"{k}:[{','.join(map(str, v))}]" for k, v in (values or {}).items()]
+    if items:
+        cmd += ["--shapes", ",".join(items)]
     if split:
         cmd.append(split)
     try:
@@ -161,8 +179,9 @@ def measure(g: Generated, folder: Path, split: str | None, timeout: float) -> tu
         return (g.family, g.name, "-", g.error, "-", "-", "-", "-")
     t0 = time.perf_counter()
     shapes = dynamic_shapes(g.path, dict(g.shapes))
-    bare = bare_rtx(g.path, shapes, timeout)
-    verdict, rules, worst = trtconv_rtx(g.path, folder, shapes, split if g.detector else None, timeout)
+    values = dict(g.values)
+    bare = bare_rtx(g.path, shapes, timeout, values)
+    verdict, rules, worst = trtconv_rtx(g.path, folder, shapes, split if g.detector else None, timeout, values)
     name = g.name + (f" ({split})" if split and g.detector else "")
     return (g.family, name, str(node_count(g.path)), bare, verdict, rules, worst, f"{time.perf_counter() - t0:.0f}")
 

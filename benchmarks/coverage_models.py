@@ -19,6 +19,8 @@ class Generated:
     # the example input shapes; the driver passes those of dynamic inputs as ``--shapes``
     shapes: tuple[tuple[str, tuple[int, ...]], ...] = field(default_factory=tuple)
     detector: bool = False  # runs with the split flag where trtconv has one
+    # the values of shape-tensor inputs (TensorRT needs them in a profile): given to both builds
+    values: tuple[tuple[str, tuple[int, ...]], ...] = field(default_factory=tuple)
 
 
 def first_line(exc: BaseException, width: int = 90) -> str:

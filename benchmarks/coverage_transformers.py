@@ -3,7 +3,8 @@
 Small (hidden 64, 2 layers, 4 heads; nothing is downloaded), exported by ``torch.onnx.export``
 (opset 17, static shapes, eager attention), and where ONNX Runtime has a fusion type for the
 architecture also after ``onnxruntime.transformers.optimizer`` (``<name>+ort``), which writes
-``com.microsoft`` fused ops. Needs the ``bench`` extra (``transformers``, ``torch``)."""
+``com.microsoft`` fused ops; BERT, ViT and GPT-2 also converted to float16 after it as its ``--float16``
+does (``<name>+ort-fp16``). Needs the ``bench`` extra (``transformers``, ``torch``)."""
 
 from __future__ import annotations
 
@@ -146,13 +147,19 @@ def export(spec: Spec, folder: Path, *, double: bool = False) -> tuple[Path, dic
     return path, {n: tuple(x.shape) for n, x in zip(names, inputs)}
 
 
-def optimize(spec: Spec, path: Path) -> Path:
+# after the optimizer, also converted to float16 as its ``--float16`` does (inputs and outputs kept float32)
+FP16 = ("bert", "vit", "gpt2")
+
+
+def optimize(spec: Spec, path: Path, fp16: bool = False) -> Path:
     from onnxruntime.transformers.optimizer import optimize_model
 
-    out = path.with_name(path.stem + "+ort.onnx")
+    out = path.with_name(path.stem + ("+ort-fp16.onnx" if fp16 else "+ort.onnx"))
     plain = spec.name == "swin"  # Swin's attention is windowed: the optimizer reads heads/hidden itself
     opt = optimize_model(str(path), model_type=spec.ort_type or "bert", num_heads=0 if plain else HEADS,
                          hidden_size=0 if plain else HIDDEN, opt_level=0, use_gpu=False)
+    if fp16:
+        opt.convert_float_to_float16(keep_io_types=True)
     opt.save_model_to_file(str(out))
     return out
 
@@ -161,7 +168,8 @@ def generate(folder: Path, keep: Callable[[str], bool]) -> Iterator[Generated]:
     """Each chosen spec as exported, then after ONNX Runtime's optimizer where it has a type for it."""
     for spec in specs():
         wants_opt = spec.ort_type is not None and keep(spec.name + "+ort")
-        if not keep(spec.name) and not wants_opt:
+        wants_fp16 = spec.name in FP16 and spec.ort_type is not None and keep(spec.name + "+ort-fp16")
+        if not keep(spec.name) and not wants_opt and not wants_fp16:
             continue
         try:
             raw, shapes = export(spec, folder)
@@ -175,3 +183,9 @@ def generate(folder: Path, keep: Callable[[str], bool]) -> Iterator[Generated]:
                 yield Generated(FAMILY, spec.name + "+ort", optimize(spec, raw), shapes=tuple(shapes.items()))
             except Exception as exc:
                 yield Generated(FAMILY, spec.name + "+ort", None, f"ORT optimizer failed: {first_line(exc)}")
+        if spec.name in FP16 and spec.ort_type is not None and keep(spec.name + "+ort-fp16"):
+            try:
+                yield Generated(FAMILY, spec.name + "+ort-fp16", optimize(spec, raw, fp16=True),
+                                shapes=tuple(shapes.items()))
+            except Exception as exc:
+                yield Generated(FAMILY, spec.name + "+ort-fp16", None, f"ORT optimizer failed: {first_line(exc)}")

@@ -13,7 +13,10 @@ Times are medians of CUDA-event timed batches.
 The ``portable`` columns time the plugin-free form (``trtconv rewrite --dcn-target portable``):
 the ONNX graph trtconv emits for the layer, its nodes executed one by one with the matching
 PyTorch op (GridSample → ``grid_sample``, Conv → cuDNN ``conv2d``, ...), captured in a CUDA
-graph so launch overhead stays out as it does in a TensorRT engine; no fusion between nodes.
+graph so launch overhead stays out as it does in a TensorRT engine; ``fused`` runs the same
+graph with the nodes between GridSample and Conv compiled by ``torch.compile``, as TensorRT
+fuses element-wise, cast and shuffle layers. The last tables put both forms side by side
+against cuDNN, torchvision and the roofline, and split the portable time into its parts.
 
     python benchmarks/dcn_bench.py [--json out.json] [--quick]
 """
@@ -111,7 +114,7 @@ def time_us(torch, fn, iters: int, reps: int) -> float:
     return statistics.median(samples)
 
 
-def portable_graph(n: int, c: int, cout: int, h: int, fp16: bool) -> Any:
+def portable_graph(n: int, c: int, cout: int, h: int, fp16: bool, stride: int = 1) -> Any:
     """The ONNX graph ``trtconv rewrite --dcn-target portable`` emits for one 3x3 DCNv2 layer
     (x, offset, mask, weight, bias all graph inputs, so the benchmark feeds its own tensors),
     with what depends only on the (static) shapes folded to constants, as a TensorRT builder
@@ -122,8 +125,11 @@ def portable_graph(n: int, c: int, cout: int, h: int, fp16: bool) -> Any:
     from trtconv.rewrites import RewriteSettings, rewrite
 
     t = TensorProto.FLOAT16 if fp16 else TensorProto.FLOAT
-    shapes = {"x": [n, c, h, h], "weight": [cout, c, 3, 3], "offset": [n, 18, h, h], "bias": [cout], "mask": [n, 9, h, h]}
-    node = helper.make_node("DeformConv", list(shapes), ["y"], pads=[1, 1, 1, 1], kernel_shape=[3, 3])
+    ho = out_size(h, stride)
+    shapes = {"x": [n, c, h, h], "weight": [cout, c, 3, 3], "offset": [n, 18, ho, ho], "bias": [cout],
+              "mask": [n, 9, ho, ho]}
+    node = helper.make_node("DeformConv", list(shapes), ["y"], pads=[1, 1, 1, 1], kernel_shape=[3, 3],
+                            strides=[stride, stride])
     g = helper.make_graph([node], "dcn", [helper.make_tensor_value_info(k, t, v) for k, v in shapes.items()],
                           [helper.make_tensor_value_info("y", t, None)])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
@@ -133,9 +139,12 @@ def portable_graph(n: int, c: int, cout: int, h: int, fp16: bool) -> Any:
     return gs.export_onnx(graph)
 
 
-def torch_runner(torch: Any, model: Any, device: str = "cuda") -> Any:
-    """``fn(feeds, skip=()) -> tensors by name``: the ONNX graph's nodes in order, each as its
-    PyTorch op; node types in ``skip`` are not run."""
+def torch_runner(torch: Any, model: Any, device: str = "cuda", fuse: bool = False) -> Any:
+    """``fn(feeds, until=()) -> tensors by name``: the ONNX graph's nodes in order, each as its
+    PyTorch op, up to the first node of a type in ``until``. ``fuse``: every run of nodes between
+    the GridSample and the Conv (casts, element-wise arithmetic, gathers, reshapes, transposes)
+    is compiled by ``torch.compile`` (Inductor) into fused kernels, as TensorRT fuses such layers;
+    GridSample and Conv still run as their PyTorch ops (grid_sample, cuDNN)."""
     import torch.nn.functional as F
     from onnx import helper, numpy_helper
 
@@ -145,6 +154,11 @@ def torch_runner(torch: Any, model: Any, device: str = "cuda") -> Any:
 
     def reshape(v: Any, shape: list[int]) -> Any:  # shapes stay on the host: no copies in a CUDA graph
         return v.reshape([v.shape[i] if d == 0 else d for i, d in enumerate(shape)])
+
+    def expand(v: Any, shape: list[int]) -> Any:  # ONNX Expand broadcasts both ways
+        shape = [1] * (v.dim() - len(shape)) + list(shape)
+        dims = [1] * (len(shape) - v.dim()) + list(v.shape)
+        return v.reshape(dims).expand([max(a, b) for a, b in zip(dims, shape)])
 
     def conv(v: Any, w: Any, b: Any = None, **a: Any) -> Any:
         return F.conv2d(v, w, b, a.get("strides", [1, 1]), a.get("pads", [0, 0, 0, 0])[:2],
@@ -159,6 +173,7 @@ def torch_runner(torch: Any, model: Any, device: str = "cuda") -> Any:
         "Sub": lambda u, v, **a: u - v,
         "Div": lambda u, v, **a: u / v,
         "Transpose": lambda v, **a: v.permute(*a["perm"]),
+        "Expand": lambda v, **a: expand(v, a["shape"]),
         "GridSample": lambda v, g, **a: F.grid_sample(v, g, mode="bilinear", padding_mode="zeros",
                                                        align_corners=bool(a.get("align_corners", 0))),
         "Conv": conv,
@@ -167,18 +182,63 @@ def torch_runner(torch: Any, model: Any, device: str = "cuda") -> Any:
     for nd in model.graph.node:
         attrs = {x.name: helper.get_attribute_value(x) for x in nd.attribute}
         ins = list(nd.input)
-        if nd.op_type == "Reshape":
+        if nd.op_type in ("Reshape", "Expand"):
             attrs["shape"] = [int(d) for d in host[ins.pop()]]
         nodes.append((ops[nd.op_type], ins, nd.output[0], attrs, nd.op_type))
+    steps = _compiled_segments(torch, nodes, {o.name for o in model.graph.output}) if fuse else nodes
 
-    def fn(feeds: dict[str, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    def fn(feeds: dict[str, Any], until: tuple[str, ...] = ()) -> dict[str, Any]:
         env = {**consts, **feeds}
-        for op, ins, o, attrs, kind in nodes:
-            if kind not in skip:
-                env[o] = op(*(env[i] for i in ins if i), **attrs)
+        for op, ins, outs, attrs, kind in steps:
+            if kind in until:
+                break
+            got = op(*(env[i] for i in ins if i), **attrs)
+            if isinstance(outs, str):
+                env[outs] = got
+            else:
+                env.update(zip(outs, got))
         return env
 
     return fn
+
+
+def _compiled_segments(torch: Any, nodes: list[Any], graph_outputs: set[str]) -> list[Any]:
+    """``nodes`` with every run of nodes other than GridSample and Conv replaced by one
+    ``torch.compile``d step: ``(fn, inputs, outputs, {}, "Fused")``."""
+    heavy = ("GridSample", "Conv")
+    # every segment shares one code object: without this, Dynamo stops recompiling after 8 of them
+    for limit in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(torch._dynamo.config, limit):
+            setattr(torch._dynamo.config, limit, 4096)
+    steps: list[Any] = []
+    run: list[Any] = []
+
+    def close() -> None:
+        if not run:
+            return
+        made = {o for _, _, o, _, _ in run}
+        ins = list(dict.fromkeys(i for _, nin, _, _, _ in run for i in nin if i and i not in made))
+        later = {i for _, nin, _, _, _ in nodes for i in nin} | graph_outputs
+        outs = [o for _, _, o, _, _ in run if o in later]
+        body = list(run)
+
+        def segment(*args: Any, body: list[Any] = body, ins: list[str] = ins, outs: list[str] = outs) -> Any:
+            env = dict(zip(ins, args))
+            for op, nin, o, attrs, _ in body:
+                env[o] = op(*(env[i] for i in nin if i), **attrs)
+            return tuple(env[o] for o in outs)
+
+        steps.append((torch.compile(segment, fullgraph=True, dynamic=False), ins, outs, {}, "Fused"))
+        run.clear()
+
+    for nd in nodes:
+        if nd[4] in heavy:
+            close()
+            steps.append(nd)
+        else:
+            run.append(nd)
+    close()
+    return steps
 
 
 def graphed(torch: Any, fn: Any) -> Any:
@@ -196,25 +256,37 @@ def graphed(torch: Any, fn: Any) -> Any:
 
 
 def portable_timings(torch: Any, F: Any, deform_conv2d: Any, tensors: tuple[Any, ...], fp16: bool, iters: int,
-                     reps: int) -> dict[str, Any]:
-    """The portable form of one layer: whole, its sampling part (every node but the Conv), its
-    1x1 Conv alone, and its error against float64 torchvision. A failure is reported, not fatal."""
+                     reps: int, stride: int = 1, model: Any = None) -> dict[str, Any]:
+    """The portable form of one layer: whole (each node alone; and with the nodes between
+    GridSample and Conv compiled into fused kernels, as TensorRT fuses such layers), its sampling part (every node before
+    the Conv), the 1x1 Conv alone, the GridSample alone, and the errors
+    against float64 torchvision. A failure is reported, not fatal."""
     x, w, b, off, msk = tensors
     n, c, h = x.shape[0], x.shape[1], x.shape[2]
     try:
-        model = portable_graph(n, c, w.shape[0], h, fp16)
-        conv = next(nd for nd in model.graph.node if nd.op_type == "Conv")
+        model = model or portable_graph(n, c, w.shape[0], h, fp16, stride)
+        product = next(nd for nd in model.graph.node if nd.op_type == "Conv")
         y = model.graph.output[0].name
         feeds = {"x": x, "offset": off, "mask": msk, "weight": w, "bias": b}
         run = torch_runner(torch, model)
+        run_fused = torch_runner(torch, model, fuse=True)
         whole = time_us(torch, graphed(torch, lambda: run(feeds)[y]), iters, reps)
+        fused = time_us(torch, graphed(torch, lambda: run_fused(feeds)[y]), iters, reps)
         sample = time_us(torch, graphed(torch, lambda: run(feeds, ("Conv",))), iters, reps)
         env = run(feeds)
-        cols, w1 = env[conv.input[0]], env[conv.input[1]]
+        cols, w1 = env[product.input[0]], env[product.input[1]]
         dense = time_us(torch, graphed(torch, lambda: F.conv2d(cols, w1, b)), iters, reps)
-        ref = deform_conv2d(x.double(), off.double(), w.double(), b.double(), padding=1, mask=msk.double())
+        sampler = next(nd for nd in model.graph.node if nd.op_type == "GridSample")
+        img, grid = env[sampler.input[0]], env[sampler.input[1]]
+        gs_alone = time_us(torch, graphed(torch, lambda: F.grid_sample(img, grid, padding_mode="zeros",
+                                                                        align_corners=False)), iters, reps)
+        ref = deform_conv2d(x.double(), off.double(), w.double(), b.double(), stride=stride, padding=1,
+                            mask=msk.double())
         err = float((env[y].double() - ref).norm() / ref.norm())
-        return dict(portable_us=whole, portable_sample_us=sample, portable_conv_us=dense, err_portable=err,
+        err_fused = float((run_fused(feeds)[y].double() - ref).norm() / ref.norm())
+        return dict(portable_us=whole, portable_fused_us=fused, portable_sample_us=sample, portable_conv_us=dense,
+                    portable_gridsample_us=gs_alone,
+                    err_portable=err, err_portable_fused=err_fused,
                     portable_nodes=[nd.op_type for nd in model.graph.node])
     except Exception as exc:  # keep the plugin's numbers when the portable part fails
         print(f"# portable form failed: {type(exc).__name__}: {exc}", flush=True)
@@ -273,9 +345,8 @@ def main(argv: list[str] | None = None) -> int:
             t_tv = time_us(torch, tv_run, iters, reps)
             t_conv = dense_conv_us(torch, gen, n, c, cout, h, stride, dtype, iters, reps)
             t_reformat = time_us(torch, lambda x=x: x.permute(0, 2, 3, 1).contiguous(), iters, reps)
-            # the portable graph is built for stride 1 (portable_graph); other strides are not timed
-            port_row = (portable_timings(torch, F, deform_conv2d, (x, w, b, off, msk), mode == "fp16", iters, reps)
-                        if stride == 1 else dict(portable_error="stride != 1: not timed"))
+            port_row = portable_timings(torch, F, deform_conv2d, (x, w, b, off, msk), mode == "fp16", iters, reps,
+                                        stride)
 
             ref = deform_conv2d(x.double(), off.double(), w.double(), b.double(), stride=stride, padding=1,
                                 mask=msk.double())
@@ -294,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
                 cudnn_nchw_us=t_conv["nchw"], cudnn_nhwc_us=t_conv["nhwc"], cudnn_best_us=min(t_conv.values()),
                 reformat_us=t_reformat, roofline_us=roofline_us(n, c, cout, h, stride, mode, gpu),
                 err_nchw=errs["nchw"], err_nhwc=errs["nhwc"], err_torchvision=e_tv,
-                columns_mib=n * c * 9 * h * h * (2 if mode == "fp16" else 4) / 2**20, **port_row,
+                columns_mib=n * c * 9 * ho * ho * (2 if mode == "fp16" else 4) / 2**20, **port_row,
             )
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -334,17 +405,35 @@ def main(argv: list[str] | None = None) -> int:
             f"| {ours / r['cudnn_best_us']:.2f} "
             f"| {max(r['err_nchw'], r['err_nhwc']):.1e} | {r['err_torchvision']:.1e} |"
         )
-    print("\n## The plugin-free form (--dcn-target portable), its ONNX nodes run as PyTorch ops in a CUDA graph")
-    print("| shape | mode | portable | = sampling | + 1x1 conv | plugin NHWC | portable / plugin | torchvision "
-          "| portable / tv | columns MiB | err portable |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for r in (r for r in rows if "portable_us" in r):
+    print("\n## Both forms against cuDNN, torchvision and the roofline: median µs")
+    print("plugin = its faster layout (channels-last; +reformat adds an NCHW->NHWC copy, what TensorRT inserts "
+          "after an NCHW producer); portable = the plugin-free ONNX graph, every node alone; fused = the same with "
+          "the nodes around GridSample and Conv compiled into fused kernels (torch.compile), as TensorRT fuses such "
+          "layers; cuDNN = dense 3x3 conv, faster layout; errors: relative L2 against float64.")
+    print("| shape | mode | plugin | +reformat | portable | fused | torchvision | cuDNN | roofline "
+          "| plugin / cuDNN | portable / plugin | fused / plugin | tv / plugin | err plugin | err portable | err tv |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        plugin = min(r["ours_nchw_us"], r["ours_nhwc_us"])
+        stride_note = f" s{r['stride']}" if r["stride"] != 1 else ""
+        port = ("| {portable_us:.1f} | {portable_fused_us:.1f} ".format(**r) if "portable_us" in r else "| – | – ")
+        ratios = (f"| {r['portable_us'] / plugin:.2f} | {r['portable_fused_us'] / plugin:.2f} "
+                  if "portable_us" in r else "| – | – ")
         print(
-            f"| ({r['shape']}) | {r['mode']} | {r['portable_us']:.1f} | {r['portable_sample_us']:.1f} "
-            f"| {r['portable_conv_us']:.1f} | {r['ours_nhwc_us']:.1f} | {r['portable_us'] / r['ours_nhwc_us']:.2f} "
-            f"| {r['torchvision_us']:.1f} | {r['portable_us'] / r['torchvision_us']:.2f} | {r['columns_mib']:.0f} "
-            f"| {r['err_portable']:.1e} |"
+            f"| ({r['shape']}) N{r['n']} C{r['c']}→{r['cout']} {r['h']}²{stride_note} | {r['mode']} | {plugin:.1f} "
+            f"| {r['ours_nhwc_us'] + r['reformat_us']:.1f} {port}| {r['torchvision_us']:.1f} "
+            f"| {r['cudnn_best_us']:.1f} | {r['roofline_us']:.1f} | {plugin / r['cudnn_best_us']:.2f} {ratios}"
+            f"| {r['torchvision_us'] / plugin:.2f} | {max(r['err_nchw'], r['err_nhwc']):.1e} "
+            f"| {max(r.get('err_portable', float('nan')), r.get('err_portable_fused', float('nan'))):.1e} "
+            f"| {r['err_torchvision']:.1e} |"
         )
+    print("\nportable, where its time goes: = sampling (every node before the Conv, alone), GridSample alone, "
+          "the 1x1 Conv alone; columns MiB = the im2col buffer in the model's type (GridSample writes twice that, FP32, for FP16 models)")
+    print("| shape | mode | portable | = sampling | GridSample | + 1x1 conv | columns MiB |")
+    print("|---|---|---|---|---|---|---|")
+    for r in (r for r in rows if "portable_us" in r):
+        print(f"| ({r['shape']}) | {r['mode']} | {r['portable_us']:.1f} | {r['portable_sample_us']:.1f} "
+              f"| {r['portable_gridsample_us']:.1f} | {r['portable_conv_us']:.1f} | {r['columns_mib']:.0f} |")
     print("portable nodes: " + "; ".join(sorted({" ".join(r.get("portable_nodes", ["failed"])) for r in rows})))
     print("\nbest tiles: " + "; ".join(f"({r['shape']}) {r['mode']}: {r['tile_nchw']}, {r['tile_nhwc']}" for r in rows))
     print("\n| H=W (FP16, C64→64) | " + " | ".join(str(s["h"]) for s in sweep) + " |")

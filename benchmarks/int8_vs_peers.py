@@ -270,7 +270,7 @@ def evaluate(name: str, fp32_path: str, candidate: str, held, memo: list) -> dic
     INT8 thresholds), the task metric, the INT8 share. ``memo``: FP32's outputs, computed once per model."""
     import onnx
 
-    from trtconv.precision.int8_accuracy import accuracy_report
+    from trtconv.precision.int8.accuracy import accuracy_report
     from trtconv.reference import ort
     from trtconv.reference.compare import DEFAULT_THRESHOLDS, violations
 

@@ -51,3 +51,18 @@ def test_torchvision_exporter_imports_without_site_packages():
     proc = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "classifier"
+
+
+@pytest.mark.skipif(not HAVE_RTX, reason="needs tensorrt_rtx")
+def test_a_shape_tensor_input_gets_its_values_in_both_builds(bc, tmp_path, monkeypatch):
+    """The torch family's length-cut: its length input's value sets a shape; TensorRT builds it only with
+    that value in the profile, given to the bare parser and (as ``--shapes length:[7]``) to trtconv."""
+    pytest.importorskip("torch")
+    import coverage_torch
+
+    (g,) = coverage_torch.generate(tmp_path, lambda n: n == "length-cut")
+    assert g.path is not None, g.error
+    values = dict(g.values)
+    assert values == {"length": (7,)}
+    assert bc.bare_rtx(g.path, values=values) == "builds"  # without: "missing values for shape input tensor"
+    assert bc.trtconv_rtx(g.path, tmp_path, values=values)[0] == "builds"

@@ -679,9 +679,10 @@ using namespace trtconv_dcnv2;
 // WN (suffix "w": 1, "v": 2), minimum blocks per SM, split-K cluster size KS (a suffix digit:
 // grid x = pixel tiles x KS), row bytes RB (the name's k: FP16 channels per step, so k64 =
 // 128-byte rows), shared-memory recipes SMR (with 128-byte rows) and SPLIT (above). Development
-// runs also had 128 x 128 and 64 x 128 "w", 64 x 256 "v", split-K by 6 and 8, three and four
-// stages, 64-byte rows with shared recipes and a channel-outer K walk; they won no benchmark
-// shape (plugins/dcnv2/NOTES.md).
+// runs also had 128 x 128 (64-byte rows) and 64 x 128 "w", 64 x 256 "v", split-K by 6 and 8, three
+// and four stages, 64-byte rows with shared recipes and a channel-outer K walk, and 64 x 128 x 64
+// "w4"; they won no benchmark shape (plugins/dcnv2/NOTES.md). 128 x 128 x 64 "w" is for layers of
+// 128 output channels, where the 256-wide tiles compute half a tile of nothing: (f) 143 -> 126 us.
 #define DCNV2_SM90_TILES(DT, E, LAYOUT, NHWC)                                                              \
   DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m128n256k64w, E, 128, 256, 1, NHWC, 1, 1, 128, true, , false)       \
   DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n256k32w, E, 64, 256, 1, NHWC, 2, 1, 64, false, , false)         \
@@ -689,7 +690,8 @@ using namespace trtconv_dcnv2;
   DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n256k32w4, E, 64, 256, 1, NHWC, 2, 4, 64, false,          \
                    __cluster_dims__(4, 1, 1), false)                                                              \
   DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n256k64v7, E, 64, 256, 2, NHWC, 2, 7, 128, true,          \
-                   __cluster_dims__(7, 1, 1), false)
+                   __cluster_dims__(7, 1, 1), false)                                                              \
+  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m128n128k64w, E, 128, 128, 1, NHWC, 1, 1, 128, true, , false)
 
 using F32Tf32 = F32<false>;
 #ifdef DCNV2_DEV

@@ -16,7 +16,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 import test_dcnv2_gpu as T  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from dcn_bench import SHAPES, layer_inputs, time_us  # noqa: E402
+from dcn_bench import SHAPES, layer_inputs, out_size, time_us  # noqa: E402
 from torchvision.ops import deform_conv2d  # noqa: E402
 
 from trtconv.trt.plugins import dcnv2_kernel as dk  # noqa: E402
@@ -58,19 +58,22 @@ def main() -> int:
     torch.backends.cudnn.benchmark = True
     lines = []
     for key in args.shapes.split(","):
-        n, c, cout, h = SHAPES[key]
+        n, c, cout, h, stride, _ = SHAPES[key]
+        ho = out_size(h, stride)
         for mode in args.modes.split(","):
             dtype = torch.float16 if mode == "fp16" else torch.float32
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = mode == "tf32"
 
-            x, w, b, off, msk = layer_inputs(torch, gen, n, c, cout, h, dtype)
+            x, w, b, off, msk = layer_inputs(torch, gen, n, c, cout, h, stride, dtype)
             w_ohwi = w.permute(0, 2, 3, 1).contiguous()
             x_cl = x.permute(0, 2, 3, 1).contiguous()
-            attrs = dk.DCNv2Attrs(pads=(1, 1, 1, 1), allow_tf32=mode != "fp32")
-            out = torch.empty(n, cout, h, h, dtype=dtype, device="cuda")
-            ref = deform_conv2d(x.double(), off.double(), w.double(), b.double(), padding=1, mask=msk.double())
-            t_tv = time_us(torch, lambda x=x, off=off, w=w, b=b, msk=msk: deform_conv2d(x, off, w, b, padding=1, mask=msk), args.iters, args.reps)
-            t_cv = time_us(torch, lambda x=x, w=w, b=b: F.conv2d(x, w, b, padding=1), args.iters, args.reps)
+            attrs = dk.DCNv2Attrs(stride=(stride, stride), pads=(1, 1, 1, 1), allow_tf32=mode != "fp32")
+            out = torch.empty(n, cout, ho, ho, dtype=dtype, device="cuda")
+            ref = deform_conv2d(x.double(), off.double(), w.double(), b.double(), stride=stride, padding=1,
+                                mask=msk.double())
+            t_tv = time_us(torch, lambda x=x, off=off, w=w, b=b, msk=msk, s=stride: deform_conv2d(
+                x, off, w, b, stride=s, padding=1, mask=msk), args.iters, args.reps)
+            t_cv = time_us(torch, lambda x=x, w=w, b=b, s=stride: F.conv2d(x, w, b, stride=s, padding=1), args.iters, args.reps)
             res = []
             for layout in args.layouts.split(","):
                 for tile in dk.usable_tiles(cc, accurate_fp32=mode == "fp32"):

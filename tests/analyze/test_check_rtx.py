@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import onnx
+import pytest
 from click.testing import CliRunner
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from trtconv.analyze import analyze
 from trtconv.analyze.support import load_table
@@ -76,3 +78,20 @@ def test_check_cli_accepts_trt_rtx(tmp_path):
     res = CliRunner().invoke(cli, ["check", str(_deform(tmp_path)), "--trt", "rtx", "--json"])
     assert res.exit_code == ExitCode.NEEDS_REWRITE, res.output
     assert '"rtx"' in res.stdout
+
+
+@pytest.mark.parametrize("dtype", [TensorProto.INT32, TensorProto.INT64])
+def test_integer_clip_is_supported_on_rtx_and_builds(tmp_path, dtype):
+    """The real RTX parser and builder take Clip on INT32/INT64 (measured): `check` called it
+    unsupported ("accepts FP32, FP16, BF16") and `build` exited 5 (issue 33)."""
+    np_type = helper.tensor_dtype_to_np_dtype(dtype)
+    x = helper.make_tensor_value_info("x", dtype, [2, 4])
+    g = helper.make_graph([helper.make_node("Clip", ["x", "lo", "hi"], ["y"], name="clip")], "g", [x],
+                          [helper.make_tensor_value_info("y", dtype, [2, 4])],
+                          initializer=[numpy_helper.from_array(np.array(-3, np_type), "lo"),
+                                       numpy_helper.from_array(np.array(5, np_type), "hi")])
+    path = tmp_path / "clip.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    assert _check(path, "rtx").exit_code == ExitCode.OK
+    res = CliRunner().invoke(cli, ["build", "--trt", "rtx", str(path), "-o", str(tmp_path / "clip.engine")])
+    assert res.exit_code == 0, res.output

@@ -23,7 +23,7 @@ from realmodels import silero_model
 
 from trtconv.cli.main import cli
 from trtconv.errors import ExitCode
-from trtconv.precision.calib_cache import encode_scale
+from trtconv.precision.int8.calib_cache import encode_scale
 from trtconv.reference import ort
 
 # Q/DQ, conversions and containers (If/Loop outputs keep their declared type; their bodies are counted)

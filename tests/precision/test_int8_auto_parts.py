@@ -16,14 +16,15 @@ import onnx
 import pytest
 from realdata import ocr_line_images
 
-from trtconv.precision.calibrate import AUTO_CANDIDATES, CalibSettings
-from trtconv.precision.int8 import Int8Settings, _prepare, quantize_int8
-from trtconv.precision.int8_bias import apply_bias_shifts, bias_shifts, mean_shifts
-from trtconv.precision.int8_calibration import calibration_session, collect_scales
-from trtconv.precision.int8_choice import best_option
-from trtconv.precision.int8_per_tensor import PER_TENSOR, per_tensor_choice
-from trtconv.precision.qdq import plan_qdq
-from trtconv.precision.sensitivity import layer_errors, node_label, probe_model
+from trtconv.precision.int8 import Int8Settings, quantize_int8
+from trtconv.precision.int8.bias import apply_bias_shifts, bias_shifts, mean_shifts
+from trtconv.precision.int8.calibration import calibration_session, collect_scales
+from trtconv.precision.int8.calibrators import AUTO_CANDIDATES, CalibSettings
+from trtconv.precision.int8.choice import best_option
+from trtconv.precision.int8.per_tensor import PER_TENSOR, per_tensor_choice
+from trtconv.precision.int8.prepare import _prepare
+from trtconv.precision.int8.qdq import plan_qdq
+from trtconv.precision.int8.sensitivity import layer_errors, node_label, probe_model
 from trtconv.samples.sources import ImagePreprocess, SampleSet, SampleSource, model_inputs
 
 

@@ -7,14 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from trtconv.precision.calib_cache import (
+from trtconv.precision.int8.calib_cache import (
     decode_scale,
     encode_scale,
     format_cache,
     parse_cache,
     trt_version_number,
 )
-from trtconv.precision.calibrate import (
+from trtconv.precision.int8.calibrators import (
     AbsHistogram,
     Calibrator,
     CalibSettings,

@@ -13,8 +13,8 @@ import onnx
 import pytest
 from realdata import ocr_det_images
 
-from trtconv.precision.calibrate import AUTO_CANDIDATES, AbsHistogram, mse_threshold
 from trtconv.precision.int8 import Int8Settings, quantize_int8
+from trtconv.precision.int8.calibrators import AUTO_CANDIDATES, AbsHistogram, mse_threshold
 from trtconv.samples.sources import ImagePreprocess, SampleSet, SampleSource, model_inputs
 
 

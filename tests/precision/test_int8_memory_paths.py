@@ -16,7 +16,7 @@ from realdata import ocr_line_images
 from trtconv.precision.expose import expose_tensors, session_exposing
 from trtconv.precision.fp16 import Fp16Settings, convert_fp16
 from trtconv.precision.int8 import upgrade_opset
-from trtconv.precision.int8_accuracy import accuracy_report
+from trtconv.precision.int8.accuracy import accuracy_report
 from trtconv.precision.peaks import float_tensors
 from trtconv.reference.ort import run, session
 from trtconv.samples.sources import ImagePreprocess, SampleSet, SampleSource, model_inputs

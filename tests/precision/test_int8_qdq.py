@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 from trtconv.onnxutil.walk import iter_graphs_with_path
 from trtconv.precision.expose import expose_tensors
 from trtconv.precision.int8 import Int8Settings, quantize_int8
-from trtconv.precision.qdq import Placement, insert_qdq, plan_qdq, quantize_weight
+from trtconv.precision.int8.qdq import Placement, insert_qdq, plan_qdq, quantize_weight
 from trtconv.reference.ort import run_model
 from trtconv.samples.sources import ArraySamples
 
@@ -283,7 +283,7 @@ def test_exposing_a_branch_output_keeps_the_if_result():
 
 def test_half_scales_are_float16_exact_and_positive():
     """TensorRT refuses a zero scale; a dead channel's FP32 scale (1e-40) would be 0 in float16."""
-    from trtconv.precision.qdq import half_exact
+    from trtconv.precision.int8.qdq import half_exact
 
     w = RNG.standard_normal((3, 2, 3, 3)).astype(np.float32) * np.float32(0.01)
     w[1] = 1e-38  # a dead channel

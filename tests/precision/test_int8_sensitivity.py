@@ -6,8 +6,9 @@ import onnx
 import pytest
 from realdata import ocr_line_images
 
-from trtconv.precision.int8 import Int8Settings, _prepare, quantize_int8
-from trtconv.precision.sensitivity import fewest_exclusions, layer_errors
+from trtconv.precision.int8 import Int8Settings, quantize_int8
+from trtconv.precision.int8.prepare import _prepare
+from trtconv.precision.int8.sensitivity import fewest_exclusions, layer_errors
 from trtconv.samples.sources import ImagePreprocess, SampleSet, SampleSource, model_inputs
 
 

@@ -17,8 +17,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from trtconv.precision.int8 import Int8Settings, quantize_int8
-from trtconv.precision.int8_candidate import smoothed
-from trtconv.precision.int8_smooth import ALPHAS, channel_maxima, smoothable, smoothing_factors
+from trtconv.precision.int8.candidate import smoothed
+from trtconv.precision.int8.smooth import ALPHAS, channel_maxima, smoothable, smoothing_factors
 from trtconv.samples.sources import SampleSet, SampleSource, model_inputs
 
 C, H, T = 32, 64, 16

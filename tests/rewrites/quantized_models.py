@@ -30,14 +30,16 @@ def conv_matmul_model(path: Path) -> Path:
     return path
 
 
-def lstm_model(path: Path, hidden: int = 8, size: int = 6) -> Path:
-    """A bidirectional LSTM: what quantize_dynamic makes com.microsoft::DynamicQuantizeLSTM of."""
+def lstm_model(path: Path, hidden: int = 8, size: int = 6, initial_h: bool = False) -> Path:
+    """A bidirectional LSTM: what quantize_dynamic makes com.microsoft::DynamicQuantizeLSTM of
+    (``initial_h``: a constant non-zero initial hidden state)."""
     rng = np.random.default_rng(1)
-    node = helper.make_node("LSTM", ["x", "W", "R", "B"], ["y"], hidden_size=hidden, direction="bidirectional")
+    inputs = ["x", "W", "R", "B"] + (["", "H0"] if initial_h else [])
+    node = helper.make_node("LSTM", inputs, ["y"], hidden_size=hidden, direction="bidirectional")
+    inits = [_init(rng, "W", (2, 4 * hidden, size), 0.3), _init(rng, "R", (2, 4 * hidden, hidden), 0.3),
+             _init(rng, "B", (2, 8 * hidden), 0.1)] + ([_init(rng, "H0", (2, 1, hidden), 0.5)] if initial_h else [])
     g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", F, [5, 1, size])],
-                          [helper.make_tensor_value_info("y", F, None)],
-                          [_init(rng, "W", (2, 4 * hidden, size), 0.3), _init(rng, "R", (2, 4 * hidden, hidden), 0.3),
-                           _init(rng, "B", (2, 8 * hidden), 0.1)])
+                          [helper.make_tensor_value_info("y", F, None)], inits)
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     return path
 
@@ -108,3 +110,45 @@ def fused_matmul_model(op: str) -> onnx.ModelProto:
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [2, 16])],
                           [helper.make_tensor_value_info("y", F, [2, 6])], [b, bs, bz, bias])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+
+
+def torch_lstm_model(path: Path, size: int = 64, hidden: int = 32, layers: int = 2, gain: float = 6.0) -> Path:
+    """torch's nn.LSTM(bidirectional=True, num_layers=layers) as torch.onnx.export writes it (Transpose and
+    Reshape between the layers), weights scaled by ``gain`` to the magnitudes trained models reach."""
+    import torch
+
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(size, hidden, num_layers=layers, bidirectional=True)
+    with torch.no_grad():
+        for p in lstm.parameters():
+            p.mul_(gain)
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm = lstm
+
+        def forward(self, x):
+            return self.lstm(x)[0]
+
+    torch.onnx.export(Net().eval(), (torch.randn(5, 1, size),), str(path), input_names=["x"], output_names=["y"],
+                      opset_version=17, dynamo=False)
+    return path
+
+
+def moved_matmul_integer_model(path: Path) -> Path:
+    """DynamicQuantizeLinear -> Transpose (uint8) -> MatMulInteger -> Cast -> Mul: a quantizer that moves
+    8-bit tensors writes the Transpose on the quantized side, where TensorRT's parser refuses it."""
+    rng = np.random.default_rng(4)
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             helper.make_node("Transpose", ["xq"], ["tq"], perm=[1, 0, 2]),
+             helper.make_node("MatMulInteger", ["tq", "wq", "xz"], ["acc"]),
+             helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["xs", "ws"], ["s"]),
+             helper.make_node("Mul", ["accf", "s"], ["y"])]
+    inits = [numpy_helper.from_array(rng.integers(-127, 128, (16, 8)).astype(np.int8), "wq"),
+             numpy_helper.from_array(np.array(0.02, np.float32), "ws")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [4, 2, 16])],
+                          [helper.make_tensor_value_info("y", F, [2, 4, 8])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
+    return path

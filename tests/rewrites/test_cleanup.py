@@ -284,3 +284,31 @@ def test_shared_dim_names_renamed_so_the_profile_may_differ(ocr_cls, tmp_path):
     x = np.random.default_rng(0).standard_normal((1, 3, 48, 192)).astype(np.float32)
     got, want = run_model(res.model, {"x": x}), run_model(before.proto, {"x": x})
     assert [np.asarray(v).shape for v in got.values()] == [np.asarray(v).shape for v in want.values()]
+
+
+def test_int32_cleanup_leaves_no_onehot_onnx_runtime_cannot_load(tmp_path):
+    """Constant OneHot indices beside a depth computed at run time (INT64): ONNX Runtime has no OneHot
+    kernel for INT32 indices with an INT64 depth, so narrowing the indices made the proof unrunnable
+    and ``build`` exit 7 (issue 33); the model builds for TensorRT-RTX as it is."""
+    from click.testing import CliRunner
+
+    from trtconv.cli.main import cli
+
+    idx = numpy_helper.from_array(np.array([2, 0, 1], np.int64), "idx")
+    zero = numpy_helper.from_array(np.array(0, np.int64), "zero")
+    vals = numpy_helper.from_array(np.array([0.0, 1.0], np.float32), "vals")
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Gather", ["s", "zero"], ["depth"], name="depth", axis=0),
+             helper.make_node("OneHot", ["idx", "depth", "vals"], ["oh"], name="onehot", axis=-1),
+             helper.make_node("MatMul", ["oh", "x"], ["y"], name="matmul")]
+    m = model_of(nodes, [vi("x", F, ["n", 4])], [vi("y", F, [3, 4])], [idx, zero, vals], opset=11)
+    res = rewrite(m, RewriteSettings())
+    types = {t.name: t.data_type for t in res.model.graph.initializer}
+    assert types["idx"] == I64
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(run_model(res.model, {"x": x})["y"], x[[2, 0, 1]])
+    path = tmp_path / "onehot.onnx"
+    onnx.save(m, path)
+    out = CliRunner().invoke(cli, ["build", "--trt", "rtx", str(path), "-o", str(tmp_path / "m.engine"),
+                                   "--shapes", "x:3x4"])
+    assert out.exit_code == 0, out.output

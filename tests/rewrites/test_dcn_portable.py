@@ -18,11 +18,11 @@ from trtconv.errors import AccuracyError, UnsupportedModelError
 from trtconv.reference.ort import run_model
 from trtconv.rewrites import DCN_TARGETS, RewriteSettings, rewrite
 from trtconv.rewrites.dcn.deform_math import DcnParams, modulated_deform_conv2d
-from trtconv.rewrites.dcn.portable import swap_pairs
+from trtconv.rewrites.dcn.portable import sample_split, swap_pairs
 
 # Every op the portable form may emit (plus the Relu the test models end with).
 PORTABLE_OPS = {"Shape", "Gather", "Concat", "Range", "Cast", "Reshape", "Mul", "Div", "Sub", "Add", "Transpose",
-                "GridSample", "Conv", "Relu"}
+                "Expand", "GridSample", "Conv", "Relu"}
 DIALECTS = ("centernet", "mmcv", "onnx")
 
 # name: (C, Cout, k, H, W, stride, pads [t, l, b, r], dilation, group, deformable_group, mask, bias)
@@ -36,6 +36,9 @@ VARIANTS = {
     "groups2-dgroups4": (8, 4, 3, 6, 7, (1, 2), (1, 1, 1, 1), (2, 1), 2, 4, True, True),
     "kernel2-nopad": (2, 3, 2, 5, 6, (1, 1), (0, 0, 0, 0), (1, 1), 1, 1, True, False),
     "kernel5": (2, 2, 5, 9, 10, (1, 1), (2, 2, 2, 2), (1, 1), 1, 1, True, True),
+    # enough channels per deformable group to spread them over several GridSample batch entries
+    "channel-shares": (64, 6, 3, 7, 9, (1, 1), (1, 1, 1, 1), (1, 1), 1, 1, True, True),
+    "channel-shares-groups": (256, 8, 3, 6, 7, (2, 1), (1, 1, 1, 1), (1, 2), 2, 2, True, True),
     # ONNX DeformConv only: asymmetric pads, no mask
     "asymmetric": (4, 2, 3, 6, 7, (2, 1), (0, 1, 2, 1), (1, 2), 2, 1, True, True),
     "nomask": (4, 6, 3, 7, 9, (1, 1), (1, 1, 1, 1), (1, 1), 1, 2, False, True),
@@ -103,6 +106,8 @@ def test_portable_form_per_dialect_and_variant(dialect, variant):
     assert w1.shape == (co, c // group * k * k, 1, 1)
     assert any(n.name == "dcn0/modulate" for n in out.graph.node) == VARIANTS[variant][10]  # the mask multiply
     assert not any(n.op_type == "Pad" for n in out.graph.node)  # pads only move the taps
+    split = sample_split(c // VARIANTS[variant][9])
+    assert any(n.op_type == "Expand" for n in out.graph.node) == (split > 1)  # the grid copied per channel share
     # the proof ran in ONNX Runtime against the reference, at the model's own size
     entry = res.report.rewrites[0]
     assert entry.target == "portable" and entry.proof.method == "onnxruntime" and entry.proof.passed
@@ -148,8 +153,9 @@ def test_offsets_outside_the_image_sample_zeros():
     assert _close(run_model(res.model, f)["y"], _expected("plain", f, weights))
 
 
-def test_fp16_is_sampled_in_fp32_and_proven_in_fp16():
-    model, weights = _model("mmcv", "dgroups2", dtype=np.float16)
+@pytest.mark.parametrize("variant", ["dgroups2", "channel-shares-groups"])
+def test_fp16_is_sampled_in_fp32_and_proven_in_fp16(variant):
+    model, weights = _model("mmcv", variant, dtype=np.float16)
     res = rewrite(model, RewriteSettings(dcn_target="portable"))
     ops = [n.op_type for n in res.model.graph.node]
     gs_node = res.model.graph.node[ops.index("GridSample")]
@@ -158,15 +164,17 @@ def test_fp16_is_sampled_in_fp32_and_proven_in_fp16():
     # TensorRT wants x and grid in one type; both FP32 keeps positions exact to FP32
     assert info[gs_node.input[0]] == info[gs_node.input[1]] == info[gs_node.output[0]] == TensorProto.FLOAT
     down = next(n for n in res.model.graph.node if n.name == "dcn0/columns_cast")  # columns back to FP16
-    assert list(down.input) == list(gs_node.output) and _attrs(down)["to"] == TensorProto.FLOAT16
+    into = next(n for n in res.model.graph.node if down.input[0] in n.output)  # GridSample, or a Reshape of it
+    assert into.name == gs_node.name or (into.op_type == "Reshape" and into.input[0] == gs_node.output[0])
+    assert _attrs(down)["to"] == TensorProto.FLOAT16
     conv = next(n for n in res.model.graph.node if n.op_type == "Conv")
     assert info[conv.input[0]] == TensorProto.FLOAT16  # the product runs in FP16
     proof = res.report.rewrites[0].proof
     assert proof.passed and proof.stats[0].max_abs > 0  # computed in FP16, not silently in FP32
     assert res.report.graph_proof.passed and "cut at 1" in res.report.graph_proof.reason
-    feeds = _feeds("dgroups2", 1, dtype=np.float16)
+    feeds = _feeds(variant, 1, dtype=np.float16)
     got = run_model(res.model, feeds)["y"].astype(np.float64)
-    ref = _expected("dgroups2", feeds, weights)
+    ref = _expected(variant, feeds, weights)
     assert np.abs(got - ref).max() <= 1e-2 * max(1.0, np.abs(ref).max())
 
 
@@ -244,6 +252,11 @@ def test_unknown_channel_count_is_a_clear_error():
     with pytest.raises(UnsupportedModelError, match="channel count") as err:
         rewrite(model, RewriteSettings(dcn_target="portable", verify=False))
     assert "--shapes" in (err.value.hint or "")
+
+
+def test_sample_split_leaves_each_location_enough_channels():
+    assert [sample_split(c) for c in (4, 31, 32, 63, 64, 96, 256, 512)] == [1, 1, 1, 1, 2, 3, 8, 16]
+    assert sample_split(512, per_location=512) == 1
 
 
 def test_pair_swap():

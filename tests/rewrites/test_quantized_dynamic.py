@@ -7,11 +7,19 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 
 import numpy as np
 import onnx
 import pytest
-from quantized_models import conv_matmul_model, fused_matmul_model, lstm_model, quantized_dynamic
+from quantized_models import (
+    conv_matmul_model,
+    fused_matmul_model,
+    lstm_model,
+    moved_matmul_integer_model,
+    quantized_dynamic,
+    torch_lstm_model,
+)
 
 from trtconv.errors import AccuracyError
 from trtconv.load import save_model
@@ -19,6 +27,7 @@ from trtconv.reference.ort import run_model
 from trtconv.rewrites import rewrite
 from trtconv.rewrites.catalog import RULES, rewrite_rule_for
 from trtconv.rewrites.quantized.dynamic_integer import DynamicIntegerRule, DynamicMatch
+from trtconv.rewrites.quantized.dynamic_lstm import DynamicLstmRule
 from trtconv.rewrites.rule import RuleContext
 
 HAVE_RTX = importlib.util.find_spec("tensorrt_rtx") is not None
@@ -120,3 +129,76 @@ def test_rewritten_real_model_keeps_its_declared_output_shape_and_passes_the_che
     out = rewrite(load_model(path), RewriteSettings(verify=False)).model
     assert out.graph.output[0].type == declared.type  # [1, 'seqlen'] FLOAT, as declared
     onnx.checker.check_model(out)
+
+
+def _build_rtx(model, tmp_path, name: str):
+    from click.testing import CliRunner
+
+    from trtconv.cli.main import cli
+
+    res = CliRunner().invoke(cli, ["build", "--trt", "rtx", str(model), "-o", str(tmp_path / f"{name}.engine"),
+                                   "--json"])
+    return res.exit_code, res.output, json.loads(res.stdout) if res.stdout.strip().startswith("{") else {}
+
+
+@pytest.mark.skipif(not HAVE_RTX, reason="needs tensorrt_rtx")
+def test_a_torch_bidirectional_two_layer_quantized_lstm_builds_proven_on_the_originals_grid(tmp_path):
+    """Weights of trained magnitude: the float LSTM moved 0.07 from the original over four steps, past the old
+    fixed bound (exit 7, issue 33). One step of the original equals the float LSTM on X and H rounded to its
+    uint8 grid, so the proof holds that at float32 accumulation error."""
+    from trtconv.rewrites.quantized.dynamic_lstm import grid_tolerance
+
+    q = quantized_dynamic(torch_lstm_model(tmp_path / "f.onnx"), tmp_path / "q.onnx")
+    assert [n.op_type for n in onnx.load(q).graph.node].count("DynamicQuantizeLSTM") == 2
+    code, out, doc = _build_rtx(q, tmp_path, "lstm")
+    assert code == 0, out
+    lstms = [r for r in doc["manifest_data"]["rewrites"] if r["rule"] == "ort-dynamic-lstm"]
+    assert len(lstms) == 2 and all(r["proof"]["passed"] for r in lstms)
+    assert all(r["proof"]["tolerance"] == grid_tolerance(64, 32, 1e-5) for r in lstms)  # 64 inputs: both layers
+    assert max(o["max_abs"] for r in lstms for o in r["proof"]["outputs"]) < 1e-5
+
+
+class _SwappedGates(DynamicLstmRule):
+    """Input and forget gates swapped: a mistake a loose bound could let through."""
+
+    def match(self, node, ctx: RuleContext):
+        m = super().match(node, ctx)
+        if m is None:
+            return None
+        h = m.w.shape[1] // 4
+        order = np.r_[0:h, 2 * h:3 * h, h:2 * h, 3 * h:4 * h]
+        return dataclasses.replace(m, w=m.w[:, order], r=m.r[:, order])
+
+
+def test_the_lstm_proof_catches_swapped_gates(tmp_path):
+    q = onnx.load(quantized_dynamic(lstm_model(tmp_path / "f.onnx"), tmp_path / "q.onnx"))
+    with pytest.raises(AccuracyError, match="ort-dynamic-lstm"):
+        rewrite(q, rules=(_SwappedGates(),))
+
+
+@pytest.mark.skipif(not HAVE_RTX, reason="needs tensorrt_rtx")
+def test_a_transpose_on_the_quantized_activation_moves_to_the_float_side(tmp_path):
+    """DynamicQuantizeLinear -> Transpose (uint8) -> MatMulInteger: `check` called the uint8 Transpose
+    unsupported and the rule did not reach through it (exit 5); the replacement transposes the float
+    activation, and no integer Transpose is left."""
+    model = moved_matmul_integer_model(tmp_path / "m.onnx")
+    assert not _rtx_parses(onnx.load(model), tmp_path, "orig")
+    code, out, doc = _build_rtx(model, tmp_path, "moved")
+    assert code == 0, out
+    (entry,) = doc["manifest_data"]["rewrites"]
+    assert entry["rule"] == "ort-dynamic-integer" and entry["proof"]["passed"]
+    rewritten = rewrite(onnx.load(model)).model
+    assert [n.op_type for n in rewritten.graph.node] == ["Transpose", "MatMul"]
+    x = np.random.default_rng(0).standard_normal((4, 2, 16)).astype(np.float32)
+    assert run_model(rewritten, {"x": x})["y"].shape == (2, 4, 8)
+
+
+def test_a_constant_initial_state_adds_its_rounding_bound(tmp_path):
+    """A constant H0 is read by the replacement as it is, not rounded as the original rounds it: the
+    proof's tolerance grows by the one-step bound of that rounding (derived in docs/rewrite.md), no more."""
+    from trtconv.rewrites.quantized.dynamic_lstm import grid_tolerance
+
+    q = onnx.load(quantized_dynamic(lstm_model(tmp_path / "f.onnx", initial_h=True), tmp_path / "q.onnx"))
+    (e,) = rewrite(q).report.rewrites
+    assert e.rule == "ort-dynamic-lstm" and e.proof.passed
+    assert grid_tolerance(6, 8, 1e-5) < e.proof.tolerance < 0.05

@@ -25,9 +25,12 @@ SPECS = {
     "groups-dgroups-stride": (8, 8, 3, 19, 23, (2, 2), (1, 1, 1, 1), (1, 1), 2, 4, True, True),
     "anisotropic-dilation": (4, 6, 3, 16, 21, (2, 1), (2, 1, 2, 1), (2, 1), 1, 2, True, False),
     "asymmetric-nomask": (4, 4, 3, 15, 17, (1, 2), (0, 1, 2, 1), (1, 2), 2, 1, False, True),
+    # 128 channels per deformable group: GridSample's batch holds 4 channel shares of each
+    "channel-shares": (256, 16, 3, 12, 14, (1, 1), (1, 1, 1, 1), (1, 1), 1, 2, True, True),
 }
 CASES = [("centernet", "plain"), ("mmcv", "groups-dgroups-stride"), ("mmcv", "anisotropic-dilation"),
-         ("onnx", "plain"), ("onnx", "asymmetric-nomask"), ("onnx", "groups-dgroups-stride")]
+         ("onnx", "plain"), ("onnx", "asymmetric-nomask"), ("onnx", "groups-dgroups-stride"),
+         ("mmcv", "channel-shares")]
 
 
 def _parse(path: Path):

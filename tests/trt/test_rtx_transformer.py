@@ -83,3 +83,33 @@ def test_rotary_embedding_is_rewritten_by_default_and_never_built_as_onnx_rotary
     assert "rotaryembedding0 (RotaryEmbedding: rewritable by ms-rotary-embedding, turned off by --skip-rule)" \
         in res.output and "Traceback" not in res.output
     assert not skipped.exists() and not Path(str(skipped) + ".json").exists()
+
+
+def test_a_float16_fused_bert_builds_with_its_proofs_shaped(tmp_path):
+    """ONNX Runtime's optimizer with ``--float16`` (its converter, inputs and outputs kept float32)
+    writes a value info with a type and no shape for every retyped tensor; they hid every fused node's
+    shape from the proofs ("the shape of input ... is unknown (give --shapes)", exit 7, although
+    --shapes was given: issue 33)."""
+    from onnxruntime.transformers.onnx_model import OnnxModel
+
+    fp16 = OnnxModel(tiny_bert(batch="batch", seq="seq", layers=1))
+    fp16.convert_float_to_float16(keep_io_types=True)
+    assert any(not vi.type.tensor_type.HasField("shape") for vi in fp16.model.graph.value_info)
+    model = tmp_path / "bert16.onnx"
+    onnx.save(fp16.model, model)
+    engine = tmp_path / "bert16.engine"
+    shapes = ",".join(f"{n}:1x8" for n in ("input_ids", "segment_ids", "mask"))
+    res = CliRunner().invoke(cli, ["build", "--trt", "rtx", str(model), "-o", str(engine), "--shapes", shapes, "--json"])
+    assert res.exit_code == 0, res.output
+    rewrites = json.loads(res.stdout)["manifest_data"]["rewrites"]
+    assert {r["rule"] for r in rewrites} == FUSED_RULES
+    assert all(r["proof"]["passed"] for r in rewrites)
+
+
+def test_an_unknown_proof_shape_says_give_shapes_only_when_none_were_given():
+    from trtconv.rewrites import RewriteSettings
+    from trtconv.rewrites.transformer.fused import _unknown_shape
+
+    assert "give --shapes" in _unknown_shape("t", RewriteSettings())
+    given = _unknown_shape("t", RewriteSettings(proof_shapes={"x": (1, 8)}))
+    assert "give --shapes" not in given and "does not reach it" in given

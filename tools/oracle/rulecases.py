@@ -87,4 +87,13 @@ def MORE_MODELS() -> dict[str, tuple[onnx.ModelProto, dict[str, tuple[int, ...]]
         "lstm_in_if_state": (_lstm_in_if(""), {}, "LSTM inside If branches, Y_h used (Silero VAD's structure)"),
         "lstm_in_if_y": (_lstm_in_if("y"), {}, "LSTM inside If branches, only Y used"),
         "lstm_plain": (_lstm_plain(), {}, "the same LSTM at top level"),
+        "clip_int32": (_int_clip(TensorProto.INT32), {}, "Clip on INT32 with INT32 bounds (issue 33)"),
+        "clip_int64": (_int_clip(TensorProto.INT64), {}, "Clip on INT64 with INT64 bounds (issue 33)"),
     }
+
+
+def _int_clip(dtype: int) -> onnx.ModelProto:
+    np_type = helper.tensor_dtype_to_np_dtype(dtype)
+    bounds = [numpy_helper.from_array(np.array(v, np_type), n) for n, v in (("lo", -3), ("hi", 5))]
+    return _model([helper.make_node("Clip", ["x", "lo", "hi"], ["y"])], [_vi("x", dtype, [2, 4])],
+                  [_vi("y", dtype, [2, 4])], bounds)

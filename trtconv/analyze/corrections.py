@@ -74,6 +74,8 @@ CORRECTIONS: tuple[Correction, ...] = (
     *(Correction(op, RTX_ONLY, MEASURED, "INT8 inputs parse and build", add_types="INT8") for op in _INT8_ELEMENTWISE),
     Correction("Equal", RTX_ONLY, MEASURED, "UINT8 inputs parse and build", add_types="INT8,UINT8"),
     Correction("Identity", RTX_ONLY, MEASURED, "INT8 inputs parse and build", add_types="INT8"),
+    Correction("Clip", RTX_ONLY, MEASURED, "INT32 and INT64 inputs (min/max of the same type) parse and build",
+               add_types="INT32,INT64"),
     Correction("LSTM", RTX_ONLY, MEASURED, "inside an If branch, a used Y_h/Y_c output fails the build "
                                            "(graphScope assertion; Y alone builds)", params={"state_in_if": "error"}),
     # The same builder assertion is likely on 10.x/11.x (graphScope is builder core), but it is not

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trtconv.analyze import CheckReport
-from trtconv.load import parse_shapes
+from trtconv.load import parse_shape_values, parse_shapes
 from trtconv.pipeline import (
     BuildOutcome,
     BuildSettings,
@@ -68,7 +68,8 @@ def check(model: PathLike, *, trt: str | None = None, shapes: ShapesArg = None,
     """
 
     shape_map = _shapes(shapes)  # usage errors before reading a large file
-    return run_check(Path(model), trt or default_target()[0], shape_map, live=live)
+    values = parse_shape_values(shapes) if isinstance(shapes, str) else {}  # shape-tensor inputs: the probe's profile
+    return run_check(Path(model), trt or default_target()[0], shape_map, live=live, values=values)
 
 
 # --------------------------------------------------------------------------- rewrite

@@ -60,11 +60,11 @@ def random_engine_inputs(inputs: list[Any], shapes: dict[str, tuple[int, ...]], 
                 hint=f"pass --shapes {t.name}:" + "x".join(str(d) if d >= 0 else "N" for d in t.shape),
             )
         if t.dtype.kind == "f":
-            feeds[t.name] = rng.standard_normal(shape).astype(t.dtype)
+            feeds[t.name] = np.asarray(rng.standard_normal(shape), dtype=t.dtype)  # 0-d: an array
         elif t.dtype.kind == "b":
-            feeds[t.name] = rng.integers(0, 2, size=shape).astype(bool)
+            feeds[t.name] = np.asarray(rng.integers(0, 2, size=shape), dtype=bool)
         else:
-            feeds[t.name] = rng.integers(0, 4, size=shape).astype(t.dtype)
+            feeds[t.name] = np.asarray(rng.integers(0, 4, size=shape), dtype=t.dtype)
     return feeds
 
 

@@ -44,6 +44,9 @@ def _print(report: Mapping[str, Any], all_layers: bool) -> None:
     for i, profile in enumerate(report["profiles"]):
         for name, rng in profile.items():
             echo(f"profile {i} {name}: min {rng['min']} opt {rng['opt']} max {rng['max']}")
+    for i, values in enumerate(report.get("shape_input_values") or []):
+        for name, rng in values.items():
+            echo(f"profile {i} {name} (shape tensor) values: min {rng['min']} opt {rng['opt']} max {rng['max']}")
     layers = report["layers"]
     echo(f"layers: {layers['count']} ({layers['from']}: {layers['note']})")
     counts: dict[str, int] = {}

@@ -142,7 +142,7 @@ _STAGES = (
     ("trtconv.load.save", "writing the output"), ("trtconv.outputs", "writing the output"),
     ("trtconv.load", "reading the model"), ("trtconv.reference", "running ONNX Runtime"),
     ("trtconv.samples", "reading the samples"), ("trtconv.rewrites", "rewriting the model"),
-    ("trtconv.precision.calibrate", "calibrating"), ("trtconv.precision.peaks", "calibrating"),
+    ("trtconv.precision.int8.calibrat", "calibrating"), ("trtconv.precision.peaks", "calibrating"),
     ("trtconv.precision", "converting the precision"), ("trtconv.analyze", "analysing the model"),
     ("trtconv.trt", "building the engine"), ("trtconv.verify", "verifying the engine"),
     ("trtconv.bench", "benchmarking"), ("trtconv.plan", "planning the build"),

@@ -84,7 +84,9 @@ LIMIT = LimitType()
 
 def _warn_deprecated(new: str, old: tuple[str, ...]) -> Callable[[click.Context, click.Parameter, Any], Any]:
     def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-        if value not in (None, ()) and ctx.get_parameter_source(param.name or "") == ParameterSource.COMMANDLINE:
+        # click >= 8.3 records the source only after the callback: None here is the command line too
+        source = ctx.get_parameter_source(param.name or "")
+        if value not in (None, ()) and source in (None, ParameterSource.COMMANDLINE):
             warn(f"{'/'.join(old)} is deprecated: use {new} (the old spelling goes in the next release)")
         return value
     return callback

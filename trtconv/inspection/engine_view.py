@@ -109,5 +109,7 @@ def inspect_engine(engine_path: Path, plugin_libraries: tuple[Path, ...] = (), *
         "off_precision": off_precision(rows, prec, str(source.get("recorded_from") or source["from"])) if prec else [],
         "bindings": bindings,
         "profiles": profiles,
+        # per profile, the shape-tensor inputs' values (recorded at build; the engine is not asked)
+        "shape_input_values": list((manifest or {}).get("shape_input_values") or []),
         "provenance": provenance(manifest) if manifest is not None else None,
     }

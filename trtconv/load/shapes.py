@@ -24,34 +24,77 @@ Shape = tuple[int, ...]
 MAX_DIM = 2**31 - 1
 
 
+SCALAR = "scalar"  # ``NAME:scalar`` (or ``NAME:``) is a 0-d shape, as in trtexec
+_VALUES = re.compile(r"\[\s*(-?\d+(?:\s*,\s*-?\d+)*)?\s*\]")
+
+
 def parse_shapes(spec: str | None) -> dict[str, Shape]:
     """``"x:1x3x224x224,mask:1x224x224"`` → ``{"x": (1,3,224,224), ...}``.
 
     Input names may contain ':' (TensorFlow exports: ``input:0``), so the shape is
-    what follows the *last* colon.
+    what follows the *last* colon. ``scale:scalar`` (or ``scale:``) is a 0-d input.
+    Entries that give a shape-tensor input's values (``shp:[3,4]``) are not shapes:
+    :func:`parse_shape_values` reads them.
     """
+    return parse_shape_spec(spec)[0]
+
+
+def parse_shape_values(spec: str | None) -> dict[str, tuple[int, ...]]:
+    """The values of the shape-tensor inputs in ``spec``: ``"x:2x6,shp:[3,4]"`` → ``{"shp": (3, 4)}``.
+
+    A shape-tensor input (an integer input whose values TensorRT uses as a shape) needs values,
+    not a shape, in every profile: written in brackets, flattened in row-major order."""
+    return parse_shape_spec(spec)[1]
+
+
+def parse_shape_spec(spec: str | None) -> tuple[dict[str, Shape], dict[str, tuple[int, ...]]]:
+    """(shapes, shape-tensor values) of one ``--shapes`` text; each name given once."""
     shapes: dict[str, Shape] = {}
+    values: dict[str, tuple[int, ...]] = {}
     if not spec:
-        return shapes
+        return shapes, values
     for item in _split_items(spec):
-        name, sep, dims = item.rpartition(":")
-        if not sep or not name or not re.fullmatch(r"\d+(x\d+)*", dims.strip()):
+        name, sep, dims = item.partition(":[") if ":[" in item else item.rpartition(":")
+        if ":[" in item:
+            dims = "[" + dims
+        name, dims = name.strip(), dims.strip()
+        bracket = _VALUES.fullmatch(dims)
+        plain = re.fullmatch(r"\d+(x\d+)*", dims) or dims in ("", SCALAR)
+        if not sep or not name or not (bracket or plain):
             raise UsageError(
                 f"bad shape {item!r}",
-                hint="write NAME:DxDxD, e.g. images:1x3x640x640 (several separated by commas)",
+                hint="write NAME:DxDxD, e.g. images:1x3x640x640 (several separated by commas); NAME:scalar for a "
+                     "0-d input; NAME:[3,4] for the values of a shape-tensor input",
             )
-        if name in shapes:
+        if name in shapes or name in values:
             raise UsageError(f"input {name!r} given twice in shapes")
-        shape = tuple(int(d) for d in dims.strip().split("x"))
+        if bracket:
+            values[name] = tuple(int(v) for v in (bracket.group(1) or "").split(",") if v.strip())
+            continue
+        shape = () if dims in ("", SCALAR) else tuple(int(d) for d in dims.split("x"))
         if any(d > MAX_DIM for d in shape):
             raise UsageError(f"bad shape {item!r}: dims must be below 2**31 (TensorRT's dims are int32)")
-        shapes[name.strip()] = shape
-    return shapes
+        shapes[name] = shape
+    return shapes, values
+
+
+def shapes_text(shapes: Mapping[str, Shape], values: Mapping[str, tuple[int, ...]] | None = None) -> str:
+    """The ``--shapes`` text of ``shapes`` (and shape-tensor ``values``): what :func:`parse_shape_spec` reads."""
+    items = [f"{n}:{'x'.join(map(str, s)) if s else SCALAR}" for n, s in shapes.items()]
+    items += [f"{n}:[{','.join(map(str, v))}]" for n, v in (values or {}).items()]
+    return ",".join(items)
 
 
 def _split_items(spec: str) -> list[str]:
-    # Split on commas that are followed by "name:" — names never contain 'x'-digit runs only.
-    return [p.strip() for p in spec.split(",") if p.strip()]
+    """Split on the commas between entries (not those inside a ``[...]`` of values)."""
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(spec):
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            items.append(spec[start:i])
+            start = i + 1
+    items.append(spec[start:])
+    return [p.strip() for p in items if p.strip()]
 
 
 def input_dims(model: onnx.ModelProto) -> dict[str, list[int | str | None]]:
@@ -104,6 +147,27 @@ def override_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Shape]) -
     return out
 
 
+def _negative_dims(model: onnx.ModelProto) -> list[onnx.TensorShapeProto.Dimension]:
+    return [d for g in iter_graphs(model.graph) for vi in list(g.value_info) + list(g.output)
+            if vi.type.HasField("tensor_type") for d in vi.type.tensor_type.shape.dim
+            if d.HasField("dim_value") and d.dim_value < 0]
+
+
+def _without_negative_dims(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``, or a copy whose stored dims of -1 are unknown dims.
+
+    Some exporters (Paddle's) store -1 for a dynamic dim in value infos; ONNX >= 1.23 takes it as a
+    known size that conflicts with what inference derives, and keeps the stale -1 (a first Conv of
+    [-1, 8, ?, ?] for a fixed 1x3x48x192 input). The copy is made only where such dims exist."""
+    if not _negative_dims(model):
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for d in _negative_dims(out):
+        d.Clear()
+    return out
+
+
 def _has_unknown_dims(model: onnx.ModelProto) -> bool:
     for g in iter_graphs(model.graph):
         for vi in list(g.value_info) + list(g.output):
@@ -128,6 +192,7 @@ def infer_shapes(
     ranks, which is all ``check`` needs, and the symbolic pass costs seconds per 1k nodes.
     """
     model = model if model is not None else loaded.proto
+    model = _without_negative_dims(model)
     try:
         if approx_size(model) > PROTOBUF_LIMIT:
 

@@ -20,7 +20,7 @@ from trtconv.onnxutil.graph import (
     cleanup,
     constant_tensor,
 )
-from trtconv.onnxutil.indices import index_limits
+from trtconv.onnxutil.indices import index_limits, shape_value_inputs
 from trtconv.onnxutil.names import (
     fresh_name,
     model_names,
@@ -60,6 +60,7 @@ __all__ = [
     "gs_nodes",
     "has_lazy_weights",
     "index_limits",
+    "shape_value_inputs",
     "has_subgraphs",
     "is_default_domain",
     "is_lazy",

@@ -76,3 +76,52 @@ def _limit_from(start: str, consumers: dict[str, list[onnx.NodeProto]],
                     seen.add(out)
                     todo.append(out)
     return best
+
+
+# (op, input index) whose values are a shape, sizes or a count: where TensorRT makes a shape tensor.
+_SHAPE_OPERANDS = frozenset({("Reshape", 1), ("Expand", 1), ("Tile", 1), ("ConstantOfShape", 0), ("Slice", 1),
+                             ("Slice", 2), ("Slice", 3), ("Slice", 4), ("Resize", 3), ("Range", 0), ("Range", 1),
+                             ("Range", 2), ("TopK", 1), ("Pad", 1), ("OneHot", 1), ("Upsample", 1)})
+# Ops whose output carries none of an input's values (only its shape or type).
+_VALUELESS = frozenset({"Shape", "Size", "EyeLike", "RandomNormalLike", "RandomUniformLike"})
+_INTEGER = frozenset({onnx.TensorProto.INT32, onnx.TensorProto.INT64})
+
+
+def shape_value_inputs(model: onnx.ModelProto) -> tuple[str, ...]:
+    """The integer graph inputs of static shape whose values reach a shape operand (a Reshape's
+    shape, an Expand's or ConstantOfShape's, Slice bounds, a Range): TensorRT's parser makes them
+    shape tensors, which need values (not a shape) in an optimization profile. A guess from the
+    graph, used to read those values from sample data; the parser's own verdict decides the build."""
+    graph = model.graph
+    consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
+    for node in graph.node:
+        for name in node.input:
+            if name:
+                consumers[name].append(node)
+    inits = {t.name for t in graph.initializer}
+    found = []
+    for inp in graph.input:
+        tt = inp.type.tensor_type
+        if inp.name in inits or tt.elem_type not in _INTEGER or not tt.HasField("shape"):
+            continue
+        if not all(d.HasField("dim_value") for d in tt.shape.dim):
+            continue
+        if _reaches_shape_operand(inp.name, consumers):
+            found.append(inp.name)
+    return tuple(found)
+
+
+def _reaches_shape_operand(start: str, consumers: dict[str, list[onnx.NodeProto]]) -> bool:
+    todo, seen = [start], {start}
+    while todo:
+        name = todo.pop()
+        for node in consumers.get(name, ()):
+            if not is_default_domain(node.domain) or node.op_type in _VALUELESS:
+                continue
+            if any((node.op_type, i) in _SHAPE_OPERANDS for i, x in enumerate(node.input) if x == name):
+                return True
+            for out in node.output:
+                if out and out not in seen:
+                    seen.add(out)
+                    todo.append(out)
+    return False

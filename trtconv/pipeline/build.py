@@ -20,13 +20,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from trtconv.errors import (
     AccuracyError,
     BackendUnavailableError,
     UsageError,
 )
 from trtconv.load import LAZY_WEIGHTS_BYTES, LoadedModel, load_model, model_sha256
-from trtconv.onnxutil import iter_graphs
+from trtconv.onnxutil import iter_graphs, shape_value_inputs
 from trtconv.outputs import check_output_path
 from trtconv.pipeline.build_identity import request_identity
 from trtconv.pipeline.build_record import BuildOutcome, ProgressPhases, StageFn, StageRunner, Step
@@ -113,7 +115,8 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
         profiles = build_profiles(
             loaded.proto, shapes=req.shapes, min_shapes=req.min_shapes, opt_shapes=req.opt_shapes,
             max_shapes=req.max_shapes, required=not req.prepare_only, command=command,
-            sample_shapes=None if samples is None else _sample_shapes(samples))
+            sample_shapes=None if samples is None else _sample_shapes(samples),
+            sample_values=None if samples is None else _sample_values(samples, shape_value_inputs(loaded.proto)))
     except UsageError:
         check_stage(loaded, target, {}, hint)  # a model no shapes could build says so first, with the reason (exit 5)
         raise
@@ -306,6 +309,14 @@ def _refuse_requantizing(loaded: LoadedModel, precision: str) -> None:
 
 def _has_samples(settings: QuantizeSettings) -> bool:
     return bool(settings.calib_data or settings.calib_loader or settings.random_data)
+
+
+def _sample_values(samples: SampleSet, names: tuple[str, ...]) -> Iterator[dict[str, tuple[int, ...]]]:
+    """Each sample's values of the shape-tensor inputs (``names``), flattened; nothing without such inputs."""
+    if not names:
+        return iter(())
+    return ({n: tuple(int(v) for v in np.asarray(sample[n]).reshape(-1)) for n in names if n in sample}
+            for sample in samples)
 
 
 def _sample_shapes(samples: SampleSet) -> Iterator[dict[str, tuple[int, ...]]]:

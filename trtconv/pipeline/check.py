@@ -14,15 +14,19 @@ from trtconv.load import load_model
 from trtconv.trt import RTX_MODULE, run_isolated
 
 
-def check(model: Path, target: str, shapes: Mapping[str, Sequence[int]], *, live: bool = False) -> CheckReport:
-    """What ``target``'s ONNX parser will reject in ``model``; ``live``: also the real parser's answer."""
+def check(model: Path, target: str, shapes: Mapping[str, Sequence[int]], *, live: bool = False,
+          values: Mapping[str, Sequence[int]] | None = None) -> CheckReport:
+    """What ``target``'s ONNX parser will reject in ``model``; ``live``: also the real parser's answer
+    (``values``: the shape-tensor inputs' values its build profile needs)."""
     report = analyze(load_model(model, structure_only=True), target, dict(shapes))
-    return _with_live(report, model, target, shapes) if live else report
+    return _with_live(report, model, target, shapes, values or {}) if live else report
 
 
-def _with_live(report: CheckReport, path: Path, trt: str, shapes: Mapping[str, Sequence[int]]) -> CheckReport:
+def _with_live(report: CheckReport, path: Path, trt: str, shapes: Mapping[str, Sequence[int]],
+               values: Mapping[str, Sequence[int]]) -> CheckReport:
     module = RTX_MODULE if trt == "rtx" else "tensorrt"
     if importlib.util.find_spec(module) is None:
         note = f"--live: {module} is not installed, so this is the prediction only"
         return replace(report, warnings=(*report.warnings, note))
-    return compare_live(report, run_isolated(path, module, build=module == RTX_MODULE, shapes=shapes))
+    return compare_live(report, run_isolated(path, module, build=module == RTX_MODULE, shapes=shapes,
+                                             values=values))

@@ -55,9 +55,12 @@ class InputRange:
 
 @dataclass(frozen=True)
 class Profile:
-    """An optimization profile: every dynamic input's range (static inputs are not listed)."""
+    """An optimization profile: every dynamic input's range (static inputs are not listed), and
+    the range of *values* of each shape-tensor input (an integer input whose values TensorRT
+    uses as a shape: ``set_shape_input``), flattened, min/opt/max element by element."""
 
     inputs: tuple[tuple[str, InputRange], ...]
+    values: tuple[tuple[str, InputRange], ...] = ()
 
     def as_dict(self) -> dict[str, InputRange]:
         return dict(self.inputs)
@@ -65,8 +68,15 @@ class Profile:
     def corner(self, which: Literal["min", "opt", "max"]) -> dict[str, Shape]:
         return {name: getattr(rng, which) for name, rng in self.inputs}
 
+    def value_corner(self, which: Literal["min", "opt", "max"]) -> dict[str, tuple[int, ...]]:
+        """The shape-tensor inputs' values at one corner."""
+        return {name: getattr(rng, which) for name, rng in self.values}
+
     def to_json(self) -> dict[str, dict[str, list[int]]]:
         return {name: rng.to_json() for name, rng in self.inputs}
+
+    def values_json(self) -> dict[str, dict[str, list[int]]]:
+        return {name: rng.to_json() for name, rng in self.values}
 
 
 def target_name(target: str) -> str:
@@ -136,6 +146,7 @@ class BuildPlan:
         d["onnx_path"] = str(self.onnx_path)
         d["engine_path"] = str(self.engine_path)
         d["profiles"] = [p.to_json() for p in self.profiles]
+        d["shape_input_values"] = [p.values_json() for p in self.profiles]
         d["memory_pools"] = {name: size for name, size in self.memory_pools}
         d["timing_cache"] = {
             "enabled": self.timing_cache.enabled,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -106,16 +106,17 @@ def run_corners(model: onnx.ModelProto, profiles: tuple[Profile, ...], *, seed: 
     value_failures: list[CornerFailure] = []
     skipped: list[str] = []
     outputs: dict[ShapesKey, tuple[ort.Feeds, ort.Feeds]] = {}
-    seen: set[ShapesKey] = set()
+    seen: set[tuple[ShapesKey, tuple[tuple[str, tuple[int, ...]], ...]]] = set()
     names = [o.name for o in sess.get_outputs()]
     real = _samples_by_shape(model, samples)
     for index, profile in enumerate(profiles or (Profile(()),)):
         for corner in CORNERS:
             shapes = profile.corner(corner)
             key = shapes_key(shapes)
-            if key in seen:
+            ran = (key, tuple(sorted(profile.value_corner(corner).items())))  # shape-tensor values count too
+            if ran in seen:
                 continue
-            seen.add(key)
+            seen.add(ran)
             too_big = does_not_fit(model, shapes)
             if too_big:  # a few bytes of ConstantOfShape can declare 16 GiB: never let ORT try
                 where = f"profile {index} {corner}" if profiles else "the static shapes"
@@ -123,7 +124,8 @@ def run_corners(model: onnx.ModelProto, profiles: tuple[Profile, ...], *, seed: 
                 skipped.append(f"{where}: {too_big}")
                 continue
             try:
-                feeds = _sample_at(shapes, real) or ort.random_feeds(model, shapes, seed=seed)
+                feeds = _sample_at(shapes, real) or _with_values(
+                    ort.random_feeds(model, shapes, seed=seed), profile.value_corner(corner))
             except UsageError as exc:
                 failures.append(CornerFailure(index, corner, shapes, None, None, exc.message))
                 continue
@@ -131,7 +133,7 @@ def run_corners(model: onnx.ModelProto, profiles: tuple[Profile, ...], *, seed: 
                 values = sess.run(names, feeds, quiet)
             except Exception as exc:  # ORT raises its own RuntimeException types
                 failure = _failure(index, corner, shapes, exc)
-                rerun = _rerun_with_plain_integers(sess, names, feeds, quiet)
+                rerun = _rerun_with_plain_integers(sess, names, feeds, quiet, set(profile.value_corner(corner)))
                 if rerun is None:
                     failures.append(failure)
                     continue
@@ -141,7 +143,7 @@ def run_corners(model: onnx.ModelProto, profiles: tuple[Profile, ...], *, seed: 
                             failure.describe(), rerun[0])
                 feeds, values = rerun[1], rerun[2]
             if keep_outputs:
-                outputs[key] = (feeds, {n: np.asarray(v) for n, v in zip(names, values)})
+                outputs.setdefault(key, (feeds, {n: np.asarray(v) for n, v in zip(names, values)}))
     return CornerRuns(tuple(failures), tuple(skipped), outputs, tuple(value_failures))
 
 
@@ -160,6 +162,16 @@ def _samples_by_shape(model: onnx.ModelProto, samples: Iterable[Mapping[str, np.
     return list(kept.values())
 
 
+def _with_values(feeds: ort.Feeds, values: Mapping[str, tuple[int, ...]]) -> ort.Feeds:
+    """``feeds`` with the profile's values for its shape-tensor inputs (random values would make a
+    Reshape fail on what TensorRT is told they are)."""
+    out = dict(feeds)
+    for name, vals in values.items():
+        if name in out:
+            out[name] = np.asarray(vals, dtype=out[name].dtype).reshape(out[name].shape)
+    return out
+
+
 def _sample_at(shapes: Mapping[str, tuple[int, ...]], samples: list[ort.Feeds]) -> ort.Feeds | None:
     """A real sample whose inputs have the corner's shapes (inputs not in ``shapes`` are static:
     every sample fits them), or None."""
@@ -169,14 +181,18 @@ def _sample_at(shapes: Mapping[str, tuple[int, ...]], samples: list[ort.Feeds]) 
     return None
 
 
-def _rerun_with_plain_integers(sess: object, names: list[str], feeds: ort.Feeds, options: object
+def _rerun_with_plain_integers(sess: object, names: list[str], feeds: ort.Feeds, options: object,
+                               given: Collection[str] = (),
                                ) -> tuple[int, ort.Feeds, list[object]] | None:
     """The same shapes with every integer input 0, then 1: (the value, its feeds, the outputs) of
-    the first that runs, or None when neither does (or there is no integer input to change)."""
-    if not any(v.dtype.kind in "iu" for v in feeds.values()):
+    the first that runs, or None when neither does (or there is no integer input to change). The
+    ``given`` inputs keep their values: a shape-tensor input's values are the profile's, and TensorRT
+    builds for exactly those."""
+    if not any(v.dtype.kind in "iu" for n, v in feeds.items() if n not in given):
         return None
     for fill in (0, 1):
-        plain = {n: (np.full_like(v, fill) if v.dtype.kind in "iu" else v) for n, v in feeds.items()}
+        plain = {n: (np.full_like(v, fill) if v.dtype.kind in "iu" and n not in given else v)
+                 for n, v in feeds.items()}
         try:
             return fill, plain, sess.run(names, plain, options)  # type: ignore[attr-defined]
         except Exception:  # ORT raises its own RuntimeException types

@@ -84,6 +84,7 @@ def build_manifest(
         "precision": {"requested": plan.precision, **dict(precision or {})},
         "calibration": dict(calibration) if calibration else None,
         "profiles": [p.to_json() for p in plan.profiles],
+        "shape_input_values": [p.values_json() for p in plan.profiles],  # per profile: set_shape_input's values
         "plugins": {
             "libraries": [p.name for p in plan.plugin_libraries],
             "needed_at_runtime": sorted(plugins_needed or []),

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import onnx
 
 from trtconv.errors import InvalidModelError, UsageError
-from trtconv.load import dynamic_inputs, input_dims, parse_shapes
+from trtconv.load import dynamic_inputs, input_dims, parse_shape_spec
 from trtconv.plan.build_plan import InputRange, Profile, Shape
 from trtconv.plan.corners import does_not_fit
 from trtconv.reference import ort
@@ -59,6 +59,7 @@ def build_profiles(
     opt_shapes: Sequence[str] = (),
     max_shapes: Sequence[str] = (),
     sample_shapes: Iterable[Mapping[str, Shape]] | None = None,
+    sample_values: Iterable[Mapping[str, tuple[int, ...]]] | None = None,
     required: bool = True,
     command: str = "trtconv build MODEL -o ENGINE",
 ) -> tuple[Profile, ...]:
@@ -69,6 +70,9 @@ def build_profiles(
     dynamic leading (batch) dim is 1, with a warning; else, if a profile is ``required``, a
     usage error whose hint is ``command`` with shapes the graph was seen to run at
     (``required=False``: no profile, for ``--prepare-only``).
+
+    Shape-tensor inputs get values (``--shapes shp:[3,4]``), or, where none are given, the span of
+    ``sample_values`` (their values in the samples); a static model with such values gets one profile.
     """
     dims = input_dims(model)
     dynamic = dynamic_inputs(model)
@@ -76,9 +80,11 @@ def build_profiles(
     if shapes and ranged:
         raise UsageError("give either --shapes or --min-shapes/--opt-shapes/--max-shapes, not both")
     specs: list[tuple[dict[str, Shape], dict[str, Shape], dict[str, Shape]]] = []
+    valued: list[tuple[dict[str, Shape], dict[str, Shape], dict[str, Shape]]] = []
     if shapes:
-        one = parse_shapes(shapes)
+        one, values = parse_shape_spec(shapes)
         specs.append((one, one, one))
+        valued.append((values, values, values))
     elif ranged:
         counts = {len(min_shapes), len(opt_shapes), len(max_shapes)}
         if len(counts) != 1:
@@ -87,12 +93,20 @@ def build_profiles(
                 hint="each optimization profile needs all three; repeat the three flags once per profile",
             )
         for lo_spec, opt_spec, hi_spec in zip(min_shapes, opt_shapes, max_shapes):
-            specs.append((parse_shapes(lo_spec), parse_shapes(opt_spec), parse_shapes(hi_spec)))
+            (lo, vlo), (mid, vmid), (hi, vhi) = map(parse_shape_spec, (lo_spec, opt_spec, hi_spec))
+            specs.append((lo, mid, hi))
+            valued.append((vlo, vmid, vhi))
     elif dynamic:
         spec = _default_spec(model, dynamic, sample_shapes, required, command)
         if spec is None:
             return ()
         specs.append(spec)
+    if not any(v[0] for v in valued) and sample_values:
+        span = _values_span(sample_values)
+        if span is not None:
+            announce(span, "the samples of --calib-data (values of shape-tensor inputs)")
+            specs = specs or [({}, {}, {})]
+            valued = [span] * len(specs)
     profiles = []
     for index, (lo, mid, hi) in enumerate(specs):
         where = f"profile {index}"
@@ -111,18 +125,62 @@ def build_profiles(
                 hint="every dynamic input needs a range in every profile, e.g. "
                 + _example(missing[0], dynamic[missing[0]]),
             )
-        ranges = []
-        for name in lo:
-            a, b, c = lo[name], mid[name], hi[name]
-            for axis, (x, y, z) in enumerate(zip(a, b, c)):
-                if not x <= y <= z:
-                    raise UsageError(
-                        f"{where}: input {name!r} dim {axis}: min {x}, opt {y}, max {z} is not min <= opt <= max",
-                        hint=f"min {list(a)}, opt {list(b)}, max {list(c)}",
-                    )
-            ranges.append((name, InputRange(a, b, c)))
-        profiles.append(Profile(tuple(ranges)))
+        value_ranges = _value_ranges(where, valued[index] if index < len(valued) else ({}, {}, {}), dims, lo)
+        profiles.append(Profile(tuple(_ranges(where, lo, mid, hi)), value_ranges))
     return tuple(profiles)
+
+
+def _ranges(where: str, lo: Mapping[str, Shape], mid: Mapping[str, Shape], hi: Mapping[str, Shape]
+            ) -> list[tuple[str, InputRange]]:
+    """min <= opt <= max, element by element, for each input of one profile."""
+    ranges = []
+    for name in lo:
+        a, b, c = lo[name], mid[name], hi[name]
+        if not len(a) == len(b) == len(c):
+            raise UsageError(f"{where}: input {name!r} has {len(a)}, {len(b)} and {len(c)} entries at min, opt, max")
+        for axis, (x, y, z) in enumerate(zip(a, b, c)):
+            if not x <= y <= z:
+                raise UsageError(
+                    f"{where}: input {name!r} dim {axis}: min {x}, opt {y}, max {z} is not min <= opt <= max",
+                    hint=f"min {list(a)}, opt {list(b)}, max {list(c)}",
+                )
+        ranges.append((name, InputRange(a, b, c)))
+    return ranges
+
+
+def _value_ranges(where: str, valued: tuple[dict[str, Shape], dict[str, Shape], dict[str, Shape]],
+                  dims: Mapping[str, list[int | str | None]], shapes: Mapping[str, Shape]
+                  ) -> tuple[tuple[str, InputRange], ...]:
+    """The shape-tensor inputs' values of one profile: each an integer input, as many values as elements."""
+    lo, mid, hi = valued
+    if not (set(lo) == set(mid) == set(hi)):
+        raise UsageError(f"{where}: --min-shapes, --opt-shapes and --max-shapes give values for different inputs "
+                         f"({sorted(lo)} / {sorted(mid)} / {sorted(hi)})")
+    for name, vals in lo.items():
+        if name not in dims:
+            raise UsageError(f"--shapes gives values for {name!r}, which is not an input of the model",
+                             hint=f"inputs are: {', '.join(dims) or '(none)'}")
+        have = shapes.get(name) or dims[name]
+        fixed = [d for d in have if isinstance(d, int)]
+        if len(fixed) == len(have):
+            count = 1
+            for d in fixed:
+                count *= d
+            if count != len(vals):
+                raise UsageError(f"{where}: input {name!r} holds {count} value(s) (shape {list(have)}); "
+                                 f"{len(vals)} were given", hint=f"e.g. {name}:[{','.join(['1'] * count)}]")
+    return tuple(_ranges(where + " values", lo, mid, hi))
+
+
+def _values_span(samples: Iterable[Mapping[str, tuple[int, ...]]]
+                 ) -> tuple[dict[str, Shape], dict[str, Shape], dict[str, Shape]] | None:
+    """min/opt/max of shape-tensor input values over the samples (element by element), or None."""
+    seen = [dict(s) for s in samples if s]
+    if not seen or any(set(s) != set(seen[0]) for s in seen):
+        return None
+    if any(len({len(s[n]) for s in seen}) != 1 for n in seen[0]):
+        return None
+    return _span(seen)
 
 
 def _default_spec(model: onnx.ModelProto, dynamic: dict[str, list[int | str | None]],

@@ -1,6 +1,5 @@
 """Stage 4, precision: FP16 and INT8 made explicit in the ONNX (TensorRT 11 has no builder flags for them)."""
 
-from trtconv.precision.calib_cache import cache_files
 from trtconv.precision.fp16 import (
     DEFAULT_MAX_ACTIVATION,
     Fp16AccuracyError,
@@ -19,6 +18,7 @@ from trtconv.precision.int8 import (
     Int8Report,
     Int8Result,
     Int8Settings,
+    cache_files,
     quantize_int8,
 )
 from trtconv.precision.phases import (

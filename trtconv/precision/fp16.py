@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_ACTIVATION = 4096.0
 # The FP32 outputs of the peaks pass are kept for the accuracy check up to this many bytes.
 REFERENCE_KEEP_BYTES = 256 << 20
-# progress(stage, done, total), as in trtconv.precision.int8: stages "fold", "peaks", "convert", "accuracy"
+# progress(stage, done, total), as in trtconv.precision.int8.compose: stages "fold", "peaks", "convert", "accuracy"
 ProgressFn = Callable[[str, int, "int | None"], None]
 
 

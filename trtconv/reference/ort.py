@@ -159,12 +159,12 @@ def random_feeds(
         dt = types[name]
         try:
             if dt.kind == "f":
-                feeds[name] = (rng.standard_normal(shape) * scale).astype(dt)
+                feeds[name] = np.asarray(rng.standard_normal(shape) * scale, dtype=dt)  # 0-d: an array, never a scalar
             elif dt.kind in "iu":
-                feeds[name] = rng.integers(0, max(1, min(SMALL_INTS, limits.get(name, SMALL_INTS))),
-                                           size=shape).astype(dt)
+                feeds[name] = np.asarray(rng.integers(0, max(1, min(SMALL_INTS, limits.get(name, SMALL_INTS))),
+                                                      size=shape), dtype=dt)
             elif dt.kind == "b":
-                feeds[name] = rng.integers(0, 2, size=shape).astype(bool)
+                feeds[name] = np.asarray(rng.integers(0, 2, size=shape), dtype=bool)
             else:
                 raise UsageError(f"input {name!r} has dtype {dt}, which trtconv cannot generate data for")
         except (MemoryError, ValueError) as exc:  # numpy: "array is too big" or cannot allocate

@@ -28,11 +28,14 @@ MIN_IR_FOR_OPSET = {19: 9, 16: 8}
 # Shape-like inputs (Reshape shape, Slice starts/ends, Expand, Tile, Pad, Resize sizes,
 # TopK k, ...) are int64-only or tied to sibling inputs in ONNX and stay INT64: TensorRT
 # 10+ handles INT64 shape tensors natively, so nothing is gained by narrowing them.
+# Admitted by ONNX is not enough: the narrowed node must have an ONNX Runtime kernel too (the
+# proofs run there). OneHot's indices are not listed: ONNX types them apart from the depth, but
+# ONNX Runtime's kernels take INT32 indices only with an INT32 depth, so narrowing constant indices
+# beside an INT64 depth computed at run time left a node no runtime could load (issue 33).
 INT32_OK_INPUTS: frozenset[tuple[str, int]] = frozenset({
     ("Gather", 1),
     ("GatherElements", 1),
     ("ScatterElements", 1),
-    ("OneHot", 0),
 })
 
 

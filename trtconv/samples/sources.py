@@ -234,11 +234,11 @@ def _random_iter(source: SampleSource, inputs: Mapping[str, InputSpec]) -> Itera
         for name, spec in inputs.items():
             try:
                 if spec.dtype.kind == "f":
-                    sample[name] = rng.standard_normal(concrete[name]).astype(spec.dtype)
+                    sample[name] = np.asarray(rng.standard_normal(concrete[name]), dtype=spec.dtype)  # 0-d: an array
                 elif spec.dtype.kind in "iu":
-                    sample[name] = rng.integers(0, 4, size=concrete[name]).astype(spec.dtype)
+                    sample[name] = np.asarray(rng.integers(0, 4, size=concrete[name]), dtype=spec.dtype)
                 else:
-                    sample[name] = rng.integers(0, 2, size=concrete[name]).astype(spec.dtype)
+                    sample[name] = np.asarray(rng.integers(0, 2, size=concrete[name]), dtype=spec.dtype)
             except MemoryError as exc:
                 raise UsageError(f"random data: input {name!r} of shape {list(concrete[name])} does not fit in memory",
                                  hint="give smaller --shapes") from exc

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import onnx
 
-from trtconv.errors import BackendUnavailableError, BuildError, OutputError
+from trtconv.errors import BackendUnavailableError, BuildError, OutputError, UsageError
 from trtconv.outputs import write_bytes
 from trtconv.plan import (
     BuildPlan,
@@ -187,7 +187,8 @@ def configure(builder: trt.Builder, network: trt.INetworkDefinition, plan: Build
             config.set_flag(trt.BuilderFlag.EXCLUDE_LEAN_RUNTIME)
         config.plugins_to_serialize = [str(p) for p in plan.plugin_libraries]
     for index, profile in enumerate(plan.profiles):
-        _add_profile(builder, config, profile, index)
+        _add_profile(builder, config, profile, index, _shape_tensor_inputs(network))
+    _require_shape_values(network, plan)
     if timing_cache is not None and flavour.timing_cache:  # RTX: never touched (it would query the GPU)
         data = b""
         if timing_cache.is_file():
@@ -199,13 +200,56 @@ def configure(builder: trt.Builder, network: trt.INetworkDefinition, plan: Build
     return config
 
 
-def _add_profile(builder: trt.Builder, config: trt.IBuilderConfig, profile: Profile, index: int) -> None:
+def _shape_tensor_inputs(network: trt.INetworkDefinition) -> set[str]:
+    """The inputs the parser made shape tensors (their values set shapes: they need values in a profile)."""
+    inputs = (network.get_input(i) for i in range(network.num_inputs))
+    return {t.name for t in inputs if t.is_shape_tensor}
+
+
+def _require_shape_values(network: trt.INetworkDefinition, plan: BuildPlan) -> None:
+    """A usage error naming each shape-tensor input some profile gives no values for (TensorRT's own
+    words, "missing values for shape input tensor", come minutes later and name no option)."""
+    shape_inputs = _shape_tensor_inputs(network)
+    for index, profile in enumerate(plan.profiles or (Profile(()),)):
+        missing = sorted(shape_inputs - set(profile.value_corner("opt")))
+        if missing:
+            example = ",".join(f"{n}:[{','.join(['V'] * max(1, _volume(network, n)))}]" for n in missing)
+            raise UsageError(
+                f"input(s) {', '.join(map(repr, missing))} are shape tensors (their values set shapes): TensorRT "
+                f"needs their values in every optimization profile; profile {index} gives none",
+                hint=f"add them to --shapes (or to each of --min-shapes/--opt-shapes/--max-shapes), values in brackets: "
+                     f"--shapes {example}; or give --calib-data samples holding them (docs/cli.md)")
+
+
+def _volume(network: trt.INetworkDefinition, name: str) -> int:
+    for i in range(network.num_inputs):
+        t = network.get_input(i)
+        if t.name == name:
+            n = 1
+            shape = t.shape
+            for axis in range(len(shape)):
+                n *= max(int(shape[axis]), 1)
+            return n
+    return 1
+
+
+def _add_profile(builder: trt.Builder, config: trt.IBuilderConfig, profile: Profile, index: int,
+                 shape_inputs: set[str]) -> None:
     p = builder.create_optimization_profile()
     for name, rng in profile.inputs:
         try:
             p.set_shape(name, _dims(trt, rng.min), _dims(trt, rng.opt), _dims(trt, rng.max))
         except ValueError as exc:
             raise BuildError(f"profile {index}: TensorRT rejects the shapes of {name!r}: {exc}") from exc
+    for name, rng in profile.values:
+        if name not in shape_inputs:
+            log.warning("profile %d gives values for input %r, which TensorRT does not use as a shape; they only "
+                        "feed the pre-flight", index, name)
+            continue
+        try:
+            p.set_shape_input(name, list(rng.min), list(rng.opt), list(rng.max))
+        except (ValueError, TypeError) as exc:
+            raise BuildError(f"profile {index}: TensorRT rejects the values of shape input {name!r}: {exc}") from exc
     if config.add_optimization_profile(p) < 0:
         raise BuildError(f"profile {index}: TensorRT rejected the optimization profile")
 

@@ -149,11 +149,12 @@ def aborted_verdict(parsed: Mapping[str, Any] | None, how: str, detail: object) 
 
 
 def run_isolated(path: Path, module: str, *, build: bool, shapes: Mapping[str, Sequence[int]] | None = None,
-                 timeout: float = 600.0) -> dict[str, Any]:
+                 timeout: float = 600.0, values: Mapping[str, Sequence[int]] | None = None) -> dict[str, Any]:
     """``parse_and_build`` in a child process (``python -m trtconv.trt.realparse``): a builder
     that aborts or hangs costs that process only. Returns the verdict's JSON form."""
     cmd = [sys.executable, "-m", "trtconv.trt.realparse", str(path), "--module", module,
-           "--shapes", json.dumps({k: list(v) for k, v in (shapes or {}).items()})] + (["--build"] if build else [])
+           "--shapes", json.dumps({k: list(v) for k, v in (shapes or {}).items()}),
+           "--values", json.dumps({k: list(v) for k, v in (values or {}).items()})] + (["--build"] if build else [])
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         out, how, detail = proc.stdout, "crash", f"exit {proc.returncode}"
@@ -183,12 +184,13 @@ def json_stream() -> TextIO:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m trtconv.trt.realparse MODEL --module M [--build] [--shapes JSON]``: JSON lines on stdout."""
+    """``python -m trtconv.trt.realparse MODEL --module M [--build] [--shapes JSON] [--values JSON]``: JSON lines."""
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("model", type=Path)
     ap.add_argument("--module", default=RTX_MODULE, choices=MODULES)
     ap.add_argument("--build", action="store_true")
     ap.add_argument("--shapes", default="{}")
+    ap.add_argument("--values", default="{}", help="shape-tensor inputs' values, JSON")
     args = ap.parse_args(argv)
     trt = import_tensorrt(args.module)
     if trt is None:
@@ -200,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps({"phase": phase, "real": verdict.to_json()}), file=out, flush=True)
 
     verdict = parse_and_build(args.model, trt, build=args.build, shapes=json.loads(args.shapes),
-                              on_parsed=lambda v: emit("parsed", v))
+                              values=json.loads(args.values), on_parsed=lambda v: emit("parsed", v))
     emit("done", verdict)
     return 0
 

@@ -4,15 +4,16 @@ For runtimes with no plugins (TensorRT-RTX) and users who cannot ship a plugin l
 Every op emitted is one TensorRT's ONNX parser imports natively; the computation is
 deformable convolution written out as sampling then a dense product (im2col):
 
-1. ``x [N, C, H, W]`` → ``[N*G, C/G, H, W]`` (``G`` = deformable groups; skipped when 1).
+1. ``x [N, C, H, W]`` → ``[N*G*S, C/(G*S), H, W]`` (``G`` = deformable groups, ``S`` = channel
+   shares of each, see :func:`sample_split`; skipped when ``G*S`` is 1).
 2. Sampling grid from the offsets: the (dy, dx) pairs are swapped to GridSample's (x, y)
    order by one ``Gather`` over the offset channels, added to the position of every kernel
-   tap at every output pixel and normalised,
-   ``[N*G, K*OH, OW, 2]`` with ``K = kh*kw`` (see :func:`_grid`).
+   tap at every output pixel and normalised, ``[N*G, K*OH, OW, 2]`` with ``K = kh*kw`` (see
+   :func:`_grid`), then ``Expand``-ed to one copy per channel share, ``[N*G*S, K*OH, OW, 2]``.
 3. ``GridSample`` (bilinear, ``padding_mode="zeros"``, ``align_corners=0``): pixel ``p`` is
    normalised as ``(2p + 1)/W - 1``, which ``align_corners=0`` maps back to ``p``; corners
    outside the image count as zeros, exactly as DCNv2 defines its border. Output
-   ``[N*G, C/G, K*OH, OW]``: the im2col columns.
+   ``[N*G*S, C/(G*S), K*OH, OW]``, the memory of ``[N, C, K*OH, OW]``: the im2col columns.
 4. Mask multiply (``[N*G, 1, K*OH, OW]``, broadcast over channels), when there is a mask.
 5. The columns reshaped to ``[N, C*K, OH, OW]`` (channel ``c*K + k``) and a 1x1 ``Conv``
    with the weight reshaped ``[Cout, C/group*K, 1, 1]`` and ``group`` groups, plus bias.
@@ -138,6 +139,24 @@ def _check_shapes(em: Emitter, dcn: DcnNode, x: gs.Tensor, offset: gs.Tensor, we
     return c
 
 
+# Channels one GridSample output location walks at most (see sample_split).
+SAMPLE_CHANNELS = 32
+
+
+def sample_split(channels: int, per_location: int = SAMPLE_CHANNELS) -> int:
+    """Into how many batch entries one deformable group's ``channels`` are spread for GridSample.
+
+    GridSample kernels run one thread per output location and loop over the channels (PyTorch's
+    does, by its source): with few locations and many channels most of the GPU idles (layer (c)
+    of the DCN benchmark has 9*32*32 locations of 512 channels). Spreading the channels over
+    ``s`` batch entries, each with its own copy of the grid, gives ``s`` times the threads for
+    ``s`` copies of the grid (two floats per location, against ``channels / s`` samples each).
+    The largest ``s`` dividing ``channels`` that leaves at least ``per_location`` channels each.
+    """
+    return max((s for s in range(1, channels + 1) if channels % s == 0 and channels // s >= per_location),
+               default=1)
+
+
 def _grid(ops: _Ops, p: DcnParams, kernel: tuple[int, int], x: gs.Tensor, offset: gs.Tensor,
           off5: gs.Tensor, sdt: np.dtype) -> gs.Tensor:
     """Normalised grid ``[N*G, K, 2, OH, OW]``: ``(offset + (tap position + 0.5)) / (size/2) - 1``.
@@ -146,8 +165,10 @@ def _grid(ops: _Ops, p: DcnParams, kernel: tuple[int, int], x: gs.Tensor, offset
     graph holds no spatial size: it serves any size, and proving it at a small one proves it
     (TensorRT folds it to constants when the engine's shapes are static). The order of
     operations keeps rounding down: ``position + 0.5`` and ``size/2`` are exact, so a coordinate
-    is rounded three times (the add, the divide, the subtract); ``p*(2/W) + (1/W - 1)`` rounds
-    twice as far from the float64 result at 120x120 (measured through ONNX Runtime's GridSample).
+    is rounded by the add and the divide, and the ``- 1`` is exact where the quotient lies in
+    [0.5, 2], as GridSample's own ``+ 1`` then is; ``p*(2/W) + (1/W - 1)`` rounds twice as far
+    from the float64 result at 120x120, and ``(offset + (p + 0.5 - size/2)) / (size/2)``, one
+    node fewer, 1.2x as far at 256x256 (measured through ONNX Runtime's GridSample).
     """
     kh, kw = kernel
     wh = ops.op("Gather", "x_wh", [ops.op("Shape", "x_shape", [x], np.int64), ops.const("i32", [3, 2])], np.int64,
@@ -172,7 +193,10 @@ def _grid(ops: _Ops, p: DcnParams, kernel: tuple[int, int], x: gs.Tensor, offset
     rows = ops.op("Transpose", "tap_y_column", [rows], sdt, {"perm": [0, 1, 3, 2]})  # [K, 1, OH, 1]
     px = ops.op("Mul", "tap_x_channel", [cols, ops.const("x_channel", [[[1]], [[0]]], sdt)], sdt)  # [K, 2, 1, OW]
     py = ops.op("Mul", "tap_y_channel", [rows, ops.const("y_channel", [[[0]], [[1]]], sdt)], sdt)  # [K, 2, OH, 1]
-    pix = ops.op("Add", "grid_pixels_y", [ops.op("Add", "grid_pixels_x", [off5, px], sdt), py], sdt)
+    # [K, 2, OH, OW], independent of the batch: one Add over the offsets instead of two (each
+    # coordinate still gets one rounded add: px is 0 in the y channel, py 0 in the x channel)
+    taps_pixels = ops.op("Add", "tap_pixels", [px, py], sdt)
+    pix = ops.op("Add", "grid_pixels", [off5, taps_pixels], sdt)
     unit = ops.op("Div", "grid_units", [pix, half], sdt)
     return ops.op("Sub", "grid_taps", [unit, ops.const("one", [1.0], sdt)], sdt)
 
@@ -198,21 +222,29 @@ def emit(em: Emitter, dcn: DcnNode, io: DcnInputs, out: gs.Tensor, _spec: Plugin
     koh_t = ops.op("Mul", "taps_h", [ops.op("Gather", "offset_h", [ohw, ops.const("i0", [0])], np.int64, {"axis": 0}),
                                      ops.const("k", [k])], np.int64)
 
-    # 1. the image, one batch entry per deformable group
+    split = sample_split(c // dg, SAMPLE_CHANNELS)
+    entries = dg * split  # GridSample batch entries per image
+
+    # 1. the image, one batch entry per deformable group and channel share
     img = ops.cast(x, "x_float", sdt)
-    if dg > 1:
-        img = ops.reshape(img, "x_groups", [-1, c // dg, 0, 0], sdt)
+    if entries > 1:
+        img = ops.reshape(img, "x_groups", [-1, c // entries, 0, 0], sdt)
     # 2. the sampling grid
     swapped = ops.op("Gather", "offset_xy", [offset, ops.const("xy_order", swap_pairs(2 * dg * k))], offset.dtype,
                      {"axis": 1})
     off5 = ops.reshape(ops.cast(swapped, "offset_float", sdt), "offset_taps", [-1, k, 2, ohw], sdt)
     grid5 = _grid(ops, p, (kh, kw), x, offset, off5, sdt)
     grid_last = ops.op("Transpose", "grid_xy_last", [grid5], sdt, {"perm": [0, 1, 3, 4, 2]})
-    grid = ops.reshape(grid_last, "grid", [0, -1, ow_t, 2], sdt)
+    if split > 1:  # the same grid for every channel share of a deformable group
+        flat = ops.reshape(grid_last, "grid_flat", [0, 1, -1], sdt)
+        grid_last = ops.op("Expand", "grid_shares", [flat, ops.const("shares", [1, split, 1])], sdt)
+    grid = ops.reshape(grid_last, "grid", [-1, koh_t, ow_t, 2], sdt)
     # 3. bilinear sampling with zeros outside (mode left at its default: "bilinear" in
     # opset 16-19, renamed "linear" from opset 20; both mean the same)
     cols = ops.op("GridSample", "sample", [img, grid], sdt, {"align_corners": 0, "padding_mode": "zeros"},
                   domain=PENDING_DOMAIN)
+    if mask is not None and split > 1:  # [N*dg, C/dg, K*OH, OW]: the mask's batch entries
+        cols = ops.reshape(cols, "columns_groups", [-1, c // dg, koh_t, ow_t], sdt)
     cols = ops.cast(cols, "columns_cast", xdt)
     # 4. modulation
     if mask is not None:

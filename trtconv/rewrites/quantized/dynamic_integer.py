@@ -9,6 +9,11 @@ own), plus one bias step where the older quantizer rounded the bias to int32 (``
 node proof checks that bound on ONNX Runtime's run of the original pattern; the report also
 gives the whole model's measured drift.
 
+Data movement on the uint8 activation between the two (``DynamicQuantizeLinear -> Transpose ->
+MatMulInteger``, as quantizers that move 8-bit tensors write it) commutes with a per-tensor
+quantization: the replacement moves the float activation the same way, so no integer Transpose
+is left for a parser that refuses one (issue 33).
+
 Both tails are read: ``int -> Cast -> Mul(x_scale*w_scale)`` (current ORT) and
 ``int -> Add(int32 bias = Floor(bias / (x_scale*w_scale))) -> Cast -> Mul`` (older ORT, as in
 ddddocr's ``common_old.onnx``). Anything else is left as it is.
@@ -16,10 +21,12 @@ ddddocr's ``common_old.onnx``). Anything else is left as it is.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
 
 from trtconv.errors import TrtconvError
@@ -41,6 +48,8 @@ from trtconv.rewrites.rule import Emitted, RewriteRule, RuleContext, Site, detac
 
 CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 BIAS_PATH = ("Reshape", "Cast", "Floor", "Round", "Unsqueeze", "Squeeze", "Flatten")
+# Ops that only move elements: on a per-tensor quantized activation they commute with the quantization.
+MOVES = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten")
 PROOF_SIDE = 16  # unknown spatial dims in a proof
 DROPPED = ("the per-call uint8 activation quantization (DynamicQuantizeLinear) is dropped: the original's own "
            "quantization noise is what changes (node proof: measured error within its rounding bound)")
@@ -54,6 +63,7 @@ class DynamicMatch:
     bias: np.ndarray | None  # the float bias of the int32 bias path (older quantizer)
     bias_step: float  # max weight scale: the bias path rounds to x_scale * this
     attrs: dict[str, Any]
+    moves: tuple[gs.Node, ...]  # Transpose/Reshape/... between DynamicQuantizeLinear and the integer op, in order
     tail: tuple[gs.Node, ...]  # the Add/Cast/Mul after the integer op: absorbed
     final: gs.Tensor  # what the tail's Mul wrote: the replacement writes it
     original: Original
@@ -76,10 +86,24 @@ def _weight_scale(s: gs.Tensor, x_scale: gs.Tensor) -> np.ndarray | None:
     return const(other) if other is not None else None
 
 
+def _moves(t: gs.Tensor, outs: frozenset[str]) -> tuple[gs.Node | None, tuple[gs.Node, ...]]:
+    """The node that quantized ``t`` and the movement ops between them (each read by the next alone)."""
+    moves: list[gs.Node] = []
+    p = producer(t)
+    while p is not None and p.op in MOVES and sole_consumer(t, outs) is not None:
+        moves.insert(0, p)
+        t = p.inputs[0]
+        p = producer(t)
+    if p is not None and p.op == "DynamicQuantizeLinear" and p.outputs[0] is t and (
+            not moves or sole_consumer(t, outs) is moves[0]):
+        return p, tuple(moves)
+    return None, ()
+
+
 def _read(node: gs.Node, ctx: RuleContext) -> DynamicMatch | None:
     outs = ctx.graph_outputs
-    dql = producer(node.inputs[0])
-    if dql is None or dql.op != "DynamicQuantizeLinear" or dql.outputs[0] is not node.inputs[0]:
+    dql, moves = _moves(node.inputs[0], outs)
+    if dql is None:
         return None
     a_zero = given(node, 2)
     if a_zero is not None and a_zero is not dql.outputs[2]:
@@ -124,7 +148,7 @@ def _read(node: gs.Node, ctx: RuleContext) -> DynamicMatch | None:
     weight = dequantize(wq, w_scale, w_zero, axis).astype(np.float32)
     attrs = {k: v for k, v in node.attrs.items() if k in CONV_ATTRS} if conv else {}
     return DynamicMatch(conv, dql.inputs[0], weight, None if bias is None else bias.astype(np.float32).reshape(-1),
-                        float(np.abs(w_scale).max()), attrs, tuple(tail), final, Original.of(original))
+                        float(np.abs(w_scale).max()), attrs, moves, tuple(tail), final, Original.of(original))
 
 
 class DynamicIntegerRule(RewriteRule):
@@ -132,6 +156,24 @@ class DynamicIntegerRule(RewriteRule):
     description = ("DynamicQuantizeLinear + ConvInteger/MatMulInteger (ONNX Runtime dynamic quantization) -> "
                    "float Conv/MatMul on dequantized weights")
     ops = (("", "ConvInteger"), ("", "MatMulInteger"), ("", "DynamicQuantizeLinear"))
+
+    def settles(self, node: onnx.NodeProto, errors: Sequence[tuple[str, str]],
+                producer: Mapping[str, onnx.NodeProto]) -> bool:
+        """A movement op ``check`` refuses for the uint8 activation DynamicQuantizeLinear made: the
+        replacement moves the float activation instead."""
+        if node.op_type not in MOVES or not all(r == "dtype" and "INT8" in m for r, m in errors):
+            return False
+        name = node.input[0] if node.input else ""
+        for _ in range(16):
+            p = producer.get(name)
+            if p is None or not p.input:
+                return False
+            if p.op_type == "DynamicQuantizeLinear":
+                return True
+            if p.op_type not in MOVES:
+                return False
+            name = p.input[0]
+        return False
 
     def match(self, node: gs.Node, ctx: RuleContext) -> DynamicMatch | None:
         if node.op == "DynamicQuantizeLinear":
@@ -144,24 +186,33 @@ class DynamicIntegerRule(RewriteRule):
         w = em.const("weight", match.weight)
         final = match.final
         final.dtype = np.float32
+        x = match.x
+        for i, move in enumerate(match.moves):  # the same movement, on the float activation
+            moved = em.var(f"moved{i}", np.float32)
+            em.node(move.op, f"move{i}", [x, *move.inputs[1:]], [moved], move.attrs)
+            x = moved
         if match.conv:
-            inputs: list[gs.Tensor] = [match.x, w] + ([em.const("bias", match.bias)] if match.bias is not None else [])
+            inputs: list[gs.Tensor] = [x, w] + ([em.const("bias", match.bias)] if match.bias is not None else [])
             em.node("Conv", "conv", inputs, [final], match.attrs)
             target = "Conv"
         else:
-            target = matmul_bias(em, match.x, w, match.bias, final)
+            target = matmul_bias(em, x, w, match.bias, final)
         return Emitted(tuple(em.nodes), f"{target} (dequantized weights)", (DROPPED,),
                        graph_cuts=frozenset({final.name}), absorbed=match.tail, exact=False)
 
     def proof_case(self, ctx: RuleContext, site: Site, match: DynamicMatch, emitted: Emitted) -> NodeProofCase | Proof:
         w = match.weight
+        known = ctx.shapes.get(match.x.name)
+        if match.moves and not (known and all(isinstance(d, int) and d > 0 for d in known)):
+            return Proof("none", False, reason=f"the shape of {match.x.name!r} is unknown, so the moved activation "
+                                               "cannot be drawn (give --shapes, or --no-verify)")
         rank = len(ctx.shapes.get(match.x.name) or ()) or (w.ndim if match.conv else 2)
         if match.conv:
             group = int(match.attrs.get("group", 1))
             fill = [1, w.shape[1] * group] + [max(PROOF_SIDE, 2 * k) for k in w.shape[2:]]
         else:
             fill = [2] * (rank - 1) + [w.shape[0]]
-        shape = concrete(ctx.shapes.get(match.x.name), fill) or tuple(fill)
+        shape = tuple(known) if match.moves and known else concrete(known, fill) or tuple(fill)  # type: ignore[arg-type]
         x = np.random.default_rng(ctx.settings.seed + site.index).standard_normal(shape).astype(np.float32)
         try:
             expected = match.original.run({match.x.name: x}, match.final.name, max(ctx.opset, 11))

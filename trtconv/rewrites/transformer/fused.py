@@ -159,8 +159,7 @@ def prove_against_original(rule: FusedRule, ctx: RuleContext, site: Site, match:
             continue
         shape = _shape_of(t, ctx.shapes)
         if shape is None:
-            return Proof("none", False, reason=f"the shape of input {t.name!r} is unknown, so the rewrite cannot be "
-                                               "proven (give --shapes, or --no-verify)")
+            return Proof("none", False, reason=_unknown_shape(t.name, ctx.settings))
         if t.name not in feeds:
             feeds[t.name] = rule.feed(match.view, i, shape, _np_dtype(t), by_index, rng)
         by_index[i] = feeds[t.name]
@@ -194,6 +193,15 @@ def prove_against_original(rule: FusedRule, ctx: RuleContext, site: Site, match:
         stats.append(s)
     return Proof(ONNXRUNTIME, passed, tol, tuple(stats), {k: tuple(v.shape) for k, v in sorted(feeds.items())},
                  against)
+
+
+def _unknown_shape(name: str, settings: RewriteSettings) -> str:
+    """Why a proof has no data for ``name``; "give --shapes" only where no shapes were given."""
+    if settings.shapes or settings.proof_shapes:
+        return (f"the shape of input {name!r} is unknown: shape inference (ONNX's and ONNX Runtime's symbolic one) "
+                "does not reach it from the given input shapes, so the rewrite cannot be proven (--no-verify skips "
+                "the proofs)")
+    return f"the shape of input {name!r} is unknown, so the rewrite cannot be proven (give --shapes, or --no-verify)"
 
 
 def _first(exc: Exception) -> str:

@@ -18,7 +18,9 @@ def with_fused_shapes(model: onnx.ModelProto, ops: Collection[tuple[str, str]], 
     if large:
         return model
     fused = [n for n in model.graph.node if (normalize_domain(n.domain), n.op_type) in ops]
-    known = {vi.name for vi in model.graph.value_info} | {o.name for o in model.graph.output}
+    # a value info without a shape is not a shape: ONNX Runtime's float16 converter writes one with
+    # only the new element type for every tensor it retypes (issue 33: every proof then lacked shapes)
+    known = {vi.name for vi in (*model.graph.value_info, *model.graph.output) if _has_shape(vi)}
     if not fused or all(o in known for n in fused for o in n.output if o):
         return model
     try:
@@ -33,6 +35,15 @@ def with_fused_shapes(model: onnx.ModelProto, ops: Collection[tuple[str, str]], 
     out = onnx.ModelProto()
     out.CopyFrom(model)
     have = known | {i.name for i in model.graph.input} | {t.name for t in model.graph.initializer}
+    shapeless = [vi for vi in out.graph.value_info if not _has_shape(vi)]
+    for vi in shapeless:
+        out.graph.value_info.remove(vi)
     out.graph.value_info.extend(vi for vi in inferred.graph.value_info
                                 if vi.name not in have and vi.type.tensor_type.elem_type)
+    added = {vi.name for vi in out.graph.value_info}
+    out.graph.value_info.extend(vi for vi in shapeless if vi.name not in added)  # the type, where no shape came
     return out
+
+
+def _has_shape(vi: onnx.ValueInfoProto) -> bool:
+    return vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")

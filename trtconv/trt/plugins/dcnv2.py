@@ -127,7 +127,10 @@ def ensure_registered() -> None:
         combos = []
         for dtype, type_str, channels_last in _TYPES.values():
             c = trtp.AutoTuneCombination()
-            c.pos([0], type_str, f"LINEAR*{channels_last}")  # x: NCHW or channels-last
+            # x: channels-last only. The NCHW kernels run 2.4-4.3x slower than the channels-last ones,
+            # and slower than a reformat to channels-last plus the channels-last kernel on every
+            # shape benchmarked (docs/benchmarks.md, "+ref"), so TensorRT inserts that reformat.
+            c.pos([0], type_str, channels_last)
             c.pos([1, 2, 3, 4, 5], type_str)  # offset, mask, weight, bias, output: LINEAR
             c.tactics(tactics(bool(allow_tf32) or dtype != "float32", capability, _PORTABLE))
             combos.append(c)

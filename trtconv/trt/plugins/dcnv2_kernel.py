@@ -49,8 +49,10 @@ TILES: tuple[Tile, ...] = ((64, 128, 32, 0), (64, 64, 64, 0), (64, 64, 64, 2), (
 # memory in a fixed order -- for layers with few output pixels and a long K, such as shape
 # (c). Seven, not eight: 32 output tiles x 8 CTAs is more clusters than an H200 holds at once.
 # The third number is FP16 channels per K step: 64 = 128-byte steps (whole cache lines per
-# gather, per-pixel recipes in shared memory, up to 104 KiB of static shared memory).
-SM90_TILES: tuple[Tile, ...] = ((128, 256, 64, 3), (64, 256, 32, 3), (128, 256, 64, 5), (64, 256, 32, 4), (64, 256, 64, 6))
+# gather, per-pixel recipes in shared memory, up to 104 KiB of static shared memory). The last,
+# 128 x 128, is for layers of 128 output channels, where a 256-wide tile computes half nothing.
+SM90_TILES: tuple[Tile, ...] = ((128, 256, 64, 3), (64, 256, 32, 3), (128, 256, 64, 5), (64, 256, 32, 4), (64, 256, 64, 6),
+                                (128, 128, 64, 3))
 ALL_TILES: tuple[Tile, ...] = TILES + SM90_TILES
 _VARIANT = ("s", "p", "t", "w", "w4", "v", "v7")
 

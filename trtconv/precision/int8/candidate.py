@@ -16,11 +16,11 @@ from trtconv.load import check_structure_only
 from trtconv.onnxutil import is_default_domain, iter_graphs
 from trtconv.precision.fp16 import Fp16Report, convert_fp16
 from trtconv.precision.fp16_graph import emulate_half
-from trtconv.precision.int8_accuracy import Accuracy, accuracy_details
-from trtconv.precision.int8_bias import apply_bias_shifts
-from trtconv.precision.int8_settings import Int8Settings, ProgressFn
-from trtconv.precision.int8_smooth import apply_smoothing
-from trtconv.precision.qdq import Placement, Skip, insert_qdq
+from trtconv.precision.int8.accuracy import Accuracy, accuracy_details
+from trtconv.precision.int8.bias import apply_bias_shifts
+from trtconv.precision.int8.parameters import Int8Settings, ProgressFn
+from trtconv.precision.int8.qdq import Placement, Skip, insert_qdq
+from trtconv.precision.int8.smooth import apply_smoothing
 from trtconv.samples import sample_count
 
 

@@ -23,11 +23,16 @@ from onnx import numpy_helper
 
 from trtconv.errors import InternalError
 from trtconv.onnxutil import GraphView, cleanup, fresh_name, is_default_domain, model_names, tensor_array
-from trtconv.precision.calibrate import AUTO_CANDIDATES, Calibrator, CalibSettings, scale_from_threshold
 from trtconv.precision.expose import session_exposing
-from trtconv.precision.int8_accuracy import run_failure, with_origin
-from trtconv.precision.int8_calibration import candidate_label
-from trtconv.precision.sensitivity import node_label
+from trtconv.precision.int8.accuracy import run_failure, with_origin
+from trtconv.precision.int8.calibration import candidate_label
+from trtconv.precision.int8.calibrators import (
+    AUTO_CANDIDATES,
+    Calibrator,
+    CalibSettings,
+    scale_from_threshold,
+)
+from trtconv.precision.int8.sensitivity import node_label
 
 ALPHAS = (0.5, 0.75)
 Key = tuple[str, str]  # (graph, LayerNormalization node)

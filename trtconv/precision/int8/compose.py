@@ -6,9 +6,9 @@ skipped and why, every scale, the cache hit or miss, the accuracy against FP32) 
 the returned report.
 
 The stages, each a few functions over plain data in its own module: settings
-(``int8_settings``) -> the prepared model, held or let go in one place (``int8_prepare``) ->
-calibration (``int8_calibration``) -> placement (``qdq.plan_qdq``) -> Q/DQ insertion
-(``int8_candidate``) -> the gate and auto-exclude (``int8_gate``). This module composes them
+(``parameters``) -> the prepared model, held or let go in one place (``prepare``) ->
+calibration (``calibration``) -> placement (``qdq.plan_qdq``) -> Q/DQ insertion
+(``candidate``) -> the gate and auto-exclude (``gate``). This module composes them
 and holds the report.
 """
 
@@ -26,11 +26,11 @@ import onnx
 from trtconv.errors import AccuracyError, PrecisionNotAchievedError
 from trtconv.onnxutil import GraphView, iter_graphs
 from trtconv.precision.bn_fold import FoldedBatchNorm
-from trtconv.precision.calib_cache import CacheInfo, add_to_sidecar, cache_meta
 from trtconv.precision.fp16 import Fp16Report
-from trtconv.precision.int8_accuracy import WorstSample, accuracy_report
-from trtconv.precision.int8_bias import BiasCorrection, apply_bias_shifts, bias_shifts
-from trtconv.precision.int8_calibration import (
+from trtconv.precision.int8.accuracy import WorstSample, accuracy_report
+from trtconv.precision.int8.bias import BiasCorrection, apply_bias_shifts, bias_shifts
+from trtconv.precision.int8.calib_cache import CacheInfo, add_to_sidecar, cache_meta
+from trtconv.precision.int8.calibration import (
     Calibration,
     CalibrationSession,
     calibrate,
@@ -39,15 +39,15 @@ from trtconv.precision.int8_calibration import (
     keep_candidate,
     proto_sha256,
 )
-from trtconv.precision.int8_candidate import (
+from trtconv.precision.int8.candidate import (
     Candidate,
     CandidateBuilder,
     check_valid,
     finalize_placements,
     smoothed,
 )
-from trtconv.precision.int8_choice import CalibrationOption, best_option, choose_calibration
-from trtconv.precision.int8_gate import (
+from trtconv.precision.int8.choice import CalibrationOption, best_option, choose_calibration
+from trtconv.precision.int8.gate import (
     AUTO_EXCLUDED,
     COMPUTE_OPS,
     GateInputs,
@@ -55,9 +55,7 @@ from trtconv.precision.int8_gate import (
     ShareLimit,
     run_gate,
 )
-from trtconv.precision.int8_per_tensor import PER_TENSOR, PerTensorChoice, choice_samples, per_tensor_choice
-from trtconv.precision.int8_prepare import Pair, PreparedModels, _prepare, upgrade_opset
-from trtconv.precision.int8_settings import (
+from trtconv.precision.int8.parameters import (
     DEFAULT_TRT_VERSION,
     FP16_QDQ_OPSET,
     MIN_QDQ_OPSET,
@@ -66,15 +64,17 @@ from trtconv.precision.int8_settings import (
     ProgressFn,
     Remainder,
 )
-from trtconv.precision.int8_smooth import (
+from trtconv.precision.int8.per_tensor import PER_TENSOR, PerTensorChoice, choice_samples, per_tensor_choice
+from trtconv.precision.int8.prepare import Pair, PreparedModels, _prepare, upgrade_opset
+from trtconv.precision.int8.qdq import Placement, Plan, Skip, plan_qdq
+from trtconv.precision.int8.sensitivity import LayerError
+from trtconv.precision.int8.smooth import (
     ALPHAS,
     Smoothing,
     channel_maxima,
     smoothed_scales,
     smoothing_factors,
 )
-from trtconv.precision.qdq import Placement, Plan, Skip, plan_qdq
-from trtconv.precision.sensitivity import LayerError
 from trtconv.reference import OutputStats, Thresholds, violations
 
 __all__ = [
@@ -336,7 +336,7 @@ def _smoothing(cal: Calibration, where: _Placement, prepared: PreparedModels, re
                samples: Iterable[Mapping[str, np.ndarray]] | None, calib_samples: Iterable[Mapping[str, np.ndarray]],
                settings: Int8Settings, has_twin: bool, options: Sequence[CalibrationOption],
                memo: list[dict[str, np.ndarray]], progress: ProgressFn | None) -> Smoothing | None:
-    """``method="auto"``'s SmoothQuant migration (int8_smooth): each alpha measured and judged on a calibration
+    """``method="auto"``'s SmoothQuant migration (smooth): each alpha measured and judged on a calibration
     run, the best kept when the whole model then agrees better with FP32 on the held-out samples (passing first,
     then worst cosine), and kept in the cache's sidecar; a cache hit replays the kept one."""
     if settings.method != "auto" or not settings.auto_smoothing:

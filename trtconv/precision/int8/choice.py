@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from trtconv.precision.int8_candidate import CandidateBuilder, finalize_placements
-from trtconv.precision.int8_prepare import Pair, PreparedModels
-from trtconv.precision.int8_settings import Int8Settings, ProgressFn
-from trtconv.precision.qdq import Placement
+from trtconv.precision.int8.candidate import CandidateBuilder, finalize_placements
+from trtconv.precision.int8.parameters import Int8Settings, ProgressFn
+from trtconv.precision.int8.prepare import Pair, PreparedModels
+from trtconv.precision.int8.qdq import Placement
 from trtconv.reference import violations
 
 

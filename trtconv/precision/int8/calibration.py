@@ -27,12 +27,17 @@ from trtconv.load import (
     model_sha256,
     structure_only,
 )
-from trtconv.precision.calib_cache import CacheInfo, cache_key, read_cache, write_cache
-from trtconv.precision.calibrate import AUTO_CANDIDATES, Calibrator, CalibSettings, scale_from_threshold
 from trtconv.precision.expose import session_exposing
-from trtconv.precision.int8_accuracy import run_failure, with_origin
-from trtconv.precision.int8_prepare import PreparedModels
-from trtconv.precision.int8_settings import Int8Settings, ProgressFn
+from trtconv.precision.int8.accuracy import run_failure, with_origin
+from trtconv.precision.int8.calib_cache import CacheInfo, cache_key, read_cache, write_cache
+from trtconv.precision.int8.calibrators import (
+    AUTO_CANDIDATES,
+    Calibrator,
+    CalibSettings,
+    scale_from_threshold,
+)
+from trtconv.precision.int8.parameters import Int8Settings, ProgressFn
+from trtconv.precision.int8.prepare import PreparedModels
 from trtconv.precision.peaks import activation_peaks, float_tensors, update_peak
 from trtconv.samples import sample_count
 

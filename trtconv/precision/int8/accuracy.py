@@ -18,7 +18,7 @@ import onnx
 
 from trtconv.errors import DataError
 from trtconv.onnxutil import GraphView
-from trtconv.precision.qdq import SHAPE_ONLY
+from trtconv.precision.int8.qdq import SHAPE_ONLY
 from trtconv.reference import OutputStats, PooledStats, run, session, worse_stats
 
 # progress(stage, done, total): total may be None

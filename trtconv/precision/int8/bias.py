@@ -2,7 +2,7 @@
 
 Rounding and clipping the weights and inputs of a layer move the mean of each of its output
 channels (a clipped ReLU tail always lowers it; a weight channel's rounding errors do not
-cancel over a small fan-in). The per-layer shadows of :mod:`trtconv.precision.sensitivity`
+cancel over a small fan-in). The per-layer shadows of :mod:`trtconv.precision.int8.sensitivity`
 give both outputs of every quantized layer on real samples (its inputs quantized, everything
 upstream FP32); the mean of ``int8 - fp32`` per output channel is that layer's own shift, and
 subtracting it from the layer's bias (Conv bias, Gemm ``C`` divided by ``beta``, the constant
@@ -22,8 +22,8 @@ import onnx
 from onnx import numpy_helper
 
 from trtconv.onnxutil import GraphView, cleanup, fresh_name, model_names
-from trtconv.precision.qdq import Placement
-from trtconv.precision.sensitivity import node_label, probe_model, shadow_outputs
+from trtconv.precision.int8.qdq import Placement
+from trtconv.precision.int8.sensitivity import node_label, probe_model, shadow_outputs
 
 Key = tuple[str, str]  # (graph, node)
 CORRECTABLE = ("Conv", "ConvTranspose", "Gemm", "MatMul")

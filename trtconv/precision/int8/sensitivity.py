@@ -23,8 +23,8 @@ import onnx
 
 from trtconv.onnxutil import GraphView, fresh_name, has_lazy_weights, iter_graphs_with_path, model_names
 from trtconv.precision.expose import session_exposing
-from trtconv.precision.int8_accuracy import run_failure, with_origin
-from trtconv.precision.qdq import Placement, insert_qdq
+from trtconv.precision.int8.accuracy import run_failure, with_origin
+from trtconv.precision.int8.qdq import Placement, insert_qdq
 
 PROBE_SUFFIX = "__int8probe"
 

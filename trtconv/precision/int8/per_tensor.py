@@ -3,7 +3,7 @@
 Every whole-model candidate (entropy, percentiles, minmax, mse) comes from the same histograms;
 which one is best differs from tensor to tensor (a ReLU output wants its tail clipped, a
 hard-swish output with a small far mode does not). For each candidate, the per-layer shadows
-of :mod:`trtconv.precision.sensitivity` measure the error every quantized layer adds to its own
+of :mod:`trtconv.precision.int8.sensitivity` measure the error every quantized layer adds to its own
 output with its inputs quantized by that candidate's scales, everything else FP32 (one ONNX
 Runtime session per candidate). Each activation tensor then takes the candidate under which
 the layers reading it add the least error (their summed normalized squared error): the error
@@ -22,9 +22,9 @@ import numpy as np
 import onnx
 
 from trtconv.onnxutil import iter_graphs
-from trtconv.precision.int8_candidate import finalize_placements
-from trtconv.precision.qdq import Placement
-from trtconv.precision.sensitivity import layer_errors
+from trtconv.precision.int8.candidate import finalize_placements
+from trtconv.precision.int8.qdq import Placement
+from trtconv.precision.int8.sensitivity import layer_errors
 
 PER_TENSOR = "per-tensor"  # the mixed candidate's label
 PER_TENSOR_SAMPLES = 8  # calibration samples the per-layer errors are measured on (each candidate: one pass)

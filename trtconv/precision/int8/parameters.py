@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from trtconv.precision.calibrate import Method
 from trtconv.precision.fp16 import Fp16Settings
+from trtconv.precision.int8.calibrators import Method
 from trtconv.reference import DEFAULT_THRESHOLDS, Thresholds
 from trtconv.settings import NEWEST_TENSORRT
 
@@ -53,11 +53,11 @@ class Int8Settings:
     min_share: float = 0.0
     sensitivity: bool = False  # measure every quantized layer's own error (always done when the gate fails)
     # method "auto": also a per-tensor mix of the candidates (each activation tensor the scale under which the
-    # layers reading it add the least error; int8_per_tensor), judged on the held-out samples like the others
+    # layers reading it add the least error; the per_tensor module), judged on the held-out samples like the others
     auto_per_tensor: bool = False
-    # method "auto": subtract each quantized layer's mean INT8 output shift from its bias (int8_bias), kept only
+    # method "auto": subtract each quantized layer's mean INT8 output shift from its bias (the bias module), kept only
     # when the whole model agrees better with FP32 on the held-out samples
     auto_bias_correction: bool = True
     # method "auto": SmoothQuant-style migration of LayerNorm outlier channels into the MatMul/Gemm weights that
-    # read them (int8_smooth), kept only when the whole model agrees better with FP32 on the held-out samples
+    # read them (the smooth module), kept only when the whole model agrees better with FP32 on the held-out samples
     auto_smoothing: bool = True

@@ -18,7 +18,7 @@ from trtconv.errors import UnsupportedModelError
 from trtconv.load import has_lazy_weights, is_stripped, structure_only
 from trtconv.onnxutil import constant_tensor, default_opset
 from trtconv.precision.bn_fold import FoldedBatchNorm, fold_batchnorms
-from trtconv.precision.int8_settings import FP16_QDQ_OPSET, MIN_QDQ_OPSET, Int8Settings
+from trtconv.precision.int8.parameters import FP16_QDQ_OPSET, MIN_QDQ_OPSET, Int8Settings
 
 
 def upgrade_opset(model: onnx.ModelProto, target: int = MIN_QDQ_OPSET) -> tuple[onnx.ModelProto, tuple[int, int] | None]:

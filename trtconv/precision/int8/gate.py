@@ -11,12 +11,17 @@ from dataclasses import dataclass, replace
 import numpy as np
 import onnx
 
-from trtconv.precision.int8_accuracy import Accuracy, WorstSample
-from trtconv.precision.int8_candidate import Candidate, CandidateBuilder
-from trtconv.precision.int8_prepare import Pair, PreparedModels
-from trtconv.precision.int8_settings import Int8Settings, ProgressFn
-from trtconv.precision.qdq import Placement, Skip
-from trtconv.precision.sensitivity import LayerError, fewest_exclusions, layer_errors, sensitivity_sessions
+from trtconv.precision.int8.accuracy import Accuracy, WorstSample
+from trtconv.precision.int8.candidate import Candidate, CandidateBuilder
+from trtconv.precision.int8.parameters import Int8Settings, ProgressFn
+from trtconv.precision.int8.prepare import Pair, PreparedModels
+from trtconv.precision.int8.qdq import Placement, Skip
+from trtconv.precision.int8.sensitivity import (
+    LayerError,
+    fewest_exclusions,
+    layer_errors,
+    sensitivity_sessions,
+)
 from trtconv.reference import OutputStats, violations
 
 Samples = Iterable[Mapping[str, np.ndarray]]
