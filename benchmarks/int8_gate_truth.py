@@ -170,7 +170,7 @@ def run_trtconv(model: str, cal: Path, out: Path) -> dict:
                 "auto_excluded": len(int8.get("auto_excluded") or []), "written": out.is_file(),
                 "message": error.get("message") or (_last_line(proc.stderr) if proc.returncode else ""),
                 "json_keys": sorted(k for k in doc if k not in ("int8", "fp16", "accuracy", "samples"))})
-    for key in ("unverified", "claim", "samples_per_part", "int8_share", "share_needed_below"):
+    for key in ("unverified", "claim", "samples_per_part", "share_needed_below"):
         if key in doc:
             row[key] = doc[key]
     row["refused"] = proc.returncode in (7, 8) or (proc.returncode == 11 and "not verified" in row["message"])
@@ -323,10 +323,11 @@ def detail(rows: list[dict]) -> str:
              "|" + "---|" * 13]
     for r in rows:
         t, m = r["trtconv"], r.get("modelopt", {})
-        verdict = (t.get("verdict") or t.get("message") or "").replace("|", "/")[:70]
+        verdict = ((t.get("message") if t["exit"] else t.get("verdict")) or "").replace("|", "/")[:70]
         lines.append(
             f"| {r['model']} | {r['split']} | {r['calib_samples']} / {r['unseen_samples']} | {t['exit']} | {verdict} | "
-            f"{_fmt(t.get('int8_share'), '.0%')} | {_fmt(t.get('unseen_meeting'), '.1%')} | "
+            f"{_fmt(t.get('int8_share') if 'unseen_meeting' in t else None, '.0%')} | "
+            f"{_fmt(t.get('unseen_meeting'), '.1%')} | "
             f"{_fmt(t.get('worst_unseen'), '.3f')} | {'-' if 'holds' not in t else 'yes' if t['holds'] else 'no'} | "
             f"{t['seconds']:.0f} | {_fmt(m.get('seconds'), '.0f')} | {_fmt(m.get('unseen_meeting'), '.1%')} | "
             f"{_fmt(m.get('worst_unseen'), '.3f')} |")
