@@ -15,7 +15,7 @@ install:
 
 test: typecheck-trt
 	$(PYTHON) -m ruff check trtconv tests benchmarks tools
-	$(PYTHON) -m pytest $(PYTEST_ARGS)
+	$(PYTHON) -m pytest --durations=25 $(PYTEST_ARGS)  # the slowest 25 end CI's output: growth is seen
 
 lint:
 	$(PYTHON) -m ruff check trtconv tests benchmarks tools

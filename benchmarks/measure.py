@@ -30,10 +30,11 @@ def vmhwm_mib() -> float:
     raise RuntimeError("no VmHWM in /proc/self/status")
 
 
-def peak_rss(cmd: list[str], env: dict[str, str] | None = None, as_limit: int | None = None
-             ) -> tuple[float, float, int, str]:
+def peak_rss(cmd: list[str], env: dict[str, str] | None = None, as_limit: int | None = None,
+             stderr_chars: int = 600) -> tuple[float, float, int, str]:
     """(peak RSS MiB, wall s, exit code, stderr tail) of one fresh subprocess; ``as_limit``:
-    an address-space cap (RLIMIT_AS, bytes) so that a run that would take the machine fails instead."""
+    an address-space cap (RLIMIT_AS, bytes) so that a run that would take the machine fails instead;
+    ``stderr_chars``: how much of stderr's end to keep."""
     if len(cmd) < 3 or cmd[0] != sys.executable or cmd[1] not in ("-m", "-c"):
         raise ValueError("peak_rss measures Python commands: [sys.executable, '-m'|'-c', ...]")
     with tempfile.TemporaryDirectory(prefix="measure-") as tmp:
@@ -48,7 +49,7 @@ def peak_rss(cmd: list[str], env: dict[str, str] | None = None, as_limit: int | 
                               preexec_fn=cap)
         wall = time.monotonic() - start
         rss = float(hwm.read_text()) if hwm.exists() else float("nan")
-    return rss, wall, proc.returncode, proc.stderr[-600:]
+    return rss, wall, proc.returncode, proc.stderr[-stderr_chars:]
 
 
 def _main(argv: list[str]) -> None:

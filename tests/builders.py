@@ -103,3 +103,36 @@ def two_inputs_one_dim_name(folder: Path) -> Path:
     path = folder / "two.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
     return path
+
+
+def bool_equal_model(path: Path) -> Path:
+    """Two boolean masks compared with Equal: `check --trt rtx` refuses it (its table gives Equal no BOOL
+    input), TensorRT-RTX 1.7.1's own parser and builder take it (measured): a prediction the real parser
+    overrules."""
+    g = helper.make_graph([helper.make_node("Equal", ["a", "b"], ["y"], name="masks_equal")], "masks",
+                          [helper.make_tensor_value_info("a", TensorProto.BOOL, [2, 3]),
+                           helper.make_tensor_value_info("b", TensorProto.BOOL, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.BOOL, [2, 3])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
+    return path
+
+
+def ms_gelu_model(path: Path, dtype: int = TensorProto.FLOAT) -> Path:
+    """ONNX Runtime's com.microsoft::Gelu alone: trtconv rewrites it (ms-gelu), while TensorRT's parser also
+    takes it as it is (as ONNX's Gelu, the same function): a rewrite that may step aside."""
+    g = helper.make_graph([helper.make_node("Gelu", ["x"], ["y"], name="gelu0", domain="com.microsoft")], "gelu",
+                          [helper.make_tensor_value_info("x", dtype, [1, 4, 8])],
+                          [helper.make_tensor_value_info("y", dtype, [1, 4, 8])])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    onnx.save(helper.make_model(g, opset_imports=opsets, ir_version=9), path)
+    return path
+
+
+def int32_relu_model(path: Path) -> Path:
+    """Relu on an INT32 input (valid ONNX since opset 14): `check --trt rtx` calls it supported, TensorRT-RTX
+    1.7.1's parser rejects it ("Found unsupported input type of INT32", measured): a miss of the prediction."""
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="int_relu")], "relu",
+                          [helper.make_tensor_value_info("x", TensorProto.INT32, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.INT32, [2, 3])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
+    return path

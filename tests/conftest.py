@@ -31,6 +31,29 @@ def silero() -> Path:
     return silero_model()
 
 
+@pytest.fixture(scope="session")
+def rec_int8_rtx(tmp_path_factory) -> tuple[Path, int, str, Path, Path]:
+    """PP-OCR's recognizer as an INT8 TensorRT-RTX engine (trtconv's Q/DQ, FP16 remainder), built on the CPU
+    once per session for every test that reads one: (engine, exit code, output, calibration cache, the
+    rendered text lines it calibrated on). A dynamic width/batch profile, its layer table (--layers) and
+    its calibration cache kept. The layer precisions are what the readers test, not accuracy: 8 rendered
+    lines are too few for the default accuracy gate (tests/cli/test_int8_gate_cli.py tests the gate on the
+    recognizer)."""
+    from builders import cls_calibration
+    from click.testing import CliRunner
+
+    from trtconv.cli.main import cli
+
+    folder = tmp_path_factory.mktemp("rec-int8-rtx")
+    lines = cls_calibration(folder / "lines", n=8)
+    engine, cache = folder / "rec.engine", folder / "rec.cache"
+    res = CliRunner().invoke(cli, [str(a) for a in (
+        "build", "--trt", "rtx", rapidocr_model("rec"), "-o", engine, "--precision", "int8", "--calib-data", lines,
+        "--calib-cache", cache, "--min-shapes", "x:1x3x48x96", "--opt-shapes", "x:1x3x48x192",
+        "--max-shapes", "x:2x3x48x320", "--min-cosine", "0", "--layers")])
+    return engine, res.exit_code, res.output, cache, lines
+
+
 @pytest.fixture
 def copy_model(tmp_path: Path):
     """Copy a model file into tmp_path so a test may damage it."""

@@ -126,18 +126,47 @@ def fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
-def check_output_path(path: Path, *, force: bool) -> None:
-    """Fail early, before hours of work, if ``path`` cannot be written."""
+def _label(path: Path, flag: str | None) -> str:
+    return f"{flag} {path}" if flag else str(path)
+
+
+def _writable_folder(folder: Path, path: Path, flag: str | None) -> None:
+    """``folder`` exists, is a folder and this process may create files in it (``os.access`` asks the
+    kernel: a read-only file system refuses even root, whom permission bits do not stop)."""
+    if folder.is_dir():
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise OutputError(f"{_label(path, flag)}: folder {folder} is not writable",
+                              hint="choose a writable folder")
+        return
+    if folder.exists() or any(p.exists() and not p.is_dir() for p in folder.parents):
+        blocker = next(p for p in (folder, *folder.parents) if p.exists() and not p.is_dir())
+        raise OutputError(f"{_label(path, flag)}: {blocker} is a file, not a folder",
+                          hint="choose a path under a folder")
+    raise OutputError(f"{_label(path, flag)}: folder {folder} does not exist", hint="create it first")
+
+
+def check_output_path(path: Path, *, force: bool, flag: str | None = None) -> None:
+    """Fail early, before hours of work, if the file ``path`` cannot be written (``flag``: the option
+    that named it, for the message)."""
     path = Path(path)
-    if path.exists() and not force:
-        raise UsageError(f"{path} already exists", hint="pass --force to overwrite it")
     if path.is_dir():
-        raise UsageError(f"{path} is a directory", hint="give a file name for the output")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise OutputError(f"output folder {parent} does not exist", hint="create it first")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputError(f"output folder {parent} is not writable", hint="choose another -o path")
+        raise UsageError(f"{_label(path, flag)} is a directory", hint="give a file name for the output")
+    if path.exists() and not force:
+        raise UsageError(f"{_label(path, flag)} already exists", hint="pass --force to overwrite it")
+    _writable_folder(path.parent if str(path.parent) else Path("."), path, flag)
+
+
+def check_output_dir(path: Path, *, flag: str | None = None) -> None:
+    """Fail early if the folder ``path`` cannot be created (with its parents) or written into: an
+    existing one must be a writable folder, else its nearest existing ancestor must be one."""
+    path = Path(path)
+    if path.exists():
+        if not path.is_dir():
+            raise UsageError(f"{_label(path, flag)} is a file, not a folder", hint="give a folder for it")
+        _writable_folder(path, path, flag)
+        return
+    ancestor = next((p for p in path.parents if p.exists()), Path("."))
+    _writable_folder(ancestor, path, flag)
 
 
 def os_error(path: Path, exc: OSError) -> OutputError:
@@ -200,6 +229,20 @@ def atomic_dir(parent: Path) -> Iterator[Path]:
 def write_bytes(path: Path, data: bytes, *, force: bool = False) -> None:
     with atomic_path(path, force=force) as tmp:
         tmp.write_bytes(data)
+
+
+def copy_file(source: Path, path: Path, *, force: bool = False, chunk: int = 1 << 20) -> str:
+    """Copy ``source`` to ``path`` atomically, hashing the bytes on the way; their SHA-256 (hex)."""
+    h = hashlib.sha256()
+    with atomic_path(path, force=force) as tmp:
+        try:
+            with open(source, "rb") as src, open(tmp, "wb") as dst:
+                while block := src.read(chunk):
+                    h.update(block)
+                    dst.write(block)
+        except OSError as exc:
+            raise os_error(path, exc) from exc
+    return h.hexdigest()
 
 
 def write_text(path: Path, text: str, *, force: bool = False) -> None:

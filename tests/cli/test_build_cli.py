@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -82,6 +83,24 @@ def test_without_tensorrt_build_stops_after_precision_with_exit_9(ocr_cls, tmp_p
     assert [s["status"] for s in report["stages"]] == ["done", "done", "skipped", "done", "done", "done"]
 
 
+def test_a_model_with_nothing_to_rewrite_is_copied_and_not_proven_again(tmp_path: Path):
+    """PP-OCRv4 det: no rule applies, no input shares a dim name: the rewrite stage hands the model on
+    (nothing imported, nothing to prove), the prepared ONNX is its file byte for byte, recheck is
+    skipped (check just checked that graph), and the hash recorded is the copy's, read once."""
+    from realmodels import rapidocr_model
+
+    from trtconv.load import load_model, model_sha256
+    det = rapidocr_model("det")
+    res = run("build", det, "-o", tmp_path / "det.engine", "--shapes", "x:1x3x64x64", "--prepare-only", "--json")
+    assert res.exit_code == 0, res.output
+    stages = {s["name"]: s for s in json.loads(res.stdout)["stages"]}
+    assert stages["rewrite"]["graph_proof"]["method"] == "identical" and stages["rewrite"]["rewritten"] == 0
+    assert stages["save"]["written"] == "the model's file, copied as it is"
+    assert stages["recheck"]["status"] == "skipped"
+    assert (tmp_path / "det.prepared.onnx").read_bytes() == det.read_bytes()
+    assert stages["save"]["sha256"] == model_sha256(load_model(tmp_path / "det.prepared.onnx", load_weights=False))
+
+
 def test_fp16_prepare_only_makes_precision_explicit(ocr_cls, tmp_path: Path):
     res = run("build", ocr_cls, "-o", tmp_path / "m.engine", "--shapes", CLS_SHAPES, "--precision", "fp16",
               "--prepare-only")
@@ -107,14 +126,15 @@ def test_existing_engine_needs_force(ocr_cls, tmp_path: Path):
 
 
 def test_dynamic_model_without_shapes_hints_a_command_that_runs(ocr_cls, tmp_path: Path, no_tensorrt):
-    """A dynamic width (not only the batch) needs shapes: the hint is a command with real numbers,
-    and running it (with --prepare-only) gets through every stage TensorRT does not do."""
+    """A dynamic width (not only the batch) needs shapes: the hint is a command with real numbers, a
+    range said to be placeholders (issue 35), and running it (with --prepare-only) gets through every
+    stage TensorRT does not do."""
     res = run("build", ocr_cls, "-o", tmp_path / "m.engine")
     assert res.exit_code == ExitCode.USAGE
-    assert "dynamic inputs" in res.stderr and "--shapes x:" in res.stderr
+    assert "dynamic inputs" in res.stderr and "--min-shapes x:" in res.stderr and "(placeholders: " in res.stderr
     hint = next(line for line in res.stderr.splitlines() if line.startswith("  hint: "))
-    command = hint.removeprefix("  hint: ").split(" (or ")[0]
-    assert "N" not in command.split("--shapes ")[1], command  # no placeholder to fill in
+    command = hint.removeprefix("  hint: ").split(" (placeholders")[0]
+    assert "N" not in command.split("--min-shapes ")[1], command  # numbers, not a letter to fill in
     words = shlex.split(command)
     assert words[:2] == ["trtconv", "build"]
     again = run(*words[1:], "--prepare-only", "--json")
@@ -143,6 +163,7 @@ def test_batch_dynamic_model_builds_at_batch_1_with_a_warning(ocr_cls, tmp_path:
                         "were given): x 1x3x48x192 (give --shapes or --min-shapes/--opt-shapes/--max-shapes to "
                         "choose it)"]
     stages = {s["name"]: s for s in json.loads(res.stdout)["stages"]}
+    # no TensorRT here: no builder follows, so the pre-flight runs the corners (the prepared ONNX is built elsewhere)
     assert stages["profiles"]["status"] == "done" and stages["profiles"]["profiles"] == 1
 
 
@@ -166,6 +187,7 @@ def test_profile_comes_from_the_calibration_samples(ocr_cls, tmp_path: Path, no_
               "--no-verify", "--trt", "11.4", "--json")
     assert res.exit_code == ExitCode.TENSORRT_UNAVAILABLE, res.output
     stages = {s["name"]: s for s in json.loads(res.stdout)["stages"]}
+    # no TensorRT here: no builder follows, so the pre-flight runs the corners (the prepared ONNX is built elsewhere)
     assert stages["profiles"]["status"] == "done" and stages["profiles"]["profiles"] == 1
     from trtconv.api import BuildSettings
     from trtconv.load import load_model
@@ -271,14 +293,23 @@ def test_progress_sink_follows_tensorrt_phases_across_threads():
     assert not sink.tasks
 
 
-def test_int8_prepare_only_calibrates_on_real_data(ocr_cls, tmp_path: Path):
-    calib = cls_calibration(tmp_path / "calib")
-    res = run("build", ocr_cls, "-o", tmp_path / "q.engine", "--shapes", CLS_SHAPES, "--precision", "int8",
+@pytest.fixture(scope="module")
+def int8_prepared(ocr_cls, tmp_path_factory) -> tuple[Path, Path, object]:
+    """One INT8 --prepare-only build of the classifier on real rendered lines, shared by the module:
+    (calibration folder, prepared ONNX, CLI result)."""
+    folder = tmp_path_factory.mktemp("int8-prepared")
+    calib = cls_calibration(folder / "calib")
+    res = run("build", ocr_cls, "-o", folder / "q.engine", "--shapes", CLS_SHAPES, "--precision", "int8",
               "--calib-data", calib, "--prepare-only", "--json")
+    return calib, folder / "q.prepared.onnx", res
+
+
+def test_int8_prepare_only_calibrates_on_real_data(int8_prepared):
+    _, path, res = int8_prepared
     assert res.exit_code == 0, res.output
     stage = next(s for s in json.loads(res.stdout)["stages"] if s["name"] == "precision")
     assert stage["status"] == "done" and stage["qdq_pairs"] > 0
-    prepared = onnx.load(str(tmp_path / "q.prepared.onnx"))
+    prepared = onnx.load(str(path))
     assert any(n.op_type == "QuantizeLinear" for n in prepared.graph.node)
 
 
@@ -377,11 +408,12 @@ def test_profile_check_never_lets_onnxruntime_allocate_a_shape_bomb(tmp_path: Pa
     assert reason.startswith("the static shapes: tensor 'bomb' alone would need 16.0 GiB")
 
 
-def test_int8_on_a_model_that_already_has_qdq_is_refused(ocr_cls, tmp_path: Path):
-    calib = cls_calibration(tmp_path / "calib", n=4)
+def test_int8_on_a_model_that_already_has_qdq_is_refused(int8_prepared, tmp_path: Path):
+    """trtconv's own INT8 output given back to an INT8 build (the module's prepared ONNX: Q/DQ throughout)."""
+    calib, prepared, made = int8_prepared
+    assert made.exit_code == 0, made.output
     quantized = tmp_path / "cls.int8.onnx"
-    res = run("quantize", ocr_cls, "--precision", "int8", "--calib-data", calib, "-o", quantized)
-    assert res.exit_code == 0, res.output
+    shutil.copyfile(prepared, quantized)
     res = run("build", quantized, "-o", tmp_path / "q.engine", "--shapes", CLS_SHAPES, "--precision", "int8",
               "--calib-data", calib, "--prepare-only")
     assert res.exit_code == ExitCode.USAGE, res.output

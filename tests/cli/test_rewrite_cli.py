@@ -45,7 +45,8 @@ def test_rewrite_json_report_schema(tmp_path):
     doc = json.loads(r.stdout)
     assert doc["schema"] == "trtconv.rewrite/1"
     assert set(doc) == {"schema", "settings", "rewrites", "cleanups", "graph_proof", "drift", "dtype_changes",
-                        "summary", "notes", "input", "output"}
+                        "summary", "notes", "input", "output", "stepped_aside"}
+    assert doc["stepped_aside"] == [] and doc["settings"]["step_aside"] is False  # `rewrite` is strict
     assert doc["drift"] is None and doc["dtype_changes"] == []  # an exact rewrite of a float32 model
     rw = doc["rewrites"][0]
     assert rw["node"] == "dcn0" and rw["rule"] == "dcnv2-mmcv" and rw["target"] == "deformconv"

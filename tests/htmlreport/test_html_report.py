@@ -32,6 +32,11 @@ def _open(browser, page: Path, **expressions: str) -> dict:
     return loaded.values
 
 
+# The report's pages are under test, not auto's choice of method (several whole-model candidates, each
+# calibrated and judged): one method calibrates (tests/cli/test_int8_gate_cli.py runs auto on every model).
+ONE_METHOD = ("--calib-method", "minmax")
+
+
 @pytest.fixture(scope="module")
 def lines(tmp_path_factory) -> Path:
     return cls_calibration(tmp_path_factory.mktemp("calib") / "lines", n=8)
@@ -54,7 +59,7 @@ def test_check_and_rewrite_reports_show_node_verdicts_and_rewrite_proofs(browser
 
 def test_quantize_report_shows_kept_nodes_and_the_gate_with_a_per_sample_plot(browser, lines, tmp_path):
     code, out, stdout = _run("quantize", rapidocr_model("cls"), "-o", tmp_path / "q.onnx", "--precision", "int8",
-                     "--calib-data", lines, "--min-cosine", "0", "--json", "--report", tmp_path / "q.html")
+                     "--calib-data", lines, "--min-cosine", "0", "--json", "--report", tmp_path / "q.html", *ONE_METHOD)
     assert code == 0, out
     doc = json.loads(stdout)
     held_out = doc["int8"]["accuracy_samples"]
@@ -69,14 +74,19 @@ def test_build_report_shows_every_section_and_the_engine_layers(browser, lines, 
     pytest.importorskip("tensorrt_rtx", reason="tensorrt-rtx is in the test extra: run `make install`")
     engine, page = tmp_path / "cls.engine", tmp_path / "build.html"
     code, out, stdout = _run("build", rapidocr_model("cls"), "-o", engine, "--trt", "rtx", "--precision", "int8",
-                     "--calib-data", lines, "--shapes", "x:1x3x48x192", "--min-cosine", "0", "--report", page)
+                     "--calib-data", lines, "--shapes", "x:1x3x48x192", "--min-cosine", "0", "--report", page, *ONE_METHOD)
     assert code == 0, out
     manifest = json.loads(Path(str(engine) + ".json").read_text())
     got = _open(browser, page, sections="[...document.querySelectorAll('section')].map(s => s.id).join(' ')",
                 layers=COUNT.format("#engine-layers tbody tr"), manifest=TEXT.format("#manifest"),
-                dots=COUNT.format("svg.cosine-plot circle"))
-    assert got["sections"].split() == ["nodes-section", "rewrites-section", "kept-out-section", "accuracy-section",
-                                       "layers-section", "manifest-section"]
+                dots=COUNT.format("svg.cosine-plot circle"), subtitle=TEXT.format("#subtitle"),
+                engine=TEXT.format("#engine-run"))
+    assert got["sections"].split() == ["verification-section", "nodes-section", "rewrites-section", "kept-out-section",
+                                       "accuracy-section", "layers-section", "manifest-section"]
+    # the RTX engine was never run: the page says so, never "passed" (issue 35)
+    assert got["subtitle"].startswith("succeeded (exit 0): engine built, not run: TensorRT-RTX") and \
+        "passed" not in got["subtitle"], got["subtitle"]
+    assert got["engine"].startswith("engine built, not run: ")
     assert got["layers"] == len(manifest["layers"]["layers"])
     assert manifest["identity"]["hash"] in got["manifest"]
     assert got["dots"] > 0
@@ -85,7 +95,7 @@ def test_build_report_shows_every_section_and_the_engine_layers(browser, lines, 
 def test_a_failed_gate_still_writes_the_report_and_it_says_what_failed(browser, lines, tmp_path):
     page = tmp_path / "failed.html"
     code, out, _ = _run("quantize", rapidocr_model("cls"), "-o", tmp_path / "q.onnx", "--precision", "int8",
-                        "--calib-data", lines, "--max-abs", "1e-12", "--no-auto-exclude", "--report", page)
+                        "--calib-data", lines, "--max-abs", "1e-12", "--no-auto-exclude", "--report", page, *ONE_METHOD)
     assert code == 7, out
     assert not (tmp_path / "q.onnx").exists()
     got = _open(browser, page, subtitle=TEXT.format("#subtitle"), verdicts=TEXT.format("#accuracy-gate"))

@@ -9,9 +9,7 @@ from pathlib import Path
 
 import onnx
 import pytest
-from builders import cls_calibration
 from click.testing import CliRunner
-from realmodels import rapidocr_model
 
 from trtconv.cli.main import cli
 from trtconv.errors import ExitCode
@@ -27,13 +25,10 @@ def _run(*args: object) -> tuple[int, str]:
 
 
 @pytest.fixture(scope="module")
-def int8_engine(tmp_path_factory) -> tuple[Path, str]:
-    """PP-OCR's recognizer, INT8 (trtconv's Q/DQ, FP16 remainder), an RTX engine built on the CPU."""
-    tmp = tmp_path_factory.mktemp("rtx-int8")
-    lines = cls_calibration(tmp / "lines", n=8)
-    engine = tmp / "rec.engine"
-    code, out = _run("build", rapidocr_model("rec"), "-o", engine, "--trt", "rtx", "--precision", "int8",
-                     "--calib-data", lines, "--shapes", "x:1x3x48x192", "--min-cosine", "0", "--layers")
+def int8_engine(rec_int8_rtx) -> tuple[Path, str]:
+    """PP-OCR's recognizer, INT8 (trtconv's Q/DQ, FP16 remainder), an RTX engine built on the CPU with
+    --layers: the session's (tests/conftest.py rec_int8_rtx)."""
+    engine, code, out, _, _ = rec_int8_rtx
     assert code == 0, out
     return engine, out
 

@@ -9,6 +9,11 @@ never an exit blamed on the shapes; ``--no-preflight`` skips the run. The BERT-l
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -52,9 +57,8 @@ def test_bert_like_model_builds_with_tensorrt_rtx(tmp_path, shapes):
 
 
 def test_failure_of_synthetic_values_is_a_warning_not_an_exit(tmp_path):
-    pytest.importorskip("tensorrt_rtx")
     model = shifted_index_model(tmp_path / "shifted.onnx")
-    res = CliRunner().invoke(cli, ["build", str(model), "-o", str(tmp_path / "s.engine"), "--trt", "rtx", "--json"])
+    res = CliRunner().invoke(cli, ["build", str(model), "-o", str(tmp_path / "s.engine"), "--prepare-only", "--json"])
     assert res.exit_code == ExitCode.OK, res.output
     assert "failed on trtconv's synthetic input values, not on the shapes" in res.stderr
     doc = json.loads(res.stdout)
@@ -73,9 +77,8 @@ def test_real_samples_are_used_at_a_corner_of_their_shape(tmp_path):
     assert run_corners(model, ()).value_failures  # random 0..3: 3 + 1 is out of the table
 
 
-def test_a_shape_the_graph_cannot_run_still_fails_and_names_the_skip(tmp_path):
-    """A Reshape to a fixed volume fails at every corner but one whatever the values: exit 2, and
-    the hint names --no-preflight; with it, the corner run is skipped (the stage says so)."""
+def _fixed_reshape(tmp_path):
+    """A Reshape to a fixed volume: it runs at x:1x8 only, whatever the values."""
     from onnx import TensorProto, helper, numpy_helper
     shape = numpy_helper.from_array(np.array([1, 8], np.int64), "shape")
     g = helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["y"], name="fixed")], "r",
@@ -83,7 +86,52 @@ def test_a_shape_the_graph_cannot_run_still_fails_and_names_the_skip(tmp_path):
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], initializer=[shape])
     path = tmp_path / "reshape.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
-    profile = ("--min-shapes", "x:1x4", "--opt-shapes", "x:1x8", "--max-shapes", "x:1x16")
+    return path
+
+
+RESHAPE_PROFILE = ("--min-shapes", "x:1x4", "--opt-shapes", "x:1x8", "--max-shapes", "x:1x16")
+
+
+def test_a_build_not_verified_here_leaves_the_corners_to_the_builder(tmp_path):
+    """TensorRT-RTX's engine is not run here (no verify): ONNX Runtime runs nothing before the build, and
+    a corner the graph cannot take is the builder's own finding, exit 2 with the layer named; nothing
+    is written (the builder alone only warns, and would write an engine failing at those shapes)."""
+    pytest.importorskip("tensorrt_rtx")
+    path = _fixed_reshape(tmp_path)
+    res = CliRunner().invoke(cli, ["build", str(path), "-o", str(tmp_path / "r.engine"), "--trt", "rtx",
+                                   *RESHAPE_PROFILE])
+    assert res.exit_code == ExitCode.USAGE, res.output
+    said = re.search(r"the graph cannot take the (min|max) shapes of the profile \(profile 0: x:1x(\d+)\): "
+                     r"IShuffleLayer fixed: .*reshape would change volume (\d+) to 8", res.stderr)
+    assert said and said.group(2) == said.group(3) == {"min": "4", "max": "16"}[said.group(1)], res.stderr
+    assert "narrow the profile" in res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["reshape.onnx"]
+    ok = CliRunner().invoke(cli, ["build", str(path), "-o", str(tmp_path / "r.engine"), "--trt", "rtx", "--json",
+                                  "--shapes", "x:1x8"])
+    assert ok.exit_code == ExitCode.OK, ok.output
+    (stage,) = [s for s in json.loads(ok.stdout)["stages"] if s["name"] == "profiles"]
+    assert stage["status"] == "skipped" and "the builder checks every profile corner" in stage["reason"]
+
+
+def test_an_rtx_build_with_nothing_to_rewrite_never_starts_onnx_runtime(tmp_path):
+    """Nothing rewritten, nothing verified here: no graph proof, no corner run, so ONNX Runtime is never
+    imported (a fresh interpreter: the test process has it loaded already)."""
+    pytest.importorskip("tensorrt_rtx")
+    path = _fixed_reshape(tmp_path)
+    code = ("import sys; from trtconv.cli.main import main; sys.argv = ['trtconv', 'build', sys.argv[1], '-o', "
+            "sys.argv[2], '--trt', 'rtx', '--shapes', 'x:1x8']\ntry:\n    main()\nexcept SystemExit as e:\n"
+            "    assert not e.code, e.code\nprint('onnxruntime' in sys.modules)")
+    res = subprocess.run([sys.executable, "-c", code, str(path), str(tmp_path / "r.engine")], capture_output=True,
+                         text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert res.returncode == 0 and res.stdout.strip().splitlines()[-1] == "False", res.stdout + res.stderr
+    assert (tmp_path / "r.engine").is_file()
+
+
+def test_a_shape_the_graph_cannot_run_still_fails_and_names_the_skip(tmp_path):
+    """With no builder after it (--prepare-only) the corners run on ONNX Runtime: exit 2, and
+    the hint names --no-preflight; with it, the corner run is skipped (the stage says so)."""
+    path = _fixed_reshape(tmp_path)
+    profile = RESHAPE_PROFILE
     code, out = _build(path, "-o", tmp_path / "r.engine", "--prepare-only", *profile)
     assert code == ExitCode.USAGE, out
     assert "profile 0 min shapes (x:1x4): node 'fixed' (Reshape) fails" in out and "--no-preflight" in out
@@ -103,11 +151,10 @@ def test_profile_corner_of_a_token_table_runs(tmp_path):
 
 def test_build_runs_the_corners_on_the_given_samples(tmp_path):
     """With --calib-data the corner runs on the real sample of its shape: valid ids, no warning."""
-    pytest.importorskip("tensorrt_rtx")
     model = shifted_index_model(tmp_path / "shifted.onnx")
     data = tmp_path / "ids.npz"
     np.savez(data, ids=np.array([[0, 1, 2, 2, 1, 0, 1, 2]], np.int64))
-    res = CliRunner().invoke(cli, ["build", str(model), "-o", str(tmp_path / "s.engine"), "--trt", "rtx",
+    res = CliRunner().invoke(cli, ["build", str(model), "-o", str(tmp_path / "s.engine"), "--prepare-only",
                                    "--calib-data", str(data), "--json"])
     assert res.exit_code == ExitCode.OK, res.output
     assert "synthetic input values" not in res.stderr

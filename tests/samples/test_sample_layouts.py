@@ -92,7 +92,8 @@ def test_quantize_reads_one_npz_of_many_samples(silero, tmp_path, caplog):
     np.savez(path, **{f"{i:03d}/{k}": v for i, s in enumerate(samples) for k, v in s.items()},
              **{f"{i:03d}/note": np.array(i) for i in range(len(samples))})
     res = CliRunner().invoke(cli, ["quantize", str(silero), "-o", str(tmp_path / "q.onnx"), "--precision", "int8",
-                                   "--calib-data", str(path), "--min-cosine", "0.9", "--json"])
+                                   "--calib-data", str(path), "--min-cosine", "0.9", "--json",
+                                   "--calib-method", "minmax"])  # how samples are read is under test
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     n = len(samples)

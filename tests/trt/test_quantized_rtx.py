@@ -17,7 +17,7 @@ from realdata import text_line_image
 from realmodels import ddddocr_model
 
 from trtconv.cli.main import cli
-from trtconv.reference.ort import run_model
+from trtconv.reference.ort import run, session
 
 pytest.importorskip("tensorrt_rtx", reason="tensorrt-rtx is in the test extra: run `make install`")
 
@@ -52,11 +52,11 @@ def test_ddddocr_common_old_builds_on_rtx_and_reads_the_same_text(tmp_path):
     ops = {n.op_type for n in onnx.load(str(prepared)).graph.node}
     assert not ops & {"ConvInteger", "MatMulInteger", "DynamicQuantizeLinear", "DynamicQuantizeLSTM"}
     # on rendered text lines the float model reads what the quantized original reads
-    original, rewritten = onnx.load(str(model)), onnx.load(str(prepared))
+    original, rewritten = session(onnx.load(str(model))), session(onnx.load(str(prepared)))  # one session each
     same = 0
     for seed in range(4):
         x = _ddddocr_input(seed)
-        ref, got = run_model(original, {"input1": x})["387"], run_model(rewritten, {"input1": x})["387"]
+        ref, got = run(original, {"input1": x})["387"], run(rewritten, {"input1": x})["387"]
         same += _ctc(ref) == _ctc(got)
         assert (ref.argmax(-1) == got.argmax(-1)).mean() >= 0.9
     assert same >= 3

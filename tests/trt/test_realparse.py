@@ -57,3 +57,17 @@ def test_run_isolated_survives_a_failing_build_and_reports_both_phases(tmp_path)
               [w, r, numpy_helper.from_array(np.array(0, np.float32), "zero")])
     v = run_isolated(p, RTX_MODULE, build=True, timeout=120)
     assert v["parsed"] is True and v["built"] is False and "graphScope" in " ".join(v["build_errors"])
+
+
+def test_a_profile_may_be_a_min_opt_max_range_in_process_and_isolated(tmp_path):
+    """`build`'s recheck asks with its first profile: a range where min > max is the builder's refusal;
+    a sound one builds (so the range, not one shape, reached the profile)."""
+    p = _save(tmp_path, [helper.make_node("Relu", ["x"], ["y"])], [helper.make_tensor_value_info("x", F, [1, "n"])],
+              [helper.make_tensor_value_info("y", F, [1, "n"])])
+    sound = {"x": {"min": [1, 2], "opt": [1, 4], "max": [1, 8]}}
+    bad = {"x": {"min": [1, 8], "opt": [1, 4], "max": [1, 2]}}
+    trt = import_tensorrt(RTX_MODULE)
+    assert parse_and_build(p, trt, shapes=sound).built is True
+    assert parse_and_build(p, trt, shapes=bad).built is False
+    isolated = run_isolated(p, RTX_MODULE, build=True, shapes=bad)
+    assert isolated["parsed"] and isolated["built"] is False and isolated["build_errors"]

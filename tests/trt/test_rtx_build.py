@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pytest
-from builders import cls_calibration, two_inputs_one_dim_name
+from builders import two_inputs_one_dim_name
 from click.testing import CliRunner
 from realmodels import ddddocr_model, magika_model, nudenet_model, rapidocr_model, silero_model
 
@@ -99,20 +100,11 @@ def test_fp16_builds_and_its_convolutions_are_fp16_in_the_network(model, shapes,
     assert achieved["share"] >= 0.5
 
 
-@pytest.fixture(scope="module")
-def text_lines(tmp_path_factory) -> Path:
-    return cls_calibration(tmp_path_factory.mktemp("calib") / "lines", n=8)
-
-
-def test_int8_qdq_recognizer_builds_dynamic_and_counts_int8_layers(text_lines, tmp_path):
+def test_int8_qdq_recognizer_builds_dynamic_and_counts_int8_layers(rec_int8_rtx):
     """trtconv's own INT8 Q/DQ (symmetric, calibrated on rendered text lines): a Conv/MatMul fed by a
-    Dequantize of INT8 counts as INT8, as TensorRT fuses Q/DQ into it."""
-    engine = tmp_path / "rec-int8.engine"
-    # the layer precisions are under test here, not accuracy: 8 rendered lines are too few for the
-    # default accuracy gate (tests/cli/test_int8_gate_cli.py tests the gate on the recognizer)
-    code, out = _build(rapidocr_model("rec"), "-o", engine, "--precision", "int8", "--calib-data", text_lines,
-                       "--min-shapes", "x:1x3x48x96", "--opt-shapes", "x:1x3x48x192", "--max-shapes", "x:2x3x48x320",
-                       *NO_GATE)
+    Dequantize of INT8 counts as INT8, as TensorRT fuses Q/DQ into it. The engine is the session's
+    (tests/conftest.py rec_int8_rtx: a dynamic width and batch profile)."""
+    engine, code, out, _, _ = rec_int8_rtx
     assert code == 0, out
     m = _assert_rtx_engine(engine, "int8")
     by = m["precision"]["achieved"]["by_dtype"]
@@ -120,13 +112,18 @@ def test_int8_qdq_recognizer_builds_dynamic_and_counts_int8_layers(text_lines, t
     assert m["calibration"]["samples"] > 0
 
 
-def test_asking_more_int8_than_the_network_has_exits_8_and_writes_no_engine(text_lines, tmp_path):
+def test_asking_more_int8_than_the_network_has_exits_8_and_writes_no_engine(rec_int8_rtx, tmp_path):
     """The network precision check has teeth: the recognizer keeps a couple of matrix products out of
     INT8 (the attention-probability MatMuls, in the FP16 remainder), so requiring every one in INT8
-    fails before the build, with nothing written."""
+    fails before the build, with nothing written. The scales come from the session's INT8 build (its
+    calibration cache): what is under test is the check, not the calibration."""
+    _, _, _, shared_cache, text_lines = rec_int8_rtx
     engine = tmp_path / "rec-int8.engine"
+    cache = tmp_path / "rec.cache"
+    for suffix in ("", ".key.json"):
+        shutil.copyfile(str(shared_cache) + suffix, str(cache) + suffix)
     code, out = _build(rapidocr_model("rec"), "-o", engine, "--precision", "int8", "--calib-data", text_lines,
-                       "--shapes", "x:1x3x48x192", "--min-precision-share", "1.0", *NO_GATE)
+                       "--calib-cache", cache, "--shapes", "x:1x3x48x192", "--min-precision-share", "1.0", *NO_GATE)
     assert code == ExitCode.PRECISION_NOT_ACHIEVED, out
     assert "asked for int8" in out and "fp16" in out
     assert not engine.exists() and not Path(str(engine) + ".json").exists()

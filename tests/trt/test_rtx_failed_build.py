@@ -24,7 +24,7 @@ pytest.importorskip("tensorrt_rtx", reason="tensorrt-rtx is in the test extra: r
 
 
 def _reshape_to_2x3(folder: Path) -> Path:
-    """x[1, w] reshaped to 2x3: only w = 6 runs; a profile reaching w = 5 fails its corner run (exit 2)."""
+    """x[1, w] reshaped to 2x3: only w = 6 runs; a profile reaching w = 5 fails the builder's own shape check (exit 2)."""
     shape = helper.make_tensor("shape", TensorProto.INT64, [2], [2, 3])
     g = helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["y"])], "g",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "w"])],
@@ -40,7 +40,7 @@ FAILURES = {  # id: (model, flags, exit code, stage that failed)
                          ["--shapes", "x:1x3x48x192", "--precision", "fp16", "--exclude-op", "Conv"],
                          ExitCode.PRECISION_NOT_ACHIEVED, "build"),
     "profile-corner-exit-2": (_reshape_to_2x3, ["--min-shapes", "x:1x5", "--opt-shapes", "x:1x6",
-                                                "--max-shapes", "x:1x6"], ExitCode.USAGE, "profiles"),
+                                                "--max-shapes", "x:1x6"], ExitCode.USAGE, "build"),
 }
 
 
@@ -74,10 +74,11 @@ def test_keep_prepared_keeps_the_prepared_onnx_of_a_failed_build(tmp_path):
 
 
 def _int8_exit_8(tmp_path: Path, cache: Path, out: Path) -> None:
-    """An INT8 build that calibrates (writing --calib-cache), then fails TensorRT's precision check (exit 8)."""
+    """An INT8 build that calibrates (writing --calib-cache), then fails TensorRT's precision check (exit 8);
+    minmax: the files a calibration leaves are under test, not the choice of method."""
     res = CliRunner().invoke(cli, ["build", "--trt", "rtx", str(rapidocr_model("cls")), "-o", str(out / "m.engine"),
                                    "--shapes", "x:1x3x48x192", "--precision", "int8", "--random-data", "4",
-                                   "--calib-cache", str(cache), "--exclude-op", "Conv", "--json"])
+                                   "--calib-method", "minmax", "--calib-cache", str(cache), "--exclude-op", "Conv", "--json"])
     assert res.exit_code == ExitCode.PRECISION_NOT_ACHIEVED, res.output
     report = json.loads(res.stdout)
     assert {s["name"]: s["status"] for s in report["stages"]}["precision"] == "done"  # it calibrated

@@ -3,6 +3,8 @@ each repeated warning shown once with a count (all of them with -v), each builde
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from builders import cls_calibration
 from click.testing import CliRunner
@@ -18,13 +20,15 @@ REPEATED = "(foreignNode) Converting conv activation scales to fp32."  # RTX say
 
 
 def _int8_build(tmp_path, *verbose: str) -> str:
+    """A real INT8 build's stderr; a second call in the same folder reuses the first one's calibration
+    (its cache): the log of TensorRT's build is under test, not the calibration."""
     calib = tmp_path / "calib"
     if not calib.exists():
         cls_calibration(calib)
     engine = tmp_path / f"cls{len(verbose)}.engine"
     res = CliRunner().invoke(cli, [*verbose, "build", "--trt", "rtx", str(rapidocr_model("cls")), "-o", str(engine),
                                    "--shapes", "x:1x3x48x192", "--precision", "int8", "--calib-data", str(calib),
-                                   "--min-cosine", "0"])
+                                   "--calib-cache", str(tmp_path / "cls.cache"), "--min-cosine", "0"])
     assert res.exit_code == 0, res.output
     return res.stderr
 
@@ -36,7 +40,8 @@ def test_repeated_tensorrt_warnings_are_marked_and_counted(tmp_path):
     assert len(summary) == 1 and summary[0].endswith("; -v shows all)"), err
     assert int(summary[0].split("(and ")[1].split()[0]) >= 20  # one per quantized conv of the classifier
     assert not [line for line in err if "foreignNode" in line and "tensorrt warning" not in line]
-    assert len(err) < 40, err  # the whole log of the build, not a flood
+    # the whole log of the build, not a flood (stage heartbeats, one per 5 s, grow with the machine's load)
+    assert len([line for line in err if not re.search(r": running \(\d+ s\)$", line)]) < 40, err
     # TensorRT's build phases are said as TensorRT's, never as trtconv's own stages
     assert any(line.startswith("trtconv: tensorrt: Building engine") for line in err), err
     assert not [line for line in err if line.strip() in ("trtconv: Building engine", "trtconv: Timing tactics")]

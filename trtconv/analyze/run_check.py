@@ -27,7 +27,16 @@ from trtconv.analyze.lookups import GraphIndex, NodeRef, build_index, int64_out_
 from trtconv.analyze.rules import CONVERTIBLE, NodeContext, dtype_name, run_rules
 from trtconv.analyze.support import SupportTable, load_table
 from trtconv.errors import InvalidModelError
-from trtconv.load import LoadedModel, Shape, infer_shapes, input_dims, is_stripped, override_input_shapes
+from trtconv.load import (
+    LoadedModel,
+    Shape,
+    approx_size,
+    infer_shapes,
+    input_dims,
+    is_stripped,
+    override_input_shapes,
+    structure_only,
+)
 from trtconv.onnxutil import DEFAULT_DOMAIN, has_subgraphs, is_default_domain
 from trtconv.rewrites import (
     RENAME_SHARED_DIMS,
@@ -53,6 +62,10 @@ ORT_QUANT_HINT = ("quantized by ONNX Runtime: start from the float model (`trtco
                   "TensorRT takes)")
 
 
+WEIGHTS_STRIPPED = 1 << 20  # inline weight bytes from which analysis works on structure_only (what `check` loads)
+KEPT_BYTES = 64 << 10  # constants a rule may read (zero points, shapes, flags) keep their values there
+
+
 def analyze(loaded: LoadedModel, target: str, shapes: Mapping[str, Shape] | None = None) -> CheckReport:
     """What TensorRT ``target``'s ONNX parser will reject in ``loaded``, node by node.
 
@@ -62,6 +75,8 @@ def analyze(loaded: LoadedModel, target: str, shapes: Mapping[str, Shape] | None
     table = load_table(target)
     shapes = dict(shapes or {})
     model = loaded.proto
+    if approx_size(model) >= WEIGHTS_STRIPPED:  # the build's model, weights in: no weight is serialized for
+        model = structure_only(model, KEPT_BYTES)  # shape inference (it copied each 3 times); small constants stay
     if shapes:
         model = override_input_shapes(model, shapes)
     inferred = infer_shapes(loaded, model, symbolic=False)  # on the structure alone; never fails

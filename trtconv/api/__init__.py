@@ -23,10 +23,12 @@ from trtconv.api.engines import (
     probe,
     probe_driver,
     problems,
+    unservable,
     verify_engine,
     write_repository,
 )
 from trtconv.api.files import (
+    dims_text,
     disk_bytes,
     file_sha256,
     identity_problems,
@@ -77,9 +79,9 @@ __all__ = [
     # engines (engines.py)
     "BenchResult", "BenchSettings", "Environment", "PlanSource", "TensorRTStatus", "VerifyReport", "bench_engine",
     "inspect_engine", "layer_rows", "model_name", "off_precision", "probe", "probe_driver", "problems",
-    "verify_engine", "write_repository",
+    "unservable", "verify_engine", "write_repository",
     # files (files.py)
-    "disk_bytes", "file_sha256", "identity_problems", "load_model", "manifest_path", "parse_shapes",
+    "dims_text", "disk_bytes", "file_sha256", "identity_problems", "load_model", "manifest_path", "parse_shapes",
     "read_manifest", "return_large_blocks", "update_manifest",
     # reports (reports.py)
     "LONG_PHASES", "PHASES", "OutputStats", "parse_limit", "qualified_op", "report_html", "rule_summaries",

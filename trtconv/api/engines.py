@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from trtconv.bench import BenchResult, BenchSettings, bench_engine
 from trtconv.inspection import inspect_engine, layer_rows, off_precision
-from trtconv.triton import PlanSource, model_name, write_repository
+from trtconv.triton import PlanSource, model_name, unservable, write_repository
 from trtconv.trt import Environment, TensorRTStatus, probe, probe_driver, problems
 from trtconv.verify import VerifyReport, verify_engine
 
@@ -20,7 +20,7 @@ __all__ = [
     # inspect: what an engine is, the layers that missed the asked precision
     "inspect_engine", "layer_rows", "off_precision",
     # triton-repo: a model repository with one plan per compute capability
-    "PlanSource", "model_name", "write_repository",
+    "PlanSource", "model_name", "unservable", "write_repository",
     # doctor: the TensorRT, driver and GPU this machine has, and what is wrong with them
     "Environment", "TensorRTStatus", "probe", "probe_driver", "problems",
 ]

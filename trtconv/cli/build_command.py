@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import logging
+import shlex
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from trtconv import api
 from trtconv.api import (
@@ -39,8 +42,12 @@ from trtconv.cli.options import (
 )
 from trtconv.cli.output import Heartbeat, interactive, print_json, progress, stderr_console
 from trtconv.cli.precision_report import print_gate
+from trtconv.cli.quantize_command import quiet_random_samples
 from trtconv.cli.triton_repo import triton_repo_option
-from trtconv.errors import DataError, TrtconvError
+from trtconv.errors import DataError, TrtconvError, UsageError
+from trtconv.outputs import check_output_dir, check_output_path
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class BarSink:
@@ -93,7 +100,7 @@ class StageClock:
             return
         seconds = self.close()
         if self.durations:
-            took = f" ({seconds:.1f} s)" if status != "skipped" else ""
+            took = f" ({seconds:.1f} s)" if not status.startswith("skipped") else ""
             self.console.print(f"trtconv: {stage}: {status}{took}", markup=False, highlight=False)
 
     def close(self) -> float:
@@ -152,6 +159,44 @@ def _entry_problems(params: Mapping[str, Any], key: Mapping[str, Any], files: Ma
     return identity_problems(data, engine, expected_hash=ident)
 
 
+def _check_outputs(ctx: click.Context) -> None:
+    """Before any work, a cache lookup included: a Triton repository only for a target Triton serves,
+    and every path the build writes (engine, manifest, prepared ONNX, tail, calibration cache, report,
+    Triton repository, depfile) writable, in one line naming the flag; nothing is written."""
+    params = ctx.params
+    settings = BuildSettings.from_params(params)
+    target = settings.trt or api.default_target()[0]
+    repo = params.get("triton_repo")
+    if repo is not None:
+        why = api.unservable(api.target_name(target))
+        if why is not None:
+            named = ("triton-repo in the spec file" if ctx.get_parameter_source("triton_repo") == ParameterSource.DEFAULT_MAP
+                     else "--triton-repo")
+            chosen = "" if settings.trt else f" (the target without --trt: {api.target_name(target)}, installed here)"
+            raise UsageError(f"{named}: {why}{chosen}",
+                             hint="drop it for TensorRT-RTX; for Triton, build with --trt 10.16 or --trt 11.4 "
+                             "where TensorRT and a GPU are")
+        if not settings.prepare_only:  # the repository, then the model's folder in it
+            check_output_dir(Path(repo), flag="--triton-repo")
+            check_output_dir(Path(repo) / api.model_name(Path(params["output"])), flag="--triton-repo")
+    settings.check_outputs(params["output"], target, force=bool(params.get("force")))
+    for key in ("report", "deps"):
+        if params.get(key) is not None:
+            check_output_path(Path(params[key]), force=True, flag=f"--{key}")
+
+
+def outputs_checked(f: F) -> F:
+    """Run :func:`_check_outputs` first (place it right below ``config_option``: a --print-config writes nothing)."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        _check_outputs(click.get_current_context())
+        return f(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+PATH_FLAGS = (("triton_repo", "--triton-repo"), ("report", "--report"), ("deps", "--deps"), ("cache_dir", "--cache-dir"))
 NOT_INPUTS = ("prepared", "timing_cache")  # path flags that are not inputs (the build updates the cache)
 SHAPE_FLAGS = ("shapes", "min_shapes", "opt_shapes", "max_shapes")  # a shapes hint gives its own
 
@@ -165,6 +210,7 @@ SHAPE_FLAGS = ("shapes", "min_shapes", "opt_shapes", "max_shapes")  # a shapes h
 @force_option
 @json_option
 @config_option
+@outputs_checked
 @deps_option(outputs=_outputs, not_inputs=NOT_INPUTS)
 @triton_repo_option
 @report_option
@@ -183,12 +229,15 @@ def build(model: Path, output: Path, force: bool, as_json: bool, layers: bool, *
     settings = replace(settings, trt=target_or_default(settings.trt, as_json))
     return_large_blocks()  # freed weights and activations leave the RSS (issue 20's memory bound)
     cli_flags = tuple(f for f, on in (("--force", force), ("--json", as_json), ("--layers", layers)) if on)
+    ctx = click.get_current_context()  # the wrappers' own paths, so a hint repeats the whole command
+    cli_flags += tuple(f"{flag} {shlex.quote(str(ctx.params[key]))}" for key, flag in PATH_FLAGS
+                       if ctx.params.get(key) is not None)
     command = settings.command_line(model, output, drop=SHAPE_FLAGS, extra=cli_flags)  # what hints repeat
     sink = BarSink()
     outcome = BuildOutcome(prepared=settings.outputs(output)[0])
     clock = StageClock(sink, as_json=as_json)
     try:
-        with sink.bar:
+        with sink.bar, quiet_random_samples(settings.precision, settings.random_data):
             # Always installed: it draws only on a terminal, and lets Ctrl-C cancel a build cleanly.
             api.build(model, output, settings, force=force, say=clock, progress=sink, outcome=outcome,
                       command=command)
@@ -217,6 +266,11 @@ def build(model: Path, output: Path, force: bool, as_json: bool, layers: bool, *
         click.echo(f"engine written to {outcome.engine} (manifest {outcome.engine}.json)")
     if outcome.tail is not None:
         click.echo(_tail_line(outcome))
+    if outcome.parser_disagreements:
+        nodes = _some([f"{d['node']} ({d['op']})" for d in outcome.parser_disagreements])
+        click.echo(f"check predicted a refusal of {nodes}; the real parser took it (parser_disagreements in the "
+                   "manifest)")
+    click.echo(f"verification: {outcome.to_json()['verification']['summary']}")
     if outcome.engine is not None and outcome.stopped != "prepare-only":
         if layers and outcome.manifest is not None:
             for line in _layer_summary(outcome.manifest):
@@ -231,7 +285,7 @@ def _tail_line(outcome: BuildOutcome) -> str:
         figure = (f"head → tail equals the model on ONNX Runtime: max abs {proof.get('max_abs'):.3g}, "
                   f"max rel {proof.get('max_rel'):.3g}")
     else:
-        figure = f"not proven: {proof.get('reason')}"
+        figure = f"not proven: {proof.get('reason') or 'no reason recorded'}"
     return (f"tail written to {outcome.tail} (ONNX Runtime runs it on the engine's outputs "
             f"{_some(split.get('cut') or [])}; it starts at {_some(split.get('at') or [])}; {figure})")
 
@@ -252,5 +306,6 @@ def _record(outcome: BuildOutcome, model: Path, target: str) -> None:
         pass
     if outcome.gate is not None:
         record("gate", outcome.gate.to_json())
+    record("verification", outcome.to_json()["verification"])
     if outcome.manifest is not None:
         record("manifest", outcome.manifest)

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from trtconv import api
-from trtconv.api import CheckReport, default_target, qualified_op, target_name
+from trtconv.api import CheckReport, default_target, dims_text, qualified_op, target_name
 from trtconv.cli.html_report import record, report_option
 from trtconv.cli.options import announce_target, json_option, model_argument, shapes_option, trt_option
 from trtconv.cli.output import cell_lines, finish, print_json, stdout_console
@@ -83,7 +83,7 @@ def _print_human(report: CheckReport) -> None:
         for col in ("input", "dims", "--shapes"):
             inputs.add_column(col)
         for i in dynamic:
-            dims = "x".join("?" if d is None else str(d) for d in i.dims)
+            dims = dims_text(i.dims)
             given = "x".join(map(str, i.shape)) if i.shape else "[red]not given[/]"
             inputs.add_row(escape(i.name), escape(dims), given)
         console.print(inputs)

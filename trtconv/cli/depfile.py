@@ -22,7 +22,7 @@ import click
 
 from trtconv.api import load_model
 from trtconv.errors import UsageError
-from trtconv.outputs import write_text
+from trtconv.outputs import check_output_path, write_text
 
 F = TypeVar("F", bound=Callable[..., Any])
 # The files a run writes, from its parameters; the primary output last.
@@ -140,6 +140,7 @@ def deps_option(outputs: OutputsFn = single_output, not_inputs: Sequence[str] = 
         def wrapper(*args: Any, deps: Path | None = None, **kwargs: Any) -> Any:
             if deps is None:
                 return f(*args, **kwargs)
+            check_output_path(deps, force=True, flag="--deps")  # before any work: nothing written if not
             ctx = click.get_current_context()
             targets = list(outputs(ctx.params))
             if not targets:

@@ -12,7 +12,7 @@ import click
 
 from trtconv.api import layer_rows, manifest_path, off_precision, read_manifest, report_html
 from trtconv.errors import DataError, TrtconvError
-from trtconv.outputs import write_text
+from trtconv.outputs import check_output_path, write_text
 
 F = TypeVar("F", bound=Callable[..., Any])
 KEY = "trtconv.report"
@@ -45,10 +45,22 @@ def _engine_manifest(params: dict[str, Any]) -> dict[str, Any] | None:
         return None
 
 
+def _restored(manifest: dict[str, Any] | None) -> str:
+    """A build restored from the cache: what its manifest says of the engine's verification."""
+    verify = (manifest or {}).get("verify")
+    if not isinstance(verify, dict):
+        return "restored from the cache; the engine was not run when it was built (verify skipped)"
+    if verify.get("passed"):
+        return "restored from the cache; the engine was run and verified against ONNX Runtime when it was built"
+    return f"restored from the cache; the engine was not run when it was built: {verify.get('reason') or 'verify skipped'}"
+
+
 def write_report(path: Path, command: str, params: dict[str, Any], docs: dict[str, Any], status: str) -> None:
     docs = dict(docs)
     if command == "build" and docs.get("manifest") is None:
         docs["manifest"] = _engine_manifest(params)  # a cache hit: the restored engine's manifest
+        if status == "passed":
+            status = f"succeeded (exit 0): {_restored(docs['manifest'])}"
     layers = _layers(docs["manifest"]) if docs.get("manifest") else None
     text = report_html(command, str(params.get("model", "")), docs, status=status, layers=layers)
     write_text(path, text, force=True)
@@ -61,6 +73,7 @@ def report_option(f: F) -> F:
     def wrapper(*args: Any, report: Path | None = None, **kwargs: Any) -> Any:
         if report is None:
             return f(*args, **kwargs)
+        check_output_path(report, force=True, flag="--report")  # before any work: nothing written if not
         ctx = click.get_current_context()
         status = "passed"
         try:
@@ -73,6 +86,9 @@ def report_option(f: F) -> F:
             raise
         finally:
             docs = ctx.meta.get(KEY, {})
+            checked = docs.get("verification")
+            if status == "passed" and checked is not None:  # a build says what it verified, never "passed" alone
+                status = f"succeeded (exit 0): {checked['summary']}"
             if not docs and ctx.command.name != "build" and status == "passed":
                 status = "passed (result restored from the cache: the stored run's details are not kept)"
             write_report(report, ctx.command.name or "", dict(ctx.params), docs, status)

@@ -8,9 +8,11 @@ from typing import Any
 
 import click
 
-from trtconv.api import inspect_engine
+from trtconv.api import dims_text, inspect_engine
 from trtconv.cli.options import json_option
 from trtconv.cli.output import print_json
+
+NO_FLOAT = "no float tensor"  # a layer whose inputs and outputs are all integer or bool (shape arithmetic)
 
 
 def _tensors(tensors: Iterable[Mapping[str, Any]]) -> str:
@@ -40,10 +42,10 @@ def _print(report: Mapping[str, Any], all_layers: bool) -> None:
          + (f", compute capability {' '.join(ccs)}" if ccs else "")
          + (f", plugins {', '.join(req['plugins'])}" if req.get("plugins") else ""))
     for b in report["bindings"]:
-        echo(f"{b['mode']:>6} {b['name']}: {b['dtype']} {b['shape']}")
+        echo(f"{b['mode']:>6} {b['name']}: {b['dtype']} {dims_text(b['shape'])}")
     for i, profile in enumerate(report["profiles"]):
         for name, rng in profile.items():
-            echo(f"profile {i} {name}: min {rng['min']} opt {rng['opt']} max {rng['max']}")
+            echo(f"profile {i} {name}: min {dims_text(rng['min'])} opt {dims_text(rng['opt'])} max {dims_text(rng['max'])}")
     for i, values in enumerate(report.get("shape_input_values") or []):
         for name, rng in values.items():
             echo(f"profile {i} {name} (shape tensor) values: min {rng['min']} opt {rng['opt']} max {rng['max']}")
@@ -52,7 +54,8 @@ def _print(report: Mapping[str, Any], all_layers: bool) -> None:
     counts: dict[str, int] = {}
     for row in layers["rows"]:
         if row.get("compute"):
-            counts[str(row.get("precision"))] = counts.get(str(row.get("precision")), 0) + 1
+            label = row.get("precision") or NO_FLOAT
+            counts[label] = counts.get(label, 0) + 1
     echo("compute layers by precision: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     if all_layers:
         for row in layers["rows"]:
@@ -61,8 +64,9 @@ def _print(report: Mapping[str, Any], all_layers: bool) -> None:
     prov = report.get("provenance")
     if prov:
         src = prov.get("source") or {}
-        echo(f"built from {src.get('onnx')} (sha256 {str(src.get('onnx_sha256'))[:12]}) by trtconv {prov['trtconv']} "
-             f"at {prov.get('created_at')}; identity {str(prov.get('identity'))[:12]}")
+        echo(f"built from {src.get('onnx') or 'an ONNX not recorded'} (sha256 {str(src.get('onnx_sha256') or '?')[:12]}) "
+             f"by trtconv {prov.get('trtconv') or '?'} at {prov.get('created_at') or '?'}; "
+             f"identity {str(prov.get('identity') or '?')[:12]}")
         requested = (prov.get("precision") or {}).get("requested")
         for line in off_precision_lines(report["off_precision"], requested if requested != "fp32" else None):
             echo(line)

@@ -80,7 +80,7 @@ def quantize(model: Path, output: Path, precision: str, force: bool, as_json: bo
     bar.say(f"quantizing {model} to {precision}")
     doc: dict[str, Any] = {"model": str(model), "output": str(output)}
     try:
-        with _quiet_random_samples(precision, settings.random_data), Heartbeat("quantize"):
+        with quiet_random_samples(precision, settings.random_data), Heartbeat("quantize"):
             result = api.quantize(model, output, settings, force=force, progress=bar.update, warn=warn)
     except AccuracyError as exc:
         bar.close()
@@ -99,9 +99,10 @@ def quantize(model: Path, output: Path, precision: str, force: bool, as_json: bo
 
 
 @contextlib.contextmanager
-def _quiet_random_samples(precision: str, random_data: int | None) -> Iterator[None]:
-    """fp16 reads random samples several times: one FP16-worded warning instead of the loader's INT8 one each time."""
-    if precision != "fp16" or not random_data:
+def quiet_random_samples(precision: str, random_data: int | None) -> Iterator[None]:
+    """fp16 and fp32 (a build's profile) read random samples several times: one warning in their words instead
+    of the loader's INT8-worded one each time."""
+    if precision == "int8" or not random_data:
         yield
         return
     warn(f"using {random_data} RANDOM sample(s): activation ranges and errors will not reflect real inputs; "

@@ -11,6 +11,7 @@ import click
 
 from trtconv.api import PlanSource, inspect_engine, model_name, write_repository
 from trtconv.cli.options import force_option
+from trtconv.outputs import check_output_dir
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -21,17 +22,20 @@ def plan_source(engine: Path, plugins: tuple[Path, ...] = ()) -> PlanSource:
     report = inspect_engine(engine, plugins)
     req = report["requires"]
     ccs = req.get("compute_capabilities") or ([req["compute_capability"]] if req.get("compute_capability") else [])
-    return PlanSource(engine, report["bindings"], report["profiles"], tuple(str(c) for c in ccs))
+    return PlanSource(engine, report["bindings"], report["profiles"], tuple(str(c) for c in ccs),
+                      flavour=str(req.get("tensorrt_flavour") or "TensorRT"))
 
 
 def write_engines(repo: Path, engines: Sequence[Path], name: str | None, force: bool) -> Path:
+    check_output_dir(repo, flag="-o")
     sources = [plan_source(Path(e)) for e in engines]
     return write_repository(repo, name or model_name(Path(engines[0])), sources, force=force)
 
 
 def triton_repo_option(f: F) -> F:
     """Add ``--triton-repo DIR`` to ``build``: after a successful build (or a cache hit), the engine
-    goes into ``DIR/<engine name>/`` with its ``config.pbtxt``."""
+    goes into ``DIR/<engine name>/`` with its ``config.pbtxt``. A TensorRT-RTX target, and a DIR that
+    cannot be written, are refused before any work (``build_command``'s output check)."""
 
     @functools.wraps(f)
     def wrapper(*args: Any, triton_repo: Path | None = None, **kwargs: Any) -> Any:
@@ -45,7 +49,8 @@ def triton_repo_option(f: F) -> F:
 
     return click.option("--triton-repo", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
                         help="Also write the engine into a Triton model repository: DIR/<name>/config.pbtxt "
-                        "and DIR/<name>/1/model.plan.")(wrapper)  # type: ignore[return-value]
+                        "and DIR/<name>/1/model.plan (TensorRT 10/11 targets: Triton cannot load TensorRT-RTX plans, "
+                        "refused before any work).")(wrapper)  # type: ignore[return-value]
 
 
 @click.command("triton-repo")

@@ -13,8 +13,11 @@ from trtconv.htmlreport.render import (
     manifest_block,
     node_verdicts,
     page,
+    parser_disagreements,
     rewrites,
     section,
+    stepped_aside,
+    verification,
 )
 
 
@@ -31,9 +34,12 @@ def _gate_sections(gate: Mapping[str, Any]) -> list[str]:
 def report_html(command: str, model: str, docs: Mapping[str, Any], *, status: str,
                 layers: tuple[Sequence[Mapping[str, Any]], str, Sequence[Mapping[str, Any]]] | None = None) -> str:
     """The page for ``trtconv <command> MODEL``. ``docs``: ``check`` (check --json), ``rewrite``
-    (rewrite --json), ``gate`` (quantize --json, or a build's precision gate), ``manifest``;
+    (rewrite --json), ``gate`` (quantize --json, or a build's precision gate), ``manifest``,
+    ``verification`` (a build's: whether the engine ran, what ONNX Runtime verified);
     ``layers``: (layer rows, where they come from, layers off the requested precision)."""
     sections = []
+    if docs.get("verification") is not None:
+        sections.append(section("verification-section", "What was verified, and how", verification(docs["verification"])))
     if docs.get("check") is not None:
         sections.append(section("nodes-section", "Per-node verdicts", node_verdicts(docs["check"])))
     if docs.get("rewrite") is not None:
@@ -43,6 +49,13 @@ def report_html(command: str, model: str, docs: Mapping[str, Any], *, status: st
     elif docs.get("manifest") is not None:
         sections.append(section("rewrites-section", "Rewrites and their proofs",
                                 rewrites(docs["manifest"].get("rewrites") or [])))
+    manifest = docs.get("manifest") or {}
+    if manifest.get("rewrites_stepped_aside"):
+        sections.append(section("stepped-aside-section", "Rewrites that stepped aside",
+                                stepped_aside(manifest["rewrites_stepped_aside"])))
+    if manifest.get("parser_disagreements"):
+        sections.append(section("disagreements-section", "Where the real parser overruled check",
+                                parser_disagreements(manifest["parser_disagreements"])))
     if docs.get("gate") is not None:
         sections += _gate_sections(docs["gate"])
     if layers is not None:

@@ -75,9 +75,25 @@ def rewrites(doc: Sequence[Mapping[str, Any]], graph_proof: Mapping[str, Any] | 
     body = table(["node", "rule", "target", "proof", "max abs", "min cosine", "tolerance", "verdict"], rows,
                  "rewrites") if rows else "<p>no node needed rewriting.</p>"
     if graph_proof:
-        body += (f"<p>whole-graph proof: {esc(graph_proof.get('method'))}, passed {esc(graph_proof.get('passed'))}"
+        passed = {True: "yes", False: "no", None: "not judged"}[graph_proof.get("passed")]
+        body += (f"<p>whole-graph proof: {esc(graph_proof.get('method'))}, passed: {esc(passed)}"
                  f"{'; ' + esc(graph_proof.get('reason')) if graph_proof.get('reason') else ''}</p>")
     return body
+
+
+def stepped_aside(aside: Sequence[Mapping[str, Any]]) -> str:
+    """Rewrites dropped because their proof failed: the node stayed as it was (``build``)."""
+    return table(["node", "op", "rule", "why it stepped aside"],
+                 [(a.get("node") or "(clean-up)", a.get("op") or "", a.get("rule"), a.get("reason")) for a in aside],
+                 "stepped-aside")
+
+
+def parser_disagreements(found: Sequence[Mapping[str, Any]]) -> str:
+    """Nodes ``check`` predicted the parser would refuse that the real parser and builder took."""
+    return ("<p>check's prediction was advice here: the target's own parser decided, and took these.</p>"
+            + table(["node", "op", "check predicted", "the real parser"],
+                    [(d.get("node"), d.get("op"), d.get("predicted"), d.get("real")) for d in found],
+                    "parser-disagreements"))
 
 
 def kept_out(kept: Sequence[Mapping[str, Any]]) -> str:
@@ -141,7 +157,8 @@ def accuracy_gate(gate: Mapping[str, Any]) -> str:
                      ("html", f'<span class="{"fail" if failed else "pass"}">{"fail" if failed else "pass"}</span>'),
                      ("html", cosine_svg(name, plot, limit) if plot else "no per-sample figures")))
     checked = gate.get("accuracy_check") or ("checked" if gate.get("checked") else "not checked")
-    head = f"<p>checked on: {esc(checked)}; passed: <b>{esc(gate.get('passed'))}</b></p>"
+    passed = {True: "yes", False: "no", None: "not judged (not gated)"}[gate.get("passed")]
+    head = f"<p>checked on: {esc(checked)}; passed: <b>{esc(passed)}</b></p>"
     viol = "".join(f"<li>{esc(v)}</li>" for v in gate.get("violations") or [])
     return head + table(["output", "shape", "cosine", "min cosine", "max abs", "top-1", "verdict",
                          "per-sample cosine"], rows, "accuracy-gate") + (f"<ul>{viol}</ul>" if viol else "")
@@ -151,7 +168,7 @@ def layer_precisions(rows: Sequence[Mapping[str, Any]], source: str, off: Sequen
     counts: dict[str, int] = {}
     for r in rows:
         if r.get("compute"):
-            name = str(r.get("precision") or "integer only")  # None: shape arithmetic on int32/int64
+            name = str(r.get("precision") or "no float tensor")  # integer/bool only: shape arithmetic (as inspect says)
             counts[name] = counts.get(name, 0) + 1
     summary = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
     body = f"<p>{len(rows)} layers ({esc(source)}); compute layers by precision: {esc(summary)}</p>"
@@ -165,6 +182,16 @@ def layer_precisions(rows: Sequence[Mapping[str, Any]], source: str, off: Sequen
           ", ".join(f"{t.get('name')}:{t.get('dtype')}" for t in r.get("inputs") or []),
           ", ".join(f"{t.get('name')}:{t.get('dtype')}" for t in r.get("outputs") or [])) for r in rows],
         "engine-layers") + "</details>"
+
+
+def verification(doc: Mapping[str, Any]) -> str:
+    """A build's verification: the engine run or not (and why), what ONNX Runtime verified, what was only measured."""
+    css = "pass" if doc.get("engine_verified") else ("fail" if doc.get("engine_run") else "not-run")
+    body = f'<p id="engine-run" class="{css}">{esc(doc.get("engine"))}</p>'
+    for title, items in (("verified", doc.get("verified") or []), ("not verified", doc.get("not_verified") or [])):
+        if items:
+            body += f"<p>{esc(title)}:</p><ul>" + "".join(f"<li>{esc(i)}</li>" for i in items) + "</ul>"
+    return body
 
 
 def page(title: str, subtitle: str, sections: Sequence[str]) -> str:

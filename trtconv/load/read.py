@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -178,10 +179,16 @@ def file_sha256(path: Path, *, chunk: int = 1 << 20) -> str:
 
 def model_sha256(loaded: LoadedModel) -> str:
     """Hash of the model file and its external-data files, in a stable order."""
+    return files_sha256((p.name, file_sha256(p)) for p in (loaded.path, *loaded.external_files))
+
+
+def files_sha256(files: Iterable[tuple[str, str]]) -> str:
+    """:func:`model_sha256` from (file name, its SHA-256 hex) pairs, the model file first: for a
+    caller that hashed the bytes as it wrote them."""
     h = hashlib.sha256()
-    for p in (loaded.path, *loaded.external_files):
-        h.update(p.name.encode())
-        h.update(file_sha256(p).encode())
+    for name, digest in files:
+        h.update(name.encode())
+        h.update(digest.encode())
     return h.hexdigest()
 
 

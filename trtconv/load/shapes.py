@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import onnx
 
@@ -115,6 +115,25 @@ def input_dims(model: onnx.ModelProto) -> dict[str, list[int | str | None]]:
                     dims.append(None)
         out[vi.name] = dims
     return out
+
+
+# Dim names exporters make up when nobody named the dim (paddle2onnx, tf2onnx and ONNX Runtime's
+# symbolic inference, torch.onnx): they say only "dynamic", so they print as -1, as TensorRT's do.
+_MADE_UP_DIM = re.compile(r"(p2o\.)?DynamicDimension\.\d+|unk__\d+|[?*]|s\d+|sym_?\d+|\w*dynamic_axes_\d+",
+                          re.IGNORECASE)
+
+
+def dim_label(dim: int | str | None) -> str:
+    """One dim as trtconv prints it: fixed as its size, dynamic as -1 (TensorRT's word) unless a
+    person named it (``batch``, ``height``), then as its name."""
+    if isinstance(dim, int):
+        return str(dim) if dim >= 0 else "-1"
+    return dim if dim and not _MADE_UP_DIM.fullmatch(dim) else "-1"
+
+
+def dims_text(dims: Sequence[int | str | None]) -> str:
+    """A tensor's dims as trtconv prints them everywhere: ``[-1, 3, 48, -1]``, ``[batch, 3, height, width]``."""
+    return "[" + ", ".join(dim_label(d) for d in dims) + "]"
 
 
 def dynamic_inputs(model: onnx.ModelProto) -> dict[str, list[int | str | None]]:

@@ -12,8 +12,7 @@ from collections.abc import Iterator
 
 import onnx
 
-from trtconv.load.proto import STRIPPED_LOCATION
-from trtconv.load.validate import element_bits
+from trtconv.load.proto import STRIPPED_LOCATION, element_bits
 from trtconv.onnxutil import iter_graphs
 
 FLOAT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,

@@ -11,7 +11,7 @@ from pathlib import Path
 import onnx
 
 from trtconv.errors import InvalidModelError
-from trtconv.load.proto import PROTOBUF_LIMIT, STRIPPED_LOCATION, iter_tensors, structure_only
+from trtconv.load.proto import PROTOBUF_LIMIT, STRIPPED_LOCATION, element_bits, iter_tensors, structure_only
 from trtconv.onnxutil import is_default_domain, iter_graphs, opset_versions, subgraph_depth, topological_order
 
 # Opset and IR versions are small numbers; anything past int32 is corruption, and
@@ -24,23 +24,6 @@ MAX_SUBGRAPH_DEPTH = 16
 MAX_INPUT_DIM = 2**31 - 1
 # IR 3 (ONNX 1.0) introduced opset imports; nothing reads older files any more.
 MIN_IR_VERSION = 3
-
-
-# Element widths of the sub-byte types (onnx packs them); the rest follow numpy's itemsize.
-_SUB_BYTE_BITS = {
-    onnx.TensorProto.UINT4: 4, onnx.TensorProto.INT4: 4, onnx.TensorProto.FLOAT4E2M1: 4,
-    getattr(onnx.TensorProto, "UINT2", -1): 2, getattr(onnx.TensorProto, "INT2", -2): 2,
-    getattr(onnx.TensorProto, "FLOAT6E2M3", -3): 6, getattr(onnx.TensorProto, "FLOAT6E3M2", -4): 6,
-}
-
-
-def element_bits(t: onnx.TensorProto) -> int | None:
-    if t.data_type in _SUB_BYTE_BITS:
-        return _SUB_BYTE_BITS[t.data_type]
-    try:
-        return int(onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize) * 8
-    except (KeyError, TypeError, ValueError):
-        return None
 
 
 def check_tensor_sizes(model: onnx.ModelProto, available: dict[str, int] | None = None) -> None:

@@ -15,21 +15,23 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
-from collections.abc import Iterator
+import shlex
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from trtconv.analyze import NodeReport
 from trtconv.errors import (
     AccuracyError,
     BackendUnavailableError,
+    BuildError,
     UsageError,
 )
-from trtconv.load import LAZY_WEIGHTS_BYTES, LoadedModel, load_model, model_sha256
+from trtconv.load import LAZY_WEIGHTS_BYTES, LoadedModel, files_sha256, load_model, model_sha256
 from trtconv.onnxutil import iter_graphs, shape_value_inputs
-from trtconv.outputs import check_output_path
 from trtconv.pipeline.build_identity import request_identity
 from trtconv.pipeline.build_record import BuildOutcome, ProgressPhases, StageFn, StageRunner, Step
 from trtconv.pipeline.build_settings import BuildSettings
@@ -39,6 +41,7 @@ from trtconv.pipeline.build_stages import (
     check_stage,
     corners_stage,
     engine_stage,
+    missed_rejections,
     precision_stage,
     recheck_stage,
     rewrite_stage,
@@ -64,9 +67,9 @@ from trtconv.plan import (
     write_manifest,
 )
 from trtconv.precision import cache_files
-from trtconv.rewrites import RewriteResult, RewriteSettings, tail_ops
+from trtconv.rewrites import RewriteResult, RewriteSettings
 from trtconv.samples import SampleSet
-from trtconv.trt import for_target, tensorrt_version
+from trtconv.trt import Flavour, for_target, tensorrt_version
 
 log = logging.getLogger(__name__)
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
@@ -88,15 +91,7 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
     if req.precision != "fp32":
         check_quantize_settings(req.quantize_settings())
     prepared = req.prepared_path(output)
-    # Every output is checked before minutes of work: the engine, its manifest, the prepared ONNX.
-    if not req.prepare_only:
-        check_output_path(output, force=plan.force)
-        check_output_path(manifest_path(output), force=plan.force)
-    if req.split_tail and tail_ops(target):
-        check_output_path(req.tail_path(output), force=plan.force)
-    # The prepared ONNX is derived data: its default path is rewritten (saying so); an explicit
-    # --prepared path is treated like any output (exists → needs --force).
-    check_output_path(prepared, force=plan.force or req.prepared is None)
+    req.check_outputs(output, target, force=plan.force)  # every output, before minutes of work
     replacing = req.prepared is None and prepared.exists() and not plan.force
     outcome = outcome if outcome is not None else BuildOutcome(prepared=prepared)
     outcome.prepared = prepared
@@ -118,11 +113,11 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
             sample_shapes=None if samples is None else _sample_shapes(samples),
             sample_values=None if samples is None else _sample_values(samples, shape_value_inputs(loaded.proto)))
     except UsageError:
-        check_stage(loaded, target, {}, hint)  # a model no shapes could build says so first, with the reason (exit 5)
+        check_stage(loaded, target, {}, hint, early=True)  # a model no shapes could build says so first (exit 5)
         raise
     plan = replace(plan, onnx_path=prepared, engine_path=output, profiles=profiles)
-    onnx_sha = model_sha256(loaded)
     shapes0 = profiles[0].corner("opt") if profiles else {}
+    source = loaded  # the user's model, before --split-tail takes its head
 
     split = None
     if req.split_tail:
@@ -130,8 +125,8 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
         loaded = head_of(loaded, split)
     rewrite_settings = replace(req.rewrite_settings(target), proof_shapes=dict(shapes0))
     # a static profile: a model refused as it is may build folded with its shapes (like `rewrite --shapes`)
-    fold = stages.run("check", lambda: check_stage(loaded, target, shapes0, hint, _if_static(profiles, rewrite_settings)))
-    if fold:
+    checked = stages.run("check", lambda: check_stage(loaded, target, shapes0, hint, _if_static(profiles, rewrite_settings)))
+    if checked.fold:
         rewrite_settings = replace(rewrite_settings, shapes=dict(shapes0))
     rewritten = stages.run("rewrite", lambda: rewrite_stage(loaded, rewrite_settings))
     reference = Reference(loaded, rewritten, head=split is not None)
@@ -140,7 +135,9 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
         log.warning("replacing %s (derived from the model; --prepared PATH writes it elsewhere)", prepared)
     try:
         return _prepare_and_build(model, output, target, req, plan, outcome, stages, precisioned, reference,
-                                  profiles, progress, onnx_sha, rewritten, shapes0, samples, split)
+                                  checked.verdict, profiles, progress, rewritten, shapes0, samples, split,
+                                  hint or f"run `trtconv check --trt {target} {shlex.quote(str(model))}` for the reasons",
+                                  checked.advice, lambda: model_sha256(source))
     except BaseException as exc:
         _remove_failed_outputs(output, req, outcome, exc)
         _remove_new_caches(outcome)
@@ -202,39 +199,55 @@ def _remove_failed_outputs(output: Path, req: BuildSettings, outcome: BuildOutco
 
 
 def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSettings, plan: BuildPlan,
-                       outcome: BuildOutcome, stages: StageRunner, precisioned: Precisioned, reference: Reference, profiles: tuple[Profile, ...],
-                       progress: Any, onnx_sha: str, rewritten: RewriteResult,
+                       outcome: BuildOutcome, stages: StageRunner, precisioned: Precisioned, reference: Reference,
+                       verdict: str, profiles: tuple[Profile, ...],
+                       progress: Any, rewritten: RewriteResult,
                        shapes0: dict[str, tuple[int, ...]], samples: SampleSet | None,
-                       split: Split | None) -> BuildOutcome:
+                       split: Split | None, hint: str | None, advice: tuple[NodeReport, ...],
+                       model_hash: Callable[[], str]) -> BuildOutcome:
     """From the prepared ONNX on: save (and the tail), recheck, profile corners, TensorRT build, verify,
     manifest. Over 80 lines: the stages in their order, each a line or two, with what they hand on."""
     prepared = outcome.prepared
-    saved = stages.run("save", lambda: save_stage(precisioned.model, prepared))
+    source = reference.loaded if split is None else None  # a head of --split-tail has no file of its own
+    saved = stages.run("save", lambda: save_stage(precisioned.model, prepared, source))
     outcome.written = True
+    # the model's hash: from the bytes the copy read, where the prepared ONNX is its copy (read once)
+    onnx_sha = files_sha256([(model.name, saved.copied)]) if saved.copied else model_hash()
     if split is not None:
         write_tail(split)
         outcome.tail = split.tail_path
-    stages.run("recheck", lambda: recheck_stage(saved, target, shapes0, frozenset(req.skip_rule)))
-    keep = not req.prepare_only and not req.no_verify  # verify reuses the reference's outputs
-    corners = stages.run("profiles", lambda: corners_stage(reference, profiles, req, samples, keep))
+    disagreements = stages.run("recheck", lambda: recheck_stage(saved, target, shapes0, frozenset(req.skip_rule), hint,
+                                                                rewritten.report.stepped_aside, advice,
+                                                                profiles[0] if profiles else None, verdict))
+    outcome.parser_disagreements = [d.to_json() for d in disagreements]
+    flavour = for_target(target)
+    missing = None if req.prepare_only else _missing_tensorrt(flavour)
+    # verify (only where the engine runs here) reuses the reference's outputs at the corners
+    keep = not req.prepare_only and not req.no_verify and flavour.inspects_engine
+    corners = stages.run("profiles", lambda: corners_stage(reference, profiles, req, samples, keep,
+                                                           builder_follows=not req.prepare_only and not missing))
     if req.prepare_only:
         outcome.stopped = "prepare-only"
         return outcome
-    flavour = for_target(target)
-    try:
-        tensorrt_version(flavour)
-    except BackendUnavailableError as exc:
+    if missing is not None:
         outcome.stopped = "tensorrt-unavailable"
-        raise _no_tensorrt(exc, prepared, req.keep_prepared) from None
-    built = stages.run("build", lambda: engine_stage(plan, progress, outcome.new_caches))
+        raise _no_tensorrt(missing, prepared, req.keep_prepared) from None
+    try:
+        built = stages.run("build", lambda: engine_stage(plan, progress, outcome.new_caches))
+    except BuildError:  # a parser that rejects what check predicted it takes: recorded, then the error
+        outcome.parser_disagreements += [d.to_json() for d in missed_rejections(saved, target, shapes0)]
+        raise
     outcome.engine = output
     verify_json: dict[str, Any] | None = None
-    if not req.no_verify and not flavour.inspects_engine:
-        reason = (f"{flavour.name} engines run only on RTX-class GPUs of the compute capabilities they were "
-                  "built for (kernels are compiled there at first run); run `trtconv verify` on such a GPU")
+    if req.no_verify:  # said, like every skip: the engine was not run
+        stages.run("verify", lambda: Step(None, {"reason": "--no-verify"}, "skipped"))
+    elif not flavour.inspects_engine:
+        reason = (f"{flavour.name} engines run only on RTX-class GPUs of the compute capabilities they were built "
+                  f"for, and the build runs none (`trtconv verify {shlex.quote(str(output))} --onnx "
+                  f"{shlex.quote(str(model))} --trt rtx` does, on such a GPU)")
         verify_json = dict(stages.run("verify", lambda: Step({"passed": None, "reason": reason},
                                                              {"reason": reason}, "skipped")))
-    elif not req.no_verify:
+    else:
         verify_json = dict(stages.run("verify", lambda: verify_stage(model, req, plan, reference, corners)))
     plugin_details = plugin_fingerprints(plan.plugin_libraries, built.extra.get("plugin_creators") or {})
     material = request_identity(model, req, target, plan, onnx_sha256=onnx_sha, plugins=plugin_details)
@@ -249,6 +262,8 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
         environment=dict(built.environment),
         source_onnx=model.name,
         rewrites=rewritten.report.to_json().get("rewrites", []),
+        rewrites_stepped_aside=[a.to_json() for a in rewritten.report.stepped_aside],
+        parser_disagreements=outcome.parser_disagreements,
         rewrite_drift=None if rewritten.report.drift is None else rewritten.report.drift.to_json(),
         dtype_changes=[c.to_json() for c in rewritten.report.dtype_changes],
         precision={**precisioned.summary, "achieved": dict(built.precision)},
@@ -270,6 +285,15 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
             "`trtconv verify` shows per-output statistics",
         )
     return outcome
+
+
+def _missing_tensorrt(flavour: Flavour) -> BackendUnavailableError | None:
+    """Why the TensorRT of ``flavour`` cannot build here, or None when it can."""
+    try:
+        tensorrt_version(flavour)
+    except BackendUnavailableError as exc:
+        return exc
+    return None
 
 
 def _no_tensorrt(exc: BackendUnavailableError, prepared: Path, kept: bool) -> BackendUnavailableError:

@@ -5,7 +5,7 @@ phases of the build's progress sink."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -48,6 +48,8 @@ class BuildOutcome:
     # build removes them; a user's existing cache is never removed
     new_caches: list[Path] = field(default_factory=list)
     tail: Path | None = None  # --split-tail: the ONNX Runtime tail on disk (written with the prepared ONNX)
+    # nodes check refused that the target's real parser took (build_parser.py): to correct the tables
+    parser_disagreements: list[dict[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """Names only files that are on disk: a failed build removed what it wrote."""
@@ -57,8 +59,85 @@ class BuildOutcome:
             "engine": str(self.engine) if self.engine else None,
             "manifest": str(manifest_path(self.engine)) if self.engine else None,
             "stopped": self.stopped,
+            "parser_disagreements": list(self.parser_disagreements),
             "stages": [s.to_json() for s in self.stages],
+            "verification": verification(self.stages, self.stopped),
         }
+
+
+def _engine_line(by: Mapping[str, StageRecord], stopped: str | None) -> tuple[bool, str]:
+    """(whether the engine ran, what happened to it)."""
+    build, verify = by.get("build"), by.get("verify")
+    if build is None or build.status != "done":
+        return False, "no engine built" + (f" ({stopped})" if stopped else "")
+    if verify is None:
+        return False, "engine built, not run"
+    if verify.status == "skipped":
+        return False, f"engine built, not run: {verify.detail.get('reason') or 'no reason recorded'}"
+    corners = verify.detail.get("corners") or []
+    worst = max((o.get("max_abs") or 0.0 for c in corners for o in c.get("outputs") or []), default=None)
+    figure = f", max abs {worst:.3g}" if isinstance(worst, float) else ""
+    if verify.status == "done":
+        return True, (f"engine run and verified: its outputs against ONNX Runtime's at {len(corners)} profile "
+                      f"corner(s){figure}")
+    return True, f"engine run: its outputs differ from ONNX Runtime's ({'; '.join(verify.detail.get('failures') or [])})"
+
+
+def _checks(by: Mapping[str, StageRecord]) -> tuple[list[str], list[str]]:
+    """(what ONNX Runtime verified before the engine, what was measured or done but not verified)."""
+    done: list[str] = []
+    not_done: list[str] = []
+    rewrite = by.get("rewrite")
+    count = int((rewrite.detail.get("rewritten") or 0) if rewrite is not None else 0)
+    if rewrite is not None and count:
+        proof = rewrite.detail.get("graph_proof") or {}
+        nodes = int(rewrite.detail.get("node_proofs_passed") or 0)
+        if nodes:
+            done.append(f"{nodes} of {count} rewrite(s), node by node, against the original op on ONNX Runtime")
+        if proof.get("passed") and proof.get("method") not in (None, "none"):
+            done.append(f"the rewritten graph against the original on {proof['method']}")
+        else:
+            not_done.append(f"the rewritten graph as a whole ({proof.get('reason') or proof.get('method')})")
+    precision = by.get("precision")
+    gate = (precision.detail.get("gate") or {}) if precision is not None and precision.status == "done" else {}
+    wanted = str(precision.detail.get("precision") or "").upper() if precision is not None else ""
+    if precision is not None and precision.status == "done" and not gate:
+        not_done.append(f"the {wanted} prepared ONNX: accuracy not measured (no sample data)")
+    if gate:
+        on = gate.get("accuracy_check") or "the samples"
+        if gate.get("checked") and gate.get("passed"):
+            done.append(f"the {wanted} prepared ONNX against the FP32 original on ONNX Runtime ({on})")
+        elif gate.get("accuracy"):
+            not_done.append(f"{wanted} accuracy measured on {on}, not gated")
+        else:  # the precision report's words: no accuracy figures means no sample data
+            not_done.append(f"{wanted} accuracy not measured (no sample data)")
+    split = by.get("split")
+    if split is not None and split.status == "done":
+        if (split.detail.get("proof") or {}).get("passed"):
+            done.append("the engine graph then the tail against the model on ONNX Runtime")
+        else:
+            not_done.append(f"the split: {(split.detail.get('proof') or {}).get('reason') or 'not proven'}")
+    return done, not_done
+
+
+def verification(stages: Sequence[StageRecord], stopped: str | None = None) -> dict[str, Any]:
+    """What the build verified and how, from its stage records, in words a report can print as they
+    are: whether the engine ran (and if not, why), what ONNX Runtime checked before it, what was only
+    measured. Never "passed" for an engine that was not run."""
+    by = {s.name: s for s in stages}
+    ran, engine = _engine_line(by, stopped)
+    done, not_done = _checks(by)
+    if done:
+        summary = f"{engine}; verified: {'; '.join(done)}"
+    elif by.get("rewrite") is not None and by.get("precision") is not None and not not_done:
+        summary = f"{engine}; nothing else to verify: no rewrite and no precision change (fp32)"
+    else:
+        summary = engine
+    if not_done:
+        summary += f"; not verified: {'; '.join(not_done)}"
+    verified = ran and by["verify"].status == "done"
+    return {"engine_run": ran, "engine_verified": verified, "engine": engine, "verified": done,
+            "not_verified": not_done, "summary": summary}
 
 
 @dataclass(frozen=True)
@@ -108,7 +187,8 @@ class StageRunner:
             self.say(name, "failed")
             raise
         self.outcome.stages.append(StageRecord(name, step.status, time.monotonic() - start, dict(step.detail)))
-        self.say(name, step.status)
+        reason = step.detail.get("reason") if step.status == "skipped" else None
+        self.say(name, f"{step.status} ({reason})" if reason else step.status)  # a skip always says why
         return step.value
 
 

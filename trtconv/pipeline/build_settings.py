@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from trtconv.errors import UsageError
 from trtconv.load import parse_shapes
+from trtconv.outputs import check_output_path
 from trtconv.pipeline.quantize import QuantizeSettings
 from trtconv.plan import (
     BuildPlan,
@@ -27,7 +28,8 @@ from trtconv.plan import (
     parse_memory_pools,
     parse_size,
 )
-from trtconv.rewrites import TAIL_SUFFIX, RewriteSettings, load_plugin_map, trtconv_plugin_spec
+from trtconv.precision import cache_files
+from trtconv.rewrites import TAIL_SUFFIX, RewriteSettings, load_plugin_map, tail_ops, trtconv_plugin_spec
 from trtconv.settings import declared, for_command
 from trtconv.trt import for_target
 
@@ -130,6 +132,24 @@ class BuildSettings:
         files = [self.prepared_path(output)] + ([self.tail_path(output)] if self.split_tail else [])
         return files if self.prepare_only else [*files, manifest_path(Path(output)), Path(output)]
 
+    def check_outputs(self, output: PathLike, target: str, *, force: bool = False) -> None:
+        """Every file the build for ``target`` writes, checked before any work (exists without ``force``,
+        a folder where a file goes, a folder missing or read-only): the engine and its manifest, the
+        prepared ONNX, the tail, the calibration cache (the timing cache is not: failing to save it is a
+        warning, never the build's failure). One line naming the flag."""
+        output = Path(output)
+        if not self.prepare_only:
+            check_output_path(output, force=force, flag="-o")
+            check_output_path(manifest_path(output), force=force, flag="-o (its manifest)")
+        if self.split_tail:  # an existing tail is refused only where the target splits (else it is not written)
+            check_output_path(self.tail_path(output), force=force or not tail_ops(target), flag="--split-tail")
+        # The default prepared ONNX is derived data, replaced without --force; an explicit --prepared is an output.
+        check_output_path(self.prepared_path(output), force=force or self.prepared is None,
+                          flag="--prepared" if self.prepared is not None else "the prepared ONNX")
+        if self.precision == "int8" and self.calib_cache and not self.no_calib_cache:
+            for path in cache_files(Path(self.calib_cache)):  # a cache is read and updated: it may exist
+                check_output_path(path, force=True, flag="--calib-cache")
+
     def command_line(self, model: PathLike, output: PathLike, *, drop: tuple[str, ...] = (),
                      extra: tuple[str, ...] = ()) -> str:
         """``trtconv build`` as a hint repeats it, to run as printed: the paths, then every declared
@@ -175,12 +195,16 @@ class BuildSettings:
         """The rewrite stage's settings: build's rewrite switches, the DCN target and the rules for ``target``."""
         settings = rewrite_settings({**{f.name: getattr(self, f.name) for f in fields(self)}, "verify": True,
                                      "shapes": None, "dcn_target": self.dcn(target)})
-        return replace(settings, target=target)  # rules made for some targets only apply there
+        # rules made for some targets only apply there; the clean-ups alone are TensorRT's parser's business
+        return replace(settings, target=target, rules_only=True)
 
     def quantize_settings(self) -> QuantizeSettings:
         """The precision stage's settings (precision fp16 or int8), as ``quantize`` takes them."""
         precision = "int8" if self.precision == "int8" else "fp16"
-        return quantize_settings(precision, {f.name: getattr(self, f.name) for f in fields(self)})
+        params = {f.name: getattr(self, f.name) for f in fields(self)}
+        if not self.shapes and self.opt_shapes:  # random data's shapes: the first profile's opt, as --shapes gives them
+            params["shapes"] = self.opt_shapes[0]
+        return quantize_settings(precision, params)
 
     def plan(self, model: PathLike, output: PathLike, target: str, *, force: bool = False) -> BuildPlan:
         """What the TensorRT builder is told (the profiles and the prepared ONNX's path come later)."""

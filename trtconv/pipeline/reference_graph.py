@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import onnx
 
@@ -25,6 +26,7 @@ class ReferenceGraph:
     model: onnx.ModelProto
     path: Path | None  # where it is saved, if it is (ORT loads models over 2 GB only from disk)
     label: str
+    session: Any = field(default=None, compare=False)  # its ONNX Runtime session: one per graph, for corners and verify
 
 
 class Reference:
@@ -52,14 +54,20 @@ class Reference:
         except TrtconvError:
             return None
 
+    def release_session(self) -> None:
+        """Drop the reference graph's session once the corners ran (verify reuses their outputs, not the
+        session): it holds the model's weights, which must not stay in memory through the TensorRT build."""
+        graph = self.__dict__.get("graph")
+        if graph is not None:
+            self.__dict__["graph"] = replace(graph, session=None)
+
     @functools.cached_property
     def graph(self) -> ReferenceGraph | None:
         try:
             if self.head:
-                ort.session(self.loaded.proto)
-                return ReferenceGraph(self.loaded.proto, None, "its head: the graph before the split")
-            ort.session(self.loaded.path)
-            return ReferenceGraph(self.loaded.proto, self.loaded.path, "original")
+                return ReferenceGraph(self.loaded.proto, None, "its head: the graph before the split",
+                                      ort.session(self.loaded.proto))
+            return ReferenceGraph(self.loaded.proto, self.loaded.path, "original", ort.session(self.loaded.path))
         except InvalidModelError:
             pass
         if self.rewritten_runs:

@@ -14,7 +14,7 @@ import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import onnx
@@ -83,7 +83,7 @@ class CornerRuns:
 
 def run_corners(model: onnx.ModelProto, profiles: tuple[Profile, ...], *, seed: int = 0,
                 path: Path | None = None, keep_outputs: bool = False,
-                samples: Iterable[Mapping[str, np.ndarray]] | None = None) -> CornerRuns:
+                samples: Iterable[Mapping[str, np.ndarray]] | None = None, session: Any = None) -> CornerRuns:
     """Run ``model`` at each corner; the first failure per corner (none: all ran).
     Corners whose tensors would not fit in host memory are not run, and say why.
 
@@ -95,11 +95,12 @@ def run_corners(model: onnx.ModelProto, profiles: tuple[Profile, ...], *, seed: 
     Raises InvalidModelError only if ONNX Runtime cannot load the model at all; callers
     that hold a not-ORT-runnable graph (plugin nodes) should pass its ORT-runnable form.
     ``path``: the saved model, loaded by ONNX Runtime from disk (models over 2 GB cannot be
-    handed over as one protobuf); ``model`` then only provides the input descriptions.
+    handed over as one protobuf); ``model`` then only provides the input descriptions. ``session``:
+    the graph's session where the caller holds one already (one session per graph).
     """
     import onnxruntime
 
-    sess = ort.session(path if path is not None else model)
+    sess = session if session is not None else ort.session(path if path is not None else model)
     quiet = onnxruntime.RunOptions()
     quiet.log_severity_level = 4  # the failure is reported by us, with the node named
     failures: list[CornerFailure] = []

@@ -50,11 +50,14 @@ def build_manifest(
     bindings: list[dict[str, Any]] | None = None,
     plugin_details: list[dict[str, Any]] | None = None,
     split: Mapping[str, Any] | None = None,
+    rewrites_stepped_aside: list[dict[str, Any]] | None = None,
+    parser_disagreements: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The manifest as a JSON-ready dict. ``environment`` holds the TensorRT, CUDA and driver
     versions and the GPU name and compute capability (from ``trtconv.trt``), and ``gpu_properties``
     (SM count, memory) where a GPU exists; ``identity`` is ``trtconv.plan.engine_identity.identity(...)``;
-    ``layers`` the layer table (``source``: engine or network, ``layers``) ``trtconv inspect`` shows."""
+    ``layers`` the layer table (``source``: engine or network, ``layers``) ``trtconv inspect`` shows.
+    Over 80 lines: one keyword per manifest section, and the sections as one literal."""
     return {
         "schema": SCHEMA_VERSION,
         "trtconv": __version__,
@@ -77,6 +80,10 @@ def build_manifest(
                    "prepared_onnx": plan.onnx_path.name},
         "engine": {"file": plan.engine_path.name, "sha256": engine_sha256},
         "rewrites": list(rewrites or []),
+        # rewrites dropped because their proof failed: the node stayed as it was, and the parser took it
+        "rewrites_stepped_aside": list(rewrites_stepped_aside or []),
+        # nodes `check` predicted the parser would refuse that the real parser (and builder) took
+        "parser_disagreements": list(parser_disagreements or []),
         # the whole model against the original where a rule changed the numbers on purpose
         "rewrite_drift": dict(rewrite_drift) if rewrite_drift is not None else None,
         # inputs/outputs whose element type a rewrite changed (float64 -> float32): never silent

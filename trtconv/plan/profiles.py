@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import onnx
 
 from trtconv.errors import InvalidModelError, UsageError
-from trtconv.load import dynamic_inputs, input_dims, parse_shape_spec
+from trtconv.load import dim_label, dynamic_inputs, input_dims, parse_shape_spec
 from trtconv.plan.build_plan import InputRange, Profile, Shape
 from trtconv.plan.corners import does_not_fit
 from trtconv.reference import ort
 
 log = logging.getLogger(__name__)
-# Tried, in order, for a dynamic dim that is not the batch: the first the graph runs at goes into the hint.
-_CANDIDATES = (224, 256, 320, 512, 640, 128, 64, 32, 16, 8)
 
 
 def _example(name: str, dims: list[int | str | None]) -> str:
@@ -202,11 +200,8 @@ def _default_spec(model: onnx.ModelProto, dynamic: dict[str, list[int | str | No
         return one, one, one
     if not required:
         return None
-    raise UsageError(
-        f"the model has dynamic inputs ({', '.join(dynamic)}) and no shapes were given",
-        hint=f"{command} --shapes {suggest_shapes(model, dynamic)} (or --min-shapes/--opt-shapes/--max-shapes, "
-        "or --calib-data DIR to take the range from the samples)",
-    )
+    raise UsageError(f"the model has dynamic inputs ({', '.join(dynamic)}) and no shapes were given",
+                     hint=shapes_hint(model, dynamic, command))
 
 
 def _dims_text(lo: Shape, mid: Shape, hi: Shape) -> str:
@@ -234,7 +229,7 @@ def _warn_narrowed(spec: tuple[Mapping[str, Shape], Mapping[str, Shape], Mapping
         for axis, dim in enumerate(dims):
             if axis == 0 or isinstance(dim, int):
                 continue
-            label = f" ({dim})" if isinstance(dim, str) and dim else ""
+            label = f" ({dim_label(dim)})" if dim_label(dim) != "-1" else ""
             log.warning("input %r dim %d%s is dynamic in the model, but the profile from --calib-data spans only "
                         "%d..%d, the sizes in the samples: the engine refuses any other (give --min-shapes/"
                         "--opt-shapes/--max-shapes for the range you need)", name, axis, label,
@@ -251,38 +246,66 @@ def _span(seen: list[dict[str, Shape]]) -> tuple[dict[str, Shape], dict[str, Sha
     return lo, dict(zip(names, best)), hi
 
 
-def suggest_shapes(model: onnx.ModelProto, dynamic: Mapping[str, list[int | str | None]]) -> str:
-    """``--shapes`` text with real numbers: batch dims 1, other dynamic dims the first of a few
-    common sizes the graph runs at in ONNX Runtime (or the first size, if none runs)."""
+# Sizes tried for a dynamic dim that is not a batch, in order: the first the graph runs at is the hint's
+# opt; min and max are the smallest and largest of the others it runs at (each corner run once).
+_OPT = (224, 256, 320, 512, 640, 128, 64, 32, 16, 8)
+_MIN = (32, 16, 8, 64, 128)
+_MAX = (640, 512, 320, 256)
+
+
+def _text(shapes: Mapping[str, Shape]) -> str:
+    return ",".join(f"{n}:{'x'.join(map(str, s))}" for n, s in shapes.items())
+
+
+def shapes_hint(model: onnx.ModelProto, dynamic: Mapping[str, list[int | str | None]], command: str) -> str:
+    """The hint for a dynamic model given no shapes: ``command`` with shapes the graph runs at on ONNX
+    Runtime. Batch dims only: ``--shapes`` with batch 1. Other dynamic dims (an image's H and W, a
+    sequence): a min/opt/max range, said plainly to be placeholders, since the model does not say
+    which sizes the data has (an OCR detector fixed at 224x224 would refuse every real page)."""
+    batch_names = {dims[0] for dims in dynamic.values() if len(dims) >= 2 and isinstance(dims[0], str) and dims[0]}
+
+    def is_batch(axis: int, dims: list[int | str | None], d: int | str | None) -> bool:
+        return d in batch_names if isinstance(d, str) and d else axis == 0 and len(dims) >= 2
+
+    sized = {n: [a for a, d in enumerate(dims) if not isinstance(d, int) and not is_batch(a, dims, d)]
+             for n, dims in dynamic.items()}
+    sized = {n: axes for n, axes in sized.items() if axes}
 
     # A named dim is one size wherever it appears (ONNX Runtime refuses "batch" = 1 in one input and
     # 224 in another): a batch if it leads any input of rank >= 2, else a size.
-    batch_names = {dims[0] for dims in dynamic.values() if len(dims) >= 2 and isinstance(dims[0], str) and dims[0]}
-
-    def value(axis: int, dims: list[int | str | None], d: int | str | None, size: int) -> int:
-        if isinstance(d, int):
-            return d
-        if isinstance(d, str) and d:
-            return 1 if d in batch_names else size
-        return 1 if axis == 0 and len(dims) >= 2 else size
-
     def fill(size: int) -> dict[str, Shape]:
-        return {n: tuple(value(axis, dims, d, size) for axis, d in enumerate(dims)) for n, dims in dynamic.items()}
+        return {n: tuple(d if isinstance(d, int) else (1 if is_batch(a, dims, d) else size) for a, d in enumerate(dims))
+                for n, dims in dynamic.items()}
 
-    def text(shapes: Mapping[str, Shape]) -> str:
-        return ",".join(f"{n}:{'x'.join(map(str, s))}" for n, s in shapes.items())
+    runs = _runner(model)
+    if not sized:
+        return (f"{command} --shapes {_text(fill(1))} (or --min-shapes/--opt-shapes/--max-shapes for a range of batch "
+                "sizes, or --calib-data DIR to take the range from the samples)")
+    opt = next((size for size in _OPT if runs(fill(size))), _OPT[0])
+    low = next((size for size in _MIN if size <= opt and runs(fill(size))), opt)
+    high = next((size for size in _MAX if size >= opt and runs(fill(size))), opt)
+    which = "; ".join(f"{n} dim{'s' if len(axes) > 1 else ''} {', '.join(map(str, axes))}" for n, axes in sized.items())
+    return (f"{command} --min-shapes {_text(fill(low))} --opt-shapes {_text(fill(opt))} --max-shapes "
+            f"{_text(fill(high))} (placeholders: the model does not say its sizes ({which}), these are sizes its "
+            "graph runs at on ONNX Runtime; replace them with the smallest, typical and largest your data has, as the "
+            "engine refuses any other; or --calib-data DIR to take the range from the samples)")
 
+
+def _runner(model: onnx.ModelProto) -> Callable[[Mapping[str, Shape]], bool]:
+    """Whether the graph runs at given input shapes on ONNX Runtime (random inputs); always True where
+    ONNX Runtime cannot load the model at all (the hint's sizes are then untested placeholders)."""
     try:
         sess = ort.session(model)
     except InvalidModelError:
-        return text(fill(_CANDIDATES[0]))
-    for size in _CANDIDATES:
-        shapes = fill(size)
+        return lambda shapes: True
+
+    def runs(shapes: Mapping[str, Shape]) -> bool:
         if does_not_fit(model, dict(shapes)):
-            continue
+            return False
         try:
-            ort.run(sess, ort.random_feeds(model, shapes, seed=0))
+            ort.run(sess, ort.random_feeds(model, dict(shapes), seed=0))
         except (InvalidModelError, UsageError):
-            continue
-        return text(shapes)
-    return text(fill(_CANDIDATES[0]))
+            return False
+        return True
+
+    return runs

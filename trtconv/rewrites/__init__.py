@@ -35,7 +35,7 @@ from trtconv.rewrites.dcn import (
 )
 from trtconv.rewrites.driver import rewrite
 from trtconv.rewrites.plugin_map import PluginMap, load_plugin_map, parse_plugin_map
-from trtconv.rewrites.rewrite_report import SCHEMA, RewriteEntry, RewriteReport, RewriteResult
+from trtconv.rewrites.rewrite_report import SCHEMA, RewriteEntry, RewriteReport, RewriteResult, SteppedAside
 from trtconv.rewrites.rewrite_settings import (
     DEFAULT_FOLD_LIMIT,
     NODE_RTOL,
@@ -76,6 +76,7 @@ __all__ = [
     "RewriteResult",
     "RewriteRule",
     "RewriteSettings",
+    "SteppedAside",
     "builtin_plugin_spec",
     "cut_tail",
     "builtin_spec_document",

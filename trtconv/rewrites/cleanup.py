@@ -140,6 +140,15 @@ def prune_opsets(model: onnx.ModelProto) -> CleanupResult:
 RENAME_SHARED_DIMS = "rename-shared-dims"  # the clean-up's id; `check` names it as the fix for shared-dim-names
 
 
+def shares_dims(model: onnx.ModelProto) -> bool:
+    """Whether :func:`rename_shared_dims` would rename anything (without editing ``model``)."""
+    for vi in model.graph.input:
+        names = [d.dim_param for d in vi.type.tensor_type.shape.dim if d.HasField("dim_param") and d.dim_param]
+        if len(names) != len(set(names)):
+            return True
+    return False
+
+
 def rename_shared_dims(model: onnx.ModelProto) -> CleanupResult:
     """Give every dim of a graph input its own name where several share one dim_param
     (PP-OCR cls: H and W are both '?'). TensorRT treats equally named dims as equal, so a

@@ -9,26 +9,35 @@ Nothing depends on time, paths or randomness without a seed, so equal inputs giv
 byte-equal outputs.
 
 The driver is generic: what a rule matches, emits and proves is the rule's business
-(:mod:`.rule`).
+(:mod:`.rule`). A failed proof is an error, or, with ``RewriteSettings.step_aside`` (``build``),
+the rewrite that failed is dropped and the model rewritten again without it (:func:`rewrite`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import onnx
 import onnx_graphsurgeon as gs
 
-from trtconv.errors import AccuracyError, InvalidModelError, UsageError
+from trtconv.errors import AccuracyError, InvalidModelError, TrtconvError, UsageError
 from trtconv.load import LoadedModel, Shape, override_input_shapes, value_shapes, weight_bytes
 from trtconv.onnxutil import ORT_DOMAINS, default_opset, fresh_name, is_sorted, iter_graphs, normalize_domain
 from trtconv.reference import ort
 from trtconv.rewrites import cleanup
 from trtconv.rewrites.catalog import active_rules, check_settings, rewrite_rule_for, rule_among
-from trtconv.rewrites.dtype_narrowing import narrow_float64
-from trtconv.rewrites.proof import Proof, measure_drift, prove_graph, prove_node, prove_unchanged
-from trtconv.rewrites.rewrite_report import NodeInfo, RewriteEntry, RewriteReport, RewriteResult
+from trtconv.rewrites.dtype_narrowing import DtypeChange, narrow_float64
+from trtconv.rewrites.proof import (
+    OriginalDidNotRun,
+    Proof,
+    measure_drift,
+    prove_graph,
+    prove_node,
+    prove_unchanged,
+)
+from trtconv.rewrites.rewrite_report import NodeInfo, RewriteEntry, RewriteReport, RewriteResult, SteppedAside
 from trtconv.rewrites.rewrite_settings import RewriteSettings
 from trtconv.rewrites.roundtrip import (
     export,
@@ -39,7 +48,7 @@ from trtconv.rewrites.roundtrip import (
     sorted_copy,
     strip_value_info,
 )
-from trtconv.rewrites.rule import NodeView, RewriteRule, RuleContext, Site
+from trtconv.rewrites.rule import Emitted, ModelFacts, NodeView, RewriteRule, RuleContext, Site
 
 
 def _computing_nodes(graph: gs.Graph) -> int:
@@ -71,8 +80,36 @@ class _Applied:
     inexact: bool = False  # a replacement changed the numbers on purpose (Emitted.exact False)
 
 
-def _apply_rules(graph: gs.Graph, ctx: RuleContext, rules: tuple[RewriteRule, ...]) -> _Applied:
-    """Every node a rule matches, replaced and (with settings.verify) proven; AccuracyError if a proof fails."""
+class _StepAside(Exception):
+    """This attempt's failed proofs (``RewriteSettings.step_aside``): ``rewrite`` starts again without them."""
+
+    def __init__(self, sites: tuple[SteppedAside, ...]) -> None:
+        super().__init__("; ".join(a.describe() for a in sites))
+        self.sites = sites
+
+
+def _node_proof(rule: RewriteRule, ctx: RuleContext, site: Site, match: object, emitted: Emitted) -> Proof:
+    """The rule's proof of one replacement; a prologue that could not run the original is a failed proof,
+    and so (with ``step_aside``) is a proof that could not run at all: the rewrite steps aside."""
+    try:
+        case = rule.proof_case(ctx, site, match, emitted)
+    except OriginalDidNotRun as exc:
+        return exc.proof
+    except TrtconvError:
+        raise
+    except Exception as exc:  # a rule's proof that fails to set itself up: without step_aside, a bug to report
+        if not ctx.settings.step_aside:
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return Proof("none", False, reason=f"the proof could not run: {type(exc).__name__}: {first[:200]}")
+    return case if isinstance(case, Proof) else prove_node(case)
+
+
+def _apply_rules(graph: gs.Graph, ctx: RuleContext, rules: tuple[RewriteRule, ...],
+                 aside: frozenset[str] = frozenset()) -> _Applied:
+    """Every node a rule matches, replaced and (with settings.verify) proven; AccuracyError if a proof
+    fails (_StepAside with settings.step_aside). ``aside``: the nodes whose rewrite an earlier attempt
+    dropped: left as they are."""
     settings = ctx.settings
     covered = [(node, rule_among(rules, node.domain, node.op, ctx.opset)) for node in graph.nodes]
     for node, rule in covered:  # a rule that refuses a node does so before anything is built
@@ -80,6 +117,7 @@ def _apply_rules(graph: gs.Graph, ctx: RuleContext, rules: tuple[RewriteRule, ..
             rule.precheck(node, ctx)
     applied = _Applied([], [], {}, set())
     failures: list[str] = []
+    dropped: list[SteppedAside] = []
     new_order: list[gs.Node] = []
     used_names = {n.name for n in graph.nodes}
     bases: set[str] = set()  # replacement nodes and tensors are named "<base>/...": keep bases unique
@@ -96,7 +134,7 @@ def _apply_rules(graph: gs.Graph, ctx: RuleContext, rules: tuple[RewriteRule, ..
             applied.notes.append(f"node {name!r} ({node.op}) left as is: {rule.name} cannot rewrite it: {refused}")
             new_order.append(node)
             continue
-        match = rule.match(node, ctx) if rule is not None else None
+        match = rule.match(node, ctx) if rule is not None and name not in aside else None
         if rule is None or match is None:
             new_order.append(node)
             continue
@@ -112,17 +150,19 @@ def _apply_rules(graph: gs.Graph, ctx: RuleContext, rules: tuple[RewriteRule, ..
         absorbed.update(id(n) for n in emitted.absorbed)
         applied.inexact = applied.inexact or not emitted.exact
         if settings.verify:
-            case = rule.proof_case(ctx, site, match, emitted)
-            proof = case if isinstance(case, Proof) else prove_node(case)
+            proof = _node_proof(rule, ctx, site, match, emitted)
             if not proof.passed:
                 why = (f"max abs error {proof.max_abs:.3g} > {proof.tolerance:.3g}" if proof.max_abs is not None
                        and proof.tolerance is not None else proof.reason)
                 failures.append(f"node {name!r} ({rule.name} -> {emitted.target}): {why}")
+                dropped.append(SteppedAside(name, site.op, rule.name, why))
         else:
             proof = rule.unproven(match)
         applied.entries.append(RewriteEntry(name, rule.name, emitted.target, before,
                                             tuple(NodeInfo.of(n) for n in emitted.nodes), proof, emitted.notes))
     graph.nodes = [n for n in new_order if id(n) not in absorbed]
+    if dropped and settings.step_aside:
+        raise _StepAside(tuple(dropped))
     if failures:
         raise AccuracyError("rewrite proof failed: " + "; ".join(failures),
                             hint="nothing was written; the replacement does not compute what the original op does "
@@ -130,9 +170,29 @@ def _apply_rules(graph: gs.Graph, ctx: RuleContext, rules: tuple[RewriteRule, ..
     return applied
 
 
+# The clean-ups a failed graph proof may drop, and the setting that turns each off.
+CLEANUP_SWITCHES = {"int64-to-int32": "int64_to_int32", "fold-constants": "fold_constants"}
+RULES = "rules"  # a variant that drops every rewrite the failed attempt made
+
+
+class _GraphFailed(Exception):
+    """The graph proof failed (or ONNX Runtime refused the result) with ``step_aside`` on; ``rewritten``:
+    the rewrites that attempt made, as the entries that would drop them."""
+
+    def __init__(self, error: AccuracyError, rewritten: tuple[SteppedAside, ...]) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.rewritten = rewritten
+
+
 def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSettings | None = None, *,
             rules: Sequence[RewriteRule] | None = None) -> RewriteResult:
     """Rewrite a model for TensorRT; raise AccuracyError if any proof fails (nothing is returned then).
+    With ``settings.step_aside`` (``build``) a failed proof drops that rewrite instead and the model is
+    rewritten again without it: a node proof drops its rule at that node (the node stays as it was); a
+    failed graph proof drops one clean-up of CLEANUP_SWITCHES, else the rules' rewrites, else all of
+    them (the first that passes). ``report.stepped_aside`` says what and why; AccuracyError (the first
+    failure) only when nothing passes.
 
     ``rules``: the rules to apply, first match wins (default: the plugin map's, then the catalog's).
     """
@@ -142,18 +202,55 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     if isinstance(loaded_or_model, LoadedModel) and not loaded_or_model.weights_loaded:
         raise UsageError("rewrite needs the model's weights", hint="load it with load_model(path) (weights on)")
     refuse_empty_list_attributes(src)
+    try:
+        return _nodes_aside(src, settings, rules, ())
+    except _GraphFailed as exc:
+        first = exc
+    on = [c for c, flag in CLEANUP_SWITCHES.items() if getattr(settings, flag)]
+    variants = [(c,) for c in on] + [(RULES,)] * bool(first.rewritten) + [(*on, RULES)] * bool(on and first.rewritten)
+    for drop in variants:
+        why = f"the whole-graph proof failed with it: {first.error.message}"
+        aside = tuple(SteppedAside("", "", c, why) for c in drop if c != RULES)
+        aside += first.rewritten if RULES in drop else ()
+        off: dict[str, Any] = {CLEANUP_SWITCHES[c]: False for c in drop if c != RULES}
+        try:
+            return _nodes_aside(src, replace(settings, **off), rules, aside)
+        except _GraphFailed:
+            continue
+    raise first.error from None
+
+
+def _nodes_aside(src: onnx.ModelProto, settings: RewriteSettings, rules: Sequence[RewriteRule] | None,
+                 aside: tuple[SteppedAside, ...]) -> RewriteResult:
+    """Attempts until no node proof fails, each leaving the nodes whose proof failed before as they were
+    (each drops at least one more, so it ends); _GraphFailed when the graph proof fails."""
+    while True:
+        try:
+            result = _attempt(src, settings, rules, aside)
+        except _StepAside as exc:
+            aside += exc.sites
+            continue
+        if not aside:
+            return result
+        return RewriteResult(result.model, replace(result.report, stepped_aside=aside))
+
+
+def _attempt(src: onnx.ModelProto, settings: RewriteSettings, rules: Sequence[RewriteRule] | None,
+             aside: tuple[SteppedAside, ...]) -> RewriteResult:
+    """One pass of the rewrite, leaving the nodes of ``aside`` as they are. Over 80 lines: the steps of
+    the module docstring in their order, each a line or two, with what they hand on."""
     # Not copied: nothing below edits ``src`` (graphsurgeon reads it, rules' prepare steps and
     # the export return new protos), and a copy would hold every weight twice.
     model = override_input_shapes(src, settings.shapes) if settings.shapes else src
     shaped = model  # the input as --shapes made it, before any rule prepares it
     model, narrowed, dtype_changes = narrow_float64(model)  # TensorRT computes no float64: said, not silent
     large = weight_bytes(model) > settings.large_model_bytes  # lazy (on-disk) weights count too
-    opset_before = default_opset(model)
-    nodes_before = _count_nodes(model)
+    opset_before, nodes_before = default_opset(model), _count_nodes(model)
     was_sorted = is_sorted(model)
     notes = _subgraph_notes(model)
-    active = tuple(rules) if rules is not None else active_rules(settings.plugin_map, settings.skip_rules)
-    active = tuple(r for r in active if not r.targets or settings.target in r.targets)
+    active = _active(rules, settings)
+    if settings.rules_only and not settings.shapes and not narrowed.count and _nothing_applies(model, active):
+        return _untouched(model, settings, nodes_before, tuple(notes), dtype_changes)
     for rule in active:
         model = rule.prepare(model, settings, large)
     # Imported with inferred shapes: graphsurgeon folds Shape nodes only where shapes are known.
@@ -178,7 +275,7 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
                 shapes = value_shapes(inferred(export(graph, model, with_weights=False), large))
     ctx = RuleContext(graph, graph.tensors(), shapes, settings, opset_before,
                       frozenset(t.name for t in graph.outputs))
-    applied = _apply_rules(graph, ctx, active)
+    applied = _apply_rules(graph, ctx, active, frozenset(a.node for a in aside if a.node))
 
     if settings.remove_dead_nodes:
         graph.cleanup(remove_unused_graph_inputs=False)  # what the rewrites left unused (old weights)
@@ -198,11 +295,17 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     if settings.prune_opsets:
         results.append(cleanup.prune_opsets(out))
 
-    if not large:  # even with proofs off: never hand back a model ONNX Runtime cannot load
-        _refuse_unloadable(out, shaped, settings.shapes, proven=settings.verify)
     before = shaped if narrowed.count else model  # a narrowed model is proven against the float64 one
-    gproof = _graph_proof(before, out, settings, applied, was_sorted=was_sorted, large=large,
-                          narrowed=bool(narrowed.count))
+    try:
+        if not large:  # even with proofs off: never hand back a model ONNX Runtime cannot load
+            _refuse_unloadable(out, shaped, settings.shapes, proven=settings.verify)
+        gproof = _graph_proof(before, out, settings, applied, was_sorted=was_sorted, large=large,
+                              narrowed=bool(narrowed.count))
+    except AccuracyError as exc:
+        if settings.step_aside:
+            raise _GraphFailed(exc, tuple(SteppedAside(e.node, e.before.op, e.rule, "the whole-graph proof failed with "
+                                                       f"it: {exc.message}") for e in applied.entries)) from None
+        raise
     drift = None
     if applied.inexact and settings.verify and not large:
         drift = measure_drift(before if was_sorted else sorted_copy(before), out,
@@ -210,6 +313,40 @@ def rewrite(loaded_or_model: LoadedModel | onnx.ModelProto, settings: RewriteSet
     report = RewriteReport(settings, tuple(applied.entries), tuple(results), gproof, nodes_before,
                            _count_nodes(out), opset_before, default_opset(out), tuple(notes + applied.notes), drift, dtype_changes)
     return RewriteResult(out, report)
+
+
+def _active(rules: Sequence[RewriteRule] | None, settings: RewriteSettings) -> tuple[RewriteRule, ...]:
+    """The rules to apply: ``rules`` (default: the plugin map's, then the catalog's), those of other targets left out."""
+    active = tuple(rules) if rules is not None else active_rules(settings.plugin_map, settings.skip_rules)
+    return tuple(r for r in active if not r.targets or settings.target in r.targets)
+
+
+def _nothing_applies(model: onnx.ModelProto, rules: tuple[RewriteRule, ...]) -> bool:
+    """Whether no main-graph node may be a rule's site (the rules' own cheap look, on the proto)."""
+    opset = default_opset(model)
+    facts = ModelFacts.of(model.graph)
+    for node in model.graph.node:
+        rule = rule_among(rules, node.domain, node.op_type, opset)
+        if rule is not None and rule.may_apply(node, facts):
+            return False
+    return True
+
+
+def _untouched(model: onnx.ModelProto, settings: RewriteSettings, nodes: int, notes: tuple[str, ...],
+               dtype_changes: tuple[DtypeChange, ...]) -> RewriteResult:
+    """``rules_only`` and no node any rule may apply to: the model as it came (no import, no clean-up,
+    no export), and nothing to prove: not one node or weight changed. Inputs whose dims share a name
+    (TensorRT would take them as one) get their own names, on a copy: the one edit a build needs."""
+    results: tuple[cleanup.CleanupResult, ...] = ()
+    if cleanup.shares_dims(model):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        model, results = copy, (cleanup.rename_shared_dims(copy),)
+    proof = Proof("identical", True, reason="nothing to rewrite: no rule applies to any node, and the model "
+                  "goes on as it is (no clean-up but dim names, no graph round trip)")
+    opset = default_opset(model)
+    report = RewriteReport(settings, (), results, proof, nodes, nodes, opset, opset, notes, None, dtype_changes)
+    return RewriteResult(model, report)
 
 
 def _graph_proof(before: onnx.ModelProto, out: onnx.ModelProto, settings: RewriteSettings, applied: _Applied, *,

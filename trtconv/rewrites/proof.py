@@ -28,7 +28,7 @@ from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
-from trtconv.errors import InvalidModelError, TrtconvError, UsageError
+from trtconv.errors import InvalidModelError, OutOfMemoryError, TrtconvError, UsageError
 from trtconv.load import PROTOBUF_LIMIT, approx_size, override_input_shapes, structure_only
 from trtconv.onnxutil import ORT_DOMAINS, is_default_domain, iter_graphs, normalize_domain
 from trtconv.reference import OutputStats, compare_arrays, random_feeds, run, session
@@ -37,8 +37,17 @@ from trtconv.rewrites.rewrite_settings import GRAPH_RTOL, NODE_RTOL
 
 ONNXRUNTIME = "onnxruntime"
 REFERENCE_EVALUATOR = "reference-evaluator"
-FP16_RTOL = 1e-2  # FP16 keeps about three decimal digits
-BF16_RTOL = 6e-2  # bfloat16 keeps about two
+MS_DOMAIN = "com.microsoft"
+# The tolerances, one per arithmetic: max |err| <= rtol * max(1, max |reference|). Each is a
+# number of units in the last place (machine epsilon) of its type, so loosening one is a visible
+# change (tests/rewrites/test_proof_tolerance.py pins them against np.finfo):
+# float32: NODE_RTOL (1e-5, 84 eps: a replacement reorders sums over a few hundred terms) and
+# GRAPH_RTOL (1e-6, 8.4 eps: a clean-up changes no arithmetic) in rewrite_settings.py;
+FP16_RTOL = 1e-2  # FP16 keeps about three decimal digits: 10.24 eps of float16 (2**-10)
+BF16_RTOL = 6e-2  # bfloat16 keeps about two: 7.68 eps of bfloat16 (2**-7)
+# quantized replacements: a bound derived from the quantization step (bound_rtol), plus the float32
+# node tolerance; QUANT_SLACK widens a half-step bound by the float32 rounding of the step itself
+QUANT_SLACK = 1e-3
 # A graph that computes in a half type is proven at that type's tolerance: a rewrite that folds
 # constants, or only moves a node, changes where ONNX Runtime rounds to FP16 (an FP16 ulp at 2..4
 # is 0.00195), which FP32's 1e-6 would call a changed model.
@@ -70,6 +79,80 @@ class Proof:
     @property
     def max_abs(self) -> float | None:
         return max((s.max_abs for s in self.stats), default=None)
+
+
+class OriginalDidNotRun(Exception):
+    """The proof's prologue failed: ONNX Runtime could not run the original op, so there is nothing to
+    prove the replacement against. Raised by :func:`run_original`; the driver records :attr:`proof`."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+    @property
+    def proof(self) -> Proof:
+        return Proof("none", False, reason=self.reason)
+
+
+def run_original(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], outputs: Sequence[str]) -> dict[str, np.ndarray]:
+    """Every proof's prologue, written once: the original op (or pattern) in ONNX Runtime, the one
+    implementation of ONNX Runtime's own ops. Raises :class:`OriginalDidNotRun` when it cannot run
+    (the rule's proof is then "none", failed); running out of memory is not a proof's verdict and
+    propagates."""
+    try:
+        return run(session(model), dict(feeds), list(outputs))
+    except OutOfMemoryError:
+        raise
+    except Exception as exc:  # a load or run failure of the original: the proof cannot run
+        text = exc.message if isinstance(exc, TrtconvError) else str(exc).strip()
+        first = text.splitlines()[0] if text else type(exc).__name__
+        raise OriginalDidNotRun(f"the original did not run in ONNX Runtime: {first[:200]}") from exc
+
+
+@dataclass(frozen=True)
+class Original:
+    """The original pattern as ONNX, taken before the rewrite rewires its nodes: what the proof runs."""
+
+    nodes: tuple[onnx.NodeProto, ...]
+    constants: Mapping[str, np.ndarray]
+
+    @staticmethod
+    def of(nodes: Sequence[gs.Node]) -> Original:
+        consts = {t.name: np.asarray(t.values) for n in nodes for t in n.inputs if isinstance(t, gs.Constant)}
+        return Original(tuple(OnnxExporter.export_node(n) for n in nodes), consts)
+
+    def run(self, inputs: Mapping[str, np.ndarray], output: str, opset: int,
+            output_type: int = onnx.TensorProto.FLOAT) -> np.ndarray:
+        """The pattern's output in ONNX Runtime (:func:`run_original`: raises OriginalDidNotRun)."""
+        model = original_model(self, inputs, output, opset, output_type)
+        return run_original(model, inputs, [output])[output]
+
+
+def original_model(original: Original, inputs: Mapping[str, np.ndarray], output: str, opset: int,
+                   output_type: int = onnx.TensorProto.FLOAT) -> onnx.ModelProto:
+    protos, consts = original.nodes, original.constants
+    g = helper.make_graph(
+        protos, "original",
+        [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+         for k, v in inputs.items()],
+        [helper.make_tensor_value_info(output, output_type, None)],
+        initializer=[onnx.numpy_helper.from_array(v, k) for k, v in sorted(consts.items())],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS_DOMAIN, 1)],
+                             ir_version=9)
+
+
+def bound_rtol(bound: float, reference: np.ndarray, floor: float) -> float:
+    """A quantized replacement's tolerance: its absolute ``bound`` (derived from the quantization
+    step) relative to the reference's scale, plus ``floor`` (the float32 node tolerance) for the
+    float arithmetic around it."""
+    return bound / max(1.0, float(np.abs(reference).max()) if reference.size else 1.0) + floor
+
+
+def half_step(step: float) -> float:
+    """What rounding to a quantization grid of ``step`` may move a value: half a step, widened by
+    QUANT_SLACK for the float32 rounding of the step itself."""
+    return step / 2 * (1 + QUANT_SLACK)
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,24 @@ class RewriteEntry:
 
 
 @dataclass(frozen=True)
+class SteppedAside:
+    """A rewrite dropped because its proof failed or could not run (``RewriteSettings.step_aside``):
+    a rule at one node (the node stays as it was) or a clean-up of the whole graph (``node`` empty)."""
+
+    node: str
+    op: str
+    rule: str
+    reason: str
+
+    def describe(self) -> str:
+        where = f"node {self.node!r} ({self.op}): {self.rule}" if self.node else f"clean-up {self.rule}"
+        return f"{where} stepped aside, its proof failed: {self.reason}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node": self.node or None, "op": self.op or None, "rule": self.rule, "reason": self.reason}
+
+
+@dataclass(frozen=True)
 class RewriteReport:
     """Everything ``rewrite`` did, for humans (``to_text``) and machines (``to_json``, schema trtconv.rewrite/1)."""
 
@@ -87,6 +105,7 @@ class RewriteReport:
     notes: tuple[str, ...] = ()
     drift: Proof | None = None  # the whole model against the original, where a rule changed the numbers
     dtype_changes: tuple[DtypeChange, ...] = ()  # inputs/outputs whose element type changed
+    stepped_aside: tuple[SteppedAside, ...] = ()  # rewrites dropped because their proof failed (build)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -105,6 +124,7 @@ class RewriteReport:
                 "opset_after": self.opset_after,
             },
             "notes": list(self.notes),
+            "stepped_aside": [a.to_json() for a in self.stepped_aside],
         }
 
     def to_text(self) -> str:
@@ -125,6 +145,7 @@ class RewriteReport:
         if self.drift is not None:
             lines.append(f"  against the original: {_drift_text(self.drift)}")
         lines.extend(f"  note: {n}" for n in self.notes)
+        lines.extend(f"  note: {a.describe()}" for a in self.stepped_aside)
         return "\n".join(lines)
 
 

@@ -33,12 +33,19 @@ class RewriteSettings:
     # the --trt target the model is rewritten for ("rtx", "10.16", ...; None: not known): rules made
     # for some targets only (RewriteRule.targets: RoiAlign without a plugin for RTX) apply there
     target: str | None = None
+    # build: a model no rule may apply to goes on untouched (no clean-up, no round trip, nothing to
+    # prove); rewrite (False): the clean-ups below run whether or not a rule applies
+    rules_only: bool = False
     fold_constants: bool = True
     fold_size_limit: int = DEFAULT_FOLD_LIMIT
     remove_dead_nodes: bool = True
     int64_to_int32: bool = True
     prune_opsets: bool = True
     verify: bool = True
+    # A rule whose proof fails (or cannot run) is dropped for that node, which stays as it was, and a
+    # clean-up the graph proof fails is dropped for the graph; the report lists them (stepped_aside).
+    # False (``trtconv rewrite``): a failed proof is an error. ``build`` sets it: the parser decides.
+    step_aside: bool = False
     seed: int = 0
     # proofs pass when max |err| <= tolerance * max(1, max |reference|)
     node_tolerance: float = NODE_RTOL
@@ -60,12 +67,14 @@ class RewriteSettings:
             "shapes": {k: list(v) for k, v in sorted(self.shapes.items())},
             "proof_shapes": {k: list(v) for k, v in sorted(self.proof_shapes.items())},
             "target": self.target,
+            "rules_only": self.rules_only,
             "fold_constants": self.fold_constants,
             "fold_size_limit": self.fold_size_limit,
             "remove_dead_nodes": self.remove_dead_nodes,
             "int64_to_int32": self.int64_to_int32,
             "prune_opsets": self.prune_opsets,
             "verify": self.verify,
+            "step_aside": self.step_aside,
             "seed": self.seed,
             "node_tolerance": self.node_tolerance,
             "graph_tolerance": self.graph_tolerance,

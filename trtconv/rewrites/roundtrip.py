@@ -4,6 +4,9 @@ on what it cannot write back."""
 
 from __future__ import annotations
 
+import contextlib
+import sys
+
 import ml_dtypes
 import numpy as np
 import onnx
@@ -66,7 +69,8 @@ def import_with_shapes(model: onnx.ModelProto, shaped: onnx.ModelProto) -> gs.Gr
     del model.graph.output[:]
     model.graph.output.extend(shaped.graph.output)
     try:
-        graph = gs.import_onnx(model)
+        with contextlib.redirect_stdout(sys.stderr):  # its warnings (a bfloat16 tensor) print: never into --json
+            graph = gs.import_onnx(model)
     finally:
         del model.graph.value_info[keep:]
         del model.graph.output[:]

@@ -3,7 +3,9 @@ to prove it. The driver (:mod:`trtconv.rewrites.driver`) knows nothing more abou
 
 A rule's life for one node, in order:
 
-0. ``prepare(model, settings, large)`` once, before the graph is imported (default: nothing);
+0. ``may_apply(node_proto, facts)``, a cheap look before anything is imported (a model none of whose
+   nodes any rule may apply to is not imported at all by ``build``), then
+   ``prepare(model, settings, large)`` once, before the graph is imported (default: nothing);
 1. ``precheck(node, ctx)`` for every node the rule covers, before anything is built (a bad
    plugin map fails whole, never half-applied);
 2. ``match(node, ctx)``: what it read from the node, or None to leave the node as it is;
@@ -30,6 +32,25 @@ from onnx import helper
 
 from trtconv.rewrites.proof import NodeProofCase, Proof
 from trtconv.rewrites.rewrite_settings import RewriteSettings
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What :meth:`RewriteRule.may_apply` may read about the main graph, gathered in one pass over the
+    proto before anything is imported: the element type of each graph input, and the data type of each
+    constant (initializer or Constant node output)."""
+
+    input_types: Mapping[str, int]
+    constant_types: Mapping[str, int]
+
+    @staticmethod
+    def of(graph: onnx.GraphProto) -> ModelFacts:
+        consts = {t.name: t.data_type for t in graph.initializer}
+        for n in graph.node:
+            if n.op_type == "Constant" and n.output and n.attribute and n.attribute[0].HasField("t"):
+                consts[n.output[0]] = n.attribute[0].t.data_type
+        return ModelFacts({i.name: i.type.tensor_type.elem_type for i in graph.input if i.name not in consts},
+                          consts)
 
 
 @dataclass(frozen=True)
@@ -149,6 +170,13 @@ class RewriteRule(ABC):
         """A model-level step before the graph is imported (default: none); ``large``: over the
         large-model threshold, where nothing may serialize the model."""
         return model
+
+    def may_apply(self, node: onnx.NodeProto, facts: ModelFacts) -> bool:
+        """Whether ``node`` (one of ``ops``) could be a site of this rule, judged on the proto before
+        any import; False only where it surely is not. Where no node of a model may be a site, a
+        build hands the model on untouched (no graph round trip, nothing to prove). Default: yes;
+        a rule claiming a common op (Cast, Gather) only in one context says where it cannot be."""
+        return True
 
     def precheck(self, node: gs.Node, ctx: RuleContext) -> None:
         """Raise before any node is built if this node cannot be rewritten (default: nothing to check)."""

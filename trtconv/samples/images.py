@@ -15,6 +15,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from trtconv.errors import DataError, UsageError
+from trtconv.load import dims_text
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
 
@@ -104,6 +105,11 @@ class ImagePreprocess:
                 raise UsageError(f"bad preprocessing value in {item!r}: {exc}") from exc
         pp = cls.preset(preset) if preset else cls()
         pp = replace(pp, **fields)
+        if pp.channel_order == "GRAY":  # one value for one channel where the three given or defaulted agree
+            for key in ("mean", "std"):
+                vals = getattr(pp, key)
+                if key not in fields and len(vals) == 3 and len(set(vals)) == 1:
+                    pp = replace(pp, **{key: vals[:1]})
         pp.validate()
         return pp
 
@@ -197,6 +203,23 @@ def _letterbox(im: Image.Image, h: int, w: int, pad: float) -> np.ndarray:
     return canvas
 
 
+def _channels_hint(pp: ImagePreprocess, dims: Sequence[int | str | None], want_c: int) -> str:
+    """What to add to --preprocess: the other layout where the model's channels sit there (an NHWC
+    input [1, 224, 224, 3] read as NCHW has 224 channels), else the channel order that gives want_c."""
+    other, axis = ("NHWC", 3) if pp.layout == "NCHW" else ("NCHW", 1)
+    there = dims[axis]
+    if isinstance(there, int) and there in (1, 3):
+        order = ",order=gray" if there == 1 and pp.channel_order != "GRAY" else (
+            ",order=rgb" if there == 3 and pp.channel_order == "GRAY" else "")
+        return (f"add layout={other.lower()}{order} to --preprocess: the model's input is {dims_text(dims)}, "
+                f"{there} channel(s) {'last' if other == 'NHWC' else 'first'}")
+    if want_c == 1:
+        return "add order=gray to --preprocess: the model takes 1-channel images"
+    if want_c == 3:
+        return "add order=rgb (or order=bgr, as the model was trained) to --preprocess: the model takes 3-channel images"
+    return f"the model's input has {want_c} channels, which no image gives: give .npy/.npz samples instead"
+
+
 def load_image(path: Path, pp: ImagePreprocess, spec: TensorSpec) -> np.ndarray:
     """Read one image and turn it into the model's input tensor (batch of one)."""
 
@@ -208,6 +231,13 @@ def load_image(path: Path, pp: ImagePreprocess, spec: TensorSpec) -> np.ndarray:
         )
     hw_axes = (2, 3) if pp.layout == "NCHW" else (1, 2)
     c_axis = 1 if pp.layout == "NCHW" else 3
+    other = 3 if pp.layout == "NCHW" else 1
+    there = dims[other]
+    if not isinstance(dims[c_axis], int) and isinstance(there, int) and there in (1, 3):
+        # e.g. [N, H, W, 3] read as NCHW: W would be resized to 3 pixels and the model fed a wrong tensor
+        raise DataError(f"{path}: the model's input {dims_text(dims)} has {there} channels "
+                        f"{'last' if other == 3 else 'first'}, and the images are laid out {pp.layout}",
+                        hint=_channels_hint(pp, dims, there))
     fixed = tuple(d if isinstance(d, int) else None for d in (dims[hw_axes[0]], dims[hw_axes[1]]))
     try:
         with Image.open(path) as raw:
@@ -231,10 +261,8 @@ def load_image(path: Path, pp: ImagePreprocess, spec: TensorSpec) -> np.ndarray:
     channels = arr.shape[2]
     want_c = dims[c_axis]
     if isinstance(want_c, int) and want_c != channels:
-        raise DataError(
-            f"{path}: preprocessing gives {channels} channels, the model's input wants {want_c}",
-            hint="set order=gray for 1-channel models, rgb/bgr for 3",
-        )
+        raise DataError(f"{path}: preprocessing gives {channels} channels, the model's input wants {want_c} "
+                        f"(its dims {dims_text(dims)} read as {pp.layout})", hint=_channels_hint(pp, dims, want_c))
     mean = np.asarray(pp.mean, dtype=np.float32)
     std = np.asarray(pp.std, dtype=np.float32)
     arr = (arr * np.float32(pp.scale) - mean) / std

@@ -29,7 +29,7 @@ from typing import Any, Literal
 import numpy as np
 
 from trtconv.errors import DataError, UsageError
-from trtconv.load import Shape
+from trtconv.load import Shape, dims_text
 from trtconv.samples.images import IMAGE_SUFFIXES, ImagePreprocess, load_image
 from trtconv.samples.sample_checks import InputSpec, Sample, check_sample, model_inputs, read_npy_sample
 
@@ -226,8 +226,9 @@ def _random_iter(source: SampleSource, inputs: Mapping[str, InputSpec]) -> Itera
         elif all(isinstance(d, int) for d in spec.dims):
             concrete[name] = tuple(int(d) for d in spec.dims)  # type: ignore[arg-type]
         else:
-            raise UsageError(f"random data: input {name!r} has dynamic dims {list(spec.dims)}",
-                             hint=f"give its shape with --shapes {name}:...")
+            example = "x".join(str(d) if isinstance(d, int) else "N" for d in spec.dims)
+            raise UsageError(f"random data: input {name!r} has dynamic dims {dims_text(spec.dims)} and no shape "
+                             "was given for it", hint=f"give its shape with --shapes {name}:{example}, N a size of your data")
     rng = np.random.default_rng(source.seed)
     for i in range(source.limit):
         sample = {}

@@ -188,7 +188,7 @@ _OUTPUT = (
        "ONNX Runtime (its inputs: the engine's outputs), proven equal to the model on ONNX Runtime. TensorRT 10/11 "
        "run both natively: nothing is split there.", _B, default=False),
     _s("no_preflight", "bool", "Skip running the graph at every profile corner on ONNX Runtime before the TensorRT "
-       "build.", _B, default=False),
+       "build (it runs only where verify uses the outputs or no builder follows).", _B, default=False),
 )
 
 SETTINGS: tuple[Setting, ...] = (

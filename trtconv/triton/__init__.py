@@ -6,6 +6,7 @@ built for several GPUs are gathered (Triton's ``cc_model_filenames``).
 """
 
 from trtconv.triton.model_config import TRITON_TYPES, batching, config_pbtxt
-from trtconv.triton.repository import PlanSource, model_name, write_repository
+from trtconv.triton.repository import PlanSource, model_name, unservable, write_repository
 
-__all__ = ["TRITON_TYPES", "PlanSource", "batching", "config_pbtxt", "model_name", "write_repository"]
+__all__ = ["TRITON_TYPES", "PlanSource", "batching", "config_pbtxt", "model_name", "unservable",
+           "write_repository"]

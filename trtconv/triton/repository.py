@@ -16,10 +16,22 @@ from pathlib import Path
 from typing import Any
 
 from trtconv.errors import UsageError
-from trtconv.outputs import atomic_path, check_output_path, write_text
+from trtconv.outputs import atomic_path, check_output_path, os_error, write_text
 from trtconv.triton.model_config import config_pbtxt
 
 VERSION = "1"
+# Triton's TensorRT backend deserializes plans with TensorRT's own runtime (libnvinfer): TensorRT-RTX
+# plans are another format, which it cannot load, and Triton has no TensorRT-RTX backend.
+SERVED_FLAVOUR = "TensorRT"
+
+
+def unservable(flavour: str) -> str | None:
+    """Why Triton cannot serve a plan built by ``flavour`` ("TensorRT", "TensorRT 10.16", "TensorRT-RTX"),
+    or None if it can."""
+    if flavour.split(" ")[0] == SERVED_FLAVOUR:
+        return None
+    return (f"Triton's TensorRT backend loads TensorRT 10/11 plans, not {flavour} ones, so a Triton model "
+            "repository of this engine could not be served")
 
 
 @dataclass(frozen=True)
@@ -30,6 +42,7 @@ class PlanSource:
     bindings: Sequence[Mapping[str, Any]]
     profiles: Sequence[Mapping[str, Any]]
     compute_capabilities: tuple[str, ...]  # what the engine runs on (empty: unknown)
+    flavour: str = "TensorRT"  # the TensorRT that built it: "TensorRT" or "TensorRT-RTX"
 
 
 def model_name(engine: Path) -> str:
@@ -65,9 +78,15 @@ def plan_files(sources: Sequence[PlanSource]) -> tuple[list[str], dict[str, str]
 def write_repository(repo: Path, name: str, sources: Sequence[PlanSource], *, force: bool = False) -> Path:
     """Write ``repo/name/config.pbtxt`` and the plan(s); returns the model folder.
 
-    Refuses engines whose inputs/outputs differ, and an existing model folder without ``force``."""
+    Refuses engines Triton cannot load (TensorRT-RTX), engines whose inputs/outputs differ, and an
+    existing model folder without ``force``; all before anything is written."""
     if not sources:
         raise UsageError("no engine to put in the Triton repository")
+    for src in sources:
+        why = unservable(src.flavour)
+        if why is not None:
+            raise UsageError(f"{src.engine.name}: {why}",
+                             hint="build the engine for Triton with --trt 10.16 or --trt 11.4 (TensorRT and a GPU)")
     first = _io(sources[0].bindings)
     for src in sources[1:]:
         if _io(src.bindings) != first:
@@ -80,7 +99,10 @@ def write_repository(repo: Path, name: str, sources: Sequence[PlanSource], *, fo
     text = config_pbtxt(name, sources[0].bindings, sources[0].profiles, default_model_filename=files[0],
                         cc_model_filenames=by_cc)
     version = model_dir / VERSION
-    version.mkdir(parents=True, exist_ok=True)
+    try:
+        version.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise os_error(version, exc) from exc
     for src, filename in zip(sources, files):
         with atomic_path(version / filename, force=True) as tmp:
             shutil.copyfile(src.engine, tmp)

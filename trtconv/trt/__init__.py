@@ -31,6 +31,7 @@ from trtconv.trt.environment import (
     problems,
 )
 from trtconv.trt.flavour import (
+    Flavour,
     for_target,
 )
 from trtconv.trt.loader import (
@@ -39,6 +40,7 @@ from trtconv.trt.loader import (
 from trtconv.trt.realparse import (
     RTX_MODULE,
     run_isolated,
+    target_module,
 )
 
 __all__ = [
@@ -49,6 +51,7 @@ __all__ = [
     "build_engine",
     "describe_engine",
     "engine_flavour",
+    "Flavour",
     "for_target",
     "installed_target",
     "probe",
@@ -57,5 +60,6 @@ __all__ = [
     "problems",
     "profile_shapes",
     "run_isolated",
+    "target_module",
     "tensorrt_version",
 ]

@@ -10,8 +10,10 @@ inspected here) are the ``Flavour`` fields in ``trtconv.trt.flavour``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +25,7 @@ import onnx
 from trtconv.errors import BackendUnavailableError, BuildError, OutputError, UsageError
 from trtconv.outputs import write_bytes
 from trtconv.plan import (
+    CORNERS,
     BuildPlan,
     PrecisionSummary,
     Profile,
@@ -83,6 +86,7 @@ class BuildResult:
     flavour: str = "TensorRT"
     precision_source: str = "engine"  # "engine" (inspector) | "network" (strongly typed layer types)
     compute_capabilities: tuple[str, ...] = ()  # RTX: what the engine was built for
+    engine_sha256: str = ""  # of the bytes written (hashed in memory: the engine is not read back)
 
 
 TENSORRT_PHASE = "tensorrt: "
@@ -331,6 +335,26 @@ def network_layer_info(network: trt.INetworkDefinition) -> dict[str, Any]:
     return {"Layers": layers}
 
 
+_FAULT = re.compile(r"Profile k(MIN|OPT|MAX) values are not self-consistent\.?\s*(.*?)(?:\s+In \w+ at \S+.*)?$", re.S)
+
+
+def profile_error(faults: list[str], profiles: tuple[Profile, ...], flavour: Flavour = TENSORRT) -> UsageError:
+    """The builder's own shape check failed at a profile corner (it warns and would build an engine that
+    fails at run time at those shapes): exit 2, the corner's shapes and the layer it names."""
+    found = _FAULT.search(faults[0])
+    corner = found.group(1).lower() if found else "?"
+    detail = (found.group(2) if found else faults[0]).strip().rstrip(".")
+    detail = re.sub(r"\s+", " ", detail)[:300]
+    which = next((c for c in CORNERS if c == corner), None)
+    shapes = "; ".join(f"profile {i}: " + ", ".join(f"{n}:{'x'.join(map(str, s))}" for n, s in p.corner(which).items())
+                       for i, p in enumerate(profiles)) if which is not None else ""
+    return UsageError(
+        f"{flavour.name}'s builder: the graph cannot take the {corner} shapes of the profile"
+        + (f" ({shapes})" if shapes else "") + f": {detail}",
+        hint="narrow the profile (--min-shapes/--opt-shapes/--max-shapes) to shapes the model supports; "
+        "nothing was written")
+
+
 def builder_error(messages: list[str], flavour: Flavour = TENSORRT) -> BuildError:
     """The builder returned no engine: its own error lines, in one message."""
     said = "; ".join(dict.fromkeys(m.strip().splitlines()[0] for m in messages if m.strip()))
@@ -369,9 +393,10 @@ def _build(plan: BuildPlan, flavour: Flavour, timing_cache: Path | None, progres
            cancelled: Callable[[], bool]) -> BuildResult:
     version = tensorrt_version()
     errors: list[str] = []
-    cancel = Cancel(cancelled)
+    faults: list[str] = []  # profile corners the graph cannot take: the build stops at the first
+    cancel = Cancel(lambda: cancelled() or bool(faults))
     repeats = LogRepeats()
-    logger = LogBridge.make(errors, cancel, repeats)
+    logger = LogBridge.make(errors, cancel, repeats, faults)
     creators: dict[str, list[str]] = {}
     plugins = load_plugins(logger, plan.plugin_libraries, creators) if flavour.plugins else []
     builder = trt.Builder(logger)
@@ -404,6 +429,8 @@ def _build(plan: BuildPlan, flavour: Flavour, timing_cache: Path | None, progres
         serialized = builder.build_serialized_network(network, config)
     seconds = time.monotonic() - start
     repeats.report()
+    if faults:
+        raise profile_error(faults, plan.profiles, flavour)
     cancel.raise_if_requested()  # the build was cancelled cleanly; nothing was written
     if serialized is None:
         raise builder_error(errors, flavour)
@@ -440,4 +467,5 @@ def _build(plan: BuildPlan, flavour: Flavour, timing_cache: Path | None, progres
         precision_source="engine" if flavour.inspects_engine else "network",
         compute_capabilities=plan.build_targets(),
         extra=extra,
+        engine_sha256=hashlib.sha256(data).hexdigest(),
     )

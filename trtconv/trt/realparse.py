@@ -64,6 +64,19 @@ def import_tensorrt(module: str | None = None) -> Any:
     return None
 
 
+def target_module(target: str) -> str | None:
+    """The module holding ``target``'s own parser (a ``--trt`` value), where it imports here: TensorRT-RTX
+    for ``rtx``, TensorRT of the target's major version for ``10.16``/``11.4``; None where it does not
+    (the build then goes by ``check``'s prediction). Imports it: call it only where the answer matters."""
+    module = RTX_MODULE if target == "rtx" else "tensorrt"
+    trt = import_tensorrt(module)
+    if trt is None:
+        return None
+    if module == RTX_MODULE:
+        return module
+    return module if str(getattr(trt, "__version__", "")).split(".")[0] == target.split(".")[0] else None
+
+
 def _logger(trt: Any, sink: list[str]) -> Any:
     class Collect(trt.ILogger):  # type: ignore[misc,name-defined]
         def __init__(self) -> None:
@@ -76,19 +89,40 @@ def _logger(trt: Any, sink: list[str]) -> Any:
     return Collect()
 
 
-def _profile_dims(dims: Sequence[int], name: str, shapes: Mapping[str, Sequence[int]]) -> tuple[int, ...]:
-    if name in shapes:
-        return tuple(int(d) for d in shapes[name])
-    return tuple(1 if d < 0 else int(d) for d in dims)
+# One input's profile: its shape (min = opt = max), or {"min": ..., "opt": ..., "max": ...}.
+ShapeOrRange = Sequence[int] | Mapping[str, Sequence[int]]
+
+
+Corners = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+
+
+def _corners(given: ShapeOrRange) -> Corners:
+    """(min, opt, max) of a shape (or a shape-tensor input's values) or of a min/opt/max range."""
+    if isinstance(given, Mapping):
+        lo, mid, hi = (tuple(int(d) for d in given[k]) for k in ("min", "opt", "max"))
+        return lo, mid, hi
+    want = tuple(int(d) for d in given)
+    return want, want, want
+
+
+def _profile_dims(dims: Sequence[int], name: str, shapes: Mapping[str, ShapeOrRange]) -> Corners:
+    """(min, opt, max) of one input: as given, else its fixed dims with the dynamic ones set to 1."""
+    given = shapes.get(name)
+    return _corners(given if given is not None else tuple(1 if d < 0 else int(d) for d in dims))
+
+
+def _json_ranges(given: Mapping[str, ShapeOrRange] | None) -> str:
+    return json.dumps({k: {c: list(r) for c, r in v.items()} if isinstance(v, Mapping) else list(v)
+                       for k, v in (given or {}).items()})
 
 
 def parse_and_build(path: Path, trt: Any, *, build: bool = True,
-                    shapes: Mapping[str, Sequence[int]] | None = None,
-                    values: Mapping[str, Sequence[int]] | None = None,
+                    shapes: Mapping[str, ShapeOrRange] | None = None,
+                    values: Mapping[str, ShapeOrRange] | None = None,
                     on_parsed: Callable[[RealVerdict], None] | None = None) -> RealVerdict:
     """Parse ``path`` with ``trt``'s OnnxParser; if it parses and ``build``, build it with one
-    profile (``shapes`` per input, other dynamic dims set to 1; ``values`` for shape-tensor
-    inputs, which need values rather than dims). Never raises for a bad model.
+    profile (``shapes`` per input, a shape or a min/opt/max range, other dynamic dims set to 1; ``values``,
+    likewise, for shape-tensor inputs, which need values rather than dims). Never raises for a bad model.
     ``on_parsed`` hears the parse verdict before the build starts (a build can abort the process)."""
     logs: list[str] = []
     logger = _logger(trt, logs)
@@ -120,12 +154,11 @@ def parse_and_build(path: Path, trt: Any, *, build: bool = True,
         dims = tuple(t.shape)
         if t.is_shape_tensor or any(d < 0 for d in dims):
             profile = profile or builder.create_optimization_profile()
-            want = _profile_dims(dims, t.name, shapes or {})
+            lo, mid, hi = _profile_dims(dims, t.name, shapes or {})
             if any(d < 0 for d in dims):
-                profile.set_shape(t.name, want, want, want)
+                profile.set_shape(t.name, lo, mid, hi)
             if t.is_shape_tensor and values and t.name in values:
-                v = [int(x) for x in values[t.name]]
-                profile.set_shape_input(t.name, v, v, v)  # without values: the builder's own error
+                profile.set_shape_input(t.name, *_corners(values[t.name]))  # without values: the builder's error
     if profile is not None:
         config.add_optimization_profile(profile)
     try:
@@ -148,13 +181,12 @@ def aborted_verdict(parsed: Mapping[str, Any] | None, how: str, detail: object) 
             "aborted": how}
 
 
-def run_isolated(path: Path, module: str, *, build: bool, shapes: Mapping[str, Sequence[int]] | None = None,
-                 timeout: float = 600.0, values: Mapping[str, Sequence[int]] | None = None) -> dict[str, Any]:
+def run_isolated(path: Path, module: str, *, build: bool, shapes: Mapping[str, ShapeOrRange] | None = None,
+                 timeout: float = 600.0, values: Mapping[str, ShapeOrRange] | None = None) -> dict[str, Any]:
     """``parse_and_build`` in a child process (``python -m trtconv.trt.realparse``): a builder
     that aborts or hangs costs that process only. Returns the verdict's JSON form."""
     cmd = [sys.executable, "-m", "trtconv.trt.realparse", str(path), "--module", module,
-           "--shapes", json.dumps({k: list(v) for k, v in (shapes or {}).items()}),
-           "--values", json.dumps({k: list(v) for k, v in (values or {}).items()})] + (["--build"] if build else [])
+           "--shapes", _json_ranges(shapes), "--values", _json_ranges(values)] + (["--build"] if build else [])
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         out, how, detail = proc.stdout, "crash", f"exit {proc.returncode}"

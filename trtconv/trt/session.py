@@ -63,16 +63,21 @@ class LogRepeats:
         self.more.clear()
 
 
+PROFILE_FAULT = "values are not self-consistent"  # TensorRT's builder, on a profile corner the graph cannot take
+
+
 class LogBridge:
     """TensorRT's log → Python logging (TensorRT's INFO is chatty: shown with -v)."""
 
     @staticmethod
     def make(errors: list[str] | None = None, cancel: Cancel | None = None,
-             repeats: LogRepeats | None = None) -> trt.ILogger:
+             repeats: LogRepeats | None = None, profile_faults: list[str] | None = None) -> trt.ILogger:
         """``errors`` (if given) collects every ERROR/INTERNAL_ERROR message, for one clear failure line:
         they are then shown only with -v (the caller reports them once). ``repeats`` (if given)
         shows each warning once and counts the rest. A Ctrl-C that lands in this callback cannot
-        unwind through TensorRT: it goes to ``cancel``."""
+        unwind through TensorRT: it goes to ``cancel``. ``profile_faults`` (if given) collects the
+        builder's "Profile kMAX values are not self-consistent" warnings: a profile corner the graph
+        cannot take (the caller stops the build and says so)."""
         levels = {
             trt.ILogger.Severity.INTERNAL_ERROR: logging.ERROR,
             trt.ILogger.Severity.ERROR: logging.ERROR,
@@ -92,6 +97,9 @@ class LogBridge:
                     if cancel is not None and cancel.requested:
                         level = min(level, logging.INFO)  # "build canceled by user": what was asked, not an error
                     text = msg.strip()
+                    if profile_faults is not None and PROFILE_FAULT in text:
+                        profile_faults.append(text)
+                        return  # the caller's error names it
                     if errors is not None and level >= logging.ERROR:
                         errors.append(text)
                         if not trt_log.isEnabledFor(logging.INFO):

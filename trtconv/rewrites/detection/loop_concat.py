@@ -26,8 +26,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from trtconv.rewrites.emitter import Emitter
-from trtconv.rewrites.proof import NodeProofCase, Proof
-from trtconv.rewrites.quantized.graphs import Original
+from trtconv.rewrites.proof import NodeProofCase, Original, Proof
 from trtconv.rewrites.rule import MAX_OPSET, Emitted, RewriteRule, RuleContext, Site
 
 

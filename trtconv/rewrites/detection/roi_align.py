@@ -24,7 +24,6 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from trtconv.errors import TrtconvError
 from trtconv.rewrites.detection.roi_corners import (
     MAX_ADAPTIVE_SAMPLES,
     CornerSpec,
@@ -32,8 +31,7 @@ from trtconv.rewrites.detection.roi_corners import (
     emit_corners,
 )
 from trtconv.rewrites.emitter import Emitter
-from trtconv.rewrites.proof import NodeProofCase, Proof
-from trtconv.rewrites.quantized.graphs import Original
+from trtconv.rewrites.proof import NodeProofCase, Original, Proof
 from trtconv.rewrites.rule import Emitted, NodeView, RewriteRule, RuleContext, Site
 
 F32 = np.float32
@@ -129,9 +127,6 @@ class RoiAlignRule(RewriteRule):
         batch = rng.integers(0, PROOF_N, PROOF_ROIS).astype(np.int64)
         values = {x_t.name: x, rois_t.name: rois, batch_t.name: batch}
         out = site.outputs[0].name
-        try:
-            ref = match.original.run(values, out, ctx.opset)
-        except TrtconvError as exc:
-            return Proof("none", False, reason=f"the original did not run in ONNX Runtime: {exc.message[:200]}")
+        ref = match.original.run(values, out, ctx.opset)
         return NodeProofCase(emitted.nodes, out, values, ref.astype(np.float64), np.dtype(F32), ctx.opset,
                              rtol=ctx.settings.node_tolerance, shapes={"X": x.shape, "rois": rois.shape})

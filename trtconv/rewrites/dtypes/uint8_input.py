@@ -19,11 +19,10 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx import TensorProto, helper
 
-from trtconv.errors import TrtconvError
 from trtconv.rewrites.emitter import Emitter
-from trtconv.rewrites.proof import NodeProofCase, Proof
-from trtconv.rewrites.quantized.graphs import Original, producer, sole_consumer
-from trtconv.rewrites.rule import Emitted, RewriteRule, RuleContext, Site, detach
+from trtconv.rewrites.proof import NodeProofCase, Original, Proof
+from trtconv.rewrites.quantized.graphs import producer, sole_consumer
+from trtconv.rewrites.rule import Emitted, ModelFacts, RewriteRule, RuleContext, Site, detach
 
 LAYOUT = ("Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Slice", "Expand", "Tile",
           "DepthToSpace", "SpaceToDepth")
@@ -46,6 +45,10 @@ class Uint8InputRule(RewriteRule):
     description = "uint8 input -> layout ops -> Cast: the Cast moved to the input, the layout ops in float"
     ops = (("", "Cast"),)
     claims_ops = False  # a Cast is this rule's only where a uint8 input reaches it: settles() says where
+
+    def may_apply(self, node: onnx.NodeProto, facts: ModelFacts) -> bool:
+        """Only a model with a uint8 graph input has a site."""
+        return TensorProto.UINT8 in facts.input_types.values()
 
     def settles(self, node: onnx.NodeProto, errors: Sequence[tuple[str, str]],
                 producer: Mapping[str, onnx.NodeProto]) -> bool:
@@ -100,10 +103,7 @@ class Uint8InputRule(RewriteRule):
         shape = tuple(d if isinstance(d, int) and d > 0 else PROOF_FILL for d in (match.source.shape or ()))
         x = np.random.default_rng(ctx.settings.seed + site.index).integers(0, 256, shape).astype(np.uint8)
         out = site.outputs[0].name
-        try:
-            ref = match.original.run({match.source.name: x}, out, max(ctx.opset, 13), match.to)
-        except TrtconvError as exc:
-            return Proof("none", False, reason=f"the original did not run in ONNX Runtime: {exc.message[:200]}")
+        ref = match.original.run({match.source.name: x}, out, max(ctx.opset, 13), match.to)
         return NodeProofCase(emitted.nodes, out, {match.source.name: x}, ref.astype(np.float64),
                              np.dtype(helper.tensor_dtype_to_np_dtype(match.to)), max(ctx.opset, 13),
                              shapes={"input": shape})

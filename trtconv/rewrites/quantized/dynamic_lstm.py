@@ -22,7 +22,6 @@ import numpy as np
 import onnx_graphsurgeon as gs
 from onnx import TensorProto
 
-from trtconv.errors import TrtconvError
 from trtconv.rewrites.emitter import Emitter
 from trtconv.rewrites.proof import NodeProofCase, Proof
 from trtconv.rewrites.quantized.graphs import MS_DOMAIN, Original, const, given
@@ -141,10 +140,7 @@ class DynamicLstmRule(RewriteRule):
             else:
                 return Proof("none", False, reason=f"input {i} of DynamicQuantizeLSTM is not a constant")
         out = next(o for o in proto.output if o)
-        try:
-            expected = match.original.run(values, out, max(ctx.opset, 14), TensorProto.FLOAT).astype(np.float64)
-        except TrtconvError as exc:
-            return Proof("none", False, reason=f"the original did not run in ONNX Runtime: {exc.message[:200]}")
+        expected = match.original.run(values, out, max(ctx.opset, 14), TensorProto.FLOAT).astype(np.float64)
         rounded = dict(values)  # the replacement reads X and H as the original rounded them
         rounded[proto.input[0]] = on_uint8_grid(values[proto.input[0]])
         h0 = proto.input[5] if len(proto.input) > 5 else ""

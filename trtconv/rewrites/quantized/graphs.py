@@ -1,21 +1,18 @@
-"""Reading ONNX Runtime's quantized patterns out of a graphsurgeon graph, and running the original
-pattern in ONNX Runtime for the proofs (the quantized ops only it implements)."""
+"""Reading ONNX Runtime's quantized patterns out of a graphsurgeon graph. The original pattern the
+proofs run in ONNX Runtime (:class:`Original`) is the proof framework's, re-exported here."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
-import onnx
 import onnx_graphsurgeon as gs
-from onnx import helper
-from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
-from trtconv.reference import run, session
 from trtconv.rewrites.emitter import Emitter
+from trtconv.rewrites.proof import MS_DOMAIN as MS_DOMAIN  # the framework's, re-exported for the rules here
+from trtconv.rewrites.proof import Original as Original
+from trtconv.rewrites.proof import original_model as original_model
 
-MS_DOMAIN = "com.microsoft"
 INT_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127),
               # quantize_static's 16-bit activations/weights (QuantType.QInt16/QUInt16)
               np.dtype(np.int16): (-32768, 32767), np.dtype(np.uint16): (0, 65535)}
@@ -159,39 +156,6 @@ def upstream(out: gs.Tensor, stop: Sequence[gs.Tensor]) -> list[gs.Node] | None:
         return True
 
     return order if visit(out) else None
-
-
-@dataclass(frozen=True)
-class Original:
-    """The original pattern as ONNX, taken before the rewrite rewires its nodes: what the proof runs."""
-
-    nodes: tuple[onnx.NodeProto, ...]
-    constants: Mapping[str, np.ndarray]
-
-    @staticmethod
-    def of(nodes: Sequence[gs.Node]) -> Original:
-        consts = {t.name: np.asarray(t.values) for n in nodes for t in n.inputs if isinstance(t, gs.Constant)}
-        return Original(tuple(OnnxExporter.export_node(n) for n in nodes), consts)
-
-    def run(self, inputs: Mapping[str, np.ndarray], output: str, opset: int,
-            output_type: int = onnx.TensorProto.FLOAT) -> np.ndarray:
-        """The pattern's output in ONNX Runtime (the one implementation of its quantized ops)."""
-        model = original_model(self, inputs, output, opset, output_type)
-        return run(session(model), dict(inputs), [output])[output]
-
-
-def original_model(original: Original, inputs: Mapping[str, np.ndarray], output: str, opset: int,
-                   output_type: int = onnx.TensorProto.FLOAT) -> onnx.ModelProto:
-    protos, consts = original.nodes, original.constants
-    g = helper.make_graph(
-        protos, "original",
-        [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-         for k, v in inputs.items()],
-        [helper.make_tensor_value_info(output, output_type, None)],
-        initializer=[onnx.numpy_helper.from_array(v, k) for k, v in sorted(consts.items())],
-    )
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS_DOMAIN, 1)],
-                             ir_version=9)
 
 
 def concrete(shape: Sequence[object] | None, fill: Sequence[int]) -> tuple[int, ...] | None:

@@ -24,9 +24,8 @@ import onnx_graphsurgeon as gs
 from onnx import numpy_helper
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
-from trtconv.errors import TrtconvError
 from trtconv.rewrites.emitter import Emitter
-from trtconv.rewrites.proof import NodeProofCase, Proof
+from trtconv.rewrites.proof import NodeProofCase, Proof, bound_rtol
 from trtconv.rewrites.quantized.graphs import MS_DOMAIN, Original, concrete, const, given, matmul_bias
 from trtconv.rewrites.rule import Emitted, NodeView, RewriteRule, RuleContext, Site
 
@@ -132,13 +131,10 @@ class MatMulNBitsRule(RewriteRule):
         shape = shape or (PROOF_ROWS, k)
         x = np.random.default_rng(ctx.settings.seed + site.index).standard_normal(shape).astype(np.float32)
         out = site.outputs[0].name
-        try:
-            expected = match.original.run({match.x.name: x}, out, max(ctx.opset, 13))
-        except TrtconvError as exc:
-            return Proof("none", False, reason=f"the original did not run in ONNX Runtime: {exc.message[:200]}")
+        expected = match.original.run({match.x.name: x}, out, max(ctx.opset, 13))
         # accuracy_level 4: ONNX Runtime rounds A to int8 per block (step max|A|/127): that bound, else float32's
         bound = match.step * float(np.abs(x).max()) / 127 / 2 * float(np.abs(match.weight).sum(axis=0).max())
-        rtol = bound / max(1.0, float(np.abs(expected).max())) + max(ctx.settings.node_tolerance, 1e-5)
+        rtol = bound_rtol(bound, expected, max(ctx.settings.node_tolerance, 1e-5))
         opset = max(ctx.opset, INT4_OPSET) if match.int4 is not None else ctx.opset
         return NodeProofCase(emitted.nodes, out, {match.x.name: x}, expected.astype(np.float64), np.dtype(np.float32),
                              opset, rtol=rtol, shapes={"a": shape})

@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from trtconv.errors import TrtconvError
 from trtconv.rewrites.emitter import Emitter
 from trtconv.rewrites.proof import NodeProofCase, Proof
 from trtconv.rewrites.quantized.graphs import (
@@ -131,10 +130,7 @@ class QAttentionRule(RewriteRule):
             dtype = np.dtype(match.mask.dtype) if match.mask.dtype is not None else np.dtype(np.int32)
             feeds[match.mask.name] = mask_feed(tuple(m_shape), shape[1], rng, dtype)
         out = site.outputs[0].name
-        try:
-            expected = match.original.run(feeds, out, max(ctx.opset, 11))
-        except TrtconvError as exc:
-            return Proof("none", False, reason=f"the original did not run in ONNX Runtime: {exc.message[:200]}")
+        expected = match.original.run(feeds, out, max(ctx.opset, 11))
         return NodeProofCase(emitted.nodes, out, feeds, expected.astype(np.float64), np.dtype(np.float32), ctx.opset,
                              rtol=max(ctx.settings.node_tolerance, 1e-5),
                              shapes={"x": shape, **({"mask": feeds[match.mask.name].shape} if match.mask else {})})

@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from trtconv.errors import TrtconvError
 from trtconv.rewrites.emitter import Emitter
 from trtconv.rewrites.proof import NodeProofCase, Proof
 from trtconv.rewrites.quantized.graphs import (
@@ -119,10 +118,7 @@ class QEmbedLayerNormRule(RewriteRule):
             dtype = np.dtype(t.dtype) if t.dtype is not None else np.dtype(np.int32)
             feeds[t.name] = EMBED.feed(match.view, i, ids_shape, dtype, values, rng)
         out = site.outputs[0].name
-        try:
-            expected = match.original.run(feeds, out, max(ctx.opset, MIN_OPSET))
-        except TrtconvError as exc:
-            return Proof("none", False, reason=f"the original did not run in ONNX Runtime: {exc.message[:200]}")
+        expected = match.original.run(feeds, out, max(ctx.opset, MIN_OPSET))
         return NodeProofCase(emitted.nodes, out, feeds, expected.astype(np.float64), np.dtype(np.float32), ctx.opset,
                              rtol=max(ctx.settings.node_tolerance, 1e-5), shapes={"input_ids": ids_shape})
 

@@ -1,0 +1,107 @@
+"""Hints that fit the model (issue 35): a model with dynamic height and width gets a min/opt/max range
+said plainly to be placeholders, never one size presented as right (an OCR detector fixed at
+224x224 refuses every real page); the hint runs as printed. Images for a channels-last input get
+``layout=nhwc``, and are never silently read channels-first."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+from PIL import Image
+
+from trtconv.cli.main import cli
+from trtconv.errors import ExitCode
+
+
+@pytest.fixture(autouse=True)
+def _no_result_cache_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRTCONV_RESULT_CACHE_DIR", raising=False)
+
+
+def _run(args: list[str]):
+    return CliRunner().invoke(cli, args)
+
+
+def _detector(path: Path) -> Path:
+    """x [1, 3, H, W] -> 3x3 Conv to 4 channels -> Relu: any H and W, like a text detector."""
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+                           helper.make_node("Relu", ["c"], ["y"], name="relu")], "det",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "height", "width"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, "height", "width"])],
+                          initializer=[w])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return path
+
+
+def test_dynamic_height_and_width_get_a_range_called_placeholders_that_runs_as_printed(tmp_path):
+    pytest.importorskip("tensorrt_rtx")
+    model, engine = _detector(tmp_path / "det.onnx"), tmp_path / "det.engine"
+    res = _run(["build", str(model), "-o", str(engine), "--trt", "rtx", "--report", str(tmp_path / "r.html")])
+    assert res.exit_code == ExitCode.USAGE, res.output
+    (hint,) = [line.strip() for line in res.stderr.splitlines() if line.strip().startswith("hint:")]
+    assert "--shapes" not in hint and "x:1x3x224x224 (" not in hint, hint  # no single size, as if it were right
+    assert "placeholders: the model does not say its sizes (x dims 2, 3)" in hint, hint
+    match = re.match(r"hint: (trtconv build .*?) \(placeholders", hint)
+    assert match, hint
+    argv = shlex.split(match.group(1))[1:]
+    assert argv[argv.index("--report") + 1] == str(tmp_path / "r.html")  # the whole command, its paths too
+    lo, opt, hi = (argv[argv.index(f) + 1] for f in ("--min-shapes", "--opt-shapes", "--max-shapes"))
+    assert lo == "x:1x3x32x32" and opt == "x:1x3x224x224" and hi == "x:1x3x640x640"
+
+    again = _run(argv)
+    assert again.exit_code == ExitCode.OK, again.output
+    profile = json.loads((tmp_path / "det.engine.json").read_text())["profiles"][0]["x"]
+    assert (profile["min"], profile["max"]) == ([1, 3, 32, 32], [1, 3, 640, 640])
+
+
+def _channels_last(path: Path, dims: list[int | str]) -> Path:
+    g = helper.make_graph([helper.make_node("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2], name="to_nchw"),
+                           helper.make_node("Relu", ["t"], ["y"], name="relu")], "nhwc",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return path
+
+
+@pytest.mark.parametrize("dims", [[1, 32, 32, 3], ["n", "h", "w", 3], [1, 32, 32, 1]], ids=["static", "dynamic", "gray"])
+def test_images_for_a_channels_last_input_get_layout_nhwc(tmp_path, dims):
+    images = tmp_path / "images"
+    images.mkdir()
+    for i in range(3):
+        pixels = (np.random.default_rng(i).random((40, 50, 3)) * 255).astype(np.uint8)
+        Image.fromarray(pixels).save(images / f"{i}.png")
+    model = _channels_last(tmp_path / "m.onnx", dims)
+    out = tmp_path / "m.fp16.onnx"
+    res = _run(["quantize", str(model), "--precision", "fp16", "--calib-data", str(images), "-o", str(out)])
+    assert res.exit_code == ExitCode.BAD_DATA, res.output  # never read as NCHW (a 3-pixel-wide image) in silence
+    (hint,) = [line.strip() for line in res.stderr.splitlines() if line.strip().startswith("hint:")]
+    shown = "[" + ", ".join(map(str, dims)) + "]"
+    add = "layout=nhwc" + (",order=gray" if dims[3] == 1 else "")
+    assert hint == f"hint: add {add} to --preprocess: the model's input is {shown}, {dims[3]} channel(s) last", hint
+    assert not out.exists()
+
+    res = _run(["quantize", str(model), "--precision", "fp16", "--calib-data", str(images), "-o", str(out),
+                "--preprocess", add])
+    assert res.exit_code == ExitCode.OK, res.output
+
+
+def test_random_data_takes_the_profiles_opt_shapes_and_warns_once_in_fp16_words(tmp_path):
+    """--min/--opt/--max-shapes are shapes given: random data runs at the opt corner, never asking for --shapes."""
+    pytest.importorskip("tensorrt_rtx")
+    model = _detector(tmp_path / "det.onnx")
+    res = _run(["build", str(model), "-o", str(tmp_path / "det.engine"), "--trt", "rtx", "--precision", "fp16",
+                "--random-data", "2", "--min-shapes", "x:1x3x32x32", "--opt-shapes", "x:1x3x64x64",
+                "--max-shapes", "x:1x3x128x128"])
+    assert res.exit_code == ExitCode.OK, res.output
+    warned = [line for line in res.stderr.splitlines() if "RANDOM" in line]
+    assert warned == ["trtconv: warning: using 2 RANDOM sample(s): activation ranges and errors will not reflect "
+                      "real inputs; use this only to smoke-test"], warned
