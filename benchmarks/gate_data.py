@@ -1,0 +1,353 @@
+"""Real sample sets for measuring the INT8 gate (benchmarks/int8_gate_truth.py): 60-150 samples per model, each
+tagged with the source item it comes from (one subfolder per source), so that a split can keep a source whole.
+
+Nothing is downloaded from a model hub and nothing large is committed: the sets are made on this machine into
+``.cache/gate_data/MODEL/SOURCE/NNN.npz`` (ignored by git) from
+
+- **text** on the machine: the license texts in ``/usr/share/common-licenses`` and the docstrings of a few
+  standard-library modules. A *source* is one document typeset in one style (font, size, paper, ink, blur), as
+  the lines of one scanned page are; its lines are consecutive runs of that document's words.
+  ``cls`` (PP-OCR mobile v2 angle classifier): each line upright or turned 180 degrees (a coin per line), through
+  rapidocr's own ``TextClassifier.resize_norm_img`` (3x48x192). ``rec`` (PP-OCRv4 recognizer): rapidocr's own
+  ``TextRecognizer.resize_norm_img`` at its batch-of-one width (3x48x320; lines kept within that ratio).
+  ``dddd`` (ddddocr's float CRNN ``common.onnx``): ddddocr's own preprocessing (LANCZOS to height 64, gray, /255),
+  then padded on the right with the line's paper to width 256 (one shape, so that ModelOpt's calibrators can
+  stack samples; lines kept within it).
+- **photos** from scikit-image's wheel (``skimage/data``: astronaut, coffee, chelsea, rocket, the motorcycle
+  stereo pair as one source, ...; the wheel is fetched with ``pip download`` and read as a zip, never installed):
+  ``yolo`` (NudeNet 3.4's YOLOv8n ``320n.onnx``): per photo, seeded crops (40-100 % of each side) and mirror
+  images, through NudeNet's own ``_read_image`` (pad to square, 320x320, /255, RGB).
+- **speech** for ``silero16k`` (``silero_vad_16k_op15.onnx``): sentences of the same texts spoken by espeak-ng
+  (``apt-get install espeak-ng``; voices, speeds and pitches vary per sentence), resampled to 16 kHz, and the
+  recorded CMU ARCTIC sentence of tests/realdata.py; each at a source-chosen level and room-noise SNR, fed chunk
+  by chunk with the state the FP32 model itself produces (tests/realdata.py ``silero_samples``); every 12th chunk
+  kept. A source is one utterance.
+
+    python benchmarks/gate_data.py [--models cls,rec,dddd,yolo,silero16k] [--out .cache/gate_data] [--scale K] [--force]
+
+``--scale 2`` doubles every set (240 text lines, 200 photo variants, 300 speech chunks): what the default INT8
+command needs since it judges a pass on at least 45 samples of the data it is given (90 in the calibration half).
+
+Each model folder gets ``meta.json``: the model file, the input, how the set was made, samples per source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.append(str(ROOT / "tests"))  # appended: tests/triton must not shadow the triton package
+
+DEFAULT_OUT = ROOT / ".cache" / "gate_data"
+MODELS = ("cls", "rec", "dddd", "yolo", "silero16k")
+LICENSES = ("Apache-2.0", "Artistic", "BSD", "CC0-1.0", "GFDL-1.3", "GPL-2", "GPL-3", "LGPL-2.1", "LGPL-3",
+            "MPL-1.1", "MPL-2.0")
+DOC_MODULES = ("argparse", "difflib", "heapq", "json", "pickle")
+LINES_PER_SOURCE = 8
+SKIMAGE_WHEEL = "scikit-image==0.26.0"
+PHOTOS = {  # source -> files in skimage/data (one scene's stereo pair is one source)
+    "astronaut": ("astronaut.png",), "brick": ("brick.png",), "camera": ("camera.png",), "cell": ("cell.png",),
+    "chelsea": ("chelsea.png",), "clock": ("clock_motion.png",), "coffee": ("coffee.png",), "coins": ("coins.png",),
+    "color": ("color.png",), "grass": ("grass.png",), "gravel": ("gravel.png",), "hubble": ("hubble_deep_field.jpg",),
+    "ihc": ("ihc.png",), "logo": ("logo.png",), "moon": ("moon.png",),
+    "motorcycle": ("motorcycle_left.png", "motorcycle_right.png"), "page": ("page.png",), "retina": ("retina.jpg",),
+    "rocket": ("rocket.jpg",), "text": ("text.png",),
+}
+VARIANTS_PER_PHOTO = 5
+VOICES = ("en-us", "en-gb", "en-us+f3", "en-gb+m3", "en-us+m7", "en-gb-x-rp+f2", "en-us+f4", "en-029")
+SENTENCES = 11  # espeak-ng utterances, plus the recorded sentence
+
+
+# ----------------------------------------------------------------------------- text
+
+
+def documents() -> list[tuple[str, str]]:
+    """(source name, text): the license texts found on this machine, then standard-library docstrings."""
+    import importlib
+
+    docs = []
+    for name in LICENSES:
+        p = Path("/usr/share/common-licenses") / name
+        if p.is_file():
+            docs.append((name.lower().replace(".", "_"), p.read_text(errors="replace")))
+    for mod in DOC_MODULES:
+        text = importlib.import_module(mod).__doc__ or ""
+        if len(text.split()) > 60:
+            docs.append((f"pydoc_{mod}", text))
+    return docs
+
+
+@dataclass(frozen=True)
+class Style:
+    """One source's typesetting: what the lines of one scanned page share."""
+
+    font: str
+    height: int
+    paper: tuple[int, int, int]
+    ink: tuple[int, int, int]
+    noise: float
+    blur: float
+
+
+def style(rng: np.random.Generator) -> Style:
+    from realdata import font_paths
+
+    fonts = font_paths()
+    return Style(font=str(fonts[int(rng.integers(0, len(fonts)))]) if fonts else "",
+                 height=int(rng.integers(32, 72)),
+                 paper=tuple(int(v) for v in rng.integers(170, 256, 3)),
+                 ink=tuple(int(v) for v in rng.integers(0, 90, 3)),
+                 noise=float(rng.uniform(1, 10)), blur=float(rng.uniform(0, 1.2)))
+
+
+def render_line(text: str, st: Style, rng: np.random.Generator):
+    """One text line in ``st``, cropped with a margin (what a detector hands the recognizer)."""
+    from PIL import Image, ImageDraw, ImageFilter, ImageFont
+
+    size = max(10, int(st.height * rng.uniform(0.6, 0.75)))
+    font = ImageFont.truetype(st.font, size) if st.font else ImageFont.load_default(size=size)
+    left, top, right, bottom = font.getbbox(text)
+    pad = max(2, int(st.height * rng.uniform(0.08, 0.2)))
+    w, h = right - left + 2 * pad, bottom - top + 2 * pad
+    paper = np.clip(np.array(st.paper)[None, None] + rng.normal(0, st.noise, (h, w, 1)), 0, 255).astype(np.uint8)
+    img = Image.fromarray(paper, "RGB")
+    ImageDraw.Draw(img).text((pad - left, pad - top), text, font=font, fill=st.ink)
+    if st.blur > 0.2:
+        img = img.filter(ImageFilter.GaussianBlur(st.blur))
+    return img
+
+
+def source_lines(text: str, rng: np.random.Generator, n: int) -> list[str]:
+    """``n`` consecutive lines of 1-5 words from a random place in ``text``."""
+    words = [w for w in text.split() if any(c.isalnum() for c in w)]
+    start = int(rng.integers(0, max(1, len(words) - 6 * n)))
+    lines, i = [], start
+    while len(lines) < n and i < len(words):
+        k = int(rng.integers(1, 6))
+        lines.append(" ".join(words[i:i + k]))
+        i += k
+    return lines
+
+
+def fit_line(text: str, st: Style, rng: np.random.Generator, max_ratio: float):
+    """Render ``text``; drop words from its end until width/height is at most ``max_ratio``."""
+    words = text.split()
+    while True:
+        img = render_line(" ".join(words), st, rng)
+        if img.width <= max_ratio * img.height or len(words) == 1:
+            if img.width > max_ratio * img.height:  # one long word: cut the image
+                img = img.crop((0, 0, int(max_ratio * img.height), img.height))
+            return img
+        words = words[:-1]
+
+
+def text_samples(model: str, seed: int, scale: int = 1) -> Iterator[tuple[str, dict]]:
+    """(source, sample) for ``cls``, ``rec`` or ``dddd``: every document in its own style."""
+    from types import SimpleNamespace
+
+    from PIL import Image
+
+    if model in ("cls", "rec"):
+        import rapidocr_onnxruntime.ch_ppocr_cls.text_cls as rcls
+        import rapidocr_onnxruntime.ch_ppocr_rec.text_recognize as rrec
+    for d, (name, text) in enumerate(documents()):
+        rng = np.random.default_rng([seed, d])
+        st = style(rng)
+        for line in source_lines(text, rng, LINES_PER_SOURCE * scale):
+            if model == "cls":
+                img = fit_line(line, st, rng, 192 / 48 * 1.5)  # the classifier squeezes longer lines itself
+                if rng.random() < 0.5:
+                    img = img.rotate(180)
+                bgr = np.asarray(img)[:, :, ::-1].copy()
+                x = rcls.TextClassifier.resize_norm_img(SimpleNamespace(cls_image_shape=[3, 48, 192]), bgr)
+            elif model == "rec":
+                img = fit_line(line, st, rng, 320 / 48)
+                bgr = np.asarray(img)[:, :, ::-1].copy()
+                ratio = max(320 / 48, bgr.shape[1] / bgr.shape[0])  # its __call__'s batch ratio, batch of one
+                x = rrec.TextRecognizer.resize_norm_img(SimpleNamespace(rec_image_shape=[3, 48, 320]), bgr, ratio)
+            else:
+                img = fit_line(line, st, rng, 256 / 64)
+                gray = img.resize((int(img.width * (64 / img.height)), 64), Image.LANCZOS).convert("L")
+                arr = np.asarray(gray, np.float32)[:, :256] / 255.0
+                canvas = np.full((64, 256), float(np.median(arr[:, :2])), np.float32)  # the line's own paper
+                canvas[:, :arr.shape[1]] = arr
+                x = canvas[None]
+            yield name, {"x" if model != "dddd" else "input1": x[None].astype(np.float32)}
+
+
+# ----------------------------------------------------------------------------- photos
+
+
+def skimage_photos(cache: Path) -> dict[str, list]:
+    """{source: [PIL RGB image]} read from scikit-image's wheel (fetched once with ``pip download``)."""
+    from PIL import Image
+
+    wheels = sorted(cache.glob("scikit_image-*.whl"))
+    if not wheels:
+        cache.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                        SKIMAGE_WHEEL, "-d", str(cache)], check=True)
+        wheels = sorted(cache.glob("scikit_image-*.whl"))
+    photos: dict[str, list] = {}
+    with zipfile.ZipFile(wheels[-1]) as z:
+        for source, files in PHOTOS.items():
+            photos[source] = [Image.open(io.BytesIO(z.read(f"skimage/data/{f}"))).convert("RGB") for f in files]
+    return photos
+
+
+def photo_samples(seed: int, cache: Path, scale: int = 1) -> Iterator[tuple[str, dict]]:
+    """(source, sample) for ``yolo``: seeded crops and mirror images of each photo, NudeNet's preprocessing."""
+    from nudenet.nudenet import _read_image
+    from PIL import ImageOps
+
+    for p, (source, images) in enumerate(skimage_photos(cache).items()):
+        rng = np.random.default_rng([seed, p])
+        for v in range(VARIANTS_PER_PHOTO * scale):
+            img = images[v % len(images)]
+            w, h = img.size
+            cw, ch = (w, h) if v == 0 else (int(w * rng.uniform(0.4, 1.0)), int(h * rng.uniform(0.4, 1.0)))
+            x0, y0 = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
+            crop = img.crop((x0, y0, x0 + cw, y0 + ch))
+            if rng.random() < 0.5:
+                crop = ImageOps.mirror(crop)
+            bgr = np.asarray(crop)[:, :, ::-1].copy()
+            yield source, {"images": np.asarray(_read_image(bgr, 320)[0], np.float32)}
+
+
+# ----------------------------------------------------------------------------- speech
+
+
+def espeak(text: str, voice: str, speed: int, pitch: int) -> np.ndarray:
+    """espeak-ng's rendering of ``text``, float32 at 16 kHz."""
+    import wave
+
+    from scipy.signal import resample_poly
+
+    if shutil.which("espeak-ng") is None:
+        raise SystemExit("espeak-ng is missing: apt-get install espeak-ng")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "s.wav"
+        subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), "-p", str(pitch), "-w", str(out), text],
+                       check=True, capture_output=True)
+        with wave.open(str(out)) as w:
+            sr = w.getframerate()
+            pcm = np.frombuffer(w.readframes(w.getnframes()), np.int16).astype(np.float64) / 32768
+    g = np.gcd(sr, 16000)
+    return resample_poly(pcm, 16000 // g, sr // g)
+
+
+def at_level(clean: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Speech at -30..-6 dBFS peak in pinkish room noise at 0..25 dB SNR, with 0.3 s of noise before and after."""
+    pad = np.zeros(4800)
+    speech = np.concatenate([pad, clean / (np.abs(clean).max() + 1e-12), pad]) * 10 ** (rng.uniform(-30, -6) / 20)
+    noise = np.cumsum(rng.normal(0, 1, len(speech))) * 0.02 + rng.normal(0, 1, len(speech))
+    noise -= np.convolve(noise, np.ones(400) / 400, mode="same")
+    loud = speech[np.abs(speech) > 0.1 * np.abs(speech).max()]
+    noise *= np.sqrt(np.mean(loud**2) / np.mean(noise**2)) * 10 ** (-rng.uniform(0, 25) / 20)
+    return (speech + noise).astype(np.float32)
+
+
+def speech_samples(seed: int, scale: int = 1) -> Iterator[tuple[str, dict]]:
+    """(source, sample) for ``silero16k``: each utterance's every 12th chunk (every ``12 // scale``-th), with the
+    FP32 model's own state."""
+    import wave
+
+    from realdata import recorded_speech_path, silero_samples
+    from realmodels import silero_model
+
+    model = silero_model("silero_vad_16k_op15.onnx")
+    utterances: list[tuple[str, Callable[[], np.ndarray]]] = []
+    texts = [t for _, t in documents()]
+    for i in range(SENTENCES):
+        rng = np.random.default_rng([seed, 100 + i])
+        words = texts[i % len(texts)].split()
+        start = int(rng.integers(0, max(1, len(words) - 14)))
+        sentence = " ".join(words[start:start + int(rng.integers(6, 14))])
+        voice, speed, pitch = VOICES[i % len(VOICES)], int(rng.integers(130, 200)), int(rng.integers(20, 80))
+        utterances.append((f"espeak_{i:02d}", lambda s=sentence, v=voice, sp=speed, p=pitch: espeak(s, v, sp, p)))
+
+    def recorded() -> np.ndarray:
+        with wave.open(str(recorded_speech_path())) as w:
+            return np.frombuffer(w.readframes(w.getnframes()), np.int16).astype(np.float64) / 32768
+
+    utterances.append(("arctic_a0007", recorded))
+    for u, (source, make) in enumerate(utterances):
+        audio = at_level(make(), np.random.default_rng([seed, 200 + u]))
+        for s in silero_samples(model, range(1), every=max(1, 12 // scale), speech=lambda _seed, _secs, a=audio: a):
+            yield source, s
+
+
+# ----------------------------------------------------------------------------- driver
+
+
+def model_path(model: str) -> Path:
+    from realmodels import ddddocr_model, nudenet_model, rapidocr_model, silero_model
+
+    if model in ("cls", "rec"):
+        return rapidocr_model(model)
+    if model == "dddd":
+        return ddddocr_model("common.onnx")
+    if model == "yolo":
+        return nudenet_model()
+    return silero_model("silero_vad_16k_op15.onnx")
+
+
+def make(model: str, out: Path, seed: int = 0, scale: int = 1) -> Path:
+    """Write ``out/model/SOURCE/NNN.npz`` and ``meta.json``; returns the model folder."""
+    folder = out / model
+    if folder.exists():
+        shutil.rmtree(folder)
+    samples = (text_samples(model, seed, scale) if model in ("cls", "rec", "dddd")
+               else photo_samples(seed, out / "_wheels", scale) if model == "yolo" else speech_samples(seed, scale))
+    counts: dict[str, int] = {}
+    for source, sample in samples:
+        d = folder / source
+        d.mkdir(parents=True, exist_ok=True)
+        np.savez(d / f"{counts.get(source, 0):03d}.npz", **sample)
+        counts[source] = counts.get(source, 0) + 1
+    meta = {"model": str(model_path(model)), "seed": seed, "scale": scale, "samples": sum(counts.values()), "sources": counts,
+            "made_by": "benchmarks/gate_data.py"}
+    (folder / "meta.json").write_text(json.dumps(meta, indent=1))
+    return folder
+
+
+def ensure(model: str, out: Path = DEFAULT_OUT, seed: int = 0, scale: int = 1) -> Path:
+    """The model's sample folder, made if it is missing or was made with another seed or scale."""
+    meta = out / model / "meta.json"
+    if meta.is_file() and {k: json.loads(meta.read_text()).get(k, 1) for k in ("seed", "scale")} == {
+            "seed": seed, "scale": scale}:
+        return out / model
+    return make(model, out, seed, scale)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--scale", type=int, default=1,
+                    help="k times the samples per source (text lines, photo variants; speech chunks k times as often)")
+    ap.add_argument("--force", action="store_true", help="make the sets again even when present")
+    args = ap.parse_args()
+    for model in args.models.split(","):
+        folder = (make(model, args.out, args.seed, args.scale) if args.force
+                  else ensure(model, args.out, args.seed, args.scale))
+        meta = json.loads((folder / "meta.json").read_text())
+        print(f"{model}: {meta['samples']} samples from {len(meta['sources'])} sources in {folder}")
+
+
+if __name__ == "__main__":
+    main()
