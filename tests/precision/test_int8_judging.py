@@ -16,7 +16,14 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from trtconv.precision.int8 import Int8AccuracyError, Int8Settings, quantize_int8
-from trtconv.precision.int8.claim import Claim, _at_least, lower_bound, samples_needed
+from trtconv.precision.int8.claim import (
+    Claim,
+    _at_least,
+    design_effect,
+    judge_samples,
+    lower_bound,
+    samples_needed,
+)
 from trtconv.samples.sources import ArraySamples
 
 
@@ -108,3 +115,44 @@ def test_the_claim_is_the_clopper_pearson_bound():
     assert lower_bound(199, 200) > 0.95 > lower_bound(43, 45)  # one miss in 200 still passes, two in 45 do not
     assert Claim(45, 45).holds and Claim(44, 44).too_few and not Claim(45, 45).too_few
     assert Claim(5, 4).too_few and Claim(16, 12).fails and Claim(200, 199).holds  # too few to tell; contradicted
+
+
+def _thresholds():
+    from trtconv.reference import Thresholds
+
+    return Thresholds(min_cosine=0.99)
+
+
+def test_samples_alike_within_their_source_weigh_as_fewer():
+    """The gate-truth benchmark's false pass: 64 judged lines from 4 pages, every one above the limit, passed as
+    64 independent samples; a page's lines share its print, so they are closer to 4 draws than to 64."""
+    rng = np.random.default_rng(0)
+    levels = (1e-3, 5e-3, 2e-3, 7e-4)  # each source's own error level (1 - cosine)
+    cos = [1 - lv * math.exp(rng.normal(0, 0.1)) for lv in levels for _ in range(16)]
+    origins = [f"page{s}/line{i}.npz" for s in range(4) for i in range(16)]
+    groups = [o.split("/")[0] for o in origins]
+    alone = judge_samples({"y": cos}, origins, _thresholds())
+    assert alone.holds and alone.judged == 64  # as independent samples: the old verdict
+    claim = judge_samples({"y": cos}, origins, _thresholds(), groups=groups)
+    assert claim.design_effect > 10 and claim.judged <= 6 and claim.too_few
+    assert claim.to_json()["samples"] == 64 and claim.to_json()["sources"] == 4
+    assert "4 sources" in claim.statement()
+    # every sample its own source: nothing changes
+    assert judge_samples({"y": cos}, origins, _thresholds(), groups=origins) == alone
+
+
+def test_sources_that_do_not_cluster_keep_their_count():
+    rng = np.random.default_rng(1)
+    cos = [1 - 1e-3 * math.exp(rng.normal(0, 0.5)) for _ in range(120)]
+    groups = [f"folder{i % 12}" for i in range(120)]
+    claim = judge_samples({"y": cos}, [f"s{i}" for i in range(120)], _thresholds(), groups=groups)
+    assert design_effect([1 - 1e-3 * math.exp(v) for v in rng.normal(0, 0.5, 200)],
+                         [f"f{i % 20}" for i in range(200)]) < 1.6
+    assert claim.holds and claim.judged >= 80
+
+
+def test_design_effect_bounds():
+    assert design_effect([0.999, 0.998], ["a", "b"]) == 1.0  # every sample its own source
+    assert design_effect([0.999] * 10, ["a"] * 10) == 10.0  # one source: one draw
+    exact = design_effect([0.999] * 8 + [0.99] * 8, ["a"] * 8 + ["b"] * 8)
+    assert exact == 8.0  # no spread within sources: each source one draw

@@ -6,6 +6,12 @@ that meet it at the stated confidence: the gate passes when the lower bound reac
 fails when the upper bound is below it, and otherwise the samples are too few to tell.
 With no miss the bound is ``(1 - confidence) ** (1 / n)``: claiming 95 % at 90 % confidence takes 45
 judged samples, all meeting the limit (docs/precision.md, "What a pass promises").
+
+The binomial counts independent samples. Samples of one source (one page's lines, one recording's windows)
+are alike: 64 lines from 4 pages are closer to 4 draws than to 64. Where the judged samples come from
+several sources, their count is divided by Kish's design effect ``1 + (m - 1) * ICC`` (``m`` the size-weighted
+mean source size, ``ICC`` the share of the error's variance that lies between sources, one-way ANOVA on
+``log(1 - cosine)``): samples that differ no more within a source than across sources keep their count.
 """
 
 from __future__ import annotations
@@ -66,11 +72,14 @@ def samples_needed(share: float = CLAIM_SHARE, confidence: float = CLAIM_CONFIDE
 class Claim:
     """The judged samples' evidence and what it supports."""
 
-    judged: int
-    meeting: int  # judged samples whose every gated output meets its cosine limit
+    judged: int  # independent samples the evidence weighs as (the judged samples, or fewer: see design_effect)
+    meeting: int  # of those, the ones whose every gated output meets its cosine limit
     share: float = CLAIM_SHARE
     confidence: float = CLAIM_CONFIDENCE
     misses: tuple[str, ...] = ()  # the judged samples that missed (their origins)
+    samples: int | None = None  # judged samples, where they weigh as fewer (else ``judged``)
+    sources: int | None = None  # the sources those samples came from
+    design_effect: float = 1.0
 
     @property
     def bound(self) -> float:
@@ -97,26 +106,71 @@ class Claim:
 
     def statement(self) -> str:
         """What the evidence supports, in words."""
-        return (f"{self.meeting} of {self.judged} judged samples meet the limit: at least {self.bound:.1%} of new "
+        return (f"{self.meeting} of {self.judged} {self.counted()} meet the limit: at least {self.bound:.1%} of new "
                 f"samples will, at {self.confidence:.0%} confidence (the claim: {self.share:.0%}, "
                 f"{self.needed} judged samples all meeting it)")
 
     def to_json(self) -> dict[str, Any]:
         return {"judged": self.judged, "meeting": self.meeting, "share": self.share, "confidence": self.confidence,
                 "bound": float(f"{self.bound:.6f}"), "needed": self.needed, "holds": self.holds,
-                "misses": list(self.misses)}
+                "misses": list(self.misses), "samples": self.samples if self.samples is not None else self.judged,
+                "sources": self.sources, "design_effect": float(f"{self.design_effect:.4f}")}
+
+    def counted(self) -> str:
+        """What ``judged`` counts, in words."""
+        if self.samples is None or self.samples == self.judged:
+            return "judged samples"
+        return (f"independent judged samples ({self.samples} samples from {self.sources} sources, alike within a "
+                f"source: design effect {self.design_effect:.1f})")
 
 
 def judge_samples(per_sample: Mapping[str, Sequence[float]], origins: Sequence[str], thresholds: Thresholds,
-                  share: float = CLAIM_SHARE, confidence: float = CLAIM_CONFIDENCE) -> Claim:
-    """The claim from each judged sample's cosine per output (``per_sample``: output -> cosine per sample)."""
+                  share: float = CLAIM_SHARE, confidence: float = CLAIM_CONFIDENCE,
+                  groups: Sequence[str] | None = None) -> Claim:
+    """The claim from each judged sample's cosine per output (``per_sample``: output -> cosine per sample).
+
+    ``groups``: each judged sample's source; samples alike within their source weigh as fewer (module doc)."""
     n = len(origins)
     meets = [True] * n
+    worst = [1.0] * n
     for output, cosines in per_sample.items():
         limits = thresholds.for_output(output)
         if limits is None or limits.min_cosine is None:
             continue
         for i, c in enumerate(cosines[:n]):
+            worst[i] = min(worst[i], float(c)) if c == c else -1.0
             if not c >= limits.min_cosine:
                 meets[i] = False
-    return Claim(n, sum(meets), share, confidence, tuple(o for o, ok in zip(origins, meets) if not ok))
+    missed = tuple(o for o, ok in zip(origins, meets) if not ok)
+    deff = design_effect(worst, groups[:n]) if groups is not None and len(groups) >= n else 1.0
+    if deff <= 1.0:
+        return Claim(n, sum(meets), share, confidence, missed)
+    judged = max(1, math.floor(n / deff))
+    misses = min(judged, math.ceil((n - sum(meets)) / deff))
+    return Claim(judged, judged - misses, share, confidence, missed, samples=n,
+                 sources=len(set(groups[:n])) if groups is not None else None, design_effect=deff)
+
+
+def design_effect(values: Sequence[float], groups: Sequence[str]) -> float:
+    """Kish's design effect ``1 + (m - 1) * ICC`` of per-sample cosines clustered by source.
+
+    ``ICC`` is the one-way ANOVA intraclass correlation of ``log(1 - cosine)``, clipped to [0, 1]; ``m`` the
+    size-weighted mean source size. One source holding everything weighs as one sample (ICC taken as 1, no
+    spread across sources to measure); every sample its own source gives 1."""
+    n = len(values)
+    members: dict[str, list[float]] = {}
+    for v, g in zip(values, groups):
+        members.setdefault(g, []).append(math.log(max(1.0 - v, 1e-12)))
+    k = len(members)
+    if n == 0 or k == n:
+        return 1.0
+    m = sum(len(ys) ** 2 for ys in members.values()) / n
+    if k == 1:
+        return float(n)
+    grand = sum(sum(ys) for ys in members.values()) / n
+    between = sum(len(ys) * (sum(ys) / len(ys) - grand) ** 2 for ys in members.values()) / (k - 1)
+    within = sum((y - sum(ys) / len(ys)) ** 2 for ys in members.values() for y in ys) / (n - k)
+    n0 = (n - m) / (k - 1)
+    denominator = between + (n0 - 1) * within
+    icc = 1.0 if denominator <= 0 else min(1.0, max(0.0, (between - within) / denominator))
+    return 1.0 + (m - 1.0) * icc

@@ -351,7 +351,8 @@ def quantize_int8(
         raise gate_failed(result, settings)
     if short and not settings.unverified:
         assert claim is not None
-        raise too_few_samples(claim.judged, claim.needed, result=result, misses=claim.judged - claim.meeting)
+        raise too_few_samples(claim.judged, claim.needed, result=result, misses=claim.judged - claim.meeting,
+                              counted=claim.counted() if claim.samples is not None else "judged sample(s)")
     return result
 
 

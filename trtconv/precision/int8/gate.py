@@ -24,6 +24,7 @@ from trtconv.precision.int8.sensitivity import (
     sensitivity_sessions,
 )
 from trtconv.reference import OutputStats, Thresholds, violations
+from trtconv.samples import SampleSet
 
 Samples = Iterable[Mapping[str, np.ndarray]]
 Key = tuple[str, str]  # (graph, node)
@@ -126,7 +127,8 @@ def run_gate(candidate: Candidate, placed: Sequence[Placement], gate: GateInputs
     if progress:
         progress("judge", 0, None)
     acc = outcome.candidate.accuracy(gate.reference, gate.judging, settings.top1, progress, [])
-    claim = judge_samples(acc.cosines, acc.origins, settings.thresholds)
+    groups = gate.judging.groups() if isinstance(gate.judging, SampleSet) else None
+    claim = judge_samples(acc.cosines, acc.origins, settings.thresholds, groups=groups)
     bad = tuple(violations(list(acc.stats), settings.thresholds))
     if claim.fails:
         bad += (f"{claim.judged - claim.meeting} of {claim.judged} judged samples below the cosine limit "

@@ -185,12 +185,18 @@ def worst_layers(errors: Sequence[LayerError], k: int = WORST_NAMED) -> str:
 
 
 def too_few_samples(judged: int, needed: int, total: int | None = None, total_needed: int | None = None,
-                    result: Int8Result | None = None, misses: int = 0) -> Int8EvidenceError:
-    """The one line when the judged samples cannot support the claim: how many it would take."""
+                    result: Int8Result | None = None, misses: int = 0, counted: str = "judged sample(s)",
+                    ) -> Int8EvidenceError:
+    """The one line when the judged samples cannot support the claim: how many it would take.
+
+    ``counted``: what ``judged`` counts (:meth:`Claim.counted`: samples alike within their source weigh as fewer
+    independent ones, and then more sources, not more variants of the same ones, are what helps)."""
     more = f"; give at least {total_needed} samples (now {total})" if total is not None and total_needed else ""
+    if counted != "judged sample(s)":
+        more += "; give samples from more sources"
     missed = f", {misses} of them below the limit," if misses else ""
     return Int8EvidenceError(
-        f"INT8 not verified: {judged} judged sample(s){missed} cannot support the claim a pass makes "
+        f"INT8 not verified: {judged} {counted}{missed} cannot support the claim a pass makes "
         f"({needed} judged samples, all meeting the limit, are needed{'; more with misses' if misses else ''}){more}",
         result,
         hint="give more sample data (docs/precision.md, 'What a pass promises'), or add --int8-unverified to build "
