@@ -11,7 +11,9 @@ The binomial counts independent samples. Samples of one source (one page's lines
 are alike: 64 lines from 4 pages are closer to 4 draws than to 64. Where the judged samples come from
 several sources, their count is divided by Kish's design effect ``1 + (m - 1) * ICC`` (``m`` the size-weighted
 mean source size, ``ICC`` the share of the error's variance that lies between sources, one-way ANOVA on
-``log(1 - cosine)``): samples that differ no more within a source than across sources keep their count.
+``log(1 - cosine)``), and is never more than the number of judged sources: the judged sources' agreement says
+nothing of the sources not judged (the gate-truth benchmark: 64 good lines from 4 pages, ICC 0, and the
+failing pages all among the unseen).
 """
 
 from __future__ import annotations
@@ -120,8 +122,8 @@ class Claim:
         """What ``judged`` counts, in words."""
         if self.samples is None or self.samples == self.judged:
             return "judged samples"
-        return (f"independent judged samples ({self.samples} samples from {self.sources} sources, alike within a "
-                f"source: design effect {self.design_effect:.1f})")
+        return (f"independent judged samples ({self.samples} samples from {self.sources} sources: a source counts "
+                f"once at most, design effect {self.design_effect:.1f})")
 
 
 def judge_samples(per_sample: Mapping[str, Sequence[float]], origins: Sequence[str], thresholds: Thresholds,
@@ -142,13 +144,17 @@ def judge_samples(per_sample: Mapping[str, Sequence[float]], origins: Sequence[s
             if not c >= limits.min_cosine:
                 meets[i] = False
     missed = tuple(o for o, ok in zip(origins, meets) if not ok)
-    deff = design_effect(worst, groups[:n]) if groups is not None and len(groups) >= n else 1.0
-    if deff <= 1.0:
+    sources = len(set(groups[:n])) if groups is not None and len(groups) >= n else n
+    if sources >= n:
         return Claim(n, sum(meets), share, confidence, missed)
-    judged = max(1, math.floor(n / deff))
-    misses = min(judged, math.ceil((n - sum(meets)) / deff))
-    return Claim(judged, judged - misses, share, confidence, missed, samples=n,
-                 sources=len(set(groups[:n])) if groups is not None else None, design_effect=deff)
+    assert groups is not None
+    deff = design_effect(worst, groups[:n])
+    # never more than the sources: how alike the judged sources are says nothing of the sources not judged
+    # (four good pages agree with each other however the next page is printed)
+    judged = max(1, min(sources, math.floor(n / deff)))
+    misses = n - sum(meets)
+    misses = min(judged, max(math.ceil(misses * judged / n), 1 if misses else 0))
+    return Claim(judged, judged - misses, share, confidence, missed, samples=n, sources=sources, design_effect=deff)
 
 
 def design_effect(values: Sequence[float], groups: Sequence[str]) -> float:
