@@ -47,4 +47,6 @@ def test_fp16_graph_builds_with_tensorrt_rtx(tmp_path, precision):
     assert res.exit_code == ExitCode.OK, res.output
     (stage,) = [s for s in json.loads(res.stdout)["stages"] if s["name"] == "rewrite"]
     assert stage["graph_proof"]["arithmetic"] == "float16" and stage["graph_proof"]["passed"]
-    assert stage["graph_proof"]["tolerance"] == pytest.approx(FP16_RTOL)
+    # no rule applies: handed on untouched, identical, so no tolerance is used (the float16 graph tolerance is
+    # pinned in test_proof_tolerance.py)
+    assert stage["graph_proof"]["method"] == "identical" and stage["graph_proof"]["tolerance"] is None

@@ -32,6 +32,7 @@ from trtconv.rewrites.dtype_narrowing import DtypeChange, narrow_float64
 from trtconv.rewrites.proof import (
     OriginalDidNotRun,
     Proof,
+    arithmetic,
     measure_drift,
     prove_graph,
     prove_node,
@@ -342,7 +343,8 @@ def _untouched(model: onnx.ModelProto, settings: RewriteSettings, nodes: int, no
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
         model, results = copy, (cleanup.rename_shared_dims(copy),)
-    proof = Proof("identical", True, reason="nothing to rewrite: no rule applies to any node, and the model "
+    proof = Proof("identical", True, arithmetic=arithmetic(model),
+                  reason="nothing to rewrite: no rule applies to any node, and the model "
                   "goes on as it is (no clean-up but dim names, no graph round trip)")
     opset = default_opset(model)
     report = RewriteReport(settings, (), results, proof, nodes, nodes, opset, opset, notes, None, dtype_changes)
