@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 SHAPES = "x:1x3x48x192"
-TIMING = re.compile(rb'("[A-Za-z_]*seconds": )[-0-9.eE+]+')
+TIMING = re.compile(rb'("[A-Za-z_]*seconds": )(?:[-0-9.eE+]+|\{[^{}]*\})')  # a time, or times by name
 
 
 def _calib(folder: Path, reverse: bool) -> Path:
