@@ -84,8 +84,11 @@ def _bad(kind: str, folder: Path) -> Path:
 
 def _quantize(model: Path, tmp_path: Path, *extra: str, precision: str = "int8"):
     out = tmp_path / "q.onnx"
+    # a handful of files: too few for the gate's claim (exit 11 before any sample is read), and the subject here
+    # is how a bad one is named, so INT8 goes on unverified
+    unverified = ("--int8-unverified",) if precision == "int8" else ()
     res = CliRunner().invoke(cli, ["quantize", str(model), "--precision", precision, "-o", str(out),
-                                   "--shapes", SHAPES, *extra])
+                                   "--shapes", SHAPES, *unverified, *extra])
     assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
     assert "Traceback" not in res.stderr
     return res, out
