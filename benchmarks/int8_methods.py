@@ -10,6 +10,10 @@ the peers benchmark uses; ``extra_data`` (NudeNet 320n, ddddocr's float recogniz
 ViT; ``vit-outliers``: that ViT with gamma x20 on three channels of every LayerNorm, the outlier
 channels trained transformers carry and random weights lack).
 
+This compares auto's parts, not the gate's claim: the held-out sets are smaller than the claim needs, so
+``quantize_int8`` runs with ``unverified=True`` (otherwise refused, exit 11), and ``passed`` says only that every
+held-out sample met the gate's limits (the report's ``passed``, the claim, is never True here).
+
     python benchmarks/int8_methods.py [--models cls,rec,det,silero,nudenet,ddddocr,bert,vit] [--variants auto,auto+per-tensor]
                                       [--auto-exclude]
 """
@@ -51,7 +55,7 @@ def measure(name: str, spec: dict, variant: str, auto_exclude: bool) -> dict:
     calib = SampleSet(SampleSource.detect(Path(spec["calib"])), inputs)
     held = SampleSet(SampleSource.detect(Path(spec["held"])), inputs)
     settings = replace(Int8Settings(method="auto"), **VARIANTS[variant], auto_exclude=auto_exclude,
-                       min_share=0.5 if auto_exclude else 0.0)
+                       min_share=0.5 if auto_exclude else 0.0, unverified=True)
     t0 = time.perf_counter()
     stages: dict[str, float] = {}
 
@@ -67,7 +71,7 @@ def measure(name: str, spec: dict, variant: str, auto_exclude: bool) -> dict:
     excluded = len(r.auto_excluded)
     row = {"model": name, "variant": variant, "auto_exclude": auto_exclude, "chosen": r.chosen_method,
            "worst_cosine": round(min((s.cosine for s in r.accuracy), default=1.0), 5),
-           "passed": r.passed, "int8_layers": len(compute), "excluded": excluded, "error": error,
+           "passed": not r.violations, "int8_layers": len(compute), "excluded": excluded, "error": error,
            "calib_s": round(r.calibration_seconds, 2), "total_s": round(time.perf_counter() - t0, 1),
            "choice": {o.label: round(o.worst_cosine, 5) for o in r.calibration_choice}}
     if r.per_tensor is not None:
