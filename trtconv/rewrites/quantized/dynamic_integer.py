@@ -40,6 +40,7 @@ from trtconv.rewrites.quantized.graphs import (
     matmul_bias,
     other_input,
     producer,
+    reads_through,
     sole_consumer,
     upstream,
 )
@@ -162,17 +163,7 @@ class DynamicIntegerRule(RewriteRule):
         replacement moves the float activation instead."""
         if node.op_type not in MOVES or not all(r == "dtype" and "INT8" in m for r, m in errors):
             return False
-        name = node.input[0] if node.input else ""
-        for _ in range(16):
-            p = producer.get(name)
-            if p is None or not p.input:
-                return False
-            if p.op_type == "DynamicQuantizeLinear":
-                return True
-            if p.op_type not in MOVES:
-                return False
-            name = p.input[0]
-        return False
+        return reads_through(node, producer, MOVES, lambda p: p.op_type == "DynamicQuantizeLinear")
 
     def match(self, node: gs.Node, ctx: RuleContext) -> DynamicMatch | None:
         if node.op == "DynamicQuantizeLinear":

@@ -3,9 +3,10 @@ proofs run in ONNX Runtime (:class:`Original`) is the proof framework's, re-expo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
 
 from trtconv.rewrites.emitter import Emitter
@@ -163,3 +164,21 @@ def concrete(shape: Sequence[object] | None, fill: Sequence[int]) -> tuple[int, 
     if shape is None or len(shape) != len(fill):
         return None
     return tuple(d if isinstance(d, int) and d > 0 else f for d, f in zip(shape, fill))
+
+
+def reads_through(node: onnx.NodeProto, producer: Mapping[str, onnx.NodeProto], passes: Collection[str],
+                  made_by: Callable[[onnx.NodeProto], bool]) -> bool:
+    """Whether ``node``'s first input comes, through ops in ``passes`` only (first inputs, at most 16), from a
+    node ``made_by`` accepts: how a rule settles a movement op ``check`` refuses for an integer tensor that
+    the rule's rewrite turns into a float one."""
+    name = node.input[0] if node.input else ""
+    for _ in range(16):
+        p = producer.get(name)
+        if p is None or not p.input:
+            return False
+        if made_by(p):
+            return True
+        if p.op_type not in passes:
+            return False
+        name = p.input[0]
+    return False

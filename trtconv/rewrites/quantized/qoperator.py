@@ -38,6 +38,7 @@ from trtconv.rewrites.quantized.graphs import (
     float_frontier,
     float_root,
     given,
+    reads_through,
 )
 from trtconv.rewrites.rule import Emitted, RewriteRule, RuleContext, Site
 
@@ -206,17 +207,8 @@ class QOperatorRule(RewriteRule):
         QuantizeLinear made: it reads float once they are rewritten."""
         if node.op_type not in PASSTHROUGH or not all(r == "dtype" and "INT8" in m for r, m in errors):
             return False
-        name = node.input[0] if node.input else ""
-        for _ in range(16):
-            p = producer.get(name)
-            if p is None or not p.input:
-                return False
-            if (p.domain or "", p.op_type) in QOPERATOR_OPS or p.op_type == "QuantizeLinear":
-                return True
-            if p.op_type not in PASSTHROUGH:
-                return False
-            name = p.input[0]
-        return False
+        return reads_through(node, producer, PASSTHROUGH,
+                             lambda p: (p.domain or "", p.op_type) in QOPERATOR_OPS or p.op_type == "QuantizeLinear")
 
     def match(self, node: gs.Node, ctx: RuleContext) -> QMatch | None:
         spec = OPS.get((node.domain or "", node.op))
