@@ -42,6 +42,20 @@ def test_too_few_samples_are_refused_before_any_work_with_the_count_needed(ocr_c
     assert time.perf_counter() - t0 < 20  # refused before calibrating
 
 
+def test_few_sources_are_refused_before_any_work_however_many_samples(ocr_cls, tmp_path):
+    """A source counts once at most in the claim: 100 lines in 4 folders (pages) can never pass, so the
+    refusal comes before calibrating, and asks for more sources, not more samples."""
+    for page in range(4):
+        ocr_line_images(tmp_path / "pages" / f"page{page}", range(page * 25, page * 25 + 25), flip_every=2)
+    t0 = time.perf_counter()
+    res = _quantize(ocr_cls, tmp_path / "pages", tmp_path / "a.onnx")
+    assert res.exit_code == ExitCode.BAD_DATA, res.output
+    errors = [ln for ln in res.stderr.splitlines() if "error:" in ln]
+    assert len(errors) == 1 and "from 2 sources" in errors[0] and "more sources" in errors[0], res.stderr
+    assert not (tmp_path / "a.onnx").exists()
+    assert time.perf_counter() - t0 < 20  # refused before calibrating
+
+
 def test_the_opt_in_builds_it_marked_unverified_in_text_json_and_report(ocr_cls, tmp_path):
     ocr_line_images(tmp_path / "few", range(12), flip_every=2)
     res = _quantize(ocr_cls, tmp_path / "few", tmp_path / "a.onnx", "--int8-unverified", "--json",

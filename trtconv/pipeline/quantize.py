@@ -304,6 +304,11 @@ def run_int8(proto: onnx.ModelProto, samples: SampleSet, settings: QuantizeSetti
     judged = len(judging) if judging is not None else 0
     if judged < samples_needed() and not unverified:
         raise too_few_samples(judged, samples_needed(), len(samples), samples_for_claim(settings))
+    sources = len(set(judging.groups())) if judging is not None else 0
+    if sources < min(judged, samples_needed()) and not unverified:
+        # a source counts once at most in the claim (precision/int8/claim.py): known before any work
+        raise too_few_samples(sources, samples_needed(), counted=(
+            f"judged sources ({judged} samples from {sources} sources: a source counts once at most)"))
     if judging is None and warn is not None:
         warn(f"{len(samples)} sample(s) in {split.groups} source(s): none to judge on, so the accuracy check runs on "
              "the calibration data and the result is unverified")
