@@ -4,6 +4,7 @@ from trtconv.analyze.check_report import SCHEMA, CheckReport, Finding, InputRepo
 from trtconv.analyze.domain_blind import COLLISIONS, DOMAIN_BLIND, WRONG_ENGINE
 from trtconv.analyze.live import (
     compare_live,
+    error_path,
 )
 from trtconv.analyze.run_check import analyze
 from trtconv.analyze.support import available_versions, load_table
@@ -20,5 +21,6 @@ __all__ = [
     "analyze",
     "available_versions",
     "compare_live",
+    "error_path",
     "load_table",
 ]

@@ -15,7 +15,7 @@ from trtconv.analyze.check_report import ERROR, PARSER, SUPPORTED, CheckReport, 
 ACCEPT, REJECT, OK, FAIL = "accept", "reject", "ok", "fail"
 
 
-def _error_path(err: Mapping[str, Any]) -> str:
+def error_path(err: Mapping[str, Any]) -> str:
     """The report's path for a parser error: the node's name, else OpType_index (graph.display_name)."""
     if err.get("node_name"):
         return str(err["node_name"])
@@ -34,7 +34,7 @@ def compare_live(report: CheckReport, real: Mapping[str, Any]) -> CheckReport:
     build = None if parse == REJECT or real.get("built") is None else (OK if real.get("built") else FAIL)
     rejected = {}
     for err in real.get("parser_errors") or []:
-        rejected.setdefault(_error_path(err), (str(err.get("op_type") or ""), str(err.get("desc") or "")))
+        rejected.setdefault(error_path(err), (str(err.get("op_type") or ""), str(err.get("desc") or "")))
     by_path = {n.path: n for n in report.nodes}
     nodes = []
     for path in list(dict.fromkeys([*rejected, *(n.path for n in report.nodes)])):

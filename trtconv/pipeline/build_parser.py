@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trtconv.analyze import DOMAIN_BLIND, NodeReport
+from trtconv.analyze import DOMAIN_BLIND, NodeReport, error_path
 from trtconv.plan import target_name
 from trtconv.rewrites import SteppedAside
 from trtconv.trt import RTX_MODULE, run_isolated, target_module
@@ -80,14 +80,6 @@ def aside_reasons(aside: Sequence[SteppedAside]) -> dict[str, str]:
     return {a.node: f"its rewrite by {a.rule} failed its proof ({a.reason})" for a in aside if a.node}
 
 
-def _error_node(err: Mapping[str, Any]) -> str:
-    if err.get("node_name"):
-        return str(err["node_name"])
-    if int(err.get("node", -1)) >= 0 and err.get("op_type"):
-        return f"{err['op_type']}_{int(err['node'])}"
-    return "(model)"
-
-
 def early_refusal(path: Path, module: str, target: str, refused: Sequence[NodeReport]) -> str | None:
     """The model as given (``path``) to the real parser, parse only: where it rejects a node ``check``
     calls unsupported (no rule rewrites it, so the prepared ONNX will hold it too), the refusal's line,
@@ -96,7 +88,7 @@ def early_refusal(path: Path, module: str, target: str, refused: Sequence[NodeRe
     if real.get("parsed"):
         return None
     names = {n.path for n in refused}
-    hits = [e for e in real.get("parser_errors") or [] if _error_node(e) in names]
+    hits = [e for e in real.get("parser_errors") or [] if error_path(e) in names]
     if not hits:
         return None
     return refusal(target, {**real, "parser_errors": hits}, refused, {}, what=path.name)
@@ -111,7 +103,7 @@ def refusal(target: str, real: Mapping[str, Any], refused: Sequence[NodeReport],
         errors = list(real.get("parser_errors") or [])
         items = []
         for err in errors[:SHOWN]:
-            node = _error_node(err)
+            node = error_path(err)
             why = str(err.get("desc") or "").strip().splitlines()[0][:300] if err.get("desc") else "rejected"
             op = f" ({err['op_type']})" if err.get("op_type") else ""
             items.append(f"{node}{op}: {why}" + (f"; {aside[node]}" if node in aside else ""))
@@ -135,7 +127,7 @@ def unpredicted_rejections(nodes: Sequence[NodeReport], path: Path, module: str)
     tensorrt = f"{real.get('module', '?')} {real.get('version', '?')}"
     found = []
     for err in real.get("parser_errors") or []:
-        name = _error_node(err)
+        name = error_path(err)
         node = by_path.get(name)  # the report lists nodes with findings; one without was predicted supported
         if (node is not None and node.errors) or int(err.get("node", -1)) < 0:  # predicted, or not a node
             continue
