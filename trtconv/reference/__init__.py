@@ -8,6 +8,7 @@ from trtconv.reference.compare import (
     Thresholds,
     compare_arrays,
     compare_outputs,
+    dot,
     parse_limit,
     thresholds_with,
     violations,
@@ -26,6 +27,7 @@ __all__ = [
     "Thresholds",
     "compare_arrays",
     "compare_outputs",
+    "dot",
     "parse_limit",
     "ort",  # the ONNX Runtime adapter as a namespace: ort.session, ort.run, ort.Feeds, ...
     "random_feeds",

@@ -118,17 +118,24 @@ def parse_limit(text: str) -> tuple[str | None, float]:
     return (name.strip() if eq else None) or None, float(value)
 
 
+def dot(a: np.ndarray, b: np.ndarray) -> float:
+    """The sum of ``a * b`` over two vectors, without BLAS: OpenBLAS spreads a long dot product over its
+    threads, and on a busy machine waiting for them costs many times the arithmetic (the INT8 sensitivity pass
+    on PP-OCR cls, 6,000 dot products of about 8,000 values: 19 s through BLAS, 0.3 s this way)."""
+    return float(np.einsum("i,i->", a, b))
+
+
 def cosine_similarity(a: np.ndarray, b: np.ndarray) -> float:
     a64 = a.astype(np.float64).ravel()
     b64 = b.astype(np.float64).ravel()
-    na, nb = np.linalg.norm(a64), np.linalg.norm(b64)
+    na, nb = np.sqrt(dot(a64, a64)), np.sqrt(dot(b64, b64))
     if na == 0.0 and nb == 0.0:
         return 1.0
     if na == 0.0 or nb == 0.0:
         return 0.0
     if np.array_equal(a64, b64):
         return 1.0  # exact, not 1 - rounding
-    return float(np.clip(np.dot(a64, b64) / (na * nb), -1.0, 1.0))
+    return float(np.clip(dot(a64, b64) / (na * nb), -1.0, 1.0))
 
 
 def compare_arrays(name: str, ref: np.ndarray, got: np.ndarray, *, top1: bool = False) -> OutputStats:
@@ -191,9 +198,9 @@ class PooledStats:
         mask = np.isfinite(ref) & np.isfinite(got)
         r = np.where(mask, ref, 0).astype(np.float64).ravel()
         g = np.where(mask, got, 0).astype(np.float64).ravel()
-        self.dot += float(r @ g)
-        self.nr += float(r @ r)
-        self.ng += float(g @ g)
+        self.dot += dot(r, g)
+        self.nr += dot(r, r)
+        self.ng += dot(g, g)
         self.nonfinite += s.nonfinite
         self.cosines.append(s.cosine)
         if s.top1_agreement is not None:

@@ -6,6 +6,10 @@ twice — as ONNX Runtime runs it, and as its exact-rounding twin
 (:func:`trtconv.precision.fp16_graph.emulate_half`) — and each statistic is the worse of the two.
 Each session runs over every sample before the next is made (the reference's outputs kept):
 sessions alive together would hold their weights together.
+
+Choosing measures many candidates on the same samples and keeps the best; a :class:`Cutoff` stops measuring
+one as soon as it cannot beat the best so far (a sample under the limit where the best passes; its pooled
+cosine bounded below the best's), the samples taken in the order that shows it soonest: the best's worst first.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import onnx
 from trtconv.errors import DataError
 from trtconv.onnxutil import GraphView
 from trtconv.precision.int8.qdq import SHAPE_ONLY
-from trtconv.reference import OutputStats, PooledStats, run, session, worse_stats
+from trtconv.reference import OutputStats, PooledStats, Thresholds, dot, run, session, worse_stats
 
 # progress(stage, done, total): total may be None
 ProgressFn = Callable[[str, int, "int | None"], None]
@@ -75,6 +79,37 @@ class Accuracy:
     worst: tuple[WorstSample, ...] = ()
     cosines: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # output -> each sample's cosine
     origins: tuple[str, ...] = ()  # where each sample came from
+    # a Cutoff stopped the measurement: ``stats`` and ``cosines`` are partial; what is known is ``bound`` (the
+    # worst output's pooled cosine is at most this) and ``could_pass`` (no sample measured missed its limit)
+    stopped: bool = False
+    bound: float = 1.0
+    could_pass: bool = True
+
+    def hardest_first(self) -> tuple[int, ...]:
+        """The samples' indices, lowest worst-output cosine first (ties: in order)."""
+        n = self.samples
+        worst = [min((c[i] for c in self.cosines.values() if i < len(c)), default=1.0) for i in range(n)]
+        return tuple(sorted(range(n), key=lambda i: (worst[i] if worst[i] == worst[i] else -2.0, i)))
+
+
+@dataclass(frozen=True)
+class Cutoff:
+    """Choosing's early stop: the score of the best candidate so far — whether it agreed with FP32 (``passes``)
+    and its worst output's pooled cosine — which a candidate measured after it must beat to be chosen (a tie
+    keeps the earlier), and the order to measure the samples in (``order``: the best's hardest first)."""
+
+    passes: bool
+    worst: float
+    thresholds: Thresholds
+    order: tuple[int, ...] = ()
+
+    def cannot_win(self, could_pass: bool, bound: float) -> bool:
+        """Whether a candidate that can at best score (``could_pass``, ``bound``) loses to the best: a sample
+        missed where the best passes, or a bound strictly below the best's worst (no tie is decided on a
+        partial measurement, whichever way ties go)."""
+        if self.passes and not could_pass:
+            return True
+        return could_pass <= self.passes and bound < self.worst
 
 
 def sample_cosine(ref: np.ndarray, got: np.ndarray) -> float:
@@ -82,12 +117,12 @@ def sample_cosine(ref: np.ndarray, got: np.ndarray) -> float:
     mask = np.isfinite(ref) & np.isfinite(got)
     r = np.where(mask, ref, 0).astype(np.float64).ravel()
     g = np.where(mask, got, 0).astype(np.float64).ravel()
-    nr, ng = float(r @ r), float(g @ g)
+    nr, ng = dot(r, r), dot(g, g)
     if nr == 0 and ng == 0:
         return 1.0
     if nr == 0 or ng == 0:
         return 0.0
-    return float(np.clip(float(r @ g) / np.sqrt(nr * ng), -1.0, 1.0))
+    return float(np.clip(dot(r, g) / np.sqrt(nr * ng), -1.0, 1.0))
 
 
 def accuracy_report(reference: onnx.ModelProto, candidate: onnx.ModelProto, samples: Iterable[Mapping[str, np.ndarray]],
@@ -108,6 +143,7 @@ def accuracy_details(
     total: int | None = None,
     optimize: bool = True,
     memo: list[dict[str, np.ndarray]] | None = None,
+    cutoff: Cutoff | None = None,
 ) -> Accuracy:
     """Candidate (and each twin: the worse counts) against reference, per output, over all ``samples``;
     each output's worst sample (the lowest cosine of candidate and twins).
@@ -116,7 +152,8 @@ def accuracy_details(
     fuse float16 Q/DQ around Conv into kernels that compute something else (PP-OCRv4 det:
     cosine 0.883 optimized, 0.989 as written, where the FP32-remainder model gives 0.989).
     ``memo``: the reference's outputs per sample, filled on the first call and reused after
-    (the auto-exclude search measures many candidates on the same samples).
+    (the auto-exclude search measures many candidates on the same samples). ``cutoff`` (re-iterable samples):
+    stop as soon as the candidate cannot beat that score (the result says ``stopped``).
     """
 
     outputs = [o.name for o in reference.graph.output]
@@ -125,10 +162,12 @@ def accuracy_details(
     accs = [{o: PooledStats(o, o in classifiers) for o in outputs} for _ in models]
     refs: list[dict[str, np.ndarray]] = memo if memo is not None else []
     per_sample: dict[tuple[str, int], tuple[str, float]] = {}  # (output, sample) -> (origin, worst cosine)
+    stop: _Stop | None = None
     if iter(samples) is samples:  # one pass only: every session alive at once, sample by sample
         n = _interleaved(reference, models, samples, accs, refs, optimize, progress, total, per_sample)
     else:
-        n = _one_at_a_time(reference, models, samples, accs, refs, optimize, progress, total, per_sample)
+        stop = None if cutoff is None else _Stop(cutoff, outputs)
+        n = _one_at_a_time(reference, models, samples, accs, refs, optimize, progress, total, per_sample, stop)
     result = []
     for o in outputs:
         if not accs[0][o].n:
@@ -143,7 +182,77 @@ def accuracy_details(
         if i < n:
             origins[i] = origin
     cosines = {o: tuple(per_sample.get((o, i), ("", 1.0))[1] for i in range(n)) for o in names}
+    if stop is not None and stop.stopped:
+        return Accuracy(tuple(result), n, _worst(per_sample, names), cosines, tuple(origins), True, stop.bound,
+                        stop.could_pass)
     return Accuracy(tuple(result), n, _worst(per_sample, names), cosines, tuple(origins))
+
+
+class _Stop:
+    """The running bound of one candidate's score against a :class:`Cutoff` (the models of one candidate in
+    turn: ONNX Runtime's run, then each FP16 twin; the score is the worse of them, so each bounds it).
+
+    The bound on an output's pooled cosine ``c`` after some samples: with ``R`` and ``r`` the reference's squared
+    norms over the samples measured and those left, Cauchy-Schwarz gives ``c <= sqrt((R c_m^2 + r) / (R + r))``
+    (``c_m``: the pooled cosine so far, when >= 0; else ``sqrt(r / (R + r))``), whatever the rest returns.
+    """
+
+    def __init__(self, cutoff: Cutoff, outputs: Sequence[str]) -> None:
+        self.cutoff, self.outputs = cutoff, outputs
+        self.stopped = False
+        self.could_pass = True
+        self.bound = 1.0
+        self.done: dict[str, float] = {}  # output -> the worst pooled cosine of the models measured in full
+        self.left: dict[str, float] = {}
+
+    def start(self, refs: Sequence[Mapping[str, np.ndarray]]) -> None:
+        """A model's pass begins: every sample's reference energy is still to come."""
+        self.left = {o: sum(_energy(r[o]) for r in refs if o in r and r[o].dtype.kind in "fc") for o in self.outputs}
+
+    def add(self, acc: Mapping[str, PooledStats], ref: Mapping[str, np.ndarray], cosines: Mapping[str, float],
+            last: bool, final: bool) -> bool:
+        """One more sample measured (its cosine per output; ``last``: the model's last sample, ``final``: the
+        candidate's): True when the candidate cannot win any more."""
+        for o, c in cosines.items():
+            limits = self.cutoff.thresholds.for_output(o)
+            if limits is not None and limits.min_cosine is not None and not c >= limits.min_cosine:
+                self.could_pass = False
+        bound = 1.0
+        for o in self.outputs:
+            if o in ref and ref[o].dtype.kind in "fc":
+                self.left[o] = max(self.left[o] - _energy(ref[o]), 0.0)
+            st = acc[o]
+            if not st.n:
+                continue
+            if last:
+                self.done[o] = min(self.done.get(o, 1.0), st.stats().cosine)
+            now = _pooled(st)
+            r_all = st.nr + self.left.get(o, 0.0)
+            if r_all <= 0:
+                b = 1.0
+            elif now >= 0:
+                b = float(np.sqrt(min(1.0, (st.nr * now * now + self.left.get(o, 0.0)) / r_all)))
+            else:
+                b = float(np.sqrt(self.left.get(o, 0.0) / r_all))
+            bound = min(bound, b, self.done.get(o, 1.0))
+        self.bound = min(bound, *self.done.values()) if self.done else bound
+        if not final and self.cutoff.cannot_win(self.could_pass, self.bound):
+            self.stopped = True
+        return self.stopped
+
+
+def _energy(x: np.ndarray) -> float:
+    v = np.where(np.isfinite(x), x, 0).astype(np.float64).ravel()
+    return dot(v, v)
+
+
+def _pooled(st: PooledStats) -> float:
+    """The pooled cosine so far (as :meth:`PooledStats.stats` computes it)."""
+    if st.nr == 0 and st.ng == 0:
+        return 1.0
+    if st.nr == 0 or st.ng == 0:
+        return 0.0
+    return float(np.clip(st.dot / np.sqrt(st.nr * st.ng), -1.0, 1.0))
 
 
 def _worst(per_sample: Mapping[tuple[str, int], tuple[str, float]], outputs: Sequence[str]) -> tuple[WorstSample, ...]:
@@ -159,8 +268,10 @@ def _worst(per_sample: Mapping[tuple[str, int], tuple[str, float]], outputs: Seq
 def _one_at_a_time(reference: onnx.ModelProto, models: Sequence[onnx.ModelProto],
                    samples: Iterable[Mapping[str, np.ndarray]], accs: list[dict[str, PooledStats]],
                    refs: list[dict[str, np.ndarray]], optimize: bool, progress: ProgressFn | None,
-                   total: int | None, per_sample: dict[tuple[str, int], tuple[str, float]]) -> int:
-    """One session at a time, each over every sample: the reference first, its outputs kept."""
+                   total: int | None, per_sample: dict[tuple[str, int], tuple[str, float]],
+                   stop: _Stop | None = None) -> int:
+    """One session at a time, each over every sample: the reference first, its outputs kept (``stop``: each
+    candidate model's samples in the cutoff's order, until it cannot win)."""
     outputs = [o.name for o in reference.graph.output]
     passes = len(models) + (0 if refs else 1)
     scale = None if total is None else total * passes
@@ -174,6 +285,8 @@ def _one_at_a_time(reference: onnx.ModelProto, models: Sequence[onnx.ModelProto]
                 progress("accuracy", done, scale)
         del ref_sess
     n = 0
+    if stop is not None:
+        return _stopping(models, samples, accs, refs, optimize, per_sample, stop, outputs)
     for model, acc in zip(models, accs):
         sess = session(model, optimize=optimize)
         n = 0
@@ -185,6 +298,48 @@ def _one_at_a_time(reference: onnx.ModelProto, models: Sequence[onnx.ModelProto]
                 progress("accuracy", done, scale)
         del sess
     return n
+
+
+def _stopping(models: Sequence[onnx.ModelProto], samples: Iterable[Mapping[str, np.ndarray]],
+              accs: list[dict[str, PooledStats]], refs: list[dict[str, np.ndarray]], optimize: bool,
+              per_sample: dict[tuple[str, int], tuple[str, float]], stop: _Stop, outputs: list[str]) -> int:
+    """The candidate models in turn, each over the samples in the cutoff's order (when the samples can be
+    taken by index), until ``stop`` says the candidate cannot win; the samples the first model measured."""
+    n = len(refs)
+    measured = 0
+    for k, (model, acc) in enumerate(zip(models, accs)):
+        sess = session(model, optimize=optimize)
+        stop.start(refs)
+        count = 0
+        for i, origin, sample in _in_order(samples, stop.cutoff.order, n):
+            got = _run(sess, sample, outputs, origin)
+            _add(acc, outputs, refs[i], got, per_sample, i, origin)
+            count += 1
+            cos = {o: per_sample[(o, i)][1] for o in outputs if (o, i) in per_sample}
+            if stop.add(acc, refs[i], cos, last=count == n, final=count == n and k == len(models) - 1):
+                break
+        del sess
+        measured = measured or count
+        if stop.stopped:
+            break
+    return measured
+
+
+def _in_order(samples: Iterable[Mapping[str, np.ndarray]], order: Sequence[int], n: int
+              ) -> Iterator[tuple[int, str, Mapping[str, np.ndarray]]]:
+    """(index, origin, sample): those at ``order`` first, then the rest in order, when ``samples`` can be taken
+    by index (:class:`~trtconv.precision.int8.resident.Resident`); else in order."""
+    take = getattr(samples, "item", None)
+    if not callable(take) or not order:
+        for i, (origin, sample) in enumerate(with_origin(samples, "accuracy sample")):
+            if i >= n:
+                return
+            yield i, origin, sample
+        return
+    first = [i for i in dict.fromkeys(order) if 0 <= i < n]
+    for i in (*first, *sorted(set(range(n)) - set(first))):
+        origin, sample = take(i)
+        yield i, origin, sample
 
 
 def _run(sess, sample: Mapping[str, np.ndarray], outputs: list[str] | None, origin: str) -> dict[str, np.ndarray]:

@@ -38,6 +38,8 @@ class BiasCorrection:
     worst_cosine_with: float
     kept: bool
     corrected: int  # layers whose bias could take the correction
+    passes: bool | None = None  # the corrected model agreed with FP32 on the selection samples (None: not known)
+    stopped: bool = False  # measured until it could not beat the uncorrected model: worst_cosine_with is a bound
 
     def stored(self) -> dict[str, object]:
         """What the cache sidecar keeps of a kept correction (float32 shifts: exact through JSON)."""
@@ -59,9 +61,12 @@ class BiasCorrection:
             return None
 
     def to_json(self) -> dict[str, object]:
-        return {"kept": self.kept, "layers": self.corrected,
-                "worst_cosine_without": float(f"{self.worst_cosine_without:.8f}"),
-                "worst_cosine_with": float(f"{self.worst_cosine_with:.8f}")}
+        out: dict[str, object] = {"kept": self.kept, "layers": self.corrected,
+                                  "worst_cosine_without": float(f"{self.worst_cosine_without:.8f}"),
+                                  "worst_cosine_with": float(f"{self.worst_cosine_with:.8f}")}
+        if self.stopped:
+            out["stopped_early"] = True
+        return out
 
 
 def _channel_axis(op: str) -> int:

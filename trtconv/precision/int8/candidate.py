@@ -16,7 +16,7 @@ from trtconv.load import check_structure_only
 from trtconv.onnxutil import is_default_domain, iter_graphs
 from trtconv.precision.fp16 import Fp16Report, convert_fp16
 from trtconv.precision.fp16_graph import emulate_half
-from trtconv.precision.int8.accuracy import Accuracy, accuracy_details
+from trtconv.precision.int8.accuracy import Accuracy, Cutoff, accuracy_details
 from trtconv.precision.int8.bias import apply_bias_shifts
 from trtconv.precision.int8.parameters import Int8Settings, ProgressFn
 from trtconv.precision.int8.qdq import Placement, Skip, insert_qdq
@@ -34,10 +34,10 @@ class Candidate:
     fp16: Fp16Report | None
 
     def accuracy(self, reference: onnx.ModelProto, samples: Iterable[Mapping[str, np.ndarray]],
-                 top1: bool | None, progress: ProgressFn | None, memo: list[dict[str, np.ndarray]] | None = None
-                 ) -> Accuracy:
+                 top1: bool | None, progress: ProgressFn | None, memo: list[dict[str, np.ndarray]] | None = None,
+                 cutoff: Cutoff | None = None) -> Accuracy:
         return accuracy_details(reference, self.runnable, samples, twins=self.twins, top1=top1, progress=progress,
-                               total=sample_count(samples), optimize=self.fp16 is None, memo=memo)
+                               total=sample_count(samples), optimize=self.fp16 is None, memo=memo, cutoff=cutoff)
 
 
 @dataclass(frozen=True)

@@ -3,17 +3,21 @@ one calibration pass (the same histograms), each candidate model is measured aga
 the selection samples (never the judging ones), and the one that agrees best is kept.
 
 The score is the gate's own measure: first whether the candidate passes the thresholds, then
-its worst output cosine. Ties keep the earlier candidate (TensorRT's entropy first).
+its worst output cosine. Ties keep the earlier candidate (TensorRT's entropy first). With the early
+stop, a candidate is measured only until it cannot beat the best so far (:class:`~trtconv.precision.int8.
+accuracy.Cutoff`: the best's hardest samples first): the same one is chosen, and a stopped candidate's
+score is what was known when it stopped (``stopped``: its cosine is an upper bound).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
 
+from trtconv.precision.int8.accuracy import Accuracy, Cutoff
 from trtconv.precision.int8.candidate import CandidateBuilder, finalize_placements
 from trtconv.precision.int8.gate import agrees
 from trtconv.precision.int8.parameters import Int8Settings, ProgressFn
@@ -32,10 +36,29 @@ class CalibrationOption:
     worst_cosine: float  # the lowest cosine over the outputs
     passes: bool  # meets the gate's thresholds
     chosen: bool = False
+    stopped: bool = False  # measured until it could not win: worst_cosine is an upper bound, passes "could"
 
     def to_json(self) -> dict[str, object]:
-        return {"method": self.label, "worst_cosine": float(f"{self.worst_cosine:.8f}"), "passes": self.passes,
-                "chosen": self.chosen}
+        out: dict[str, object] = {"method": self.label, "worst_cosine": float(f"{self.worst_cosine:.8f}"),
+                                  "passes": self.passes, "chosen": self.chosen}
+        if self.stopped:
+            out["stopped_early"] = True
+        return out
+
+
+def scored(label: str, acc: Accuracy, thresholds: Thresholds) -> CalibrationOption:
+    """A measured candidate's option: its score, or what was known of it when a cutoff stopped it."""
+    if acc.stopped:
+        return CalibrationOption(label, acc.bound, acc.could_pass, stopped=True)
+    return CalibrationOption(label, min((st.cosine for st in acc.stats), default=1.0), agrees(acc, thresholds))
+
+
+def cutoff(best: tuple[CalibrationOption, Accuracy] | None, thresholds: Thresholds, on: bool) -> Cutoff | None:
+    """The score the next candidate must beat (``on``: the early stop is on, and a best was measured in full)."""
+    if not on or best is None or best[1].stopped:
+        return None
+    option, acc = best
+    return Cutoff(option.passes, option.worst_cosine, thresholds, acc.hardest_first())
 
 
 def choose_calibration(
@@ -50,22 +73,27 @@ def choose_calibration(
     progress: ProgressFn | None = None,
     memo: list[dict[str, np.ndarray]] | None = None,
     early_stop: bool = False,
-) -> tuple[str, tuple[CalibrationOption, ...]]:
-    """The label of the candidate whose model agrees best with FP32, and every candidate measured
-    (``memo``: the reference's outputs, computed once and kept there for later candidates; ``early_stop``:
-    stop at the first candidate that passes with margin, :func:`with_margin`)."""
+) -> tuple[str, tuple[CalibrationOption, ...], tuple[int, ...]]:
+    """The label of the candidate whose model agrees best with FP32, every candidate measured, and the samples
+    hardest for the best, hardest first (``memo``: the reference's outputs, computed once and kept there for
+    later candidates; ``early_stop``: stop at the first candidate that passes with margin, :func:`with_margin`;
+    ``settings.early_stop``: each candidate measured only until it cannot win)."""
     memo = [] if memo is None else memo
-    options = []
+    options: list[CalibrationOption] = []
+    best: tuple[CalibrationOption, Accuracy] | None = None
     for k, (label, scales) in enumerate(candidates.items()):
         placed, _ = finalize_placements(placements, scales, absent)
-        acc = builder(prepared.get(), scales).build(placed).accuracy(reference, samples, settings.top1, None, memo)
-        worst = min((st.cosine for st in acc.stats), default=1.0)
-        options.append(CalibrationOption(label, worst, agrees(acc, settings.thresholds)))
+        acc = builder(prepared.get(), scales).build(placed).accuracy(
+            reference, samples, settings.top1, None, memo, cutoff(best, settings.thresholds, settings.early_stop))
+        options.append(scored(label, acc, settings.thresholds))
+        if best is None or (options[-1].passes, options[-1].worst_cosine) > (best[0].passes, best[0].worst_cosine):
+            best = options[-1], acc
         if progress:
             progress("choose-calibration", k + 1, len(candidates))
         if early_stop and with_margin(options[-1], settings.thresholds):
             break  # the rest could only win by a hair: not worth a full-model evaluation each
-    return best_option(options)
+    label, marked = best_option(options)
+    return label, marked, best[1].hardest_first() if best is not None else ()
 
 
 def with_margin(option: CalibrationOption, thresholds: Thresholds) -> bool:
@@ -79,5 +107,5 @@ def best_option(options: Sequence[CalibrationOption]) -> tuple[str, tuple[Calibr
     """The label of the option that passes with the highest worst cosine (ties: the earlier), every option
     marked chosen or not."""
     best = max(range(len(options)), key=lambda i: (options[i].passes, options[i].worst_cosine, -i))
-    chosen = tuple(CalibrationOption(o.label, o.worst_cosine, o.passes, i == best) for i, o in enumerate(options))
+    chosen = tuple(replace(o, chosen=i == best) for i, o in enumerate(options))
     return options[best].label, chosen

@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 
 from trtconv.onnxutil import GraphView, iter_graphs
-from trtconv.precision.int8.accuracy import accuracy_report
+from trtconv.precision.int8.accuracy import Cutoff, accuracy_report
 from trtconv.precision.int8.bias import BiasCorrection, apply_bias_shifts, bias_shifts
 from trtconv.precision.int8.calib_cache import add_to_sidecar, cache_meta
 from trtconv.precision.int8.calibration import (
@@ -43,7 +43,13 @@ from trtconv.precision.int8.candidate import (
     finalize_placements,
     smoothed,
 )
-from trtconv.precision.int8.choice import CalibrationOption, best_option, choose_calibration, with_margin
+from trtconv.precision.int8.choice import (
+    CalibrationOption,
+    best_option,
+    choose_calibration,
+    scored,
+    with_margin,
+)
 from trtconv.precision.int8.claim import samples_needed
 from trtconv.precision.int8.gate import (
     COMPUTE_OPS,
@@ -76,6 +82,7 @@ from trtconv.precision.int8.report import (
     share_unreachable,
     too_few_samples,
 )
+from trtconv.precision.int8.resident import resident
 from trtconv.precision.int8.smooth import (
     ALPHAS,
     Smoothing,
@@ -133,17 +140,19 @@ def _builder(cal: Calibration, settings: Int8Settings, has_twin: bool, check_loa
 def _choose(cal: Calibration, where: _Placement, prepared: PreparedModels, reference: onnx.ModelProto,
             samples: Iterable[Mapping[str, np.ndarray]] | None, settings: Int8Settings, has_twin: bool,
             progress: ProgressFn | None, calib_samples: Iterable[Mapping[str, np.ndarray]] = (),
-            memo: list[dict[str, np.ndarray]] | None = None) -> tuple[Calibration, str, tuple[CalibrationOption, ...], PerTensorChoice | None]:
+            memo: list[dict[str, np.ndarray]] | None = None
+            ) -> tuple[Calibration, str, tuple[CalibrationOption, ...], PerTensorChoice | None, tuple[int, ...]]:
     """``method="auto"``: the candidate calibration whose model agrees best on the selection samples
-    (without them, or on a cache hit, the scales at hand: entropy, or the cached choice)."""
+    (without them, or on a cache hit, the scales at hand: entropy, or the cached choice), and the selection
+    samples hardest for it, hardest first (what the auto-exclude checks measure first)."""
     if not cal.candidates:
-        return cal, ("cache" if cal.cache.hit else settings.method), (), None
+        return cal, ("cache" if cal.cache.hit else settings.method), (), None, ()
     if samples is None:
-        return keep_candidate(cal, "entropy", settings), "entropy", (), None
+        return keep_candidate(cal, "entropy", settings), "entropy", (), None, ()
     make = _builder(cal, settings, has_twin, check_loads=False)
-    label, options = choose_calibration(cal.candidates, where.plan.placements, where.absent, make, prepared,
-                                        reference, samples, settings, progress, memo,
-                                        early_stop=settings.early_stop and not settings.auto_per_tensor)
+    label, options, hardest = choose_calibration(cal.candidates, where.plan.placements, where.absent, make, prepared,
+                                                 reference, samples, settings, progress, memo,
+                                                 early_stop=settings.early_stop and not settings.auto_per_tensor)
     mix = None
     if settings.auto_per_tensor:  # the winner, with each tensor another candidate suits far better
         if progress:
@@ -151,17 +160,18 @@ def _choose(cal: Calibration, where: _Placement, prepared: PreparedModels, refer
         mix = per_tensor_choice(prepared.get()[1], where.plan.placements, where.absent, cal.candidates,
                                 choice_samples(calib_samples, samples), base=label)
         cal = replace(cal, candidates={**cal.candidates, PER_TENSOR: mix.scales})
-        _, more = choose_calibration({PER_TENSOR: mix.scales}, where.plan.placements, where.absent, make, prepared,
-                                     reference, samples, settings, progress, memo)
+        _, more, _ = choose_calibration({PER_TENSOR: mix.scales}, where.plan.placements, where.absent, make, prepared,
+                                        reference, samples, settings, progress, memo)
         label, options = best_option((*options, *more))
     meta = {"per_tensor_methods": dict(sorted(mix.methods.items()))} if mix is not None and label == PER_TENSOR else None
-    return keep_candidate(cal, label, settings, meta), label, options, mix
+    return keep_candidate(cal, label, settings, meta), label, options, mix, hardest
 
 
 def _try_bias_correction(cal: Calibration, where: _Placement, prepared: PreparedModels, reference: onnx.ModelProto,
                          samples: Iterable[Mapping[str, np.ndarray]], calib_samples: Iterable[Mapping[str, np.ndarray]],
                          settings: Int8Settings, has_twin: bool, options: Sequence[CalibrationOption],
-                         memo: list[dict[str, np.ndarray]], smooth: Smoothing | None) -> BiasCorrection | None:
+                         memo: list[dict[str, np.ndarray]], smooth: Smoothing | None,
+                         hardest: tuple[int, ...] = ()) -> BiasCorrection | None:
     """``method="auto"``: the chosen scales' bias correction, measured on the calibration samples and kept when
     the whole model then agrees better with FP32 on the selection samples (passing first, then worst cosine)."""
     chosen = next((o for o in options if o.chosen), None)
@@ -181,19 +191,21 @@ def _try_bias_correction(cal: Calibration, where: _Placement, prepared: Prepared
         return None
     trial = BiasCorrection(shifts, chosen.worst_cosine, chosen.worst_cosine, True, 0)
     builder = _builder(cal, settings, has_twin, check_loads=False, bias=trial, smooth=smooth)(prepared.get())
-    acc = builder.build(placed).accuracy(reference, samples, settings.top1, None, memo)
-    worst = min((st.cosine for st in acc.stats), default=1.0)
-    passes = agrees(acc, settings.thresholds)
+    # kept only when it beats the uncorrected model: measured until it cannot
+    stop = Cutoff(chosen.passes, chosen.worst_cosine, settings.thresholds, hardest) if settings.early_stop else None
+    acc = builder.build(placed).accuracy(reference, samples, settings.top1, None, memo, stop)
+    option = scored("bias-correction", acc, settings.thresholds)
     corrected = apply_bias_shifts(prepared.get()[0], shifts, {(p.graph, p.node) for p in placed}, dry_run=True)
-    return BiasCorrection(shifts, chosen.worst_cosine, worst, (passes, worst) > (chosen.passes, chosen.worst_cosine),
-                          corrected)
+    kept = not option.stopped and (option.passes, option.worst_cosine) > (chosen.passes, chosen.worst_cosine)
+    return BiasCorrection(shifts, chosen.worst_cosine, option.worst_cosine, kept, corrected,
+                          passes=None if option.stopped else option.passes, stopped=option.stopped)
 
 
 def _bias_correction(cal: Calibration, where: _Placement, prepared: PreparedModels, reference: onnx.ModelProto,
                      samples: Iterable[Mapping[str, np.ndarray]] | None, calib_samples: Iterable[Mapping[str, np.ndarray]],
                      settings: Int8Settings, has_twin: bool, options: Sequence[CalibrationOption],
                      memo: list[dict[str, np.ndarray]], progress: ProgressFn | None,
-                     smooth: Smoothing | None = None) -> BiasCorrection | None:
+                     smooth: Smoothing | None = None, hardest: tuple[int, ...] = ()) -> BiasCorrection | None:
     """``method="auto"``'s bias correction: measured and judged on a calibration run, and kept in the cache's
     sidecar; a cache hit replays the kept one, so the model is the same with or without the cache."""
     if settings.method != "auto" or not settings.auto_bias_correction:
@@ -211,7 +223,7 @@ def _bias_correction(cal: Calibration, where: _Placement, prepared: PreparedMode
     if progress:
         progress("bias-correction", 0, None)
     bias = _try_bias_correction(cal, where, prepared, reference, samples, calib_samples, settings, has_twin,
-                                options, memo, smooth)
+                                options, memo, smooth, hardest)
     if bias is not None and bias.kept and cal.cache.path and settings.use_cache:
         add_to_sidecar(cal.cache.path, cal.cache.key, {"bias_correction": bias.stored()})
     return bias
@@ -304,13 +316,13 @@ def quantize_int8(
     where = _place(prepared, settings)
     cal = calibrate(prepared, where.needed, calib_samples, settings, model_path=model_path, progress=clock)
     clock.lap("calibrate")
-    selection = select_samples if select_samples is not None else (
-        calib_samples if iter(calib_samples) is not calib_samples else None)
+    selection = resident(select_samples if select_samples is not None else (
+        calib_samples if iter(calib_samples) is not calib_samples else None))
     reference = calibration_model if calibration_model is not None else model
     memo: list[dict[str, np.ndarray]] = []  # the reference's outputs on the selection samples (method "auto")
     twin = calibration_model is not None
-    cal, chosen, options, mix = _choose(cal, where, prepared, reference, selection, settings, twin, clock,
-                                        calib_samples, memo)
+    cal, chosen, options, mix, hardest = _choose(cal, where, prepared, reference, selection, settings, twin, clock,
+                                                 calib_samples, memo)
     clock.lap("choose-calibration")
     smooth = _smoothing(cal, where, prepared, reference, selection, calib_samples, settings, twin, options, memo,
                         clock)
@@ -318,18 +330,16 @@ def quantize_int8(
         cal = replace(cal, scales={**cal.scales, **smooth.scales})
     clock.lap("smoothing")
     bias = _bias_correction(cal, where, prepared, reference, selection, calib_samples, settings, twin, options, memo,
-                            clock, smooth)
+                            clock, smooth, hardest)
     clock.lap("bias-correction")
     placed, late_skips = finalize_placements(where.plan.placements, cal.scales, where.absent)
     make = _builder(cal, settings, twin, check_loads=eval_samples is None, bias=bias, smooth=smooth)
     candidate, runnable = _first_candidate(prepared, make, placed)
     share = ShareLimit(settings.min_share, where.compute_layers,
                        len({(p.graph, p.node) for p in placed if p.op_type in COMPUTE_OPS}))
-    # auto's choice measured this very candidate on the selection samples (no correction or smoothing kept since)
-    agreed = any(o.chosen and o.passes for o in options) and not (bias is not None and bias.kept) and not (
-        smooth is not None and smooth.kept)
     outcome = run_gate(candidate, placed, GateInputs(reference, selection, eval_samples, settings, cal.scales,
-                                                     runnable, make, share, agreed), prepared, clock)
+                                                     runnable, make, share, _verdict(options, bias, smooth, cal),
+                                                     memo, hardest), prepared, clock)
     clock.lap("gate")
     check_valid(outcome.candidate.model, lambda: prepared.get()[0])
     checked_on = None if eval_samples is None or not outcome.samples else (
@@ -354,6 +364,20 @@ def quantize_int8(
         raise too_few_samples(claim.judged, claim.needed, result=result, misses=claim.judged - claim.meeting,
                               counted=claim.counted() if claim.samples is not None else "judged sample(s)")
     return result
+
+
+def _verdict(options: Sequence[CalibrationOption], bias: BiasCorrection | None, smooth: Smoothing | None,
+             cal: Calibration) -> bool | None:
+    """Whether the final candidate agreed with FP32 on the selection samples, when choosing measured that very
+    model in full this run (the chosen scales, with the smoothing and the bias correction kept); None: not known."""
+    if cal.cache.hit:
+        return None
+    if bias is not None and bias.kept:
+        return bias.passes
+    if smooth is not None and smooth.kept:
+        return smooth.passes
+    chosen = next((o for o in options if o.chosen), None)
+    return None if chosen is None or chosen.stopped else chosen.passes
 
 
 def _parts(calibration: int | None, selection: int | None, judging: int) -> tuple[tuple[str, int], ...]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import onnx
 
-from trtconv.precision.int8.accuracy import Accuracy, WorstSample
+from trtconv.precision.int8.accuracy import Accuracy, Cutoff, WorstSample
 from trtconv.precision.int8.candidate import Candidate, CandidateBuilder
 from trtconv.precision.int8.claim import Claim, judge_samples
 from trtconv.precision.int8.parameters import Int8Settings, ProgressFn
@@ -94,7 +94,11 @@ class GateInputs:
     runnable: Sequence[Placement]  # placements the calibration form has (sensitivity runs on it)
     builder: Callable[[Pair], CandidateBuilder]
     share: ShareLimit
-    selection_agrees: bool = False  # the candidate was measured on the selection samples already, and agreed
+    # the candidate was measured in full on the selection samples already: it agreed (True) or not (False)
+    selection_verdict: bool | None = None
+    memo: list[dict[str, np.ndarray]] | None = None  # the reference's outputs on the selection samples, if run
+    hardest: tuple[int, ...] = ()  # the selection samples hardest for the chosen scales: auto-exclude's checks
+    # measure them first, and stop at the first one that misses (settings.early_stop)
 
 
 def agrees(acc: Accuracy, thresholds: Thresholds) -> bool:
@@ -112,11 +116,15 @@ def run_gate(candidate: Candidate, placed: Sequence[Placement], gate: GateInputs
     settings = gate.settings
     per_candidate = 1 + len(candidate.twins)  # sessions one candidate's accuracy runs
     outcome = GateOutcome(candidate, tuple(placed))
-    if gate.selection is not None and settings.auto_exclude and not gate.selection_agrees:
-        memo: list[dict[str, np.ndarray]] = []  # the reference's outputs on the selection samples
-        acc = candidate.accuracy(gate.reference, gate.selection, settings.top1, progress, memo)
-        outcome = replace(outcome, evaluations=1 + per_candidate)
-        if not agrees(acc, settings.thresholds):
+    if gate.selection is not None and settings.auto_exclude and gate.selection_verdict is not True:
+        memo = gate.memo if gate.memo is not None else []  # the reference's outputs on the selection samples
+        ok = gate.selection_verdict
+        if ok is None:
+            fresh = not memo
+            acc = candidate.accuracy(gate.reference, gate.selection, settings.top1, progress, memo)
+            outcome = replace(outcome, evaluations=int(fresh) + per_candidate)
+            ok = agrees(acc, settings.thresholds)
+        if not ok:
             outcome = _sensitivity(outcome, gate, prepared, progress)
             outcome = _auto_exclude(outcome, gate, prepared, memo, progress)
             outcome = replace(outcome, evaluations=outcome.evaluations + per_candidate * outcome.checks)
@@ -166,12 +174,15 @@ def _auto_exclude(outcome: GateOutcome, gate: GateInputs, prepared: PreparedMode
     tried: dict[frozenset[Key], tuple[Candidate | None, Accuracy]] = {}
     assert gate.selection is not None
 
+    # a check asks only "does it agree": it stops at the first selection sample that misses (the hardest first)
+    stop = Cutoff(True, -2.0, settings.thresholds, gate.hardest) if settings.early_stop else None
+
     def passes(without: frozenset[Key]) -> bool:
         if without in tried:
             return tried[without][0] is not None
         cand = builder.build([p for p in placed if (p.graph, p.node) not in without])
-        acc = cand.accuracy(gate.reference, gate.selection, settings.top1, None, memo)
-        ok = agrees(acc, settings.thresholds)
+        acc = cand.accuracy(gate.reference, gate.selection, settings.top1, None, memo, stop)
+        ok = not acc.stopped and agrees(acc, settings.thresholds)
         tried[without] = (cand if ok else None, acc)  # only a passing one may be kept
         if progress:
             progress("auto-exclude", len(tried), None)

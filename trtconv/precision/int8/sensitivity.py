@@ -25,6 +25,7 @@ from trtconv.onnxutil import GraphView, fresh_name, has_lazy_weights, iter_graph
 from trtconv.precision.expose import session_exposing
 from trtconv.precision.int8.accuracy import run_failure, with_origin
 from trtconv.precision.int8.qdq import Placement, insert_qdq
+from trtconv.reference import dot
 
 PROBE_SUFFIX = "__int8probe"
 
@@ -111,10 +112,10 @@ def layer_errors(
     for group in _groups(model, placed, split=iter(samples) is not samples):
         _accumulate(model, group, scales, samples, acc, ops)
     out = []
-    for (graph, node), (dot, rr, gg, dd) in acc.items():
+    for (graph, node), (rg, rr, gg, dd) in acc.items():
         if rr == 0 and gg == 0:
             continue  # never ran (a branch the samples do not take)
-        cos = float(np.clip(dot / np.sqrt(rr * gg), -1, 1)) if rr > 0 and gg > 0 else 0.0
+        cos = float(np.clip(rg / np.sqrt(rr * gg), -1, 1)) if rr > 0 and gg > 0 else 0.0
         out.append(LayerError(graph, node, ops[(graph, node)], float(dd / rr) if rr > 0 else float("inf"), cos))
     return tuple(sorted(out, key=lambda e: (-e.nmse, e.graph, e.node)))
 
@@ -185,7 +186,8 @@ def _accumulate(model: onnx.ModelProto, placed: Sequence[Placement], scales: Map
         q = np.asarray(got, dtype=np.float64).ravel()
         ok = np.isfinite(r) & np.isfinite(q)
         r, q = r[ok], q[ok]
-        acc[key] += (r @ q, r @ r, q @ q, float(np.sum((r - q) ** 2)))
+        d = r - q
+        acc[key] += (dot(r, q), dot(r, r), dot(q, q), dot(d, d))
 
 
 def sensitivity_sessions(model: onnx.ModelProto, placed: Sequence[Placement],
