@@ -307,7 +307,10 @@ def _stopping(models: Sequence[onnx.ModelProto], samples: Iterable[Mapping[str, 
     taken by index), until ``stop`` says the candidate cannot win; the samples the first model measured."""
     n = len(refs)
     measured = 0
-    for k, (model, acc) in enumerate(zip(models, accs)):
+    # the FP16 twins first: exact rounding misses the limit more often than ONNX Runtime's own run does (PP-OCRv4
+    # rec: an auto-exclude check met it on every sample in ONNX Runtime and missed on the 9th in the twin)
+    turns = [*range(1, len(models)), 0]
+    for k, (model, acc) in enumerate((models[j], accs[j]) for j in turns):
         sess = session(model, optimize=optimize)
         stop.start(refs)
         count = 0
