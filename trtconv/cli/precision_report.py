@@ -113,7 +113,9 @@ def print_int8(doc: dict[str, Any]) -> None:
                   f"(reference, {r['gate_checks'] + 1} candidate(s) with their FP16 twins, "
                   f"{r['sensitivity_sessions']} sensitivity session(s))", markup=False)
     if r.get("phase_seconds"):
-        con.print("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in r["phase_seconds"].items()), markup=False)
+        phases = r["phase_seconds"]
+        con.print(f"time: {sum(phases.values()):.1f} s (" + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items())
+                  + ")", markup=False)
     print_accuracy(doc, r["accuracy_samples"])
     print_worst(r.get("worst_samples") or [])
     print_sensitivity(r["sensitivity"])
