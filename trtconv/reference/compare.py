@@ -208,6 +208,22 @@ class PooledStats:
             self.top_hits += s.top1_agreement * rows
             self.top_rows += rows
 
+    def merge(self, other: PooledStats) -> None:
+        """Fold in ``other``'s statistics; for one sample's, exactly what adding that sample here gives (the
+        accuracy check measures samples out of order and folds them in order: the same sums, bit for bit)."""
+        self.shape = self.shape or other.shape
+        self.max_abs = max(self.max_abs, other.max_abs)
+        self.max_rel = max(self.max_rel, other.max_rel)
+        self.sum_abs += other.sum_abs
+        self.n += other.n
+        self.dot += other.dot
+        self.nr += other.nr
+        self.ng += other.ng
+        self.nonfinite += other.nonfinite
+        self.cosines.extend(other.cosines)
+        self.top_hits += other.top_hits
+        self.top_rows += other.top_rows
+
     def stats(self) -> OutputStats:
         if self.nr == 0 and self.ng == 0:
             cos = 1.0

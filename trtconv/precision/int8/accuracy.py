@@ -313,16 +313,22 @@ def _stopping(models: Sequence[onnx.ModelProto], samples: Iterable[Mapping[str, 
     for k, (model, acc) in enumerate((models[j], accs[j]) for j in turns):
         sess = session(model, optimize=optimize)
         stop.start(refs)
-        count = 0
+        running = {o: PooledStats(o, st.top1) for o, st in acc.items()}  # so far, in the order measured
+        parts: dict[int, dict[str, PooledStats]] = {}  # each sample's own, folded into ``acc`` in sample order
         for i, origin, sample in _in_order(samples, stop.cutoff.order, n):
             got = _run(sess, sample, outputs, origin)
-            _add(acc, outputs, refs[i], got, per_sample, i, origin)
-            count += 1
+            part = parts[i] = {o: PooledStats(o, st.top1) for o, st in acc.items()}
+            _add(part, outputs, refs[i], got, per_sample, i, origin)
+            for o, st in part.items():
+                running[o].merge(st)
             cos = {o: per_sample[(o, i)][1] for o in outputs if (o, i) in per_sample}
-            if stop.add(acc, refs[i], cos, last=count == n, final=count == n and k == len(models) - 1):
+            if stop.add(running, refs[i], cos, last=len(parts) == n, final=len(parts) == n and k == len(models) - 1):
                 break
         del sess
-        measured = measured or count
+        for i in sorted(parts):
+            for o, st in parts[i].items():
+                acc[o].merge(st)
+        measured = measured or len(parts)
         if stop.stopped:
             break
     return measured
