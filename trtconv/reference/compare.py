@@ -128,18 +128,30 @@ def dot(a: np.ndarray, b: np.ndarray) -> float:
 def cosine_similarity(a: np.ndarray, b: np.ndarray) -> float:
     a64 = a.astype(np.float64).ravel()
     b64 = b.astype(np.float64).ravel()
-    na, nb = np.sqrt(dot(a64, a64)), np.sqrt(dot(b64, b64))
+    return _cosine(a64, b64, dot(a64, b64), dot(a64, a64), dot(b64, b64))
+
+
+def _cosine(a64: np.ndarray, b64: np.ndarray, ab: float, aa: float, bb: float) -> float:
+    """:func:`cosine_similarity` from the dot products already taken."""
+    na, nb = np.sqrt(aa), np.sqrt(bb)
     if na == 0.0 and nb == 0.0:
         return 1.0
     if na == 0.0 or nb == 0.0:
         return 0.0
     if np.array_equal(a64, b64):
         return 1.0  # exact, not 1 - rounding
-    return float(np.clip(dot(a64, b64) / (na * nb), -1.0, 1.0))
+    return float(np.clip(ab / (na * nb), -1.0, 1.0))
 
 
 def compare_arrays(name: str, ref: np.ndarray, got: np.ndarray, *, top1: bool = False) -> OutputStats:
     """Statistics of ``got`` against ``ref`` (computed in float64)."""
+    return _compared(name, ref, got, top1)[0]
+
+
+def _compared(name: str, ref: np.ndarray, got: np.ndarray, top1: bool
+              ) -> tuple[OutputStats, tuple[float, float, float]]:
+    """:func:`compare_arrays`, and the dot products (ref·got, ref·ref, got·got over the values finite in both,
+    in float64) that pooling adds up: taken once for both."""
     if ref.shape != got.shape:
         raise ValueError(f"output {name!r}: shape {got.shape} differs from reference {ref.shape}")
     if ref.dtype.kind in "biu" and got.dtype.kind in "biu":
@@ -161,16 +173,18 @@ def compare_arrays(name: str, ref: np.ndarray, got: np.ndarray, *, top1: bool = 
     top = None
     if top1 and ref.ndim >= 1 and ref.shape[-1] > 1:
         top = float(np.mean(np.argmax(r64, axis=-1) == np.argmax(g64, axis=-1)))
+    rm, gm = np.where(mask, r64, 0).ravel(), np.where(mask, g64, 0).ravel()
+    dots = dot(rm, gm), dot(rm, rm), dot(gm, gm)
     return OutputStats(
         name=name,
         shape=tuple(int(s) for s in ref.shape),
         max_abs=float(d.max()) if d.size else 0.0,
         mean_abs=float(d.mean()) if d.size else 0.0,
         max_rel=float(rel[big].max()) if d.size and big.any() else 0.0,
-        cosine=cosine_similarity(np.where(mask, r64, 0), np.where(mask, g64, 0)),
+        cosine=_cosine(rm, gm, *dots),
         nonfinite=bad,
         top1_agreement=top,
-    )
+    ), dots
 
 
 class PooledStats:
@@ -188,25 +202,24 @@ class PooledStats:
         self.top_rows = 0
         self.cosines: list[float] = []
 
-    def add(self, ref: np.ndarray, got: np.ndarray) -> None:
-        s = compare_arrays(self.name, ref, got, top1=self.top1)
+    def add(self, ref: np.ndarray, got: np.ndarray) -> tuple[float, float, float]:
+        """Add one sample; its dot products (ref·got, ref·ref, got·got over the values finite in both)."""
+        s, (rg, rr, gg) = _compared(self.name, ref, got, self.top1)
         self.shape = self.shape or s.shape
         self.max_abs = max(self.max_abs, s.max_abs)
         self.max_rel = max(self.max_rel, s.max_rel)
         self.sum_abs += s.mean_abs * ref.size
         self.n += ref.size
-        mask = np.isfinite(ref) & np.isfinite(got)
-        r = np.where(mask, ref, 0).astype(np.float64).ravel()
-        g = np.where(mask, got, 0).astype(np.float64).ravel()
-        self.dot += dot(r, g)
-        self.nr += dot(r, r)
-        self.ng += dot(g, g)
+        self.dot += rg
+        self.nr += rr
+        self.ng += gg
         self.nonfinite += s.nonfinite
         self.cosines.append(s.cosine)
         if s.top1_agreement is not None:
             rows = ref.size // ref.shape[-1]
             self.top_hits += s.top1_agreement * rows
             self.top_rows += rows
+        return rg, rr, gg
 
     def merge(self, other: PooledStats) -> None:
         """Fold in ``other``'s statistics; for one sample's, exactly what adding that sample here gives (the

@@ -112,17 +112,14 @@ class Cutoff:
         return could_pass <= self.passes and bound < self.worst
 
 
-def sample_cosine(ref: np.ndarray, got: np.ndarray) -> float:
-    """Cosine of one sample's output (finite values only; 1 when both are zero), as ``PooledStats`` pools it."""
-    mask = np.isfinite(ref) & np.isfinite(got)
-    r = np.where(mask, ref, 0).astype(np.float64).ravel()
-    g = np.where(mask, got, 0).astype(np.float64).ravel()
-    nr, ng = dot(r, r), dot(g, g)
-    if nr == 0 and ng == 0:
+def cosine_of(rg: float, rr: float, gg: float) -> float:
+    """One sample's cosine (finite values only; 1 when both are zero) from the dot products ``PooledStats.add``
+    returns for it, as the pooled cosine is taken."""
+    if rr == 0 and gg == 0:
         return 1.0
-    if nr == 0 or ng == 0:
+    if rr == 0 or gg == 0:
         return 0.0
-    return float(np.clip(dot(r, g) / np.sqrt(nr * ng), -1.0, 1.0))
+    return float(np.clip(rg / np.sqrt(rr * gg), -1.0, 1.0))
 
 
 def accuracy_report(reference: onnx.ModelProto, candidate: onnx.ModelProto, samples: Iterable[Mapping[str, np.ndarray]],
@@ -364,8 +361,7 @@ def _add(acc: dict[str, PooledStats], outputs: Sequence[str], ref: Mapping[str, 
     for o in outputs:
         if ref[o].dtype.kind in "fc":
             g = np.asarray(got[o]).astype(ref[o].dtype)
-            acc[o].add(ref[o], g)
-            cos = sample_cosine(ref[o], g)
+            cos = cosine_of(*acc[o].add(ref[o], g))
             if (o, index) not in per_sample or cos < per_sample[(o, index)][1]:
                 per_sample[(o, index)] = (origin, cos)
 
