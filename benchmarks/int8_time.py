@@ -25,7 +25,7 @@ over the pairs (the accuracy columns do not change between pairs: the commands a
 
     python benchmarks/int8_time.py --before /tmp/main-export --modelopt-python /work/venvs/modelopt/bin/python \
         [--models cls,rec,dddd,yolo,silero16k] [--pairs 3] [--json OUT]
-    python benchmarks/int8_time.py --table-from OUT.json
+    python benchmarks/int8_time.py --table-from OUT.json [RUN.log ...]   # a saved run, or a run's stderr
 """
 
 from __future__ import annotations
@@ -153,7 +153,8 @@ def table(rows: list[dict]) -> str:
             walls = [r["wall"] for r in rs]
             cpus = [r["cpu"] for r in rs]
             label = tool if tool != "modelopt" else f"modelopt ({last.get('remainder', 'fp16')} remainder)"
-            verdict = (last.get("verdict") or last.get("message") or "").split(";")[0][:60]
+            said = last.get("verdict") if last["exit"] == 0 else last.get("message")
+            verdict = (said or "").split(";")[0][:70]
             phases = {}
             for r in rs:
                 for k, v in (r.get("phases") or {}).items():
@@ -166,6 +167,14 @@ def table(rows: list[dict]) -> str:
                          f"({', '.join(f'{w:.0f}' for w in walls)}) | {statistics.median(cpus):.1f} | "
                          f"{acc[0]} | {acc[1]} | {acc[2]} | {ph} |")
     return "\n".join(lines)
+
+
+def _rows(path: Path) -> list[dict]:
+    """A run's rows: its ``--json`` file, or its stderr (one JSON row a line, written as each run ends)."""
+    text = path.read_text()
+    if text.lstrip().startswith("{\"argv\""):
+        return json.loads(text)["rows"]
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
 def main() -> None:
@@ -184,7 +193,7 @@ def main() -> None:
     ap.add_argument("--table-from", type=Path, nargs="*")
     args = ap.parse_args()
     if args.table_from:
-        print(table([r for p in args.table_from for r in json.loads(p.read_text())["rows"]]))
+        print(table([r for p in args.table_from for r in _rows(p)]))
         return
     args.tools = [t for t in args.tools.split(",") if t]
     if "before" in args.tools and args.before is None:
