@@ -182,6 +182,14 @@ __device__ __forceinline__ bool vectorizable(const Params& p) {
   return w && (!NHWC || p.xcs % VE == 0);
 }
 
+// Shared memory of a tile (the main loop's stages and recipes, or the epilogue's staging).
+__host__ __device__ constexpr int smem_bytes(int BM, int BN, int RB, bool SMR) {
+  const int main = 2 * (BM + BN) * RB + (SMR ? 2 * BM * 32 : 0);
+  const int ec = !SMR ? (BM == 64 ? 128 : 64)
+                      : BN * (BM + 4) * 4 <= main ? BN : BN / 2 * (BM + 4) * 4 <= main ? BN / 2 : BN / 4;
+  return main > ec * (BM + 4) * 4 ? main : ec * (BM + 4) * 4;
+}
+
 // ---- the kernel ------------------------------------------------------------------------------
 // RB: bytes of channels per K step and shared-memory row (64: 32 FP16 / 16 FP32 channels;
 // 128: 64 / 32, so a warp's 16-byte gathers cover 4 pixels x 128 bytes -- whole cache lines --
@@ -195,16 +203,9 @@ __device__ __forceinline__ bool vectorizable(const Params& p) {
 // register allocator sees alone: at 128 registers (512 threads) the 128x256x64 "v" tile then
 // keeps every loop-invariant value in a register instead of reloading spilled ones each step
 // (plugins/dcnv2/NOTES.md, v14).
-// Shared memory of a tile (the main loop's stages and recipes, or the epilogue's staging).
-__host__ __device__ constexpr int smem_bytes(int BM, int BN, int RB, bool SMR) {
-  const int main = 2 * (BM + BN) * RB + (SMR ? 2 * BM * 32 : 0);
-  const int ec = !SMR ? (BM == 64 ? 128 : 64)
-                      : BN * (BM + 4) * 4 <= main ? BN : BN / 2 * (BM + 4) * 4 <= main ? BN / 2 : BN / 4;
-  return main > ec * (BM + 4) * 4 ? main : ec * (BM + 4) * 4;
-}
-
-// XS: the entry owns the shared memory and passes it in (xsmem), so that its two
-// instantiations (SPLIT) share one allocation instead of holding one each.
+// PG: gather passes whose corner loads are in flight together (0: one at a time for 128-byte
+// rows, else all). XS: the entry owns the shared memory and passes it in (xsmem), so that its
+// two instantiations (SPLIT) share one allocation instead of holding one each.
 template <class E, int BM, int BN, int WN, bool NHWC, int KS = 1, int RB = 64, bool SMR = false, int ABL = 0,
           bool VEC = false, int PG = 0, bool XS = false>
 __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
