@@ -44,6 +44,7 @@ from trtconv.rewrites.roundtrip import (
     export,
     import_with_shapes,
     inferred,
+    kept_weights,
     load_foldable,
     refuse_empty_list_attributes,
     sorted_copy,
@@ -284,6 +285,7 @@ def _attempt(src: onnx.ModelProto, settings: RewriteSettings, rules: Sequence[Re
         results.append(cleanup.int64_to_int32(graph))
     results.append(cleanup.toposort(graph, was_sorted))
 
+    kept = kept_weights(graph)  # before the export: what the graph proof need not look at
     out = export(graph, model)
     strip_value_info(out)
     results.append(cleanup.rename_shared_dims(out))
@@ -300,8 +302,7 @@ def _attempt(src: onnx.ModelProto, settings: RewriteSettings, rules: Sequence[Re
     try:
         if not large:  # even with proofs off: never hand back a model ONNX Runtime cannot load
             _refuse_unloadable(out, shaped, settings.shapes, proven=settings.verify)
-        gproof = _graph_proof(before, out, settings, applied, was_sorted=was_sorted, large=large,
-                              narrowed=bool(narrowed.count))
+        gproof = _graph_proof(before, out, settings, applied, kept, large=large, narrowed=bool(narrowed.count))
     except AccuracyError as exc:
         if settings.step_aside:
             raise _GraphFailed(exc, tuple(SteppedAside(e.node, e.before.op, e.rule, "the whole-graph proof failed with "
@@ -351,9 +352,10 @@ def _untouched(model: onnx.ModelProto, settings: RewriteSettings, nodes: int, no
     return RewriteResult(model, report)
 
 
-def _graph_proof(before: onnx.ModelProto, out: onnx.ModelProto, settings: RewriteSettings, applied: _Applied, *,
-                 was_sorted: bool, large: bool, narrowed: bool) -> Proof:
-    """The whole graph before and after; AccuracyError when the outputs moved."""
+def _graph_proof(before: onnx.ModelProto, out: onnx.ModelProto, settings: RewriteSettings, applied: _Applied,
+                 kept: Mapping[str, onnx.TensorProto], *, large: bool, narrowed: bool) -> Proof:
+    """The graph before and after, where the change can reach (``kept``: the weights exported
+    untouched); AccuracyError when the outputs moved."""
     unchanged = prove_unchanged(before, out) if settings.verify else None
     if unchanged is not None:
         return unchanged  # nothing to run: both graphs compute the same thing by construction
@@ -361,10 +363,9 @@ def _graph_proof(before: onnx.ModelProto, out: onnx.ModelProto, settings: Rewrit
         return Proof("none", True, reason="--no-verify" if not settings.verify else
                      "model over the large-model threshold: graph proof skipped (node proofs still ran)")
     # cut only where ONNX Runtime cannot run a node: a rewritten DeformConv is compared end to end
-    reference = before if was_sorted else sorted_copy(before)  # ONNX Runtime refuses unsorted graphs
     tolerance = max(settings.graph_tolerance, settings.node_tolerance) if narrowed else \
         settings.graph_tolerance  # float32 against float64: float32's rounding, not 1e-6
-    gproof = prove_graph(reference, out, settings.shapes, applied.graph_cuts, settings.seed, tolerance)
+    gproof = prove_graph(before, out, settings.shapes, applied.graph_cuts, settings.seed, tolerance, kept)
     if not gproof.passed:
         bad = [f"{s.name}: max abs {s.max_abs:.3g} > {gproof.tolerance or 0:.3g} ({gproof.arithmetic} tolerance)"
                for s in gproof.stats if s.max_abs > (gproof.tolerance or 0)]

@@ -164,6 +164,19 @@ def export(graph: gs.Graph, like: onnx.ModelProto, *, with_weights: bool = True)
     return out
 
 
+def kept_weights(graph: gs.Graph) -> dict[str, onnx.TensorProto]:
+    """The graph's constants still holding the imported tensor they came from (no rule or clean-up
+    read or replaced their values), by name: :func:`export` writes exactly those bytes, so the
+    graph proof knows them the same as the original's without comparing a byte."""
+    out: dict[str, onnx.TensorProto] = {}
+    for t in graph.tensors().values():
+        values = getattr(t, "_values", None)
+        if isinstance(t, gs.Constant) and isinstance(values, LazyValues) and isinstance(values.tensor, onnx.TensorProto) \
+                and values.tensor.name == t.name:
+            out[t.name] = values.tensor
+    return out
+
+
 def keep_declared_output_shapes(src: onnx.ModelProto, dst: onnx.ModelProto) -> None:
     """An output graphsurgeon exports without a shape (inference could not follow it, e.g. past
     ConvInteger) keeps the shape ``src`` declared for it, when its name and type are unchanged:
