@@ -11,7 +11,8 @@ change reaches are compared (:mod:`.scoped_proof` runs it).
 Constants are the same by where their bytes came from (``kept``: the rewrite's untouched imported
 weights, the very tensors of the original) or, where nothing vouches for them, by value when small;
 a large weight is never copied to be compared with itself. A constant the rewrite folded (the
-original computes it) is the same if the prefix computes it bit for bit (a *check*).
+original computes it) is the same if it is an integer (a shape, indices) the prefix computes bit for
+bit (a *check*).
 
 Where the region cannot be isolated (subgraphs, changed inputs, outputs or opsets, local functions,
 a cycle) :func:`change_scope` says why, and the proof runs both whole graphs.
@@ -32,9 +33,13 @@ from trtconv.onnxutil import normalize_domain, topological_order
 # Constants up to this size that nothing vouches for are compared by value (shapes, biases,
 # narrowed indices); larger ones are the same only by where their bytes came from.
 COMPARE_BYTES = 1 << 20
-# A folded constant up to this size is checked against what the prefix computes for it; a larger
-# one (a folded weight) counts as changed, and its readers join the region.
+# A folded integer constant (a shape, sizes, indices) up to this size is checked against what the
+# prefix computes for it. A folded float constant counts as changed, and its readers join the
+# region: equal values are not enough there, as ONNX Runtime computes with a constant weight
+# through other kernels (prepacked) than with a computed one, which rounds otherwise.
 CHECK_BYTES = 16 << 20
+CHECKED_TYPES = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.INT16,
+                           onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.BOOL})
 
 
 @dataclass(frozen=True)
@@ -93,8 +98,8 @@ def change_scope(before: onnx.ModelProto, after: onnx.ModelProto, fed: Collectio
             if _same_constant(consts_b[name], t, kept.get(name)):
                 same.add(name)
                 shared.add(name)
-        elif name in producer_b and tensor_nbytes(t) <= CHECK_BYTES and t.data_type != onnx.TensorProto.STRING:
-            same.add(name)  # folded: the same if the prefix computes these bytes
+        elif name in producer_b and t.data_type in CHECKED_TYPES and tensor_nbytes(t) <= CHECK_BYTES:
+            same.add(name)  # folded shape or index: the same if the prefix computes these values
             checks.append(name)
     same_nodes: set[int] = set()
     for i in order_a:
