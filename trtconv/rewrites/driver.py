@@ -4,7 +4,8 @@ Order: input-shape overrides; dead-node removal; constant folding (first, so exp
 Shape/Slice chains give the rules concrete shapes); the rules (:mod:`.catalog`: the plugin
 map first, then the built-in ones), each replacement proven on its own; INT64→INT32
 initializers; topological sort; opset conversion when a replacement needs a newer opset;
-unused opset imports dropped; then the whole graph is proven against the original.
+unused opset imports dropped; then the graph is proven against the original where the change
+can reach (the rest runs once, on the original; :mod:`.change_scope`).
 Nothing depends on time, paths or randomness without a seed, so equal inputs give
 byte-equal outputs.
 
@@ -385,13 +386,14 @@ def _refuse_unloadable(out: onnx.ModelProto, shaped: onnx.ModelProto, shapes: Ma
 
     Only graphs with subgraphs get the optimizing load (its fusions copy weights: too much
     memory to spend on every model); others get the plain load, which the graph proof
-    (``proven``) makes anyway."""
+    (``proven``) makes anyway: of every node the rewrite changed (the others are the original's
+    own nodes on the original's types), or of the whole graph where it cannot isolate them."""
 
     graphs = list(iter_graphs(out.graph))
     if any(normalize_domain(n.domain) not in ORT_DOMAINS for g in graphs for n in g.node):
         return  # plugin nodes: no ONNX Runtime loads them; the node proofs stand in
     if len(graphs) == 1 and proven:
-        return  # the graph proof loads it, and says "does not load" if it cannot
+        return  # the graph proof loads what changed, and says "does not load" if it cannot
     try:
         ort.session(out, optimize=len(graphs) > 1, refuse_too_big=False)
         return
