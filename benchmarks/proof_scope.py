@@ -16,6 +16,7 @@ benchmarks/measure.py).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -79,10 +80,13 @@ def model_path(cache: Path) -> Path:
 
 def one(checkout: Path, path: Path) -> dict[str, object]:
     env = {**os.environ, "PYTHONPATH": str(checkout)}
-    rss, wall, rc, err = peak_rss([sys.executable, "-c", REWRITE, str(path)], env=env, stderr_chars=20000)
+    with contextlib.chdir(checkout):  # `-c` puts the working folder first on sys.path: that checkout's trtconv
+        rss, wall, rc, err = peak_rss([sys.executable, "-c", REWRITE, str(path)], env=env, stderr_chars=20000)
     if rc != 0:
         raise SystemExit(f"{checkout}: rewrite exited {rc}: {err[-600:]}")
     doc = json.loads(err.strip().splitlines()[-1])
+    if doc["rules"] != ["roialign-portable"] or not doc["passed"]:
+        raise SystemExit(f"{checkout}: expected one roialign-portable rewrite, proven: {doc}")
     return {**doc, "peak": rss, "wall": wall}
 
 
