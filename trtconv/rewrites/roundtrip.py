@@ -154,10 +154,10 @@ def export(graph: gs.Graph, like: onnx.ModelProto, *, with_weights: bool = True)
     if with_weights:
         ensure_room(sum(tensor_nbytes(t) for t in lent.values()), "writing the rewritten graph's weights")
         for init in out.graph.initializer:
-            real = lent.get(init.name)
-            if real is not None:
+            source = lent.get(init.name)
+            if source is not None:
                 name = init.name
-                init.CopyFrom(real)
+                init.CopyFrom(source)
                 init.name = name
     copy_model_fields(like, out)
     keep_declared_output_shapes(like, out)
