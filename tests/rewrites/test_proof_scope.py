@@ -14,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from trtconv.errors import AccuracyError
+from trtconv.htmlreport.render import rewrites
 from trtconv.rewrites import RewriteSettings, rewrite
 from trtconv.rewrites.proof import Proof, prove_graph
 from trtconv.rewrites.rule import Emitted, RewriteRule, RuleContext, Site
@@ -61,6 +62,11 @@ def test_a_rule_at_the_end_runs_the_prefix_once_and_only_its_region():
     assert [s.name for s in proof.stats] == ["y"]
     assert scope["weights_written_bytes"] == _weight_bytes(model)  # every weight once: the prefix's, shared
     assert proof.to_json()["scope"] == scope
+    assert (f"sized by the change: {3 * LAYERS} original node(s) run once, then the changed region (1 original, "
+            f"{replacement} rewritten node(s)); 1 of 2 output(s) reached and compared") in result.report.to_text()
+    html = rewrites([], result.report.to_json()["graph_proof"])
+    assert f"sized by the change: {3 * LAYERS + 1 + replacement} of {len(model.graph.node) + len(result.model.graph.node)} " \
+           "nodes ran, outputs compared: y" in html
 
 
 class _GeluAsRelu(RewriteRule):
