@@ -56,9 +56,9 @@ class Scope:
     shared: frozenset[str]  # rewritten model's constants with the original's bytes (stored once)
 
     def to_json(self, nodes: tuple[int, int]) -> dict[str, object]:
-        ran = bool(self.outputs)  # the regions run only toward an output the change reaches
+        ran = bool(self.outputs)  # the original's region runs only toward an output the change reaches
         return {"whole_graph": False, "why": "", "nodes": list(nodes),
-                "nodes_run": [len(self.prefix) + ran * len(self.region_before), ran * len(self.region_after)],
+                "nodes_run": [len(self.prefix) + ran * len(self.region_before), len(self.region_after)],
                 "prefix": len(self.prefix), "region": [len(self.region_before), len(self.region_after)],
                 "boundary": len(self.boundary), "checks": len(self.checks),
                 "outputs_compared": list(self.outputs), "outputs_unreached": list(self.unreached)}

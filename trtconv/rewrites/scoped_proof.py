@@ -75,15 +75,23 @@ def run_scoped(before: onnx.ModelProto, after: onnx.ModelProto, scope: Scope,
             consts_a = initializers(after.graph)
             for name in scope.checks:
                 _check(name, values[name], consts_a[name])
-            if not scope.outputs:  # what changed reaches no output (folding checked, dead code)
-                return {}, {}, weights.written
-            ref = _run(_part(before, scope.region_before, values, scope.outputs, weights, "b", frozenset()),
-                       folder / "before.onnx", weights, values)
-            got = _run(_part(after, scope.region_after, values, scope.outputs, weights, "a", scope.shared),
-                       folder / "after.onnx", weights, values)
+            ref: dict[str, np.ndarray] = {}
+            if scope.outputs:
+                ref = _run(_part(before, scope.region_before, values, scope.outputs, weights, "b", frozenset()),
+                           folder / "before.onnx", weights, values)
+            # every changed node loads and runs, even one that feeds only a cut (a plugin's inputs)
+            ends = scope.outputs or _ends(after.graph, scope.region_after)
+            got = _run(_part(after, scope.region_after, values, ends, weights, "a", scope.shared),
+                       folder / "after.onnx", weights, values) if ends else {}
         finally:
             weights.fh.close()
-        return ref, got, weights.written
+        return ref, {k: v for k, v in got.items() if k in ref}, weights.written
+
+
+def _ends(g: onnx.GraphProto, nodes: Sequence[int]) -> list[str]:
+    """What ``nodes`` write that none of them reads: their part's outputs when none reaches the graph's."""
+    read = {x for i in nodes for x in g.node[i].input}
+    return [o for i in nodes for o in g.node[i].output if o and o not in read]
 
 
 def _check(name: str, computed: np.ndarray, folded: onnx.TensorProto) -> None:
