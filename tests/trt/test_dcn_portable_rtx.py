@@ -73,22 +73,29 @@ def test_portable_form_parses_and_builds_on_rtx(tmp_path, dialect, spec):
     builder, network, ok, errors, _parser = _parse(_portable(tmp_path, dialect, spec))
     assert ok and errors == []
     kinds = {network.get_layer(i).type for i in range(network.num_layers)}
-    assert trt.LayerType.GRID_SAMPLE in kinds and trt.LayerType.CONVOLUTION in kinds
+    product = trt.LayerType.MATRIX_MULTIPLY if SPECS[spec][8] == 1 else trt.LayerType.CONVOLUTION
+    assert trt.LayerType.GATHER in kinds and product in kinds and trt.LayerType.GRID_SAMPLE not in kinds
     assert trt.LayerType.PLUGIN_V3 not in kinds and trt.LayerType.PLUGIN_V2 not in kinds
     assert network.get_input(0).shape[0] == -1  # the batch stayed dynamic
     plan = _build(builder, network)
     assert plan is not None and len(plan) > 0
 
 
-def test_fp16_portable_form_builds_in_fp16_on_rtx(tmp_path):
-    """Strongly typed: the 1x1 Conv runs in FP16, the sampling (x and grid one type) in FP32."""
-    builder, network, ok, errors, _parser = _parse(_portable(tmp_path, "mmcv", "groups-dgroups-stride", np.float16))
+@pytest.mark.parametrize("spec", ["plain", "groups-dgroups-stride"])
+def test_fp16_portable_form_builds_in_fp16_on_rtx(tmp_path, spec):
+    """Strongly typed: positions and weights in FP32, the gathered corners, their blend and the
+    product in FP16, the corner indices INT32."""
+    builder, network, ok, errors, _parser = _parse(_portable(tmp_path, "mmcv", spec, np.float16))
     assert ok and errors == []
     layers = [network.get_layer(i) for i in range(network.num_layers)]
-    sample = next(la for la in layers if la.type == trt.LayerType.GRID_SAMPLE)
-    conv = next(la for la in layers if la.type == trt.LayerType.CONVOLUTION)
-    assert sample.get_input(0).dtype == sample.get_input(1).dtype == trt.DataType.FLOAT
-    assert conv.get_output(0).dtype == trt.DataType.HALF
+    sample = next(la for la in layers if la.type == trt.LayerType.GATHER and la.name.endswith("/sample"))
+    floor = next(la for la in layers if la.type == trt.LayerType.UNARY and la.get_input(0).dtype == trt.DataType.FLOAT)
+    assert floor.get_output(0).dtype == trt.DataType.FLOAT
+    assert sample.get_input(0).dtype == sample.get_output(0).dtype == trt.DataType.HALF
+    assert sample.get_input(1).dtype == trt.DataType.INT32
+    product = next(la for la in layers if la.type in (trt.LayerType.MATRIX_MULTIPLY, trt.LayerType.CONVOLUTION)
+                   and la.get_output(0).dtype == trt.DataType.HALF)
+    assert product.type == (trt.LayerType.MATRIX_MULTIPLY if SPECS[spec][8] == 1 else trt.LayerType.CONVOLUTION)
     plan = _build(builder, network)
     assert plan is not None and len(plan) > 0
 
