@@ -173,47 +173,26 @@ def _tap_positions(ops: _Ops, p: DcnParams, kernel: tuple[int, int], oshape: gs.
     return ops.op("Add", "tap_positions", [px, py], sdt)
 
 
-def emit(em: Emitter, dcn: DcnNode, io: DcnInputs, out: gs.Tensor, _spec: PluginSpec | None) -> None:
-    """Replacement nodes writing ``out``: corner gathers on channels-last ``x``, then one product."""
-    ops = _Ops(em)
-    x, offset, weight, mask, bias = io.x, io.offset, io.weight, io.mask, io.bias
-    p = dcn.params
-    c = _check_shapes(em, dcn, x, offset, weight)
-    assert dcn.kernel is not None  # _check_shapes says so
-    kh, kw = dcn.kernel
-    k = kh * kw
-    dg, group = p.deformable_group, p.group
-    xdt = _float_dtype(x)
-    sdt = xdt if xdt.itemsize >= 4 else np.dtype(np.float32)  # positions and weights: FP32 at least
+def _corner_rows(ops: _Ops, low: gs.Tensor, xshape: gs.Tensor, dg: int, sdt: np.dtype) -> gs.Tensor:
+    """The four corners' rows of ``x`` padded by one pixel, channels last, seen as
+    ``[N*(H+2)*(W+2)*dg, C/dg]``: ``[N, OH, OW, K, dg, 4]`` INT32, from the floored positions."""
     i32 = np.int32
-    oshape = ops.op("Shape", "offset_dims", [offset], np.int64)
-    ohw = ops.op("Gather", "offset_hw", [oshape, ops.const("i23", [2, 3])], np.int64, {"axis": 0})
-    xshape = ops.op("Shape", "x_dims", [x], np.int64)
-
-    # 1. sampling positions in pixels, [N, OH, OW, K, dg, 1, 2] (y, x)
-    off = ops.reshape(ops.cast(offset, "offset_float", sdt), "offset_taps", [-1, dg, k, 1, 2, ohw], sdt)
-    pos = ops.op("Add", "positions", [off, _tap_positions(ops, p, (kh, kw), oshape, sdt)], sdt)
-    pos = ops.op("Transpose", "positions_last", [pos], sdt, {"perm": [0, 5, 6, 2, 1, 3, 4]})
-    low = ops.op("Floor", "floor", [pos], sdt)
-    frac = ops.op("Sub", "fraction", [pos, low], sdt)
-
-    # 2. the four corners' rows in the padded channels-last image, [N, OH, OW, K, dg, 4]
     hw = ops.op("Gather", "x_hw", [xshape, ops.const("i_hw", [2, 3])], np.int64, {"axis": 0})
     last = ops.op("Add", "x_last_padded", [ops.cast(hw, "x_hw_float", sdt), ops.const("one", [1], sdt)], sdt)
     corner = ops.op("Add", "corners", [low, ops.const("corner_steps", CORNER_STEPS, sdt)], sdt)  # [.., 4, 2]
     corner = ops.op("Min", "corners_below", [ops.op("Max", "corners_above", [corner, ops.const("zero", [0], sdt)], sdt),
                                              last], sdt)
     corner = ops.cast(corner, "corners_int", np.dtype(i32))
-    hw32 = ops.cast(hw, "x_hw_int", np.dtype(i32))
-    padded = ops.op("Add", "x_hw_padded", [hw32, ops.const("two", [2], i32)], i32)  # [H+2, W+2]
+    padded = ops.op("Add", "x_hw_padded", [ops.cast(hw, "x_hw_int", np.dtype(i32)), ops.const("two", [2], i32)], i32)
     width = ops.op("Gather", "x_w_padded", [padded, ops.const("i1", [1])], i32, {"axis": 0})
-    # (row, column) -> row index of x seen as [N*(H+2)*(W+2)*dg, C/dg]
+    # (row, column) -> row of the image: row * (W+2)*dg + column * dg
     strides = ops.op("Concat", "corner_strides", [ops.op("Mul", "row_stride", [width, ops.const("dg", [dg], i32)], i32),
                                                   ops.const("dg_col", [dg], i32)], i32, {"axis": 0})
     scaled = ops.op("Mul", "corners_scaled", [corner, strides], i32)
     index = ops.op("Add", "corner_rows_in_image", [
         ops.op("Gather", "corner_row_part", [scaled, ops.const("i0s", 0)], i32, {"axis": -1}),
         ops.op("Gather", "corner_col_part", [scaled, ops.const("i1s", 1)], i32, {"axis": -1})], i32)
+    # + the image's first row, n * (H+2)*(W+2)*dg, and the deformable group
     height = ops.op("Gather", "x_h_padded", [padded, ops.const("i0", [0])], i32, {"axis": 0})
     image = ops.op("Mul", "image_rows", [ops.op("Mul", "x_area_padded", [height, width], i32),
                                          ops.const("dg_img", [dg], i32)], i32)
@@ -223,9 +202,13 @@ def emit(em: Emitter, dcn: DcnNode, io: DcnInputs, out: gs.Tensor, _spec: Plugin
     first = ops.op("Mul", "batch_rows", [ops.cast(first, "batch_range_int", np.dtype(i32)), image], i32)
     first = ops.reshape(first, "batch_rows_column", [-1, 1, 1, 1, 1, 1], i32)
     first = ops.op("Add", "group_rows", [first, ops.const("group_rows_of", np.arange(dg).reshape(dg, 1), i32)], i32)
-    index = ops.op("Add", "corner_rows", [index, first], i32)  # [N, OH, OW, K, dg, 4]
+    return ops.op("Add", "corner_rows", [index, first], i32)
 
-    # 3. the corners' weights, mask folded in, in the model's type: [N, OH, OW, K, dg, 4, 1]
+
+def _corner_weights(ops: _Ops, frac: gs.Tensor, mask: gs.Tensor | None, dg: int, k: int, ohw: gs.Tensor,
+                    sdt: np.dtype, xdt: np.dtype) -> gs.Tensor:
+    """The corners' bilinear weights times the mask, computed in ``sdt`` and cast to the model's
+    type once: ``[N, OH, OW, K, dg, 4, 1]``."""
     factors = ops.op("Add", "weight_factors", [ops.op("Mul", "weight_slopes", [frac, ops.const("wb", WEIGHT_B, sdt)], sdt),
                                                ops.const("wa", WEIGHT_A, sdt)], sdt)  # [.., 4, 2]
     wts = ops.op("Mul", "corner_weights", [
@@ -236,17 +219,52 @@ def emit(em: Emitter, dcn: DcnNode, io: DcnInputs, out: gs.Tensor, _spec: Plugin
         m = ops.op("Transpose", "mask_last", [m], sdt, {"perm": [0, 3, 4, 2, 1]})  # [N, OH, OW, K, dg]
         m = ops.reshape(m, "mask_corners", [0, 0, 0, 0, 0, 1, 1], sdt)
         wts = ops.op("Mul", "modulate", [wts, m], sdt)
-    wts = ops.cast(wts, "corner_weights_cast", xdt)
+    return ops.cast(wts, "corner_weights_cast", xdt)
 
-    # 4. gather and blend: the im2col columns, channels last, [N*OH*OW, K*C] (column k*C + c)
+
+def emit(em: Emitter, dcn: DcnNode, io: DcnInputs, out: gs.Tensor, _spec: PluginSpec | None) -> None:
+    """Replacement nodes writing ``out``: corner gathers on channels-last ``x``, then one product."""
+    ops = _Ops(em)
+    x, offset = io.x, io.offset
+    p = dcn.params
+    c = _check_shapes(em, dcn, x, offset, io.weight)
+    assert dcn.kernel is not None  # _check_shapes says so
+    kh, kw = dcn.kernel
+    k = kh * kw
+    dg = p.deformable_group
+    xdt = _float_dtype(x)
+    sdt = xdt if xdt.itemsize >= 4 else np.dtype(np.float32)  # positions and weights: FP32 at least
+    oshape = ops.op("Shape", "offset_dims", [offset], np.int64)
+    ohw = ops.op("Gather", "offset_hw", [oshape, ops.const("i23", [2, 3])], np.int64, {"axis": 0})
+    xshape = ops.op("Shape", "x_dims", [x], np.int64)
+
+    # 1. sampling positions in pixels, [N, OH, OW, K, dg, 1, 2] (y, x)
+    off = ops.reshape(ops.cast(offset, "offset_float", sdt), "offset_taps", [-1, dg, k, 1, 2, ohw], sdt)
+    pos = ops.op("Add", "positions", [off, _tap_positions(ops, p, (kh, kw), oshape, sdt)], sdt)
+    pos = ops.op("Transpose", "positions_last", [pos], sdt, {"perm": [0, 5, 6, 2, 1, 3, 4]})
+    low = ops.op("Floor", "floor", [pos], sdt)
+    frac = ops.op("Sub", "fraction", [pos, low], sdt)
+    # 2. the four corners: rows of the padded channels-last image, and weights (mask folded in)
+    index = _corner_rows(ops, low, xshape, dg, sdt)
+    wts = _corner_weights(ops, frac, io.mask, dg, k, ohw, sdt, xdt)
+    # 3. gather and blend: the im2col columns, channels last, [N, OH, OW, K, dg, C/dg]
     padded_x = ops.op("Pad", "x_padded", [x, ops.const("pads", [0, 0, 1, 1, 0, 0, 1, 1])], xdt, {"mode": "constant"})
     rows = ops.reshape(ops.op("Transpose", "x_channels_last", [padded_x], xdt, {"perm": [0, 2, 3, 1]}), "x_rows",
                        [-1, c // dg], xdt)
     corners = ops.op("Gather", "sample", [rows, index], xdt, {"axis": 0})  # [N, OH, OW, K, dg, 4, C/dg]
     # opset 13's ReduceSum (axes an input): written for the raised opset, like Range
     blended = ops.op("ReduceSum", "blend", [ops.op("Mul", "weigh", [corners, wts], xdt), ops.const("i5", [5])], xdt,
-                     {"keepdims": 0}, domain=PENDING_DOMAIN)  # [N, OH, OW, K, dg, C/dg]
-    # 5. the dense product; the batch read from x rather than -1, so shape inference sees the output's
+                     {"keepdims": 0}, domain=PENDING_DOMAIN)
+    # 4. the dense product
+    _product(ops, io, blended, out, xshape, ohw, p.group, c, k, xdt)
+
+
+def _product(ops: _Ops, io: DcnInputs, blended: gs.Tensor, out: gs.Tensor, xshape: gs.Tensor, ohw: gs.Tensor,
+             group: int, c: int, k: int, xdt: np.dtype) -> None:
+    """``out`` from the columns: a Gemm over ``[N*OH*OW, K*C]`` then NCHW, or with ``group > 1`` the
+    columns channel-first for a grouped 1x1 Conv. The batch is read from ``x`` rather than left
+    at -1, so that shape inference sees the output's shape (the graph proof is cut there)."""
+    em, weight, bias = ops.em, io.weight, io.bias
     batch1 = ops.op("Gather", "x_n1", [xshape, ops.const("i0n", [0])], np.int64, {"axis": 0})
     if group == 1:
         cols = ops.reshape(blended, "im2col", [-1, k * c], xdt)
@@ -256,8 +274,7 @@ def emit(em: Emitter, dcn: DcnNode, io: DcnInputs, out: gs.Tensor, _spec: Plugin
         else:
             wk = ops.reshape(ops.op("Transpose", "weight_taps_first", [weight], weight.dtype, {"perm": [2, 3, 1, 0]}),
                              "weight_kc", [k * c, -1], weight.dtype)
-        ins = [cols, wk] + ([bias] if bias is not None else [])
-        prod = ops.op("Gemm", "product", ins, xdt)
+        prod = ops.op("Gemm", "product", [cols, wk] + ([bias] if bias is not None else []), xdt)
         cout = ops.op("Gather", "cout", [ops.op("Shape", "weight_dims", [weight], np.int64), ops.const("i0c", [0])],
                       np.int64, {"axis": 0})
         prod = ops.reshape(prod, "product_image", [batch1, ohw, cout], xdt)  # [N, OH, OW, Cout]
