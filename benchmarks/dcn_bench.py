@@ -12,13 +12,13 @@ Times are medians of CUDA-event timed batches.
 
 The ``portable`` columns time the plugin-free form (``trtconv rewrite --dcn-target portable``):
 the ONNX graph trtconv emits for the layer, its nodes executed one by one with the matching
-PyTorch op (GridSample → ``grid_sample``, Conv → cuDNN ``conv2d``, ...), captured in a CUDA
+PyTorch op (Gather → ``index_select``, Gemm → cuBLAS ``addmm``, ...), captured in a CUDA
 graph so launch overhead stays out as it does in a TensorRT engine; ``fused`` runs the same
-graph with the nodes between GridSample and Conv compiled by ``torch.compile``, as TensorRT
-fuses element-wise, cast and shuffle layers. The last tables put both forms side by side
-against cuDNN, torchvision and the roofline, and split the portable time into its parts.
+graph with every node but the product compiled by ``torch.compile``, as TensorRT-RTX's
+builder fuses them (see HEAVY). The last tables put both forms side by side against cuDNN,
+torchvision and the roofline, and split the portable time into its parts.
 
-    python benchmarks/dcn_bench.py [--json out.json] [--quick]
+    python benchmarks/dcn_bench.py [--json out.json] [--quick] [--graphs DIR]
 """
 
 from __future__ import annotations
@@ -492,8 +492,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n## Both forms against cuDNN, torchvision and the roofline: median µs")
     print("plugin = its faster layout (channels-last; +reformat adds an NCHW->NHWC copy, what TensorRT inserts "
           "after an NCHW producer); portable = the plugin-free ONNX graph, every node alone; fused = the same with "
-          "the nodes around GridSample and Conv compiled into fused kernels (torch.compile), as TensorRT fuses such "
-          "layers; cuDNN = dense 3x3 conv, faster layout; errors: relative L2 against float64.")
+          "every node but the product compiled into fused kernels (torch.compile), as TensorRT-RTX's builder fuses "
+          "them; cuDNN = dense 3x3 conv, faster layout; errors: relative L2 against float64.")
     print("| shape | mode | plugin | +reformat | portable | fused | torchvision | cuDNN | roofline "
           "| plugin / cuDNN | portable / plugin | fused / plugin | tv / plugin | err plugin | err portable | err tv |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")

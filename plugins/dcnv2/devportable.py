@@ -6,11 +6,13 @@
 ``write`` saves, for every shape of benchmarks/dcn_bench.py, the portable ONNX graph that the
 trtconv on ``PYTHONPATH`` emits (proven in ONNX Runtime, shape-only parts folded), once per
 ``SAMPLE_CHANNELS`` value given (``0``: no channel split; none given: the module's own), as
-``KEY_f16|f32_LABEL[-cN].onnx``; run it
-once per trtconv version to compare (e.g. ``--label main`` with the main checkout first on the
-path). ``time`` runs every graph in DIR on the GPU through dcn_bench's PyTorch proxy (each node
-alone, and each Cast fused into the Mul that reads it), checks it against float64 torchvision,
-and prints one table; the device needs no onnx-graphsurgeon or ONNX Runtime for it.
+``KEY_f16|f32_LABEL[-cN][-FORM].onnx`` (``--forms``: values of a ``portable.FORM`` switch, where a
+development version has one); run it once per trtconv version to compare (e.g. ``--label main``
+with the main checkout first on the path). ``time`` runs every graph in DIR on the GPU through
+dcn_bench's PyTorch proxy (each node alone; fused; fused with the sampling node alone),
+checks it against float64 torchvision, and prints one table; the device needs no
+onnx-graphsurgeon or ONNX Runtime for it (``dcn_bench.py --graphs DIR`` likewise takes them
+for the full benchmark).
 """
 
 from __future__ import annotations
@@ -36,15 +38,14 @@ def write(out: Path, label: str, channels: list[int], forms: list[str]) -> None:
     for key, (n, c, cout, h, stride, modes) in bench.SHAPES.items():
         for fp16, ch, form in ((f, ch, fm) for f in sorted({m == "fp16" for m in modes}, reverse=True)
                                for ch in channels or [None] for fm in forms or [None]):
-            if True:
-                name = (f"{label}-c{ch}" if ch is not None else label) + (f"-{form}" if form else "")
-                if form is not None and portable is not None and hasattr(portable, "FORM"):
-                    portable.FORM = form
-                if ch is not None and portable is not None and hasattr(portable, "SAMPLE_CHANNELS"):
-                    portable.SAMPLE_CHANNELS = ch or 1 << 30
-                model = bench.portable_graph(n, c, cout, h, fp16, stride)
-                onnx.save(model, out / f"{key}_{'f16' if fp16 else 'f32'}_{name}.onnx")
-                print(key, fp16, name, flush=True)
+            name = (f"{label}-c{ch}" if ch is not None else label) + (f"-{form}" if form else "")
+            if form is not None and portable is not None and hasattr(portable, "FORM"):
+                portable.FORM = form
+            if ch is not None and portable is not None and hasattr(portable, "SAMPLE_CHANNELS"):
+                portable.SAMPLE_CHANNELS = ch or 1 << 30
+            model = bench.portable_graph(n, c, cout, h, fp16, stride)
+            onnx.save(model, out / f"{key}_{'f16' if fp16 else 'f32'}_{name}.onnx")
+            print(key, fp16, name, flush=True)
 
 
 def time_all(graphs: Path, json_out: str | None, quick: bool, modes: list[str]) -> None:
