@@ -138,3 +138,37 @@ def test_deformconv_needs_a_plugin_rtx_does_not_have(tmp_path):
     _builder, _network, ok, errors, parser = _parse(path)
     assert not ok and any("plugin" in e.lower() for e in errors)
     assert parser.get_error(0).node_operator() == "DeformConv"
+
+
+class _Lines(trt.ILogger):
+    def __init__(self) -> None:
+        trt.ILogger.__init__(self)
+        self.lines: list[str] = []
+
+    def log(self, severity, msg) -> None:  # noqa: ARG002 - every severity, the layer listing is INFO/VERBOSE
+        self.lines.append(msg)
+
+
+def test_rtx_fuses_the_corner_gather_with_its_blend(tmp_path):
+    """The form is fast only if the runtime fuses the corner Gather into its blend (node by node
+    the Gather writes four times the columns): TensorRT-RTX's builder makes one generated kernel
+    from the offsets to the blended columns, a second for the Gemm, a third for the output."""
+    path = _portable(tmp_path, "mmcv", "plain", np.float16)
+    logger = _Lines()
+    builder = trt.Builder(logger)
+    network = builder.create_network(0)
+    parser = trt.OnnxParser(network, logger)
+    assert parser.parse_from_file(str(path))
+    config = builder.create_builder_config()
+    config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
+    profile = builder.create_optimization_profile()
+    for i in range(network.num_inputs):
+        dims = tuple(network.get_input(i).shape)
+        profile.set_shape(network.get_input(i).name, *(tuple(2 if d == -1 else d for d in dims),) * 3)
+    config.add_optimization_profile(profile)
+    assert builder.build_serialized_network(network, config) is not None
+    # the engine's layer listing: one "Name: ..., LayerType: ..." line per kernel
+    kernels = [ln for msg in logger.lines for ln in msg.splitlines() if ln.startswith("Name: ") and "LayerType: " in ln]
+    gather = [k for k in kernels if "/sample]" in k]
+    assert len(gather) == 1 and "/blend]" in gather[0] and "/corner_rows]" in gather[0] and "/floor]" in gather[0]
+    assert len(kernels) <= 3, kernels
