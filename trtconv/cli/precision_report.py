@@ -114,8 +114,8 @@ def print_int8(doc: dict[str, Any]) -> None:
                   f"{r['sensitivity_sessions']} sensitivity session(s))", markup=False)
     if r.get("phase_seconds"):
         phases = r["phase_seconds"]
-        con.print(f"time: {sum(phases.values()):.1f} s (" + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items())
-                  + ")", markup=False)
+        con.print("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items())
+                  + f"; {sum(phases.values()):.1f} s in all", markup=False)
     print_accuracy(doc, r["accuracy_samples"])
     print_worst(r.get("worst_samples") or [])
     print_sensitivity(r["sensitivity"])
