@@ -57,6 +57,10 @@ def session(model: onnx.ModelProto | str | os.PathLike[str], *, threads: int | N
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if threads:
         opts.intra_op_num_threads = threads
+    # Pool threads sleep between runs instead of spinning: trtconv's numpy work between runs (comparisons,
+    # histograms, sensitivity sums) then has the cores to itself. On a shared 2-core machine the spin doubled
+    # the CPU of repeated runs and slowed them (docs/benchmarks.md, "`make test` time"); results are the same.
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if isinstance(model, onnx.ModelProto):
         if refuse_too_big:
             _refuse_if_too_big(model)
