@@ -96,6 +96,7 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
     replacing = req.prepared is None and prepared.exists() and not plan.force
     outcome = outcome if outcome is not None else BuildOutcome(prepared=prepared)
     outcome.prepared = prepared
+    outcome.snapshot(_written_paths(output, prepared, req))
     stages = StageRunner(outcome, say)
 
     # Large weights stay on disk through rewrite, FP16, INT8 and the save (streamed into the
@@ -183,12 +184,15 @@ def _remove_failed_outputs(output: Path, req: BuildSettings, outcome: BuildOutco
     the prepared ONNX with ``keep_prepared`` (debugging, or building it elsewhere)."""
     if isinstance(exc, AccuracyError) and outcome.manifest is not None:
         return
-    doomed = [manifest_path(output), output] if outcome.engine is not None else []
-    if outcome.written and not req.keep_prepared:  # the tail goes (or stays) with the prepared ONNX, its head
+    # A flag not yet set when a signal landed right after a rename: the file's changed identity tells.
+    engine = outcome.engine is not None or any(outcome.changed(p) for p in (output, manifest_path(output)))
+    doomed = [manifest_path(output), output] if engine else []
+    if (outcome.written or outcome.changed(outcome.prepared)) and not req.keep_prepared:
         doomed += [outcome.prepared, outcome.prepared.with_name(outcome.prepared.name + ".data")]
-        if outcome.tail is not None:
-            doomed += [outcome.tail, outcome.tail.with_name(outcome.tail.name + ".data")]
-            outcome.tail = None
+        tail = outcome.tail or (req.tail_path(output) if req.split_tail else None)
+        if tail is not None and (outcome.tail is not None or outcome.changed(tail)):  # it goes with its head
+            doomed += [tail, tail.with_name(tail.name + ".data")]
+        outcome.tail = None
         outcome.written = False
     outcome.engine = None
     outcome.manifest = None
@@ -197,6 +201,15 @@ def _remove_failed_outputs(output: Path, req: BuildSettings, outcome: BuildOutco
             path.unlink(missing_ok=True)
         except OSError as err:  # the original error is what the user must see
             log.warning("could not remove %s: %s", path, err)
+
+
+def _written_paths(output: Path, prepared: Path, req: BuildSettings) -> list[Path]:
+    """Every file a build may write and a failed one removes: engine, manifest, prepared ONNX, tail."""
+    paths = [output, manifest_path(output), prepared, prepared.with_name(prepared.name + ".data")]
+    if req.split_tail:
+        tail = req.tail_path(output)
+        paths += [tail, tail.with_name(tail.name + ".data")]
+    return paths
 
 
 def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSettings, plan: BuildPlan,
