@@ -10,6 +10,7 @@ it), timing falls back to plain enqueues and says so.
 from __future__ import annotations
 
 import logging
+import shlex
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from trtconv.errors import (
     UnsupportedModelError,
     UsageError,
 )
+from trtconv.load import looks_like_onnx
 from trtconv.plan import manifest_path, read_manifest, runtime_mismatches
 from trtconv.trt.cudart import EventTimer, capture
 from trtconv.trt.environment import probe
@@ -100,7 +102,12 @@ RTX_ENGINE_MAGIC = b"vtrt"
 
 def engine_flavour(engine_path: Path, target: str | None = None) -> tuple[Flavour, str]:
     """Which runtime an engine needs, and how that is known: ``target`` (``--trt``), else its
-    manifest's build target, else its header (TensorRT-RTX engines start with ``vtrt``), else TensorRT."""
+    manifest's build target, else its header (TensorRT-RTX engines start with ``vtrt``), else TensorRT.
+    An ONNX model given where the engine goes is a usage error (exit 2), never "TensorRT is missing"."""
+    if looks_like_onnx(engine_path):
+        raise UsageError(f"{engine_path} is an ONNX model, not a TensorRT engine",
+                         hint=f"trtconv build {shlex.quote(str(engine_path))} -o "
+                              f"{shlex.quote(str(Path(engine_path).with_suffix('.engine')))}")
     if target:
         return for_target(target), "--trt"
     path = manifest_path(engine_path)
