@@ -179,3 +179,25 @@ def test_a_skipped_graph_proof_says_so_once_and_names_every_dynamic_input(tmp_pa
     assert "graph proof skipped" not in line, line
     assert line.strip().startswith("graph proof: skipped: input 'ids' has dynamic dims"), line
     assert line.endswith("--shapes ids:Nx4,mask:Nx4"), line
+
+
+def test_an_ir3_model_stays_valid_onnx_after_the_rewrite(tmp_path):
+    """Seen on the ONNX test suite's light_inception_v2 (IR 3, every initializer a graph input, as IR 3
+    wants): the rewrite's export listed no initializer as an input but kept IR 3, so onnx.checker
+    refused the output ("in initializer but not in graph input") and INT8's opset upgrade failed on it
+    (`build --precision int8`: exit 5, "Input ... is undefined")."""
+    w = numpy_helper.from_array(np.full((1, 4), 2.0, np.float32), "w")
+    g = helper.make_graph(
+        [helper.make_node("Add", ["w", "w"], ["ww"]), helper.make_node("Mul", ["x", "ww"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+         helper.make_tensor_value_info("w", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [w])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)], ir_version=3), model)
+    onnx.checker.check_model(onnx.load(model))  # a valid IR 3 model
+    res = invoke(str(model), "-o", str(tmp_path / "out.onnx"))
+    assert res.exit_code == 0, res.output
+    out = onnx.load(tmp_path / "out.onnx")
+    onnx.checker.check_model(out)
+    x = np.arange(4, dtype=np.float32).reshape(1, 4)
+    np.testing.assert_array_equal(run_model(out, {"x": x})["y"], x * 4)
