@@ -57,6 +57,7 @@ from trtconv.pipeline.quantize import (
 )
 from trtconv.pipeline.reference_graph import Reference
 from trtconv.plan import (
+    RTX_TARGET,
     BuildPlan,
     Profile,
     build_manifest,
@@ -70,7 +71,7 @@ from trtconv.plan import (
 from trtconv.precision import cache_files
 from trtconv.rewrites import RewriteResult, RewriteSettings
 from trtconv.samples import SampleSet
-from trtconv.trt import Flavour, for_target, tensorrt_version
+from trtconv.trt import RTX_ALTERNATIVE, Flavour, for_target, tensorrt_version
 
 log = logging.getLogger(__name__)
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
@@ -139,7 +140,7 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
         return _prepare_and_build(model, output, target, req, plan, outcome, stages, precisioned, reference,
                                   checked.verdict, profiles, progress, rewritten, shapes0, samples, split,
                                   hint or f"run `trtconv check --trt {target} {shlex.quote(str(model))}` for the reasons",
-                                  checked.advice, lambda: model_sha256(source))
+                                  checked.advice, lambda: model_sha256(source), _rtx_takes(req, model, output, command))
     except BaseException as exc:
         _remove_failed_outputs(output, req, outcome, exc)
         _remove_new_caches(outcome)
@@ -218,7 +219,7 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
                        progress: Any, rewritten: RewriteResult,
                        shapes0: dict[str, tuple[int, ...]], samples: SampleSet | None,
                        split: Split | None, hint: str | None, advice: tuple[NodeReport, ...],
-                       model_hash: Callable[[], str]) -> BuildOutcome:
+                       model_hash: Callable[[], str], rtx_ok: bool = True) -> BuildOutcome:
     """From the prepared ONNX on: save (and the tail), recheck, profile corners, TensorRT build, verify,
     manifest. Over 80 lines: the stages in their order, each a line or two, with what they hand on."""
     prepared = outcome.prepared
@@ -245,7 +246,7 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
         return outcome
     if missing is not None:
         outcome.stopped = "tensorrt-unavailable"
-        raise _no_tensorrt(missing, prepared, req.keep_prepared) from None
+        raise _no_tensorrt(missing, prepared, req.keep_prepared, rtx_ok) from None
     try:
         built = stages.run("build", lambda: engine_stage(plan, progress, outcome.new_caches))
     except BuildError:  # a parser that rejects what check predicted it takes: recorded, then the error
@@ -310,8 +311,23 @@ def _missing_tensorrt(flavour: Flavour) -> BackendUnavailableError | None:
     return None
 
 
-def _no_tensorrt(exc: BackendUnavailableError, prepared: Path, kept: bool) -> BackendUnavailableError:
-    """Exit 9 after the CPU stages: where the prepared ONNX is (``--keep-prepared``), or how to keep it."""
+def _rtx_takes(req: BuildSettings, model: Path, output: Path, command: str | None) -> bool:
+    """Whether this build, with ``--trt rtx`` instead, would get past its option checks: not with
+    options RTX refuses (--plugins, --hardware-compat, ...) nor a Triton repository (the CLI's flag,
+    in the command its hints repeat), which Triton cannot serve from an RTX plan."""
+    try:
+        validate_plan(replace(req, trt=RTX_TARGET).plan(model, output, RTX_TARGET))
+    except UsageError:
+        return False
+    return "--triton-repo" not in shlex.split(command or "")
+
+
+def _no_tensorrt(exc: BackendUnavailableError, prepared: Path, kept: bool, rtx_ok: bool = True
+                 ) -> BackendUnavailableError:
+    """Exit 9 after the CPU stages: where the prepared ONNX is (``--keep-prepared``), or how to keep it.
+    ``rtx_ok``: False drops the hint's "add --trt rtx" (the command would be refused with it)."""
+    if not rtx_ok:
+        exc = BackendUnavailableError(exc.message, hint=(exc.hint or "").replace(RTX_ALTERNATIVE, ""))
     trtexec = ("trtexec --stronglyTyped (TensorRT 10; 11 is always strongly typed): the precision is already "
                "explicit, no --fp16/--int8 flags needed")
     if kept:
