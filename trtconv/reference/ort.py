@@ -135,15 +135,18 @@ def concrete_shapes(model: onnx.ModelProto, shapes: Mapping[str, Shape] | None =
     """Each input's concrete shape: fixed dims from the model, the rest from ``shapes``."""
     shapes = dict(shapes or {})
     out: dict[str, Shape] = {}
-    for name, dims in input_dims(model).items():
+    every = input_dims(model)
+    # the hint gives every input still open a shape, not only the first: one --shapes that is enough
+    open_ = {n: d for n, d in every.items() if n not in shapes and any(not isinstance(x, int) for x in d)}
+    for name, dims in every.items():
         if name in shapes:
             out[name] = tuple(shapes[name])
             continue
-        if any(not isinstance(d, int) for d in dims):
+        if name in open_:
             raise UsageError(
                 f"input {name!r} has dynamic dims {dims}",
-                hint=f"give a concrete shape, e.g. --shapes {name}:" + "x".join(
-                    str(d) if isinstance(d, int) else "N" for d in dims),
+                hint="give a concrete shape, e.g. --shapes " + ",".join(
+                    f"{n}:" + "x".join(str(x) if isinstance(x, int) else "N" for x in d) for n, d in open_.items()),
             )
         out[name] = tuple(int(d) for d in dims)
     return out
