@@ -238,7 +238,8 @@ def split_key(model: str, seed: int, calib: list[str], total: int) -> str:
 def measure_model(args, name: str, tmp: Path, reuse: dict) -> list[dict]:
     import gate_data
 
-    folder = gate_data.ensure(name, args.data, scale=args.data_scale)
+    folder = gate_data.ensure(name, args.data or gate_data.default_out(args.sources), scale=args.data_scale,
+                              sources=args.sources)
     meta = json.loads((folder / "meta.json").read_text())
     sources = sources_of(folder)
     total = sum(len(v) for v in sources.values())
@@ -370,7 +371,9 @@ def main() -> None:
     ap.add_argument("--models", default=None, help=f"default {','.join(MODELS)} ({','.join(QUICK_MODELS)} with --quick)")
     ap.add_argument("--splits", type=int, default=None, help="random source-aware splits per model (default 5; 2 with --quick)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--data", type=Path, default=HERE.parent / ".cache" / "gate_data")
+    ap.add_argument("--data", type=Path, default=None, help="default .cache/gate_data (_sN with --sources N)")
+    ap.add_argument("--sources", type=int, default=0,
+                    help="gate_data.py --sources: the many-source sets (N sources of 1-2 samples each)")
     ap.add_argument("--data-scale", type=int, default=1, help="gate_data.py --scale: k times the samples per source")
     ap.add_argument("--modelopt-python", default=None,
                     help="interpreter with nvidia-modelopt[onnx]==0.47.0 (its own venv); without it no ModelOpt column")
