@@ -319,20 +319,36 @@ def summary(rows: list[dict]) -> str:
 
 def detail(rows: list[dict]) -> str:
     """One line per split."""
-    lines = ["| model | split | calib / unseen samples | trtconv exit | verdict | INT8 share | unseen meeting 0.99 "
+    lines = ["| model | split seed | calib / unseen samples | trtconv exit | verdict | INT8 share | unseen meeting 0.99 "
              "| worst unseen | holds | trtconv s | ModelOpt s | ModelOpt unseen meeting 0.99 | ModelOpt worst |",
              "|" + "---|" * 13]
     for r in rows:
         t, m = r["trtconv"], r.get("modelopt", {})
-        verdict = ((t.get("message") if t["exit"] else t.get("verdict")) or "").replace("|", "/")[:70]
+        verdict = _short(((t.get("message") if t["exit"] else t.get("verdict")) or "").replace("|", "/"))
         lines.append(
-            f"| {r['model']} | {r['split']} | {r['calib_samples']} / {r['unseen_samples']} | {t['exit']} | {verdict} | "
+            f"| {r['model']} | {r['seed']} | {r['calib_samples']} / {r['unseen_samples']} | {t['exit']} | {verdict} | "
             f"{_fmt(t.get('int8_share') if 'unseen_meeting' in t else None, '.0%')} | "
             f"{_fmt(t.get('unseen_meeting'), '.1%')} | "
             f"{_fmt(t.get('worst_unseen'), '.3f')} | {'-' if 'holds' not in t else 'yes' if t['holds'] else 'no'} | "
             f"{t['seconds']:.0f} | {_fmt(m.get('seconds'), '.0f')} | {_fmt(m.get('unseen_meeting'), '.1%')} | "
             f"{_fmt(m.get('worst_unseen'), '.3f')} |")
     return "\n".join(lines)
+
+
+def _short(text: str) -> str:
+    """The verdict or refusal in a table cell: the claim's numbers kept, the advice dropped."""
+    import re
+
+    m = re.match(r"INT8 not verified: (\d+) independent judged samples \((\d+) samples from (\d+) sources.*?design "
+                 r"effect ([\d.]+)\)(?:, (\d+) of them below the limit)?", text)
+    if m:
+        judged, samples, sources, deff, misses = m.groups()
+        return (f"not verified: {judged} judged ({samples} samples, {sources} sources, design effect {deff}), "
+                f"{misses or 0} below 0.99")
+    m = re.match(r"passed on n=(\d+) judged samples: at least ([\d.]+%)", text)
+    if m:
+        return f"passed on n={m.group(1)}: at least {m.group(2)} of new samples"
+    return text[:90]
 
 
 def _fmt(v, spec: str) -> str:
