@@ -293,15 +293,15 @@ def summary(rows: list[dict]) -> str:
              "(exit codes) | other | INT8 share, median | unseen meeting 0.99: median (lowest) | worst unseen "
              "cosine | trtconv s, median | ModelOpt s, median | ModelOpt unseen meeting 0.99: median (lowest) "
              "| ModelOpt worst unseen | ModelOpt INT8 share |", "|" + "---|" * 15]
-    for name in dict.fromkeys(r["model"] for r in rows):
-        rs = [r for r in rows if r["model"] == name]
+    for name, size in dict.fromkeys((r["model"], r["samples"]) for r in rows):  # one row per model and set
+        rs = [r for r in rows if (r["model"], r["samples"]) == (name, size)]
         t = [r["trtconv"] for r in rs]
         passed = [x for x in t if x["exit"] == 0 and x.get("passed") is True]
         holding = [x for x in passed if x.get("holds")]
         refused = [x for x in t if x.get("refused", x["exit"] in (7, 8))]
         other = [x for x in t if x not in passed and x not in refused]
         written = [x for x in t if "unseen_meeting" in x]
-        codes = ",".join(str(c) for c in sorted({x["exit"] for x in refused}))
+        codes = ", ".join(f"{c} ×{sum(x['exit'] == c for x in refused)}" for c in sorted({x["exit"] for x in refused}))
         mo = [r["modelopt"] for r in rs if "modelopt" in r]
         mo_ok = [m for m in mo if "unseen_meeting" in m]
         lines.append(
