@@ -12,13 +12,13 @@ Times are medians of CUDA-event timed batches.
 
 The ``portable`` columns time the plugin-free form (``trtconv rewrite --dcn-target portable``):
 the ONNX graph trtconv emits for the layer, its nodes executed one by one with the matching
-PyTorch op (GridSample → ``grid_sample``, Conv → cuDNN ``conv2d``, ...), captured in a CUDA
+PyTorch op (Gather → ``index_select``, Gemm → cuBLAS ``addmm``, ...), captured in a CUDA
 graph so launch overhead stays out as it does in a TensorRT engine; ``fused`` runs the same
-graph with the nodes between GridSample and Conv compiled by ``torch.compile``, as TensorRT
-fuses element-wise, cast and shuffle layers. The last tables put both forms side by side
-against cuDNN, torchvision and the roofline, and split the portable time into its parts.
+graph with every node but the product compiled by ``torch.compile``, as TensorRT-RTX's
+builder fuses them (see HEAVY). The last tables put both forms side by side against cuDNN,
+torchvision and the roofline, and split the portable time into its parts.
 
-    python benchmarks/dcn_bench.py [--json out.json] [--quick]
+    python benchmarks/dcn_bench.py [--json out.json] [--quick] [--graphs DIR] [--plugin-only]
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import argparse
 import json
 import statistics
 import sys
+from pathlib import Path
 from typing import Any
 
 # key -> (N, C, Cout, H=W, stride, math modes). (a)-(c): docs/dcn-perf.md; (d) a CenterNet-style
@@ -139,18 +140,22 @@ def portable_graph(n: int, c: int, cout: int, h: int, fp16: bool, stride: int = 
     return gs.export_onnx(graph)
 
 
-def torch_runner(torch: Any, model: Any, device: str = "cuda", fuse: bool = False) -> Any:
+def torch_runner(torch: Any, model: Any, device: str = "cuda", fuse: bool = False, alone: tuple[str, ...] = (),
+                 fixed: dict[str, Any] | None = None) -> Any:
     """``fn(feeds, until=()) -> tensors by name``: the ONNX graph's nodes in order, each as its
-    PyTorch op, up to the first node of a type in ``until``. ``fuse``: every run of nodes between
-    the GridSample and the Conv (casts, element-wise arithmetic, gathers, reshapes, transposes)
-    is compiled by ``torch.compile`` (Inductor) into fused kernels, as TensorRT fuses such layers;
-    GridSample and Conv still run as their PyTorch ops (grid_sample, cuDNN)."""
+    PyTorch op, up to the first node of a type in ``until``. ``fuse``: every run of nodes other
+    than HEAVY's is compiled by ``torch.compile`` (Inductor) into fused kernels (casts,
+    element-wise arithmetic, gathers, reductions, reshapes, transposes), as TensorRT-RTX's
+    builder fuses them; HEAVY's nodes run as their PyTorch ops (grid_sample, cuDNN, cuBLAS),
+    and so do the nodes writing the tensors named in ``alone``. A fused kernel starts at the
+    corner Gather: the corner indices and weights are written once before it, not recomputed
+    for every channel inside it."""
     import torch.nn.functional as F
     from onnx import helper, numpy_helper
 
     host = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     consts = {k: torch.from_numpy(v.copy()).to(device) for k, v in host.items()}
-    types = {1: torch.float32, 10: torch.float16}
+    types = {1: torch.float32, 6: torch.int32, 7: torch.int64, 10: torch.float16}
 
     def reshape(v: Any, shape: list[int]) -> Any:  # shapes stay on the host: no copies in a CUDA graph
         return v.reshape([v.shape[i] if d == 0 else d for i, d in enumerate(shape)])
@@ -164,28 +169,68 @@ def torch_runner(torch: Any, model: Any, device: str = "cuda", fuse: bool = Fals
         return F.conv2d(v, w, b, a.get("strides", [1, 1]), a.get("pads", [0, 0, 0, 0])[:2],
                         a.get("dilations", [1, 1]), a.get("group", 1))
 
+    def gather(v: Any, i: Any, axis: int = 0) -> Any:  # ONNX Gather: any index rank, a scalar drops the axis
+        axis %= v.dim()
+        picked = torch.index_select(v, axis, i.reshape(-1).long())
+        return picked.reshape(list(v.shape[:axis]) + list(i.shape) + list(v.shape[axis + 1:]))
+
+    def pad(v: Any, **a: Any) -> Any:  # constant mode with zeros, as the portable form pads
+        p = a["pads"]
+        half = len(p) // 2
+        return F.pad(v, [q for d in reversed(range(half)) for q in (p[d], p[d + half])])
+
+    def gemm(u: Any, v: Any, b: Any = None, **a: Any) -> Any:
+        u = u.t() if a.get("transA") else u
+        v = v.t() if a.get("transB") else v
+        return torch.mm(u, v) if b is None else torch.addmm(b, u, v)
+
+    def reduce_sum(v: Any, **a: Any) -> Any:
+        return torch.sum(v, dim=a["axes"], keepdim=bool(a.get("keepdims", 1)))
+
     ops = {
         "Cast": lambda v, **a: v.to(types[a["to"]]),
-        "Gather": lambda v, i, **a: torch.index_select(v, a.get("axis", 0), i.long()),
+        "Gather": lambda v, i, **a: gather(v, i, a.get("axis", 0)),
         "Reshape": lambda v, **a: reshape(v, a["shape"]),
         "Mul": lambda u, v, **a: u * v,
         "Add": lambda u, v, **a: u + v,
         "Sub": lambda u, v, **a: u - v,
         "Div": lambda u, v, **a: u / v,
-        "Transpose": lambda v, **a: v.permute(*a["perm"]),
+        "Max": lambda u, v, **a: torch.maximum(u, v),
+        "Min": lambda u, v, **a: torch.minimum(u, v),
+        "Floor": lambda v, **a: torch.floor(v),
+        # a layer of its own in an engine: the permuted tensor is written out, not left as a view
+        "Transpose": lambda v, **a: v.permute(*a["perm"]).contiguous(),
         "Expand": lambda v, **a: expand(v, a["shape"]),
+        "Pad": pad,
+        "ReduceSum": reduce_sum,
         "GridSample": lambda v, g, **a: F.grid_sample(v, g, mode="bilinear", padding_mode="zeros",
                                                        align_corners=bool(a.get("align_corners", 0))),
         "Conv": conv,
+        "Gemm": gemm,
     }
     nodes = []
     for nd in model.graph.node:
         attrs = {x.name: helper.get_attribute_value(x) for x in nd.attribute}
         ins = list(nd.input)
-        if nd.op_type in ("Reshape", "Expand"):
+        if nd.op_type in ("Reshape", "Expand"):  # shapes, pads and axes stay on the host
             attrs["shape"] = [int(d) for d in host[ins.pop()]]
+        elif nd.op_type in ("Pad", "ReduceSum"):
+            attrs["pads" if nd.op_type == "Pad" else "axes"] = [int(d) for d in host[ins[1]]]
+            ins = ins[:1]
         nodes.append((ops[nd.op_type], ins, nd.output[0], attrs, nd.op_type))
-    steps = _compiled_segments(torch, nodes, {o.name for o in model.graph.output}) if fuse else nodes
+    if fixed:  # nodes that read only initializers and the layer's weights: computed once, as a builder folds them
+        known = set(consts) | set(fixed)
+        consts.update(fixed)
+        rest = []
+        for nd in nodes:
+            op, ins, outs, attrs, _ = nd
+            if all(i in known for i in ins if i):
+                consts[outs] = op(*(consts[i] for i in ins if i), **attrs)
+                known.add(outs)
+            else:
+                rest.append(nd)
+        nodes = rest
+    steps = _compiled_segments(torch, nodes, {o.name for o in model.graph.output}, alone) if fuse else nodes
 
     def fn(feeds: dict[str, Any], until: tuple[str, ...] = ()) -> dict[str, Any]:
         env = {**consts, **feeds}
@@ -202,23 +247,34 @@ def torch_runner(torch: Any, model: Any, device: str = "cuda", fuse: bool = Fals
     return fn
 
 
-def _compiled_segments(torch: Any, nodes: list[Any], graph_outputs: set[str]) -> list[Any]:
-    """``nodes`` with every run of nodes other than GridSample and Conv replaced by one
-    ``torch.compile``d step: ``(fn, inputs, outputs, {}, "Fused")``."""
-    heavy = ("GridSample", "Conv")
+# Nodes that stay their own PyTorch op (a library kernel) when the rest is fused: the product,
+# and GridSample (Inductor's own GridSample, decomposed per channel, ran 1.2-1.8x slower than
+# PyTorch's kernel plus the fused rest). TensorRT-RTX 1.7's builder fuses everything but the
+# product into generated kernels (its engine's layer listing, DETAILED profiling verbosity:
+# the corner Gather with the index arithmetic and the blend in one kernel; GridSample with its
+# casts and the mask multiply in one), so the proxy fuses the Gather too.
+HEAVY = ("GridSample", "Conv", "Gemm")
+
+
+def _compiled_segments(torch: Any, nodes: list[Any], graph_outputs: set[str], alone: tuple[str, ...] = ()) -> list[Any]:
+    """``nodes`` with every run of nodes other than Conv and Gemm (and the nodes writing the
+    tensors named in ``alone``) replaced by one ``torch.compile``d step:
+    ``(fn, inputs, outputs, {}, "Fused")``."""
     # every segment shares one code object: without this, Dynamo stops recompiling after 8 of them
     for limit in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
         if hasattr(torch._dynamo.config, limit):
             setattr(torch._dynamo.config, limit, 4096)
     steps: list[Any] = []
     run: list[Any] = []
+    sampler = next((nd[2] for nd in nodes if nd[4] == "Gather" and nd[2].endswith("/sample")), None)
 
     def close() -> None:
         if not run:
             return
         made = {o for _, _, o, _, _ in run}
         ins = list(dict.fromkeys(i for _, nin, _, _, _ in run for i in nin if i and i not in made))
-        later = {i for _, nin, _, _, _ in nodes for i in nin} | graph_outputs
+        # what nodes outside the segment read: the segment's other tensors stay inside its kernels
+        later = {i for _, nin, o, _, _ in nodes if o not in made for i in nin} | graph_outputs
         outs = [o for _, _, o, _, _ in run if o in later]
         body = list(run)
 
@@ -232,7 +288,9 @@ def _compiled_segments(torch: Any, nodes: list[Any], graph_outputs: set[str]) ->
         run.clear()
 
     for nd in nodes:
-        if nd[4] in heavy:
+        if nd[4] == "Gather" and nd[2] == sampler:  # the corner indices and weights written once, not per channel
+            close()
+        if nd[4] in HEAVY or nd[2] in alone:
             close()
             steps.append(nd)
         else:
@@ -257,36 +315,55 @@ def graphed(torch: Any, fn: Any) -> Any:
 
 def portable_timings(torch: Any, F: Any, deform_conv2d: Any, tensors: tuple[Any, ...], fp16: bool, iters: int,
                      reps: int, stride: int = 1, model: Any = None) -> dict[str, Any]:
-    """The portable form of one layer: whole (each node alone; and with the nodes between
-    GridSample and Conv compiled into fused kernels, as TensorRT fuses such layers), its sampling part (every node before
-    the Conv), the 1x1 Conv alone, the GridSample alone, and the errors
-    against float64 torchvision. A failure is reported, not fatal."""
+    """The portable form of one layer: whole (each node alone; with the nodes around the library
+    kernels compiled into fused kernels, as TensorRT fuses such layers; and fused but with the
+    sampling node, the corner Gather or GridSample, left alone), its sampling part (every node
+    before the product), the product (Gemm or 1x1 Conv) alone, the sampling node alone, and the
+    errors against float64 torchvision. A failure is reported, not fatal."""
     x, w, b, off, msk = tensors
     n, c, h = x.shape[0], x.shape[1], x.shape[2]
     try:
         model = model or portable_graph(n, c, w.shape[0], h, fp16, stride)
-        product = next(nd for nd in model.graph.node if nd.op_type == "Conv")
+        product = next(nd for nd in model.graph.node if nd.op_type in ("Conv", "Gemm"))
+        sampler = next(nd for nd in model.graph.node
+                       if nd.op_type == "GridSample" or (nd.op_type == "Gather" and nd.name.endswith("/sample")))
         y = model.graph.output[0].name
         feeds = {"x": x, "offset": off, "mask": msk, "weight": w, "bias": b}
-        run = torch_runner(torch, model)
-        run_fused = torch_runner(torch, model, fuse=True)
+        layer = {"weight": w, "bias": b}  # the layer's constants in a real model
+        run = torch_runner(torch, model, fixed=layer)
+        run_fused = torch_runner(torch, model, fuse=True, fixed=layer)
+        run_split = torch_runner(torch, model, fuse=True, alone=(sampler.output[0],), fixed=layer)
         whole = time_us(torch, graphed(torch, lambda: run(feeds)[y]), iters, reps)
         fused = time_us(torch, graphed(torch, lambda: run_fused(feeds)[y]), iters, reps)
-        sample = time_us(torch, graphed(torch, lambda: run(feeds, ("Conv",))), iters, reps)
+        split = time_us(torch, graphed(torch, lambda: run_split(feeds)[y]), iters, reps)
+        sample = time_us(torch, graphed(torch, lambda: run(feeds, ("Conv", "Gemm"))), iters, reps)
         env = run(feeds)
-        cols, w1 = env[product.input[0]], env[product.input[1]]
-        dense = time_us(torch, graphed(torch, lambda: F.conv2d(cols, w1, b)), iters, reps)
-        sampler = next(nd for nd in model.graph.node if nd.op_type == "GridSample")
-        img, grid = env[sampler.input[0]], env[sampler.input[1]]
-        gs_alone = time_us(torch, graphed(torch, lambda: F.grid_sample(img, grid, padding_mode="zeros",
-                                                                        align_corners=False)), iters, reps)
+        p_ins = [env[i] for i in product.input if i]
+        if product.op_type == "Conv":
+            dense = time_us(torch, graphed(torch, lambda: F.conv2d(p_ins[0], p_ins[1], b)), iters, reps)
+        else:
+            dense = time_us(torch, graphed(torch, lambda: torch.addmm(p_ins[2], p_ins[0], p_ins[1])), iters, reps)
+        s_ins = [env[i] for i in sampler.input]
+        if sampler.op_type == "GridSample":
+            def one() -> Any:
+                return F.grid_sample(s_ins[0], s_ins[1], padding_mode="zeros", align_corners=False)
+        else:
+            flat = s_ins[1].reshape(-1).long()
+
+            def one() -> Any:
+                return torch.index_select(s_ins[0], 0, flat)
+        sampler_alone = time_us(torch, graphed(torch, one), iters, reps)
         ref = deform_conv2d(x.double(), off.double(), w.double(), b.double(), stride=stride, padding=1,
                             mask=msk.double())
-        err = float((env[y].double() - ref).norm() / ref.norm())
-        err_fused = float((run_fused(feeds)[y].double() - ref).norm() / ref.norm())
-        return dict(portable_us=whole, portable_fused_us=fused, portable_sample_us=sample, portable_conv_us=dense,
-                    portable_gridsample_us=gs_alone,
-                    err_portable=err, err_portable_fused=err_fused,
+
+        def err(out: Any) -> float:
+            return float((out.double() - ref).norm() / ref.norm())
+
+        return dict(portable_us=whole, portable_fused_us=fused, portable_fused_split_us=split,
+                    portable_sample_us=sample, portable_conv_us=dense, portable_sampler_us=sampler_alone,
+                    portable_sampler=sampler.op_type,
+                    err_portable=err(env[y]), err_portable_fused=err(run_fused(feeds)[y]),
+                    err_portable_split=err(run_split(feeds)[y]),
                     portable_nodes=[nd.op_type for nd in model.graph.node])
     except Exception as exc:  # keep the plugin's numbers when the portable part fails
         print(f"# portable form failed: {type(exc).__name__}: {exc}", flush=True)
@@ -297,6 +374,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="write all numbers here")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    ap.add_argument("--graphs", help="portable graphs written by plugins/dcnv2/devportable.py write (one per shape "
+                    "and type), instead of running the rewrite here")
+    ap.add_argument("--plugin-only", action="store_true",
+                    help="skip the plugin-free form (its torch.compile step is most of the run time)")
     args = ap.parse_args(argv)
 
     import torch
@@ -345,8 +426,13 @@ def main(argv: list[str] | None = None) -> int:
             t_tv = time_us(torch, tv_run, iters, reps)
             t_conv = dense_conv_us(torch, gen, n, c, cout, h, stride, dtype, iters, reps)
             t_reformat = time_us(torch, lambda x=x: x.permute(0, 2, 3, 1).contiguous(), iters, reps)
-            port_row = portable_timings(torch, F, deform_conv2d, (x, w, b, off, msk), mode == "fp16", iters, reps,
-                                        stride)
+            model = None
+            if args.graphs and not args.plugin_only:
+                import onnx
+
+                model = onnx.load(next(Path(args.graphs).glob(f"{key}_{'f16' if mode == 'fp16' else 'f32'}_*.onnx")))
+            port_row = {} if args.plugin_only else portable_timings(
+                torch, F, deform_conv2d, (x, w, b, off, msk), mode == "fp16", iters, reps, stride, model)
 
             ref = deform_conv2d(x.double(), off.double(), w.double(), b.double(), stride=stride, padding=1,
                                 mask=msk.double())
@@ -408,8 +494,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n## Both forms against cuDNN, torchvision and the roofline: median µs")
     print("plugin = its faster layout (channels-last; +reformat adds an NCHW->NHWC copy, what TensorRT inserts "
           "after an NCHW producer); portable = the plugin-free ONNX graph, every node alone; fused = the same with "
-          "the nodes around GridSample and Conv compiled into fused kernels (torch.compile), as TensorRT fuses such "
-          "layers; cuDNN = dense 3x3 conv, faster layout; errors: relative L2 against float64.")
+          "every node but the product compiled into fused kernels (torch.compile), as TensorRT-RTX's builder fuses "
+          "them; cuDNN = dense 3x3 conv, faster layout; errors: relative L2 against float64.")
     print("| shape | mode | plugin | +reformat | portable | fused | torchvision | cuDNN | roofline "
           "| plugin / cuDNN | portable / plugin | fused / plugin | tv / plugin | err plugin | err portable | err tv |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -427,13 +513,18 @@ def main(argv: list[str] | None = None) -> int:
             f"| {max(r.get('err_portable', float('nan')), r.get('err_portable_fused', float('nan'))):.1e} "
             f"| {r['err_torchvision']:.1e} |"
         )
-    print("\nportable, where its time goes: = sampling (every node before the Conv, alone), GridSample alone, "
-          "the 1x1 Conv alone; columns MiB = the im2col buffer in the model's type (GridSample writes twice that, FP32, for FP16 models)")
-    print("| shape | mode | portable | = sampling | GridSample | + 1x1 conv | columns MiB |")
-    print("|---|---|---|---|---|---|---|")
+    print("\nportable, where its time goes: node by node and fused as above; fused, sampler alone = fused but "
+          "the sampling node (the corner Gather) left as its own PyTorch op, as if the runtime did not fuse it; "
+          "sampling = every node before the product, node by node; then the sampling node alone and the product "
+          "(Gemm) alone; columns MiB = the im2col buffer in the model's type (the corner Gather alone writes four "
+          "times that)")
+    print("| shape | mode | portable | fused | fused, sampler alone | sampling | sampler alone | product alone "
+          "| columns MiB |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in (r for r in rows if "portable_us" in r):
-        print(f"| ({r['shape']}) | {r['mode']} | {r['portable_us']:.1f} | {r['portable_sample_us']:.1f} "
-              f"| {r['portable_gridsample_us']:.1f} | {r['portable_conv_us']:.1f} | {r['columns_mib']:.0f} |")
+        print(f"| ({r['shape']}) | {r['mode']} | {r['portable_us']:.1f} | {r['portable_fused_us']:.1f} "
+              f"| {r['portable_fused_split_us']:.1f} | {r['portable_sample_us']:.1f} "
+              f"| {r['portable_sampler_us']:.1f} | {r['portable_conv_us']:.1f} | {r['columns_mib']:.0f} |")
     print("portable nodes: " + "; ".join(sorted({" ".join(r.get("portable_nodes", ["failed"])) for r in rows})))
     print("\nbest tiles: " + "; ".join(f"({r['shape']}) {r['mode']}: {r['tile_nchw']}, {r['tile_nhwc']}" for r in rows))
     print("\n| H=W (FP16, C64→64) | " + " | ".join(str(s["h"]) for s in sweep) + " |")

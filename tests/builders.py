@@ -136,3 +136,17 @@ def int32_relu_model(path: Path) -> Path:
                           [helper.make_tensor_value_info("y", TensorProto.INT32, [2, 3])])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
     return path
+
+
+def mask_model(path: Path) -> Path:
+    """A mask whose sum is the length x is cut to: TensorRT makes ``mask`` a shape tensor."""
+    inits = [numpy_helper.from_array(np.array([0], np.int64), n) for n in ("ax0", "zero")]
+    inits.append(numpy_helper.from_array(np.array([1], np.int64), "ax1"))
+    nodes = [helper.make_node("ReduceSum", ["mask"], ["n"], keepdims=0),
+             helper.make_node("Unsqueeze", ["n", "ax0"], ["end"]),
+             helper.make_node("Slice", ["x", "zero", "end", "ax1"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6]),
+                                          helper.make_tensor_value_info("mask", TensorProto.INT64, [1, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "L"])], initializer=inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return path

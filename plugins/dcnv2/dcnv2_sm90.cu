@@ -62,6 +62,9 @@ __device__ __forceinline__ int swz(int r, int q) {
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
   "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, " \
   "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define DCN_ACC32                                                                                               \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
+  "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define DCN_ACC128                                                                                                \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "   \
   "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "   \
@@ -73,6 +76,7 @@ __device__ __forceinline__ int swz(int r, int q) {
 #define DCN_F4(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
 #define DCN_F16(d, i) DCN_F4(d, i), DCN_F4(d, i + 4), DCN_F4(d, i + 8), DCN_F4(d, i + 12)
 #define DCN_F64(d, i) DCN_F16(d, i), DCN_F16(d, i + 16), DCN_F16(d, i + 32), DCN_F16(d, i + 48)
+#define DCN_OPS32(d) DCN_F16(d, 0), DCN_F16(d, 16)
 #define DCN_OPS64(d) DCN_F64(d, 0)
 #define DCN_OPS128(d) DCN_F64(d, 0), DCN_F64(d, 64)
 
@@ -91,6 +95,9 @@ DCN_WGMMA(mma_tf32_n256, "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32",
 DCN_WGMMA(mma_f16_n128, "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", 64, DCN_ACC64, DCN_OPS64, 64, 65, 66, ", 0, 0")
 DCN_WGMMA(mma_bf16_n128, "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", 64, DCN_ACC64, DCN_OPS64, 64, 65, 66, ", 0, 0")
 DCN_WGMMA(mma_tf32_n128, "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32", 64, DCN_ACC64, DCN_OPS64, 64, 65, 66, "")
+DCN_WGMMA(mma_f16_n64, "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", 32, DCN_ACC32, DCN_OPS32, 32, 33, 34, ", 0, 0")
+DCN_WGMMA(mma_bf16_n64, "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", 32, DCN_ACC32, DCN_OPS32, 32, 33, 34, ", 0, 0")
+DCN_WGMMA(mma_tf32_n64, "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", 32, DCN_ACC32, DCN_OPS32, 32, 33, 34, "")
 
 template <class E, int BN>
 __device__ __forceinline__ void mma(float (&d)[BN / 2], uint64_t a, uint64_t b) {
@@ -98,10 +105,15 @@ __device__ __forceinline__ void mma(float (&d)[BN / 2], uint64_t a, uint64_t b) 
     if constexpr (std::is_same<E, F16>::value) mma_f16_n256(d, a, b);
     else if constexpr (std::is_same<E, BF16>::value) mma_bf16_n256(d, a, b);
     else mma_tf32_n256(d, a, b);
-  } else {
+  } else if constexpr (BN == 128) {
     if constexpr (std::is_same<E, F16>::value) mma_f16_n128(d, a, b);
     else if constexpr (std::is_same<E, BF16>::value) mma_bf16_n128(d, a, b);
     else mma_tf32_n128(d, a, b);
+  } else {
+    static_assert(BN == 64, "wgmma width");
+    if constexpr (std::is_same<E, F16>::value) mma_f16_n64(d, a, b);
+    else if constexpr (std::is_same<E, BF16>::value) mma_bf16_n64(d, a, b);
+    else mma_tf32_n64(d, a, b);
   }
 }
 
@@ -170,6 +182,14 @@ __device__ __forceinline__ bool vectorizable(const Params& p) {
   return w && (!NHWC || p.xcs % VE == 0);
 }
 
+// Shared memory of a tile (the main loop's stages and recipes, or the epilogue's staging).
+__host__ __device__ constexpr int smem_bytes(int BM, int BN, int RB, bool SMR) {
+  const int main = 2 * (BM + BN) * RB + (SMR ? 2 * BM * 32 : 0);
+  const int ec = !SMR ? (BM == 64 ? 128 : 64)
+                      : BN * (BM + 4) * 4 <= main ? BN : BN / 2 * (BM + 4) * 4 <= main ? BN / 2 : BN / 4;
+  return main > ec * (BM + 4) * 4 ? main : ec * (BM + 4) * 4;
+}
+
 // ---- the kernel ------------------------------------------------------------------------------
 // RB: bytes of channels per K step and shared-memory row (64: 32 FP16 / 16 FP32 channels;
 // 128: 64 / 32, so a warp's 16-byte gathers cover 4 pixels x 128 bytes -- whole cache lines --
@@ -183,14 +203,17 @@ __device__ __forceinline__ bool vectorizable(const Params& p) {
 // register allocator sees alone: at 128 registers (512 threads) the 128x256x64 "v" tile then
 // keeps every loop-invariant value in a register instead of reloading spilled ones each step
 // (plugins/dcnv2/NOTES.md, v14).
+// PG: gather passes whose corner loads are in flight together (0: one at a time for 128-byte
+// rows, else all). XS: the entry owns the shared memory and passes it in (xsmem), so that its
+// two instantiations (SPLIT) share one allocation instead of holding one each.
 template <class E, int BM, int BN, int WN, bool NHWC, int KS = 1, int RB = 64, bool SMR = false, int ABL = 0,
-          bool VEC = false>
+          bool VEC = false, int PG = 0, bool XS = false>
 __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
                                             const typename E::T* __restrict__ offset,
                                             const typename E::T* __restrict__ mask,
                                             const typename E::T* __restrict__ weight,
                                             const typename E::T* __restrict__ bias, const Params p,
-                                            typename E::T* __restrict__ y) {
+                                            typename E::T* __restrict__ y, unsigned char* xsmem = nullptr) {
   using T = typename E::T;
   using S = typename E::S;
   constexpr int NT = 2 * BM * WN;                  // threads: WN warpgroups per 64 pixels
@@ -219,7 +242,14 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
   static_assert(SMEM <= 227 * 1024, "static shared memory");
   static_assert(NTASK * PPP == BM && BCH * NT == BN * TPR && KSL * E::WK * ES == RB && BNW % ECW == 0, "tile");
 
-  __shared__ __align__(1024) unsigned char smem[SMEM];
+  static_assert(SMEM == smem_bytes(BM, BN, RB, SMR), "smem_bytes");
+  unsigned char* smem;
+  if constexpr (XS) {
+    smem = xsmem;
+  } else {
+    __shared__ __align__(1024) unsigned char own[SMEM];
+    smem = own;
+  }
   const uint32_t sbase = smem_addr(smem);
 
   const int tid = threadIdx.x;
@@ -507,7 +537,22 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
   // corner loads are issued. With 128-byte rows the passes go one after another, so only one
   // pass's corners are held in registers (two round trips a step, half as many steps).
   constexpr bool SEQ = RB == 128 && NTASK > 1;
+  // PG > 0: the passes go in groups of PG whose corner loads are in flight together.
+  static_assert(NTASK % (PG > 0 ? PG : 1) == 0, "gather groups");
   auto fill_a = [&](int stage, int c0, int cend, auto between) {
+    if constexpr (PG > 0) {
+#pragma unroll
+      for (int ig = 0; ig < NTASK; ig += PG) {
+        if constexpr (SMR) {
+#pragma unroll
+          for (int i = ig; i < ig + PG; ++i) load_recipes(i);
+        }
+        gather(c0, cend, ig, ig + PG);
+        if (ig == 0) between();
+        store_a(stage, c0, cend, ig, ig + PG);
+      }
+      return;
+    }
     if constexpr (SMR && !SEQ) {
 #pragma unroll
       for (int i = 0; i < NTASK; ++i) load_recipes(i);
@@ -663,7 +708,7 @@ using namespace trtconv_dcnv2;
 // CLUSTER: empty, or __cluster_dims__(KS, 1, 1) for a split-K entry. SPLIT: a separate
 // vectorized instantiation for vectorizable() layers (faster only where the generic one spills in
 // its main loop: the 128 x 256 x 64 "v" tile; the others measured the same or slower with it).
-#define DCNV2_SM90_ENTRY(NAME, E, BM, BN, WN, NHWC, MINB, KS, RB, SMR, CLUSTER, SPLIT)                               \
+#define DCNV2_SM90_ENTRY(NAME, E, BM, BN, WN, NHWC, MINB, KS, RB, SMR, CLUSTER, SPLIT, PG)                           \
   extern "C" __global__ void __launch_bounds__(2 * BM * WN, MINB) CLUSTER NAME(                              \
       const E::T* __restrict__ x, const E::T* __restrict__ offset, const E::T* __restrict__ mask,            \
       const E::T* __restrict__ weight, const E::T* __restrict__ bias, int N, int C, int H, int W, int Cout,  \
@@ -671,27 +716,46 @@ using namespace trtconv_dcnv2;
       int xcs, E::T* __restrict__ y) {                                                                       \
     const Params p{N, C, H, W, Cout, Ho, Wo, kh, kw, sh, sw, pt, pl, dh, dw, group, dgroup, xcs};           \
     if (SPLIT && sm90::vectorizable<E, NHWC>(p))                                                             \
-      sm90::dcn_forward<E, BM, BN, WN, NHWC, KS, RB, SMR, 0, SPLIT>(x, offset, mask, weight, bias, p, y);    \
+      sm90::dcn_forward<E, BM, BN, WN, NHWC, KS, RB, SMR, 0, SPLIT, PG>(x, offset, mask, weight, bias, p, y); \
     else                                                                                                     \
-      sm90::dcn_forward<E, BM, BN, WN, NHWC, KS, RB, SMR, 0, false>(x, offset, mask, weight, bias, p, y);    \
+      sm90::dcn_forward<E, BM, BN, WN, NHWC, KS, RB, SMR, 0, false, PG>(x, offset, mask, weight, bias, p, y); \
+  }
+// As DCNV2_SM90_ENTRY with SPLIT, the two instantiations sharing the entry's shared memory.
+#define DCNV2_SM90_ENTRY_XS(NAME, E, BM, BN, WN, NHWC, MINB, KS, RB, CLUSTER, PG)                                 \
+  extern "C" __global__ void __launch_bounds__(2 * BM * WN, MINB) CLUSTER NAME(                              \
+      const E::T* __restrict__ x, const E::T* __restrict__ offset, const E::T* __restrict__ mask,            \
+      const E::T* __restrict__ weight, const E::T* __restrict__ bias, int N, int C, int H, int W, int Cout,  \
+      int Ho, int Wo, int kh, int kw, int sh, int sw, int pt, int pl, int dh, int dw, int group, int dgroup, \
+      int xcs, E::T* __restrict__ y) {                                                                       \
+    __shared__ __align__(1024) unsigned char smem[sm90::smem_bytes(BM, BN, RB, true)];                       \
+    const Params p{N, C, H, W, Cout, Ho, Wo, kh, kw, sh, sw, pt, pl, dh, dw, group, dgroup, xcs};           \
+    if (sm90::vectorizable<E, NHWC>(p))                                                                      \
+      sm90::dcn_forward<E, BM, BN, WN, NHWC, KS, RB, true, 0, true, PG, true>(x, offset, mask, weight, bias, p, y, smem); \
+    else                                                                                                     \
+      sm90::dcn_forward<E, BM, BN, WN, NHWC, KS, RB, true, 0, false, PG, true>(x, offset, mask, weight, bias, p, y, smem); \
   }
 // Tiles (SM90_TILES in trtconv/trt/plugins/dcnv2_kernel.py): BM, BN, warpgroups per 64 pixels
-// WN (suffix "w": 1, "v": 2), minimum blocks per SM, split-K cluster size KS (a suffix digit:
+// WN (suffix "w": 1, "v": 2), minimum blocks per SM, split-K cluster size KS (a digit after w/v:
 // grid x = pixel tiles x KS), row bytes RB (the name's k: FP16 channels per step, so k64 =
-// 128-byte rows), shared-memory recipes SMR (with 128-byte rows) and SPLIT (above). Development
-// runs also had 128 x 128 (64-byte rows) and 64 x 128 "w", 64 x 256 "v", split-K by 6 and 8, three
-// and four stages, 64-byte rows with shared recipes and a channel-outer K walk, and 64 x 128 x 64
-// "w4"; they won no benchmark shape (plugins/dcnv2/NOTES.md). 128 x 128 x 64 "w" is for layers of
-// 128 output channels, where the 256-wide tiles compute half a tile of nothing: (f) 143 -> 126 us.
+// 128-byte rows), shared-memory recipes SMR, SPLIT (above) and gather groups PG (suffix "x<PG>":
+// PG passes' corner loads in flight together instead of one pass at a time). The _XS entries are
+// SPLIT ones whose two instantiations share the entry's shared memory, so two CTAs still fit an
+// SM (an entry holding two copies could not: the 64 x 256 "v7" of v14 ran at half occupancy).
+// One tile per benchmark shape it wins (plugins/dcnv2/NOTES.md, issue 36 dcnk round; H100):
+// 128 x 256 v (b), 128 x 256 v2 (e: 64 pixel tiles, split in two to fill the GPU), 64 x 256 v6
+// (c), 64 x 128 v6 (d), 128 x 128 wx4 (f), 64 x 64 wx4 (a, 64 output channels). Earlier tiles
+// that no longer win any shape were dropped: 128 x 256 w, 64 x 256 k32 w and w4, 64 x 256 v7
+// (its XS form v7 is 4 % faster than v6 on (c) in TF32, 4 % slower in FP16), 128 x 128 w.
 #define DCNV2_SM90_TILES(DT, E, LAYOUT, NHWC)                                                              \
-  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m128n256k64w, E, 128, 256, 1, NHWC, 1, 1, 128, true, , false)       \
-  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n256k32w, E, 64, 256, 1, NHWC, 2, 1, 64, false, , false)         \
-  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m128n256k64v, E, 128, 256, 2, NHWC, 1, 1, 128, true, , true)       \
-  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n256k32w4, E, 64, 256, 1, NHWC, 2, 4, 64, false,          \
-                   __cluster_dims__(4, 1, 1), false)                                                              \
-  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m64n256k64v7, E, 64, 256, 2, NHWC, 2, 7, 128, true,          \
-                   __cluster_dims__(7, 1, 1), false)                                                              \
-  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m128n128k64w, E, 128, 128, 1, NHWC, 1, 1, 128, true, , false)
+  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m128n256k64v, E, 128, 256, 2, NHWC, 1, 1, 128, true, , true, 0)   \
+  DCNV2_SM90_ENTRY_XS(dcnv2_##DT##_##LAYOUT##_m128n256k64v2, E, 128, 256, 2, NHWC, 1, 2, 128,             \
+                      __cluster_dims__(2, 1, 1), 0)                                                        \
+  DCNV2_SM90_ENTRY_XS(dcnv2_##DT##_##LAYOUT##_m64n256k64v6, E, 64, 256, 2, NHWC, 2, 6, 128,               \
+                      __cluster_dims__(6, 1, 1), 0)                                                        \
+  DCNV2_SM90_ENTRY_XS(dcnv2_##DT##_##LAYOUT##_m64n128k64v6, E, 64, 128, 2, NHWC, 2, 6, 128,               \
+                      __cluster_dims__(6, 1, 1), 0)                                                        \
+  DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m128n128k64wx4, E, 128, 128, 1, NHWC, 1, 1, 128, true, , false, 4) \
+  DCNV2_SM90_ENTRY_XS(dcnv2_##DT##_##LAYOUT##_m64n64k64wx4, E, 64, 64, 1, NHWC, 3, 1, 128, , 4)
 
 using F32Tf32 = F32<false>;
 #ifdef DCNV2_DEV

@@ -6,11 +6,13 @@
 ``write`` saves, for every shape of benchmarks/dcn_bench.py, the portable ONNX graph that the
 trtconv on ``PYTHONPATH`` emits (proven in ONNX Runtime, shape-only parts folded), once per
 ``SAMPLE_CHANNELS`` value given (``0``: no channel split; none given: the module's own), as
-``KEY_f16|f32_LABEL[-cN].onnx``; run it
-once per trtconv version to compare (e.g. ``--label main`` with the main checkout first on the
-path). ``time`` runs every graph in DIR on the GPU through dcn_bench's PyTorch proxy (each node
-alone, and each Cast fused into the Mul that reads it), checks it against float64 torchvision,
-and prints one table; the device needs no onnx-graphsurgeon or ONNX Runtime for it.
+``KEY_f16|f32_LABEL[-cN][-FORM].onnx`` (``--forms``: values of a ``portable.FORM`` switch, where a
+development version has one); run it once per trtconv version to compare (e.g. ``--label main``
+with the main checkout first on the path). ``time`` runs every graph in DIR on the GPU through
+dcn_bench's PyTorch proxy (each node alone; fused; fused with the sampling node alone),
+checks it against float64 torchvision, and prints one table; the device needs no
+onnx-graphsurgeon or ONNX Runtime for it (``dcn_bench.py --graphs DIR`` likewise takes them
+for the full benchmark).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import dcn_bench as bench  # noqa: E402
 
 
-def write(out: Path, label: str, channels: list[int]) -> None:
+def write(out: Path, label: str, channels: list[int], forms: list[str]) -> None:
     import onnx
 
     out.mkdir(parents=True, exist_ok=True)
@@ -34,14 +36,16 @@ def write(out: Path, label: str, channels: list[int]) -> None:
     except ImportError:
         portable = None
     for key, (n, c, cout, h, stride, modes) in bench.SHAPES.items():
-        for fp16 in sorted({m == "fp16" for m in modes}, reverse=True):
-            for ch in channels or [None]:
-                name = f"{label}-c{ch}" if ch is not None else label
-                if ch is not None and portable is not None and hasattr(portable, "SAMPLE_CHANNELS"):
-                    portable.SAMPLE_CHANNELS = ch or 1 << 30
-                model = bench.portable_graph(n, c, cout, h, fp16, stride)
-                onnx.save(model, out / f"{key}_{'f16' if fp16 else 'f32'}_{name}.onnx")
-                print(key, fp16, name, flush=True)
+        for fp16, ch, form in ((f, ch, fm) for f in sorted({m == "fp16" for m in modes}, reverse=True)
+                               for ch in channels or [None] for fm in forms or [None]):
+            name = (f"{label}-c{ch}" if ch is not None else label) + (f"-{form}" if form else "")
+            if form is not None and portable is not None and hasattr(portable, "FORM"):
+                portable.FORM = form
+            if ch is not None and portable is not None and hasattr(portable, "SAMPLE_CHANNELS"):
+                portable.SAMPLE_CHANNELS = ch or 1 << 30
+            model = bench.portable_graph(n, c, cout, h, fp16, stride)
+            onnx.save(model, out / f"{key}_{'f16' if fp16 else 'f32'}_{name}.onnx")
+            print(key, fp16, name, flush=True)
 
 
 def time_all(graphs: Path, json_out: str | None, quick: bool, modes: list[str]) -> None:
@@ -72,14 +76,15 @@ def time_all(graphs: Path, json_out: str | None, quick: bool, modes: list[str]) 
             del tensors
             torch.cuda.empty_cache()
     print(f"\n## portable variants on {prop.name}: median µs")
-    print("| shape | mode | variant | portable | fused | sampling | GridSample | 1x1 conv | err | err fused |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| shape | mode | variant | portable | fused | fused, sampler alone | sampling | sampler | product "
+          "| err | err fused |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if "portable_us" not in r:
             print(f"| ({r['shape']}) | {r['mode']} | {r['variant']} | failed: {r.get('portable_error')} |")
             continue
         print(f"| ({r['shape']}) | {r['mode']} | {r['variant']} | {r['portable_us']:.1f} | {r['portable_fused_us']:.1f} "
-              f"| {r['portable_sample_us']:.1f} | {r['portable_gridsample_us']:.1f} | {r['portable_conv_us']:.1f} "
+              f"| {r['portable_fused_split_us']:.1f} | {r['portable_sample_us']:.1f} | {r['portable_sampler_us']:.1f} | {r['portable_conv_us']:.1f} "
               f"| {r['err_portable']:.1e} "
               f"| {r['err_portable_fused']:.1e} |")
     if json_out:
@@ -93,6 +98,7 @@ def main() -> int:
     w.add_argument("dir", type=Path)
     w.add_argument("--label", default="branch")
     w.add_argument("--channels", type=int, nargs="+", help="SAMPLE_CHANNELS values (0: no split); default: the module's")
+    w.add_argument("--forms", nargs="+", help="portable.FORM values to write, where the module has that switch")
     t = sub.add_parser("time")
     t.add_argument("dir", type=Path)
     t.add_argument("--json")
@@ -100,7 +106,7 @@ def main() -> int:
     t.add_argument("--modes", nargs="+", default=list(bench.ALL_MODES))
     args = ap.parse_args()
     if args.cmd == "write":
-        write(args.dir, args.label, args.channels)
+        write(args.dir, args.label, args.channels, args.forms)
     else:
         time_all(args.dir, args.json, args.quick, args.modes)
     return 0

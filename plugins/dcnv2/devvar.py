@@ -52,13 +52,14 @@ def main() -> int:
     for cfg in args.configs:
         shape, mode, tname, *entry = cfg.split(":")
         tile = tiles[tname] if tname in tiles else tuple(int(v) for v in tname.split(","))  # a development tile
-        n, c, cout, h = SHAPES[shape]
+        n, c, cout, h, stride, _ = SHAPES[shape]
         dtype = torch.float16 if mode == "fp16" else torch.float32
-        x, w, b, off, msk = layer_inputs(torch, gen, n, c, cout, h, dtype)
-        ref = deform_conv2d(x.double(), off.double(), w.double(), b.double(), padding=1, mask=msk.double())
+        x, w, b, off, msk = layer_inputs(torch, gen, n, c, cout, h, stride, dtype)
+        ref = deform_conv2d(x.double(), off.double(), w.double(), b.double(), stride=stride, padding=1,
+                            mask=msk.double())
         x_cl = x.permute(0, 2, 3, 1).contiguous()
         w_ohwi = w.permute(0, 2, 3, 1).contiguous()
-        attrs = dk.DCNv2Attrs(pads=(1, 1, 1, 1))
+        attrs = dk.DCNv2Attrs(stride=(stride, stride), pads=(1, 1, 1, 1))
         name = entry[0] if entry else dk.kernel_name(str(dtype).removeprefix("torch."), tile, True, "nhwc")
         runs = {}
         for label in texts:

@@ -42,6 +42,18 @@ def test_too_few_samples_are_refused_before_any_work_with_the_count_needed(ocr_c
     assert time.perf_counter() - t0 < 20  # refused before calibrating
 
 
+def test_a_bad_sample_is_named_before_the_count_refusal(ocr_cls, tmp_path):
+    """Told "give more samples" first, a user gathers 80 more and only then learns a file was unreadable:
+    the bad file is the one line."""
+    ocr_line_images(tmp_path / "few", range(12), flip_every=2)
+    (tmp_path / "few" / "zz.png").write_bytes(b"not an image")
+    res = _quantize(ocr_cls, tmp_path / "few", tmp_path / "a.onnx")
+    assert res.exit_code == ExitCode.BAD_DATA, res.output
+    errors = [ln for ln in res.stderr.splitlines() if "error:" in ln]
+    assert len(errors) == 1 and "zz.png" in errors[0] and "give at least" not in errors[0], res.stderr
+    assert not (tmp_path / "a.onnx").exists()
+
+
 def test_few_sources_are_refused_before_any_work_however_many_samples(ocr_cls, tmp_path):
     """A source counts once at most in the claim: 100 lines in 4 folders (pages) can never pass, so the
     refusal comes before calibrating, and asks for more sources, not more samples."""

@@ -9,13 +9,15 @@ gets its values from ``--shapes NAME:[v,...]`` or from the samples, into the pro
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+from builders import mask_model
 from click.testing import CliRunner
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from trtconv.cli.main import cli
 from trtconv.errors import ExitCode, UsageError
@@ -37,18 +39,6 @@ def scalar_model(path: Path) -> Path:
     return _save(path, [helper.make_node("Mul", ["x", "scale"], ["y"])],
                  [helper.make_tensor_value_info("x", F, ["n", 4]), helper.make_tensor_value_info("scale", F, [])],
                  [helper.make_tensor_value_info("y", F, ["n", 4])])
-
-
-def mask_model(path: Path) -> Path:
-    """A mask whose sum is the length x is cut to: TensorRT makes ``mask`` a shape tensor."""
-    inits = [numpy_helper.from_array(np.array([0], np.int64), n) for n in ("ax0", "zero")]
-    inits.append(numpy_helper.from_array(np.array([1], np.int64), "ax1"))
-    nodes = [helper.make_node("ReduceSum", ["mask"], ["n"], keepdims=0),
-             helper.make_node("Unsqueeze", ["n", "ax0"], ["end"]),
-             helper.make_node("Slice", ["x", "zero", "end", "ax1"], ["y"])]
-    return _save(path, nodes, [helper.make_tensor_value_info("x", F, [1, 6]),
-                               helper.make_tensor_value_info("mask", I64, [1, 6])],
-                 [helper.make_tensor_value_info("y", F, [1, "L"])], inits)
 
 
 def _build(*args: object) -> tuple[int, str]:
@@ -83,7 +73,11 @@ def test_shape_tensor_input_values_from_the_command_line_reach_profile_preflight
     model = mask_model(tmp_path / "m.onnx")
     assert shape_value_inputs(onnx.load(model)) == ("mask",)
     code, out = _build(model, "-o", tmp_path / "none.engine")
-    assert code == ExitCode.USAGE and "'mask' are shape tensors" in out and "mask:[" in out
+    assert code == ExitCode.USAGE and "'mask' are shape tensors" in out
+    example = re.search(r"--shapes '([^']+)'", out)  # the hint's example runs as printed
+    assert example and "mask:[1,1,1,1,1,1]" in example.group(1), out
+    code, out = _build(model, "-o", tmp_path / "hint.engine", "--shapes", example.group(1))
+    assert code == 0, out
     code, out = _build(model, "-o", tmp_path / "m.engine", "--shapes", "mask:[1,1,1,0,0,0]")
     assert code == 0, out
     manifest = json.loads((tmp_path / "m.engine.json").read_text())

@@ -1,4 +1,4 @@
-"""The ``portable`` DCN target: every dialect into standard ONNX ops only (GridSample + 1x1 Conv),
+"""The ``portable`` DCN target: every dialect into standard ONNX ops only (corner Gather + Gemm),
 proven against the float64 reference, and checked here a second time by running the rewritten
 model in ONNX Runtime ourselves (other batch sizes, offsets far outside the image, FP16)."""
 
@@ -18,11 +18,10 @@ from trtconv.errors import AccuracyError, UnsupportedModelError
 from trtconv.reference.ort import run_model
 from trtconv.rewrites import DCN_TARGETS, RewriteSettings, rewrite
 from trtconv.rewrites.dcn.deform_math import DcnParams, modulated_deform_conv2d
-from trtconv.rewrites.dcn.portable import sample_split, swap_pairs
 
 # Every op the portable form may emit (plus the Relu the test models end with).
-PORTABLE_OPS = {"Shape", "Gather", "Concat", "Range", "Cast", "Reshape", "Mul", "Div", "Sub", "Add", "Transpose",
-                "Expand", "GridSample", "Conv", "Relu"}
+PORTABLE_OPS = {"Shape", "Gather", "Concat", "Range", "Cast", "Reshape", "Mul", "Sub", "Add", "Transpose", "Floor",
+                "Max", "Min", "Pad", "ReduceSum", "Gemm", "Conv", "Relu"}
 DIALECTS = ("centernet", "mmcv", "onnx")
 
 # name: (C, Cout, k, H, W, stride, pads [t, l, b, r], dilation, group, deformable_group, mask, bias)
@@ -36,7 +35,7 @@ VARIANTS = {
     "groups2-dgroups4": (8, 4, 3, 6, 7, (1, 2), (1, 1, 1, 1), (2, 1), 2, 4, True, True),
     "kernel2-nopad": (2, 3, 2, 5, 6, (1, 1), (0, 0, 0, 0), (1, 1), 1, 1, True, False),
     "kernel5": (2, 2, 5, 9, 10, (1, 1), (2, 2, 2, 2), (1, 1), 1, 1, True, True),
-    # enough channels per deformable group to spread them over several GridSample batch entries
+    # many channels: gathered rows of 64 and 128 values
     "channel-shares": (64, 6, 3, 7, 9, (1, 1), (1, 1, 1, 1), (1, 1), 1, 1, True, True),
     "channel-shares-groups": (256, 8, 3, 6, 7, (2, 1), (1, 1, 1, 1), (1, 2), 2, 2, True, True),
     # ONNX DeformConv only: asymmetric pads, no mask
@@ -96,18 +95,27 @@ def test_portable_form_per_dialect_and_variant(dialect, variant):
     assert {n.op_type for n in out.graph.node} <= PORTABLE_OPS
     assert {o.domain for o in out.opset_import} == {""}
     assert next(o.version for o in out.opset_import if o.domain == "") == (19 if dialect == "onnx" else 16)
-    gs_node = next(n for n in out.graph.node if n.op_type == "GridSample")
-    assert _attrs(gs_node) == {"align_corners": 0, "padding_mode": b"zeros"}
-    conv = [n for n in out.graph.node if n.op_type == "Conv"]
     c, co, k, *_ = VARIANTS[variant]
-    group = VARIANTS[variant][8]
-    assert len(conv) == 1 and _attrs(conv[0])["kernel_shape"] == [1, 1] and _attrs(conv[0])["group"] == group
-    w1 = numpy_helper.to_array(next(i for i in out.graph.initializer if i.name == conv[0].input[1]))
-    assert w1.shape == (co, c // group * k * k, 1, 1)
-    assert any(n.name == "dcn0/modulate" for n in out.graph.node) == VARIANTS[variant][10]  # the mask multiply
-    assert not any(n.op_type == "Pad" for n in out.graph.node)  # pads only move the taps
-    split = sample_split(c // VARIANTS[variant][9])
-    assert any(n.op_type == "Expand" for n in out.graph.node) == (split > 1)  # the grid copied per channel share
+    group, dg = VARIANTS[variant][8], VARIANTS[variant][9]
+    nodes = {n.name.split("/", 1)[1]: n for n in out.graph.node if "/" in n.name}
+    inits = {i.name: numpy_helper.to_array(i) for i in out.graph.initializer}
+    # one Gather of the four corners' rows from x padded by one pixel, channels last, C/dg values a row
+    assert _attrs(nodes["x_padded"]) == {"mode": b"constant"}
+    assert inits[nodes["x_padded"].input[1]].tolist() == [0, 0, 1, 1, 0, 0, 1, 1]  # the conv's pads only move taps
+    assert inits[nodes["x_rows"].input[1]].tolist() == [-1, c // dg]
+    assert [n.op_type for n in out.graph.node].count("Pad") == 1
+    blend = nodes["blend"]
+    assert blend.op_type == "ReduceSum" and inits[blend.input[1]].tolist() == [5] and _attrs(blend)["keepdims"] == 0
+    if group == 1:  # the product: a Gemm over [N*OH*OW, K*C] columns, the weight transposed once
+        assert nodes["product"].op_type == "Gemm" and not any(n.op_type == "Conv" for n in out.graph.node)
+        wk = inits[nodes["product"].input[1]]
+        assert wk.shape == (k * k * c, co)
+        np.testing.assert_array_equal(wk, weights["weight"].transpose(2, 3, 1, 0).reshape(k * k * c, co))
+    else:  # grouped: a grouped 1x1 Conv over the columns transposed channel-first
+        conv = [n for n in out.graph.node if n.op_type == "Conv"]
+        assert len(conv) == 1 and _attrs(conv[0])["kernel_shape"] == [1, 1] and _attrs(conv[0])["group"] == group
+        assert inits[conv[0].input[1]].shape == (co, c // group * k * k, 1, 1)
+    assert ("modulate" in nodes) == VARIANTS[variant][10]  # the mask, folded into the corner weights
     # the proof ran in ONNX Runtime against the reference, at the model's own size
     entry = res.report.rewrites[0]
     assert entry.target == "portable" and entry.proof.method == "onnxruntime" and entry.proof.passed
@@ -153,22 +161,22 @@ def test_offsets_outside_the_image_sample_zeros():
     assert _close(run_model(res.model, f)["y"], _expected("plain", f, weights))
 
 
-@pytest.mark.parametrize("variant", ["dgroups2", "channel-shares-groups"])
-def test_fp16_is_sampled_in_fp32_and_proven_in_fp16(variant):
+@pytest.mark.parametrize("variant", ["dgroups2", "channel-shares-groups", "plain"])
+def test_fp16_positions_in_fp32_corners_and_product_in_fp16(variant):
     model, weights = _model("mmcv", variant, dtype=np.float16)
     res = rewrite(model, RewriteSettings(dcn_target="portable"))
-    ops = [n.op_type for n in res.model.graph.node]
-    gs_node = res.model.graph.node[ops.index("GridSample")]
+    nodes = {n.name.split("/", 1)[1]: n for n in res.model.graph.node if "/" in n.name}
     info = {vi.name: vi.type.tensor_type.elem_type
             for vi in onnx.shape_inference.infer_shapes(res.model).graph.value_info}
-    # TensorRT wants x and grid in one type; both FP32 keeps positions exact to FP32
-    assert info[gs_node.input[0]] == info[gs_node.input[1]] == info[gs_node.output[0]] == TensorProto.FLOAT
-    down = next(n for n in res.model.graph.node if n.name == "dcn0/columns_cast")  # columns back to FP16
-    into = next(n for n in res.model.graph.node if down.input[0] in n.output)  # GridSample, or a Reshape of it
-    assert into.name == gs_node.name or (into.op_type == "Reshape" and into.input[0] == gs_node.output[0])
-    assert _attrs(down)["to"] == TensorProto.FLOAT16
-    conv = next(n for n in res.model.graph.node if n.op_type == "Conv")
-    assert info[conv.input[0]] == TensorProto.FLOAT16  # the product runs in FP16
+    # positions, fractions and the corner weights (mask folded in) in FP32, then cast down once
+    assert info[nodes["floor"].output[0]] == info[nodes["corner_weights"].output[0]] == TensorProto.FLOAT
+    assert _attrs(nodes["corner_weights_cast"])["to"] == TensorProto.FLOAT16
+    # the corner indices are INT32; the gathered rows, their blend and the product FP16
+    assert info[nodes["corner_rows"].output[0]] == TensorProto.INT32
+    assert info[nodes["sample"].output[0]] == info[nodes["blend"].output[0]] == TensorProto.FLOAT16
+    product = nodes["product"] if VARIANTS[variant][8] == 1 else next(n for n in res.model.graph.node
+                                                                       if n.op_type == "Conv")
+    assert info[product.input[0]] == TensorProto.FLOAT16
     proof = res.report.rewrites[0].proof
     assert proof.passed and proof.stats[0].max_abs > 0  # computed in FP16, not silently in FP32
     assert res.report.graph_proof.passed and "cut at 1" in res.report.graph_proof.reason
@@ -203,11 +211,10 @@ def test_stacked_dcn_layers_get_the_shape_of_the_first(spatial):
 
 @pytest.mark.parametrize("opset", [20, 22])
 def test_newer_opsets_keep_their_version(opset):
-    """GridSample's mode is left at its default: "bilinear" up to opset 19, renamed "linear" in 20."""
+    """The form needs opset 16 at most; newer opsets stay as they are."""
     model, weights = _model("onnx", "anisotropic", opset=opset)
     res = rewrite(model, RewriteSettings(dcn_target="portable"))
     assert next(o.version for o in res.model.opset_import if o.domain == "") == opset
-    assert "mode" not in _attrs(next(n for n in res.model.graph.node if n.op_type == "GridSample"))
     feeds = _feeds("anisotropic", 1)
     assert _close(run_model(res.model, feeds)["y"], _expected("anisotropic", feeds, weights))
 
@@ -220,7 +227,7 @@ def test_dynamic_spatial_sizes(dialect, variant):
     model, weights = _model(dialect, variant, batch="N", spatial=False)
     res = rewrite(model, RewriteSettings(dcn_target="portable"))
     ops = [n.op_type for n in res.model.graph.node]
-    assert "Range" in ops and "GridSample" in ops and {n.domain for n in res.model.graph.node} == {""}
+    assert "Range" in ops and "Gather" in ops and {n.domain for n in res.model.graph.node} == {""}
     assert res.report.rewrites[0].proof.passed and res.report.rewrites[0].proof.method == "onnxruntime"
     c, co, k, h, w, stride, pads, dil, group, dg, with_mask, with_bias = VARIANTS[variant]
     p = _params(VARIANTS[variant])
@@ -252,15 +259,6 @@ def test_unknown_channel_count_is_a_clear_error():
     with pytest.raises(UnsupportedModelError, match="channel count") as err:
         rewrite(model, RewriteSettings(dcn_target="portable", verify=False))
     assert "--shapes" in (err.value.hint or "")
-
-
-def test_sample_split_leaves_each_location_enough_channels():
-    assert [sample_split(c) for c in (4, 31, 32, 63, 64, 96, 256, 512)] == [1, 1, 1, 1, 2, 3, 8, 16]
-    assert sample_split(512, per_location=512) == 1
-
-
-def test_pair_swap():
-    assert swap_pairs(6).tolist() == [1, 0, 3, 2, 5, 4]
 
 
 def test_as_accurate_as_onnxruntimes_deformconv_on_a_large_map():

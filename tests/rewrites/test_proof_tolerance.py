@@ -89,9 +89,11 @@ def test_a_graph_moved_just_over_its_arithmetics_bound_fails(half, bound, arithm
     """The whole-graph proof of a graph computing in ``arithmetic``: outputs moved by 1.2x its bound fail,
     by 0.8x pass (random inputs are standard normal: the bound scales with max |y|, read from the proof)."""
     before = _graph(0.0, half)
-    over = prove_graph(before, _graph(0.0, half), {}, set(), 0)
-    assert over.arithmetic == arithmetic and over.passed
-    scale = over.tolerance / bound  # max(1, max |reference|)
+    same = prove_graph(before, _graph(0.0, half), {}, set(), 0)
+    assert same.arithmetic == arithmetic and same.passed and same.scope["outputs_compared"] == []  # nothing moved
+    probe = prove_graph(before, _graph(bound * 1e-3, half), {}, set(), 0)
+    assert probe.passed and probe.scope["outputs_compared"] == ["y"]
+    scale = probe.tolerance / bound  # max(1, max |reference|)
     assert scale >= 1.0
     for factor, passes in ((1.2, False), (0.8, True)):
         proof = prove_graph(before, _graph(bound * scale * factor, half), {}, set(), 0)

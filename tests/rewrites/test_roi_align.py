@@ -70,6 +70,29 @@ def test_roi_align_becomes_gathered_corners_and_a_mean(opset, ctm, n):
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-6 * max(1.0, float(np.abs(ref).max())))
 
 
+def test_constant_boxes_and_indices_are_proven_as_the_model_holds_them():
+    """Boxes and image indices held as initializers (anchors, a fixed crop set): the proof fed random boxes
+    of its own count, ONNX Runtime refused ("Shape of initializer ... does not match") and the rewrite
+    always stepped aside."""
+    rng = np.random.default_rng(11)
+    xy = rng.uniform(-8, 90, (8, 2))
+    boxes = np.concatenate([xy, xy + rng.uniform(1, 30, (8, 2))], axis=1).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("RoiAlign", ["feat", "rois", "idx"], ["y"], output_height=3, output_width=3,
+                          sampling_ratio=2, spatial_scale=0.25)], "g",
+        [helper.make_tensor_value_info("feat", TensorProto.FLOAT, [3, 4, 20, 24])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(boxes, "rois"),
+                     numpy_helper.from_array(np.array([0, 1, 2, 2, 1, 0, 2, 2], np.int64), "idx")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)])
+    res = rewrite(model, RTX)
+    (e,) = res.report.rewrites
+    assert (e.rule, e.proof.passed) == ("roialign-portable", True), e.proof
+    feeds = {"feat": rng.standard_normal((3, 4, 20, 24)).astype(np.float32)}
+    ref, got = run_model(model, feeds)["y"], run_model(res.model, feeds)["y"]
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-6 * max(1.0, float(np.abs(ref).max())))
+
+
 def test_only_a_target_that_needs_it_gets_it():
     assert rewrite(roi_model()).report.rewrites == ()  # no target named: TensorRT 10/11 import RoiAlign
     assert rewrite(roi_model(), RewriteSettings(target="10.16")).report.rewrites == ()

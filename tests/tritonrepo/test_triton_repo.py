@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from builders import mask_model
 from click.testing import CliRunner
 from onnx import helper
 from realmodels import ddddocr_model, magika_model
@@ -93,7 +94,8 @@ def _as_served(engine: Path) -> PlanSource:
     of the same network records them (the layout under test; the plan itself is not loaded)."""
     src = plan_source(engine)
     assert src.flavour == "TensorRT-RTX"
-    return PlanSource(src.engine, src.bindings, src.profiles, src.compute_capabilities, flavour="TensorRT")
+    return PlanSource(src.engine, src.bindings, src.profiles, src.compute_capabilities, flavour="TensorRT",
+                      shape_inputs=src.shape_inputs)
 
 
 def test_build_triton_repo_for_rtx_is_refused_before_any_work(tmp_path):
@@ -179,3 +181,14 @@ def test_build_triton_repo_for_tensorrt(model_config_pb2, tmp_path):
     assert config.platform == "tensorrt_plan" and config.max_batch_size == 4
     _check_against_onnx(model_config_pb2, config, {**inputs, **outputs}, model, batched=True)
     assert (repo / "magika" / "1" / "model.plan").read_bytes() == engine.read_bytes()
+
+
+def test_a_shape_tensor_input_is_marked_for_triton(model_config_pb2, tmp_path_factory, tmp_path):
+    """Triton feeds an input TensorRT made a shape tensor as values for set_input_shape only when the
+    config says ``is_shape_tensor``; without it the plan does not load."""
+    model = mask_model(tmp_path / "mask.onnx")
+    engine = _engine(tmp_path_factory, model, "mask", "--shapes", "mask:[1,1,1,0,0,0]")
+    repo = tmp_path / "repo"
+    write_repository(repo, "mask", [_as_served(engine)])
+    config, inputs, _ = _parse(model_config_pb2, repo / "mask" / "config.pbtxt")
+    assert inputs["mask"].is_shape_tensor and not inputs["x"].is_shape_tensor

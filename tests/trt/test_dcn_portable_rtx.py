@@ -73,22 +73,29 @@ def test_portable_form_parses_and_builds_on_rtx(tmp_path, dialect, spec):
     builder, network, ok, errors, _parser = _parse(_portable(tmp_path, dialect, spec))
     assert ok and errors == []
     kinds = {network.get_layer(i).type for i in range(network.num_layers)}
-    assert trt.LayerType.GRID_SAMPLE in kinds and trt.LayerType.CONVOLUTION in kinds
+    product = trt.LayerType.MATRIX_MULTIPLY if SPECS[spec][8] == 1 else trt.LayerType.CONVOLUTION
+    assert trt.LayerType.GATHER in kinds and product in kinds and trt.LayerType.GRID_SAMPLE not in kinds
     assert trt.LayerType.PLUGIN_V3 not in kinds and trt.LayerType.PLUGIN_V2 not in kinds
     assert network.get_input(0).shape[0] == -1  # the batch stayed dynamic
     plan = _build(builder, network)
     assert plan is not None and len(plan) > 0
 
 
-def test_fp16_portable_form_builds_in_fp16_on_rtx(tmp_path):
-    """Strongly typed: the 1x1 Conv runs in FP16, the sampling (x and grid one type) in FP32."""
-    builder, network, ok, errors, _parser = _parse(_portable(tmp_path, "mmcv", "groups-dgroups-stride", np.float16))
+@pytest.mark.parametrize("spec", ["plain", "groups-dgroups-stride"])
+def test_fp16_portable_form_builds_in_fp16_on_rtx(tmp_path, spec):
+    """Strongly typed: positions and weights in FP32, the gathered corners, their blend and the
+    product in FP16, the corner indices INT32."""
+    builder, network, ok, errors, _parser = _parse(_portable(tmp_path, "mmcv", spec, np.float16))
     assert ok and errors == []
     layers = [network.get_layer(i) for i in range(network.num_layers)]
-    sample = next(la for la in layers if la.type == trt.LayerType.GRID_SAMPLE)
-    conv = next(la for la in layers if la.type == trt.LayerType.CONVOLUTION)
-    assert sample.get_input(0).dtype == sample.get_input(1).dtype == trt.DataType.FLOAT
-    assert conv.get_output(0).dtype == trt.DataType.HALF
+    sample = next(la for la in layers if la.type == trt.LayerType.GATHER and la.name.endswith("/sample"))
+    floor = next(la for la in layers if la.type == trt.LayerType.UNARY and la.get_input(0).dtype == trt.DataType.FLOAT)
+    assert floor.get_output(0).dtype == trt.DataType.FLOAT
+    assert sample.get_input(0).dtype == sample.get_output(0).dtype == trt.DataType.HALF
+    assert sample.get_input(1).dtype == trt.DataType.INT32
+    product = next(la for la in layers if la.type in (trt.LayerType.MATRIX_MULTIPLY, trt.LayerType.CONVOLUTION)
+                   and la.get_output(0).dtype == trt.DataType.HALF)
+    assert product.type == (trt.LayerType.MATRIX_MULTIPLY if SPECS[spec][8] == 1 else trt.LayerType.CONVOLUTION)
     plan = _build(builder, network)
     assert plan is not None and len(plan) > 0
 
@@ -131,3 +138,37 @@ def test_deformconv_needs_a_plugin_rtx_does_not_have(tmp_path):
     _builder, _network, ok, errors, parser = _parse(path)
     assert not ok and any("plugin" in e.lower() for e in errors)
     assert parser.get_error(0).node_operator() == "DeformConv"
+
+
+class _Lines(trt.ILogger):
+    def __init__(self) -> None:
+        trt.ILogger.__init__(self)
+        self.lines: list[str] = []
+
+    def log(self, severity, msg) -> None:  # noqa: ARG002 - every severity, the layer listing is INFO/VERBOSE
+        self.lines.append(msg)
+
+
+def test_rtx_fuses_the_corner_gather_with_its_blend(tmp_path):
+    """The form is fast only if the runtime fuses the corner Gather into its blend (node by node
+    the Gather writes four times the columns): TensorRT-RTX's builder makes one generated kernel
+    from the offsets to the blended columns, a second for the Gemm, a third for the output."""
+    path = _portable(tmp_path, "mmcv", "plain", np.float16)
+    logger = _Lines()
+    builder = trt.Builder(logger)
+    network = builder.create_network(0)
+    parser = trt.OnnxParser(network, logger)
+    assert parser.parse_from_file(str(path))
+    config = builder.create_builder_config()
+    config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
+    profile = builder.create_optimization_profile()
+    for i in range(network.num_inputs):
+        dims = tuple(network.get_input(i).shape)
+        profile.set_shape(network.get_input(i).name, *(tuple(2 if d == -1 else d for d in dims),) * 3)
+    config.add_optimization_profile(profile)
+    assert builder.build_serialized_network(network, config) is not None
+    # the engine's layer listing: one "Name: ..., LayerType: ..." line per kernel
+    kernels = [ln for msg in logger.lines for ln in msg.splitlines() if ln.startswith("Name: ") and "LayerType: " in ln]
+    gather = [k for k in kernels if "/sample]" in k]
+    assert len(gather) == 1 and "/blend]" in gather[0] and "/corner_rows]" in gather[0] and "/floor]" in gather[0]
+    assert len(kernels) <= 3, kernels

@@ -59,8 +59,8 @@ def test_shipped_ptx_matches_source(build, fresh_ptx, arch):
     [
         ("float16", dk.TILES[0], True, "nhwc"),
         ("float32", dk.TILES[-1], False, "nchw"),
-        ("float32", dk.SM90_TILES[0], True, "nhwc"),
-        ("float32", dk.SM90_TILES[2], True, "nchw"),
+        ("float32", dk.SM90_TILES[4], True, "nhwc"),  # 128 x 128 wx4: four passes' loads at once
+        ("float32", dk.SM90_TILES[3], True, "nhwc"),  # an entry with shared memory of its own (_XS)
     ],
 )
 def test_embedded_entry_assembles_for_hopper(build, tmp_path, dtype, tile, tf32, layout):
@@ -121,3 +121,21 @@ def test_split_k_entries_declare_their_cluster():
                 text = dk.entry_ptx(dk.kernel_name(dtype, tile, True, layout))
                 found = re.search(r"^\.reqnctapercluster (\d+), 1, 1$", text, re.M)
                 assert (int(found.group(1)) if found else 1) == dk.split_k(tile), (tile, dtype, layout)
+
+
+def _undeclared_shared(text: str) -> set[str]:
+    """Shared-memory symbols a PTX module uses but does not declare."""
+    used = set(re.findall(r"\bmov\.u32\s+%r\d+,\s*(_Z\w+);", text))
+    declared = set(re.findall(r"^\s*\.shared\s+\.align\s+\d+\s+\.b8\s+(\w+)\[", text, re.M))
+    return used - declared
+
+
+def test_single_entries_declare_their_shared_memory():
+    """The plugin hands TensorRT one entry cut from the PTX: each must declare the shared memory
+    it uses. nvcc declares a shared array once per template instantiation, so two entries built
+    on one instantiation would leave the second one's cut unassemblable."""
+    for tile in dk.SM90_TILES:
+        for dtype in dk.DTYPES:
+            for layout in dk.LAYOUTS:
+                name = dk.kernel_name(dtype, tile, True, layout)
+                assert not _undeclared_shared(dk.entry_ptx(name)), name

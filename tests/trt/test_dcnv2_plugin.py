@@ -103,8 +103,8 @@ def test_launch_geometry_covers_every_output():
     # One warpgroup (128 threads) per 64 pixels for the "w" wgmma entries, two for "v", 256
     # threads for the compute_80 ones; split-K only where the entry name says so.
     assert [(dk.tile_id(t), dk.threads(t), dk.split_k(t)) for t in dk.SM90_TILES] == [
-        ("m128n256k64w", 256, 1), ("m64n256k32w", 128, 1), ("m128n256k64v", 512, 1),
-        ("m64n256k32w4", 128, 4), ("m64n256k64v7", 256, 7), ("m128n128k64w", 256, 1),
+        ("m128n256k64v", 512, 1), ("m128n256k64v2", 512, 2), ("m64n256k64v6", 256, 6),
+        ("m64n128k64v6", 256, 6), ("m128n128k64wx4", 256, 1), ("m64n64k64wx4", 128, 1),
     ]
     assert {dk.threads(t) for t in dk.TILES} == {dk.THREADS} and {dk.split_k(t) for t in dk.TILES} == {1}
     assert {dk.ptx_file(dk.kernel_name("float16", t)) for t in dk.SM90_TILES} == {dk.SM90_PTX_FILE}

@@ -101,9 +101,13 @@ def test_a_float16_fused_bert_builds_with_its_proofs_shaped(tmp_path):
     shapes = ",".join(f"{n}:1x8" for n in ("input_ids", "segment_ids", "mask"))
     res = CliRunner().invoke(cli, ["build", "--trt", "rtx", str(model), "-o", str(engine), "--shapes", shapes, "--json"])
     assert res.exit_code == 0, res.output
-    rewrites = json.loads(res.stdout)["manifest_data"]["rewrites"]
+    doc = json.loads(res.stdout)
+    rewrites = doc["manifest_data"]["rewrites"]
     assert {r["rule"] for r in rewrites} == FUSED_RULES
     assert all(r["proof"]["passed"] for r in rewrites)
+    # the graph proof runs at the build's shapes (it was skipped: "input 'input_ids' has dynamic dims")
+    (proof,) = [s["graph_proof"] for s in doc["stages"] if s.get("graph_proof")]
+    assert proof["method"] == "onnxruntime" and proof["passed"], proof
 
 
 def test_an_unknown_proof_shape_says_give_shapes_only_when_none_were_given():

@@ -22,8 +22,9 @@ def plan_source(engine: Path, plugins: tuple[Path, ...] = ()) -> PlanSource:
     report = inspect_engine(engine, plugins)
     req = report["requires"]
     ccs = req.get("compute_capabilities") or ([req["compute_capability"]] if req.get("compute_capability") else [])
+    shape_inputs = sorted({name for values in report.get("shape_input_values") or [] for name in values})
     return PlanSource(engine, report["bindings"], report["profiles"], tuple(str(c) for c in ccs),
-                      flavour=str(req.get("tensorrt_flavour") or "TensorRT"))
+                      flavour=str(req.get("tensorrt_flavour") or "TensorRT"), shape_inputs=tuple(shape_inputs))
 
 
 def write_engines(repo: Path, engines: Sequence[Path], name: str | None, force: bool) -> Path:

@@ -76,8 +76,13 @@ def rewrites(doc: Sequence[Mapping[str, Any]], graph_proof: Mapping[str, Any] | 
                  "rewrites") if rows else "<p>no node needed rewriting.</p>"
     if graph_proof:
         passed = {True: "yes", False: "no", None: "not judged"}[graph_proof.get("passed")]
-        body += (f"<p>whole-graph proof: {esc(graph_proof.get('method'))}, passed: {esc(passed)}"
-                 f"{'; ' + esc(graph_proof.get('reason')) if graph_proof.get('reason') else ''}</p>")
+        scope = graph_proof.get("scope") or {}
+        ran = (f"; both whole graphs ran: {scope.get('why')}" if scope.get("whole_graph") else
+               f"; sized by the change: {sum(scope.get('nodes_run') or [])} of {sum(scope.get('nodes') or [])} "
+               f"nodes ran, outputs compared: {', '.join(scope.get('outputs_compared') or []) or 'none'}"
+               if scope else "")
+        body += (f"<p>graph proof: {esc(graph_proof.get('method'))}, passed: {esc(passed)}"
+                 f"{'; ' + esc(graph_proof.get('reason')) if graph_proof.get('reason') else ''}{esc(ran)}</p>")
     return body
 
 

@@ -95,7 +95,10 @@ def _checks(by: Mapping[str, StageRecord]) -> tuple[list[str], list[str]]:
         if nodes:
             done.append(f"{nodes} of {count} rewrite(s), node by node, against the original op on ONNX Runtime")
         if proof.get("passed") and proof.get("method") not in (None, "none"):
-            done.append(f"the rewritten graph against the original on {proof['method']}")
+            scope = proof.get("scope") or {}
+            where = "" if not scope or scope.get("whole_graph") else \
+                f", where the change reaches ({sum(scope['nodes_run'])} of {sum(scope['nodes'])} nodes run)"
+            done.append(f"the rewritten graph against the original on {proof['method']}{where}")
         else:
             not_done.append(f"the rewritten graph as a whole ({proof.get('reason') or proof.get('method')})")
     precision = by.get("precision")

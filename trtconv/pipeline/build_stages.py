@@ -167,7 +167,8 @@ def rewrite_stage(loaded: LoadedModel, settings: RewriteSettings) -> Step[Rewrit
                          "stepped_aside": [a.to_json() for a in result.report.stepped_aside],
                          "nodes": [result.report.nodes_before, result.report.nodes_after],
                          "graph_proof": {"method": proof.method, "passed": proof.passed, "reason": proof.reason,
-                                         "tolerance": proof.tolerance, "arithmetic": proof.arithmetic}})
+                                         "tolerance": proof.tolerance, "arithmetic": proof.arithmetic,
+                                         "scope": dict(proof.scope) or None}})
 
 
 def recheck_stage(saved: Saved, target: str, shapes: dict[str, tuple[int, ...]],

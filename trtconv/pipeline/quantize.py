@@ -303,10 +303,12 @@ def run_int8(proto: onnx.ModelProto, samples: SampleSet, settings: QuantizeSetti
     unverified = settings.int8_unverified or samples.source.kind == "random"
     judged = len(judging) if judging is not None else 0
     if judged < samples_needed() and not unverified:
+        _read_every_sample(samples)
         raise too_few_samples(judged, samples_needed(), len(samples), samples_for_claim(settings))
     sources = len(set(judging.groups())) if judging is not None else 0
     if sources < min(judged, samples_needed()) and not unverified:
         # a source counts once at most in the claim (precision/int8/claim.py): known before any work
+        _read_every_sample(samples)
         raise too_few_samples(sources, samples_needed(), counted=(
             f"judged sources ({judged} samples from {sources} sources: a source counts once at most)"))
     if judging is None and warn is not None:
@@ -326,6 +328,13 @@ def run_int8(proto: onnx.ModelProto, samples: SampleSet, settings: QuantizeSetti
         failed = QuantizeResult(exc.result.model, settings, exc.result.report, samples.source,
                                 exc.result.report.calibration_runs or None)
         raise QuantizeShareError(exc.message, failed, exc.hint) from exc
+
+
+def _read_every_sample(samples: SampleSet) -> None:
+    """Read each sample once before a refusal for too few: a file that cannot be read is what the user
+    must fix first (said after they had gathered more data, it would cost them a second round)."""
+    for _ in samples:
+        pass
 
 
 def _limit(value: float | None, default: float) -> float | None:

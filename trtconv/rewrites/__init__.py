@@ -9,7 +9,8 @@ Public API (what ``build`` calls)::
 
 Where things are. The rule framework, which knows no rule family: the rule interface and
 ``RuleFamily`` (rule.py), the registry of families (catalog.py: the one place a family is
-listed), the driver (driver.py), proofs (proof.py), the report (rewrite_report.py), settings
+listed), the driver (driver.py), proofs (proof.py; the graph proof's plan, where the change can
+reach, in change_scope.py, and its run in scoped_proof.py), the report (rewrite_report.py), settings
 (settings.py), node emission (emitter.py), clean-ups (cleanup.py), the large-model round trip
 (roundtrip.py), JSON/YAML reading (documents.py); and, apart from the rules, the cut of
 ``build --split-tail`` (tail_cut.py: the engine's head and ONNX Runtime's tail). The rule families, one subpackage each:

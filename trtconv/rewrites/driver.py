@@ -4,7 +4,8 @@ Order: input-shape overrides; dead-node removal; constant folding (first, so exp
 Shape/Slice chains give the rules concrete shapes); the rules (:mod:`.catalog`: the plugin
 map first, then the built-in ones), each replacement proven on its own; INT64→INT32
 initializers; topological sort; opset conversion when a replacement needs a newer opset;
-unused opset imports dropped; then the whole graph is proven against the original.
+unused opset imports dropped; then the graph is proven against the original where the change
+can reach (the rest runs once, on the original; :mod:`.change_scope`).
 Nothing depends on time, paths or randomness without a seed, so equal inputs give
 byte-equal outputs.
 
@@ -44,6 +45,7 @@ from trtconv.rewrites.roundtrip import (
     export,
     import_with_shapes,
     inferred,
+    kept_weights,
     load_foldable,
     refuse_empty_list_attributes,
     sorted_copy,
@@ -284,6 +286,7 @@ def _attempt(src: onnx.ModelProto, settings: RewriteSettings, rules: Sequence[Re
         results.append(cleanup.int64_to_int32(graph))
     results.append(cleanup.toposort(graph, was_sorted))
 
+    kept = kept_weights(graph)  # before the export: what the graph proof need not look at
     out = export(graph, model)
     strip_value_info(out)
     results.append(cleanup.rename_shared_dims(out))
@@ -300,8 +303,7 @@ def _attempt(src: onnx.ModelProto, settings: RewriteSettings, rules: Sequence[Re
     try:
         if not large:  # even with proofs off: never hand back a model ONNX Runtime cannot load
             _refuse_unloadable(out, shaped, settings.shapes, proven=settings.verify)
-        gproof = _graph_proof(before, out, settings, applied, was_sorted=was_sorted, large=large,
-                              narrowed=bool(narrowed.count))
+        gproof = _graph_proof(before, out, settings, applied, kept, large=large, narrowed=bool(narrowed.count))
     except AccuracyError as exc:
         if settings.step_aside:
             raise _GraphFailed(exc, tuple(SteppedAside(e.node, e.before.op, e.rule, "the whole-graph proof failed with "
@@ -351,9 +353,10 @@ def _untouched(model: onnx.ModelProto, settings: RewriteSettings, nodes: int, no
     return RewriteResult(model, report)
 
 
-def _graph_proof(before: onnx.ModelProto, out: onnx.ModelProto, settings: RewriteSettings, applied: _Applied, *,
-                 was_sorted: bool, large: bool, narrowed: bool) -> Proof:
-    """The whole graph before and after; AccuracyError when the outputs moved."""
+def _graph_proof(before: onnx.ModelProto, out: onnx.ModelProto, settings: RewriteSettings, applied: _Applied,
+                 kept: Mapping[str, onnx.TensorProto], *, large: bool, narrowed: bool) -> Proof:
+    """The graph before and after, where the change can reach (``kept``: the weights exported
+    untouched); AccuracyError when the outputs moved."""
     unchanged = prove_unchanged(before, out) if settings.verify else None
     if unchanged is not None:
         return unchanged  # nothing to run: both graphs compute the same thing by construction
@@ -361,10 +364,11 @@ def _graph_proof(before: onnx.ModelProto, out: onnx.ModelProto, settings: Rewrit
         return Proof("none", True, reason="--no-verify" if not settings.verify else
                      "model over the large-model threshold: graph proof skipped (node proofs still ran)")
     # cut only where ONNX Runtime cannot run a node: a rewritten DeformConv is compared end to end
-    reference = before if was_sorted else sorted_copy(before)  # ONNX Runtime refuses unsorted graphs
     tolerance = max(settings.graph_tolerance, settings.node_tolerance) if narrowed else \
         settings.graph_tolerance  # float32 against float64: float32's rounding, not 1e-6
-    gproof = prove_graph(reference, out, settings.shapes, applied.graph_cuts, settings.seed, tolerance)
+    # the shapes the build will run (its first profile's opt) stand in for dynamic dims the model leaves open
+    gproof = prove_graph(before, out, {**settings.proof_shapes, **settings.shapes}, applied.graph_cuts, settings.seed,
+                         tolerance, kept)
     if not gproof.passed:
         bad = [f"{s.name}: max abs {s.max_abs:.3g} > {gproof.tolerance or 0:.3g} ({gproof.arithmetic} tolerance)"
                for s in gproof.stats if s.max_abs > (gproof.tolerance or 0)]
@@ -384,13 +388,14 @@ def _refuse_unloadable(out: onnx.ModelProto, shaped: onnx.ModelProto, shapes: Ma
 
     Only graphs with subgraphs get the optimizing load (its fusions copy weights: too much
     memory to spend on every model); others get the plain load, which the graph proof
-    (``proven``) makes anyway."""
+    (``proven``) makes anyway: of every node the rewrite changed (the others are the original's
+    own nodes on the original's types), or of the whole graph where it cannot isolate them."""
 
     graphs = list(iter_graphs(out.graph))
     if any(normalize_domain(n.domain) not in ORT_DOMAINS for g in graphs for n in g.node):
         return  # plugin nodes: no ONNX Runtime loads them; the node proofs stand in
     if len(graphs) == 1 and proven:
-        return  # the graph proof loads it, and says "does not load" if it cannot
+        return  # the graph proof loads what changed, and says "does not load" if it cannot
     try:
         ort.session(out, optimize=len(graphs) > 1, refuse_too_big=False)
         return

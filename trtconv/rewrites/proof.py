@@ -8,10 +8,14 @@ Two kinds:
   Standard-op replacements run in ONNX Runtime; plugin nodes (no CPU implementation exists)
   run in onnx's reference evaluator with the plugin's contract implemented by the rule, so
   a wrong field, order or pad split still fails.
-* **graph proof**: the whole model before and after in ONNX Runtime on the same random
-  inputs. Where a node cannot run in ONNX Runtime (a custom op, a plugin node), the graph
-  is cut there in both models: its output becomes an input fed the same random data, so
-  everything else (clean-ups, opset conversion) is still compared.
+* **graph proof**: the model before and after in ONNX Runtime on the same random inputs, run
+  where the change can reach (:mod:`.change_scope`, :mod:`.scoped_proof`): the part both graphs
+  share runs once, on the original, and each side's changed region runs on its values; outputs
+  the change cannot reach are the same by construction. Where the region cannot be isolated,
+  both whole graphs run (``scope`` in the record says which, why, and how many nodes ran). Where
+  a node cannot run in ONNX Runtime (a custom op, a plugin node), the graph is cut there in both
+  models: its output becomes an input fed the same random data, so everything else (clean-ups,
+  opset conversion) is still compared.
 """
 
 from __future__ import annotations
@@ -30,10 +34,13 @@ from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
 from trtconv.errors import InvalidModelError, OutOfMemoryError, TrtconvError, UsageError
 from trtconv.load import PROTOBUF_LIMIT, approx_size, override_input_shapes, structure_only
-from trtconv.onnxutil import ORT_DOMAINS, is_default_domain, iter_graphs, normalize_domain
+from trtconv.onnxutil import ORT_DOMAINS, is_default_domain, is_sorted, iter_graphs, normalize_domain
 from trtconv.reference import OutputStats, compare_arrays, random_feeds, run, session
+from trtconv.rewrites.change_scope import Scope, change_scope
 from trtconv.rewrites.emitter import PENDING_DOMAIN
 from trtconv.rewrites.rewrite_settings import GRAPH_RTOL, NODE_RTOL
+from trtconv.rewrites.roundtrip import sorted_copy
+from trtconv.rewrites.scoped_proof import Unscoped, run_scoped
 
 ONNXRUNTIME = "onnxruntime"
 REFERENCE_EVALUATOR = "reference-evaluator"
@@ -64,6 +71,7 @@ class Proof:
     shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     reason: str = ""
     arithmetic: str = "float32"  # the narrowest float type the proven graph computes in: it sets the tolerance
+    scope: Mapping[str, Any] = field(default_factory=dict)  # graph proofs: how much ran, and why whole if it was
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -74,6 +82,7 @@ class Proof:
             "shapes": {k: list(v) for k, v in sorted(self.shapes.items())},
             "reason": self.reason,
             "arithmetic": self.arithmetic,
+            "scope": dict(self.scope) or None,
         }
 
     @property
@@ -280,14 +289,19 @@ def prove_graph(
     extra_cuts: set[str],
     seed: int,
     rtol: float = GRAPH_RTOL,
+    kept: Mapping[str, onnx.TensorProto] | None = None,
 ) -> Proof:
-    """Both models in ONNX Runtime on the same random inputs (cut where ORT cannot run a node).
+    """Both models in ONNX Runtime on the same random inputs (cut where ORT cannot run a node), run
+    where the change can reach; ``kept``: the rewritten model's constants exported untouched from
+    the original's tensors (name -> that tensor), the same without a look at their bytes.
+    ``before`` need not be sorted.
 
     When no numbers can be compared (dynamic inputs without --shapes, inputs random data
     cannot drive), the rewritten model must at least still load wherever the original did.
     """
     kind = arithmetic(before)
-    proof = _compare_graphs(before, after, shapes, extra_cuts, seed, max(rtol, HALF_RTOL.get(kind, 0.0)))
+    proof = _compare_graphs(before, after, shapes, extra_cuts, seed, max(rtol, HALF_RTOL.get(kind, 0.0)),
+                            kept if kept is not None else {})
     proof = replace(proof, arithmetic=kind)
     if proof.method == "none" and proof.passed and approx_size(before) <= PROTOBUF_LIMIT:
         problem = _load_problem(before, after)
@@ -321,7 +335,7 @@ def measure_drift(before: onnx.ModelProto, after: onnx.ModelProto, shapes: Mappi
     """How far the whole model moved where a rule changed the numbers on purpose (dynamic
     quantization dropped): both models end to end, uncut, on the same random inputs. A figure
     to report, not a pass/fail (the node proofs hold each replacement to its bound)."""
-    p = _compare_graphs(before, after, shapes, set(), seed, float("inf"))
+    p = _compare_graphs(before, after, shapes, set(), seed, float("inf"), None)
     if p.method == "none":
         return p
     cos = min((s.cosine for s in p.stats), default=1.0)
@@ -389,12 +403,19 @@ def _load_problem(before: onnx.ModelProto, after: onnx.ModelProto) -> str | None
 
 
 def _compare_graphs(before: onnx.ModelProto, after: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]],
-                    extra_cuts: set[str], seed: int, rtol: float) -> Proof:
-    """prove_graph's numbers: the two models on the same random inputs, cut where ORT cannot run."""
+                    extra_cuts: set[str], seed: int, rtol: float,
+                    kept: Mapping[str, onnx.TensorProto] | None) -> Proof:
+    """prove_graph's numbers: the two models on the same random inputs, cut where ORT cannot run;
+    where the change can reach unless ``kept`` is None (then, or where the region cannot be
+    isolated, both whole graphs)."""
     if approx_size(before) > PROTOBUF_LIMIT or approx_size(after) > PROTOBUF_LIMIT:
         return Proof("none", True, reason="model over 2 GB: graph proof skipped (node proofs still ran)")
     cut = unrunnable_outputs(before) | unrunnable_outputs(after) | set(extra_cuts)
+    reason = (f"cut at {len(cut)} tensor(s) ONNX Runtime cannot compute"
+              + (" or node proofs hold" if extra_cuts else "") if cut else "")
+    nodes = (len(before.graph.node), len(after.graph.node))
     try:
+        known: dict[str, tuple[list[Any], int]] = {}
         if cut:
             fixed = override_input_shapes(after, shapes) if shapes else after
             known = _known_shapes(fixed)
@@ -402,9 +423,20 @@ def _compare_graphs(before: onnx.ModelProto, after: onnx.ModelProto, shapes: Map
             if missing:
                 return Proof("none", True, reason=f"graph proof skipped: shape of {missing[0]!r} unknown "
                              "(give --shapes for dynamic inputs)")
-            before = _cut(before, cut, known)
-            after = _cut(after, cut, known)
-        feeds = random_feeds(before, shapes, seed=seed)
+        feeds = random_feeds(_cut(structure_only(before), cut, known) if cut else before, shapes, seed=seed)
+        why = ""
+        if kept is not None:
+            plan = change_scope(before, after, cut, kept)
+            scoped = _scoped(before, after, plan, feeds, nodes) if isinstance(plan, Scope) else plan
+            if not isinstance(scoped, str):
+                ref, got, scope = scoped
+                return _verdict(ref, got, feeds, rtol, reason if ref else reason or
+                                "the change reaches no output: nothing to compare", scope)
+            why = scoped
+        if not is_sorted(before):
+            before = sorted_copy(before)  # ONNX Runtime refuses unsorted graphs
+        if cut:
+            before, after = _cut(before, cut, known), _cut(after, cut, known)
         ref = run(session(before), feeds)
         types = {i.name: i.type.tensor_type.elem_type for i in after.graph.input}
         got = run(session(after), {k: v.astype(helper.tensor_dtype_to_np_dtype(types[k])) if types[k] else v
@@ -416,22 +448,48 @@ def _compare_graphs(before: onnx.ModelProto, after: onnx.ModelProto, shapes: Map
     except TrtconvError:
         raise
     except Exception as exc:  # ORT refusing random data (e.g. an If on a sample rate): not provable here
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return Proof("none", True, reason=f"graph proof skipped: ONNX Runtime failed on random inputs: {first[:200]}")
+        return Proof("none", True, reason=f"graph proof skipped: ONNX Runtime failed on random inputs: {_first(exc)}")
+    whole = {"whole_graph": True, "why": why, "nodes": list(nodes),
+             "nodes_run": [len(before.graph.node), len(after.graph.node)]}
+    return _verdict(ref, got, feeds, rtol, reason, whole if kept is not None else {})
+
+
+def _first(exc: Exception) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
+
+
+def _scoped(before: onnx.ModelProto, after: onnx.ModelProto, plan: Scope, feeds: Mapping[str, np.ndarray],
+            nodes: tuple[int, int]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any]] | str:
+    """The plan's outputs on both sides and its record, or why the whole graphs must run instead
+    (a part that does not load or run is then judged as before: by the whole graphs)."""
+    try:
+        ref, got, written = run_scoped(before, after, plan, feeds)
+    except OutOfMemoryError:
+        raise
+    except Unscoped as exc:
+        return str(exc)
+    except Exception as exc:  # ONNX Runtime refusing a part: the whole graphs decide, as without a plan
+        return f"a part of the plan did not run: {exc.message if isinstance(exc, TrtconvError) else _first(exc)}"
+    return ref, got, {**plan.to_json(nodes), "weights_written_bytes": written}
+
+
+def _verdict(ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray],
+             rtol: float, reason: str, scope: Mapping[str, Any]) -> Proof:
+    """Each output of ``ref`` against ``got``: max |err| <= rtol * max(1, max |reference|), nothing non-finite."""
     stats = []
     passed = True
     tol = 0.0
     for name, r in ref.items():
         if name not in got:
-            return Proof("onnxruntime", False, reason=f"output {name!r} missing after the rewrite")
+            return Proof("onnxruntime", False, reason=f"output {name!r} missing after the rewrite", scope=scope)
         if r.shape != got[name].shape:
-            return Proof("onnxruntime", False, reason=f"output {name!r} shape {got[name].shape} != {r.shape}")
+            return Proof("onnxruntime", False, reason=f"output {name!r} shape {got[name].shape} != {r.shape}",
+                         scope=scope)
         s = compare_arrays(name, r, got[name])
         t = rtol * max(1.0, float(np.abs(r.astype(np.float64)).max()) if r.size and r.dtype.kind in "fiu" else 1.0)
         tol = max(tol, t)
         passed = passed and s.nonfinite == 0 and s.max_abs <= t
         stats.append(s)
-    reason = (f"cut at {len(cut)} tensor(s) ONNX Runtime cannot compute"
-              + (" or node proofs hold" if extra_cuts else "") if cut else "")
     return Proof("onnxruntime", passed, tol, tuple(stats), {k: tuple(v.shape) for k, v in sorted(feeds.items())},
-                 reason)
+                 reason, scope=scope)

@@ -142,6 +142,8 @@ class RewriteReport:
                 lines.extend(f"    note: {n}" for n in c.notes if c.count or c.rule != "fold-constants")
         lines.extend(f"  {c.kind} {c.name!r} changed type: {c.before} -> {c.after} ({c.rule})" for c in self.dtype_changes)
         lines.append(f"  graph proof: {_proof_text(self.graph_proof)}")
+        if self.graph_proof.scope:
+            lines.append(f"    {scope_text(self.graph_proof.scope)}")
         if self.drift is not None:
             lines.append(f"  against the original: {_drift_text(self.drift)}")
         lines.extend(f"  note: {n}" for n in self.notes)
@@ -157,6 +159,21 @@ def _proof_text(p: Proof) -> str:
     if err and p.arithmetic != "float32":
         err += f" ({p.arithmetic} arithmetic)"
     return f"{p.method} {status}{err}" + (f" ({p.reason})" if p.reason else "")
+
+
+def scope_text(scope: Mapping[str, Any]) -> str:
+    """How much of the two graphs the graph proof ran (``Proof.scope``), in a line."""
+    if scope.get("whole_graph"):
+        before, after = scope.get("nodes_run") or scope.get("nodes") or [0, 0]
+        return f"ran both whole graphs ({before} and {after} nodes): {scope.get('why') or 'asked for'}"
+    compared, unreached = scope.get("outputs_compared") or [], scope.get("outputs_unreached") or []
+    region = scope.get("region") or [0, 0]
+    text = (f"sized by the change: {scope.get('prefix', 0)} original node(s) run once, then the changed region "
+            f"({region[0]} original, {region[1]} rewritten node(s)); {len(compared)} of "
+            f"{len(compared) + len(unreached)} output(s) reached and compared")
+    if scope.get("checks"):
+        text += f"; {scope['checks']} folded constant(s) checked"
+    return text + f"; {int(scope.get('weights_written_bytes') or 0) / 2**20:.1f} MiB of weights written once"
 
 
 def _drift_text(p: Proof) -> str:

@@ -154,13 +154,26 @@ def export(graph: gs.Graph, like: onnx.ModelProto, *, with_weights: bool = True)
     if with_weights:
         ensure_room(sum(tensor_nbytes(t) for t in lent.values()), "writing the rewritten graph's weights")
         for init in out.graph.initializer:
-            real = lent.get(init.name)
-            if real is not None:
+            source = lent.get(init.name)
+            if source is not None:
                 name = init.name
-                init.CopyFrom(real)
+                init.CopyFrom(source)
                 init.name = name
     copy_model_fields(like, out)
     keep_declared_output_shapes(like, out)
+    return out
+
+
+def kept_weights(graph: gs.Graph) -> dict[str, onnx.TensorProto]:
+    """The graph's constants still holding the imported tensor they came from (no rule or clean-up
+    read or replaced their values), by name: :func:`export` writes exactly those bytes, so the
+    graph proof knows them the same as the original's without comparing a byte."""
+    out: dict[str, onnx.TensorProto] = {}
+    for t in graph.tensors().values():
+        values = getattr(t, "_values", None)
+        if isinstance(t, gs.Constant) and isinstance(values, LazyValues) and isinstance(values.tensor, onnx.TensorProto) \
+                and values.tensor.name == t.name:
+            out[t.name] = values.tensor
     return out
 
 

@@ -166,7 +166,7 @@ _ENGINE = (
 _REWRITES = (
     _s("dcn_target", "choice", "What DCNv2 nodes become: standard ONNX DeformConv (TensorRT >= 10.1 imports it), "
        "TensorRT's ModulatedDeformConv2d v2 plugin node, trtconv's own DCNv2 plugin node, or portable: standard ops "
-       "only (GridSample + 1x1 Conv; no plugin, e.g. TensorRT-RTX). build's default: portable for --trt rtx, else "
+       "only (corner Gather + Gemm; no plugin, e.g. TensorRT-RTX). build's default: portable for --trt rtx, else "
        "deformconv.", _REWRITE, show_default=False),
     _s("dcn_plugin_spec", "path", "Spec of trtconv's DCNv2 plugin (for --dcn-target trtconv-plugin); default: the "
        "spec shipped inside trtconv (trtconv/rewrites/dcn/dcnv2_spec.json).", _REWRITE),

@@ -59,18 +59,21 @@ def _dims(shape: Sequence[int], batched: bool) -> list[int]:
     return dims or [1]  # Triton wants at least one dim: a scalar is reshaped from [1]
 
 
-def _tensor_block(b: Mapping[str, Any], batched: bool) -> str:
+def _tensor_block(b: Mapping[str, Any], batched: bool, shape_tensor: bool = False) -> str:
     lines = [f"    name: {json.dumps(b['name'])}", f"    data_type: {triton_type(str(b['dtype']), b['name'])}",
              f"    dims: [ {', '.join(str(d) for d in _dims(b['shape'], batched))} ]"]
+    if shape_tensor:  # Triton hands a shape tensor's values to the engine as a shape input, not as data
+        lines.append("    is_shape_tensor: true")
     if not (b["shape"][1:] if batched else b["shape"]):
         lines.append("    reshape: { shape: [ ] }")
     return "  {\n" + "\n".join(lines) + "\n  }"
 
 
 def config_pbtxt(name: str, bindings: Sequence[Mapping[str, Any]], profiles: Sequence[Mapping[str, Any]], *,
-                 default_model_filename: str = "model.plan", cc_model_filenames: Mapping[str, str] | None = None
-                 ) -> str:
-    """The text of ``config.pbtxt`` (protobuf text format of Triton's ``ModelConfig``)."""
+                 default_model_filename: str = "model.plan", cc_model_filenames: Mapping[str, str] | None = None,
+                 shape_inputs: Sequence[str] = ()) -> str:
+    """The text of ``config.pbtxt`` (protobuf text format of Triton's ``ModelConfig``); ``shape_inputs``:
+    the inputs TensorRT made shape tensors (their values set shapes), marked ``is_shape_tensor``."""
     batch = batching(bindings, profiles)
     batched = batch.max_batch_size > 0
     out = [f"# written by trtconv: {batch.reason}", f"name: {json.dumps(name)}", 'platform: "tensorrt_plan"',
@@ -78,7 +81,8 @@ def config_pbtxt(name: str, bindings: Sequence[Mapping[str, Any]], profiles: Seq
     for cc, filename in sorted((cc_model_filenames or {}).items()):  # a map field: one entry per line
         out.append(f"cc_model_filenames {{ key: {json.dumps(cc)} value: {json.dumps(filename)} }}")
     for kind in ("input", "output"):
-        blocks = [_tensor_block(b, batched) for b in bindings if b["mode"] == kind]
+        blocks = [_tensor_block(b, batched, kind == "input" and b["name"] in shape_inputs)
+                  for b in bindings if b["mode"] == kind]
         out.append(f"{kind} [\n" + ",\n".join(blocks) + "\n]")
     if profiles:
         names = ", ".join(json.dumps(str(i)) for i in range(len(profiles)))

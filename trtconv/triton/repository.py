@@ -43,6 +43,7 @@ class PlanSource:
     profiles: Sequence[Mapping[str, Any]]
     compute_capabilities: tuple[str, ...]  # what the engine runs on (empty: unknown)
     flavour: str = "TensorRT"  # the TensorRT that built it: "TensorRT" or "TensorRT-RTX"
+    shape_inputs: tuple[str, ...] = ()  # inputs whose values set shapes (Triton: is_shape_tensor)
 
 
 def model_name(engine: Path) -> str:
@@ -97,7 +98,7 @@ def write_repository(repo: Path, name: str, sources: Sequence[PlanSource], *, fo
     if (model_dir / "config.pbtxt").exists():
         check_output_path(model_dir / "config.pbtxt", force=force)
     text = config_pbtxt(name, sources[0].bindings, sources[0].profiles, default_model_filename=files[0],
-                        cc_model_filenames=by_cc)
+                        cc_model_filenames=by_cc, shape_inputs=sources[0].shape_inputs)
     version = model_dir / VERSION
     try:
         version.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import onnx
 
 from trtconv.errors import BackendUnavailableError, BuildError, OutputError, UsageError
+from trtconv.load import shapes_text
 from trtconv.outputs import write_bytes
 from trtconv.plan import (
     CORNERS,
@@ -217,12 +218,15 @@ def _require_shape_values(network: trt.INetworkDefinition, plan: BuildPlan) -> N
     for index, profile in enumerate(plan.profiles or (Profile(()),)):
         missing = sorted(shape_inputs - set(profile.value_corner("opt")))
         if missing:
-            example = ",".join(f"{n}:[{','.join(['V'] * max(1, _volume(network, n)))}]" for n in missing)
+            given = shapes_text(profile.corner("opt"), profile.value_corner("opt"))
+            example = ",".join(filter(None, (given, *(f"{n}:[{','.join(['1'] * max(1, _volume(network, n)))}]"
+                                                      for n in missing))))
             raise UsageError(
                 f"input(s) {', '.join(map(repr, missing))} are shape tensors (their values set shapes): TensorRT "
                 f"needs their values in every optimization profile; profile {index} gives none",
-                hint=f"add them to --shapes (or to each of --min-shapes/--opt-shapes/--max-shapes), values in brackets: "
-                     f"--shapes {example}; or give --calib-data samples holding them (docs/cli.md)")
+                hint=f"give the values your inputs will hold in --shapes (or in each of --min-shapes/--opt-shapes/"
+                     f"--max-shapes), e.g. --shapes '{example}'; or give --calib-data samples holding them "
+                     f"(docs/cli.md)")
 
 
 def _volume(network: trt.INetworkDefinition, name: str) -> int:

@@ -2,30 +2,35 @@
 
 For runtimes with no plugins (TensorRT-RTX) and users who cannot ship a plugin library.
 Every op emitted is one TensorRT's ONNX parser imports natively; the computation is
-deformable convolution written out as sampling then a dense product (im2col):
+deformable convolution written out as sampling then a dense product (im2col), the sampling
+as gathers of the four bilinear corners from channels-last ``x``:
 
-1. ``x [N, C, H, W]`` → ``[N*G*S, C/(G*S), H, W]`` (``G`` = deformable groups, ``S`` = channel
-   shares of each, see :func:`sample_split`; skipped when ``G*S`` is 1).
-2. Sampling grid from the offsets: the (dy, dx) pairs are swapped to GridSample's (x, y)
-   order by one ``Gather`` over the offset channels, added to the position of every kernel
-   tap at every output pixel and normalised, ``[N*G, K*OH, OW, 2]`` with ``K = kh*kw`` (see
-   :func:`_grid`), then ``Expand``-ed to one copy per channel share, ``[N*G*S, K*OH, OW, 2]``.
-3. ``GridSample`` (bilinear, ``padding_mode="zeros"``, ``align_corners=0``): pixel ``p`` is
-   normalised as ``(2p + 1)/W - 1``, which ``align_corners=0`` maps back to ``p``; corners
-   outside the image count as zeros, exactly as DCNv2 defines its border. Output
-   ``[N*G*S, C/(G*S), K*OH, OW]``, the memory of ``[N, C, K*OH, OW]``: the im2col columns.
-4. Mask multiply (``[N*G, 1, K*OH, OW]``, broadcast over channels), when there is a mask.
-5. The columns reshaped to ``[N, C*K, OH, OW]`` (channel ``c*K + k``) and a 1x1 ``Conv``
-   with the weight reshaped ``[Cout, C/group*K, 1, 1]`` and ``group`` groups, plus bias.
+1. Positions: the offsets ``[N, 2*G*K, OH, OW]`` (``G`` = deformable groups, ``K = kh*kw``
+   taps, (dy, dx) pairs) plus every tap's position at every output pixel, in pixels,
+   transposed to ``[N, OH, OW, K, G, 1, 2]`` (see :func:`_tap_positions`).
+2. Corners: ``Floor`` and the fraction; the four corners' coordinates in ``x`` padded by one
+   zero pixel each side, clamped into it (``Max``/``Min``: a corner outside the image lands
+   on the zero border, DCNv2's border rule), cast to INT32 and turned into rows of ``x``
+   seen as ``[N*(H+2)*(W+2)*G, C/G]``; and their bilinear weights ``(1-t)`` / ``t`` multiplied
+   over y and x, times the mask, then cast to the model's type: ``[N, OH, OW, K, G, 4, 1]``.
+   All of this is per (pixel, tap, group): the channels never enter it.
+3. ``x`` padded (``Pad``), ``Transpose``-d channels last and ``Reshape``-d to those rows; one
+   ``Gather`` of the corners' rows, ``Mul`` by their weights and ``ReduceSum`` over the four:
+   the im2col columns, channels last, ``[N*OH*OW, K*C]`` (column ``k*C + c``), in the model's
+   type. TensorRT-RTX's builder fuses steps 1-3 into one generated kernel that writes only the
+   columns (its engine's layer listing).
+4. The product: ``Gemm`` with the weight as ``[K*C, Cout]`` (an initializer is transposed
+   once) and the bias, then ``Reshape`` and ``Transpose`` to ``[N, Cout, OH, OW]``. With
+   ``group > 1`` the columns are transposed to ``[N, C*K, OH, OW]`` (channel ``c*K + k``) for a
+   grouped 1x1 ``Conv`` instead (one more pass over the columns).
 
-The tap positions and the normalisation are computed from the offset's and the input's
-run-time shape (``Shape``, ``Range``, a few element-wise nodes), so batch, height and width
-may all be dynamic and the graph holds no spatial size; only the channel count must be
-known. Asymmetric pads need no ``Pad``: they only move the taps.
+The tap positions and the image's size come from the offset's and the input's run-time shape
+(``Shape``, ``Range``), so batch, height and width may all be dynamic and the graph holds no
+spatial size; only the channel count must be known. Asymmetric pads only move the taps.
 
-FP16 models sample in FP32 (``x`` and the offsets are cast up, the columns cast back to
-FP16 before the mask multiply): TensorRT's GridSample needs ``x`` and the grid in one
-type, and FP16 normalised coordinates would lose ``W * 2^-12`` pixels of position.
+FP16 models compute positions, fractions and weights in FP32 (the offsets and the mask are
+cast up; an FP16 position would lose up to ``W * 2^-11`` pixels) and gather, blend and
+multiply in FP16, as the plugin does.
 """
 
 from __future__ import annotations
@@ -47,8 +52,10 @@ from trtconv.rewrites.dcn.plugin_spec import PluginSpec
 from trtconv.rewrites.emitter import PENDING_DOMAIN, Emitter
 
 TARGET = "portable"
-# GridSample entered the default domain at opset 16; it is emitted in the pending domain
-# (see emitter.PENDING_DOMAIN) and the model's opset is raised to this when lower.
+# The model's opset is raised to this when lower (the form's ops are emitted in the pending
+# domain where their signature depends on it, see emitter.PENDING_DOMAIN). ReduceSum takes its
+# axes as an input from opset 13, but at 13 ONNX shape inference loses the shape of the DCN's
+# output (where the graph proof is cut) and at 16 it keeps it (measured, onnx 1.2x).
 OPSET = 16
 
 
@@ -65,12 +72,6 @@ def _float_dtype(t: gs.Tensor | None) -> np.dtype:
         return np.dtype(t.dtype)
     except TypeError:
         return np.dtype(np.float32)
-
-
-def swap_pairs(channels: int) -> np.ndarray:
-    """Gather indices turning (dy, dx) pairs into (dx, dy) pairs."""
-    idx = np.arange(channels, dtype=np.int64).reshape(-1, 2)
-    return np.ascontiguousarray(idx[:, ::-1]).reshape(-1)
 
 
 class _Ops:
@@ -139,118 +140,150 @@ def _check_shapes(em: Emitter, dcn: DcnNode, x: gs.Tensor, offset: gs.Tensor, we
     return c
 
 
-# Channels one GridSample output location walks at most (see sample_split).
-SAMPLE_CHANNELS = 32
+
+# Corner (a, b) of a sample at (y, x) in the image padded by one zero pixel each side sits at
+# (floor(y) + 1 + a, floor(x) + 1 + b), a, b in {0, 1}: rows (a, b) = (0, 0), (0, 1), (1, 0), (1, 1).
+CORNER_STEPS = np.array([[1, 1], [1, 2], [2, 1], [2, 2]])
+# Its bilinear weight is the product over y and x of A + B*t (t the fraction): 1 - t for a
+# corner at floor, t for the one after.
+WEIGHT_A = np.array([[1, 1], [1, 0], [0, 1], [0, 0]])
+WEIGHT_B = 1 - 2 * WEIGHT_A
 
 
-def sample_split(channels: int, per_location: int = SAMPLE_CHANNELS) -> int:
-    """Into how many batch entries one deformable group's ``channels`` are spread for GridSample.
-
-    GridSample kernels run one thread per output location and loop over the channels (PyTorch's
-    does, by its source): with few locations and many channels most of the GPU idles (layer (c)
-    of the DCN benchmark has 9*32*32 locations of 512 channels). Spreading the channels over
-    ``s`` batch entries, each with its own copy of the grid, gives ``s`` times the threads for
-    ``s`` copies of the grid (two floats per location, against ``channels / s`` samples each).
-    The largest ``s`` dividing ``channels`` that leaves at least ``per_location`` channels each.
-    """
-    return max((s for s in range(1, channels + 1) if channels % s == 0 and channels // s >= per_location),
-               default=1)
-
-
-def _grid(ops: _Ops, p: DcnParams, kernel: tuple[int, int], x: gs.Tensor, offset: gs.Tensor,
-          off5: gs.Tensor, sdt: np.dtype) -> gs.Tensor:
-    """Normalised grid ``[N*G, K, 2, OH, OW]``: ``(offset + (tap position + 0.5)) / (size/2) - 1``.
-
-    Positions come from ``Range`` over the run-time OH and OW, sizes from ``Shape(x)``, so the
-    graph holds no spatial size: it serves any size, and proving it at a small one proves it
-    (TensorRT folds it to constants when the engine's shapes are static). The order of
-    operations keeps rounding down: ``position + 0.5`` and ``size/2`` are exact, so a coordinate
-    is rounded by the add and the divide, and the ``- 1`` is exact where the quotient lies in
-    [0.5, 2], as GridSample's own ``+ 1`` then is; ``p*(2/W) + (1/W - 1)`` rounds twice as far
-    from the float64 result at 120x120, and ``(offset + (p + 0.5 - size/2)) / (size/2)``, one
-    node fewer, 1.2x as far at 256x256 (measured through ONNX Runtime's GridSample).
-    """
+def _tap_positions(ops: _Ops, p: DcnParams, kernel: tuple[int, int], oshape: gs.Tensor, sdt: np.dtype) -> gs.Tensor:
+    """Unshifted sampling position ``(y, x)`` of every tap at every output pixel, ``[K, 1, 2, OH, OW]``:
+    ``o*stride - pad_begin + tap*dilation``, from ``Range`` over the offset's run-time OH and OW."""
     kh, kw = kernel
-    wh = ops.op("Gather", "x_wh", [ops.op("Shape", "x_shape", [x], np.int64), ops.const("i32", [3, 2])], np.int64,
-                {"axis": 0})
-    half = ops.op("Mul", "xy_half_size_flat", [ops.cast(wh, "x_wh_float", sdt), ops.const("half", [0.5], sdt)], sdt)
-    half = ops.reshape(half, "xy_half_size", [2, 1, 1], sdt)  # [W/2, H/2]: x first, as the grid
-    oshape = ops.op("Shape", "offset_shape", [offset], np.int64)
     taps = np.arange(kh * kw)
 
-    def centres(axis: int, stride: int, begin: int, tap_step: np.ndarray, name: str) -> gs.Tensor:
-        """Pixel centre (position + 0.5) of every tap along one axis at every output index: [K, 1, 1, size]."""
+    def along(axis: int, stride: int, begin: int, tap_step: np.ndarray, name: str) -> gs.Tensor:
         size = ops.op("Gather", f"o{name}", [oshape, ops.const(f"i{axis}", axis)], np.int64, {"axis": 0})
         index = ops.op("Range", f"o{name}_range", [ops.const(f"{name}_zero", 0), size, ops.const(f"{name}_step", 1)],
-                       np.int64, domain=PENDING_DOMAIN)  # opset 11; written for the raised opset like GridSample
+                       np.int64, domain=PENDING_DOMAIN)
         pix = ops.op("Mul", f"o{name}_pixels", [ops.cast(index, f"o{name}_float", sdt),
                                                  ops.const(f"s{name}", [stride], sdt)], sdt)
-        tap = ops.const(f"tap_{name}_offsets", (tap_step - begin + 0.5).reshape(-1, 1, 1, 1), sdt)
-        return ops.op("Add", f"tap_{name}", [pix, tap], sdt)
+        tap = ops.const(f"tap_{name}_offsets", (tap_step - begin).reshape(-1, 1, 1, 1, 1), sdt)
+        return ops.op("Add", f"tap_{name}", [pix, tap], sdt)  # [K, 1, 1, 1, size]
 
-    cols = centres(3, p.stride[1], p.pads[1], (taps % kw) * p.dilation[1], "x")  # [K, 1, 1, OW]
-    rows = centres(2, p.stride[0], p.pads[0], (taps // kw) * p.dilation[0], "y")  # [K, 1, 1, OH]
-    rows = ops.op("Transpose", "tap_y_column", [rows], sdt, {"perm": [0, 1, 3, 2]})  # [K, 1, OH, 1]
-    px = ops.op("Mul", "tap_x_channel", [cols, ops.const("x_channel", [[[1]], [[0]]], sdt)], sdt)  # [K, 2, 1, OW]
-    py = ops.op("Mul", "tap_y_channel", [rows, ops.const("y_channel", [[[0]], [[1]]], sdt)], sdt)  # [K, 2, OH, 1]
-    # [K, 2, OH, OW], independent of the batch: one Add over the offsets instead of two (each
-    # coordinate still gets one rounded add: px is 0 in the y channel, py 0 in the x channel)
-    taps_pixels = ops.op("Add", "tap_pixels", [px, py], sdt)
-    pix = ops.op("Add", "grid_pixels", [off5, taps_pixels], sdt)
-    unit = ops.op("Div", "grid_units", [pix, half], sdt)
-    return ops.op("Sub", "grid_taps", [unit, ops.const("one", [1.0], sdt)], sdt)
+    cols = along(3, p.stride[1], p.pads[1], (taps % kw) * p.dilation[1], "x")  # [K, 1, 1, 1, OW]
+    rows = along(2, p.stride[0], p.pads[0], (taps // kw) * p.dilation[0], "y")
+    rows = ops.op("Transpose", "tap_y_column", [rows], sdt, {"perm": [0, 1, 2, 4, 3]})  # [K, 1, 1, OH, 1]
+    px = ops.op("Mul", "tap_x_channel", [cols, ops.const("x_channel", [[[0]], [[1]]], sdt)], sdt)  # [K, 1, 2, 1, OW]
+    py = ops.op("Mul", "tap_y_channel", [rows, ops.const("y_channel", [[[1]], [[0]]], sdt)], sdt)  # [K, 1, 2, OH, 1]
+    return ops.op("Add", "tap_positions", [px, py], sdt)
+
+
+def _corner_rows(ops: _Ops, low: gs.Tensor, xshape: gs.Tensor, dg: int, sdt: np.dtype) -> gs.Tensor:
+    """The four corners' rows of ``x`` padded by one pixel, channels last, seen as
+    ``[N*(H+2)*(W+2)*dg, C/dg]``: ``[N, OH, OW, K, dg, 4]`` INT32, from the floored positions."""
+    i32 = np.int32
+    hw = ops.op("Gather", "x_hw", [xshape, ops.const("i_hw", [2, 3])], np.int64, {"axis": 0})
+    last = ops.op("Add", "x_last_padded", [ops.cast(hw, "x_hw_float", sdt), ops.const("one", [1], sdt)], sdt)
+    corner = ops.op("Add", "corners", [low, ops.const("corner_steps", CORNER_STEPS, sdt)], sdt)  # [.., 4, 2]
+    corner = ops.op("Min", "corners_below", [ops.op("Max", "corners_above", [corner, ops.const("zero", [0], sdt)], sdt),
+                                             last], sdt)
+    corner = ops.cast(corner, "corners_int", np.dtype(i32))
+    padded = ops.op("Add", "x_hw_padded", [ops.cast(hw, "x_hw_int", np.dtype(i32)), ops.const("two", [2], i32)], i32)
+    width = ops.op("Gather", "x_w_padded", [padded, ops.const("i1", [1])], i32, {"axis": 0})
+    # (row, column) -> row of the image: row * (W+2)*dg + column * dg
+    strides = ops.op("Concat", "corner_strides", [ops.op("Mul", "row_stride", [width, ops.const("dg", [dg], i32)], i32),
+                                                  ops.const("dg_col", [dg], i32)], i32, {"axis": 0})
+    scaled = ops.op("Mul", "corners_scaled", [corner, strides], i32)
+    index = ops.op("Add", "corner_rows_in_image", [
+        ops.op("Gather", "corner_row_part", [scaled, ops.const("i0s", 0)], i32, {"axis": -1}),
+        ops.op("Gather", "corner_col_part", [scaled, ops.const("i1s", 1)], i32, {"axis": -1})], i32)
+    # + the image's first row, n * (H+2)*(W+2)*dg, and the deformable group
+    height = ops.op("Gather", "x_h_padded", [padded, ops.const("i0", [0])], i32, {"axis": 0})
+    image = ops.op("Mul", "image_rows", [ops.op("Mul", "x_area_padded", [height, width], i32),
+                                         ops.const("dg_img", [dg], i32)], i32)
+    batch = ops.op("Gather", "x_n", [xshape, ops.const("i0s64", 0)], np.int64, {"axis": 0})
+    first = ops.op("Range", "batch_range", [ops.const("n_zero", 0), batch, ops.const("n_step", 1)], np.int64,
+                   domain=PENDING_DOMAIN)
+    first = ops.op("Mul", "batch_rows", [ops.cast(first, "batch_range_int", np.dtype(i32)), image], i32)
+    first = ops.reshape(first, "batch_rows_column", [-1, 1, 1, 1, 1, 1], i32)
+    first = ops.op("Add", "group_rows", [first, ops.const("group_rows_of", np.arange(dg).reshape(dg, 1), i32)], i32)
+    return ops.op("Add", "corner_rows", [index, first], i32)
+
+
+def _corner_weights(ops: _Ops, frac: gs.Tensor, mask: gs.Tensor | None, dg: int, k: int, ohw: gs.Tensor,
+                    sdt: np.dtype, xdt: np.dtype) -> gs.Tensor:
+    """The corners' bilinear weights times the mask, computed in ``sdt`` and cast to the model's
+    type once: ``[N, OH, OW, K, dg, 4, 1]``."""
+    factors = ops.op("Add", "weight_factors", [ops.op("Mul", "weight_slopes", [frac, ops.const("wb", WEIGHT_B, sdt)], sdt),
+                                               ops.const("wa", WEIGHT_A, sdt)], sdt)  # [.., 4, 2]
+    wts = ops.op("Mul", "corner_weights", [
+        ops.op("Gather", "weight_y", [factors, ops.const("i0v", [0])], sdt, {"axis": -1}),
+        ops.op("Gather", "weight_x", [factors, ops.const("i1v", [1])], sdt, {"axis": -1})], sdt)
+    if mask is not None:
+        m = ops.reshape(ops.cast(mask, "mask_float", sdt), "mask_taps", [-1, dg, k, ohw], sdt)
+        m = ops.op("Transpose", "mask_last", [m], sdt, {"perm": [0, 3, 4, 2, 1]})  # [N, OH, OW, K, dg]
+        m = ops.reshape(m, "mask_corners", [0, 0, 0, 0, 0, 1, 1], sdt)
+        wts = ops.op("Mul", "modulate", [wts, m], sdt)
+    return ops.cast(wts, "corner_weights_cast", xdt)
 
 
 def emit(em: Emitter, dcn: DcnNode, io: DcnInputs, out: gs.Tensor, _spec: PluginSpec | None) -> None:
-    """Replacement nodes writing ``out`` (the caller has disconnected the original node first)."""
+    """Replacement nodes writing ``out``: corner gathers on channels-last ``x``, then one product."""
     ops = _Ops(em)
-    x, offset, weight, mask, bias = io.x, io.offset, io.weight, io.mask, io.bias
+    x, offset = io.x, io.offset
     p = dcn.params
-    c = _check_shapes(em, dcn, x, offset, weight)
+    c = _check_shapes(em, dcn, x, offset, io.weight)
     assert dcn.kernel is not None  # _check_shapes says so
     kh, kw = dcn.kernel
     k = kh * kw
-    dg, group = p.deformable_group, p.group
-    sdt = _float_dtype(x)
-    if sdt.itemsize < 4:  # FP16/BF16: sample in FP32
-        sdt = np.dtype(np.float32)
+    dg = p.deformable_group
     xdt = _float_dtype(x)
-    # OH and OW as the offset has them at run time: the graph holds no spatial size
-    ohw = ops.op("Gather", "offset_hw", [ops.op("Shape", "offset_dims", [offset], np.int64), ops.const("i23", [2, 3])],
-                 np.int64, {"axis": 0})
-    ow_t = ops.op("Gather", "offset_w", [ohw, ops.const("i1", [1])], np.int64, {"axis": 0})
-    koh_t = ops.op("Mul", "taps_h", [ops.op("Gather", "offset_h", [ohw, ops.const("i0", [0])], np.int64, {"axis": 0}),
-                                     ops.const("k", [k])], np.int64)
+    sdt = xdt if xdt.itemsize >= 4 else np.dtype(np.float32)  # positions and weights: FP32 at least
+    oshape = ops.op("Shape", "offset_dims", [offset], np.int64)
+    ohw = ops.op("Gather", "offset_hw", [oshape, ops.const("i23", [2, 3])], np.int64, {"axis": 0})
+    xshape = ops.op("Shape", "x_dims", [x], np.int64)
 
-    split = sample_split(c // dg, SAMPLE_CHANNELS)
-    entries = dg * split  # GridSample batch entries per image
+    # 1. sampling positions in pixels, [N, OH, OW, K, dg, 1, 2] (y, x)
+    off = ops.reshape(ops.cast(offset, "offset_float", sdt), "offset_taps", [-1, dg, k, 1, 2, ohw], sdt)
+    pos = ops.op("Add", "positions", [off, _tap_positions(ops, p, (kh, kw), oshape, sdt)], sdt)
+    pos = ops.op("Transpose", "positions_last", [pos], sdt, {"perm": [0, 5, 6, 2, 1, 3, 4]})
+    low = ops.op("Floor", "floor", [pos], sdt)
+    frac = ops.op("Sub", "fraction", [pos, low], sdt)
+    # 2. the four corners: rows of the padded channels-last image, and weights (mask folded in)
+    index = _corner_rows(ops, low, xshape, dg, sdt)
+    wts = _corner_weights(ops, frac, io.mask, dg, k, ohw, sdt, xdt)
+    # 3. gather and blend: the im2col columns, channels last, [N, OH, OW, K, dg, C/dg]
+    padded_x = ops.op("Pad", "x_padded", [x, ops.const("pads", [0, 0, 1, 1, 0, 0, 1, 1])], xdt, {"mode": "constant"})
+    rows = ops.reshape(ops.op("Transpose", "x_channels_last", [padded_x], xdt, {"perm": [0, 2, 3, 1]}), "x_rows",
+                       [-1, c // dg], xdt)
+    corners = ops.op("Gather", "sample", [rows, index], xdt, {"axis": 0})  # [N, OH, OW, K, dg, 4, C/dg]
+    # opset 13's ReduceSum (axes an input): written for the raised opset, like Range
+    blended = ops.op("ReduceSum", "blend", [ops.op("Mul", "weigh", [corners, wts], xdt), ops.const("i5", [5])], xdt,
+                     {"keepdims": 0}, domain=PENDING_DOMAIN)
+    # 4. the dense product
+    _product(ops, io, blended, out, xshape, ohw, p.group, c, k, xdt)
 
-    # 1. the image, one batch entry per deformable group and channel share
-    img = ops.cast(x, "x_float", sdt)
-    if entries > 1:
-        img = ops.reshape(img, "x_groups", [-1, c // entries, 0, 0], sdt)
-    # 2. the sampling grid
-    swapped = ops.op("Gather", "offset_xy", [offset, ops.const("xy_order", swap_pairs(2 * dg * k))], offset.dtype,
-                     {"axis": 1})
-    off5 = ops.reshape(ops.cast(swapped, "offset_float", sdt), "offset_taps", [-1, k, 2, ohw], sdt)
-    grid5 = _grid(ops, p, (kh, kw), x, offset, off5, sdt)
-    grid_last = ops.op("Transpose", "grid_xy_last", [grid5], sdt, {"perm": [0, 1, 3, 4, 2]})
-    if split > 1:  # the same grid for every channel share of a deformable group
-        flat = ops.reshape(grid_last, "grid_flat", [0, 1, -1], sdt)
-        grid_last = ops.op("Expand", "grid_shares", [flat, ops.const("shares", [1, split, 1])], sdt)
-    grid = ops.reshape(grid_last, "grid", [-1, koh_t, ow_t, 2], sdt)
-    # 3. bilinear sampling with zeros outside (mode left at its default: "bilinear" in
-    # opset 16-19, renamed "linear" from opset 20; both mean the same)
-    cols = ops.op("GridSample", "sample", [img, grid], sdt, {"align_corners": 0, "padding_mode": "zeros"},
-                  domain=PENDING_DOMAIN)
-    if mask is not None and split > 1:  # [N*dg, C/dg, K*OH, OW]: the mask's batch entries
-        cols = ops.reshape(cols, "columns_groups", [-1, c // dg, koh_t, ow_t], sdt)
-    cols = ops.cast(cols, "columns_cast", xdt)
-    # 4. modulation
-    if mask is not None:
-        cols = ops.op("Mul", "modulate", [cols, ops.reshape(mask, "mask_taps", [-1, 1, koh_t, ow_t], mask.dtype)], xdt)
-    # 5. the dense product
-    cols = ops.reshape(cols, "im2col", [-1, c * k, ohw], xdt)
+
+def _product(ops: _Ops, io: DcnInputs, blended: gs.Tensor, out: gs.Tensor, xshape: gs.Tensor, ohw: gs.Tensor,
+             group: int, c: int, k: int, xdt: np.dtype) -> None:
+    """``out`` from the columns: a Gemm over ``[N*OH*OW, K*C]`` then NCHW, or with ``group > 1`` the
+    columns channel-first for a grouped 1x1 Conv. The batch is read from ``x`` rather than left
+    at -1, so that shape inference sees the output's shape (the graph proof is cut there)."""
+    em, weight, bias = ops.em, io.weight, io.bias
+    batch1 = ops.op("Gather", "x_n1", [xshape, ops.const("i0n", [0])], np.int64, {"axis": 0})
+    if group == 1:
+        cols = ops.reshape(blended, "im2col", [-1, k * c], xdt)
+        if isinstance(weight, gs.Constant):
+            values = np.asarray(weight.values)
+            wk: gs.Tensor = em.const("weight_kc", np.ascontiguousarray(values.transpose(2, 3, 1, 0).reshape(k * c, -1)))
+        else:
+            wk = ops.reshape(ops.op("Transpose", "weight_taps_first", [weight], weight.dtype, {"perm": [2, 3, 1, 0]}),
+                             "weight_kc", [k * c, -1], weight.dtype)
+        prod = ops.op("Gemm", "product", [cols, wk] + ([bias] if bias is not None else []), xdt)
+        cout = ops.op("Gather", "cout", [ops.op("Shape", "weight_dims", [weight], np.int64), ops.const("i0c", [0])],
+                      np.int64, {"axis": 0})
+        prod = ops.reshape(prod, "product_image", [batch1, ohw, cout], xdt)  # [N, OH, OW, Cout]
+        em.node("Transpose", "output", [prod], [out], {"perm": [0, 3, 1, 2]})
+        return
+    # grouped: the columns to [N, C*K, OH, OW] (channel c*K + k) and a grouped 1x1 Conv
+    cols = ops.reshape(blended, "columns_taps", [0, 0, 0, k, c], xdt)
+    cols = ops.reshape(ops.op("Transpose", "columns_first", [cols], xdt, {"perm": [0, 4, 3, 1, 2]}), "im2col",
+                       [batch1, c * k, ohw], xdt)
     if isinstance(weight, gs.Constant):
         values = np.asarray(weight.values)
         w2: gs.Tensor = em.const("weight_1x1", np.ascontiguousarray(values.reshape(values.shape[0], -1, 1, 1)))
@@ -295,11 +328,11 @@ def with_dcn_output_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-# The portable form samples through GridSample's normalised float32 coordinates, whose error
-# grows with the feature map like every float32 DCN's (ONNX Runtime's DeformConv reaches the
-# 1e-5 tolerance near 200x200 on random data); its graph holds no spatial size, so its proof
-# runs at most this wide, where float32 positions are exact to well under the tolerance.
+# The portable form samples at float32 positions, whose error grows with the feature map like
+# every float32 DCN's (ONNX Runtime's DeformConv reaches the 1e-5 tolerance near 200x200 on
+# random data); its graph holds no spatial size, so its proof runs at most this wide, where
+# float32 positions are exact to well under the tolerance.
 PROOF_SIDE = 64
 
-PORTABLE = DcnTarget(TARGET, emit, opset=OPSET, opset_op="GridSample", pads="taps", proof_max_side=PROOF_SIDE,
+PORTABLE = DcnTarget(TARGET, emit, opset=OPSET, opset_op="ReduceSum", pads="taps", proof_max_side=PROOF_SIDE,
                      cut_graph_proof=True, prepare=with_dcn_output_shapes)

@@ -119,13 +119,21 @@ class RoiAlignRule(RewriteRule):
         known = ctx.shapes.get(x_t.name) or []
         c = known[1] if len(known) == 4 and isinstance(known[1], int) else PROOF_C
         h, w = match.hw if match.sr == 0 and match.hw else PROOF_HW  # the adaptive bound is the model's map
-        x = rng.standard_normal((PROOF_N, c, h, w)).astype(F32)
         scale = match.scale
-        xy1 = rng.uniform(-3, max(w, h) + 1, (PROOF_ROIS, 2))  # some boxes start or end outside the image
-        wh = rng.uniform(0.3, 8 if match.sr else 3 * max(h, w), (PROOF_ROIS, 2))  # adaptive: several samples a bin
-        rois = (np.concatenate([xy1, xy1 + wh], axis=1) / scale).astype(F32)
-        batch = rng.integers(0, PROOF_N, PROOF_ROIS).astype(np.int64)
-        values = {x_t.name: x, rois_t.name: rois, batch_t.name: batch}
+        # boxes and image indices the model holds as constants are proven as they are (the emitted nodes read them)
+        fixed_rois = rois_t.values if isinstance(rois_t, gs.Constant) else None
+        fixed_batch = batch_t.values if isinstance(batch_t, gs.Constant) else None
+        n_rois = len(fixed_rois) if fixed_rois is not None else len(fixed_batch) if fixed_batch is not None \
+            else PROOF_ROIS
+        n = max(PROOF_N, int(np.max(fixed_batch)) + 1 if fixed_batch is not None and fixed_batch.size else 0)
+        x = rng.standard_normal((n, c, h, w)).astype(F32)
+        xy1 = rng.uniform(-3, max(w, h) + 1, (n_rois, 2))  # some boxes start or end outside the image
+        wh = rng.uniform(0.3, 8 if match.sr else 3 * max(h, w), (n_rois, 2))  # adaptive: several samples a bin
+        rois = (np.asarray(fixed_rois, F32) if fixed_rois is not None
+                else (np.concatenate([xy1, xy1 + wh], axis=1) / scale).astype(F32))
+        batch = (np.asarray(fixed_batch, np.int64) if fixed_batch is not None
+                 else rng.integers(0, n, n_rois).astype(np.int64))
+        values = {t.name: v for t, v in ((x_t, x), (rois_t, rois), (batch_t, batch)) if not isinstance(t, gs.Constant)}
         out = site.outputs[0].name
         ref = match.original.run(values, out, ctx.opset)
         return NodeProofCase(emitted.nodes, out, values, ref.astype(np.float64), np.dtype(F32), ctx.opset,

@@ -8,6 +8,7 @@ TensorRT embeds is launched exactly as the tests launch it. The PTX ships as pac
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -46,15 +47,15 @@ TILES: tuple[Tile, ...] = ((64, 128, 32, 0), (64, 64, 64, 0), (64, 64, 64, 2), (
 # "w": one warpgroup per 64 pixels takes all BN channels; "v": two warpgroups per 64 pixels
 # take BN / 2 each (half the accumulators per thread, twice the warps). A digit: split-K over
 # a cluster of that many CTAs, which sum their partial tiles through distributed shared
-# memory in a fixed order -- for layers with few output pixels and a long K, such as shape
-# (c). Seven, not eight: 32 output tiles x 8 CTAs is more clusters than an H200 holds at once.
+# memory in a fixed order -- for layers with few output pixels and a long K, such as shapes
+# (c), (d) and (e). "x4": four gather passes' corner loads in flight at once instead of one.
 # The third number is FP16 channels per K step: 64 = 128-byte steps (whole cache lines per
-# gather, per-pixel recipes in shared memory, up to 104 KiB of static shared memory). The last,
-# 128 x 128, is for layers of 128 output channels, where a 256-wide tile computes half nothing.
-SM90_TILES: tuple[Tile, ...] = ((128, 256, 64, 3), (64, 256, 32, 3), (128, 256, 64, 5), (64, 256, 32, 4), (64, 256, 64, 6),
-                                (128, 128, 64, 3))
+# gather, per-pixel recipes in shared memory, static shared memory past 48 KiB). One tile per
+# benchmark shape it wins, in the order (b), (e), (c), (d), (f), (a) (plugins/dcnv2/NOTES.md).
+SM90_TILES: tuple[Tile, ...] = ((128, 256, 64, 3), (128, 256, 64, 4), (64, 256, 64, 5), (64, 128, 64, 5),
+                                (128, 128, 64, 6), (64, 64, 64, 6))
 ALL_TILES: tuple[Tile, ...] = TILES + SM90_TILES
-_VARIANT = ("s", "p", "t", "w", "w4", "v", "v7")
+_VARIANT = ("s", "p", "t", "v", "v2", "v6", "wx4")
 
 
 # Layouts of x the PTX has entry points for: "nchw" (TensorRT LINEAR) and "nhwc" (channels
@@ -183,14 +184,14 @@ def kernel_name(dtype: str, tile: Tile, allow_tf32: bool = True, layout: str = "
 
 
 def tile_id(tile: Tile) -> str:
-    """A tile's name, as its entry points end: 'm64n256k32w8'."""
+    """A tile's name, as its entry points end: 'm64n256k64v6'."""
     return f"m{tile[0]}n{tile[1]}k{tile[2]}{_VARIANT[tile[3]]}"
 
 
 def split_k(tile: Tile) -> int:
     """CTAs that share one output tile along K (the cluster size of a split-K entry)."""
-    suffix = _VARIANT[tile[3]]
-    return int(suffix[1:]) if tile in SM90_TILES and len(suffix) > 1 else 1
+    digits = re.match(r"[wv](\d*)", _VARIANT[tile[3]])
+    return int(digits.group(1)) if tile in SM90_TILES and digits and digits.group(1) else 1
 
 
 def tactic_tile(tactic: int | None) -> Tile:
@@ -256,8 +257,8 @@ def load_ptx(file: str = PTX_FILE) -> str:
 
 
 def ptx_file(name: str) -> str:
-    """The PTX file that holds an entry point (compute_90a for the "w" tiles)."""
-    return SM90_PTX_FILE if name.rstrip("0123456789")[-1] in "wv" else PTX_FILE
+    """The PTX file that holds an entry point (compute_90a for the "w" and "v" tiles)."""
+    return SM90_PTX_FILE if re.search(r"k\d+[wv]\d*(x\d+)?$", name) else PTX_FILE
 
 
 @lru_cache(maxsize=64)
