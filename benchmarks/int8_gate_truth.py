@@ -28,6 +28,7 @@ Times are each tool's whole process, from start to exit (interpreter start, impo
 gate for trtconv, writing the model), sequentially, under whatever else the machine runs.
 
     python benchmarks/int8_gate_truth.py [--models cls,rec,dddd,yolo,silero16k] [--splits 5] [--seed 0]
+        [--sources N]   # the many-source sets of gate_data.py --sources N (a pass needs 45 judged sources)
         [--modelopt-python /work/venvs/modelopt/bin/python] [--modelopt-from OLD.json] [--json OUT] [--quick]
     python benchmarks/int8_gate_truth.py --table-from OUT.json [MORE.json] [--models ...]   # tables of saved runs
 """
