@@ -13,9 +13,15 @@ install:
 	-command -v pyenv >/dev/null 2>&1 && pyenv rehash
 	@command -v trtconv >/dev/null && trtconv --version | head -1
 
+# Two pytest workers where pytest-xdist is installed (the test extra), each taking whole files (--dist loadfile:
+# a module's fixtures are set up once); PYTEST_WORKERS=0 runs in one process (docs/benchmarks.md, "`make test` time").
+PYTEST_WORKERS ?= 2
+HAS_XDIST = $(if $(filter-out 0,$(PYTEST_WORKERS)),$(shell $(PYTHON) -c "import xdist" 2>/dev/null && echo yes))
+PYTEST_XDIST = $(if $(HAS_XDIST),-n $(PYTEST_WORKERS) --dist loadfile)
+
 test: typecheck-trt
 	$(PYTHON) -m ruff check trtconv tests benchmarks tools
-	$(PYTHON) -m pytest --durations=25 $(PYTEST_ARGS)  # the slowest 25 end CI's output: growth is seen
+	$(PYTHON) -m pytest --durations=25 $(PYTEST_XDIST) $(PYTEST_ARGS)  # the slowest 25 end CI's output: growth is seen
 
 lint:
 	$(PYTHON) -m ruff check trtconv tests benchmarks tools

@@ -24,6 +24,16 @@ Nothing is downloaded from a model hub and nothing large is committed: the sets 
   kept. A source is one utterance.
 
     python benchmarks/gate_data.py [--models cls,rec,dddd,yolo,silero16k] [--out .cache/gate_data] [--scale K] [--force]
+    python benchmarks/gate_data.py --sources 300 [--models ...]   # into .cache/gate_data_s300
+
+``--sources N`` makes the *many-source* sets instead (issue 32's Done-when: a pass needs 45 judged sources,
+so a set must hold a few hundred), into ``.cache/gate_data_sN/``: for ``cls``, ``rec`` and ``dddd`` N sources,
+each one distinct text line (1-2 lines: 1 in 5 sources gets the next line too) drawn from a pool of local
+texts (``/usr/share/common-licenses``, the docstrings of the standard library, ``/usr/share/doc/*/copyright``)
+and typeset in its own independently drawn style (any installed TrueType font, size, paper, ink, noise, blur);
+for ``silero16k`` N utterances (a distinct sentence x espeak-ng voice and variant x speed x pitch x level x
+noise), 1-2 chunks each at random places, with the FP32 model's own state; ``yolo`` keeps its 20 photos (no
+other real photos are installed here), so it stays too small for a pass.
 
 ``--scale 2`` doubles every set (240 text lines, 200 photo variants, 300 speech chunks): what the default INT8
 command needs since it judges a pass on at least 45 samples of the data it is given (90 in the calibration half).
@@ -156,36 +166,158 @@ def fit_line(text: str, st: Style, rng: np.random.Generator, max_ratio: float):
 
 def text_samples(model: str, seed: int, scale: int = 1) -> Iterator[tuple[str, dict]]:
     """(source, sample) for ``cls``, ``rec`` or ``dddd``: every document in its own style."""
-    from types import SimpleNamespace
-
-    from PIL import Image
-
-    if model in ("cls", "rec"):
-        import rapidocr_onnxruntime.ch_ppocr_cls.text_cls as rcls
-        import rapidocr_onnxruntime.ch_ppocr_rec.text_recognize as rrec
     for d, (name, text) in enumerate(documents()):
         rng = np.random.default_rng([seed, d])
         st = style(rng)
         for line in source_lines(text, rng, LINES_PER_SOURCE * scale):
-            if model == "cls":
-                img = fit_line(line, st, rng, 192 / 48 * 1.5)  # the classifier squeezes longer lines itself
-                if rng.random() < 0.5:
-                    img = img.rotate(180)
-                bgr = np.asarray(img)[:, :, ::-1].copy()
-                x = rcls.TextClassifier.resize_norm_img(SimpleNamespace(cls_image_shape=[3, 48, 192]), bgr)
-            elif model == "rec":
-                img = fit_line(line, st, rng, 320 / 48)
-                bgr = np.asarray(img)[:, :, ::-1].copy()
-                ratio = max(320 / 48, bgr.shape[1] / bgr.shape[0])  # its __call__'s batch ratio, batch of one
-                x = rrec.TextRecognizer.resize_norm_img(SimpleNamespace(rec_image_shape=[3, 48, 320]), bgr, ratio)
-            else:
-                img = fit_line(line, st, rng, 256 / 64)
-                gray = img.resize((int(img.width * (64 / img.height)), 64), Image.LANCZOS).convert("L")
-                arr = np.asarray(gray, np.float32)[:, :256] / 255.0
-                canvas = np.full((64, 256), float(np.median(arr[:, :2])), np.float32)  # the line's own paper
-                canvas[:, :arr.shape[1]] = arr
-                x = canvas[None]
-            yield name, {"x" if model != "dddd" else "input1": x[None].astype(np.float32)}
+            yield name, preprocess_line(model, line, st, rng)
+
+
+def preprocess_line(model: str, line: str, st: Style, rng: np.random.Generator) -> dict:
+    """``line`` typeset in ``st`` through the model's own preprocessing: the model's input dict."""
+    from types import SimpleNamespace
+
+    from PIL import Image
+
+    if model == "cls":
+        import rapidocr_onnxruntime.ch_ppocr_cls.text_cls as rcls
+
+        img = fit_line(line, st, rng, 192 / 48 * 1.5)  # the classifier squeezes longer lines itself
+        if rng.random() < 0.5:
+            img = img.rotate(180)
+        bgr = np.asarray(img)[:, :, ::-1].copy()
+        x = rcls.TextClassifier.resize_norm_img(SimpleNamespace(cls_image_shape=[3, 48, 192]), bgr)
+    elif model == "rec":
+        import rapidocr_onnxruntime.ch_ppocr_rec.text_recognize as rrec
+
+        img = fit_line(line, st, rng, 320 / 48)
+        bgr = np.asarray(img)[:, :, ::-1].copy()
+        ratio = max(320 / 48, bgr.shape[1] / bgr.shape[0])  # its __call__'s batch ratio, batch of one
+        x = rrec.TextRecognizer.resize_norm_img(SimpleNamespace(rec_image_shape=[3, 48, 320]), bgr, ratio)
+    else:
+        img = fit_line(line, st, rng, 256 / 64)
+        gray = img.resize((int(img.width * (64 / img.height)), 64), Image.LANCZOS).convert("L")
+        arr = np.asarray(gray, np.float32)[:, :256] / 255.0
+        canvas = np.full((64, 256), float(np.median(arr[:, :2])), np.float32)  # the line's own paper
+        canvas[:, :arr.shape[1]] = arr
+        x = canvas[None]
+    return {"x" if model != "dddd" else "input1": x[None].astype(np.float32)}
+
+
+# ----------------------------------------------------------------------------- many sources (issue 32 Done-when)
+
+ESPEAK_VARIANTS = ("", "+m1", "+m2", "+m3", "+m4", "+m5", "+m6", "+m7", "+f1", "+f2", "+f3", "+f4", "+f5",
+                   "+klatt", "+croak", "+whisper")
+ESPEAK_VOICES = ("en-us", "en-gb", "en-gb-scotland", "en-gb-x-gbclan", "en-gb-x-rp", "en-gb-x-gbcwmd", "en-029",
+                 "en-us-nyc")
+SKIP_MODULES = ("antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo")
+
+
+def text_pool() -> list[tuple[str, list[str]]]:
+    """(document, its words) for every local text: the licenses, the standard library's module docstrings, the
+    Debian copyright files (a few hundred documents; duplicates dropped)."""
+    import importlib
+    import warnings
+
+    seen: set[str] = set()
+    pool = []
+
+    def add(name: str, text: str) -> None:
+        words = [w for w in text.split() if any(c.isalnum() for c in w) and len(w) < 30 and w.isprintable()]
+        key = " ".join(words[:40])
+        if len(words) >= 30 and key not in seen:
+            seen.add(key)
+            pool.append((name, words))
+
+    for p in sorted(Path("/usr/share/common-licenses").glob("*")):
+        if p.is_file():
+            add(f"license:{p.name}", p.read_text(errors="replace"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for mod in sorted(sys.stdlib_module_names):
+            if mod.startswith("_") or mod in SKIP_MODULES:
+                continue
+            try:
+                doc = importlib.import_module(mod).__doc__ or ""
+            except Exception:  # noqa: BLE001 - a module that does not import here has no text for us
+                continue
+            add(f"pydoc:{mod}", doc)
+    for p in sorted(Path("/usr/share/doc").glob("*/copyright")):
+        add(f"copyright:{p.parent.name}", p.read_text(errors="replace"))
+    return pool
+
+
+def distinct_lines(pool: list[tuple[str, list[str]]], rng: np.random.Generator, used: set[str],
+                   n: int) -> tuple[str, list[str]]:
+    """(document, ``n`` consecutive lines of 2-6 words) from a random document and place, none seen before."""
+    while True:
+        name, words = pool[int(rng.integers(0, len(pool)))]
+        i = int(rng.integers(0, max(1, len(words) - 14)))
+        lines = []
+        for _ in range(n):
+            k = int(rng.integers(2, 7))
+            lines.append(" ".join(words[i:i + k]))
+            i += k
+        if all(ln and ln.lower() not in used for ln in lines):
+            used.update(ln.lower() for ln in lines)
+            return name, lines
+
+
+def all_fonts() -> list[str]:
+    """Every TrueType font installed (fc-list; the realdata fonts when fontconfig is missing)."""
+    from realdata import font_paths
+
+    if shutil.which("fc-list"):
+        out = subprocess.run(["fc-list", ":", "file"], capture_output=True, text=True).stdout
+        fonts = sorted({f for ln in out.splitlines() if (f := ln.split(":")[0].strip()).endswith((".ttf", ".otf"))})
+        if fonts:
+            return fonts
+    return [str(p) for p in font_paths()]
+
+
+def many_text_samples(model: str, seed: int, sources: int) -> Iterator[tuple[str, dict]]:
+    """(source, sample) for ``cls``, ``rec`` or ``dddd``: ``sources`` sources, each 1-2 distinct text lines in
+    its own independently drawn style."""
+    pool, fonts, used = text_pool(), all_fonts(), set()
+    for s in range(sources):
+        rng = np.random.default_rng([seed, 7, s])
+        st = style(rng)
+        st = Style(font=fonts[int(rng.integers(0, len(fonts)))], height=st.height, paper=st.paper, ink=st.ink,
+                   noise=st.noise, blur=st.blur)
+        doc, lines = distinct_lines(pool, rng, used, 2 if rng.random() < 0.2 else 1)
+        name = f"s{s:04d}_{doc.split(':')[0]}"
+        for line in lines:
+            yield name, preprocess_line(model, line, st, rng)
+
+
+def many_speech_samples(seed: int, sources: int) -> Iterator[tuple[str, dict]]:
+    """(source, sample) for ``silero16k``: ``sources`` utterances (distinct sentence, voice and variant, speed,
+    pitch, level, noise), 1-2 chunks of each at random places, with the FP32 model's own state."""
+    import onnxruntime as ort
+    from realmodels import silero_model
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(str(silero_model("silero_vad_16k_op15.onnx")), opts,
+                                providers=["CPUExecutionProvider"])
+    pool, used = text_pool(), set()
+    for u in range(sources):
+        rng = np.random.default_rng([seed, 9, u])
+        doc, (sentence,) = distinct_lines(pool, rng, used, 1)
+        sentence = " ".join([sentence] + [w for w in pool[int(rng.integers(0, len(pool)))][1][:int(rng.integers(0, 8))]])
+        voice = ESPEAK_VOICES[int(rng.integers(0, len(ESPEAK_VOICES)))] + ESPEAK_VARIANTS[
+            int(rng.integers(0, len(ESPEAK_VARIANTS)))]
+        audio = at_level(espeak(sentence, voice, int(rng.integers(110, 230)), int(rng.integers(10, 90))), rng)
+        chunks = (len(audio) - 512) // 512 + 1
+        keep = set(int(i) for i in rng.choice(chunks, size=min(chunks, 1 + int(rng.random() < 0.5)), replace=False))
+        state, context = np.zeros((2, 1, 128), np.float32), np.zeros((1, 64), np.float32)
+        for i in range(max(keep) + 1):
+            x = np.concatenate([context, audio[None, i * 512:(i + 1) * 512]], axis=1).astype(np.float32)
+            feeds = {"input": x, "state": state, "sr": np.array(16000, dtype=np.int64)}
+            if i in keep:
+                yield f"u{u:04d}_{voice.replace('+', '_')}", {k: v.copy() for k, v in feeds.items()}
+            _, state = sess.run(None, feeds)
+            context = x[:, -64:]
 
 
 # ----------------------------------------------------------------------------- photos
@@ -305,46 +437,61 @@ def model_path(model: str) -> Path:
     return silero_model("silero_vad_16k_op15.onnx")
 
 
-def make(model: str, out: Path, seed: int = 0, scale: int = 1) -> Path:
-    """Write ``out/model/SOURCE/NNN.npz`` and ``meta.json``; returns the model folder."""
+def make(model: str, out: Path, seed: int = 0, scale: int = 1, sources: int = 0) -> Path:
+    """Write ``out/model/SOURCE/NNN.npz`` and ``meta.json``; returns the model folder. ``sources``: the
+    many-source set of that many sources (0: the per-document sets)."""
     folder = out / model
     if folder.exists():
         shutil.rmtree(folder)
-    samples = (text_samples(model, seed, scale) if model in ("cls", "rec", "dddd")
-               else photo_samples(seed, out / "_wheels", scale) if model == "yolo" else speech_samples(seed, scale))
+    if sources and model in ("cls", "rec", "dddd"):
+        samples = many_text_samples(model, seed, sources)
+    elif sources and model == "silero16k":
+        samples = many_speech_samples(seed, sources)
+    else:
+        samples = (text_samples(model, seed, scale) if model in ("cls", "rec", "dddd")
+                   else photo_samples(seed, out / "_wheels", scale) if model == "yolo" else speech_samples(seed, scale))
     counts: dict[str, int] = {}
     for source, sample in samples:
         d = folder / source
         d.mkdir(parents=True, exist_ok=True)
         np.savez(d / f"{counts.get(source, 0):03d}.npz", **sample)
         counts[source] = counts.get(source, 0) + 1
-    meta = {"model": str(model_path(model)), "seed": seed, "scale": scale, "samples": sum(counts.values()), "sources": counts,
-            "made_by": "benchmarks/gate_data.py"}
+    meta = {"model": str(model_path(model)), "seed": seed, "scale": scale, "many_sources": sources,
+            "samples": sum(counts.values()), "sources": counts, "made_by": "benchmarks/gate_data.py"}
     (folder / "meta.json").write_text(json.dumps(meta, indent=1))
     return folder
 
 
-def ensure(model: str, out: Path = DEFAULT_OUT, seed: int = 0, scale: int = 1) -> Path:
-    """The model's sample folder, made if it is missing or was made with another seed or scale."""
+def ensure(model: str, out: Path = DEFAULT_OUT, seed: int = 0, scale: int = 1, sources: int = 0) -> Path:
+    """The model's sample folder, made if it is missing or was made with another seed, scale or source count."""
     meta = out / model / "meta.json"
-    if meta.is_file() and {k: json.loads(meta.read_text()).get(k, 1) for k in ("seed", "scale")} == {
-            "seed": seed, "scale": scale}:
-        return out / model
-    return make(model, out, seed, scale)
+    if meta.is_file():
+        made = json.loads(meta.read_text())
+        if (made.get("seed", 0), made.get("scale", 1), made.get("many_sources", 0)) == (seed, scale, sources):
+            return out / model
+    return make(model, out, seed, scale, sources)
+
+
+def default_out(sources: int = 0) -> Path:
+    """Where the sets live: ``.cache/gate_data``, or ``.cache/gate_data_sN`` for the many-source sets."""
+    return DEFAULT_OUT if not sources else DEFAULT_OUT.with_name(f"gate_data_s{sources}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=",".join(MODELS))
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--out", type=Path, default=None, help="default .cache/gate_data (.cache/gate_data_sN with --sources N)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--scale", type=int, default=1,
                     help="k times the samples per source (text lines, photo variants; speech chunks k times as often)")
+    ap.add_argument("--sources", type=int, default=0,
+                    help="the many-source sets: N sources of 1-2 text lines / utterances of 1-2 chunks (yolo unchanged)")
     ap.add_argument("--force", action="store_true", help="make the sets again even when present")
     args = ap.parse_args()
+    out = args.out or default_out(args.sources)
     for model in args.models.split(","):
-        folder = (make(model, args.out, args.seed, args.scale) if args.force
-                  else ensure(model, args.out, args.seed, args.scale))
+        folder = (make(model, out, args.seed, args.scale, args.sources) if args.force
+                  else ensure(model, out, args.seed, args.scale, args.sources))
         meta = json.loads((folder / "meta.json").read_text())
         print(f"{model}: {meta['samples']} samples from {len(meta['sources'])} sources in {folder}")
 

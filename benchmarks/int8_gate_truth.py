@@ -28,6 +28,7 @@ Times are each tool's whole process, from start to exit (interpreter start, impo
 gate for trtconv, writing the model), sequentially, under whatever else the machine runs.
 
     python benchmarks/int8_gate_truth.py [--models cls,rec,dddd,yolo,silero16k] [--splits 5] [--seed 0]
+        [--sources N]   # the many-source sets of gate_data.py --sources N (a pass needs 45 judged sources)
         [--modelopt-python /work/venvs/modelopt/bin/python] [--modelopt-from OLD.json] [--json OUT] [--quick]
     python benchmarks/int8_gate_truth.py --table-from OUT.json [MORE.json] [--models ...]   # tables of saved runs
 """
@@ -238,7 +239,8 @@ def split_key(model: str, seed: int, calib: list[str], total: int) -> str:
 def measure_model(args, name: str, tmp: Path, reuse: dict) -> list[dict]:
     import gate_data
 
-    folder = gate_data.ensure(name, args.data, scale=args.data_scale)
+    folder = gate_data.ensure(name, args.data or gate_data.default_out(args.sources), scale=args.data_scale,
+                              sources=args.sources)
     meta = json.loads((folder / "meta.json").read_text())
     sources = sources_of(folder)
     total = sum(len(v) for v in sources.values())
@@ -292,15 +294,15 @@ def summary(rows: list[dict]) -> str:
              "(exit codes) | other | INT8 share, median | unseen meeting 0.99: median (lowest) | worst unseen "
              "cosine | trtconv s, median | ModelOpt s, median | ModelOpt unseen meeting 0.99: median (lowest) "
              "| ModelOpt worst unseen | ModelOpt INT8 share |", "|" + "---|" * 15]
-    for name in dict.fromkeys(r["model"] for r in rows):
-        rs = [r for r in rows if r["model"] == name]
+    for name, size in dict.fromkeys((r["model"], r["samples"]) for r in rows):  # one row per model and set
+        rs = [r for r in rows if (r["model"], r["samples"]) == (name, size)]
         t = [r["trtconv"] for r in rs]
         passed = [x for x in t if x["exit"] == 0 and x.get("passed") is True]
         holding = [x for x in passed if x.get("holds")]
         refused = [x for x in t if x.get("refused", x["exit"] in (7, 8))]
         other = [x for x in t if x not in passed and x not in refused]
         written = [x for x in t if "unseen_meeting" in x]
-        codes = ",".join(str(c) for c in sorted({x["exit"] for x in refused}))
+        codes = ", ".join(f"{c} ×{sum(x['exit'] == c for x in refused)}" for c in sorted({x["exit"] for x in refused}))
         mo = [r["modelopt"] for r in rs if "modelopt" in r]
         mo_ok = [m for m in mo if "unseen_meeting" in m]
         lines.append(
@@ -318,20 +320,36 @@ def summary(rows: list[dict]) -> str:
 
 def detail(rows: list[dict]) -> str:
     """One line per split."""
-    lines = ["| model | split | calib / unseen samples | trtconv exit | verdict | INT8 share | unseen meeting 0.99 "
+    lines = ["| model | split seed | calib / unseen samples | trtconv exit | verdict | INT8 share | unseen meeting 0.99 "
              "| worst unseen | holds | trtconv s | ModelOpt s | ModelOpt unseen meeting 0.99 | ModelOpt worst |",
              "|" + "---|" * 13]
     for r in rows:
         t, m = r["trtconv"], r.get("modelopt", {})
-        verdict = ((t.get("message") if t["exit"] else t.get("verdict")) or "").replace("|", "/")[:70]
+        verdict = _short(((t.get("message") if t["exit"] else t.get("verdict")) or "").replace("|", "/"))
         lines.append(
-            f"| {r['model']} | {r['split']} | {r['calib_samples']} / {r['unseen_samples']} | {t['exit']} | {verdict} | "
+            f"| {r['model']} | {r['seed']} | {r['calib_samples']} / {r['unseen_samples']} | {t['exit']} | {verdict} | "
             f"{_fmt(t.get('int8_share') if 'unseen_meeting' in t else None, '.0%')} | "
             f"{_fmt(t.get('unseen_meeting'), '.1%')} | "
             f"{_fmt(t.get('worst_unseen'), '.3f')} | {'-' if 'holds' not in t else 'yes' if t['holds'] else 'no'} | "
             f"{t['seconds']:.0f} | {_fmt(m.get('seconds'), '.0f')} | {_fmt(m.get('unseen_meeting'), '.1%')} | "
             f"{_fmt(m.get('worst_unseen'), '.3f')} |")
     return "\n".join(lines)
+
+
+def _short(text: str) -> str:
+    """The verdict or refusal in a table cell: the claim's numbers kept, the advice dropped."""
+    import re
+
+    m = re.match(r"INT8 not verified: (\d+) independent judged samples \((\d+) samples from (\d+) sources.*?design "
+                 r"effect ([\d.]+)\)(?:, (\d+) of them below the limit)?", text)
+    if m:
+        judged, samples, sources, deff, misses = m.groups()
+        return (f"not verified: {judged} judged ({samples} samples, {sources} sources, design effect {deff}), "
+                f"{misses or 0} below 0.99")
+    m = re.match(r"passed on n=(\d+) judged samples: at least ([\d.]+%)", text)
+    if m:
+        return f"passed on n={m.group(1)}: at least {m.group(2)} of new samples"
+    return text[:90]
 
 
 def _fmt(v, spec: str) -> str:
@@ -370,7 +388,9 @@ def main() -> None:
     ap.add_argument("--models", default=None, help=f"default {','.join(MODELS)} ({','.join(QUICK_MODELS)} with --quick)")
     ap.add_argument("--splits", type=int, default=None, help="random source-aware splits per model (default 5; 2 with --quick)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--data", type=Path, default=HERE.parent / ".cache" / "gate_data")
+    ap.add_argument("--data", type=Path, default=None, help="default .cache/gate_data (_sN with --sources N)")
+    ap.add_argument("--sources", type=int, default=0,
+                    help="gate_data.py --sources: the many-source sets (N sources of 1-2 samples each)")
     ap.add_argument("--data-scale", type=int, default=1, help="gate_data.py --scale: k times the samples per source")
     ap.add_argument("--modelopt-python", default=None,
                     help="interpreter with nvidia-modelopt[onnx]==0.47.0 (its own venv); without it no ModelOpt column")

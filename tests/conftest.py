@@ -1,10 +1,18 @@
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
+
+# One OpenBLAS thread per test process (and the trtconv processes the tests start, which inherit it), set
+# before numpy is first imported. trtconv's numpy work between ONNX Runtime runs (e.g. the per-layer float64
+# dot products of INT8's sensitivity pass) otherwise wakes a second BLAS thread that contends with ONNX
+# Runtime's spinning pool threads on the same cores: on the shared 2-core machine the per-tensor auto test
+# took 56 CPU s with the default threads and 13 with one (docs/benchmarks.md, "`make test` time").
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 sys.path.insert(0, str(Path(__file__).parent))
 

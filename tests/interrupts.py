@@ -44,6 +44,36 @@ def interrupt_before_rename(args: list[str], folder: Path, sig: int, timeout: fl
                           capture_output=True, text=True, timeout=timeout, preexec_fn=_as_from_a_terminal)
 
 
+_AFTER = """
+import os, signal, sys, threading, time
+from pathlib import Path
+folder, sig, name = Path(sys.argv[1]).resolve(), int(sys.argv[2]), sys.argv[3]
+real_replace = os.replace
+def replace(src, dst, *args, **kwargs):
+    done = real_replace(src, dst, *args, **kwargs)
+    if Path(dst).resolve() == folder / name:
+        print("signal after rename to", name, file=sys.stderr, flush=True)
+        signal.pthread_kill(threading.main_thread().ident, sig)
+        for _ in range(1200):  # the handler raises in here, the file already in place
+            time.sleep(0.1)
+        raise SystemExit("the signal was not delivered")
+    return done
+os.replace = replace
+from trtconv.cli.main import main
+sys.argv = ["trtconv", *sys.argv[4:]]
+main()
+"""
+
+
+def interrupt_after_rename(args: list[str], folder: Path, name: str, sig: int, timeout: float = 1200
+                           ) -> subprocess.CompletedProcess[str]:
+    """Run ``trtconv *args``; deliver ``sig`` just after ``folder/name`` was renamed into place: the
+    output is whole on disk and the code that would record it has not run (the window a Ctrl-C hit
+    during `build`'s save stage once, leaving the prepared ONNX behind)."""
+    return subprocess.run([sys.executable, "-c", _AFTER, str(folder), str(int(sig)), name, *args],
+                          capture_output=True, text=True, timeout=timeout, preexec_fn=_as_from_a_terminal)
+
+
 def _as_from_a_terminal() -> None:
     """SIGINT and SIGTERM at their defaults, as in a command typed at a shell. A test run
     started in the background (``make test &``, a non-interactive shell's ``&``) ignores

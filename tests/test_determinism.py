@@ -10,6 +10,7 @@ The only fields allowed to differ are timings: JSON keys ending in ``seconds``
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -63,7 +64,8 @@ def test_outputs_are_byte_identical_across_processes(tmp_path, ocr_cls):
         folder = tmp_path / name
         folder.mkdir()
         _calib(folder / "calib", reverse)
-        env = {"PYTHONHASHSEED": hashseed, "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+        env = {"PYTHONHASHSEED": hashseed, "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+               **{k: v for k, v in os.environ.items() if k == "OPENBLAS_NUM_THREADS"}}  # tests/conftest.py
         proc = subprocess.Popen(["sh", "-c", _script(ocr_cls, Path("calib"))], cwd=folder, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         runs.append((folder, proc))

@@ -47,3 +47,30 @@ def test_calibration_folder_has_one_subfolder_per_source(truth, tmp_path):
     cal = truth.calib_folder(tmp_path / "cal", sources, ["page2", "photo"])
     assert sorted(str(p.relative_to(cal)) for p in cal.rglob("*.npz")) == [
         "page2/000.npz", "page2/001.npz", "page2/002.npz", "photo/000.npz"]
+
+
+def test_many_source_lines_are_distinct_and_one_or_two_per_source(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    monkeypatch.syspath_prepend(str(BENCH.parent / "tests"))
+    import numpy as np
+    from gate_data import distinct_lines
+
+    pool = [("a", [f"alpha{i}" for i in range(60)]), ("b", [f"beta{i}" for i in range(60)])]
+    used: set[str] = set()
+    drawn = [distinct_lines(pool, np.random.default_rng([0, s]), used, 1 + s % 2) for s in range(40)]
+    lines = [ln for _, ls in drawn for ln in ls]
+    assert len(lines) == len(set(lines)) == 60 and all(len(ls) == 1 + s % 2 for s, (_, ls) in enumerate(drawn))
+    assert {doc for doc, _ in drawn} == {"a", "b"}
+
+
+def test_summary_has_one_row_per_model_and_set_with_refusals_per_exit_code(truth):
+    def row(samples: int, code: int, seed: int) -> dict:
+        t = {"exit": code, "seconds": 1.0, "written": code == 0, "passed": code == 0 or None, "refused": code != 0}
+        if code == 0:
+            t.update({"unseen_meeting": 0.97, "worst_unseen": 0.9, "holds": True, "int8_share": 1.0})
+        return {"model": "cls", "samples": samples, "sources": samples, "seed": seed, "trtconv": t}
+
+    text = truth.summary([row(300, 0, 0), row(300, 11, 1), row(300, 8, 2), row(300, 11, 3), row(600, 11, 0)])
+    cls_rows = [ln for ln in text.splitlines() if ln.startswith("| cls")]
+    assert len(cls_rows) == 2
+    assert "| 1/4 | 1/1 (100%) | 3 (8 ×1, 11 ×2) |" in cls_rows[0] and "| 0/1 | - | 1 (11 ×1) |" in cls_rows[1]

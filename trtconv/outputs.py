@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 import tempfile
@@ -142,7 +143,8 @@ def _writable_folder(folder: Path, path: Path, flag: str | None) -> None:
         blocker = next(p for p in (folder, *folder.parents) if p.exists() and not p.is_dir())
         raise OutputError(f"{_label(path, flag)}: {blocker} is a file, not a folder",
                           hint="choose a path under a folder")
-    raise OutputError(f"{_label(path, flag)}: folder {folder} does not exist", hint="create it first")
+    raise OutputError(f"{_label(path, flag)}: folder {folder} does not exist",
+                      hint=f"create it with `mkdir -p {shlex.quote(str(folder))}`, then run the command again")
 
 
 def check_output_path(path: Path, *, force: bool, flag: str | None = None) -> None:

@@ -211,3 +211,21 @@ def test_lstm_in_an_if_with_a_folded_condition_is_what_rtx_builds(tmp_path):
     assert doc["live"]["build"] == "ok", doc["live"]
     assert res.exit_code == ExitCode.OK and doc["verdict"] == "supported" and doc["live"]["agrees"] is True
     assert not [f for n in doc["nodes"] for f in n["findings"] if f["rule"] == "rnn-in-if"]
+
+
+def test_shapes_against_a_fixed_dim_name_the_dim_and_a_shapes_that_works(tmp_path):
+    """`check m.onnx --shapes images:2x4x64x64` on a [batch, 3, h, w] input said only "has fixed dims
+    ['batch', 3, 'h', 'w']; --shapes gives [2, 4, 64, 64]", no hint; now the dim, and a --shapes that runs."""
+    g = helper.make_graph([helper.make_node("Relu", ["images"], ["y"])], "g",
+                          [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 3, "h", "w"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3, "h", "w"])])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), model)
+    res = CliRunner().invoke(cli, ["check", str(model), "--shapes", "images:2x4x64x64"])
+    assert res.exit_code == ExitCode.USAGE, res.output
+    assert "input 'images' dim 1 is fixed at 3 in the model; --shapes gives 4" in res.output
+    fixed = res.output.split("hint: keep fixed dims as they are: ", 1)[1].split()
+    assert fixed == ["--shapes", "images:2x3x64x64"]
+    assert CliRunner().invoke(cli, ["check", str(model), *fixed]).exit_code == 0
+    res = CliRunner().invoke(cli, ["check", str(model), "--shapes", "images:1x3x64"])
+    assert res.exit_code == ExitCode.USAGE and "hint: its dims are [batch, 3, h, w]" in res.output, res.output

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shlex
 from pathlib import Path
@@ -89,3 +90,26 @@ def test_the_hints_command_line_is_the_settings_flag_for_flag(tmp_path):
     ctx = build.make_context("build", argv[2:])
     again = BuildSettings.from_params(ctx.params)
     assert again == BuildSettings(**{**vars(settings), "shapes": None})
+
+
+def test_no_tensorrt_hint_offers_rtx_only_where_the_command_would_run_with_it(tmp_path, monkeypatch):
+    """`build --trt 11.4 --triton-repo models/` without TensorRT said "... or build with the TensorRT-RTX that
+    is installed: add --trt rtx": with it the command is exit 2 (Triton cannot serve RTX plans). The hint
+    offers RTX only where the command then runs; there, adding it as printed builds."""
+    pytest.importorskip("tensorrt_rtx")
+    if importlib.util.find_spec("tensorrt") is not None:
+        pytest.skip("TensorRT is installed: exit 9 does not happen")
+    monkeypatch.chdir(tmp_path)
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), "m.onnx")
+    argv = ["build", "m.onnx", "-o", "m.engine", "--trt", "11.4"]
+    for extra in (["--triton-repo", "models"], ["--hardware-compat", "ampere+"]):
+        res = run([*argv, *extra])
+        assert res.exit_code == ExitCode.TENSORRT_UNAVAILABLE, res.output
+        assert "add --trt rtx" not in res.output and "pip install tensorrt" in res.output
+        assert run([*argv, *extra, "--trt", "rtx"]).exit_code == ExitCode.USAGE  # why it is not offered
+    res = run(argv)
+    assert res.exit_code == ExitCode.TENSORRT_UNAVAILABLE and "add --trt rtx" in res.output, res.output
+    assert run([*argv, "--trt", "rtx"]).exit_code == 0

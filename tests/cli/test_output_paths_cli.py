@@ -154,3 +154,17 @@ def test_quantize_refuses_a_report_or_depfile_it_could_not_write_before_the_work
                                    flag, str(blocker / "out")])
     _refused(res, ExitCode.IO_ERROR, f"{flag} {blocker / 'out'}: {blocker} is a file, not a folder")
     assert "quantizing" not in res.stderr and _left(tmp_path) == []
+
+
+def test_a_missing_output_folder_hint_runs_as_printed(tmp_path, monkeypatch):
+    """`-o nodir/x.engine`: the hint was "create it first"; now the command that creates it, in backticks,
+    and after running it the same build succeeds."""
+    monkeypatch.chdir(tmp_path)
+    _model(tmp_path)
+    argv = ["build", "m.onnx", "--trt", "rtx", "-o", "new dir/m.engine"]
+    res = CliRunner().invoke(cli, argv)
+    assert res.exit_code == ExitCode.IO_ERROR, res.output
+    command = res.output.split("hint: ", 1)[1].split("`")[1]
+    assert command == "mkdir -p 'new dir'"
+    subprocess.run(command, shell=True, check=True)
+    assert CliRunner().invoke(cli, argv).exit_code == 0

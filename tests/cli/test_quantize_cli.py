@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
 from realdata import ocr_line_images
 
 from trtconv.cli.main import cli
@@ -150,3 +151,33 @@ def test_fp16_silero_from_npz_samples(silero, tmp_path):
     inside = sum(n for g, n in doc["fp16"]["converted_by_graph"].items() if g != "main")
     assert inside > 100
     onnx.checker.check_model(onnx.load(str(out)), full_check=True)
+
+
+def test_a_weight_computed_from_constants_is_skipped_with_a_way_out_that_works(tmp_path):
+    """The ONNX test suite's light_inception_v2 (weights made by ConstantOfShape) got 0 of 69 Conv weights
+    quantized ("weight is computed at run time, not a constant"), and `build --precision int8` then failed
+    exit 8 with no word of why. The skip now says that `trtconv rewrite` folds such a weight; it does:
+    quantized after the rewrite, the Conv's weight gets its Q/DQ."""
+    shape = numpy_helper.from_array(np.array([8, 3, 3, 3], np.int64), "wshape")
+    nodes = [helper.make_node("ConstantOfShape", ["wshape"], ["w0"],
+                              value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.1])),
+             helper.make_node("Sin", ["w0"], ["w"]),
+             helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])], [shape])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), model)
+
+    def placed(path: Path) -> tuple[list[str], list[str]]:
+        res = CliRunner().invoke(cli, ["quantize", str(path), "--precision", "int8", "--random-data", "20",
+                                       "-o", str(path.with_suffix(".q.onnx")), "--json"])
+        assert res.exit_code == 0, res.output
+        report = json.loads(res.stdout)["int8"]
+        return [p["kind"] for p in report["placed"]], [s["reason"] for s in report["skipped"]]
+
+    kinds, reasons = placed(model)
+    assert "weight" not in kinds and any("`trtconv rewrite` folds it first" in r for r in reasons), reasons
+    folded = tmp_path / "f.onnx"
+    assert CliRunner().invoke(cli, ["rewrite", str(model), "-o", str(folded)]).exit_code == 0
+    kinds, _ = placed(folded)
+    assert "weight" in kinds

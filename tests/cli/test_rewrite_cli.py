@@ -158,3 +158,46 @@ def test_rewrite_never_returns_a_model_onnx_runtime_refuses(silero):
 
     with pytest.raises(UsageError, match="does not load in ONNX Runtime"):
         rewrite(load_model(silero), RewriteSettings(shapes={"input": (1, 576)}, verify=False, fold_constants=False))
+
+
+def test_a_skipped_graph_proof_says_so_once_and_names_every_dynamic_input(tmp_path):
+    """Seen on a GPT-2 export: `graph proof: graph proof skipped: input 'input_ids' has dynamic dims
+    [...]` (the words twice, and nothing said what would let it run). Now: `graph proof: skipped: ...;
+    give a concrete shape, e.g. --shapes ids:NxN,mask:NxN`, every open input named."""
+    one = numpy_helper.from_array(np.ones((1, 4), np.float32), "one")
+    g = helper.make_graph(
+        [helper.make_node("Add", ["one", "one"], ["two"]), helper.make_node("Add", ["ids", "two"], ["s"]),
+         helper.make_node("Mul", ["s", "mask"], ["y"])], "g",
+        [helper.make_tensor_value_info("ids", TensorProto.FLOAT, ["b", 4]),
+         helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["b", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 4])], [one])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), model)
+    res = invoke(str(model), "-o", str(tmp_path / "out.onnx"))
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if "graph proof:" in x)
+    assert "graph proof skipped" not in line, line
+    assert line.strip().startswith("graph proof: skipped: input 'ids' has dynamic dims"), line
+    assert line.endswith("--shapes ids:Nx4,mask:Nx4"), line
+
+
+def test_an_ir3_model_stays_valid_onnx_after_the_rewrite(tmp_path):
+    """Seen on the ONNX test suite's light_inception_v2 (IR 3, every initializer a graph input, as IR 3
+    wants): the rewrite's export listed no initializer as an input but kept IR 3, so onnx.checker
+    refused the output ("in initializer but not in graph input") and INT8's opset upgrade failed on it
+    (`build --precision int8`: exit 5, "Input ... is undefined")."""
+    w = numpy_helper.from_array(np.full((1, 4), 2.0, np.float32), "w")
+    g = helper.make_graph(
+        [helper.make_node("Add", ["w", "w"], ["ww"]), helper.make_node("Mul", ["x", "ww"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+         helper.make_tensor_value_info("w", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [w])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)], ir_version=3), model)
+    onnx.checker.check_model(onnx.load(model))  # a valid IR 3 model
+    res = invoke(str(model), "-o", str(tmp_path / "out.onnx"))
+    assert res.exit_code == 0, res.output
+    out = onnx.load(tmp_path / "out.onnx")
+    onnx.checker.check_model(out)
+    x = np.arange(4, dtype=np.float32).reshape(1, 4)
+    np.testing.assert_array_equal(run_model(out, {"x": x})["y"], x * 4)

@@ -16,7 +16,7 @@ from trtconv.reference.compare import (
     thresholds_with,
     violations,
 )
-from trtconv.reference.ort import random_feeds, run_model
+from trtconv.reference.ort import random_feeds, run_model, session
 
 
 def test_stats_hand_computed():
@@ -72,3 +72,9 @@ def test_parse_limit(text, expected):
 def test_parse_limit_rejects_words():
     with pytest.raises(ValueError):
         parse_limit("scores=high")
+
+
+def test_sessions_pool_threads_sleep_between_runs(ocr_cls):
+    """No spinning pool threads: trtconv's numpy work between runs keeps the cores (docs/benchmarks.md)."""
+    opts = session(ocr_cls).get_session_options()
+    assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"

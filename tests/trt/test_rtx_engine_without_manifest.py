@@ -63,3 +63,20 @@ def test_trt_flag_names_the_runtime_when_nothing_else_does(dynamic_engine, tmp_p
     res = _run("bench", engine, "--trt", "rtx")
     assert res.exit_code == ExitCode.TENSORRT_UNAVAILABLE, res.output
     assert f"bare.engine {RTX_REASON} (known from --trt)" in res.stderr
+
+
+@pytest.mark.parametrize("command, bare", [("verify", False), ("bench", True)])
+def test_a_trt_flag_the_engine_contradicts_is_a_usage_error(command, bare, dynamic_engine, tmp_path):
+    """`verify r.engine --trt 10.16` on an RTX engine said "r.engine is a TensorRT engine (known from --trt),
+    and TensorRT is not available" (exit 9) with a hint to install TensorRT or "build ... add --trt rtx":
+    the engine's manifest or header says which runtime it needs, so a --trt against it is exit 2."""
+    engine = dynamic_engine
+    if bare:
+        engine = tmp_path / "bare.engine"
+        shutil.copy(dynamic_engine, engine)
+    extra = ["--onnx", rapidocr_model("cls")] if command == "verify" else []
+    res = _run(command, engine, *extra, "--trt", "10.16")
+    assert res.exit_code == ExitCode.USAGE, res.output
+    said = "its header" if bare else "its manifest cls.engine.json"
+    assert f"{engine} is a TensorRT-RTX engine (known from {said}), but --trt 10.16 names TensorRT" in res.stderr
+    assert "pip install tensorrt" not in res.stderr

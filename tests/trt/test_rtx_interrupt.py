@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import signal
 
+import onnx
 import pytest
-from interrupts import interrupt_inside_tensorrt_build
+from interrupts import interrupt_after_rename, interrupt_inside_tensorrt_build
+from onnx import TensorProto, helper
 from realmodels import rapidocr_model
 
 from trtconv.errors import ExitCode
@@ -37,3 +39,23 @@ def test_signal_during_the_tensorrt_build_exits_130_and_writes_nothing(sig, call
     assert "interrupted; no partial output was left behind" in res.stderr
     assert "Exception caught" not in res.stderr and "Traceback" not in res.stderr
     assert "build: done" not in res.stderr
+
+
+@pytest.mark.parametrize("name", ["m.prepared.onnx", "m.engine", "m.engine.json"])
+def test_ctrl_c_right_after_an_output_lands_removes_it(name, tmp_path):
+    """A Ctrl-C that lands after a file was renamed into place, before the build recorded it (seen:
+    `timeout -s INT 2.6 trtconv build ...` during the save stage left m.prepared.onnx behind while
+    saying "no partial output was left behind"): exit 130 and the folder empty."""
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), model)
+    out = tmp_path / "out"
+    out.mkdir()
+    res = interrupt_after_rename(["build", "--trt", "rtx", str(model), "-o", str(out / "m.engine")],
+                                 out, name, signal.SIGINT)
+    assert f"signal after rename to {name}" in res.stderr, res.stderr[-2000:]
+    assert res.returncode == ExitCode.INTERRUPTED, res.stderr[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == [], res.stderr[-2000:]
+    assert "Traceback" not in res.stderr

@@ -34,6 +34,7 @@ from trtconv.load.read import (
     file_sha256,
     files_sha256,
     load_model,
+    looks_like_onnx,
     model_sha256,
     summarize,
 )
@@ -103,6 +104,7 @@ __all__ = [
     "largest_static_tensor",
     "lazy_as",
     "load_model",
+    "looks_like_onnx",
     "model_sha256",
     "override_input_shapes",
     "parse_shape_spec",

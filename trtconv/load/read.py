@@ -204,3 +204,20 @@ def disk_bytes(path: str | os.PathLike[str]) -> int:
     files = {e.value for t in proto.graph.initializer for e in t.external_data if e.key == "location"}
     return size + sum((folder / f).stat().st_size for f in files if (folder / f).is_file())
 
+
+
+# ModelProto's fields in tag form (field number << 3 | wire type), after ir_version (field 1, varint):
+# producer_name/version, domain, model_version, doc_string, graph, opset_import, metadata_props.
+_MODEL_TAGS = frozenset({0x12, 0x1A, 0x22, 0x28, 0x32, 0x3A, 0x42, 0x72})
+
+
+def looks_like_onnx(path: Path) -> bool:
+    """Whether ``path`` starts as a serialized ONNX model does: ir_version (a small varint), then
+    another ModelProto field. A TensorRT plan starts with its magic tag (ASCII), never 0x08; the
+    check reads 3 bytes, so giving a model where an engine goes is named before TensorRT loads."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(3)
+    except OSError:
+        return False
+    return len(head) == 3 and head[0] == 0x08 and 1 <= head[1] <= 0x7F and head[2] in _MODEL_TAGS

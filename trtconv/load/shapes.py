@@ -151,10 +151,13 @@ def override_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Shape]) -
                 hint=f"inputs are: {', '.join(dims) or '(none)'}",
             )
         if len(shape) != len(dims[name]) and dims[name]:
-            raise UsageError(f"input {name!r} has rank {len(dims[name])}, --shapes gives {len(shape)} dims")
-        for have, want in zip(dims[name], shape):
+            raise UsageError(f"input {name!r} has rank {len(dims[name])}, --shapes gives {len(shape)} dims",
+                             hint=f"its dims are {dims_text(dims[name])}: give one value per dim")
+        for axis, (have, want) in enumerate(zip(dims[name], shape)):
             if isinstance(have, int) and have != want:
-                raise UsageError(f"input {name!r} has fixed dims {dims[name]}; --shapes gives {list(shape)}")
+                kept = "x".join(str(h if isinstance(h, int) else w) for h, w in zip(dims[name], shape))
+                raise UsageError(f"input {name!r} dim {axis} is fixed at {have} in the model; --shapes gives {want}",
+                                 hint=f"keep fixed dims as they are: --shapes {name}:{kept}")
     out = onnx.ModelProto()
     out.CopyFrom(model)
     for vi in out.graph.input:

@@ -57,6 +57,7 @@ from trtconv.pipeline.quantize import (
 )
 from trtconv.pipeline.reference_graph import Reference
 from trtconv.plan import (
+    RTX_TARGET,
     BuildPlan,
     Profile,
     build_manifest,
@@ -70,7 +71,7 @@ from trtconv.plan import (
 from trtconv.precision import cache_files
 from trtconv.rewrites import RewriteResult, RewriteSettings
 from trtconv.samples import SampleSet
-from trtconv.trt import Flavour, for_target, tensorrt_version
+from trtconv.trt import RTX_ALTERNATIVE, Flavour, for_target, tensorrt_version
 
 log = logging.getLogger(__name__)
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
@@ -96,6 +97,7 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
     replacing = req.prepared is None and prepared.exists() and not plan.force
     outcome = outcome if outcome is not None else BuildOutcome(prepared=prepared)
     outcome.prepared = prepared
+    outcome.snapshot(_written_paths(output, prepared, req))
     stages = StageRunner(outcome, say)
 
     # Large weights stay on disk through rewrite, FP16, INT8 and the save (streamed into the
@@ -138,7 +140,7 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
         return _prepare_and_build(model, output, target, req, plan, outcome, stages, precisioned, reference,
                                   checked.verdict, profiles, progress, rewritten, shapes0, samples, split,
                                   hint or f"run `trtconv check --trt {target} {shlex.quote(str(model))}` for the reasons",
-                                  checked.advice, lambda: model_sha256(source))
+                                  checked.advice, lambda: model_sha256(source), _rtx_takes(req, model, output, command))
     except BaseException as exc:
         _remove_failed_outputs(output, req, outcome, exc)
         _remove_new_caches(outcome)
@@ -183,12 +185,15 @@ def _remove_failed_outputs(output: Path, req: BuildSettings, outcome: BuildOutco
     the prepared ONNX with ``keep_prepared`` (debugging, or building it elsewhere)."""
     if isinstance(exc, AccuracyError) and outcome.manifest is not None:
         return
-    doomed = [manifest_path(output), output] if outcome.engine is not None else []
-    if outcome.written and not req.keep_prepared:  # the tail goes (or stays) with the prepared ONNX, its head
+    # A flag not yet set when a signal landed right after a rename: the file's changed identity tells.
+    engine = outcome.engine is not None or any(outcome.changed(p) for p in (output, manifest_path(output)))
+    doomed = [manifest_path(output), output] if engine else []
+    if (outcome.written or outcome.changed(outcome.prepared)) and not req.keep_prepared:
         doomed += [outcome.prepared, outcome.prepared.with_name(outcome.prepared.name + ".data")]
-        if outcome.tail is not None:
-            doomed += [outcome.tail, outcome.tail.with_name(outcome.tail.name + ".data")]
-            outcome.tail = None
+        tail = outcome.tail or (req.tail_path(output) if req.split_tail else None)
+        if tail is not None and (outcome.tail is not None or outcome.changed(tail)):  # it goes with its head
+            doomed += [tail, tail.with_name(tail.name + ".data")]
+        outcome.tail = None
         outcome.written = False
     outcome.engine = None
     outcome.manifest = None
@@ -199,13 +204,22 @@ def _remove_failed_outputs(output: Path, req: BuildSettings, outcome: BuildOutco
             log.warning("could not remove %s: %s", path, err)
 
 
+def _written_paths(output: Path, prepared: Path, req: BuildSettings) -> list[Path]:
+    """Every file a build may write and a failed one removes: engine, manifest, prepared ONNX, tail."""
+    paths = [output, manifest_path(output), prepared, prepared.with_name(prepared.name + ".data")]
+    if req.split_tail:
+        tail = req.tail_path(output)
+        paths += [tail, tail.with_name(tail.name + ".data")]
+    return paths
+
+
 def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSettings, plan: BuildPlan,
                        outcome: BuildOutcome, stages: StageRunner, precisioned: Precisioned, reference: Reference,
                        verdict: str, profiles: tuple[Profile, ...],
                        progress: Any, rewritten: RewriteResult,
                        shapes0: dict[str, tuple[int, ...]], samples: SampleSet | None,
                        split: Split | None, hint: str | None, advice: tuple[NodeReport, ...],
-                       model_hash: Callable[[], str]) -> BuildOutcome:
+                       model_hash: Callable[[], str], rtx_ok: bool = True) -> BuildOutcome:
     """From the prepared ONNX on: save (and the tail), recheck, profile corners, TensorRT build, verify,
     manifest. Over 80 lines: the stages in their order, each a line or two, with what they hand on."""
     prepared = outcome.prepared
@@ -232,7 +246,7 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
         return outcome
     if missing is not None:
         outcome.stopped = "tensorrt-unavailable"
-        raise _no_tensorrt(missing, prepared, req.keep_prepared) from None
+        raise _no_tensorrt(missing, prepared, req.keep_prepared, rtx_ok) from None
     try:
         built = stages.run("build", lambda: engine_stage(plan, progress, outcome.new_caches))
     except BuildError:  # a parser that rejects what check predicted it takes: recorded, then the error
@@ -297,8 +311,23 @@ def _missing_tensorrt(flavour: Flavour) -> BackendUnavailableError | None:
     return None
 
 
-def _no_tensorrt(exc: BackendUnavailableError, prepared: Path, kept: bool) -> BackendUnavailableError:
-    """Exit 9 after the CPU stages: where the prepared ONNX is (``--keep-prepared``), or how to keep it."""
+def _rtx_takes(req: BuildSettings, model: Path, output: Path, command: str | None) -> bool:
+    """Whether this build, with ``--trt rtx`` instead, would get past its option checks: not with
+    options RTX refuses (--plugins, --hardware-compat, ...) nor a Triton repository (the CLI's flag,
+    in the command its hints repeat), which Triton cannot serve from an RTX plan."""
+    try:
+        validate_plan(replace(req, trt=RTX_TARGET).plan(model, output, RTX_TARGET))
+    except UsageError:
+        return False
+    return "--triton-repo" not in shlex.split(command or "")
+
+
+def _no_tensorrt(exc: BackendUnavailableError, prepared: Path, kept: bool, rtx_ok: bool = True
+                 ) -> BackendUnavailableError:
+    """Exit 9 after the CPU stages: where the prepared ONNX is (``--keep-prepared``), or how to keep it.
+    ``rtx_ok``: False drops the hint's "add --trt rtx" (the command would be refused with it)."""
+    if not rtx_ok:
+        exc = BackendUnavailableError(exc.message, hint=(exc.hint or "").replace(RTX_ALTERNATIVE, ""))
     trtexec = ("trtexec --stronglyTyped (TensorRT 10; 11 is always strongly typed): the precision is already "
                "explicit, no --fp16/--int8 flags needed")
     if kept:

@@ -50,6 +50,17 @@ class BuildOutcome:
     tail: Path | None = None  # --split-tail: the ONNX Runtime tail on disk (written with the prepared ONNX)
     # nodes check refused that the target's real parser took (build_parser.py): to correct the tables
     parser_disagreements: list[dict[str, str]] = field(default_factory=list)
+    # each output path's file identity before the first stage (None: no file): a signal that lands
+    # after a file was renamed into place but before the flags above say so still finds it changed
+    before: dict[Path, tuple[int, ...] | None] = field(default_factory=dict)
+
+    def snapshot(self, paths: Sequence[Path]) -> None:
+        self.before = {Path(p): file_identity(Path(p)) for p in paths}
+
+    def changed(self, path: Path) -> bool:
+        """``path`` is a file this run wrote: it was snapshotted and is not the file that was there."""
+        path = Path(path)
+        return path in self.before and file_identity(path) not in (None, self.before[path])
 
     def to_json(self) -> dict[str, Any]:
         """Names only files that are on disk: a failed build removed what it wrote."""
@@ -63,6 +74,15 @@ class BuildOutcome:
             "stages": [s.to_json() for s in self.stages],
             "verification": verification(self.stages, self.stopped),
         }
+
+
+def file_identity(path: Path) -> tuple[int, ...] | None:
+    """Device, inode, size and mtime: an atomic write (a temp renamed into place) changes the inode."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _engine_line(by: Mapping[str, StageRecord], stopped: str | None) -> tuple[bool, str]:

@@ -57,6 +57,10 @@ def session(model: onnx.ModelProto | str | os.PathLike[str], *, threads: int | N
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if threads:
         opts.intra_op_num_threads = threads
+    # Pool threads sleep between runs instead of spinning: trtconv's numpy work between runs (comparisons,
+    # histograms, sensitivity sums) then has the cores to itself. On a shared 2-core machine the spin doubled
+    # the CPU of repeated runs and slowed them (docs/benchmarks.md, "`make test` time"); results are the same.
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if isinstance(model, onnx.ModelProto):
         if refuse_too_big:
             _refuse_if_too_big(model)
@@ -131,15 +135,18 @@ def concrete_shapes(model: onnx.ModelProto, shapes: Mapping[str, Shape] | None =
     """Each input's concrete shape: fixed dims from the model, the rest from ``shapes``."""
     shapes = dict(shapes or {})
     out: dict[str, Shape] = {}
-    for name, dims in input_dims(model).items():
+    every = input_dims(model)
+    # the hint gives every input still open a shape, not only the first: one --shapes that is enough
+    open_ = {n: d for n, d in every.items() if n not in shapes and any(not isinstance(x, int) for x in d)}
+    for name, dims in every.items():
         if name in shapes:
             out[name] = tuple(shapes[name])
             continue
-        if any(not isinstance(d, int) for d in dims):
+        if name in open_:
             raise UsageError(
                 f"input {name!r} has dynamic dims {dims}",
-                hint=f"give a concrete shape, e.g. --shapes {name}:" + "x".join(
-                    str(d) if isinstance(d, int) else "N" for d in dims),
+                hint="give a concrete shape, e.g. --shapes " + ",".join(
+                    f"{n}:" + "x".join(str(x) if isinstance(x, int) else "N" for x in d) for n, d in open_.items()),
             )
         out[name] = tuple(int(d) for d in dims)
     return out

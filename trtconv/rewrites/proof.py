@@ -441,8 +441,8 @@ def _compare_graphs(before: onnx.ModelProto, after: onnx.ModelProto, shapes: Map
         types = {i.name: i.type.tensor_type.elem_type for i in after.graph.input}
         got = run(session(after), {k: v.astype(helper.tensor_dtype_to_np_dtype(types[k])) if types[k] else v
                                    for k, v in feeds.items() if k in types})  # a narrowed input: cast
-    except UsageError as exc:
-        return Proof("none", True, reason=f"graph proof skipped: {exc.message}")
+    except UsageError as exc:  # its hint says what would let it run (--shapes for a dynamic input)
+        return Proof("none", True, reason=f"graph proof skipped: {exc.message}" + (f"; {exc.hint}" if exc.hint else ""))
     except InvalidModelError as exc:
         return Proof("none", True, reason=f"graph proof skipped: {exc.message}")
     except TrtconvError:

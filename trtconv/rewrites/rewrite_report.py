@@ -152,8 +152,8 @@ class RewriteReport:
 
 
 def _proof_text(p: Proof) -> str:
-    if p.method == "none":
-        return p.reason or "not proven"
+    if p.method == "none":  # printed after "graph proof: ", whose words the reason need not repeat
+        return (p.reason or "not proven").removeprefix("graph proof ")
     status = "passed" if p.passed else "FAILED"
     err = f" max|err| {p.max_abs:.2g} <= {p.tolerance:.2g}" if p.max_abs is not None and p.tolerance else ""
     if err and p.arithmetic != "float32":

@@ -210,6 +210,9 @@ def strip_value_info(model: onnx.ModelProto) -> None:
 def copy_model_fields(src: onnx.ModelProto, dst: onnx.ModelProto) -> None:
     """graphsurgeon's export drops model-level fields; keep them (and the original opset versions)."""
     dst.ir_version = src.ir_version
+    inputs = {i.name for i in dst.graph.input}
+    if src.ir_version < 4 and any(t.name not in inputs for t in dst.graph.initializer):
+        dst.ir_version = 4  # IR 3 wants every initializer a graph input; the export lists none (IR 4 allows it)
     dst.producer_name = src.producer_name
     dst.producer_version = src.producer_version
     dst.domain = src.domain

@@ -22,6 +22,7 @@ from trtconv.trt.engine import (
     profile_shapes,
 )
 from trtconv.trt.environment import (
+    RTX_ALTERNATIVE,
     Environment,
     TensorRTStatus,
     installed_target,
@@ -54,6 +55,7 @@ __all__ = [
     "Flavour",
     "for_target",
     "installed_target",
+    "RTX_ALTERNATIVE",
     "probe",
     "probe_driver",
     "probe_tensorrt",

@@ -10,6 +10,7 @@ it), timing falls back to plain enqueues and says so.
 from __future__ import annotations
 
 import logging
+import shlex
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from trtconv.errors import (
     UnsupportedModelError,
     UsageError,
 )
+from trtconv.load import looks_like_onnx
 from trtconv.plan import manifest_path, read_manifest, runtime_mismatches
 from trtconv.trt.cudart import EventTimer, capture
 from trtconv.trt.environment import probe
@@ -100,14 +102,31 @@ RTX_ENGINE_MAGIC = b"vtrt"
 
 def engine_flavour(engine_path: Path, target: str | None = None) -> tuple[Flavour, str]:
     """Which runtime an engine needs, and how that is known: ``target`` (``--trt``), else its
-    manifest's build target, else its header (TensorRT-RTX engines start with ``vtrt``), else TensorRT."""
+    manifest's build target, else its header (TensorRT-RTX engines start with ``vtrt``), else TensorRT.
+    Usage errors (exit 2), never "TensorRT is missing": an ONNX model given where the engine goes, and
+    a ``--trt`` the engine's own manifest or header contradicts."""
+    if looks_like_onnx(engine_path):
+        raise UsageError(f"{engine_path} is an ONNX model, not a TensorRT engine",
+                         hint=f"trtconv build {shlex.quote(str(engine_path))} -o "
+                              f"{shlex.quote(str(Path(engine_path).with_suffix('.engine')))}")
+    known, known_from = _recorded_flavour(engine_path)
     if target:
+        if known is not None and known != for_target(target):
+            raise UsageError(f"{engine_path} is a {known.name} engine (known from {known_from}), but --trt {target} "
+                             f"names {for_target(target).name}",
+                             hint="drop --trt: the engine runs on the TensorRT it was built with")
         return for_target(target), "--trt"
+    return (known, known_from) if known is not None else (TENSORRT, "")
+
+
+def _recorded_flavour(engine_path: Path) -> tuple[Flavour | None, str]:
+    """What the engine's manifest (its build target) or header says it needs; None where neither says."""
     path = manifest_path(engine_path)
     if path.is_file():
         try:
             build = read_manifest(path).get("build") or {}
-            return for_target(str(build.get("target") or "")), f"its manifest {path.name}"
+            if build.get("target"):
+                return for_target(str(build["target"])), f"its manifest {path.name}"
         except (DataError, OSError):
             pass
     try:
@@ -117,7 +136,7 @@ def engine_flavour(engine_path: Path, target: str | None = None) -> tuple[Flavou
         head = b""
     if head == RTX_ENGINE_MAGIC:
         return RTX, "its header"
-    return TENSORRT, ""
+    return None, ""
 
 
 @dataclass(frozen=True)

@@ -267,9 +267,13 @@ def installed_target() -> tuple[str, str]:
     return NEWEST_TENSORRT, "neither TensorRT nor TensorRT-RTX is installed"
 
 
+# unavailable_hint's way out where TensorRT-RTX is installed; a build whose options RTX refuses drops it
+RTX_ALTERNATIVE = ", or build with the TensorRT-RTX that is installed: add --trt rtx"
+
+
 def unavailable_hint(flavour: Flavour) -> str:
     """How to get ``flavour``: never "install" what is installed (TensorRT missing, RTX there: use it)."""
     if flavour == TENSORRT and importlib.util.find_spec(RTX.module) is not None:
-        return ("install TensorRT with `pip install tensorrt` (CUDA 13) or `pip install tensorrt-cu12` (CUDA 12), "
-                "or build with the TensorRT-RTX that is installed: add --trt rtx")
+        return ("install TensorRT with `pip install tensorrt` (CUDA 13) or `pip install tensorrt-cu12` (CUDA 12)"
+                + RTX_ALTERNATIVE)
     return flavour.install_hint

@@ -193,7 +193,7 @@ def plan_qdq(
                 skips.append(Skip(path, name, op, f"input {nonfloat[0]!r} is not float32"))
                 continue
             if op in ("Conv", "ConvTranspose") and view.constant(ins[1]) is None:
-                skips.append(Skip(path, name, op, "weight is computed at run time, not a constant"))
+                skips.append(Skip(path, name, op, "weight is computed at run time, not a constant (from constants only: `trtconv rewrite` folds it first)"))
                 continue
             if op == "MatMul" and any(view.producer_op(i, through=SHAPE_ONLY) in ("Softmax", "LogSoftmax") for i in ins):
                 skips.append(Skip(path, name, op, "an input is a softmax output: attention probabilities stay in float"))
