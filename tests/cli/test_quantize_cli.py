@@ -168,16 +168,18 @@ def test_a_weight_computed_from_constants_is_skipped_with_a_way_out_that_works(t
     model = tmp_path / "m.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), model)
 
-    def placed(path: Path) -> tuple[list[str], list[str]]:
-        res = CliRunner().invoke(cli, ["quantize", str(path), "--precision", "int8", "--random-data", "20",
-                                       "-o", str(path.with_suffix(".q.onnx")), "--json"])
-        assert res.exit_code == 0, res.output
-        report = json.loads(res.stdout)["int8"]
-        return [p["kind"] for p in report["placed"]], [s["reason"] for s in report["skipped"]]
+    def quantize(path: Path):
+        return CliRunner().invoke(cli, ["quantize", str(path), "--precision", "int8", "--random-data", "20",
+                                        "-o", str(path.with_suffix(".q.onnx")), "--json"])
 
-    kinds, reasons = placed(model)
-    assert "weight" not in kinds and any("`trtconv rewrite` folds it first" in r for r in reasons), reasons
+    # no compute layer can take INT8: exit 8 before calibrating (it wrote a model with 0 INT8 layers at exit 0)
+    res = quantize(model)
+    assert res.exit_code == ExitCode.PRECISION_NOT_ACHIEVED, res.output
+    errors = [ln for ln in res.stderr.splitlines() if "error:" in ln]
+    assert len(errors) == 1 and "only 0 of 1 compute layers" in errors[0], res.stderr
+    assert "`trtconv rewrite` folds it first" in errors[0] and not model.with_suffix(".q.onnx").exists()
     folded = tmp_path / "f.onnx"
     assert CliRunner().invoke(cli, ["rewrite", str(model), "-o", str(folded)]).exit_code == 0
-    kinds, _ = placed(folded)
-    assert "weight" in kinds
+    res = quantize(folded)
+    assert res.exit_code == 0, res.output
+    assert "weight" in [p["kind"] for p in json.loads(res.stdout)["int8"]["placed"]]

@@ -14,7 +14,9 @@ and holds the report.
 
 from __future__ import annotations
 
+import math
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,6 +25,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from trtconv.errors import PrecisionNotAchievedError
 from trtconv.onnxutil import GraphView, iter_graphs
 from trtconv.precision.int8.accuracy import Cutoff, accuracy_report
 from trtconv.precision.int8.bias import BiasCorrection, apply_bias_shifts, bias_shifts
@@ -121,6 +124,28 @@ def _place(prepared: PreparedModels, settings: Int8Settings) -> _Placement:
         return _Placement(plan, needed, set(), compute)
     known = set(GraphView(cal_model).produced()) | {i.name for i in cal_model.graph.input}
     return _Placement(plan, [t for t in needed if t in known], {t for t in needed if t not in known}, compute)
+
+
+def _require_reachable_share(where: _Placement, settings: Int8Settings) -> None:
+    """Fewer compute layers can take INT8 at all than ``min_share`` asks: exit 8 before calibrating, with the
+    skips' commonest reasons. (A model written at exit 0 with no INT8 layer would be INT8 in name only, and
+    ``build`` refused the same model after its whole build.)"""
+    if settings.min_share <= 0 or not where.compute_layers:
+        return
+    inputs: dict[tuple[str, str], set[int]] = {}
+    for p in where.plan.placements:
+        if p.op_type in COMPUTE_OPS:
+            inputs.setdefault((p.graph, p.node), set()).add(p.input_index)
+    can = sum({0, 1} <= idx for idx in inputs.values())  # data and weight (or both operands) quantized
+    need = math.ceil(settings.min_share * where.compute_layers - 1e-9)
+    if can >= need:
+        return
+    reasons = Counter(s.reason for s in where.plan.skips if s.op_type in COMPUTE_OPS)
+    why = "; ".join(f"{n} x {r}" for r, n in reasons.most_common(2))
+    raise PrecisionNotAchievedError(
+        f"only {can} of {where.compute_layers} compute layers (Conv/MatMul/Gemm) can take INT8, below the share "
+        f"({settings.min_share:.0%})" + (f"; skipped: {why}" if why else ""),
+        hint="--precision fp16, or a lower --min-precision-share (docs/precision.md)")
 
 
 def _builder(cal: Calibration, settings: Int8Settings, has_twin: bool, check_loads: bool,
@@ -314,6 +339,7 @@ def quantize_int8(
     clock = _Clock(progress)
     prepared = PreparedModels.of(model, calibration_model, settings)
     where = _place(prepared, settings)
+    _require_reachable_share(where, settings)
     cal = calibrate(prepared, where.needed, calib_samples, settings, model_path=model_path, progress=clock)
     clock.lap("calibrate")
     selection = resident(select_samples if select_samples is not None else (
