@@ -150,3 +150,18 @@ def mask_model(path: Path) -> Path:
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "L"])], initializer=inits)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
     return path
+
+
+def two_conv_net() -> onnx.ModelProto:
+    """Conv -> Relu -> Conv on [1, 4, 12, 12], seeded weights: the INT8 judging and early-stop tests' model."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((16, 4, 3, 3)) * 0.3).astype(np.float32), "w1"),
+             numpy_helper.from_array(rng.standard_normal(16).astype(np.float32) * 0.1, "b1"),
+             numpy_helper.from_array((rng.standard_normal((16, 16, 3, 3)) * 0.1).astype(np.float32), "w2"),
+             numpy_helper.from_array(rng.standard_normal(16).astype(np.float32) * 0.1, "b2")]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["y"], name="conv2", pads=[1, 1, 1, 1])]
+    g = helper.make_graph(nodes, "net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 12, 12])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 12, 12])], initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])

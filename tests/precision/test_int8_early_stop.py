@@ -8,27 +8,12 @@ as one that measures every candidate in full.
 from __future__ import annotations
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
+from builders import two_conv_net
 
 from trtconv.precision.int8 import Int8AccuracyError, Int8Settings, quantize_int8
 from trtconv.precision.int8.accuracy import Cutoff, _Stop
 from trtconv.reference import PooledStats, Thresholds, dot
 from trtconv.samples.sources import ArraySamples
-
-
-def _convnet() -> onnx.ModelProto:
-    rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array((rng.standard_normal((16, 4, 3, 3)) * 0.3).astype(np.float32), "w1"),
-             numpy_helper.from_array(rng.standard_normal(16).astype(np.float32) * 0.1, "b1"),
-             numpy_helper.from_array((rng.standard_normal((16, 16, 3, 3)) * 0.1).astype(np.float32), "w2"),
-             numpy_helper.from_array(rng.standard_normal(16).astype(np.float32) * 0.1, "b2")]
-    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-             helper.make_node("Conv", ["r1", "w2", "b2"], ["y"], name="conv2", pads=[1, 1, 1, 1])]
-    g = helper.make_graph(nodes, "net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 12, 12])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 12, 12])], initializer=inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def _samples(seed: int, n: int) -> ArraySamples:
@@ -66,7 +51,7 @@ def _auto(early_stop: bool):
     settings = Int8Settings(method="auto", unverified=True, early_stop=early_stop,
                             thresholds=Thresholds(min_cosine=0.9999))
     try:
-        return quantize_int8(_convnet(), settings, _samples(1, 8), select_samples=_samples(2, 6),
+        return quantize_int8(two_conv_net(), settings, _samples(1, 8), select_samples=_samples(2, 6),
                              eval_samples=_samples(3, 6))
     except Int8AccuracyError as exc:
         return exc.result

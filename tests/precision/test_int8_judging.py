@@ -12,8 +12,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
+from builders import two_conv_net
 
 from trtconv.precision.int8 import Int8AccuracyError, Int8Settings, quantize_int8
 from trtconv.precision.int8.claim import (
@@ -25,20 +24,6 @@ from trtconv.precision.int8.claim import (
     samples_needed,
 )
 from trtconv.samples.sources import ArraySamples
-
-
-def _convnet() -> onnx.ModelProto:
-    rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array((rng.standard_normal((16, 4, 3, 3)) * 0.3).astype(np.float32), "w1"),
-             numpy_helper.from_array(rng.standard_normal(16).astype(np.float32) * 0.1, "b1"),
-             numpy_helper.from_array((rng.standard_normal((16, 16, 3, 3)) * 0.1).astype(np.float32), "w2"),
-             numpy_helper.from_array(rng.standard_normal(16).astype(np.float32) * 0.1, "b2")]
-    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-             helper.make_node("Conv", ["r1", "w2", "b2"], ["y"], name="conv2", pads=[1, 1, 1, 1])]
-    g = helper.make_graph(nodes, "net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 12, 12])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 12, 12])], initializer=inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def _samples(seed: int, n: int, planted: bool = False) -> ArraySamples:
@@ -82,7 +67,7 @@ def _choices(report) -> dict:
 
 
 def test_selection_never_reads_the_judging_samples_a_planted_case():
-    model = _convnet()
+    model = two_conv_net()
     settings = Int8Settings(method="auto", auto_exclude=True, unverified=True)
     calib, select = _samples(1, 8), _samples(2, 6)
     runs = []
