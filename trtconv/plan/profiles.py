@@ -261,7 +261,8 @@ def shapes_hint(model: onnx.ModelProto, dynamic: Mapping[str, list[int | str | N
     """The hint for a dynamic model given no shapes: ``command`` with shapes the graph runs at on ONNX
     Runtime. Batch dims only: ``--shapes`` with batch 1. Other dynamic dims (an image's H and W, a
     sequence): a min/opt/max range, said plainly to be placeholders, since the model does not say
-    which sizes the data has (an OCR detector fixed at 224x224 would refuse every real page)."""
+    which sizes the data has (an OCR detector fixed at 224x224 would refuse every real page). What is
+    said after the command is a shell comment (``# ...``): the whole line pastes and runs."""
     batch_names = {dims[0] for dims in dynamic.values() if len(dims) >= 2 and isinstance(dims[0], str) and dims[0]}
 
     def is_batch(axis: int, dims: list[int | str | None], d: int | str | None) -> bool:
@@ -279,16 +280,16 @@ def shapes_hint(model: onnx.ModelProto, dynamic: Mapping[str, list[int | str | N
 
     runs = _runner(model)
     if not sized:
-        return (f"{command} --shapes {_text(fill(1))} (or --min-shapes/--opt-shapes/--max-shapes for a range of batch "
-                "sizes, or --calib-data DIR to take the range from the samples)")
+        return (f"{command} --shapes {_text(fill(1))}  # or --min-shapes/--opt-shapes/--max-shapes for a range of batch "
+                "sizes, or --calib-data DIR to take the range from the samples")
     opt = next((size for size in _OPT if runs(fill(size))), _OPT[0])
     low = next((size for size in _MIN if size <= opt and runs(fill(size))), opt)
     high = next((size for size in _MAX if size >= opt and runs(fill(size))), opt)
     which = "; ".join(f"{n} dim{'s' if len(axes) > 1 else ''} {', '.join(map(str, axes))}" for n, axes in sized.items())
     return (f"{command} --min-shapes {_text(fill(low))} --opt-shapes {_text(fill(opt))} --max-shapes "
-            f"{_text(fill(high))} (placeholders: the model does not say its sizes ({which}), these are sizes its "
+            f"{_text(fill(high))}  # placeholders: the model does not say its sizes ({which}), these are sizes its "
             "graph runs at on ONNX Runtime; replace them with the smallest, typical and largest your data has, as the "
-            "engine refuses any other; or --calib-data DIR to take the range from the samples)")
+            "engine refuses any other; or --calib-data DIR to take the range from the samples")
 
 
 def _runner(model: onnx.ModelProto) -> Callable[[Mapping[str, Shape]], bool]:
