@@ -206,25 +206,12 @@ def modelopt_child(model: str, cal: str, out: str, rest: str) -> None:
     """Runs under ModelOpt's interpreter: its ONNX PTQ on the samples under ``cal`` (every .npz, any depth)."""
     t0 = time.perf_counter()
     from modelopt.onnx.quantization import quantize
-    from onnxruntime.quantization import CalibrationDataReader
+    from modelopt_reader import data_reader  # benchmarks/ (this script's folder)
 
     samples = [dict(np.load(f)) for f in sorted(Path(cal).rglob("*.npz"))]
 
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.it = iter(samples)
-
-        def get_next(self):
-            return next(self.it, None)
-
-        def get_first(self):
-            return samples[0]
-
-        def rewind(self) -> None:
-            self.it = iter(samples)
-
     t1 = time.perf_counter()
-    quantize(model, quantize_mode="int8", calibration_method="entropy", calibration_data_reader=Reader(),
+    quantize(model, quantize_mode="int8", calibration_method="entropy", calibration_data_reader=data_reader(samples),
              calibration_eps=["cpu"], output_path=out, log_level="ERROR", high_precision_dtype=rest)
     print(json.dumps({"call_seconds": time.perf_counter() - t1, "import_seconds": t1 - t0}))
 

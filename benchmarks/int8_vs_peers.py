@@ -125,26 +125,13 @@ def run_modelopt(spec: dict, out: str, method: str) -> None:
     ``method``: its ``calibration_method`` (entropy, max), ``/fp32-rest`` for ``high_precision_dtype="fp32"``
     (run only where its FP16 remainder fails: on Silero 16k's nested ``If`` subgraphs)."""
     from modelopt.onnx.quantization import quantize
-    from onnxruntime.quantization import CalibrationDataReader
+    from modelopt_reader import data_reader  # benchmarks/ (this script's folder)
 
     samples = [dict(np.load(f)) for f in sorted(Path(spec["calib"]).glob("*.npz"))]
 
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.it = iter(samples)
-
-        def get_next(self):
-            return next(self.it, None)
-
-        def get_first(self):
-            return samples[0]
-
-        def rewind(self) -> None:
-            self.it = iter(samples)
-
     calib_method, _, rest = method.partition("/")
     exclude = [f"^{re.escape(n)}$" for n in spec.get("exclude", ())] or None
-    quantize(spec["model"], quantize_mode="int8", calibration_method=calib_method, calibration_data_reader=Reader(),
+    quantize(spec["model"], quantize_mode="int8", calibration_method=calib_method, calibration_data_reader=data_reader(samples),
              calibration_eps=["cpu"], output_path=out, log_level="ERROR", nodes_to_exclude=exclude,
              high_precision_dtype="fp32" if rest == "fp32-rest" else "fp16")
 
