@@ -10,6 +10,7 @@ from trtconv.reference.compare import (
     compare_outputs,
     dot,
     parse_limit,
+    pooled_cosine,
     thresholds_with,
     violations,
     worse_stats,
@@ -29,6 +30,7 @@ __all__ = [
     "compare_outputs",
     "dot",
     "parse_limit",
+    "pooled_cosine",
     "ort",  # the ONNX Runtime adapter as a namespace: ort.session, ort.run, ort.Feeds, ...
     "random_feeds",
     "run",

@@ -187,6 +187,16 @@ def _compared(name: str, ref: np.ndarray, got: np.ndarray, top1: bool
     ), dots
 
 
+def pooled_cosine(rg: float, rr: float, gg: float) -> float:
+    """The cosine from summed dot products (ref·got, ref·ref, got·got, as :meth:`PooledStats.add` returns them for
+    one sample and sums them over many): 1 when both sides are zero, 0 when one is."""
+    if rr == 0 and gg == 0:
+        return 1.0
+    if rr == 0 or gg == 0:
+        return 0.0
+    return float(np.clip(rg / np.sqrt(rr * gg), -1.0, 1.0))
+
+
 class PooledStats:
     """Per-output statistics accumulated over samples of possibly different shapes."""
 
@@ -238,12 +248,7 @@ class PooledStats:
         self.top_rows += other.top_rows
 
     def stats(self) -> OutputStats:
-        if self.nr == 0 and self.ng == 0:
-            cos = 1.0
-        elif self.nr == 0 or self.ng == 0:
-            cos = 0.0
-        else:
-            cos = float(np.clip(self.dot / np.sqrt(self.nr * self.ng), -1.0, 1.0))
+        cos = pooled_cosine(self.dot, self.nr, self.ng)
         return OutputStats(
             name=self.name, shape=self.shape or (), max_abs=self.max_abs,
             mean_abs=self.sum_abs / self.n if self.n else 0.0, max_rel=self.max_rel, cosine=cos,

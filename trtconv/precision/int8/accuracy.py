@@ -23,7 +23,16 @@ import onnx
 from trtconv.errors import DataError
 from trtconv.onnxutil import GraphView
 from trtconv.precision.int8.qdq import SHAPE_ONLY
-from trtconv.reference import OutputStats, PooledStats, Thresholds, dot, run, session, worse_stats
+from trtconv.reference import (
+    OutputStats,
+    PooledStats,
+    Thresholds,
+    dot,
+    pooled_cosine,
+    run,
+    session,
+    worse_stats,
+)
 
 # progress(stage, done, total): total may be None
 ProgressFn = Callable[[str, int, "int | None"], None]
@@ -110,16 +119,6 @@ class Cutoff:
         if self.passes and not could_pass:
             return True
         return could_pass <= self.passes and bound < self.worst
-
-
-def cosine_of(rg: float, rr: float, gg: float) -> float:
-    """One sample's cosine (finite values only; 1 when both are zero) from the dot products ``PooledStats.add``
-    returns for it, as the pooled cosine is taken."""
-    if rr == 0 and gg == 0:
-        return 1.0
-    if rr == 0 or gg == 0:
-        return 0.0
-    return float(np.clip(rg / np.sqrt(rr * gg), -1.0, 1.0))
 
 
 def accuracy_report(reference: onnx.ModelProto, candidate: onnx.ModelProto, samples: Iterable[Mapping[str, np.ndarray]],
@@ -223,7 +222,7 @@ class _Stop:
                 continue
             if last:
                 self.done[o] = min(self.done.get(o, 1.0), st.stats().cosine)
-            now = _pooled(st)
+            now = pooled_cosine(st.dot, st.nr, st.ng)  # the pooled cosine so far
             r_all = st.nr + self.left.get(o, 0.0)
             if r_all <= 0:
                 b = 1.0
@@ -241,15 +240,6 @@ class _Stop:
 def _energy(x: np.ndarray) -> float:
     v = np.where(np.isfinite(x), x, 0).astype(np.float64).ravel()
     return dot(v, v)
-
-
-def _pooled(st: PooledStats) -> float:
-    """The pooled cosine so far (as :meth:`PooledStats.stats` computes it)."""
-    if st.nr == 0 and st.ng == 0:
-        return 1.0
-    if st.nr == 0 or st.ng == 0:
-        return 0.0
-    return float(np.clip(st.dot / np.sqrt(st.nr * st.ng), -1.0, 1.0))
 
 
 def _worst(per_sample: Mapping[tuple[str, int], tuple[str, float]], outputs: Sequence[str]) -> tuple[WorstSample, ...]:
@@ -361,7 +351,7 @@ def _add(acc: dict[str, PooledStats], outputs: Sequence[str], ref: Mapping[str, 
     for o in outputs:
         if ref[o].dtype.kind in "fc":
             g = np.asarray(got[o]).astype(ref[o].dtype)
-            cos = cosine_of(*acc[o].add(ref[o], g))
+            cos = pooled_cosine(*acc[o].add(ref[o], g))
             if (o, index) not in per_sample or cos < per_sample[(o, index)][1]:
                 per_sample[(o, index)] = (origin, cos)
 
