@@ -140,7 +140,8 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
         return _prepare_and_build(model, output, target, req, plan, outcome, stages, precisioned, reference,
                                   checked.verdict, profiles, progress, rewritten, shapes0, samples, split,
                                   hint or f"run `trtconv check --trt {target} {shlex.quote(str(model))}` for the reasons",
-                                  checked.advice, lambda: model_sha256(source), _rtx_takes(req, model, output, command))
+                                  checked.advice, lambda: model_sha256(source),
+                                  lambda: _rtx_takes(req, model, output, command))
     except BaseException as exc:
         _remove_failed_outputs(output, req, outcome, exc)
         _remove_new_caches(outcome)
@@ -219,7 +220,7 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
                        progress: Any, rewritten: RewriteResult,
                        shapes0: dict[str, tuple[int, ...]], samples: SampleSet | None,
                        split: Split | None, hint: str | None, advice: tuple[NodeReport, ...],
-                       model_hash: Callable[[], str], rtx_ok: bool = True) -> BuildOutcome:
+                       model_hash: Callable[[], str], rtx_ok: Callable[[], bool] = lambda: True) -> BuildOutcome:
     """From the prepared ONNX on: save (and the tail), recheck, profile corners, TensorRT build, verify,
     manifest. Over 80 lines: the stages in their order, each a line or two, with what they hand on."""
     prepared = outcome.prepared
@@ -246,7 +247,7 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
         return outcome
     if missing is not None:
         outcome.stopped = "tensorrt-unavailable"
-        raise _no_tensorrt(missing, prepared, req.keep_prepared, rtx_ok) from None
+        raise _no_tensorrt(missing, prepared, req.keep_prepared, rtx_ok()) from None  # asked only on this path
     try:
         built = stages.run("build", lambda: engine_stage(plan, progress, outcome.new_caches))
     except BuildError:  # a parser that rejects what check predicted it takes: recorded, then the error
