@@ -198,6 +198,8 @@ def torch_runner(torch: Any, model: Any, device: str = "cuda", fuse: bool = Fals
         "Max": lambda u, v, **a: torch.maximum(u, v),
         "Min": lambda u, v, **a: torch.minimum(u, v),
         "Floor": lambda v, **a: torch.floor(v),
+        "Equal": lambda u, v, **a: u == v,
+        "Where": lambda c, u, v, **a: torch.where(c, u, v),
         # a layer of its own in an engine: the permuted tensor is written out, not left as a view
         "Transpose": lambda v, **a: v.permute(*a["perm"]).contiguous(),
         "Expand": lambda v, **a: expand(v, a["shape"]),

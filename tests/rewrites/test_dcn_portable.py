@@ -21,7 +21,7 @@ from trtconv.rewrites.dcn.deform_math import DcnParams, modulated_deform_conv2d
 
 # Every op the portable form may emit (plus the Relu the test models end with).
 PORTABLE_OPS = {"Shape", "Gather", "Concat", "Range", "Cast", "Reshape", "Mul", "Sub", "Add", "Transpose", "Floor",
-                "Max", "Min", "Pad", "ReduceSum", "Gemm", "Conv", "Relu"}
+                "Max", "Min", "Equal", "Where", "Pad", "ReduceSum", "Gemm", "Conv", "Relu"}
 DIALECTS = ("centernet", "mmcv", "onnx")
 
 # name: (C, Cout, k, H, W, stride, pads [t, l, b, r], dilation, group, deformable_group, mask, bias)
@@ -149,7 +149,9 @@ def test_offsets_outside_the_image_sample_zeros():
     model, weights = _model("onnx", "plain")
     res = rewrite(model, RewriteSettings(dcn_target="portable"))
     feeds = _feeds("plain", 1)
-    for far in (100.0, -100.0, 7.5, -8.0):  # H=7, W=9: 7.5 rows/cols down-right is outside for every tap
+    # H=7, W=9: 7.5 rows/cols down-right is outside for every tap; shifts of 1-1.5 pixels put the
+    # floored positions of the border taps on -2, -1, H-1 and H, either side of the clamp
+    for far in (100.0, -100.0, 7.5, -8.0, 1.0, -1.0, 1.5, -1.5, 0.999):
         f = dict(feeds, offset=np.full_like(feeds["offset"], far))
         got = run_model(res.model, f)["y"]
         expected = np.maximum(np.broadcast_to(weights["bias"].reshape(1, -1, 1, 1), got.shape), 0)
@@ -159,6 +161,22 @@ def test_offsets_outside_the_image_sample_zeros():
     f = dict(feeds, offset=np.where(np.arange(feeds["offset"].shape[1])[None, :, None, None] % 2, -0.5, 0.5)
              .astype(np.float32) * np.ones_like(feeds["offset"]))
     assert _close(run_model(res.model, f)["y"], _expected("plain", f, weights))
+
+
+@pytest.mark.parametrize("variant", ["plain", "dgroups2"])
+def test_sample_arithmetic_gathers_nothing_but_the_corners(variant):
+    """The corner indices and weights are one pass of arithmetic over the offsets: the y and x
+    of a pair are taken apart by sums over the pair, and the only Gathers are the corner
+    Gather and those reading shape vectors. A Gather of one entry of a pair makes a fusing
+    compiler write the pair out first (four kernels instead of one or two in Inductor)."""
+    model, _ = _model("mmcv", variant)
+    res = rewrite(model, RewriteSettings(dcn_target="portable"))
+    ranks = {vi.name: len(vi.type.tensor_type.shape.dim)
+             for vi in onnx.shape_inference.infer_shapes(res.model).graph.value_info}
+    gathers = [n for n in res.model.graph.node if n.op_type == "Gather" and not n.name.endswith("/sample")]
+    assert gathers and all(ranks[n.input[0]] == 1 for n in gathers), [(n.name, ranks[n.input[0]]) for n in gathers]
+    pairs = [n for n in res.model.graph.node if n.op_type == "ReduceSum" and not n.name.endswith("/blend")]
+    assert sorted(n.name.split("/")[-1] for n in pairs) == ["top_left_rows", "weight_x", "weight_y"]
 
 
 @pytest.mark.parametrize("variant", ["dgroups2", "channel-shares-groups", "plain"])

@@ -8,12 +8,16 @@ as gathers of the four bilinear corners from channels-last ``x``:
 1. Positions: the offsets ``[N, 2*G*K, OH, OW]`` (``G`` = deformable groups, ``K = kh*kw``
    taps, (dy, dx) pairs) plus every tap's position at every output pixel, in pixels,
    transposed to ``[N, OH, OW, K, G, 1, 2]`` (see :func:`_tap_positions`).
-2. Corners: ``Floor`` and the fraction; the four corners' coordinates in ``x`` padded by one
-   zero pixel each side, clamped into it (``Max``/``Min``: a corner outside the image lands
-   on the zero border, DCNv2's border rule), cast to INT32 and turned into rows of ``x``
-   seen as ``[N*(H+2)*(W+2)*G, C/G]``; and their bilinear weights ``(1-t)`` / ``t`` multiplied
-   over y and x, times the mask, then cast to the model's type: ``[N, OH, OW, K, G, 4, 1]``.
-   All of this is per (pixel, tap, group): the channels never enter it.
+2. Corners: ``Floor`` and the fraction. A sample has a corner in the image only where the
+   floored position is in ``[-1, H-1] x [-1, W-1]``; there its four corners lie in ``x``
+   padded by one zero pixel each side (the border supplies the zeros of DCNv2's border
+   rule). The floored position is clamped into that range (``Max``/``Min``), and where the
+   clamp moved it (``Equal``, ``Where``) the weights are zero, so every index stays in
+   bounds; the clamped top-left corner, cast to INT32, is one row of ``x`` seen as
+   ``[N*(H+2)*(W+2)*G, C/G]``, the four corners that row plus fixed steps. Their bilinear
+   weights ``(1-t)`` / ``t`` multiplied over y and x, times the mask, then cast to the
+   model's type: ``[N, OH, OW, K, G, 4, 1]``. All of this is per (pixel, tap, group): the
+   channels never enter it, and it is one pass over the offsets (see :func:`_sum_last`).
 3. ``x`` padded (``Pad``), ``Transpose``-d channels last and ``Reshape``-d to those rows; one
    ``Gather`` of the corners' rows, ``Mul`` by their weights and ``ReduceSum`` over the four:
    the im2col columns, channels last, ``[N*OH*OW, K*C]`` (column ``k*C + c``), in the model's
@@ -141,11 +145,13 @@ def _check_shapes(em: Emitter, dcn: DcnNode, x: gs.Tensor, offset: gs.Tensor, we
 
 
 
-# Corner (a, b) of a sample at (y, x) in the image padded by one zero pixel each side sits at
-# (floor(y) + 1 + a, floor(x) + 1 + b), a, b in {0, 1}: rows (a, b) = (0, 0), (0, 1), (1, 0), (1, 1).
-CORNER_STEPS = np.array([[1, 1], [1, 2], [2, 1], [2, 2]])
-# Its bilinear weight is the product over y and x of A + B*t (t the fraction): 1 - t for a
-# corner at floor, t for the one after.
+# The four corners of a sample whose top-left corner is row r, column c of ``x`` padded by one
+# zero pixel each side: (r, c), (r, c+1), (r+1, c), (r+1, c+1), as steps in rows of the padded
+# image seen as [.., (W+2)*dg, C/dg] rows: CORNER_DOWN * (W+2)*dg + CORNER_RIGHT * dg.
+CORNER_DOWN = np.array([0, 0, 1, 1])
+CORNER_RIGHT = np.array([0, 1, 0, 1])
+# A corner's bilinear weight is the product over y and x of A + B*t (t the fraction): 1 - t for
+# a corner at floor, t for the one after.
 WEIGHT_A = np.array([[1, 1], [1, 0], [0, 1], [0, 0]])
 WEIGHT_B = 1 - 2 * WEIGHT_A
 
@@ -173,25 +179,30 @@ def _tap_positions(ops: _Ops, p: DcnParams, kernel: tuple[int, int], oshape: gs.
     return ops.op("Add", "tap_positions", [px, py], sdt)
 
 
-def _corner_rows(ops: _Ops, low: gs.Tensor, xshape: gs.Tensor, dg: int, sdt: np.dtype) -> gs.Tensor:
+def _sum_last(ops: _Ops, t: gs.Tensor, suffix: str, dtype: Any, keepdims: int) -> gs.Tensor:
+    """``t`` summed over its last axis (of two values here). Where a Gather of one entry of a
+    pair would make a fusing compiler write the pair out first (Inductor indexes a Gather's
+    input in memory), a sum over two is unrolled into the arithmetic around it: the corner
+    indices and weights come from one pass over the offsets."""
+    return ops.op("ReduceSum", suffix, [t, ops.const(f"{suffix}_axis", [-1])], dtype, {"keepdims": keepdims},
+                  domain=PENDING_DOMAIN)
+
+
+def _corner_rows(ops: _Ops, top_left: gs.Tensor, padded: gs.Tensor, xshape: gs.Tensor, dg: int) -> gs.Tensor:
     """The four corners' rows of ``x`` padded by one pixel, channels last, seen as
-    ``[N*(H+2)*(W+2)*dg, C/dg]``: ``[N, OH, OW, K, dg, 4]`` INT32, from the floored positions."""
+    ``[N*(H+2)*(W+2)*dg, C/dg]``: ``[N, OH, OW, K, dg, 4]`` INT32, from the top-left corners'
+    (row, column) in the padded image, ``[N, OH, OW, K, dg, 1, 2]``, and its (H+2, W+2)."""
     i32 = np.int32
-    hw = ops.op("Gather", "x_hw", [xshape, ops.const("i_hw", [2, 3])], np.int64, {"axis": 0})
-    last = ops.op("Add", "x_last_padded", [ops.cast(hw, "x_hw_float", sdt), ops.const("one", [1], sdt)], sdt)
-    corner = ops.op("Add", "corners", [low, ops.const("corner_steps", CORNER_STEPS, sdt)], sdt)  # [.., 4, 2]
-    corner = ops.op("Min", "corners_below", [ops.op("Max", "corners_above", [corner, ops.const("zero", [0], sdt)], sdt),
-                                             last], sdt)
-    corner = ops.cast(corner, "corners_int", np.dtype(i32))
-    padded = ops.op("Add", "x_hw_padded", [ops.cast(hw, "x_hw_int", np.dtype(i32)), ops.const("two", [2], i32)], i32)
+    corner = ops.cast(top_left, "corners_int", np.dtype(i32))
     width = ops.op("Gather", "x_w_padded", [padded, ops.const("i1", [1])], i32, {"axis": 0})
-    # (row, column) -> row of the image: row * (W+2)*dg + column * dg
-    strides = ops.op("Concat", "corner_strides", [ops.op("Mul", "row_stride", [width, ops.const("dg", [dg], i32)], i32),
-                                                  ops.const("dg_col", [dg], i32)], i32, {"axis": 0})
+    row_step = ops.op("Mul", "row_stride", [width, ops.const("dg", [dg], i32)], i32)
+    # (row, column) -> row of the image: row * (W+2)*dg + column * dg, one value a (pixel, tap, group)
+    strides = ops.op("Concat", "corner_strides", [row_step, ops.const("dg_col", [dg], i32)], i32, {"axis": 0})
     scaled = ops.op("Mul", "corners_scaled", [corner, strides], i32)
-    index = ops.op("Add", "corner_rows_in_image", [
-        ops.op("Gather", "corner_row_part", [scaled, ops.const("i0s", 0)], i32, {"axis": -1}),
-        ops.op("Gather", "corner_col_part", [scaled, ops.const("i1s", 1)], i32, {"axis": -1})], i32)
+    top = _sum_last(ops, scaled, "top_left_rows", i32, keepdims=0)  # [N, OH, OW, K, dg, 1]
+    # the four corners: one row and one column further, [4]
+    steps = ops.op("Add", "corner_steps", [ops.op("Mul", "corner_down", [row_step, ops.const("down", CORNER_DOWN, i32)],
+                                                  i32), ops.const("right", CORNER_RIGHT * dg, i32)], i32)
     # + the image's first row, n * (H+2)*(W+2)*dg, and the deformable group
     height = ops.op("Gather", "x_h_padded", [padded, ops.const("i0", [0])], i32, {"axis": 0})
     image = ops.op("Mul", "image_rows", [ops.op("Mul", "x_area_padded", [height, width], i32),
@@ -202,18 +213,20 @@ def _corner_rows(ops: _Ops, low: gs.Tensor, xshape: gs.Tensor, dg: int, sdt: np.
     first = ops.op("Mul", "batch_rows", [ops.cast(first, "batch_range_int", np.dtype(i32)), image], i32)
     first = ops.reshape(first, "batch_rows_column", [-1, 1, 1, 1, 1, 1], i32)
     first = ops.op("Add", "group_rows", [first, ops.const("group_rows_of", np.arange(dg).reshape(dg, 1), i32)], i32)
-    return ops.op("Add", "corner_rows", [index, first], i32)
+    return ops.op("Add", "corner_rows", [ops.op("Add", "corner_rows_in_image", [top, steps], i32), first], i32)
 
 
-def _corner_weights(ops: _Ops, frac: gs.Tensor, mask: gs.Tensor | None, dg: int, k: int, ohw: gs.Tensor,
-                    sdt: np.dtype, xdt: np.dtype) -> gs.Tensor:
-    """The corners' bilinear weights times the mask, computed in ``sdt`` and cast to the model's
-    type once: ``[N, OH, OW, K, dg, 4, 1]``."""
+def _corner_weights(ops: _Ops, frac: gs.Tensor, inside: gs.Tensor, mask: gs.Tensor | None, dg: int, k: int,
+                    ohw: gs.Tensor, sdt: np.dtype, xdt: np.dtype) -> gs.Tensor:
+    """The corners' bilinear weights times the mask, zero for a sample with no corner in the
+    image, computed in ``sdt`` and cast to the model's type once: ``[N, OH, OW, K, dg, 4, 1]``."""
     factors = ops.op("Add", "weight_factors", [ops.op("Mul", "weight_slopes", [frac, ops.const("wb", WEIGHT_B, sdt)], sdt),
                                                ops.const("wa", WEIGHT_A, sdt)], sdt)  # [.., 4, 2]
-    wts = ops.op("Mul", "corner_weights", [
-        ops.op("Gather", "weight_y", [factors, ops.const("i0v", [0])], sdt, {"axis": -1}),
-        ops.op("Gather", "weight_x", [factors, ops.const("i1v", [1])], sdt, {"axis": -1})], sdt)
+    factors = ops.op("Where", "weight_inside", [inside, factors, ops.const("zero_weight", [0], sdt)], sdt)
+    along_y = ops.op("Mul", "weight_y_only", [factors, ops.const("y_only", [1, 0], sdt)], sdt)
+    along_x = ops.op("Mul", "weight_x_only", [factors, ops.const("x_only", [0, 1], sdt)], sdt)
+    wts = ops.op("Mul", "corner_weights", [_sum_last(ops, along_y, "weight_y", sdt, keepdims=1),
+                                           _sum_last(ops, along_x, "weight_x", sdt, keepdims=1)], sdt)
     if mask is not None:
         m = ops.reshape(ops.cast(mask, "mask_float", sdt), "mask_taps", [-1, dg, k, ohw], sdt)
         m = ops.op("Transpose", "mask_last", [m], sdt, {"perm": [0, 3, 4, 2, 1]})  # [N, OH, OW, K, dg]
@@ -244,9 +257,21 @@ def emit(em: Emitter, dcn: DcnNode, io: DcnInputs, out: gs.Tensor, _spec: Plugin
     pos = ops.op("Transpose", "positions_last", [pos], sdt, {"perm": [0, 5, 6, 2, 1, 3, 4]})
     low = ops.op("Floor", "floor", [pos], sdt)
     frac = ops.op("Sub", "fraction", [pos, low], sdt)
-    # 2. the four corners: rows of the padded channels-last image, and weights (mask folded in)
-    index = _corner_rows(ops, low, xshape, dg, sdt)
-    wts = _corner_weights(ops, frac, io.mask, dg, k, ohw, sdt, xdt)
+    # 2. the four corners: rows of the padded channels-last image, and weights (mask folded in).
+    # A sample has a corner in the image only where floor(y) is in [-1, H-1] and floor(x) in
+    # [-1, W-1]; there the four corners lie in x padded by one pixel, whose border supplies the
+    # zeros of the corners outside. Elsewhere its weights are zero and its top-left corner is
+    # clamped into that range, so every index stays in bounds.
+    hw = ops.op("Gather", "x_hw", [xshape, ops.const("i_hw", [2, 3])], np.int64, {"axis": 0})
+    last = ops.op("Sub", "x_last", [ops.cast(hw, "x_hw_float", sdt), ops.const("one", [1], sdt)], sdt)
+    clamped = ops.op("Min", "floor_below", [ops.op("Max", "floor_above", [low, ops.const("minus_one", [-1], sdt)], sdt),
+                                            last], sdt)
+    inside = ops.op("Equal", "inside", [clamped, low], np.bool_)  # [N, OH, OW, K, dg, 1, 2]
+    top_left = ops.op("Add", "top_left", [clamped, ops.const("one_padded", [1], sdt)], sdt)
+    padded = ops.op("Add", "x_hw_padded", [ops.cast(hw, "x_hw_int", np.dtype(np.int32)),
+                                           ops.const("two", [2], np.int32)], np.int32)
+    index = _corner_rows(ops, top_left, padded, xshape, dg)
+    wts = _corner_weights(ops, frac, inside, io.mask, dg, k, ohw, sdt, xdt)
     # 3. gather and blend: the im2col columns, channels last, [N, OH, OW, K, dg, C/dg]
     padded_x = ops.op("Pad", "x_padded", [x, ops.const("pads", [0, 0, 1, 1, 0, 0, 1, 1])], xdt, {"mode": "constant"})
     rows = ops.reshape(ops.op("Transpose", "x_channels_last", [padded_x], xdt, {"perm": [0, 2, 3, 1]}), "x_rows",
