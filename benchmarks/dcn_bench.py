@@ -184,8 +184,16 @@ def torch_runner(torch: Any, model: Any, device: str = "cuda", fuse: bool = Fals
         v = v.t() if a.get("transB") else v
         return torch.mm(u, v) if b is None else torch.addmm(b, u, v)
 
+    def slice_(v: Any, **a: Any) -> Any:  # a view, as a runtime reads a slice in place
+        index = [slice(None)] * v.dim()
+        for i, axis in enumerate(a.get("axes", range(len(a["starts"])))):
+            index[axis % v.dim()] = slice(a["starts"][i], a["ends"][i], a.get("steps", [1] * len(a["starts"]))[i])
+        return v[tuple(index)]
+
     def reduce_sum(v: Any, **a: Any) -> Any:
-        return torch.sum(v, dim=a["axes"], keepdim=bool(a.get("keepdims", 1)))
+        # ONNX keeps the type (torch.sum would widen INT32 to INT64)
+        return torch.sum(v, dim=a["axes"], keepdim=bool(a.get("keepdims", 1)),
+                         dtype=None if v.is_floating_point() else v.dtype)
 
     ops = {
         "Cast": lambda v, **a: v.to(types[a["to"]]),
@@ -198,12 +206,14 @@ def torch_runner(torch: Any, model: Any, device: str = "cuda", fuse: bool = Fals
         "Max": lambda u, v, **a: torch.maximum(u, v),
         "Min": lambda u, v, **a: torch.minimum(u, v),
         "Floor": lambda v, **a: torch.floor(v),
+        "Relu": lambda v, **a: torch.relu(v),
         "Equal": lambda u, v, **a: u == v,
         "Where": lambda c, u, v, **a: torch.where(c, u, v),
         # a layer of its own in an engine: the permuted tensor is written out, not left as a view
         "Transpose": lambda v, **a: v.permute(*a["perm"]).contiguous(),
         "Expand": lambda v, **a: expand(v, a["shape"]),
         "Pad": pad,
+        "Slice": slice_,
         "ReduceSum": reduce_sum,
         "GridSample": lambda v, g, **a: F.grid_sample(v, g, mode="bilinear", padding_mode="zeros",
                                                        align_corners=bool(a.get("align_corners", 0))),
@@ -216,6 +226,9 @@ def torch_runner(torch: Any, model: Any, device: str = "cuda", fuse: bool = Fals
         ins = list(nd.input)
         if nd.op_type in ("Reshape", "Expand"):  # shapes, pads and axes stay on the host
             attrs["shape"] = [int(d) for d in host[ins.pop()]]
+        elif nd.op_type == "Slice":
+            attrs.update(zip(("starts", "ends", "axes", "steps"), ([int(d) for d in host[i]] for i in ins[1:])))
+            ins = ins[:1]
         elif nd.op_type in ("Pad", "ReduceSum"):
             attrs["pads" if nd.op_type == "Pad" else "axes"] = [int(d) for d in host[ins[1]]]
             ins = ins[:1]

@@ -19,9 +19,9 @@ from trtconv.reference.ort import run_model
 from trtconv.rewrites import DCN_TARGETS, RewriteSettings, rewrite
 from trtconv.rewrites.dcn.deform_math import DcnParams, modulated_deform_conv2d
 
-# Every op the portable form may emit (plus the Relu the test models end with).
+# Every op the portable form may emit (the test models also end with a Relu).
 PORTABLE_OPS = {"Shape", "Gather", "Concat", "Range", "Cast", "Reshape", "Mul", "Sub", "Add", "Transpose", "Floor",
-                "Max", "Min", "Equal", "Where", "Pad", "ReduceSum", "Gemm", "Conv", "Relu"}
+                "Min", "Relu", "Equal", "Where", "Slice", "Pad", "ReduceSum", "Gemm", "Conv"}
 DIALECTS = ("centernet", "mmcv", "onnx")
 
 # name: (C, Cout, k, H, W, stride, pads [t, l, b, r], dilation, group, deformable_group, mask, bias)
@@ -166,17 +166,19 @@ def test_offsets_outside_the_image_sample_zeros():
 @pytest.mark.parametrize("variant", ["plain", "dgroups2"])
 def test_sample_arithmetic_gathers_nothing_but_the_corners(variant):
     """The corner indices and weights are one pass of arithmetic over the offsets: the y and x
-    of a pair are taken apart by sums over the pair, and the only Gathers are the corner
-    Gather and those reading shape vectors. A Gather of one entry of a pair makes a fusing
-    compiler write the pair out first (four kernels instead of one or two in Inductor)."""
+    of the positions are taken apart by Slice, and the only Gathers are the corner Gather and
+    those reading shape vectors. A Gather of one entry of a computed pair makes a fusing
+    compiler write the pair out first (four kernels for this step in Inductor)."""
     model, _ = _model("mmcv", variant)
     res = rewrite(model, RewriteSettings(dcn_target="portable"))
     ranks = {vi.name: len(vi.type.tensor_type.shape.dim)
              for vi in onnx.shape_inference.infer_shapes(res.model).graph.value_info}
     gathers = [n for n in res.model.graph.node if n.op_type == "Gather" and not n.name.endswith("/sample")]
     assert gathers and all(ranks[n.input[0]] == 1 for n in gathers), [(n.name, ranks[n.input[0]]) for n in gathers]
-    pairs = [n for n in res.model.graph.node if n.op_type == "ReduceSum" and not n.name.endswith("/blend")]
-    assert sorted(n.name.split("/")[-1] for n in pairs) == ["top_left_rows", "weight_x", "weight_y"]
+    assert [n.name.split("/")[-1] for n in res.model.graph.node if n.op_type == "ReduceSum"] == ["blend"]
+    # y and x taken apart once, at the positions, by Slice (read in place)
+    assert sorted(n.name.split("/")[-1] for n in res.model.graph.node if n.op_type == "Slice") == ["position_x",
+                                                                                                   "position_y"]
 
 
 @pytest.mark.parametrize("variant", ["dgroups2", "channel-shares-groups", "plain"])
@@ -187,7 +189,7 @@ def test_fp16_positions_in_fp32_corners_and_product_in_fp16(variant):
     info = {vi.name: vi.type.tensor_type.elem_type
             for vi in onnx.shape_inference.infer_shapes(res.model).graph.value_info}
     # positions, fractions and the corner weights (mask folded in) in FP32, then cast down once
-    assert info[nodes["floor"].output[0]] == info[nodes["corner_weights"].output[0]] == TensorProto.FLOAT
+    assert info[nodes["floor_y"].output[0]] == info[nodes["corner_weights"].output[0]] == TensorProto.FLOAT
     assert _attrs(nodes["corner_weights_cast"])["to"] == TensorProto.FLOAT16
     # the corner indices are INT32; the gathered rows, their blend and the product FP16
     assert info[nodes["corner_rows"].output[0]] == TensorProto.INT32

@@ -170,5 +170,5 @@ def test_rtx_fuses_the_corner_gather_with_its_blend(tmp_path):
     # the engine's layer listing: one "Name: ..., LayerType: ..." line per kernel
     kernels = [ln for msg in logger.lines for ln in msg.splitlines() if ln.startswith("Name: ") and "LayerType: " in ln]
     gather = [k for k in kernels if "/sample]" in k]
-    assert len(gather) == 1 and "/blend]" in gather[0] and "/corner_rows]" in gather[0] and "/floor]" in gather[0]
+    assert len(gather) == 1 and "/blend]" in gather[0] and "/corner_rows]" in gather[0] and "/floor_y]" in gather[0]
     assert len(kernels) <= 3, kernels

@@ -6,18 +6,19 @@ deformable convolution written out as sampling then a dense product (im2col), th
 as gathers of the four bilinear corners from channels-last ``x``:
 
 1. Positions: the offsets ``[N, 2*G*K, OH, OW]`` (``G`` = deformable groups, ``K = kh*kw``
-   taps, (dy, dx) pairs) plus every tap's position at every output pixel, in pixels,
-   transposed to ``[N, OH, OW, K, G, 1, 2]`` (see :func:`_tap_positions`).
-2. Corners: ``Floor`` and the fraction. A sample has a corner in the image only where the
-   floored position is in ``[-1, H-1] x [-1, W-1]``; there its four corners lie in ``x``
-   padded by one zero pixel each side (the border supplies the zeros of DCNv2's border
-   rule). The floored position is clamped into that range (``Max``/``Min``), and where the
+   taps, (dy, dx) pairs) plus every tap's position at every output pixel, in pixels of ``x``
+   padded by one zero pixel each side, transposed to ``[N, OH, OW, K, G, 2]`` (see
+   :func:`_tap_positions`), and y and x ``Slice``-d apart.
+2. Corners, per axis: ``Floor`` and the fraction. A sample has a corner in the image only
+   where its top-left corner lies in ``[0, H] x [0, W]`` of the padded image; there all four
+   corners lie in it, and its border supplies the zeros of those outside (DCNv2's border
+   rule). The top-left corner is clamped into that range (``Relu``, ``Min``), and where the
    clamp moved it (``Equal``, ``Where``) the weights are zero, so every index stays in
-   bounds; the clamped top-left corner, cast to INT32, is one row of ``x`` seen as
-   ``[N*(H+2)*(W+2)*G, C/G]``, the four corners that row plus fixed steps. Their bilinear
+   bounds; cast to INT32, it gives the four corners' rows of ``x`` seen as
+   ``[N*(H+2)*(W+2)*G, C/G]`` (each axis adding its part for all four). Their bilinear
    weights ``(1-t)`` / ``t`` multiplied over y and x, times the mask, then cast to the
    model's type: ``[N, OH, OW, K, G, 4, 1]``. All of this is per (pixel, tap, group): the
-   channels never enter it, and it is one pass over the offsets (see :func:`_sum_last`).
+   channels never enter it, and it is one pass over the offsets (see :func:`_axis`).
 3. ``x`` padded (``Pad``), ``Transpose``-d channels last and ``Reshape``-d to those rows; one
    ``Gather`` of the corners' rows, ``Mul`` by their weights and ``ReduceSum`` over the four:
    the im2col columns, channels last, ``[N*OH*OW, K*C]`` (column ``k*C + c``), in the model's
@@ -145,20 +146,17 @@ def _check_shapes(em: Emitter, dcn: DcnNode, x: gs.Tensor, offset: gs.Tensor, we
 
 
 
-# The four corners of a sample whose top-left corner is row r, column c of ``x`` padded by one
-# zero pixel each side: (r, c), (r, c+1), (r+1, c), (r+1, c+1), as steps in rows of the padded
-# image seen as [.., (W+2)*dg, C/dg] rows: CORNER_DOWN * (W+2)*dg + CORNER_RIGHT * dg.
+# A sample's four corners, (top, left), (top, left + 1), (top + 1, left), (top + 1, left + 1): on
+# which side of its top-left corner each lies along y and along x (0: that corner's row or
+# column, weight 1 - t; 1: the next, weight t).
 CORNER_DOWN = np.array([0, 0, 1, 1])
 CORNER_RIGHT = np.array([0, 1, 0, 1])
-# A corner's bilinear weight is the product over y and x of A + B*t (t the fraction): 1 - t for
-# a corner at floor, t for the one after.
-WEIGHT_A = np.array([[1, 1], [1, 0], [0, 1], [0, 0]])
-WEIGHT_B = 1 - 2 * WEIGHT_A
 
 
 def _tap_positions(ops: _Ops, p: DcnParams, kernel: tuple[int, int], oshape: gs.Tensor, sdt: np.dtype) -> gs.Tensor:
-    """Unshifted sampling position ``(y, x)`` of every tap at every output pixel, ``[K, 1, 2, OH, OW]``:
-    ``o*stride - pad_begin + tap*dilation``, from ``Range`` over the offset's run-time OH and OW."""
+    """Unshifted sampling position ``(y, x)`` of every tap at every output pixel in ``x`` padded by
+    one pixel each side, ``[K, 1, 2, OH, OW]``: ``o*stride - pad_begin + tap*dilation + 1``, from
+    ``Range`` over the offset's run-time OH and OW."""
     kh, kw = kernel
     taps = np.arange(kh * kw)
 
@@ -168,7 +166,7 @@ def _tap_positions(ops: _Ops, p: DcnParams, kernel: tuple[int, int], oshape: gs.
                        np.int64, domain=PENDING_DOMAIN)
         pix = ops.op("Mul", f"o{name}_pixels", [ops.cast(index, f"o{name}_float", sdt),
                                                  ops.const(f"s{name}", [stride], sdt)], sdt)
-        tap = ops.const(f"tap_{name}_offsets", (tap_step - begin).reshape(-1, 1, 1, 1, 1), sdt)
+        tap = ops.const(f"tap_{name}_offsets", (tap_step - begin + 1).reshape(-1, 1, 1, 1, 1), sdt)
         return ops.op("Add", f"tap_{name}", [pix, tap], sdt)  # [K, 1, 1, 1, size]
 
     cols = along(3, p.stride[1], p.pads[1], (taps % kw) * p.dilation[1], "x")  # [K, 1, 1, 1, OW]
@@ -179,30 +177,48 @@ def _tap_positions(ops: _Ops, p: DcnParams, kernel: tuple[int, int], oshape: gs.
     return ops.op("Add", "tap_positions", [px, py], sdt)
 
 
-def _sum_last(ops: _Ops, t: gs.Tensor, suffix: str, dtype: Any, keepdims: int) -> gs.Tensor:
-    """``t`` summed over its last axis (of two values here). Where a Gather of one entry of a
-    pair would make a fusing compiler write the pair out first (Inductor indexes a Gather's
-    input in memory), a sum over two is unrolled into the arithmetic around it: the corner
-    indices and weights come from one pass over the offsets."""
-    return ops.op("ReduceSum", suffix, [t, ops.const(f"{suffix}_axis", [-1])], dtype, {"keepdims": keepdims},
-                  domain=PENDING_DOMAIN)
+def _axis(ops: _Ops, pos: gs.Tensor, axis: int, size: gs.Tensor, name: str,
+          sdt: np.dtype) -> tuple[gs.Tensor, gs.Tensor, gs.Tensor]:
+    """One coordinate of the positions in ``x`` padded by one pixel (``axis`` 0: y, 1: x of the
+    pair), ``[N, OH, OW, K, dg, 1]``: the top-left corner's row (or column) clamped into
+    ``[0, size]``, where it and the next lie in the padded image; whether the clamp left it
+    alone (else the sample has no corner in the image and its weights are zero); and the
+    fraction ``t``. The coordinate is a ``Slice`` of the (y, x) pair: a fusing compiler
+    reads it in place, where a ``Gather`` of a computed tensor had Inductor write the pair
+    out first, and a sum over the pair counted as two reads of each input."""
+    p = ops.op("Slice", f"position_{name}", [pos, ops.const(f"{name}_start", [axis]), ops.const(f"{name}_end", [axis + 1]),
+                                              ops.const(f"{name}_axes", [-1])], sdt)
+    low = ops.op("Floor", f"floor_{name}", [p], sdt)
+    top = ops.op("Min", f"top_{name}", [ops.op("Relu", f"above_{name}", [low], sdt), size], sdt)
+    inside = ops.op("Equal", f"inside_{name}", [top, low], np.bool_)
+    return top, inside, ops.op("Sub", f"fraction_{name}", [p, low], sdt)
 
 
-def _corner_rows(ops: _Ops, top_left: gs.Tensor, padded: gs.Tensor, xshape: gs.Tensor, dg: int) -> gs.Tensor:
+def _side_weights(ops: _Ops, frac: gs.Tensor, inside: gs.Tensor, side: np.ndarray, name: str,
+                  sdt: np.dtype) -> gs.Tensor:
+    """The four corners' bilinear weights along one axis, ``1 - t`` or ``t`` by ``side``, zero
+    where the sample has no corner in the image: ``[N, OH, OW, K, dg, 4]``."""
+    slope = ops.op("Mul", f"slopes_{name}", [frac, ops.const(f"slope_{name}", 2 * side - 1, sdt)], sdt)
+    w = ops.op("Add", f"sides_{name}", [slope, ops.const(f"intercept_{name}", 1 - side, sdt)], sdt)
+    return ops.op("Where", f"weight_{name}", [inside, w, ops.const(f"zero_{name}", [0], sdt)], sdt)
+
+
+def _corner_rows(ops: _Ops, top_y: gs.Tensor, top_x: gs.Tensor, xshape: gs.Tensor, dg: int) -> gs.Tensor:
     """The four corners' rows of ``x`` padded by one pixel, channels last, seen as
     ``[N*(H+2)*(W+2)*dg, C/dg]``: ``[N, OH, OW, K, dg, 4]`` INT32, from the top-left corners'
-    (row, column) in the padded image, ``[N, OH, OW, K, dg, 1, 2]``, and its (H+2, W+2)."""
+    row and column in the padded image. Each axis adds its part for all four corners (its
+    steps included), so that every tensor here is one value a sample or a corner."""
     i32 = np.int32
-    corner = ops.cast(top_left, "corners_int", np.dtype(i32))
+    hw = ops.op("Gather", "x_hw", [xshape, ops.const("i_hw", [2, 3])], np.int64, {"axis": 0})
+    padded = ops.op("Add", "x_hw_padded", [ops.cast(hw, "x_hw_int", np.dtype(i32)), ops.const("two", [2], i32)], i32)
     width = ops.op("Gather", "x_w_padded", [padded, ops.const("i1", [1])], i32, {"axis": 0})
-    row_step = ops.op("Mul", "row_stride", [width, ops.const("dg", [dg], i32)], i32)
-    # (row, column) -> row of the image: row * (W+2)*dg + column * dg, one value a (pixel, tap, group)
-    strides = ops.op("Concat", "corner_strides", [row_step, ops.const("dg_col", [dg], i32)], i32, {"axis": 0})
-    scaled = ops.op("Mul", "corners_scaled", [corner, strides], i32)
-    top = _sum_last(ops, scaled, "top_left_rows", i32, keepdims=0)  # [N, OH, OW, K, dg, 1]
-    # the four corners: one row and one column further, [4]
-    steps = ops.op("Add", "corner_steps", [ops.op("Mul", "corner_down", [row_step, ops.const("down", CORNER_DOWN, i32)],
-                                                  i32), ops.const("right", CORNER_RIGHT * dg, i32)], i32)
+    row_step = ops.op("Mul", "row_stride", [width, ops.const("dg", [dg], i32)], i32)  # an image row: (W+2)*dg rows
+    down = ops.op("Mul", "corner_down", [row_step, ops.const("down", CORNER_DOWN, i32)], i32)
+    along_y = ops.op("Mul", "row_part", [ops.cast(top_y, "top_y_int", np.dtype(i32)), row_step], i32)
+    along_y = ops.op("Add", "rows_y", [along_y, down], i32)
+    along_x = ops.op("Mul", "column_part", [ops.cast(top_x, "top_x_int", np.dtype(i32)), ops.const("dg_col", [dg], i32)],
+                     i32)
+    along_x = ops.op("Add", "rows_x", [along_x, ops.const("right", CORNER_RIGHT * dg, i32)], i32)
     # + the image's first row, n * (H+2)*(W+2)*dg, and the deformable group
     height = ops.op("Gather", "x_h_padded", [padded, ops.const("i0", [0])], i32, {"axis": 0})
     image = ops.op("Mul", "image_rows", [ops.op("Mul", "x_area_padded", [height, width], i32),
@@ -213,26 +229,20 @@ def _corner_rows(ops: _Ops, top_left: gs.Tensor, padded: gs.Tensor, xshape: gs.T
     first = ops.op("Mul", "batch_rows", [ops.cast(first, "batch_range_int", np.dtype(i32)), image], i32)
     first = ops.reshape(first, "batch_rows_column", [-1, 1, 1, 1, 1, 1], i32)
     first = ops.op("Add", "group_rows", [first, ops.const("group_rows_of", np.arange(dg).reshape(dg, 1), i32)], i32)
-    return ops.op("Add", "corner_rows", [ops.op("Add", "corner_rows_in_image", [top, steps], i32), first], i32)
+    return ops.op("Add", "corner_rows", [ops.op("Add", "corner_rows_in_image", [along_y, along_x], i32), first], i32)
 
 
-def _corner_weights(ops: _Ops, frac: gs.Tensor, inside: gs.Tensor, mask: gs.Tensor | None, dg: int, k: int,
+def _corner_weights(ops: _Ops, along_y: gs.Tensor, along_x: gs.Tensor, mask: gs.Tensor | None, dg: int, k: int,
                     ohw: gs.Tensor, sdt: np.dtype, xdt: np.dtype) -> gs.Tensor:
-    """The corners' bilinear weights times the mask, zero for a sample with no corner in the
-    image, computed in ``sdt`` and cast to the model's type once: ``[N, OH, OW, K, dg, 4, 1]``."""
-    factors = ops.op("Add", "weight_factors", [ops.op("Mul", "weight_slopes", [frac, ops.const("wb", WEIGHT_B, sdt)], sdt),
-                                               ops.const("wa", WEIGHT_A, sdt)], sdt)  # [.., 4, 2]
-    factors = ops.op("Where", "weight_inside", [inside, factors, ops.const("zero_weight", [0], sdt)], sdt)
-    along_y = ops.op("Mul", "weight_y_only", [factors, ops.const("y_only", [1, 0], sdt)], sdt)
-    along_x = ops.op("Mul", "weight_x_only", [factors, ops.const("x_only", [0, 1], sdt)], sdt)
-    wts = ops.op("Mul", "corner_weights", [_sum_last(ops, along_y, "weight_y", sdt, keepdims=1),
-                                           _sum_last(ops, along_x, "weight_x", sdt, keepdims=1)], sdt)
+    """The corners' bilinear weights times the mask, computed in ``sdt`` and cast to the model's
+    type once: ``[N, OH, OW, K, dg, 4, 1]``."""
+    wts = ops.op("Mul", "corner_weights", [along_y, along_x], sdt)  # [N, OH, OW, K, dg, 4]
     if mask is not None:
         m = ops.reshape(ops.cast(mask, "mask_float", sdt), "mask_taps", [-1, dg, k, ohw], sdt)
         m = ops.op("Transpose", "mask_last", [m], sdt, {"perm": [0, 3, 4, 2, 1]})  # [N, OH, OW, K, dg]
-        m = ops.reshape(m, "mask_corners", [0, 0, 0, 0, 0, 1, 1], sdt)
+        m = ops.reshape(m, "mask_corners", [0, 0, 0, 0, 0, 1], sdt)
         wts = ops.op("Mul", "modulate", [wts, m], sdt)
-    return ops.cast(wts, "corner_weights_cast", xdt)
+    return ops.cast(ops.reshape(wts, "corner_weights_column", [0, 0, 0, 0, 0, 4, 1], sdt), "corner_weights_cast", xdt)
 
 
 def emit(em: Emitter, dcn: DcnNode, io: DcnInputs, out: gs.Tensor, _spec: PluginSpec | None) -> None:
@@ -251,27 +261,25 @@ def emit(em: Emitter, dcn: DcnNode, io: DcnInputs, out: gs.Tensor, _spec: Plugin
     ohw = ops.op("Gather", "offset_hw", [oshape, ops.const("i23", [2, 3])], np.int64, {"axis": 0})
     xshape = ops.op("Shape", "x_dims", [x], np.int64)
 
-    # 1. sampling positions in pixels, [N, OH, OW, K, dg, 1, 2] (y, x)
+    # 1. sampling positions in pixels in x padded by one pixel, [N, OH, OW, K, dg, 2] (y, x)
     off = ops.reshape(ops.cast(offset, "offset_float", sdt), "offset_taps", [-1, dg, k, 1, 2, ohw], sdt)
     pos = ops.op("Add", "positions", [off, _tap_positions(ops, p, (kh, kw), oshape, sdt)], sdt)
     pos = ops.op("Transpose", "positions_last", [pos], sdt, {"perm": [0, 5, 6, 2, 1, 3, 4]})
-    low = ops.op("Floor", "floor", [pos], sdt)
-    frac = ops.op("Sub", "fraction", [pos, low], sdt)
+    pos = ops.reshape(pos, "positions_pairs", [0, 0, 0, 0, 0, 2], sdt)  # [N, OH, OW, K, dg, 2]
     # 2. the four corners: rows of the padded channels-last image, and weights (mask folded in).
-    # A sample has a corner in the image only where floor(y) is in [-1, H-1] and floor(x) in
-    # [-1, W-1]; there the four corners lie in x padded by one pixel, whose border supplies the
-    # zeros of the corners outside. Elsewhere its weights are zero and its top-left corner is
-    # clamped into that range, so every index stays in bounds.
-    hw = ops.op("Gather", "x_hw", [xshape, ops.const("i_hw", [2, 3])], np.int64, {"axis": 0})
-    last = ops.op("Sub", "x_last", [ops.cast(hw, "x_hw_float", sdt), ops.const("one", [1], sdt)], sdt)
-    clamped = ops.op("Min", "floor_below", [ops.op("Max", "floor_above", [low, ops.const("minus_one", [-1], sdt)], sdt),
-                                            last], sdt)
-    inside = ops.op("Equal", "inside", [clamped, low], np.bool_)  # [N, OH, OW, K, dg, 1, 2]
-    top_left = ops.op("Add", "top_left", [clamped, ops.const("one_padded", [1], sdt)], sdt)
-    padded = ops.op("Add", "x_hw_padded", [ops.cast(hw, "x_hw_int", np.dtype(np.int32)),
-                                           ops.const("two", [2], np.int32)], np.int32)
-    index = _corner_rows(ops, top_left, padded, xshape, dg)
-    wts = _corner_weights(ops, frac, inside, io.mask, dg, k, ohw, sdt, xdt)
+    # A sample has a corner in the image only where its top-left corner lies in [0, H] x [0, W]
+    # of x padded by one pixel; there all four corners lie in the padded image, whose border
+    # supplies the zeros of those outside (DCNv2's rule). Elsewhere its weights are zero and
+    # the top-left corner is clamped into that range, so every index stays in bounds.
+    hw = ops.cast(ops.op("Gather", "x_sizes", [xshape, ops.const("i_sizes", [2, 3])], np.int64, {"axis": 0}),
+                  "x_sizes_float", sdt)
+    top_y, inside_y, frac_y = _axis(ops, pos, 0, ops.op("Gather", "x_h", [hw, ops.const("ih", [0])], sdt,
+                                                              {"axis": 0}), "y", sdt)
+    top_x, inside_x, frac_x = _axis(ops, pos, 1, ops.op("Gather", "x_w", [hw, ops.const("iw", [1])], sdt,
+                                                              {"axis": 0}), "x", sdt)
+    index = _corner_rows(ops, top_y, top_x, xshape, dg)
+    wts = _corner_weights(ops, _side_weights(ops, frac_y, inside_y, CORNER_DOWN, "y", sdt),
+                          _side_weights(ops, frac_x, inside_x, CORNER_RIGHT, "x", sdt), io.mask, dg, k, ohw, sdt, xdt)
     # 3. gather and blend: the im2col columns, channels last, [N, OH, OW, K, dg, C/dg]
     padded_x = ops.op("Pad", "x_padded", [x, ops.const("pads", [0, 0, 1, 1, 0, 0, 1, 1])], xdt, {"mode": "constant"})
     rows = ops.reshape(ops.op("Transpose", "x_channels_last", [padded_x], xdt, {"perm": [0, 2, 3, 1]}), "x_rows",
