@@ -205,7 +205,8 @@ __host__ __device__ constexpr int smem_bytes(int BM, int BN, int RB, bool SMR, i
 // while wgmma works on step k (more stages, with the weights copied further ahead, were slower).
 // SMR: the sampling recipes of a tap live in shared memory, built one step ahead by one thread
 // per pixel, instead of in the registers of every thread that gathers for the pixel.
-// ABL (development only, see plugins/dcnv2/devvar.py): 1 = no corner loads, 2 = no wgmma.
+// ABL (development only, see plugins/dcnv2/devvar.py): 1 = no corner loads, 2 = no wgmma,
+// 3 = the weights of one fixed block (L1 hits), 4 = corners inside x's first 8 KiB (L1 hits).
 // VEC: the caller checked vectorizable(), so the element-wise paths compile away. An entry that
 // calls both instantiations (SPLIT in DCNV2_SM90_ENTRY) gets a vectorized main loop the
 // register allocator sees alone: at 128 registers (512 threads) the 128x256x64 "v" tile then
@@ -393,7 +394,10 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
 #pragma unroll
       for (int v = 0; v < BCH; ++v) {
         const bool ok = cok && brow0 + v * BROWS < Coutg;
-        cp_async16(sbase + stage * STAGE + bsoff + v * BROWS * RB, ok ? src + (size_t)v * BROWS * wrow : weight, ok);
+        if constexpr (ABL == 3)  // the same block every step, from L1: no weight traffic from L2
+          cp_async16_ca(sbase + stage * STAGE + bsoff + v * BROWS * RB, wbase + (size_t)v * BROWS * wrow, true);
+        else
+          cp_async16(sbase + stage * STAGE + bsoff + v * BROWS * RB, ok ? src + (size_t)v * BROWS * wrow : weight, ok);
       }
     } else {
       unsigned char* Bs = smem + stage * STAGE + ASZ;
@@ -439,7 +443,8 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
 #pragma unroll
         for (int i = ib; i < ie; ++i)
 #pragma unroll
-          for (int k = 0; k < 4; ++k) raw[i][k] = __ldg(reinterpret_cast<const uint4*>(xc + ro[i][k]));
+          for (int k = 0; k < 4; ++k)  // ABL 4: corners inside x's first 8 KiB, from L1: no L2 traffic
+            raw[i][k] = __ldg(reinterpret_cast<const uint4*>(xc + (ABL == 4 ? ro[i][k] & 4095 : ro[i][k])));
         return;
       }
 #pragma unroll
@@ -824,6 +829,10 @@ using F32Tf32 = F32<false>;
   }
 DCNV2_ABL_ENTRY(dcnv2_abl_noload_v, 1)
 DCNV2_ABL_ENTRY(dcnv2_abl_nomma_v, 2)
+// The same ablations named as devtiles.py reads tiles (wrong results: their error is reported).
+DCNV2_ABL_ENTRY(dcnv2_f16_nhwc_m128n256k64v_abl0, 0)
+DCNV2_ABL_ENTRY(dcnv2_f16_nhwc_m128n256k64v_abl3, 3)
+DCNV2_ABL_ENTRY(dcnv2_f16_nhwc_m128n256k64v_abl4, 4)
 // Candidate tiles (plugins/dcnv2/devtiles.py times them beside the shipped ones); suffix "y": RS,
 // "z": the SPLIT entry's two instantiations sharing one shared-memory array (XS) without RS
 // (plugins/dcnv2/NOTES.md, round dcnk2: v2y and 64 x 128 v6y won (e) and (d) and are now the
