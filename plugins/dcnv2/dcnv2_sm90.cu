@@ -835,9 +835,11 @@ DCNV2_ABL_ENTRY(dcnv2_f16_nhwc_m128n256k64v_abl3, 3)
 DCNV2_ABL_ENTRY(dcnv2_f16_nhwc_m128n256k64v_abl4, 4)
 // Candidate tiles (plugins/dcnv2/devtiles.py times them beside the shipped ones); suffix "y": RS,
 // "z": the SPLIT entry's two instantiations sharing one shared-memory array (XS) without RS
-// (plugins/dcnv2/NOTES.md, round dcnk2: v2y and 64 x 128 v6y won (e) and (d) and are now the
+// (plugins/dcnv2/NOTES.md, round dcnk2, runs k1-k8: v2y and 64 x 128 v6y won (e) and (d) and are now the
 // shipped v2 and v6 entries; the others won no shape).
 #define DCNV2_SM90_CANDIDATES(DT, E)                                                                       \
+  DCNV2_SM90_ENTRY_XSR(dcnv2_##DT##_nhwc_m128n128k64vx2, E, 128, 128, 2, true, 1, 1, 128, , 2, false)          \
+  DCNV2_SM90_ENTRY_XSR(dcnv2_##DT##_nhwc_m128n128k64wx4z, E, 128, 128, 1, true, 1, 1, 128, , 4, false)         \
   DCNV2_SM90_ENTRY_XSR(dcnv2_##DT##_nhwc_m128n256k64vz, E, 128, 256, 2, true, 1, 1, 128, , 0, false)          \
   DCNV2_SM90_ENTRY_XSR(dcnv2_##DT##_nhwc_m64n256k64vz, E, 64, 256, 2, true, 2, 1, 128, , 0, false)            \
   DCNV2_SM90_ENTRY_XSR(dcnv2_##DT##_nhwc_m64n256k64vy, E, 64, 256, 2, true, 2, 1, 128, , 0, true)             \
