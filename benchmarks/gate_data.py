@@ -32,8 +32,16 @@ each one distinct text line (1-2 lines: 1 in 5 sources gets the next line too) d
 texts (``/usr/share/common-licenses``, the docstrings of the standard library, ``/usr/share/doc/*/copyright``)
 and typeset in its own independently drawn style (any installed TrueType font, size, paper, ink, noise, blur);
 for ``silero16k`` N utterances (a distinct sentence x espeak-ng voice and variant x speed x pitch x level x
-noise), 1-2 chunks each at random places, with the FP32 model's own state; ``yolo`` keeps its 20 photos (no
-other real photos are installed here), so it stays too small for a pass.
+noise), 1-2 chunks each at random places, with the FP32 model's own state; for ``yolo`` N photo sources (1 in 5
+gets a second variant: a seeded crop of its next photo), scikit-image's 20 and the rest drawn from the real
+photographs of a few Debian 12 packages (``PHOTO_DEBS``, ``GCOMPRIS``: 321 sources in all), each fetched once with
+``apt-get download PACKAGE=VERSION`` into ``OUT/_packages`` and read from the .deb, never installed:
+``opencv-doc`` (its sample data: 25 scenes; a stereo pair, an image and its edit, the chessboard calibration
+session are one source each), ``lomiri-wallpapers-16.04`` and ``-20.04`` (13), ``mate-backgrounds`` (its 12
+nature photos), ``lxqt-themes`` (6), ``plasma-workspace-wallpapers`` (9), and ``gcompris-qt-data`` (236: the
+photographs of its categorization, erase, explore_monuments, explore_world_animals, explore_farm_animals,
+explore_world_music and clickgame activities, read out of their Qt ``.rcc`` resource files); renders, drawings
+and paintings are left out by name, and categorization's monuments because explore_monuments shows the same.
 
 ``--scale 2`` doubles every set (240 text lines, 200 photo variants, 300 speech chunks): what the default INT8
 command needs since it judges a pass on at least 45 samples of the data it is given (90 in the calibration half).
@@ -635,7 +643,7 @@ def main() -> None:
     ap.add_argument("--scale", type=int, default=1,
                     help="k times the samples per source (text lines, photo variants; speech chunks k times as often)")
     ap.add_argument("--sources", type=int, default=0,
-                    help="the many-source sets: N sources of 1-2 text lines / utterances of 1-2 chunks (yolo unchanged)")
+                    help="the many-source sets: N sources of 1-2 text lines / utterances of 1-2 chunks / photo variants")
     ap.add_argument("--force", action="store_true", help="make the sets again even when present")
     args = ap.parse_args()
     out = args.out or default_out(args.sources)
