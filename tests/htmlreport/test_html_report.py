@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from builders import cls_calibration, dcn_model
+from builders import cls_calibration, dcn_model, two_inputs_one_dim_name
 from click.testing import CliRunner
 from realmodels import rapidocr_model
 
@@ -55,6 +55,17 @@ def test_check_and_rewrite_reports_show_node_verdicts_and_rewrite_proofs(browser
     got = _open(browser, tmp_path / "rewrite.html", rows=COUNT.format("#rewrites tbody tr"),
                 table=TEXT.format("#rewrites"))
     assert got["rows"] == 1 and "dcn0" in got["table"] and "passed" in got["table"]
+
+
+def test_check_report_shows_the_dynamic_inputs_table_the_text_output_has(browser, tmp_path):
+    model = two_inputs_one_dim_name(tmp_path)  # a [1, n] and b [1, n]
+    code, out, stdout = _run("check", model, "--trt", "rtx", "--shapes", "a:1x4", "--report", tmp_path / "c.html")
+    assert code == 0, out
+    assert "dynamic inputs" in out and "not given" in out  # the text output's table, which the page must show too
+    got = _open(browser, tmp_path / "c.html", rows=COUNT.format("#dynamic-inputs tbody tr"),
+                table=TEXT.format("#dynamic-inputs"))
+    assert got["rows"] == 2
+    assert "a[1, n]1x4" in got["table"] and "b[1, n]not given" in got["table"]
 
 
 def test_quantize_report_shows_kept_nodes_and_the_gate_with_a_per_sample_plot(browser, lines, tmp_path):
