@@ -102,3 +102,30 @@ def test_random_data_takes_the_profiles_opt_shapes_and_warns_once_in_fp16_words(
     warned = [line for line in res.stderr.splitlines() if "RANDOM" in line]
     assert warned == ["trtconv: warning: using 2 RANDOM sample(s): activation ranges and errors will not reflect "
                       "real inputs; use this only to smoke-test"], warned
+
+
+def test_too_few_dims_in_shapes_get_the_models_own_dims_back_runnable_as_printed(tmp_path):
+    """``--shapes x:1x3x64`` for [1, 3, height, width]: the hint is 1x3x64x64 (the dims said, the last size
+    repeated), never 1x3x1x1; build's hint is the whole command and runs as printed."""
+    pytest.importorskip("tensorrt_rtx")
+    model, engine = _detector(tmp_path / "det.onnx"), tmp_path / "det.engine"
+    res = _run(["build", str(model), "-o", str(engine), "--trt", "rtx", "--shapes", "x:1x3x64"])
+    assert res.exit_code == ExitCode.USAGE, res.output
+    assert "has rank 4 [1, 3, height, width], the shape given has 3 dims" in res.stderr
+    (hint,) = [line.strip() for line in res.stderr.splitlines() if line.strip().startswith("hint:")]
+    argv = shlex.split(hint.removeprefix("hint: "), comments=True)
+    assert argv[:2] == ["trtconv", "build"] and argv[argv.index("--shapes") + 1] == "x:1x3x64x64", hint
+    assert not engine.exists()
+    again = _run(argv[1:])
+    assert again.exit_code == ExitCode.OK, again.output
+
+    # check, and quantize's random data (a --shapes mistake there is exit 2, not "bad data"): the same example
+    for args in (["check", str(model)],
+                 ["quantize", str(model), "-o", str(tmp_path / "q.onnx"), "--precision", "fp16", "--random-data", "1"]):
+        res = _run([*args, "--shapes", "x:1x3x64"])
+        assert res.exit_code == ExitCode.USAGE, res.output
+        assert "e.g. --shapes x:1x3x64x64" in res.stderr, res.stderr
+    assert not (tmp_path / "q.onnx").exists()
+    res = _run(["quantize", str(model), "-o", str(tmp_path / "q.onnx"), "--precision", "fp16", "--random-data", "1",
+                "--shapes", "x:1x3x64x64,nosuch:1x2"])  # a name that is no input is said, never ignored
+    assert res.exit_code == ExitCode.USAGE and "'nosuch', which is not an input" in res.stderr, res.output

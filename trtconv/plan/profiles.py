@@ -9,13 +9,22 @@ a message about "kOPT values for profile 0"; we check them here and name the inp
 from __future__ import annotations
 
 import logging
+import shlex
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import onnx
 
 from trtconv.errors import InvalidModelError, UsageError
-from trtconv.load import dim_label, dynamic_inputs, input_dims, parse_shape_spec
+from trtconv.load import (
+    dim_label,
+    dims_text,
+    dynamic_inputs,
+    input_dims,
+    parse_shape_spec,
+    shape_example_text,
+    shapes_text,
+)
 from trtconv.plan.build_plan import InputRange, Profile, Shape
 from trtconv.plan.corners import does_not_fit
 from trtconv.reference import ort
@@ -23,11 +32,13 @@ from trtconv.reference import ort
 log = logging.getLogger(__name__)
 
 
-def _example(name: str, dims: list[int | str | None]) -> str:
-    return f"{name}:" + "x".join(str(d) if isinstance(d, int) else "1" for d in dims)
+def _example(name: str, dims: list[int | str | None], given: Shape = ()) -> str:
+    return shape_example_text(name, dims, given)
 
 
-def _check_shape(name: str, shape: Shape, dims: dict[str, list[int | str | None]], flag: str) -> None:
+def _check_shape(name: str, shape: Shape, dims: dict[str, list[int | str | None]], flag: str,
+                 suggest: Callable[[str, str], str]) -> None:
+    """``suggest(name, example)``: the hint that offers ``example`` (``NAME:DxD``) for that input."""
     if name not in dims:
         raise UsageError(
             f"{flag} names {name!r}, which is not an input of the model",
@@ -36,14 +47,14 @@ def _check_shape(name: str, shape: Shape, dims: dict[str, list[int | str | None]
     have = dims[name]
     if have and len(shape) != len(have):
         raise UsageError(
-            f"{flag}: input {name!r} has rank {len(have)}, the shape given has {len(shape)} dims",
-            hint=f"e.g. {_example(name, have)}",
+            f"{flag}: input {name!r} has rank {len(have)} {dims_text(have)}, the shape given has {len(shape)} dims",
+            hint=suggest(name, _example(name, have, shape)),
         )
     for axis, (fixed, want) in enumerate(zip(have, shape)):
         if isinstance(fixed, int) and fixed != want:
             raise UsageError(
                 f"{flag}: input {name!r} dim {axis} is fixed at {fixed} in the model; {want} was given",
-                hint=f"keep fixed dims as they are, e.g. {_example(name, have)}",
+                hint="keep fixed dims as they are: " + suggest(name, _example(name, have, shape)),
             )
     if any(d < 1 for d in shape):
         raise UsageError(f"{flag}: input {name!r} has a zero dim in {list(shape)}")
@@ -115,7 +126,8 @@ def build_profiles(
             )
         for flag, spec in (("--min-shapes", lo), ("--opt-shapes", mid), ("--max-shapes", hi)):
             for name, shape in spec.items():
-                _check_shape(name, shape, dims, f"{where} {flag}" if ranged else "--shapes")
+                _check_shape(name, shape, dims, f"{where} {flag}" if ranged else "--shapes",
+                             _suggest(command, spec, valued[index][0] if valued else {}, ranged))
         missing = [n for n in dynamic if n not in lo]
         if missing:
             raise UsageError(
@@ -126,6 +138,19 @@ def build_profiles(
         value_ranges = _value_ranges(where, valued[index] if index < len(valued) else ({}, {}, {}), dims, lo)
         profiles.append(Profile(tuple(_ranges(where, lo, mid, hi)), value_ranges))
     return tuple(profiles)
+
+
+def _suggest(command: str, spec: Mapping[str, Shape], values: Mapping[str, Shape], ranged: bool
+             ) -> Callable[[str, str], str]:
+    """How a bad shape's hint offers a fix: for ``--shapes``, the command with the whole ``--shapes`` again
+    (that input's entry replaced), runnable as printed; for a range flag, the entry alone."""
+    def suggest(name: str, example: str) -> str:
+        if ranged:
+            return f"e.g. {example}"
+        fixed = dict(parse_shape_spec(example)[0])
+        entries = {n: fixed[n] if n == name else s for n, s in spec.items()}
+        return f"{command} --shapes {shlex.quote(shapes_text(entries, values))}"
+    return suggest
 
 
 def _ranges(where: str, lo: Mapping[str, Shape], mid: Mapping[str, Shape], hi: Mapping[str, Shape]
