@@ -129,3 +129,29 @@ def test_too_few_dims_in_shapes_get_the_models_own_dims_back_runnable_as_printed
     res = _run(["quantize", str(model), "-o", str(tmp_path / "q.onnx"), "--precision", "fp16", "--random-data", "1",
                 "--shapes", "x:1x3x64x64,nosuch:1x2"])  # a name that is no input is said, never ignored
     assert res.exit_code == ExitCode.USAGE and "'nosuch', which is not an input" in res.stderr, res.output
+
+
+def test_images_without_preprocess_say_what_they_become_and_a_size_the_model_overrides(tmp_path):
+    """Images are tensors only through a preprocessing: the default one (RGB, x 1/255, no mean/std) is said,
+    once, as is a --preprocess size the model's fixed H/W overrides; a preprocessing given in full is quiet."""
+    images = tmp_path / "images"
+    images.mkdir()
+    for i in range(2):
+        Image.fromarray((np.random.default_rng(i).random((40, 50, 3)) * 255).astype(np.uint8)).save(images / f"{i}.png")
+    model = tmp_path / "m.onnx"
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "m",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 32, 32])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model)
+    cases = {(): "images read with the default preprocessing (RGB, pixels x 1/255, no mean/std, NCHW, resized to "
+                 "the model's 32x32)",
+             ("--preprocess", "size=100x100"): "--preprocess size=100x100: the model fixes its input's height and "
+                                                "width to 32x32; images are resized to the model's",
+             ("--preprocess", "size=32x32,mean=0.5/0.5/0.5"): None}
+    for extra, said in cases.items():
+        out = tmp_path / "m.fp16.onnx"
+        res = _run(["quantize", str(model), "--precision", "fp16", "--calib-data", str(images), "-o", str(out),
+                    "--force", *extra])
+        assert res.exit_code == ExitCode.OK, res.output
+        warnings = [line for line in res.stderr.splitlines() if line.startswith("trtconv: warning:")]
+        assert warnings == ([] if said is None else [warnings[0]]) and (said is None or said in warnings[0]), warnings

@@ -6,6 +6,7 @@ re-exports it and ``trtconv.pipeline.build`` reuses its settings and sample sele
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -33,7 +34,15 @@ from trtconv.precision import (
     too_few_samples,
 )
 from trtconv.reference import DEFAULT_THRESHOLDS, Thresholds, parse_limit, thresholds_with
-from trtconv.samples import ImagePreprocess, SampleSet, SampleSource, Split, model_inputs, split_samples
+from trtconv.samples import (
+    ImagePreprocess,
+    SampleSet,
+    SampleSource,
+    Split,
+    model_inputs,
+    preprocess_warnings,
+    split_samples,
+)
 from trtconv.settings import declared
 
 if TYPE_CHECKING:
@@ -41,6 +50,8 @@ if TYPE_CHECKING:
 
     from trtconv.precision import Fp16Report, Int8Report
     from trtconv.samples import SampleSet, SampleSource
+
+log = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike[str]
 
@@ -217,6 +228,10 @@ def sample_set(proto: onnx.ModelProto, settings: QuantizeSettings) -> SampleSet 
     if settings.calib_data:
         pp = ImagePreprocess.parse(settings.preprocess) if settings.preprocess else None
         source = SampleSource.detect(settings.calib_data, pp, limit=settings.max_samples)
+        inputs = model_inputs(proto)
+        if source.kind == "images" and len(inputs) == 1:  # what the images become, where the user did not say
+            for warning in preprocess_warnings(pp, next(iter(inputs.values())).dims, str(settings.calib_data)):
+                log.warning("%s", warning)
     elif settings.calib_loader:
         source = SampleSource.loader(settings.calib_loader, limit=settings.max_samples)
     elif settings.random_data:
