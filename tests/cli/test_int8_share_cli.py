@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from realdata import ocr_det_images, silero_samples
 
 from trtconv.cli.main import cli
+from trtconv.cli.precision_report import gate_line
 from trtconv.errors import ExitCode
 
 
@@ -51,6 +52,8 @@ def test_an_unreachable_share_stops_after_one_check_in_seconds(ocr_det, tmp_path
     assert evaluations <= 6  # reference, candidate and its FP16 twin, one sensitivity session, one check (x2)
     assert not (tmp_path / "det.onnx").exists()
     assert seconds < 120, seconds  # one check, not the whole search (minutes on larger models)
+    # the text report's gate line: there was sample data, the refusal came before the judgement
+    assert gate_line({**doc, "written": False}) == "accuracy gate: not reached (refused first: see the error line)"
 
 
 def test_auto_exclude_is_the_default_marks_the_excluded_layers_and_counts_its_evaluations(silero, tmp_path):

@@ -174,6 +174,8 @@ def gate_line(doc: dict[str, Any]) -> str:
     n = f" on n={doc['held_out_samples']} samples" if doc.get("held_out_samples") else ""
     if doc["violations"]:
         return f"accuracy gate: FAILED{n} ({limits})"
+    if doc.get("error"):  # refused before the judgement (exit 8): there was data, it was never judged on
+        return "accuracy gate: not reached (refused first: see the error line)"
     if doc["passed"] and doc.get("verdict"):
         return f"accuracy gate: {doc['verdict']} ({doc['accuracy_check']}; {limits})"
     if doc.get("unverified"):
