@@ -145,8 +145,8 @@ def test_images_without_preprocess_say_what_they_become_and_a_size_the_model_ove
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model)
     cases = {(): "images read with the default preprocessing (RGB, pixels x 1/255, no mean/std, NCHW, resized to "
                  "the model's 32x32)",
-             ("--preprocess", "size=100x100"): "--preprocess size=100x100: the model fixes its input's height and "
-                                                "width to 32x32; images are resized to the model's",
+             ("--preprocess", "size=100x100"): "--preprocess resizes to 100x100 (height x width), but the model "
+                                                "fixes its input's to 32x32; images are resized to the model's",
              ("--preprocess", "size=32x32,mean=0.5/0.5/0.5"): None}
     for extra, said in cases.items():
         out = tmp_path / "m.fp16.onnx"

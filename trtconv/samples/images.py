@@ -167,9 +167,9 @@ def preprocess_warnings(pp: ImagePreprocess | None, dims: Sequence[int | str | N
                    "model's own with --preprocess (a preset: " + ", ".join(PRESETS) + "; or size=HxW,order=,"
                    "mean=,std=)")
     elif any(f is not None and g is not None and f != g for f, g in zip(fixed, pp.size)):
-        out.append(f"--preprocess size={'x'.join(str(g) for g in pp.size)}: the model fixes its input's height and "
-                   f"width to {'x'.join(str(f if f is not None else '-1') for f in fixed)}; images are resized to "
-                   "the model's")
+        out.append(f"--preprocess resizes to {'x'.join(str(g) for g in pp.size)} (height x width), but the model "
+                   f"fixes its input's to {'x'.join(str(f if f is not None else '-1') for f in fixed)}; images are "
+                   "resized to the model's")
     return out
 
 
