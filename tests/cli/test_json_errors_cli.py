@@ -62,3 +62,15 @@ def test_ctrl_c_before_the_command_runs_still_prints_json(tmp_path):
     doc = json.loads(res.stdout)
     assert doc["error"]["name"] == "INTERRUPTED" and doc["command"] == "quantize"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_missing_choice_option_is_one_line_with_its_hint_in_the_json_too(tmp_path):
+    """click lists a missing option's choices on lines of their own; trtconv's error is one line."""
+    res = CliRunner().invoke(cli, ["quantize", str(rapidocr_model("cls")), "-o", str(tmp_path / "q.onnx"), "--json"])
+    assert res.exit_code == ExitCode.USAGE
+    error, hint = res.stderr.splitlines()  # (CliRunner names the program `cli`; the installed one is `trtconv`)
+    assert error == "trtconv: error: Missing option '--precision'. Choose from: fp16, int8", res.stderr
+    assert hint.endswith(" quantize --help` lists the options"), hint
+    err = json.loads(res.stdout)["error"]
+    assert err["message"] == "Missing option '--precision'. Choose from: fp16, int8"
+    assert err["hint"] == hint.removeprefix("  hint: ")

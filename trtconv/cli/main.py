@@ -75,11 +75,10 @@ class LazyGroup(click.Group):
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.ClickException as exc:
-            _report_usage(exc)
-            words = list(sys.argv[1:] if args is None else args)
-            if "--json" in words:  # a usage error too is a failure a CI script must be able to parse
-                _print_error_json(next((w for w in words if w in COMMANDS), None), exc.exit_code,
-                                  exc.format_message(), None)
+            hint = _report_usage(exc)
+            if "--json" in self.words:  # a usage error too is a failure a CI script must be able to parse
+                _print_error_json(next((w for w in self.words if w in COMMANDS), None), exc.exit_code,
+                                  usage_message(exc), hint)
             sys.exit(exc.exit_code)
         except click.exceptions.Abort:  # Ctrl-C before the command ran (its module loading, its options)
             remove_own_temps()
@@ -191,13 +190,20 @@ def _report_out_of_memory(ctx: click.Context, exc: BaseException, stage: str) ->
     click.echo("  hint: free memory, or raise the limit (ulimit -v, the container's memory limit)", err=True)
 
 
-def _report_usage(exc: click.exceptions.ClickException) -> None:
-    """``trtconv: error: <what>`` and ``  hint: <where to look>``, like every other error."""
-    click.echo(f"trtconv: error: {exc.format_message()}", err=True)
+def usage_message(exc: click.exceptions.ClickException) -> str:
+    """click's message on one line (a missing choice option lists its choices on lines of their own)."""
+    return " ".join(exc.format_message().split())
+
+
+def _report_usage(exc: click.exceptions.ClickException) -> str | None:
+    """``trtconv: error: <what>`` and ``  hint: <where to look>``, like every other error; returns the hint."""
+    click.echo(f"trtconv: error: {usage_message(exc)}", err=True)
     ctx = getattr(exc, "ctx", None)
-    if isinstance(exc, click.UsageError):
-        where = ctx.command_path if ctx is not None else "trtconv"
-        click.echo(f"  hint: `{where} --help` lists the options", err=True)
+    if not isinstance(exc, click.UsageError):
+        return None
+    hint = f"`{ctx.command_path if ctx is not None else 'trtconv'} --help` lists the options"
+    click.echo(f"  hint: {hint}", err=True)
+    return hint
 
 
 def _quiet_callback(_ctx: click.Context, _param: click.Parameter, value: bool) -> None:
