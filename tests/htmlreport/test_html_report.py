@@ -68,6 +68,14 @@ def test_check_report_shows_the_dynamic_inputs_table_the_text_output_has(browser
     assert "a[1, n]1x4" in got["table"] and "b[1, n]not given" in got["table"]
 
 
+def test_quantize_report_without_data_never_says_passed(browser, tmp_path):
+    code, out, _ = _run("quantize", rapidocr_model("cls"), "-o", tmp_path / "q.onnx", "--precision", "fp16",
+                        "--report", tmp_path / "q.html")
+    assert code == 0, out
+    got = _open(browser, tmp_path / "q.html", subtitle=TEXT.format("#subtitle"))
+    assert got["subtitle"] == "succeeded (exit 0): written; accuracy gate not checked (no sample data)", got
+
+
 def test_quantize_report_shows_kept_nodes_and_the_gate_with_a_per_sample_plot(browser, lines, tmp_path):
     code, out, stdout = _run("quantize", rapidocr_model("cls"), "-o", tmp_path / "q.onnx", "--precision", "int8", "--int8-unverified",
                      "--calib-data", lines, "--min-cosine", "0", "--json", "--report", tmp_path / "q.html", *ONE_METHOD)

@@ -55,6 +55,14 @@ def _restored(manifest: dict[str, Any] | None) -> str:
     return f"restored from the cache; the engine was not run when it was built: {verify.get('reason') or 'verify skipped'}"
 
 
+def _unchecked(gate: dict[str, Any]) -> str:
+    """Why a quantize's gate did not judge: the words of its text report's gate line."""
+    if gate.get("unverified") and gate.get("verdict"):
+        return str(gate["verdict"])
+    check = gate.get("accuracy_check") or "not checked"
+    return "not checked (no sample data)" if check == "not checked" else f"not checked (judged on {check})"
+
+
 def write_report(path: Path, command: str, params: dict[str, Any], docs: dict[str, Any], status: str) -> None:
     docs = dict(docs)
     if command == "build" and docs.get("manifest") is None:
@@ -89,6 +97,9 @@ def report_option(f: F) -> F:
             checked = docs.get("verification")
             if status == "passed" and checked is not None:  # a build says what it verified, never "passed" alone
                 status = f"succeeded (exit 0): {checked['summary']}"
+            gate = docs.get("gate")
+            if status == "passed" and gate is not None and not gate.get("checked"):  # written, the gate not run
+                status = f"succeeded (exit 0): written; accuracy gate {_unchecked(gate)}"
             if not docs and ctx.command.name != "build" and status == "passed":
                 status = "passed (result restored from the cache: the stored run's details are not kept)"
             write_report(report, ctx.command.name or "", dict(ctx.params), docs, status)
