@@ -119,6 +119,9 @@ def test_too_few_dims_in_shapes_get_the_models_own_dims_back_runnable_as_printed
     again = _run(argv[1:])
     assert again.exit_code == ExitCode.OK, again.output
 
+    res = _run(["build", str(model), "-o", str(tmp_path / "zero.engine"), "--trt", "rtx", "--shapes", "x:1x3x0x64"])
+    assert res.exit_code == ExitCode.USAGE and "has a zero dim" in res.stderr, res.output
+    assert res.stderr.strip().splitlines()[-1].strip().endswith("--shapes x:1x3x1x64"), res.stderr  # a hint, runnable
     # check, and quantize's random data (a --shapes mistake there is exit 2, not "bad data"): the same example
     for args in (["check", str(model)],
                  ["quantize", str(model), "-o", str(tmp_path / "q.onnx"), "--precision", "fp16", "--random-data", "1"]):

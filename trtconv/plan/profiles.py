@@ -57,7 +57,8 @@ def _check_shape(name: str, shape: Shape, dims: dict[str, list[int | str | None]
                 hint="keep fixed dims as they are: " + suggest(name, _example(name, have, shape)),
             )
     if any(d < 1 for d in shape):
-        raise UsageError(f"{flag}: input {name!r} has a zero dim in {list(shape)}")
+        raise UsageError(f"{flag}: input {name!r} has a zero dim in {list(shape)}",
+                         hint="every dim is at least 1: " + suggest(name, _example(name, have, tuple(max(d, 1) for d in shape))))
 
 
 def build_profiles(
