@@ -168,3 +168,23 @@ def test_a_missing_output_folder_hint_runs_as_printed(tmp_path, monkeypatch):
     assert command == "mkdir -p 'new dir'"
     subprocess.run(command, shell=True, check=True)
     assert CliRunner().invoke(cli, argv).exit_code == 0
+
+
+def test_a_build_never_overwrites_its_input_model(tmp_path):
+    """``build m.prepared.onnx -o m.engine`` would write its prepared ONNX over the model (it once did, --force or
+    not: the default prepared ONNX is replaced without it); ``-o`` the model itself likewise. Exit 2, the model
+    unchanged, and a hint that runs as printed."""
+    model = _model(tmp_path).rename(tmp_path / "m.prepared.onnx")
+    before = model.read_bytes()
+    for args in (["-o", str(tmp_path / "m.engine"), "--precision", "fp16"], ["-o", str(model), "--force"]):
+        res = CliRunner().invoke(cli, ["build", str(model), "--trt", "rtx", *args])
+        assert res.exit_code == ExitCode.USAGE, res.output
+        assert "the input model: the build would overwrite it" in res.stderr, res.stderr
+        assert model.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["m.prepared.onnx"]
+        (hint,) = [ln.strip().removeprefix("hint: ") for ln in res.stderr.splitlines() if ln.strip().startswith("hint:")]
+        again = CliRunner().invoke(cli, shlex.split(hint)[1:])
+        assert again.exit_code == ExitCode.OK, (hint, again.output)
+        assert model.read_bytes() == before
+        for p in tmp_path.iterdir():
+            if p != model:
+                p.unlink()

@@ -179,7 +179,7 @@ def _check_outputs(ctx: click.Context) -> None:
         if not settings.prepare_only:  # the repository, then the model's folder in it
             check_output_dir(Path(repo), flag="--triton-repo")
             check_output_dir(Path(repo) / api.model_name(Path(params["output"])), flag="--triton-repo")
-    settings.check_outputs(params["output"], target, force=bool(params.get("force")))
+    settings.check_outputs(params["output"], target, force=bool(params.get("force")), model=params.get("model"))
     for key in ("report", "deps"):
         if params.get(key) is not None:
             check_output_path(Path(params[key]), force=True, flag=f"--{key}")
