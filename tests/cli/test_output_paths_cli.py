@@ -188,3 +188,16 @@ def test_a_build_never_overwrites_its_input_model(tmp_path):
         for p in tmp_path.iterdir():
             if p != model:
                 p.unlink()
+
+
+@pytest.mark.parametrize("args", [["check", "{m}", "--report", "{m}"],
+                                  ["quantize", "{m}", "-o", "{d}/q.onnx", "--precision", "fp16", "--report", "{m}"],
+                                  ["rewrite", "{m}", "-o", "{d}/r.onnx", "--deps", "{m}"]],
+                         ids=["check-report", "quantize-report", "rewrite-deps"])
+def test_a_report_or_depfile_named_like_the_model_is_refused(tmp_path, args):
+    model = _model(tmp_path)
+    before = model.read_bytes()
+    res = CliRunner().invoke(cli, [a.format(m=model, d=tmp_path) for a in args])
+    assert res.exit_code == ExitCode.USAGE, res.output
+    assert "is the input model: writing it would overwrite the model" in res.stderr, res.stderr
+    assert model.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["m.onnx"]

@@ -12,7 +12,7 @@ import click
 
 from trtconv.api import layer_rows, manifest_path, off_precision, read_manifest, report_html
 from trtconv.errors import DataError, ExitCode, TrtconvError
-from trtconv.outputs import check_output_path, write_text
+from trtconv.outputs import check_not_the_model, check_output_path, write_text
 
 F = TypeVar("F", bound=Callable[..., Any])
 KEY = "trtconv.report"
@@ -83,6 +83,7 @@ def report_option(f: F) -> F:
             return f(*args, **kwargs)
         check_output_path(report, force=True, flag="--report")  # before any work: nothing written if not
         ctx = click.get_current_context()
+        check_not_the_model(report, ctx.params.get("model"), "--report", ".html")
         status = "passed"
         try:
             return f(*args, **kwargs)
