@@ -125,10 +125,10 @@ def build_profiles(
                 f"{where}: --min-shapes, --opt-shapes and --max-shapes name different inputs "
                 f"({sorted(lo)} / {sorted(mid)} / {sorted(hi)})"
             )
-        for flag, spec in (("--min-shapes", lo), ("--opt-shapes", mid), ("--max-shapes", hi)):
-            for name, shape in spec.items():
+        for flag, corner in (("--min-shapes", lo), ("--opt-shapes", mid), ("--max-shapes", hi)):
+            for name, shape in corner.items():
                 _check_shape(name, shape, dims, f"{where} {flag}" if ranged else "--shapes",
-                             _suggest(command, spec, valued[index][0] if valued else {}, ranged))
+                             _suggest(command, corner, valued[index][0] if valued else {}, ranged))
         missing = [n for n in dynamic if n not in lo]
         if missing:
             raise UsageError(

@@ -153,7 +153,7 @@ def preprocess_warnings(pp: ImagePreprocess | None, dims: Sequence[int | str | N
     """What the images of ``folder`` become that the user did not say: the default preprocessing when
     none was given (calibration and the gate see what it makes, so a model trained on other
     normalization is calibrated on the wrong data), and a ``size`` the model's fixed H/W overrides."""
-    out = []
+    out: list[str] = []
     if len(dims) != 4:
         return out
     layout = (pp or ImagePreprocess()).layout
