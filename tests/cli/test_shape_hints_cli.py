@@ -158,3 +158,24 @@ def test_images_without_preprocess_say_what_they_become_and_a_size_the_model_ove
         assert res.exit_code == ExitCode.OK, res.output
         warnings = [line for line in res.stderr.splitlines() if line.startswith("trtconv: warning:")]
         assert warnings == ([] if said is None else [warnings[0]]) and (said is None or said in warnings[0]), warnings
+
+
+def test_an_input_left_out_of_shapes_gets_the_sizes_its_named_dims_have_in_the_others(tmp_path):
+    """a and b share [batch, 3, len]: --shapes a:2x3x50 alone names batch 2 and len 50, so b's hint is 2x3x50
+    (was 1x3x1): the whole command, runnable as printed; with a range, each corner's."""
+    pytest.importorskip("tensorrt_rtx")
+    g = helper.make_graph([helper.make_node("Add", ["a", "b"], ["y"], name="add")], "g",
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", 3, "len"]) for n in "ab"],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3, "len"])])
+    model = tmp_path / "two.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model)
+    res = _run(["build", str(model), "-o", str(tmp_path / "two.engine"), "--trt", "rtx", "--shapes", "a:2x3x50"])
+    assert res.exit_code == ExitCode.USAGE and "no shape for dynamic input(s) b" in res.stderr, res.output
+    (hint,) = [line.strip().removeprefix("hint: ") for line in res.stderr.splitlines() if line.strip().startswith("hint:")]
+    argv = shlex.split(hint)
+    assert argv[argv.index("--shapes") + 1] == "a:2x3x50,b:2x3x50", hint
+    assert _run(argv[1:]).exit_code == ExitCode.OK
+    ranged = _run(["build", str(model), "-o", str(tmp_path / "r.engine"), "--trt", "rtx", "--min-shapes", "a:1x3x5",
+                   "--opt-shapes", "a:2x3x50", "--max-shapes", "a:4x3x100"])
+    assert ranged.exit_code == ExitCode.USAGE
+    assert ("add --min-shapes b:1x3x5; --opt-shapes b:2x3x50; --max-shapes b:4x3x100") in ranged.stderr, ranged.stderr

@@ -22,6 +22,7 @@ from trtconv.load import (
     dynamic_inputs,
     input_dims,
     parse_shape_spec,
+    shape_example,
     shape_example_text,
     shapes_text,
 )
@@ -131,11 +132,14 @@ def build_profiles(
                              _suggest(command, corner, valued[index][0] if valued else {}, ranged))
         missing = [n for n in dynamic if n not in lo]
         if missing:
-            raise UsageError(
-                f"{where}: no shape for dynamic input(s) {', '.join(missing)}",
-                hint="every dynamic input needs a range in every profile, e.g. "
-                + _example(missing[0], dynamic[missing[0]]),
-            )
+            if ranged:
+                hint = "every dynamic input needs a range in every profile: add " + "; ".join(
+                    f"{flag} {shapes_text({n: _filled(dynamic, c, missing)[n] for n in missing})}"
+                    for flag, c in (("--min-shapes", lo), ("--opt-shapes", mid), ("--max-shapes", hi)))
+            else:
+                hint = _suggest(command, _filled(dynamic, mid, missing), valued[index][0] if valued else {},
+                                False)(missing[0], "")
+            raise UsageError(f"{where}: no shape for dynamic input(s) {', '.join(missing)}", hint=hint)
         value_ranges = _value_ranges(where, valued[index] if index < len(valued) else ({}, {}, {}), dims, lo)
         profiles.append(Profile(tuple(_ranges(where, lo, mid, hi)), value_ranges))
     return tuple(profiles)
@@ -149,9 +153,28 @@ def _suggest(command: str, spec: Mapping[str, Shape], values: Mapping[str, Shape
         if ranged:
             return f"e.g. {example}"
         fixed = dict(parse_shape_spec(example)[0])
-        entries = {n: fixed[n] if n == name else s for n, s in spec.items()}
+        entries = {n: fixed[n] if n in fixed else s for n, s in spec.items()}
         return f"{command} --shapes {shlex.quote(shapes_text(entries, values))}"
     return suggest
+
+
+def _filled(dynamic: Mapping[str, list[int | str | None]], corner: Mapping[str, Shape], missing: Sequence[str]
+            ) -> dict[str, Shape]:
+    """``corner`` with a shape for each ``missing`` input: a dim named in a given input is that size there too
+    (``batch``), the rest as :func:`shape_example` fills them."""
+    named = _named_sizes(dynamic, corner)
+    return {**corner, **{n: shape_example([named.get(d, d) if isinstance(d, str) else d for d in dynamic[n]])
+                         for n in missing}}
+
+
+def _named_sizes(dynamic: Mapping[str, list[int | str | None]], given: Mapping[str, Shape]) -> dict[str, int]:
+    """The sizes the given shapes put on the model's named dims (``batch`` -> 4): one name, one size."""
+    sizes: dict[str, int] = {}
+    for name, shape in given.items():
+        for dim, size in zip(dynamic.get(name, ()), shape):
+            if isinstance(dim, str) and dim:
+                sizes.setdefault(dim, size)
+    return sizes
 
 
 def _ranges(where: str, lo: Mapping[str, Shape], mid: Mapping[str, Shape], hi: Mapping[str, Shape]
