@@ -201,3 +201,16 @@ def test_a_report_or_depfile_named_like_the_model_is_refused(tmp_path, args):
     assert res.exit_code == ExitCode.USAGE, res.output
     assert "is the input model: writing it would overwrite the model" in res.stderr, res.stderr
     assert model.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["m.onnx"]
+
+
+def test_triton_repo_with_prepare_only_is_refused_not_skipped(tmp_path):
+    """--prepare-only builds no engine, so --triton-repo had nothing to hold and was skipped without a word."""
+    model = _model(tmp_path)
+    res = CliRunner().invoke(cli, ["build", str(model), "-o", str(tmp_path / "m.engine"), "--trt", "11.4",
+                                   "--prepare-only", "--triton-repo", str(tmp_path / "repo")])
+    assert res.exit_code == ExitCode.USAGE, res.output
+    assert "--triton-repo needs an engine, and --prepare-only builds none" in res.stderr
+    (hint,) = [ln.strip().removeprefix("hint: ") for ln in res.stderr.splitlines() if ln.strip().startswith("hint:")]
+    argv = shlex.split(hint)
+    assert "--prepare-only" not in argv and argv[argv.index("--triton-repo") + 1] == str(tmp_path / "repo"), hint
+    assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]

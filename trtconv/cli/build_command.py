@@ -167,6 +167,11 @@ def _check_outputs(ctx: click.Context) -> None:
     settings = BuildSettings.from_params(params)
     target = settings.trt or api.default_target()[0]
     repo = params.get("triton_repo")
+    if repo is not None and settings.prepare_only:  # a repository holds an engine: asked for, never skipped silently
+        raise UsageError("--triton-repo needs an engine, and --prepare-only builds none",
+                         hint=replace(settings, prepare_only=False).command_line(
+                             params["model"], params["output"], drop=("prepare_only",),
+                             extra=("--triton-repo", shlex.quote(str(repo)))))
     if repo is not None:
         why = api.unservable(api.target_name(target))
         if why is not None:
