@@ -132,14 +132,9 @@ def build_profiles(
                              _suggest(command, corner, valued[index][0] if valued else {}, ranged))
         missing = [n for n in dynamic if n not in lo]
         if missing:
-            if ranged:
-                hint = "every dynamic input needs a range in every profile: add " + "; ".join(
-                    f"{flag} {shapes_text({n: _filled(dynamic, c, missing)[n] for n in missing})}"
-                    for flag, c in (("--min-shapes", lo), ("--opt-shapes", mid), ("--max-shapes", hi)))
-            else:
-                hint = _suggest(command, _filled(dynamic, mid, missing), valued[index][0] if valued else {},
-                                False)(missing[0], "")
-            raise UsageError(f"{where}: no shape for dynamic input(s) {', '.join(missing)}", hint=hint)
+            raise UsageError(f"{where}: no shape for dynamic input(s) {', '.join(missing)}",
+                             hint=_missing_hint(dynamic, missing, (lo, mid, hi), command,
+                                                valued[index][0] if valued else {}, ranged))
         value_ranges = _value_ranges(where, valued[index] if index < len(valued) else ({}, {}, {}), dims, lo)
         profiles.append(Profile(tuple(_ranges(where, lo, mid, hi)), value_ranges))
     return tuple(profiles)
@@ -156,6 +151,17 @@ def _suggest(command: str, spec: Mapping[str, Shape], values: Mapping[str, Shape
         entries = {n: fixed[n] if n in fixed else s for n, s in spec.items()}
         return f"{command} --shapes {shlex.quote(shapes_text(entries, values))}"
     return suggest
+
+
+def _missing_hint(dynamic: Mapping[str, list[int | str | None]], missing: Sequence[str],
+                  corners: tuple[Mapping[str, Shape], Mapping[str, Shape], Mapping[str, Shape]], command: str,
+                  values: Mapping[str, Shape], ranged: bool) -> str:
+    """What to add for dynamic inputs a profile left out: ``--shapes``, the whole command; a range, each corner."""
+    if not ranged:
+        return _suggest(command, _filled(dynamic, corners[1], missing), values, False)(missing[0], "")
+    return "every dynamic input needs a range in every profile: add " + "; ".join(
+        f"{flag} {shapes_text({n: _filled(dynamic, c, missing)[n] for n in missing})}"
+        for flag, c in zip(("--min-shapes", "--opt-shapes", "--max-shapes"), corners))
 
 
 def _filled(dynamic: Mapping[str, list[int | str | None]], corner: Mapping[str, Shape], missing: Sequence[str]
