@@ -214,3 +214,18 @@ def test_triton_repo_with_prepare_only_is_refused_not_skipped(tmp_path):
     argv = shlex.split(hint)
     assert "--prepare-only" not in argv and argv[argv.index("--triton-repo") + 1] == str(tmp_path / "repo"), hint
     assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]
+
+
+def test_engine_flags_with_prepare_only_are_said_to_do_nothing(tmp_path):
+    """--prepare-only builds no engine: --workspace, --opt-level, --layers and the like are said to have no effect
+    (a warning: a spec file shared with full builds may set them), never dropped without a word."""
+    model = _model(tmp_path)
+    res = CliRunner().invoke(cli, ["build", str(model), "-o", str(tmp_path / "m.engine"), "--trt", "rtx",
+                                   "--prepare-only", "--workspace", "1G", "--opt-level", "5", "--layers"])
+    assert res.exit_code == ExitCode.OK, res.output
+    said = [ln for ln in res.stderr.splitlines() if "no effect" in ln]
+    assert said == ["trtconv: warning: --workspace, --opt-level, --layers have no effect with --prepare-only: "
+                    "no engine is built"], res.stderr
+    quiet = CliRunner().invoke(cli, ["build", str(model), "-o", str(tmp_path / "m.engine"), "--trt", "rtx",
+                                     "--prepare-only", "--force"])
+    assert quiet.exit_code == ExitCode.OK and "no effect" not in quiet.stderr

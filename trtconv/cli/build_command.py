@@ -231,6 +231,10 @@ def build(model: Path, output: Path, force: bool, as_json: bool, layers: bool, *
 
     settings = BuildSettings.from_params(params)
     settings.contradictions()  # exit 2 before any work
+    unused = settings.unused_with_prepare_only() + (["--layers"] if layers and settings.prepare_only else [])
+    if unused:
+        logging.getLogger("trtconv").warning("%s %s no effect with --prepare-only: no engine is built",
+                                             ", ".join(unused), "has" if len(unused) == 1 else "have")
     settings = replace(settings, trt=target_or_default(settings.trt, as_json))
     return_large_blocks()  # freed weights and activations leave the RSS (issue 20's memory bound)
     cli_flags = tuple(f for f, on in (("--force", force), ("--json", as_json), ("--layers", layers)) if on)

@@ -37,6 +37,11 @@ PathLike = str | os.PathLike[str]
 PLUGIN_FREE_DCN = "portable"  # rewrites.dcn's target of standard ONNX ops only (no plugin, no DeformConv)
 
 
+# Settings that act on the TensorRT build or the engine's verification only.
+ENGINE_ONLY = ("workspace", "memory_pool", "timing_cache", "opt_level", "hardware_compat", "compute_capability",
+               "version_compatible", "exclude_lean_runtime", "tolerance")
+
+
 def _d(name: str) -> Any:
     """The declared default (one place: trtconv.settings)."""
     return declared(name).default
@@ -189,6 +194,13 @@ class BuildSettings:
             for item in value if setting.multiple else (value,):
                 parts += [setting.flag, shlex.quote(str(item))]
         return " ".join([*parts, *extra])
+
+    def unused_with_prepare_only(self) -> list[str]:
+        """The flags given that tune or check an engine, which ``--prepare-only`` does not build: said, not dropped
+        in silence (a warning: a spec file shared with full builds may set them)."""
+        if not self.prepare_only:
+            return []
+        return [declared(name).flag for name in ENGINE_ONLY if getattr(self, name) not in (declared(name).default, ())]
 
     def contradictions(self) -> None:
         """Settings that cannot all be obeyed: a usage error (exit 2) naming them, never one silently dropped."""
