@@ -64,9 +64,11 @@ def print_int8(doc: dict[str, Any]) -> None:
               markup=False)
     parts = r.get("samples_per_part") or {}
     if parts:
-        con.print("samples: " + ", ".join(f"{k} {v}" for k, v in parts.items())
+        refused = bool(doc.get("error")) and not parts.get("judging")  # exit 8: stopped before the judging part
+        con.print("samples: " + ", ".join(f"{k} {v}" for k, v in parts.items() if k != "judging" or not refused)
                   + (" (drawn at random, a source at a time; nothing that chooses reads the judging part)"
-                     if parts.get("judging") else " (none held out to judge on)"), markup=False)
+                     if parts.get("judging") else " (refused before any judging)" if refused
+                     else " (none held out to judge on)"), markup=False)
     if r.get("calibration_choice"):
         on = "selection" if parts.get("selection") else "calibration"
         con.print(f"calibration chosen on the {on} samples: {r['chosen_method']} (worst output cosine: "
