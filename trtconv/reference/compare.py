@@ -162,18 +162,23 @@ def _compared(name: str, ref: np.ndarray, got: np.ndarray, top1: bool
         r64 = ref.astype(np.float64)
         g64 = got.astype(np.float64)
         diff = np.abs(r64 - g64)
-    finite_ref = np.isfinite(r64)
-    bad = int(np.count_nonzero(finite_ref & ~np.isfinite(g64)))
-    mask = finite_ref & np.isfinite(g64)
-    d = diff[mask]
-    denom = np.abs(r64[mask])
+    if np.isfinite(r64.sum()) and np.isfinite(g64.sum()):  # every value finite (a sum of float64 is then finite
+        # unless the values are float64 near its limit): the masks below would select everything, so skip making them
+        bad = 0
+        d, denom, rm, gm = diff.ravel(), np.abs(r64).ravel(), r64.ravel(), g64.ravel()
+    else:
+        finite_ref = np.isfinite(r64)
+        bad = int(np.count_nonzero(finite_ref & ~np.isfinite(g64)))
+        mask = finite_ref & np.isfinite(g64)
+        d = diff[mask]
+        denom = np.abs(r64[mask])
+        rm, gm = np.where(mask, r64, 0).ravel(), np.where(mask, g64, 0).ravel()
     rel = d / np.maximum(denom, 1e-12) if d.size else d
     # Relative error only where the reference is not tiny: elsewhere it is noise.
     big = denom > 1e-6 * (float(denom.max()) if denom.size else 0.0)
     top = None
     if top1 and ref.ndim >= 1 and ref.shape[-1] > 1:
         top = float(np.mean(np.argmax(r64, axis=-1) == np.argmax(g64, axis=-1)))
-    rm, gm = np.where(mask, r64, 0).ravel(), np.where(mask, g64, 0).ravel()
     dots = dot(rm, gm), dot(rm, rm), dot(gm, gm)
     return OutputStats(
         name=name,

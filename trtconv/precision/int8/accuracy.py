@@ -22,6 +22,7 @@ import onnx
 
 from trtconv.errors import DataError
 from trtconv.onnxutil import GraphView
+from trtconv.precision.int8.measured import weights_dequantized
 from trtconv.precision.int8.qdq import SHAPE_ONLY
 from trtconv.reference import (
     OutputStats,
@@ -264,7 +265,7 @@ def _one_at_a_time(reference: onnx.ModelProto, models: Sequence[onnx.ModelProto]
     scale = None if total is None else total * passes
     done = 0
     if not refs:
-        ref_sess = session(reference, optimize=True)
+        ref_sess = session(reference, optimize=True, arena=True)
         for origin, sample in with_origin(samples, "accuracy sample"):
             refs.append(_run(ref_sess, sample, None, origin))
             done += 1
@@ -275,7 +276,7 @@ def _one_at_a_time(reference: onnx.ModelProto, models: Sequence[onnx.ModelProto]
     if stop is not None:
         return _stopping(models, samples, accs, refs, optimize, per_sample, stop, outputs)
     for model, acc in zip(models, accs):
-        sess = session(model, optimize=optimize)
+        sess = _session(model, optimize)
         n = 0
         for ref, (origin, sample) in zip(refs, with_origin(samples, "accuracy sample")):
             _add(acc, outputs, ref, _run(sess, sample, outputs, origin), per_sample, n, origin)
@@ -298,7 +299,7 @@ def _stopping(models: Sequence[onnx.ModelProto], samples: Iterable[Mapping[str, 
     # rec: an auto-exclude check met it on every sample in ONNX Runtime and missed on the 9th in the twin)
     turns = [*range(1, len(models)), 0]
     for k, (model, acc) in enumerate((models[j], accs[j]) for j in turns):
-        sess = session(model, optimize=optimize)
+        sess = _session(model, optimize)
         stop.start(refs)
         running = {o: PooledStats(o, st.top1) for o, st in acc.items()}  # so far, in the order measured
         parts: dict[int, dict[str, PooledStats]] = {}  # each sample's own, folded into ``acc`` in sample order
@@ -336,6 +337,13 @@ def _in_order(samples: Iterable[Mapping[str, np.ndarray]], order: Sequence[int],
     for i in (*first, *sorted(set(range(n)) - set(first))):
         origin, sample = take(i)
         yield i, origin, sample
+
+
+def _session(model: onnx.ModelProto, optimize: bool):
+    """A candidate's session, alone while it runs every sample it is asked (the memory arena kept); as written,
+    its weights dequantized once (:func:`~trtconv.precision.int8.measured.weights_dequantized`: the same outputs,
+    bit for bit). Optimized, ONNX Runtime fuses the Q/DQ around a layer itself: left as they are."""
+    return session(model if optimize else weights_dequantized(model), optimize=optimize, arena=True)
 
 
 def _run(sess, sample: Mapping[str, np.ndarray], outputs: list[str] | None, origin: str) -> dict[str, np.ndarray]:
