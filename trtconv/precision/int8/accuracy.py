@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import onnx
@@ -64,6 +65,15 @@ def classifier_outputs(model: onnx.ModelProto) -> set[str]:
         elif len(dims) == 2 and dims[1].HasField("dim_value") and dims[1].dim_value > 1:
             out.add(vi.name)
     return out
+
+
+@dataclass(frozen=True)
+class Fed:
+    """A model already in a session, run with these inputs added to each sample's (one candidate's scales, in a
+    session that all of them share: :mod:`~trtconv.precision.int8.scale_fed`)."""
+
+    session: Any
+    feeds: Mapping[str, np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -131,10 +141,10 @@ def accuracy_report(reference: onnx.ModelProto, candidate: onnx.ModelProto, samp
 
 def accuracy_details(
     reference: onnx.ModelProto,
-    candidate: onnx.ModelProto,
+    candidate: onnx.ModelProto | Fed,
     samples: Iterable[Mapping[str, np.ndarray]],
     *,
-    twins: Sequence[onnx.ModelProto] = (),
+    twins: Sequence[onnx.ModelProto | Fed] = (),
     top1: bool | None = None,
     progress: ProgressFn | None = None,
     total: int | None = None,
@@ -253,7 +263,7 @@ def _worst(per_sample: Mapping[tuple[str, int], tuple[str, float]], outputs: Seq
     return tuple(out)
 
 
-def _one_at_a_time(reference: onnx.ModelProto, models: Sequence[onnx.ModelProto],
+def _one_at_a_time(reference: onnx.ModelProto, models: Sequence[onnx.ModelProto | Fed],
                    samples: Iterable[Mapping[str, np.ndarray]], accs: list[dict[str, PooledStats]],
                    refs: list[dict[str, np.ndarray]], optimize: bool, progress: ProgressFn | None,
                    total: int | None, per_sample: dict[tuple[str, int], tuple[str, float]],
@@ -288,7 +298,7 @@ def _one_at_a_time(reference: onnx.ModelProto, models: Sequence[onnx.ModelProto]
     return n
 
 
-def _stopping(models: Sequence[onnx.ModelProto], samples: Iterable[Mapping[str, np.ndarray]],
+def _stopping(models: Sequence[onnx.ModelProto | Fed], samples: Iterable[Mapping[str, np.ndarray]],
               accs: list[dict[str, PooledStats]], refs: list[dict[str, np.ndarray]], optimize: bool,
               per_sample: dict[tuple[str, int], tuple[str, float]], stop: _Stop, outputs: list[str]) -> int:
     """The candidate models in turn, each over the samples in the cutoff's order (when the samples can be
@@ -339,14 +349,19 @@ def _in_order(samples: Iterable[Mapping[str, np.ndarray]], order: Sequence[int],
         yield i, origin, sample
 
 
-def _session(model: onnx.ModelProto, optimize: bool):
+def _session(model: onnx.ModelProto | Fed, optimize: bool):
     """A candidate's session, alone while it runs every sample it is asked (the memory arena kept); as written,
     its weights dequantized once (:func:`~trtconv.precision.int8.measured.weights_dequantized`: the same outputs,
-    bit for bit). Optimized, ONNX Runtime fuses the Q/DQ around a layer itself: left as they are."""
+    bit for bit). Optimized, ONNX Runtime fuses the Q/DQ around a layer itself: left as they are. A :class:`Fed`
+    model is in its session already."""
+    if isinstance(model, Fed):
+        return model
     return session(model if optimize else weights_dequantized(model), optimize=optimize, arena=True)
 
 
 def _run(sess, sample: Mapping[str, np.ndarray], outputs: list[str] | None, origin: str) -> dict[str, np.ndarray]:
+    if isinstance(sess, Fed):
+        sess, sample = sess.session, {**sample, **sess.feeds}
     try:
         return run(sess, sample, outputs)
     except Exception as exc:
@@ -364,14 +379,14 @@ def _add(acc: dict[str, PooledStats], outputs: Sequence[str], ref: Mapping[str, 
                 per_sample[(o, index)] = (origin, cos)
 
 
-def _interleaved(reference: onnx.ModelProto, models: Sequence[onnx.ModelProto], samples: Iterable[Mapping[str, np.ndarray]],
+def _interleaved(reference: onnx.ModelProto, models: Sequence[onnx.ModelProto | Fed], samples: Iterable[Mapping[str, np.ndarray]],
                  accs: list[dict[str, PooledStats]], refs: list[dict[str, np.ndarray]], optimize: bool,
                  progress: ProgressFn | None, total: int | None,
                  per_sample: dict[tuple[str, int], tuple[str, float]]) -> int:
     """Samples that can be read once: the reference and every candidate run on each sample in turn."""
     outputs = [o.name for o in reference.graph.output]
     ref_sess = session(reference, optimize=True) if len(refs) == 0 else None
-    sessions = [session(m, optimize=optimize) for m in models]
+    sessions = [m if isinstance(m, Fed) else session(m, optimize=optimize) for m in models]
     n = 0
     for origin, sample in with_origin(samples, "accuracy sample"):
         if n < len(refs):

@@ -23,6 +23,7 @@ from trtconv.precision.int8.gate import agrees
 from trtconv.precision.int8.parameters import Int8Settings, ProgressFn
 from trtconv.precision.int8.prepare import Pair, PreparedModels
 from trtconv.precision.int8.qdq import Placement
+from trtconv.precision.int8.scale_fed import ScaleFed, scale_fed
 from trtconv.reference import Thresholds
 
 MARGIN = 10  # a candidate with (1 - cosine) below a tenth of (1 - the limit) stops the search
@@ -81,10 +82,17 @@ def choose_calibration(
     memo = [] if memo is None else memo
     options: list[CalibrationOption] = []
     best: tuple[CalibrationOption, Accuracy] | None = None
+    fed: ScaleFed | None = None
     for k, (label, scales) in enumerate(candidates.items()):
         placed, _ = finalize_placements(placements, scales, absent)
-        acc = builder(prepared.get(), scales).build(placed).accuracy(
-            reference, samples, settings.top1, None, memo, cutoff(best, settings.thresholds, settings.early_stop))
+        stop = cutoff(best, settings.thresholds, settings.early_stop)
+        if k == 0 and len(candidates) > 1 and settings.shared_sessions:
+            fed = scale_fed(builder(prepared.get(), scales), placed)
+        if fed is not None and fed.fits(placed):
+            acc = fed.accuracy(scales, reference, samples, settings.top1, memo, stop)
+        else:
+            acc = builder(prepared.get(), scales).build(placed).accuracy(reference, samples, settings.top1, None, memo,
+                                                                         stop)
         options.append(scored(label, acc, settings.thresholds))
         if best is None or (options[-1].passes, options[-1].worst_cosine) > (best[0].passes, best[0].worst_cosine):
             best = options[-1], acc
