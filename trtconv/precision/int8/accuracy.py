@@ -14,6 +14,7 @@ cosine bounded below the best's), the samples taken in the order that shows it s
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -248,9 +249,18 @@ class _Stop:
         return self.stopped
 
 
+_ENERGY: dict[int, float] = {}  # id of a reference output -> its energy, while it lives
+
+
 def _energy(x: np.ndarray) -> float:
-    v = np.where(np.isfinite(x), x, 0).astype(np.float64).ravel()
-    return dot(v, v)
+    """The squared norm of a reference output's finite values: the same outputs (``memo``) are bounded again for
+    every model of every candidate, so each is computed once while the array lives."""
+    key = id(x)
+    if key not in _ENERGY:
+        v = np.where(np.isfinite(x), x, 0).astype(np.float64).ravel()
+        _ENERGY[key] = dot(v, v)
+        weakref.finalize(x, _ENERGY.pop, key, None)
+    return _ENERGY[key]
 
 
 def _worst(per_sample: Mapping[tuple[str, int], tuple[str, float]], outputs: Sequence[str]) -> tuple[WorstSample, ...]:

@@ -33,17 +33,12 @@ def weights_dequantized(model: onnx.ModelProto) -> onnx.ModelProto:
     for g in iter_graphs(out.graph):
         inits = {t.name: t for t in g.initializer}
         outputs = {o.name for o in g.output}
-        kept, values = [], []
-        for node in g.node:
-            if _foldable(node, inits, outputs):
-                values.append(_dequantized(node, inits))
-                folded.update(node.input)
-            else:
-                kept.append(node)
-        if values:
-            del g.node[:]
-            g.node.extend(kept)
-            g.initializer.extend(values)
+        gone = [i for i, node in enumerate(g.node) if _foldable(node, inits, outputs)]
+        values = [_dequantized(g.node[i], inits) for i in gone]
+        for i in reversed(gone):  # by index, in place: re-adding the rest would copy every weight
+            folded.update(g.node[i].input)
+            del g.node[i]
+        g.initializer.extend(values)
     _drop_unused(out, folded)
     return out
 
@@ -82,7 +77,6 @@ def _drop_unused(model: onnx.ModelProto, folded: set[str]) -> None:
         used.update(o.name for o in g.output)
         used.update(i.name for i in g.input)
     for g in iter_graphs(model.graph):
-        kept = [t for t in g.initializer if used[t.name] or t.name not in folded]
-        if len(kept) < len(g.initializer):
-            del g.initializer[:]
-            g.initializer.extend(kept)
+        for i in reversed(range(len(g.initializer))):
+            if g.initializer[i].name in folded and not used[g.initializer[i].name]:
+                del g.initializer[i]

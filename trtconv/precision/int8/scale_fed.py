@@ -111,17 +111,16 @@ def _as_inputs(model: onnx.ModelProto, names: Mapping[str, str]) -> tuple[onnx.M
     """A copy of ``model`` with these scalar initializers made graph inputs of the same type."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    kept, types = [], {}
-    for t in out.graph.initializer:
+    types: dict[str, np.dtype] = {}
+    g = out.graph
+    for i in reversed(range(len(g.initializer))):  # by index, in place: re-adding the rest would copy every weight
+        t = g.initializer[i]
         if t.name in names:
             if t.dims:
                 return None, {}
             types[t.name] = numpy_helper.to_array(t).dtype
-            out.graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, []))
-        else:
-            kept.append(t)
+            g.input.append(helper.make_tensor_value_info(t.name, t.data_type, []))
+            del g.initializer[i]
     if len(types) != len(names):
         return None, {}
-    del out.graph.initializer[:]
-    out.graph.initializer.extend(kept)
     return out, types
