@@ -97,3 +97,35 @@ def test_auto_chooses_and_writes_the_same_with_shared_sessions():
         assert shared.report.chosen_method == built.report.chosen_method
         assert shared.model.SerializeToString() == built.model.SerializeToString()
         assert shared.report.accuracy == built.report.accuracy
+
+
+def _choice(early_stop: bool, limit: float):
+    settings = Int8Settings(method="auto", unverified=True, early_stop=early_stop, thresholds=Thresholds(min_cosine=limit))
+    try:
+        result = quantize_int8(two_conv_net(), settings, _samples(1, 8), select_samples=_samples(2, 6),
+                               eval_samples=_samples(3, 6))
+    except Int8AccuracyError as exc:
+        result = exc.result
+    return result.report
+
+
+def test_mse_measured_ahead_stops_the_others_sooner_and_changes_no_choice():
+    from trtconv.precision.int8.choice import with_margin
+
+    for limit in (0.99, 0.998, 0.9985, 0.9988, 0.9999):
+        full = _choice(False, limit).calibration_choice  # every candidate measured in full, in the order given
+        # what the search in the order given chooses: the best so far (ties: the earlier), ending at the first
+        # candidate with margin
+        seen = []
+        for o in full:
+            seen.append(o)
+            if with_margin(o, Thresholds(min_cosine=limit)):
+                break
+        want = max(range(len(seen)), key=lambda i: (seen[i].passes, seen[i].worst_cosine, -i))
+        early = _choice(True, limit)
+        assert early.chosen_method == seen[want].label, limit
+        assert [o.label for o in early.calibration_choice] == [o.label for o in seen], limit
+    # at 0.9999 no candidate has margin: percentile-99.99 beats every candidate before it (measured in full in the
+    # order given) but not mse, measured ahead of it
+    options = {o.label: o for o in _choice(True, 0.9999).calibration_choice}
+    assert options["percentile-99.99"].stopped and not options["mse"].stopped
