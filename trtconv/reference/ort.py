@@ -52,10 +52,12 @@ def session(model: onnx.ModelProto | str | os.PathLike[str], *, threads: int | N
     opts.log_severity_level = severity
     # No arena by default: it keeps the largest activations of every run allocated for the session's
     # life; without it, memory between runs (and between the sessions a proof opens one after the
-    # other) goes back to the allocator. The INT8 accuracy check's sessions, each alone, run many samples
-    # and are then dropped, keep it: without it every run maps its activations afresh and the kernel
-    # zeroes the pages (ddddocr's FP16 candidates: a third of their CPU time, in page faults).
-    opts.enable_cpu_mem_arena = arena
+    # other) goes back to the allocator. INT8 calibration's and accuracy check's sessions, each alone, run
+    # many samples and are then dropped: they keep it (``arena``), as without it every run maps its
+    # activations afresh and the kernel zeroes the pages (ddddocr's FP16 candidates: a third of their CPU
+    # time, in page faults). Not for weights left on disk, the mark of a model too big to hold twice: the arena
+    # can hold up to twice a run's live tensors (it grows by powers of two; tests/cli/test_memory_bound.py).
+    opts.enable_cpu_mem_arena = arena and not (isinstance(model, onnx.ModelProto) and has_lazy_weights(model))
     if not optimize:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if threads:

@@ -26,10 +26,12 @@ from trtconv.precision.int8.qdq import Placement
 from trtconv.precision.int8.scale_fed import ScaleFed, scale_fed
 from trtconv.reference import Thresholds
 
-# measured second: the calibration that minimizes each tensor's own quantization error, chosen on ddddocr's CRNN
-# and PP-OCR cls; measured early, the candidates it beats stop sooner. Not an order of preference: each candidate
-# is still judged against the best of those before it in the given order (ties keep the earlier, the search
-# ends at the first with margin, as if it had not been measured ahead)
+# measured first: the calibration that minimizes each tensor's own quantization error, chosen on ddddocr's CRNN
+# and PP-OCR cls; its score is the bar every other candidate is measured against, so those it beats stop sooner.
+# Not an order of preference: the choice is that of the order given (ties keep the earlier; the search ends at
+# the first candidate with margin). So the first candidate, which may end the search, is measured before it only
+# while it can still pass with margin (``margin_bar``), and an ``AHEAD`` with margin sets no bar (it could end the
+# search where the order given ends sooner)
 AHEAD = "mse"
 MARGIN = 10  # a candidate with (1 - cosine) below a tenth of (1 - the limit) stops the search
 
@@ -87,17 +89,16 @@ def choose_calibration(
     memo = [] if memo is None else memo
     items = list(candidates.items())
     results: dict[int, tuple[CalibrationOption, Accuracy]] = {}
-    fed: ScaleFed | None = None
+    fed: list[ScaleFed | None] = []  # made with the first candidate measured
 
-    def measure(k: int, best: tuple[CalibrationOption, Accuracy] | None) -> tuple[CalibrationOption, Accuracy]:
-        nonlocal fed
+    def measure(k: int, stop: Cutoff | None) -> tuple[CalibrationOption, Accuracy]:
         label, scales = items[k]
         placed, _ = finalize_placements(placements, scales, absent)
-        stop = cutoff(best, settings.thresholds, settings.early_stop)
-        if not results and len(items) > 1 and settings.shared_sessions:
-            fed = scale_fed(builder(prepared.get(), scales), placed)
-        if fed is not None and fed.fits(placed):
-            acc = fed.accuracy(scales, reference, samples, settings.top1, memo, stop)
+        if not fed:
+            fed.append(scale_fed(builder(prepared.get(), scales), placed)
+                       if len(items) > 1 and settings.shared_sessions else None)
+        if fed[0] is not None and fed[0].fits(placed):
+            acc = fed[0].accuracy(scales, reference, samples, settings.top1, memo, stop)
         else:
             acc = builder(prepared.get(), scales).build(placed).accuracy(reference, samples, settings.top1, None, memo,
                                                                          stop)
@@ -108,26 +109,40 @@ def choose_calibration(
     def better(a: tuple[CalibrationOption, Accuracy], b: tuple[CalibrationOption, Accuracy] | None) -> bool:
         return b is None or (a[0].passes, a[0].worst_cosine) > (b[0].passes, b[0].worst_cosine)
 
-    # ``AHEAD`` measured right after the first (when it did not stop the search) sets a higher bar sooner, so the
-    # candidates between stop sooner; the choice is still the one of the order given (see ``AHEAD``)
-    ahead = next((k for k, (label, _) in enumerate(items) if label == AHEAD), None) if settings.early_stop else None
-    played: list[int] = []  # the candidates in play, in the order given
+    def margin(r: tuple[CalibrationOption, Accuracy]) -> bool:
+        return early_stop and with_margin(r[0], settings.thresholds)
+
     best: tuple[CalibrationOption, Accuracy] | None = None
+    ahead = next((k for k, (label, _) in enumerate(items) if label == AHEAD), None) if settings.early_stop else None
+    if ahead:  # ``AHEAD`` first, its bar on every other: they stop sooner (see ``AHEAD``)
+        bar = margin_bar(settings.thresholds) if early_stop else None
+        if bar is not None:  # the first in the order given may end the search: measured while it still could
+            first = measure(0, bar)
+            if not first[1].stopped:
+                results[0] = first
+        if 0 not in results or not margin(results[0]):
+            results[ahead] = measure(ahead, cutoff(results.get(0), settings.thresholds, True))
+            if not margin(results[ahead]) and better(results[ahead], results.get(0)):
+                best = results[ahead]  # with margin it could end the search where the order given ends sooner
+    played: list[int] = []  # the candidates in play, in the order given
     for k in range(len(items)):
         if k not in results:
-            results[k] = measure(k, best)
+            results[k] = measure(k, cutoff(best, settings.thresholds, settings.early_stop))
         played.append(k)
         if better(results[k], best):
             best = results[k]
-        if early_stop and with_margin(results[k][0], settings.thresholds):
+        if margin(results[k]):
             break  # the rest could only win by a hair: not worth a full-model evaluation each
-        if k == 0 and ahead is not None and ahead > 1:
-            results[ahead] = measure(ahead, best)
-            if not (early_stop and with_margin(results[ahead][0], settings.thresholds)) and better(results[ahead], best):
-                best = results[ahead]  # with margin it would end the search where the order given may end sooner
     label, marked = best_option([results[k][0] for k in played])
     chosen = played[[o.chosen for o in marked].index(True)]
     return label, marked, results[chosen][1].hardest_first()
+
+
+def margin_bar(thresholds: Thresholds) -> Cutoff | None:
+    """The score a candidate must be able to reach to pass with margin (:func:`with_margin`): measured against it,
+    one that cannot stops (None: no cosine limit, no margin)."""
+    limit = thresholds.min_cosine
+    return None if limit is None else Cutoff(True, 1 - (1 - limit) / MARGIN, thresholds)
 
 
 def with_margin(option: CalibrationOption, thresholds: Thresholds) -> bool:
