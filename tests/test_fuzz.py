@@ -57,7 +57,9 @@ def test_harness_catches_hangs(seeds, tmp_path, monkeypatch):
     monkeypatch.setattr(harness, "run_case", stuck_or_real)
     stuck = Case("cls", "none", 0, "check")
     quick = Case("cls", "truncate", 0, "check")
-    summary = run_cases([stuck, quick], seeds, workers=1, time_limit=1.0, work=tmp_path)
+    # 3 s: the quick case (a truncated model refused at load) must finish inside the limit on a loaded 2-core
+    # runner too; 1 s left it a few hundred ms of headroom there.
+    summary = run_cases([stuck, quick], seeds, workers=1, time_limit=3.0, work=tmp_path)
     problems = {o.case: o.problem for o in summary.outcomes}
     assert problems[stuck.id] and problems[stuck.id].startswith("hang")
     assert problems[quick.id] is None

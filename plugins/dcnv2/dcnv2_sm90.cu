@@ -125,6 +125,10 @@ __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.a
 __device__ __forceinline__ void cp_async16(uint32_t saddr, const void* g, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr), "l"(g), "r"(valid ? 16 : 0) : "memory");
 }
+// As cp_async16, but allocating in L1 (corner gathers: neighbouring taps re-read the lines).
+__device__ __forceinline__ void cp_async16_ca(uint32_t saddr, const void* g, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr), "l"(g), "r"(valid ? 16 : 0) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Wait until at most N of this thread's committed copy groups are still in flight.
 template <int N>
@@ -182,9 +186,13 @@ __device__ __forceinline__ bool vectorizable(const Params& p) {
   return w && (!NHWC || p.xcs % VE == 0);
 }
 
+// Bytes of the corner staging area of an RS tile (RB-byte rows, WN warpgroups per 64 pixels):
+// four 16-byte corners per thread for every gather pass but the first.
+__host__ __device__ constexpr int raw_bytes(int BM, int WN, int RB) { return (BM * (RB / 16) - 2 * BM * WN) * 64; }
+
 // Shared memory of a tile (the main loop's stages and recipes, or the epilogue's staging).
-__host__ __device__ constexpr int smem_bytes(int BM, int BN, int RB, bool SMR) {
-  const int main = 2 * (BM + BN) * RB + (SMR ? 2 * BM * 32 : 0);
+__host__ __device__ constexpr int smem_bytes(int BM, int BN, int RB, bool SMR, int RAWB = 0) {
+  const int main = 2 * (BM + BN) * RB + (SMR ? 2 * BM * 32 : 0) + RAWB;
   const int ec = !SMR ? (BM == 64 ? 128 : 64)
                       : BN * (BM + 4) * 4 <= main ? BN : BN / 2 * (BM + 4) * 4 <= main ? BN / 2 : BN / 4;
   return main > ec * (BM + 4) * 4 ? main : ec * (BM + 4) * 4;
@@ -197,7 +205,8 @@ __host__ __device__ constexpr int smem_bytes(int BM, int BN, int RB, bool SMR) {
 // while wgmma works on step k (more stages, with the weights copied further ahead, were slower).
 // SMR: the sampling recipes of a tap live in shared memory, built one step ahead by one thread
 // per pixel, instead of in the registers of every thread that gathers for the pixel.
-// ABL (development only, see plugins/dcnv2/devvar.py): 1 = no corner loads, 2 = no wgmma.
+// ABL (development only, see plugins/dcnv2/devvar.py): 1 = no corner loads, 2 = no wgmma,
+// 3 = the weights of one fixed block (L1 hits), 4 = corners inside x's first 8 KiB (L1 hits).
 // VEC: the caller checked vectorizable(), so the element-wise paths compile away. An entry that
 // calls both instantiations (SPLIT in DCNV2_SM90_ENTRY) gets a vectorized main loop the
 // register allocator sees alone: at 128 registers (512 threads) the 128x256x64 "v" tile then
@@ -206,8 +215,12 @@ __host__ __device__ constexpr int smem_bytes(int BM, int BN, int RB, bool SMR) {
 // PG: gather passes whose corner loads are in flight together (0: one at a time for 128-byte
 // rows, else all). XS: the entry owns the shared memory and passes it in (xsmem), so that its
 // two instantiations (SPLIT) share one allocation instead of holding one each.
+// RS: the corners of gather passes 1.. of a step are copied by cp.async into a staging area of
+// shared memory (each thread reads back only what it copied: no barrier), issued before pass 0's
+// register loads, so all of a step's corner loads are in flight at once without the registers
+// (128-byte rows with shared recipes, vectorized channels-last path; the size is raw_bytes()).
 template <class E, int BM, int BN, int WN, bool NHWC, int KS = 1, int RB = 64, bool SMR = false, int ABL = 0,
-          bool VEC = false, int PG = 0, bool XS = false>
+          bool VEC = false, int PG = 0, bool XS = false, bool RS = false>
 __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
                                             const typename E::T* __restrict__ offset,
                                             const typename E::T* __restrict__ mask,
@@ -231,7 +244,9 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
   constexpr int KSL = RB / (E::WK * ES);           // wgmma K slices per step (32 bytes each)
   constexpr int LDC = BM + 4;
   constexpr int ROFF = 2 * STAGE;                 // SMR: two buffers of BM x 32-byte recipes
-  constexpr int MAIN = ROFF + (SMR ? 2 * BM * 32 : 0);
+  constexpr int RAWOFF = ROFF + (SMR ? 2 * BM * 32 : 0);
+  constexpr int RAWB = RS ? raw_bytes(BM, WN, RB) : 0;  // both instantiations of an entry: same size
+  constexpr int MAIN = RAWOFF + RAWB;
   // Output channels per epilogue pass: as many as the main loop's shared memory holds (SMR
   // tiles), else 128 / 64 as the 48 KiB tiles always had.
   constexpr int EC = !SMR ? (BM == 64 ? 128 : 64)
@@ -242,7 +257,7 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
   static_assert(SMEM <= 227 * 1024, "static shared memory");
   static_assert(NTASK * PPP == BM && BCH * NT == BN * TPR && KSL * E::WK * ES == RB && BNW % ECW == 0, "tile");
 
-  static_assert(SMEM == smem_bytes(BM, BN, RB, SMR), "smem_bytes");
+  static_assert(SMEM == smem_bytes(BM, BN, RB, SMR, RAWB), "smem_bytes");
   unsigned char* smem;
   if constexpr (XS) {
     smem = xsmem;
@@ -379,7 +394,10 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
 #pragma unroll
       for (int v = 0; v < BCH; ++v) {
         const bool ok = cok && brow0 + v * BROWS < Coutg;
-        cp_async16(sbase + stage * STAGE + bsoff + v * BROWS * RB, ok ? src + (size_t)v * BROWS * wrow : weight, ok);
+        if constexpr (ABL == 3)  // the same block every step, from L1: no weight traffic from L2
+          cp_async16_ca(sbase + stage * STAGE + bsoff + v * BROWS * RB, wbase + (size_t)v * BROWS * wrow, true);
+        else
+          cp_async16(sbase + stage * STAGE + bsoff + v * BROWS * RB, ok ? src + (size_t)v * BROWS * wrow : weight, ok);
       }
     } else {
       unsigned char* Bs = smem + stage * STAGE + ASZ;
@@ -425,7 +443,8 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
 #pragma unroll
         for (int i = ib; i < ie; ++i)
 #pragma unroll
-          for (int k = 0; k < 4; ++k) raw[i][k] = __ldg(reinterpret_cast<const uint4*>(xc + ro[i][k]));
+          for (int k = 0; k < 4; ++k)  // ABL 4: corners inside x's first 8 KiB, from L1: no L2 traffic
+            raw[i][k] = __ldg(reinterpret_cast<const uint4*>(xc + (ABL == 4 ? ro[i][k] & 4095 : ro[i][k])));
         return;
       }
 #pragma unroll
@@ -537,9 +556,13 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
   // corner loads are issued. With 128-byte rows the passes go one after another, so only one
   // pass's corners are held in registers (two round trips a step, half as many steps).
   constexpr bool SEQ = RB == 128 && NTASK > 1;
+  constexpr bool RSON = RS && SEQ && SMR && VEC && NHWC && PG == 0 && ABL == 0;
+  static_assert(!RS || (SEQ && SMR && PG == 0), "RS: 128-byte rows, shared recipes, one pass at a time");
+  // RSON: pass i >= 1, corner k of this thread, in the staging area.
+  auto raw_at = [&](int i, int k) { return RAWOFF + (((i - 1) * 4 + k) * NT + tid) * 16; };
   // PG > 0: the passes go in groups of PG whose corner loads are in flight together.
   static_assert(NTASK % (PG > 0 ? PG : 1) == 0, "gather groups");
-  auto fill_a = [&](int stage, int c0, int cend, auto between) {
+  auto fill_a = [&](int stage, int c0, int cend, auto between, bool first = false) {
     if constexpr (PG > 0) {
 #pragma unroll
       for (int ig = 0; ig < NTASK; ig += PG) {
@@ -558,10 +581,36 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
       for (int i = 0; i < NTASK; ++i) load_recipes(i);
     }
     if constexpr (SEQ) {
+      if constexpr (RSON) {  // passes 1..: corners to the staging area, one copy group
+        const int c = c0 + q * VE;
+        const bool ok = c < cend;
+#pragma unroll
+        for (int i = 1; i < NTASK; ++i) {
+          const int4 o = *reinterpret_cast<const int4*>(smem + ROFF + (rb * BM + tid / TPR + i * PPP) * 32);
+          cp_async16_ca(sbase + raw_at(i, 0), ok ? x + o.x + c : x, ok);
+          cp_async16_ca(sbase + raw_at(i, 1), ok ? x + o.y + c : x, ok);
+          cp_async16_ca(sbase + raw_at(i, 2), ok ? x + o.z + c : x, ok);
+          cp_async16_ca(sbase + raw_at(i, 3), ok ? x + o.w + c : x, ok);
+        }
+        cp_async_commit();
+      }
 #pragma unroll
       for (int i = 0; i < NTASK; ++i) {
         if constexpr (SMR) load_recipes(i);
-        gather(c0, cend, i, i + 1);
+        if constexpr (RSON) {
+          if (i == 0) {
+            gather(c0, cend, 0, 1);
+          } else {
+            // The staged corners have landed; the weight group committed after them may not
+            // have (the first step commits its weights before: wait for everything there).
+            if (first) cp_async_wait<0>();
+            else cp_async_wait<1>();
+#pragma unroll
+            for (int k = 0; k < 4; ++k) raw[i][k] = *reinterpret_cast<const uint4*>(smem + raw_at(i, k));
+          }
+        } else {
+          gather(c0, cend, i, i + 1);
+        }
         if (i == 0) between();
         store_a(stage, c0, cend, i, i + 1);
       }
@@ -584,7 +633,7 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
       fetch_recipes(nxt.tap, nxt.seg);
       make_recipes(nxt.tap);
     }
-    fill_a(0, nxt.c0, nxt.send, [] {});
+    fill_a(0, nxt.c0, nxt.send, [] {}, true);
     bool fresh = advance(nxt);  // nxt: the step the loop loads next; fresh: it starts a tap
     if constexpr (SMR) {
       if (fresh && nxt.seg < Cg) build_recipes(nxt.tap, nxt.seg, 1);
@@ -720,20 +769,25 @@ using namespace trtconv_dcnv2;
     else                                                                                                     \
       sm90::dcn_forward<E, BM, BN, WN, NHWC, KS, RB, SMR, 0, false, PG>(x, offset, mask, weight, bias, p, y); \
   }
-// As DCNV2_SM90_ENTRY with SPLIT, the two instantiations sharing the entry's shared memory.
-#define DCNV2_SM90_ENTRY_XS(NAME, E, BM, BN, WN, NHWC, MINB, KS, RB, CLUSTER, PG)                                 \
+// As DCNV2_SM90_ENTRY with SPLIT, the two instantiations sharing the entry's shared memory
+// (_XSR: RS, the staged corners of dcn_forward, channels-last 2-byte types only -- TF32 was slower
+// with it on every shape, plugins/dcnv2/NOTES.md, round dcnk2).
+#define DCNV2_SM90_ENTRY_XSR(NAME, E, BM, BN, WN, NHWC, MINB, KS, RB, CLUSTER, PG, RS)                          \
   extern "C" __global__ void __launch_bounds__(2 * BM * WN, MINB) CLUSTER NAME(                              \
       const E::T* __restrict__ x, const E::T* __restrict__ offset, const E::T* __restrict__ mask,            \
       const E::T* __restrict__ weight, const E::T* __restrict__ bias, int N, int C, int H, int W, int Cout,  \
       int Ho, int Wo, int kh, int kw, int sh, int sw, int pt, int pl, int dh, int dw, int group, int dgroup, \
       int xcs, E::T* __restrict__ y) {                                                                       \
-    __shared__ __align__(1024) unsigned char smem[sm90::smem_bytes(BM, BN, RB, true)];                       \
+    constexpr bool rs = RS && NHWC && sizeof(E::T) == 2;                                                           \
+    __shared__ __align__(1024) unsigned char smem[sm90::smem_bytes(BM, BN, RB, true, rs ? sm90::raw_bytes(BM, WN, RB) : 0)]; \
     const Params p{N, C, H, W, Cout, Ho, Wo, kh, kw, sh, sw, pt, pl, dh, dw, group, dgroup, xcs};           \
     if (sm90::vectorizable<E, NHWC>(p))                                                                      \
-      sm90::dcn_forward<E, BM, BN, WN, NHWC, KS, RB, true, 0, true, PG, true>(x, offset, mask, weight, bias, p, y, smem); \
+      sm90::dcn_forward<E, BM, BN, WN, NHWC, KS, RB, true, 0, true, PG, true, rs>(x, offset, mask, weight, bias, p, y, smem); \
     else                                                                                                     \
-      sm90::dcn_forward<E, BM, BN, WN, NHWC, KS, RB, true, 0, false, PG, true>(x, offset, mask, weight, bias, p, y, smem); \
+      sm90::dcn_forward<E, BM, BN, WN, NHWC, KS, RB, true, 0, false, PG, true, rs>(x, offset, mask, weight, bias, p, y, smem); \
   }
+#define DCNV2_SM90_ENTRY_XS(NAME, E, BM, BN, WN, NHWC, MINB, KS, RB, CLUSTER, PG) \
+  DCNV2_SM90_ENTRY_XSR(NAME, E, BM, BN, WN, NHWC, MINB, KS, RB, CLUSTER, PG, false)
 // Tiles (SM90_TILES in trtconv/trt/plugins/dcnv2_kernel.py): BM, BN, warpgroups per 64 pixels
 // WN (suffix "w": 1, "v": 2), minimum blocks per SM, split-K cluster size KS (a digit after w/v:
 // grid x = pixel tiles x KS), row bytes RB (the name's k: FP16 channels per step, so k64 =
@@ -746,14 +800,17 @@ using namespace trtconv_dcnv2;
 // (c), 64 x 128 v6 (d), 128 x 128 wx4 (f), 64 x 64 wx4 (a, 64 output channels). Earlier tiles
 // that no longer win any shape were dropped: 128 x 256 w, 64 x 256 k32 w and w4, 64 x 256 v7
 // (its XS form v7 is 4 % faster than v6 on (c) in TF32, 4 % slower in FP16), 128 x 128 w.
+// The 128 x 256 v2 and 64 x 128 v6 entries stage the corners of their second gather pass (RS;
+// FP16/BF16): (e) 43.6 -> 42.6 and (d) 13.9 -> 13.5 us (round dcnk2); on the other tiles RS was
+// no faster or slower.
 #define DCNV2_SM90_TILES(DT, E, LAYOUT, NHWC)                                                              \
   DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m128n256k64v, E, 128, 256, 2, NHWC, 1, 1, 128, true, , true, 0)   \
-  DCNV2_SM90_ENTRY_XS(dcnv2_##DT##_##LAYOUT##_m128n256k64v2, E, 128, 256, 2, NHWC, 1, 2, 128,             \
-                      __cluster_dims__(2, 1, 1), 0)                                                        \
+  DCNV2_SM90_ENTRY_XSR(dcnv2_##DT##_##LAYOUT##_m128n256k64v2, E, 128, 256, 2, NHWC, 1, 2, 128,            \
+                       __cluster_dims__(2, 1, 1), 0, true)                                                 \
   DCNV2_SM90_ENTRY_XS(dcnv2_##DT##_##LAYOUT##_m64n256k64v6, E, 64, 256, 2, NHWC, 2, 6, 128,               \
                       __cluster_dims__(6, 1, 1), 0)                                                        \
-  DCNV2_SM90_ENTRY_XS(dcnv2_##DT##_##LAYOUT##_m64n128k64v6, E, 64, 128, 2, NHWC, 2, 6, 128,               \
-                      __cluster_dims__(6, 1, 1), 0)                                                        \
+  DCNV2_SM90_ENTRY_XSR(dcnv2_##DT##_##LAYOUT##_m64n128k64v6, E, 64, 128, 2, NHWC, 2, 6, 128,              \
+                       __cluster_dims__(6, 1, 1), 0, true)                                                 \
   DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m128n128k64wx4, E, 128, 128, 1, NHWC, 1, 1, 128, true, , false, 4) \
   DCNV2_SM90_ENTRY_XS(dcnv2_##DT##_##LAYOUT##_m64n64k64wx4, E, 64, 64, 1, NHWC, 3, 1, 128, , 4)
 
@@ -772,10 +829,41 @@ using F32Tf32 = F32<false>;
   }
 DCNV2_ABL_ENTRY(dcnv2_abl_noload_v, 1)
 DCNV2_ABL_ENTRY(dcnv2_abl_nomma_v, 2)
+// The same ablations named as devtiles.py reads tiles (wrong results: their error is reported).
+DCNV2_ABL_ENTRY(dcnv2_f16_nhwc_m128n256k64v_abl0, 0)
+DCNV2_ABL_ENTRY(dcnv2_f16_nhwc_m128n256k64v_abl3, 3)
+DCNV2_ABL_ENTRY(dcnv2_f16_nhwc_m128n256k64v_abl4, 4)
+// Candidate tiles (plugins/dcnv2/devtiles.py times them beside the shipped ones); suffix "y": RS,
+// "z": the SPLIT entry's two instantiations sharing one shared-memory array (XS) without RS
+// (plugins/dcnv2/NOTES.md, round dcnk2, runs k1-k8: v2y and 64 x 128 v6y won (e) and (d) and are now the
+// shipped v2 and v6 entries; the others won no shape).
+#define DCNV2_SM90_CANDIDATES(DT, E)                                                                       \
+  DCNV2_SM90_ENTRY_XSR(dcnv2_##DT##_nhwc_m128n128k64vx2, E, 128, 128, 2, true, 1, 1, 128, , 2, false)          \
+  DCNV2_SM90_ENTRY_XSR(dcnv2_##DT##_nhwc_m128n128k64wx4z, E, 128, 128, 1, true, 1, 1, 128, , 4, false)         \
+  DCNV2_SM90_ENTRY_XSR(dcnv2_##DT##_nhwc_m128n256k64vz, E, 128, 256, 2, true, 1, 1, 128, , 0, false)          \
+  DCNV2_SM90_ENTRY_XSR(dcnv2_##DT##_nhwc_m64n256k64vz, E, 64, 256, 2, true, 2, 1, 128, , 0, false)            \
+  DCNV2_SM90_ENTRY_XSR(dcnv2_##DT##_nhwc_m64n256k64vy, E, 64, 256, 2, true, 2, 1, 128, , 0, true)             \
+  DCNV2_SM90_ENTRY_XSR(dcnv2_##DT##_nhwc_m128n256k64vy, E, 128, 256, 2, true, 1, 1, 128, , 0, true)           \
+  DCNV2_SM90_ENTRY_XSR(dcnv2_##DT##_nhwc_m128n256k64v2y, E, 128, 256, 2, true, 1, 2, 128,                     \
+                       __cluster_dims__(2, 1, 1), 0, true)                                                   \
+  DCNV2_SM90_ENTRY_XSR(dcnv2_##DT##_nhwc_m64n256k64v6y, E, 64, 256, 2, true, 2, 6, 128,                       \
+                       __cluster_dims__(6, 1, 1), 0, true)                                                   \
+  DCNV2_SM90_ENTRY_XSR(dcnv2_##DT##_nhwc_m64n128k64v6y, E, 64, 128, 2, true, 2, 6, 128,                       \
+                       __cluster_dims__(6, 1, 1), 0, true)                                                   \
+  DCNV2_SM90_ENTRY_XSR(dcnv2_##DT##_nhwc_m128n128k64wy, E, 128, 128, 1, true, 1, 1, 128, , 0, true)           \
+  DCNV2_SM90_ENTRY_XSR(dcnv2_##DT##_nhwc_m128n128k64vy, E, 128, 128, 2, true, 1, 1, 128, , 0, true)           \
+  DCNV2_SM90_ENTRY(dcnv2_##DT##_nhwc_m128n128k64w2x4, E, 128, 128, 1, true, 1, 2, 128, true,                  \
+                   __cluster_dims__(2, 1, 1), false, 4)                                                      \
+  DCNV2_SM90_ENTRY(dcnv2_##DT##_nhwc_m128n128k64w3x4, E, 128, 128, 1, true, 1, 3, 128, true,                  \
+                   __cluster_dims__(3, 1, 1), false, 4)
+DCNV2_SM90_CANDIDATES(f16, F16)
+DCNV2_SM90_CANDIDATES(tf32, F32Tf32)
 #endif
+#ifndef DCNV2_DEV_ONLY  // development builds of the candidates alone
 DCNV2_SM90_TILES(f16, F16, nchw, false)
 DCNV2_SM90_TILES(bf16, BF16, nchw, false)
 DCNV2_SM90_TILES(tf32, F32Tf32, nchw, false)
 DCNV2_SM90_TILES(f16, F16, nhwc, true)
 DCNV2_SM90_TILES(bf16, BF16, nhwc, true)
 DCNV2_SM90_TILES(tf32, F32Tf32, nhwc, true)
+#endif

@@ -3,7 +3,7 @@
 Loads sm_90a cubins compiled here (ptxas, one per entry point, so the device spends no time
 compiling), checks each tile's output against float64 torchvision on fresh inputs (output
 poisoned first) and times the tiles interleaved over a few rounds, so clock drift hits them
-alike. Tiles are read off the entry names (dcnv2_<dt>_nhwc_m<BM>n<BN>k<K><w|v>[KS][x<G>][z]):
+alike. Tiles are read off the entry names (dcnv2_<dt>_nhwc_m<BM>n<BN>k<K><w|v>[KS][x<G>][z|y][_abl<N>]):
 
   python3 plugins/dcnv2/devtiles.py --cubins .dcnk/cubin a:fp16 b:fp16 e:fp16 f:fp16 b:tf32
 
@@ -27,7 +27,7 @@ from torchvision.ops import deform_conv2d  # noqa: E402
 
 from trtconv.trt.plugins import dcnv2_kernel as dk  # noqa: E402
 
-NAME = re.compile(r"dcnv2_(f16|bf16|tf32)_nhwc_m(\d+)n(\d+)k(\d+)([wv])(\d*)(x\d+)?([zy])?$")
+NAME = re.compile(r"dcnv2_(f16|bf16|tf32)_nhwc_m(\d+)n(\d+)k(\d+)([wv])(\d*)(x\d+)?([zy])?(_abl\d)?$")
 
 
 def main() -> int:

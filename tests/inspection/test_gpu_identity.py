@@ -4,7 +4,7 @@ Marked ``gpu``: skips where there is none, with the reason (tests/conftest.py)."
 from __future__ import annotations
 
 import pytest
-from realmodels import rapidocr_model
+from builders import int32_relu_model
 
 from trtconv.api import BuildSettings
 from trtconv.pipeline import gpu_properties, request_identity
@@ -19,7 +19,7 @@ def test_gpu_properties_and_a_tensorrt_identity_name_this_gpu(tmp_path):
     assert gpu["sm_count"] > 0 and gpu["memory_bytes"] > 2**30 and gpu["cuda_driver"]
     major, _, minor = gpu["compute_capability"].partition(".")
     assert major.isdigit() and minor.isdigit()
-    model, engine = rapidocr_model("cls"), tmp_path / "cls.engine"
+    model, engine = int32_relu_model(tmp_path / "m.onnx"), tmp_path / "m.engine"  # any model: the GPU is the subject
     material = request_identity(model, BuildSettings(), "11.4", BuildSettings().plan(model, engine, "11.4"))
     assert material["target"]["gpu"] == [gpu["name"], gpu["compute_capability"]]
     rtx = request_identity(model, BuildSettings(), "rtx", BuildSettings().plan(model, engine, "rtx"))
