@@ -112,7 +112,7 @@ def _choice(early_stop: bool, limit: float):
 def test_mse_measured_ahead_stops_the_others_sooner_and_changes_no_choice():
     from trtconv.precision.int8.choice import with_margin
 
-    for limit in (0.99, 0.998, 0.9985, 0.9988, 0.9999):
+    for limit in (0.99, 0.998, 0.9985, 0.9988, 0.9995, 0.9999):
         full = _choice(False, limit).calibration_choice  # every candidate measured in full, in the order given
         # what the search in the order given chooses: the best so far (ties: the earlier), ending at the first
         # candidate with margin
@@ -125,7 +125,7 @@ def test_mse_measured_ahead_stops_the_others_sooner_and_changes_no_choice():
         early = _choice(True, limit)
         assert early.chosen_method == seen[want].label, limit
         assert [o.label for o in early.calibration_choice] == [o.label for o in seen], limit
-    # at 0.9999 no candidate has margin: percentile-99.99 beats every candidate before it (measured in full in the
-    # order given) but not mse, measured ahead of it
-    options = {o.label: o for o in _choice(True, 0.9999).calibration_choice}
+    # at 0.9988 every candidate passes, none with margin: percentile-99.99 beats every candidate before it (measured
+    # in full in the order given) but not mse, measured ahead of it
+    options = {o.label: o for o in _choice(True, 0.9988).calibration_choice}
     assert options["percentile-99.99"].stopped and not options["mse"].stopped

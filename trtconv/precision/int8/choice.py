@@ -121,9 +121,14 @@ def choose_calibration(
             if not first[1].stopped:
                 results[0] = first
         if 0 not in results or not margin(results[0]):
-            results[ahead] = measure(ahead, cutoff(results.get(0), settings.thresholds, True))
-            if not margin(results[ahead]) and better(results[ahead], results.get(0)):
-                best = results[ahead]  # with margin it could end the search where the order given ends sooner
+            # against the first when it was measured in full; else only while it still passes: a bar that fails
+            # stops nothing it matters to stop (PP-OCRv4 rec: every candidate misses a sample)
+            guess = measure(ahead, cutoff(results.get(0), settings.thresholds, True) or Cutoff(
+                True, -2.0, settings.thresholds))
+            if 0 in results or not guess[1].stopped:  # stopped by a bar not in play: measured again in its turn
+                results[ahead] = guess
+            if not guess[1].stopped and not margin(guess) and better(guess, results.get(0)):
+                best = guess  # with margin it could end the search where the order given ends sooner
     played: list[int] = []  # the candidates in play, in the order given
     for k in range(len(items)):
         if k not in results:
