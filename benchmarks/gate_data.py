@@ -32,8 +32,16 @@ each one distinct text line (1-2 lines: 1 in 5 sources gets the next line too) d
 texts (``/usr/share/common-licenses``, the docstrings of the standard library, ``/usr/share/doc/*/copyright``)
 and typeset in its own independently drawn style (any installed TrueType font, size, paper, ink, noise, blur);
 for ``silero16k`` N utterances (a distinct sentence x espeak-ng voice and variant x speed x pitch x level x
-noise), 1-2 chunks each at random places, with the FP32 model's own state; ``yolo`` keeps its 20 photos (no
-other real photos are installed here), so it stays too small for a pass.
+noise), 1-2 chunks each at random places, with the FP32 model's own state; for ``yolo`` N photo sources (1 in 5
+gets a second variant: a seeded crop of its next photo), scikit-image's 20 and the rest drawn from the real
+photographs of a few Debian 12 packages (``PHOTO_DEBS``, ``GCOMPRIS``: 321 sources in all), each fetched once with
+``apt-get download PACKAGE=VERSION`` into ``OUT/_packages`` and read from the .deb, never installed:
+``opencv-doc`` (its sample data: 25 scenes; a stereo pair, an image and its edit, the chessboard calibration
+session are one source each), ``lomiri-wallpapers-16.04`` and ``-20.04`` (13), ``mate-backgrounds`` (its 12
+nature photos), ``lxqt-themes`` (6), ``plasma-workspace-wallpapers`` (9), and ``gcompris-qt-data`` (236: the
+photographs of its categorization, erase, explore_monuments, explore_world_animals, explore_farm_animals,
+explore_world_music and clickgame activities, read out of their Qt ``.rcc`` resource files); renders, drawings
+and paintings are left out by name, and categorization's monuments because explore_monuments shows the same.
 
 ``--scale 2`` doubles every set (240 text lines, 200 photo variants, 300 speech chunks): what the default INT8
 command needs since it judges a pass on at least 45 samples of the data it is given (90 in the calibration half).
@@ -359,6 +367,154 @@ def photo_samples(seed: int, cache: Path, scale: int = 1) -> Iterator[tuple[str,
             yield source, {"images": np.asarray(_read_image(bgr, 320)[0], np.float32)}
 
 
+# ----------------------------------------------------------------------------- many photos (issue 32 Done-when)
+
+PHOTO_DEBS = {  # Debian 12 package -> (version, {source: files under /usr/share/}): only the photographs
+    "opencv-doc": ("4.6.0+dfsg-12", {s: tuple(f"doc/opencv-doc/examples/data/{f}" for f in fs) for s, fs in {
+        "aero": ("aero1.jpg", "aero3.jpg"), "aloe": ("aloeL.jpg", "aloeR.jpg"), "apple": ("apple.jpg",),
+        "baboon": ("baboon.jpg",), "basketball": ("basketball1.png", "basketball2.png"), "board": ("board.jpg",),
+        "box": ("box_in_scene.png", "box.png"), "building": ("building.jpg",), "butterfly": ("butterfly.jpg",),
+        "chicky": ("chicky_512.png",), "ela": ("ela_original.jpg", "ela_modified.jpg"), "fruits": ("fruits.jpg",),
+        "graf": ("graf1.png", "graf3.png"), "home": ("home.jpg",), "books": ("left.jpg", "right.jpg"),
+        "chessboard": tuple(f"{side}{i:02d}.jpg" for i in (1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14)
+                            for side in ("left", "right")),
+        "leuven": ("leuvenA.jpg", "leuvenB.jpg"), "licenseplate": ("licenseplate_motion.jpg",),
+        "messi": ("messi5.jpg",), "orange": ("orange.jpg",), "rubberwhale": ("rubberwhale1.png", "rubberwhale2.png"),
+        "squirrel": ("squirrel_cls.jpg",), "stuff": ("stuff.jpg",), "sudoku": ("sudoku.png",),
+        "text": ("text_defocus.jpg", "text_motion.jpg")}.items()}),
+    "lomiri-wallpapers-16.04": ("20.04.0-2", {f.split("_by_")[0].lower(): (f"backgrounds/{f}.jpg",) for f in (
+        "Bridge_by_Sander_Klootwijk", "Dragonfly_by_Bolly", "Picture_0B_by_freespace", "Picture_1A_by_freespace",
+        "Wine_by_Jakkub_Mede", "aitzgorri_by_Aitzol_Berasategi", "free_by_Peter_Nerlich",
+        "friends_by_Aitzol_Berasategi", "life_by_Aitzol_Berasategi", "picosdeeuropa_by_Aitzol_Berasategi",
+        "seeding_by_Clements_Engelhardt", "sunset_by_Aitzol_Berasategi")}),
+    "lomiri-wallpapers-20.04": ("20.04.0-2", {"kleiber": ("backgrounds/Kleiber_by_Lukas_Baubkus.jpg",)}),
+    "mate-backgrounds": ("1.26.0-1", {f.lower(): (f"backgrounds/mate/nature/{f}.jpg",) for f in (
+        "Aqua", "Blinds", "Dune", "FreshFlower", "Garden", "GreenMeadow", "LadyBird", "RainDrops", "Storm",
+        "TwoWings", "Wood", "YellowFlower")}),
+    "lxqt-themes": ("1.2.0-1", {f.split(".")[0].lower(): (f"lxqt/wallpapers/{f}",) for f in (
+        "after-the-rain.jpg", "appleflower.png", "butterfly.png", "Butterfly-Kenneth-Wimer.jpg", "flowers.png",
+        "fog.jpg")}),
+    "plasma-workspace-wallpapers": ("4:5.27.5-2", {f.lower(): (f"wallpapers/{f}/contents/images/2560x1600.jpg",)
+                                                   for f in ("BytheWater", "ColdRipple", "DarkestHour", "EveningGlow",
+                                                             "FallenLeaf", "Grey", "OneStandsOut", "Path", "summer_1am")}),
+}
+GCOMPRIS = ("gcompris-qt-data", "3.1-2", {  # activity (its rcc) -> folders of photographs in it: one photo a source
+    "categorization": ("tools", "renewable", "fishes", "others", "numbers", "alphabets"),  # its monuments: below
+    "erase": ("",), "explore_monuments": ("usa", "egypt", "india", "france", "germany", "wonders"),
+    "explore_world_animals": ("animals",), "explore_farm_animals": ("animals",), "explore_world_music": ("music",),
+    "clickgame": ("sea",)})  # the underwater backgrounds sea1-6 (its fish sprites are cut-outs)
+
+
+def fetch_deb(package: str, version: str, cache: Path) -> Path:
+    """The package's .deb in ``cache`` (``apt-get download PACKAGE=VERSION`` once; never installed)."""
+    debs = sorted(cache.glob(f"{package}_*.deb"))
+    if not debs:
+        if shutil.which("apt-get") is None:
+            raise SystemExit(f"apt-get is missing: the many-source yolo set reads Debian 12 packages ({package})")
+        cache.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["apt-get", "download", "-q", f"{package}={version}"], cwd=cache, check=True)
+        debs = sorted(cache.glob(f"{package}_*.deb"))
+    return debs[-1]
+
+
+def deb_files(deb: Path, wanted: set[str]) -> dict[str, bytes]:
+    """{path under /usr/share/: bytes} for the ``wanted`` paths in a .deb (``dpkg-deb --fsys-tarfile``, streamed)."""
+    import tarfile
+
+    if shutil.which("dpkg-deb") is None:
+        raise SystemExit("dpkg-deb is missing: the many-source yolo set reads Debian packages")
+    found = {}
+    with subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE) as proc:
+        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+            for member in tar:
+                name = member.name.removeprefix("./").removeprefix("usr/share/")
+                if name in wanted and member.isfile():
+                    found[name] = tar.extractfile(member).read()
+    return found
+
+
+def rcc_files(blob: bytes) -> dict[str, bytes]:
+    """{path: bytes} of a Qt binary resource (``.rcc``): GCompris keeps each activity's images in one."""
+    import struct
+    import zlib
+
+    version, tree, data, names = struct.unpack(">IIII", blob[4:20])
+    entry = 14 if version < 2 else 22  # version 2 adds each node's modification time
+
+    def name(off: int) -> str:
+        n = struct.unpack(">H", blob[names + off:names + off + 2])[0]
+        return blob[names + off + 6:names + off + 6 + 2 * n].decode("utf-16-be")
+
+    files: dict[str, bytes] = {}
+    todo = [(0, "")]
+    while todo:
+        i, prefix = todo.pop()
+        e = tree + i * entry
+        name_off, flags = struct.unpack(">IH", blob[e:e + 6])
+        path = f"{prefix}{name(name_off)}" if i else ""
+        if flags & 2:  # a directory: its children are consecutive entries
+            count, first = struct.unpack(">II", blob[e + 6:e + 14])
+            todo += [(c, f"{path}/" if i else "") for c in range(first, first + count)]
+        else:
+            off = data + struct.unpack(">I", blob[e + 10:e + 14])[0]
+            body = blob[off + 4:off + 4 + struct.unpack(">I", blob[off:off + 4])[0]]
+            files[path] = zlib.decompress(body[4:]) if flags & 1 else body
+    return files
+
+
+def many_photos(cache: Path) -> dict[str, list]:
+    """{source: [PIL RGB image]}: scikit-image's 20 photos, the photographs of PHOTO_DEBS (one scene a source:
+    stereo pairs, an image and its edit, one calibration session), and GCompris's photographs (one a source)."""
+    from PIL import Image
+
+    def rgb(b: bytes):
+        return Image.open(io.BytesIO(b)).convert("RGB")
+
+    photos = {f"skimage_{s}": images for s, images in skimage_photos(cache).items()}
+    for package, (version, sources) in PHOTO_DEBS.items():
+        files = deb_files(fetch_deb(package, version, cache), {f for fs in sources.values() for f in fs})
+        short = package.split("-")[0]
+        for source, fs in sources.items():
+            photos[f"{short}_{source}"] = [rgb(files[f]) for f in fs]
+    package, version, activities = GCOMPRIS
+    rccs = deb_files(fetch_deb(package, version, cache), {f"gcompris-qt/rcc/{a}.rcc" for a in activities})
+    for activity, folders in activities.items():
+        for path, blob in sorted(rcc_files(rccs[f"gcompris-qt/rcc/{activity}.rcc"]).items()):
+            folder, _, file = path.removeprefix(f"gcompris/src/activities/{activity}/resource/").rpartition("/")
+            folder = folder.rpartition("/")[2]  # categorization's images/tools: tools
+            if file.endswith(".webp") and any(folder == f or (f == "sea" and file.startswith("sea")) for f in folders):
+                photos[f"gcompris_{activity}_{(folder + '_') if folder else ''}{file[:-5]}"] = [rgb(blob)]
+    return photos
+
+
+def many_photo_samples(seed: int, cache: Path, sources: int) -> Iterator[tuple[str, dict]]:
+    """(source, sample) for ``yolo``: ``sources`` photo sources (scikit-image's 20 always, the rest drawn; all
+    there are when fewer), 1-2 variants each (1 source in 5 gets a second), NudeNet's preprocessing. The first
+    variant is the source's first photo whole, the second a seeded crop (40-100 % of each side) of its next
+    photo; each mirrored by a coin."""
+    from nudenet.nudenet import _read_image
+    from PIL import ImageOps
+
+    photos = many_photos(cache)
+    names = sorted(photos)
+    rest = [n for n in names if not n.startswith("skimage_")]
+    keep = sorted(n for n in names if n.startswith("skimage_"))
+    draw = np.random.default_rng([seed, 11]).permutation(len(rest))[:max(0, sources - len(keep))]
+    for s, name in enumerate(sorted(keep + [rest[i] for i in draw])):
+        rng = np.random.default_rng([seed, 13, s])
+        images = photos[name]
+        for v in range(1 + int(rng.random() < 0.2)):
+            img = images[v % len(images)]
+            w, h = img.size
+            cw, ch = (w, h) if v == 0 else (int(w * rng.uniform(0.4, 1.0)), int(h * rng.uniform(0.4, 1.0)))
+            x0, y0 = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
+            crop = img.crop((x0, y0, x0 + cw, y0 + ch))
+            if rng.random() < 0.5:
+                crop = ImageOps.mirror(crop)
+            bgr = np.asarray(crop)[:, :, ::-1].copy()
+            yield name, {"images": np.asarray(_read_image(bgr, 320)[0], np.float32)}
+
+
 # ----------------------------------------------------------------------------- speech
 
 
@@ -447,6 +603,8 @@ def make(model: str, out: Path, seed: int = 0, scale: int = 1, sources: int = 0)
         samples = many_text_samples(model, seed, sources)
     elif sources and model == "silero16k":
         samples = many_speech_samples(seed, sources)
+    elif sources and model == "yolo":
+        samples = many_photo_samples(seed, out / "_packages", sources)
     else:
         samples = (text_samples(model, seed, scale) if model in ("cls", "rec", "dddd")
                    else photo_samples(seed, out / "_wheels", scale) if model == "yolo" else speech_samples(seed, scale))
@@ -485,7 +643,7 @@ def main() -> None:
     ap.add_argument("--scale", type=int, default=1,
                     help="k times the samples per source (text lines, photo variants; speech chunks k times as often)")
     ap.add_argument("--sources", type=int, default=0,
-                    help="the many-source sets: N sources of 1-2 text lines / utterances of 1-2 chunks (yolo unchanged)")
+                    help="the many-source sets: N sources of 1-2 text lines / utterances of 1-2 chunks / photo variants")
     ap.add_argument("--force", action="store_true", help="make the sets again even when present")
     args = ap.parse_args()
     out = args.out or default_out(args.sources)

@@ -119,3 +119,30 @@ def interrupt_inside_tensorrt_build(args: list[str], sig: int, callback: str = "
     on the builder's own call, not after a delay."""
     return subprocess.run([sys.executable, "-c", _DURING_TENSORRT, str(int(sig)), callback, *args],
                           capture_output=True, text=True, timeout=timeout, preexec_fn=_as_from_a_terminal)
+
+
+_WHILE_LOADING = """
+import importlib, signal, sys, threading, time
+module = sys.argv[1]
+real_import = importlib.import_module
+def import_module(name, *args, **kwargs):
+    if name == module:  # the command's module, loaded by the CLI before its options are parsed
+        print("signal while loading", name, file=sys.stderr, flush=True)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        for _ in range(1200):
+            time.sleep(0.1)
+        raise SystemExit("the signal was not delivered")
+    return real_import(name, *args, **kwargs)
+importlib.import_module = import_module
+from trtconv.cli.main import main
+sys.argv = ["trtconv", *sys.argv[2:]]
+main()
+"""
+
+
+def interrupt_while_loading_command(module: str, args: list[str], timeout: float = 300
+                                    ) -> subprocess.CompletedProcess[str]:
+    """Run ``trtconv *args``; send SIGINT while the CLI imports ``module`` (the command's own module,
+    e.g. ``trtconv.cli.quantize_command``): a Ctrl-C in the first second, before the command runs."""
+    return subprocess.run([sys.executable, "-c", _WHILE_LOADING, module, *args],
+                          capture_output=True, text=True, timeout=timeout, preexec_fn=_as_from_a_terminal)

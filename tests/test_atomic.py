@@ -316,3 +316,18 @@ def test_unwritable_folder_via_access_check(tmp_path, ocr_cls, monkeypatch):
                         (errno.EDQUOT, "no space left")):
         err = os_error(out_dir / "o.onnx", OSError(code, os.strerror(code)))
         assert err.exit_code == ExitCode.IO_ERROR and words in err.message
+
+
+def test_ctrl_c_writes_no_report_page_either(tmp_path):
+    """--report is written when a command fails, but a Ctrl-C leaves nothing behind, the page included
+    (it once said "succeeded (exit 0): restored from the cache" for an interrupted build)."""
+    model = save_model(_model(1.0), tmp_path / "m.onnx")
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    pages = tmp_path / "pages"  # not the watched folder: only the model's rename is interrupted
+    pages.mkdir()
+    res = interrupt_before_rename(["quantize", str(model), "-o", str(out_dir / "q.onnx"), "--precision", "fp16",
+                                   "--report", str(pages / "q.html")], out_dir, signal.SIGINT)
+    assert "signal before rename of " + TMP_PREFIX in res.stderr, res.stderr[-2000:]
+    assert res.returncode == ExitCode.INTERRUPTED, res.stderr[-2000:]
+    assert "report written" not in res.stderr and list(out_dir.iterdir()) == [] and list(pages.iterdir()) == []

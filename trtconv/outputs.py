@@ -147,6 +147,14 @@ def _writable_folder(folder: Path, path: Path, flag: str | None) -> None:
                       hint=f"create it with `mkdir -p {shlex.quote(str(folder))}`, then run the command again")
 
 
+def check_not_the_model(path: Path, model: Path | str | None, flag: str, suffix: str) -> None:
+    """A side output (``--report``, ``--deps``) named like the input model would overwrite it: exit 2, the hint a
+    name of its own (``suffix``)."""
+    if model is not None and Path(path).resolve() == Path(model).resolve():
+        raise UsageError(f"{flag} {path} is the input model: writing it would overwrite the model",
+                         hint=f"give it its own name, e.g. {flag} {shlex.quote(str(Path(path).with_suffix(suffix)))}")
+
+
 def check_output_path(path: Path, *, force: bool, flag: str | None = None) -> None:
     """Fail early, before hours of work, if the file ``path`` cannot be written (``flag``: the option
     that named it, for the message)."""

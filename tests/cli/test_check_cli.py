@@ -229,3 +229,37 @@ def test_shapes_against_a_fixed_dim_name_the_dim_and_a_shapes_that_works(tmp_pat
     assert CliRunner().invoke(cli, ["check", str(model), *fixed]).exit_code == 0
     res = CliRunner().invoke(cli, ["check", str(model), "--shapes", "images:1x3x64"])
     assert res.exit_code == ExitCode.USAGE and "hint: its dims are [batch, 3, h, w]" in res.output, res.output
+
+
+def test_live_build_failing_only_at_placeholder_shapes_is_not_counted(tmp_path):
+    """A 1-D convolution over [1, 1, n] (an audio front end): --live without --shapes builds at n = 1, where a
+    kernel of 3 has no output; TensorRT's refusal there says nothing of the model, so it is shown and not
+    counted (the prediction's exit 0, not 5); with --shapes the real build decides."""
+    pytest.importorskip("tensorrt_rtx", reason="tensorrt-rtx is in the test extra: run `make install`")
+    w = numpy_helper.from_array(np.ones((1, 1, 3), np.float32), "w")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="conv")], "audio",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, "n"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, "m"])], initializer=[w])
+    model = tmp_path / "audio.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model)
+    res = run("check", str(model), "--trt", "rtx", "--live", "--json")
+    live = json.loads(res.stdout)["live"]
+    assert live["build"] == "fail" and live["build_counted"] is False and live["placeholder_inputs"] == ["x"]
+    assert res.exit_code == ExitCode.OK and live["agrees"] is True
+    text = run("check", str(model), "--trt", "rtx", "--live")
+    assert "failed at placeholder shapes (the dynamic dims of x taken as 1" in text.stdout, text.stdout
+    assert text.exit_code == ExitCode.OK
+    shaped = run("check", str(model), "--trt", "rtx", "--live", "--json", "--shapes", "x:1x1x16")
+    assert json.loads(shaped.stdout)["live"]["build"] == "ok" and shaped.exit_code == ExitCode.OK
+
+
+def test_live_summary_line_says_when_tensorrt_overrules_the_predictions_word(tmp_path):
+    """The summary's word is the prediction's (SUPPORTED); when TensorRT-RTX's parser refuses (exit 5), the
+    same line says so, never a bare SUPPORTED above an exit 5."""
+    pytest.importorskip("tensorrt_rtx", reason="tensorrt-rtx is in the test extra: run `make install`")
+    from builders import int32_relu_model
+
+    res = run("check", str(int32_relu_model(tmp_path / "relu.onnx")), "--trt", "rtx", "--live")
+    assert res.exit_code == ExitCode.UNSUPPORTED, res.output
+    summary = res.stdout.strip().splitlines()[-1]
+    assert summary.startswith("TensorRT-RTX: SUPPORTED - ") and summary.endswith("; TensorRT itself refused it (exit 5)")

@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
 from realdata import ocr_det_images, ocr_line_images, recorded_speech, silero_samples
 from realmodels import silero_model
 
@@ -230,3 +231,36 @@ def test_build_fp16_gates_with_fp16_defaults(ocr_cls, data, tmp_path):
     res = _invoke("build", ocr_cls, "-o", tmp_path / "x.engine", "--precision", "fp16", "--shapes", "x:1x3x48x192",
                   "--prepare-only", "--sensitivity")
     assert res.exit_code == ExitCode.USAGE and "--sensitivity applies to --precision int8 only" in res.stderr
+
+
+def _scalar_score_model(path: Path) -> Path:
+    """Conv -> global pool -> Gemm -> Sigmoid: one probability per sample, shaped [N, 1] (a wake-word head)."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((8, 4, 3, 3)) * 0.3).astype(np.float32), "w"),
+             numpy_helper.from_array((rng.standard_normal((1, 8)) * 0.3).astype(np.float32), "g"),
+             numpy_helper.from_array(np.zeros(1, np.float32), "gb")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("GlobalAveragePool", ["c"], ["p"], name="pool"),
+             helper.make_node("Flatten", ["p"], ["f"], name="flat"),
+             helper.make_node("Gemm", ["f", "g", "gb"], ["s"], name="head", transB=1),
+             helper.make_node("Sigmoid", ["s"], ["prob"], name="sigmoid")]
+    g = helper.make_graph(nodes, "score", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8, 8])],
+                          [helper.make_tensor_value_info("prob", TensorProto.FLOAT, ["N", 1])], initializer=inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return path
+
+
+def test_a_one_value_output_gated_by_cosine_alone_is_said_to_be_ungateable(tmp_path):
+    """INT8's claim judges each sample's own cosine; over one value (a probability) it is 1 whenever the signs
+    agree, so a cosine-only gate there passes whatever INT8 does to it: a warning says so, and which limit can."""
+    model = _scalar_score_model(tmp_path / "score.onnx")
+    base = ("quantize", model, "-o", tmp_path / "q.onnx", "--precision", "int8", "--int8-unverified",
+            "--random-data", "4", "--shapes", "x:1x4x8x8", "--calib-method", "minmax", "--force")
+    res = _invoke(*base)
+    assert res.exit_code == 0, res.output
+    said = [line for line in res.stderr.splitlines() if "holds one value per sample" in line]
+    assert said == ["trtconv: warning: output 'prob' holds one value per sample ([None, 1]): its cosine is 1 "
+                    "whenever the signs agree, so the cosine gate cannot fail on it; add --max-abs prob=X or "
+                    "--max-rel prob=X for a limit that can"], res.stderr
+    bounded = _invoke(*base, "--max-abs", "prob=0.05")
+    assert bounded.exit_code == 0 and "holds one value per sample" not in bounded.stderr, bounded.output

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from realdata import ocr_det_images, silero_samples
 
 from trtconv.cli.main import cli
+from trtconv.cli.precision_report import gate_line, print_int8
 from trtconv.errors import ExitCode
 
 
@@ -24,7 +25,7 @@ def _invoke(*args: object):
     return CliRunner().invoke(cli, [str(a) for a in args])
 
 
-def test_an_unreachable_share_stops_after_one_check_in_seconds(ocr_det, tmp_path):
+def test_an_unreachable_share_stops_after_one_check_in_seconds(ocr_det, tmp_path, capsys):
     ocr_det_images(tmp_path / "det", range(5), sizes=((224, 288), (256, 224), (192, 320)))
     args = ("quantize", ocr_det, "-o", tmp_path / "det.onnx", "--precision", "int8", "--int8-unverified", "--calib-data", tmp_path / "det",
             "--preprocess", "preset=ppocr-det", "--auto-exclude", "--min-cosine", "0.9999", "--calib-method", "entropy")
@@ -51,6 +52,12 @@ def test_an_unreachable_share_stops_after_one_check_in_seconds(ocr_det, tmp_path
     assert evaluations <= 6  # reference, candidate and its FP16 twin, one sensitivity session, one check (x2)
     assert not (tmp_path / "det.onnx").exists()
     assert seconds < 120, seconds  # one check, not the whole search (minutes on larger models)
+    # the text report's gate line: there was sample data, the refusal came before the judgement
+    assert gate_line({**doc, "written": False}) == "accuracy gate: not reached (refused first: see the error line)"
+    capsys.readouterr()
+    print_int8({**doc, "written": False})
+    (parts,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("samples: ")]
+    assert "none held out" not in parts and parts.endswith(" (refused before any judging)"), parts
 
 
 def test_auto_exclude_is_the_default_marks_the_excluded_layers_and_counts_its_evaluations(silero, tmp_path):

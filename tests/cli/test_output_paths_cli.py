@@ -168,3 +168,64 @@ def test_a_missing_output_folder_hint_runs_as_printed(tmp_path, monkeypatch):
     assert command == "mkdir -p 'new dir'"
     subprocess.run(command, shell=True, check=True)
     assert CliRunner().invoke(cli, argv).exit_code == 0
+
+
+def test_a_build_never_overwrites_its_input_model(tmp_path):
+    """``build m.prepared.onnx -o m.engine`` would write its prepared ONNX over the model (it once did, --force or
+    not: the default prepared ONNX is replaced without it); ``-o`` the model itself likewise. Exit 2, the model
+    unchanged, and a hint that runs as printed."""
+    model = _model(tmp_path).rename(tmp_path / "m.prepared.onnx")
+    before = model.read_bytes()
+    for args in (["-o", str(tmp_path / "m.engine"), "--precision", "fp16"], ["-o", str(model), "--force"]):
+        res = CliRunner().invoke(cli, ["build", str(model), "--trt", "rtx", *args])
+        assert res.exit_code == ExitCode.USAGE, res.output
+        assert "the input model: the build would overwrite it" in res.stderr, res.stderr
+        assert model.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["m.prepared.onnx"]
+        (hint,) = [ln.strip().removeprefix("hint: ") for ln in res.stderr.splitlines() if ln.strip().startswith("hint:")]
+        again = CliRunner().invoke(cli, shlex.split(hint)[1:])
+        assert again.exit_code == ExitCode.OK, (hint, again.output)
+        assert model.read_bytes() == before
+        for p in tmp_path.iterdir():
+            if p != model:
+                p.unlink()
+
+
+@pytest.mark.parametrize("args", [["check", "{m}", "--report", "{m}"],
+                                  ["quantize", "{m}", "-o", "{d}/q.onnx", "--precision", "fp16", "--report", "{m}"],
+                                  ["rewrite", "{m}", "-o", "{d}/r.onnx", "--deps", "{m}"]],
+                         ids=["check-report", "quantize-report", "rewrite-deps"])
+def test_a_report_or_depfile_named_like_the_model_is_refused(tmp_path, args):
+    model = _model(tmp_path)
+    before = model.read_bytes()
+    res = CliRunner().invoke(cli, [a.format(m=model, d=tmp_path) for a in args])
+    assert res.exit_code == ExitCode.USAGE, res.output
+    assert "is the input model: writing it would overwrite the model" in res.stderr, res.stderr
+    assert model.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["m.onnx"]
+
+
+def test_triton_repo_with_prepare_only_is_refused_not_skipped(tmp_path):
+    """--prepare-only builds no engine, so --triton-repo had nothing to hold and was skipped without a word."""
+    model = _model(tmp_path)
+    res = CliRunner().invoke(cli, ["build", str(model), "-o", str(tmp_path / "m.engine"), "--trt", "11.4",
+                                   "--prepare-only", "--triton-repo", str(tmp_path / "repo")])
+    assert res.exit_code == ExitCode.USAGE, res.output
+    assert "--triton-repo needs an engine, and --prepare-only builds none" in res.stderr
+    (hint,) = [ln.strip().removeprefix("hint: ") for ln in res.stderr.splitlines() if ln.strip().startswith("hint:")]
+    argv = shlex.split(hint)
+    assert "--prepare-only" not in argv and argv[argv.index("--triton-repo") + 1] == str(tmp_path / "repo"), hint
+    assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]
+
+
+def test_engine_flags_with_prepare_only_are_said_to_do_nothing(tmp_path):
+    """--prepare-only builds no engine: --workspace, --opt-level, --layers and the like are said to have no effect
+    (a warning: a spec file shared with full builds may set them), never dropped without a word."""
+    model = _model(tmp_path)
+    res = CliRunner().invoke(cli, ["build", str(model), "-o", str(tmp_path / "m.engine"), "--trt", "rtx",
+                                   "--prepare-only", "--workspace", "1G", "--opt-level", "5", "--layers"])
+    assert res.exit_code == ExitCode.OK, res.output
+    said = [ln for ln in res.stderr.splitlines() if "no effect" in ln]
+    assert said == ["trtconv: warning: --workspace, --opt-level, --layers have no effect with --prepare-only: "
+                    "no engine is built"], res.stderr
+    quiet = CliRunner().invoke(cli, ["build", str(model), "-o", str(tmp_path / "m.engine"), "--trt", "rtx",
+                                     "--prepare-only", "--force"])
+    assert quiet.exit_code == ExitCode.OK and "no effect" not in quiet.stderr

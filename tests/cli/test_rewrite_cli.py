@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
 from trtconv.cli.main import cli
+from trtconv.errors import ExitCode
 from trtconv.load import load_model, save_model
 from trtconv.reference.ort import run_model
 
@@ -201,3 +202,22 @@ def test_an_ir3_model_stays_valid_onnx_after_the_rewrite(tmp_path):
     onnx.checker.check_model(out)
     x = np.arange(4, dtype=np.float32).reshape(1, 4)
     np.testing.assert_array_equal(run_model(out, {"x": x})["y"], x * 4)
+
+
+def test_shapes_the_graph_cannot_run_at_are_refused_and_nothing_written(tmp_path):
+    """A 1-D convolution of kernel 8 over [1, 1, n]: --shapes x:1x1x4 leaves it no output (an audio front end given
+    fewer samples than its window). The model written would declare a shape it cannot take: exit 2, as build's
+    pre-flight says, and nothing written; a size it runs at is fine."""
+    w = numpy_helper.from_array(np.ones((1, 1, 8), np.float32), "w")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="window")], "audio",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, "n"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, "m"])], initializer=[w])
+    model = tmp_path / "audio.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model)
+    out = tmp_path / "out.onnx"
+    res = CliRunner().invoke(cli, ["rewrite", str(model), "-o", str(out), "--shapes", "x:1x1x4"])
+    assert res.exit_code == ExitCode.USAGE, res.output
+    assert "the graph cannot run at --shapes x:1x1x4" in res.stderr and "'window' (Conv)" in res.stderr, res.stderr
+    assert not out.exists()
+    ok = CliRunner().invoke(cli, ["rewrite", str(model), "-o", str(out), "--shapes", "x:1x1x64"])
+    assert ok.exit_code == ExitCode.OK and out.exists(), ok.output

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from builders import cls_calibration, dcn_model
+from builders import cls_calibration, dcn_model, two_inputs_one_dim_name
 from click.testing import CliRunner
 from realmodels import rapidocr_model
 
@@ -57,6 +57,25 @@ def test_check_and_rewrite_reports_show_node_verdicts_and_rewrite_proofs(browser
     assert got["rows"] == 1 and "dcn0" in got["table"] and "passed" in got["table"]
 
 
+def test_check_report_shows_the_dynamic_inputs_table_the_text_output_has(browser, tmp_path):
+    model = two_inputs_one_dim_name(tmp_path)  # a [1, n] and b [1, n]
+    code, out, stdout = _run("check", model, "--trt", "rtx", "--shapes", "a:1x4", "--report", tmp_path / "c.html")
+    assert code == 0, out
+    assert "dynamic inputs" in out and "not given" in out  # the text output's table, which the page must show too
+    got = _open(browser, tmp_path / "c.html", rows=COUNT.format("#dynamic-inputs tbody tr"),
+                table=TEXT.format("#dynamic-inputs"))
+    assert got["rows"] == 2
+    assert "a[1, n]1x4" in got["table"] and "b[1, n]not given" in got["table"]
+
+
+def test_quantize_report_without_data_never_says_passed(browser, tmp_path):
+    code, out, _ = _run("quantize", rapidocr_model("cls"), "-o", tmp_path / "q.onnx", "--precision", "fp16",
+                        "--report", tmp_path / "q.html")
+    assert code == 0, out
+    got = _open(browser, tmp_path / "q.html", subtitle=TEXT.format("#subtitle"))
+    assert got["subtitle"] == "succeeded (exit 0): written; accuracy gate not checked (no sample data)", got
+
+
 def test_quantize_report_shows_kept_nodes_and_the_gate_with_a_per_sample_plot(browser, lines, tmp_path):
     code, out, stdout = _run("quantize", rapidocr_model("cls"), "-o", tmp_path / "q.onnx", "--precision", "int8", "--int8-unverified",
                      "--calib-data", lines, "--min-cosine", "0", "--json", "--report", tmp_path / "q.html", *ONE_METHOD)
@@ -82,8 +101,8 @@ def test_build_report_shows_every_section_and_the_engine_layers(browser, lines, 
                 layers=COUNT.format("#engine-layers tbody tr"), manifest=TEXT.format("#manifest"),
                 dots=COUNT.format("svg.cosine-plot circle"), subtitle=TEXT.format("#subtitle"),
                 engine=TEXT.format("#engine-run"))
-    assert got["sections"].split() == ["verification-section", "nodes-section", "rewrites-section", "kept-out-section",
-                                       "accuracy-section", "layers-section", "manifest-section"]
+    assert got["sections"].split() == ["verification-section", "nodes-section", "inputs-section", "rewrites-section",
+                                       "kept-out-section", "accuracy-section", "layers-section", "manifest-section"]
     # the RTX engine was never run: the page says so, never "passed" (issue 35)
     assert got["subtitle"].startswith("succeeded (exit 0): engine built, not run: TensorRT-RTX") and \
         "passed" not in got["subtitle"], got["subtitle"]

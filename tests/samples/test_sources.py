@@ -65,6 +65,15 @@ def test_bad_arrays_name_the_file(tmp_path):
         np.savez(d / name, **arrays)
         err = _err(SampleSource.detect(d), TWO)
         assert name in str(err) and expect[name] in str(err), str(err)
+        if name in ("shape.npz", "rank.npz"):  # what to do, in the model's own dims (not "include the batch")
+            assert err.hint == "give samples of shape 1x4, the model's fixed dims as they are" if name == "shape.npz" \
+                else err.hint == "include the batch dimension", err.hint
+    batch = tmp_path / "batch"
+    batch.mkdir()
+    np.save(batch / "one.npy", np.ones((1, 3, 8, 8), np.float32))  # what an image makes, for a batch-10 model
+    hint = _err(SampleSource.detect(batch), {"x": InputSpec(F32, (10, 3, 8, 8))}).hint
+    assert hint == ("give samples of shape 10x3x8x8, the model's fixed dims as they are; an image is one sample of "
+                    "batch 1: stack 10 into each .npy (or yield them from --calib-loader)"), hint
     pick = tmp_path / "pickle"
     pick.mkdir()
     np.save(pick / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)

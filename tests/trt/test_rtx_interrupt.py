@@ -39,6 +39,7 @@ def test_signal_during_the_tensorrt_build_exits_130_and_writes_nothing(sig, call
     assert "interrupted; no partial output was left behind" in res.stderr
     assert "Exception caught" not in res.stderr and "Traceback" not in res.stderr
     assert "build: done" not in res.stderr
+    assert "trtconv: build: interrupted (" in res.stderr and "build: failed" not in res.stderr, res.stderr
 
 
 @pytest.mark.parametrize("name", ["m.prepared.onnx", "m.engine", "m.engine.json"])

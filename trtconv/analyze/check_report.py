@@ -101,17 +101,27 @@ class LiveCheck:
     predicted_build: str
     nodes: tuple[LiveNode, ...]  # nodes the parser rejected or check predicted it would
     build_errors: tuple[str, ...]
+    # Inputs whose dynamic dims the build took as 1 (no --shapes for them). A build that fails there says
+    # nothing of the model (a convolution over 1 sample), so it is reported and not counted.
+    placeholder_inputs: tuple[str, ...] = ()
+
+    @property
+    def build_judged(self) -> str | None:
+        """The build's answer as it counts: a failure at placeholder shapes is no answer (None)."""
+        return None if self.build == "fail" and self.placeholder_inputs else self.build
 
     @property
     def agrees(self) -> bool:
-        return self.parse == self.predicted_parse and self.build in (None, self.predicted_build)
+        return self.parse == self.predicted_parse and self.build_judged in (None, self.predicted_build)
 
     @property
     def succeeded(self) -> bool:
-        return self.parse == "accept" and self.build != "fail"
+        return self.parse == "accept" and self.build_judged != "fail"
 
     def to_json(self) -> dict[str, Any]:
         return {"tensorrt": self.tensorrt, "parse": self.parse, "build": self.build,
+                "build_counted": self.build_judged is not None,
+                "placeholder_inputs": list(self.placeholder_inputs),
                 "predicted": {"parse": self.predicted_parse, "build": self.predicted_build},
                 "agrees": self.agrees, "nodes": [n.to_json() for n in self.nodes],
                 "build_errors": list(self.build_errors)}
@@ -144,14 +154,20 @@ class CheckReport:
         return SUPPORTED
 
     @property
+    def predicted_exit_code(self) -> ExitCode:
+        """The code of the prediction alone (what ``verdict`` says)."""
+        return {SUPPORTED: ExitCode.OK, "needs-rewrite": ExitCode.NEEDS_REWRITE}.get(self.verdict,
+                                                                                     ExitCode.UNSUPPORTED)
+
+    @property
     def exit_code(self) -> ExitCode:
         """From the prediction; with a live answer, from TensorRT's own: it accepted (and built) -> 0,
-        it refused -> the prediction's code if that refuses too, else 5."""
-        predicted = {SUPPORTED: ExitCode.OK, "needs-rewrite": ExitCode.NEEDS_REWRITE}.get(self.verdict,
-                                                                                          ExitCode.UNSUPPORTED)
+        it refused -> the prediction's code if that refuses too, else 5. A build that failed only at
+        placeholder shapes (dims trtconv took as 1) is no answer: the prediction stands."""
+        predicted = self.predicted_exit_code
         if self.live is None:
             return predicted
-        if self.live.succeeded and (self.live.build is not None or self.stage() != BUILDER):
+        if self.live.succeeded and (self.live.build_judged is not None or self.stage() != BUILDER):
             return ExitCode.OK
         return predicted if predicted != ExitCode.OK else ExitCode.UNSUPPORTED
 

@@ -50,6 +50,8 @@ def compare_live(report: CheckReport, real: Mapping[str, Any]) -> CheckReport:
         else:
             answer, agrees = "accepted", not predicts_reject
         nodes.append(LiveNode(path, op, node.status if node is not None else SUPPORTED, answer, agrees))
+    placeholders = tuple(i.name for i in report.inputs if i.dynamic and not i.covered) if build is not None else ()
     live = LiveCheck(f"{real.get('module', '?')} {real.get('version', '?')}", parse, build, predicted_parse,
-                     predicted_build, tuple(nodes), tuple(str(e) for e in real.get("build_errors") or ()))
+                     predicted_build, tuple(nodes), tuple(str(e) for e in real.get("build_errors") or ()),
+                     placeholders)
     return replace(report, live=live)

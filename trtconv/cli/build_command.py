@@ -167,6 +167,11 @@ def _check_outputs(ctx: click.Context) -> None:
     settings = BuildSettings.from_params(params)
     target = settings.trt or api.default_target()[0]
     repo = params.get("triton_repo")
+    if repo is not None and settings.prepare_only:  # a repository holds an engine: asked for, never skipped silently
+        raise UsageError("--triton-repo needs an engine, and --prepare-only builds none",
+                         hint=replace(settings, prepare_only=False).command_line(
+                             params["model"], params["output"], drop=("prepare_only",),
+                             extra=("--triton-repo", shlex.quote(str(repo)))))
     if repo is not None:
         why = api.unservable(api.target_name(target))
         if why is not None:
@@ -179,7 +184,7 @@ def _check_outputs(ctx: click.Context) -> None:
         if not settings.prepare_only:  # the repository, then the model's folder in it
             check_output_dir(Path(repo), flag="--triton-repo")
             check_output_dir(Path(repo) / api.model_name(Path(params["output"])), flag="--triton-repo")
-    settings.check_outputs(params["output"], target, force=bool(params.get("force")))
+    settings.check_outputs(params["output"], target, force=bool(params.get("force")), model=params.get("model"))
     for key in ("report", "deps"):
         if params.get(key) is not None:
             check_output_path(Path(params[key]), force=True, flag=f"--{key}")
@@ -226,6 +231,10 @@ def build(model: Path, output: Path, force: bool, as_json: bool, layers: bool, *
 
     settings = BuildSettings.from_params(params)
     settings.contradictions()  # exit 2 before any work
+    unused = settings.unused_with_prepare_only() + (["--layers"] if layers and settings.prepare_only else [])
+    if unused:
+        logging.getLogger("trtconv").warning("%s %s no effect with --prepare-only: no engine is built",
+                                             ", ".join(unused), "has" if len(unused) == 1 else "have")
     settings = replace(settings, trt=target_or_default(settings.trt, as_json))
     return_large_blocks()  # freed weights and activations leave the RSS (issue 20's memory bound)
     cli_flags = tuple(f for f, on in (("--force", force), ("--json", as_json), ("--layers", layers)) if on)

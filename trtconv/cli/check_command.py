@@ -58,7 +58,10 @@ def summary_line(report: CheckReport) -> str:
     if dyn:
         parts.append(f"{len(dyn)} dynamic input{'' if len(dyn) == 1 else 's'} "
                      f"({len(uncovered)} not covered by --shapes)")
-    return f"{target_name(report.target)}: {report.verdict.upper()} - " + "; ".join(parts)
+    line = f"{target_name(report.target)}: {report.verdict.upper()} - " + "; ".join(parts)
+    if report.live is not None and report.exit_code != report.predicted_exit_code:  # the word is the prediction's
+        line += f"; TensorRT itself {'refused' if report.exit_code else 'accepted'} it (exit {int(report.exit_code)})"
+    return line
 
 
 def _print_human(report: CheckReport) -> None:
@@ -110,3 +113,7 @@ def _print_live(console, report: CheckReport) -> None:
         console.print(table)
     for err in live.build_errors[-2:]:
         console.print(f"live build error: {err}", markup=False)
+    if live.build == "fail" and live.build_judged is None:
+        console.print(f"note: the live build failed at placeholder shapes (the dynamic dims of "
+                      f"{', '.join(live.placeholder_inputs)} taken as 1, as no --shapes gave them), which says nothing "
+                      "of the model: not counted; give --shapes with your sizes to have TensorRT build it", markup=False)

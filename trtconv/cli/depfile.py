@@ -22,7 +22,7 @@ import click
 
 from trtconv.api import load_model
 from trtconv.errors import UsageError
-from trtconv.outputs import check_output_path, write_text
+from trtconv.outputs import check_not_the_model, check_output_path, write_text
 
 F = TypeVar("F", bound=Callable[..., Any])
 # The files a run writes, from its parameters; the primary output last.
@@ -142,6 +142,7 @@ def deps_option(outputs: OutputsFn = single_output, not_inputs: Sequence[str] = 
                 return f(*args, **kwargs)
             check_output_path(deps, force=True, flag="--deps")  # before any work: nothing written if not
             ctx = click.get_current_context()
+            check_not_the_model(deps, ctx.params.get("model"), "--deps", ".d")
             targets = list(outputs(ctx.params))
             if not targets:
                 raise UsageError("--deps needs an output file to name as the target", hint="give -o/--output")

@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 import click
 
 from trtconv.api import layer_rows, manifest_path, off_precision, read_manifest, report_html
-from trtconv.errors import DataError, TrtconvError
-from trtconv.outputs import check_output_path, write_text
+from trtconv.errors import DataError, ExitCode, TrtconvError
+from trtconv.outputs import check_not_the_model, check_output_path, write_text
 
 F = TypeVar("F", bound=Callable[..., Any])
 KEY = "trtconv.report"
@@ -55,6 +55,14 @@ def _restored(manifest: dict[str, Any] | None) -> str:
     return f"restored from the cache; the engine was not run when it was built: {verify.get('reason') or 'verify skipped'}"
 
 
+def _unchecked(gate: dict[str, Any]) -> str:
+    """Why a quantize's gate did not judge: the words of its text report's gate line."""
+    if gate.get("unverified") and gate.get("verdict"):
+        return str(gate["verdict"])
+    check = gate.get("accuracy_check") or "not checked"
+    return "not checked (no sample data)" if check == "not checked" else f"not checked (judged on {check})"
+
+
 def write_report(path: Path, command: str, params: dict[str, Any], docs: dict[str, Any], status: str) -> None:
     docs = dict(docs)
     if command == "build" and docs.get("manifest") is None:
@@ -75,25 +83,42 @@ def report_option(f: F) -> F:
             return f(*args, **kwargs)
         check_output_path(report, force=True, flag="--report")  # before any work: nothing written if not
         ctx = click.get_current_context()
+        check_not_the_model(report, ctx.params.get("model"), "--report", ".html")
         status = "passed"
         try:
             return f(*args, **kwargs)
         except click.exceptions.Exit as exc:
-            status = "passed" if exc.exit_code == 0 else f"exit {exc.exit_code}"
+            status = "passed" if exc.exit_code == 0 else "" if exc.exit_code == ExitCode.INTERRUPTED else \
+                f"exit {exc.exit_code}"
             raise
         except TrtconvError as exc:
             status = f"failed (exit {int(exc.exit_code)}): {exc.message}"
             raise
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: stop, and leave nothing behind (exit 130), no page either
+            status = ""
+            raise
+        except Exception as exc:  # a bug (exit 1): the page says so, never "passed"
+            status = f"failed (exit 1): internal error: {type(exc).__name__}: {exc}"
+            raise
         finally:
-            docs = ctx.meta.get(KEY, {})
-            checked = docs.get("verification")
-            if status == "passed" and checked is not None:  # a build says what it verified, never "passed" alone
-                status = f"succeeded (exit 0): {checked['summary']}"
-            if not docs and ctx.command.name != "build" and status == "passed":
-                status = "passed (result restored from the cache: the stored run's details are not kept)"
-            write_report(report, ctx.command.name or "", dict(ctx.params), docs, status)
-            click.echo(f"trtconv: report written to {report}", err=True)
+            if status:
+                _write_at_end(report, ctx, status)
 
     return click.option("--report", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE.html",
                         help="Also write a self-contained HTML report (no network fetches; a CI artifact).")(
         wrapper)  # type: ignore[return-value]
+
+
+def _write_at_end(report: Path, ctx: click.Context, status: str) -> None:
+    """The page for the command that just ended with ``status`` (``passed``, ``exit N``, ``failed ...``)."""
+    docs = ctx.meta.get(KEY, {})
+    checked = docs.get("verification")
+    if status == "passed" and checked is not None:  # a build says what it verified, never "passed" alone
+        status = f"succeeded (exit 0): {checked['summary']}"
+    gate = docs.get("gate")
+    if status == "passed" and gate is not None and not gate.get("checked"):  # written, the gate not run
+        status = f"succeeded (exit 0): written; accuracy gate {_unchecked(gate)}"
+    if not docs and ctx.command.name != "build" and status == "passed":
+        status = "passed (result restored from the cache: the stored run's details are not kept)"
+    write_report(report, ctx.command.name or "", dict(ctx.params), docs, status)
+    click.echo(f"trtconv: report written to {report}", err=True)

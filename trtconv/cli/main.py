@@ -50,6 +50,8 @@ JSON_PRINTED_KEY = "trtconv.json-printed"  # the command printed its own JSON re
 class LazyGroup(click.Group):
     """A click group whose commands are imported on first use, with trtconv's error policy."""
 
+    words: Sequence[str] = ()  # the command line, for a failure before the command parsed it (its --json)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(COMMANDS) | set(super().list_commands(ctx)))
 
@@ -69,17 +71,21 @@ class LazyGroup(click.Group):
         """click's own main, with its usage errors in trtconv's one format (``trtconv: error:`` and a hint)."""
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        self.words = list(sys.argv[1:] if args is None else args)  # for a failure before the command parsed them
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.ClickException as exc:
-            _report_usage(exc)
-            words = list(sys.argv[1:] if args is None else args)
-            if "--json" in words:  # a usage error too is a failure a CI script must be able to parse
-                _print_error_json(next((w for w in words if w in COMMANDS), None), exc.exit_code,
-                                  exc.format_message(), None)
+            hint = _report_usage(exc)
+            if "--json" in self.words:  # a usage error too is a failure a CI script must be able to parse
+                _print_error_json(next((w for w in self.words if w in COMMANDS), None), exc.exit_code,
+                                  usage_message(exc), hint)
             sys.exit(exc.exit_code)
-        except click.exceptions.Abort:
+        except click.exceptions.Abort:  # Ctrl-C before the command ran (its module loading, its options)
+            remove_own_temps()
             click.echo("trtconv: interrupted; no partial output was left behind", err=True)
+            if "--json" in self.words:  # as when the command itself is interrupted: stdout is JSON
+                _print_error_json(next((w for w in self.words if w in COMMANDS), None), int(ExitCode.INTERRUPTED),
+                                  "interrupted; no partial output was left behind", None)
             sys.exit(int(ExitCode.INTERRUPTED))
         sys.exit(code if isinstance(code, int) else 0)
 
@@ -97,6 +103,8 @@ class LazyGroup(click.Group):
         except KeyboardInterrupt:
             remove_own_temps()  # also a temp the interrupt caught between creation and `try`
             click.echo("trtconv: interrupted; no partial output was left behind", err=True)
+            if JSON_KEY not in ctx.meta and "--json" in self.words:
+                ctx.meta[JSON_KEY] = True  # Ctrl-C while the command was loading, before its --json was parsed
             _json_failure(ctx, ExitCode.INTERRUPTED, "interrupted; no partial output was left behind")
             raise click.exceptions.Exit(int(ExitCode.INTERRUPTED)) from None
         except BrokenPipeError:
@@ -124,7 +132,9 @@ def _json_failure(ctx: click.Context, code: int, message: str, hint: str | None 
     """With --json, a command that fails before printing its own report prints a JSON error
     object on stdout (docs/cli.md), so a script reading stdout always gets JSON."""
     if ctx.meta.get(JSON_KEY) and not ctx.meta.get(JSON_PRINTED_KEY):
-        _print_error_json(ctx.invoked_subcommand, code, message, hint)
+        words = getattr(ctx.command, "words", ())  # the command's name, also before click resolved it
+        _print_error_json(ctx.invoked_subcommand or next((w for w in words if w in COMMANDS), None), code, message,
+                          hint)
 
 
 def _print_error_json(command: str | None, code: int, message: str, hint: str | None) -> None:
@@ -180,13 +190,20 @@ def _report_out_of_memory(ctx: click.Context, exc: BaseException, stage: str) ->
     click.echo("  hint: free memory, or raise the limit (ulimit -v, the container's memory limit)", err=True)
 
 
-def _report_usage(exc: click.exceptions.ClickException) -> None:
-    """``trtconv: error: <what>`` and ``  hint: <where to look>``, like every other error."""
-    click.echo(f"trtconv: error: {exc.format_message()}", err=True)
+def usage_message(exc: click.exceptions.ClickException) -> str:
+    """click's message on one line (a missing choice option lists its choices on lines of their own)."""
+    return " ".join(exc.format_message().split())
+
+
+def _report_usage(exc: click.exceptions.ClickException) -> str | None:
+    """``trtconv: error: <what>`` and ``  hint: <where to look>``, like every other error; returns the hint."""
+    click.echo(f"trtconv: error: {usage_message(exc)}", err=True)
     ctx = getattr(exc, "ctx", None)
-    if isinstance(exc, click.UsageError):
-        where = ctx.command_path if ctx is not None else "trtconv"
-        click.echo(f"  hint: `{where} --help` lists the options", err=True)
+    if not isinstance(exc, click.UsageError):
+        return None
+    hint = f"`{ctx.command_path if ctx is not None else 'trtconv'} --help` lists the options"
+    click.echo(f"  hint: {hint}", err=True)
+    return hint
 
 
 def _quiet_callback(_ctx: click.Context, _param: click.Parameter, value: bool) -> None:

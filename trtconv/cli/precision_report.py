@@ -64,9 +64,11 @@ def print_int8(doc: dict[str, Any]) -> None:
               markup=False)
     parts = r.get("samples_per_part") or {}
     if parts:
-        con.print("samples: " + ", ".join(f"{k} {v}" for k, v in parts.items())
+        refused = bool(doc.get("error")) and not parts.get("judging")  # exit 8: stopped before the judging part
+        con.print("samples: " + ", ".join(f"{k} {v}" for k, v in parts.items() if k != "judging" or not refused)
                   + (" (drawn at random, a source at a time; nothing that chooses reads the judging part)"
-                     if parts.get("judging") else " (none held out to judge on)"), markup=False)
+                     if parts.get("judging") else " (refused before any judging)" if refused
+                     else " (none held out to judge on)"), markup=False)
     if r.get("calibration_choice"):
         on = "selection" if parts.get("selection") else "calibration"
         con.print(f"calibration chosen on the {on} samples: {r['chosen_method']} (worst output cosine: "
@@ -149,10 +151,9 @@ def print_sensitivity(rows: list[dict[str, Any]]) -> None:
 
 
 def print_accuracy(doc: dict[str, Any], n: int) -> None:
-    con = stdout_console()
     if not doc["accuracy"]:
-        con.print("accuracy: not checked (no sample data)")
-        return
+        return  # the gate's line says "not checked" and why, once (gate_line)
+    con = stdout_console()
     table = Table(title=f"error against FP32 on {n} sample(s) ({doc['accuracy_check']}, ONNX Runtime)")
     stats = [OutputStats(**{**s, "shape": tuple(s["shape"])}) for s in doc["accuracy"]]
     top1 = any(st.top1_agreement is not None for st in stats)
@@ -175,6 +176,8 @@ def gate_line(doc: dict[str, Any]) -> str:
     n = f" on n={doc['held_out_samples']} samples" if doc.get("held_out_samples") else ""
     if doc["violations"]:
         return f"accuracy gate: FAILED{n} ({limits})"
+    if doc.get("error"):  # refused before the judgement (exit 8): there was data, it was never judged on
+        return "accuracy gate: not reached (refused first: see the error line)"
     if doc["passed"] and doc.get("verdict"):
         return f"accuracy gate: {doc['verdict']} ({doc['accuracy_check']}; {limits})"
     if doc.get("unverified"):

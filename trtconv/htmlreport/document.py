@@ -7,6 +7,7 @@ from typing import Any
 
 from trtconv.htmlreport.render import (
     accuracy_gate,
+    dynamic_inputs,
     kept_nodes,
     kept_out,
     layer_precisions,
@@ -42,6 +43,9 @@ def report_html(command: str, model: str, docs: Mapping[str, Any], *, status: st
         sections.append(section("verification-section", "What was verified, and how", verification(docs["verification"])))
     if docs.get("check") is not None:
         sections.append(section("nodes-section", "Per-node verdicts", node_verdicts(docs["check"])))
+        if any(i.get("dynamic") for i in docs["check"].get("inputs") or []):
+            sections.append(section("inputs-section", "Dynamic inputs (need an optimization profile)",
+                                    dynamic_inputs(docs["check"])))
     if docs.get("rewrite") is not None:
         doc = docs["rewrite"]
         sections.append(section("rewrites-section", "Rewrites and their proofs",

@@ -1,6 +1,6 @@
 """The report page, from the JSON documents the commands already produce. Pure: data in, HTML out.
 
-Sections appear when their data exists: per-node verdicts (check), rewrites with their proof
+Sections appear when their data exists: per-node verdicts and dynamic inputs (check), rewrites with their proof
 figures, the nodes kept out of FP16/INT8 with the reason, the accuracy gate per output (with
 a small SVG of each sample's cosine where samples were measured), the engine's layers by
 precision, and the manifest. Nothing is fetched: styles inline, no script, no images.
@@ -12,6 +12,8 @@ import html
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from trtconv.load import dims_text
 
 CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222;max-width:1200px}
@@ -61,6 +63,14 @@ def node_verdicts(check: Mapping[str, Any]) -> str:
              "</span>"), n.get("rewrite") or "", "; ".join(str(f.get("message")) for f in n.get("findings") or []))
             for n in nodes]
     return head + table(["node", "op", "status", "rewrite", "reason"], rows, "node-verdicts")
+
+
+def dynamic_inputs(check: Mapping[str, Any]) -> str:
+    """The inputs that need an optimization profile, as ``check`` prints them: dims, and what --shapes gave."""
+    rows = [(i.get("name"), dims_text(i.get("dims") or []),
+             "x".join(map(str, i["shape"])) if i.get("shape") else ("html", '<span class="fail">not given</span>'))
+            for i in check.get("inputs") or [] if i.get("dynamic")]
+    return table(["input", "dims", "--shapes"], rows, "dynamic-inputs")
 
 
 def rewrites(doc: Sequence[Mapping[str, Any]], graph_proof: Mapping[str, Any] | None = None) -> str:

@@ -136,6 +136,38 @@ def dims_text(dims: Sequence[int | str | None]) -> str:
     return "[" + ", ".join(dim_label(d) for d in dims) + "]"
 
 
+def shape_example(dims: Sequence[int | str | None], given: Sequence[int] = ()) -> Shape:
+    """A shape to suggest for an input of ``dims`` when ``given`` (what the user wrote) does not fit it.
+
+    Fixed dims stay as the model has them. Given one value per dim, the others keep their places; else a value of ``given`` equal to the next fixed dim is taken as
+    that dim, the others fill the dynamic dims in order (``1x3x64`` for ``[1, 3, height, width]`` gives
+    ``1x3x64x64``: the last such value fills the rest, as images are mostly square). A dynamic dim nothing
+    fills is 1 when it leads (a batch), else the last value used, else 1: never 1s where the user said more.
+    """
+    if len(given) == len(dims):  # the rank is right: each dim keeps its place
+        return tuple(d if isinstance(d, int) and d > 0 else g for d, g in zip(dims, given))
+    values = list(given)
+    out: list[int] = []
+    last: int | None = None
+    for axis, dim in enumerate(dims):
+        if isinstance(dim, int) and dim > 0:
+            if values and values[0] == dim:
+                values.pop(0)
+            out.append(dim)
+            continue
+        if values:
+            last = values.pop(0)
+            out.append(last)
+        else:
+            out.append(1 if axis == 0 and len(dims) > 1 else (last or 1))
+    return tuple(out)
+
+
+def shape_example_text(name: str, dims: Sequence[int | str | None], given: Sequence[int] = ()) -> str:
+    """``NAME:1x3x64x64``: :func:`shape_example` as ``--shapes`` writes it."""
+    return shapes_text({name: shape_example(dims, given)})
+
+
 def dynamic_inputs(model: onnx.ModelProto) -> dict[str, list[int | str | None]]:
     """Inputs with at least one non-fixed dim: these need an optimization profile."""
     return {k: v for k, v in input_dims(model).items() if any(not isinstance(d, int) for d in v)}
@@ -152,7 +184,8 @@ def override_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Shape]) -
             )
         if len(shape) != len(dims[name]) and dims[name]:
             raise UsageError(f"input {name!r} has rank {len(dims[name])}, --shapes gives {len(shape)} dims",
-                             hint=f"its dims are {dims_text(dims[name])}: give one value per dim")
+                             hint=f"its dims are {dims_text(dims[name])}: give one value per dim, e.g. --shapes "
+                                  f"{shape_example_text(name, dims[name], shape)}")
         for axis, (have, want) in enumerate(zip(dims[name], shape)):
             if isinstance(have, int) and have != want:
                 kept = "x".join(str(h if isinstance(h, int) else w) for h, w in zip(dims[name], shape))

@@ -93,7 +93,7 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
     if req.precision != "fp32":
         check_quantize_settings(req.quantize_settings())
     prepared = req.prepared_path(output)
-    req.check_outputs(output, target, force=plan.force)  # every output, before minutes of work
+    req.check_outputs(output, target, force=plan.force, model=model)  # every output, before minutes of work
     replacing = req.prepared is None and prepared.exists() and not plan.force
     outcome = outcome if outcome is not None else BuildOutcome(prepared=prepared)
     outcome.prepared = prepared

@@ -25,7 +25,7 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class StageRecord:
     name: str
-    status: str  # "done" | "skipped" | "failed"
+    status: str  # "done" | "skipped" | "failed" | "interrupted"
     seconds: float = 0.0
     detail: Mapping[str, Any] = field(default_factory=dict)
 
@@ -205,9 +205,10 @@ class StageRunner:
         start = time.monotonic()
         try:
             step = fn()
-        except BaseException:
-            self.outcome.stages.append(StageRecord(name, "failed", time.monotonic() - start))
-            self.say(name, "failed")
+        except BaseException as exc:  # Ctrl-C/SIGTERM is no failure of the stage: said as what it was
+            status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+            self.outcome.stages.append(StageRecord(name, status, time.monotonic() - start))
+            self.say(name, status)
             raise
         self.outcome.stages.append(StageRecord(name, step.status, time.monotonic() - start, dict(step.detail)))
         reason = step.detail.get("reason") if step.status == "skipped" else None

@@ -37,6 +37,11 @@ PathLike = str | os.PathLike[str]
 PLUGIN_FREE_DCN = "portable"  # rewrites.dcn's target of standard ONNX ops only (no plugin, no DeformConv)
 
 
+# Settings that act on the TensorRT build or the engine's verification only.
+ENGINE_ONLY = ("workspace", "memory_pool", "timing_cache", "opt_level", "hardware_compat", "compute_capability",
+               "version_compatible", "exclude_lean_runtime", "tolerance")
+
+
 def _d(name: str) -> Any:
     """The declared default (one place: trtconv.settings)."""
     return declared(name).default
@@ -134,12 +139,15 @@ class BuildSettings:
         files = [self.prepared_path(output)] + ([self.tail_path(output)] if self.split_tail else [])
         return files if self.prepare_only else [*files, manifest_path(Path(output)), Path(output)]
 
-    def check_outputs(self, output: PathLike, target: str, *, force: bool = False) -> None:
+    def check_outputs(self, output: PathLike, target: str, *, force: bool = False, model: PathLike | None = None
+                      ) -> None:
         """Every file the build for ``target`` writes, checked before any work (exists without ``force``,
-        a folder where a file goes, a folder missing or read-only): the engine and its manifest, the
-        prepared ONNX, the tail, the calibration cache (the timing cache is not: failing to save it is a
-        warning, never the build's failure). One line naming the flag."""
+        a folder where a file goes, a folder missing or read-only, the input ``model`` itself): the engine
+        and its manifest, the prepared ONNX, the tail, the calibration cache (the timing cache is not:
+        failing to save it is a warning, never the build's failure). One line naming the flag."""
         output = Path(output)
+        if model is not None:
+            self._not_the_model(Path(model), output)
         if not self.prepare_only:
             check_output_path(output, force=force, flag="-o")
             check_output_path(manifest_path(output), force=force, flag="-o (its manifest)")
@@ -151,6 +159,23 @@ class BuildSettings:
         if self.precision == "int8" and self.calib_cache and not self.no_calib_cache:
             for path in cache_files(Path(self.calib_cache)):  # a cache is read and updated: it may exist
                 check_output_path(path, force=True, flag="--calib-cache")
+
+    def _not_the_model(self, model: Path, output: Path) -> None:
+        """A path the build writes that is the input model (``build m.prepared.onnx -o m.engine``: the default
+        prepared ONNX is the model) is refused, never overwritten; the hint names a path that is not."""
+        written = [(output, "-o"), (manifest_path(output), "-o (its manifest)"),
+                   (self.prepared_path(output), "--prepared" if self.prepared is not None else "the prepared ONNX")]
+        if self.split_tail:
+            written.append((self.tail_path(output), "--split-tail (its tail)"))
+        for path, flag in written:
+            if path.resolve() != model.resolve():
+                continue
+            if flag.startswith("-o"):
+                fix = self.command_line(model, model.with_name(model.stem + ".engine"))
+            else:
+                fix = replace(self, prepared=str(model.with_name(model.stem + ".build.onnx"))).command_line(model, output)
+            raise UsageError(f"{flag} would be {path}, the input model: the build would overwrite it",
+                             hint=fix)
 
     def command_line(self, model: PathLike, output: PathLike, *, drop: tuple[str, ...] = (),
                      extra: tuple[str, ...] = ()) -> str:
@@ -169,6 +194,13 @@ class BuildSettings:
             for item in value if setting.multiple else (value,):
                 parts += [setting.flag, shlex.quote(str(item))]
         return " ".join([*parts, *extra])
+
+    def unused_with_prepare_only(self) -> list[str]:
+        """The flags given that tune or check an engine, which ``--prepare-only`` does not build: said, not dropped
+        in silence (a warning: a spec file shared with full builds may set them)."""
+        if not self.prepare_only:
+            return []
+        return [declared(name).flag for name in ENGINE_ONLY if getattr(self, name) not in (declared(name).default, ())]
 
     def contradictions(self) -> None:
         """Settings that cannot all be obeyed: a usage error (exit 2) naming them, never one silently dropped."""

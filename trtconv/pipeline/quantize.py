@@ -6,6 +6,7 @@ re-exports it and ``trtconv.pipeline.build`` reuses its settings and sample sele
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -33,7 +34,15 @@ from trtconv.precision import (
     too_few_samples,
 )
 from trtconv.reference import DEFAULT_THRESHOLDS, Thresholds, parse_limit, thresholds_with
-from trtconv.samples import ImagePreprocess, SampleSet, SampleSource, Split, model_inputs, split_samples
+from trtconv.samples import (
+    ImagePreprocess,
+    SampleSet,
+    SampleSource,
+    Split,
+    model_inputs,
+    preprocess_warnings,
+    split_samples,
+)
 from trtconv.settings import declared
 
 if TYPE_CHECKING:
@@ -41,6 +50,8 @@ if TYPE_CHECKING:
 
     from trtconv.precision import Fp16Report, Int8Report
     from trtconv.samples import SampleSet, SampleSource
+
+log = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike[str]
 
@@ -217,6 +228,10 @@ def sample_set(proto: onnx.ModelProto, settings: QuantizeSettings) -> SampleSet 
     if settings.calib_data:
         pp = ImagePreprocess.parse(settings.preprocess) if settings.preprocess else None
         source = SampleSource.detect(settings.calib_data, pp, limit=settings.max_samples)
+        inputs = model_inputs(proto)
+        if source.kind == "images" and len(inputs) == 1:  # what the images become, where the user did not say
+            for warning in preprocess_warnings(pp, next(iter(inputs.values())).dims, str(settings.calib_data)):
+                log.warning("%s", warning)
     elif settings.calib_loader:
         source = SampleSource.loader(settings.calib_loader, limit=settings.max_samples)
     elif settings.random_data:
@@ -288,6 +303,24 @@ def int8_settings(settings: QuantizeSettings, *, trt_version: str = DEFAULT_TRT_
     )
 
 
+def cosine_blind_outputs(proto: onnx.ModelProto, gate: Thresholds) -> list[str]:
+    """Outputs of one value per sample gated by cosine alone: INT8's claim judges each sample's own cosine,
+    and the cosine of one value is 1 whenever the signs agree (a probability, a score), so that gate cannot
+    fail there. Said, with the limit that can: what the user asked to be checked is not silently vacuous."""
+    notes = []
+    for out in proto.graph.output:
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in out.type.tensor_type.shape.dim]
+        per_sample = dims[1:] if len(dims) > 1 else dims  # the leading dim: the batch, one sample each
+        limits = gate.for_output(out.name)
+        if (not out.type.tensor_type.HasField("shape") or any(d != 1 for d in per_sample) or limits is None
+                or limits.min_cosine is None or limits.max_abs is not None or limits.max_rel is not None):
+            continue
+        notes.append(f"output {out.name!r} holds one value per sample ({list(dims)}): its cosine is 1 whenever the "
+                     f"signs agree, so the cosine gate cannot fail on it; add --max-abs {out.name}=X or --max-rel "
+                     f"{out.name}=X for a limit that can")
+    return notes
+
+
 def run_int8(proto: onnx.ModelProto, samples: SampleSet, settings: QuantizeSettings, *,
              model_path: Path | None = None, calibration_model: onnx.ModelProto | None = None,
              trt_version: str = DEFAULT_TRT_VERSION, progress: Callable[[str, int, int | None], None] | None = None,
@@ -314,6 +347,8 @@ def run_int8(proto: onnx.ModelProto, samples: SampleSet, settings: QuantizeSetti
     if judging is None and warn is not None:
         warn(f"{len(samples)} sample(s) in {split.groups} source(s): none to judge on, so the accuracy check runs on "
              "the calibration data and the result is unverified")
+    for note in cosine_blind_outputs(proto, settings.gate()):
+        log.warning("%s", note)
     int8 = replace(int8_settings(settings, trt_version=trt_version), unverified=unverified)
     try:
         return quantize_int8(proto, int8, split.calibration, model_path=model_path,

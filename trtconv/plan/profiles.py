@@ -9,13 +9,23 @@ a message about "kOPT values for profile 0"; we check them here and name the inp
 from __future__ import annotations
 
 import logging
+import shlex
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import onnx
 
 from trtconv.errors import InvalidModelError, UsageError
-from trtconv.load import dim_label, dynamic_inputs, input_dims, parse_shape_spec
+from trtconv.load import (
+    dim_label,
+    dims_text,
+    dynamic_inputs,
+    input_dims,
+    parse_shape_spec,
+    shape_example,
+    shape_example_text,
+    shapes_text,
+)
 from trtconv.plan.build_plan import InputRange, Profile, Shape
 from trtconv.plan.corners import does_not_fit
 from trtconv.reference import ort
@@ -23,11 +33,13 @@ from trtconv.reference import ort
 log = logging.getLogger(__name__)
 
 
-def _example(name: str, dims: list[int | str | None]) -> str:
-    return f"{name}:" + "x".join(str(d) if isinstance(d, int) else "1" for d in dims)
+def _example(name: str, dims: list[int | str | None], given: Shape = ()) -> str:
+    return shape_example_text(name, dims, given)
 
 
-def _check_shape(name: str, shape: Shape, dims: dict[str, list[int | str | None]], flag: str) -> None:
+def _check_shape(name: str, shape: Shape, dims: dict[str, list[int | str | None]], flag: str,
+                 suggest: Callable[[str, str], str]) -> None:
+    """``suggest(name, example)``: the hint that offers ``example`` (``NAME:DxD``) for that input."""
     if name not in dims:
         raise UsageError(
             f"{flag} names {name!r}, which is not an input of the model",
@@ -36,17 +48,18 @@ def _check_shape(name: str, shape: Shape, dims: dict[str, list[int | str | None]
     have = dims[name]
     if have and len(shape) != len(have):
         raise UsageError(
-            f"{flag}: input {name!r} has rank {len(have)}, the shape given has {len(shape)} dims",
-            hint=f"e.g. {_example(name, have)}",
+            f"{flag}: input {name!r} has rank {len(have)} {dims_text(have)}, the shape given has {len(shape)} dims",
+            hint=suggest(name, _example(name, have, shape)),
         )
     for axis, (fixed, want) in enumerate(zip(have, shape)):
         if isinstance(fixed, int) and fixed != want:
             raise UsageError(
                 f"{flag}: input {name!r} dim {axis} is fixed at {fixed} in the model; {want} was given",
-                hint=f"keep fixed dims as they are, e.g. {_example(name, have)}",
+                hint="keep fixed dims as they are: " + suggest(name, _example(name, have, shape)),
             )
     if any(d < 1 for d in shape):
-        raise UsageError(f"{flag}: input {name!r} has a zero dim in {list(shape)}")
+        raise UsageError(f"{flag}: input {name!r} has a zero dim in {list(shape)}",
+                         hint="every dim is at least 1: " + suggest(name, _example(name, have, tuple(max(d, 1) for d in shape))))
 
 
 def build_profiles(
@@ -113,19 +126,61 @@ def build_profiles(
                 f"{where}: --min-shapes, --opt-shapes and --max-shapes name different inputs "
                 f"({sorted(lo)} / {sorted(mid)} / {sorted(hi)})"
             )
-        for flag, spec in (("--min-shapes", lo), ("--opt-shapes", mid), ("--max-shapes", hi)):
-            for name, shape in spec.items():
-                _check_shape(name, shape, dims, f"{where} {flag}" if ranged else "--shapes")
+        for flag, corner in (("--min-shapes", lo), ("--opt-shapes", mid), ("--max-shapes", hi)):
+            for name, shape in corner.items():
+                _check_shape(name, shape, dims, f"{where} {flag}" if ranged else "--shapes",
+                             _suggest(command, corner, valued[index][0] if valued else {}, ranged))
         missing = [n for n in dynamic if n not in lo]
         if missing:
-            raise UsageError(
-                f"{where}: no shape for dynamic input(s) {', '.join(missing)}",
-                hint="every dynamic input needs a range in every profile, e.g. "
-                + _example(missing[0], dynamic[missing[0]]),
-            )
+            raise UsageError(f"{where}: no shape for dynamic input(s) {', '.join(missing)}",
+                             hint=_missing_hint(dynamic, missing, (lo, mid, hi), command,
+                                                valued[index][0] if valued else {}, ranged))
         value_ranges = _value_ranges(where, valued[index] if index < len(valued) else ({}, {}, {}), dims, lo)
         profiles.append(Profile(tuple(_ranges(where, lo, mid, hi)), value_ranges))
     return tuple(profiles)
+
+
+def _suggest(command: str, spec: Mapping[str, Shape], values: Mapping[str, Shape], ranged: bool
+             ) -> Callable[[str, str], str]:
+    """How a bad shape's hint offers a fix: for ``--shapes``, the command with the whole ``--shapes`` again
+    (that input's entry replaced), runnable as printed; for a range flag, the entry alone."""
+    def suggest(name: str, example: str) -> str:
+        if ranged:
+            return f"e.g. {example}"
+        fixed = dict(parse_shape_spec(example)[0])
+        entries = {n: fixed[n] if n in fixed else s for n, s in spec.items()}
+        return f"{command} --shapes {shlex.quote(shapes_text(entries, values))}"
+    return suggest
+
+
+def _missing_hint(dynamic: Mapping[str, list[int | str | None]], missing: Sequence[str],
+                  corners: tuple[Mapping[str, Shape], Mapping[str, Shape], Mapping[str, Shape]], command: str,
+                  values: Mapping[str, Shape], ranged: bool) -> str:
+    """What to add for dynamic inputs a profile left out: ``--shapes``, the whole command; a range, each corner."""
+    if not ranged:
+        return _suggest(command, _filled(dynamic, corners[1], missing), values, False)(missing[0], "")
+    return "every dynamic input needs a range in every profile: add " + "; ".join(
+        f"{flag} {shapes_text({n: _filled(dynamic, c, missing)[n] for n in missing})}"
+        for flag, c in zip(("--min-shapes", "--opt-shapes", "--max-shapes"), corners))
+
+
+def _filled(dynamic: Mapping[str, list[int | str | None]], corner: Mapping[str, Shape], missing: Sequence[str]
+            ) -> dict[str, Shape]:
+    """``corner`` with a shape for each ``missing`` input: a dim named in a given input is that size there too
+    (``batch``), the rest as :func:`shape_example` fills them."""
+    named = _named_sizes(dynamic, corner)
+    return {**corner, **{n: shape_example([named.get(d, d) if isinstance(d, str) else d for d in dynamic[n]])
+                         for n in missing}}
+
+
+def _named_sizes(dynamic: Mapping[str, list[int | str | None]], given: Mapping[str, Shape]) -> dict[str, int]:
+    """The sizes the given shapes put on the model's named dims (``batch`` -> 4): one name, one size."""
+    sizes: dict[str, int] = {}
+    for name, shape in given.items():
+        for dim, size in zip(dynamic.get(name, ()), shape):
+            if isinstance(dim, str) and dim:
+                sizes.setdefault(dim, size)
+    return sizes
 
 
 def _ranges(where: str, lo: Mapping[str, Shape], mid: Mapping[str, Shape], hi: Mapping[str, Shape]

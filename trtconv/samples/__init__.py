@@ -1,5 +1,6 @@
 """Layer samples: where input data comes from (npz/npy files, image folders, random draws), shaped for a model."""
 
+from trtconv.samples.images import preprocess_warnings
 from trtconv.samples.sources import (
     GROUP_KEY,
     ImagePreprocess,
@@ -19,6 +20,7 @@ __all__ = [
     "SampleSource",
     "iter_samples_with_origin",
     "model_inputs",
+    "preprocess_warnings",
     "Split",
     "draw_parts",
     "sample_count",

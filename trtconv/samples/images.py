@@ -149,6 +149,30 @@ def _choice(val: str, allowed: tuple[str, ...], key: str) -> str:
     return val
 
 
+def preprocess_warnings(pp: ImagePreprocess | None, dims: Sequence[int | str | None], folder: str) -> list[str]:
+    """What the images of ``folder`` become that the user did not say: the default preprocessing when
+    none was given (calibration and the gate see what it makes, so a model trained on other
+    normalization is calibrated on the wrong data), and a ``size`` the model's fixed H/W overrides."""
+    out: list[str] = []
+    if len(dims) != 4:
+        return out
+    layout = (pp or ImagePreprocess()).layout
+    hw = [dims[a] for a in ((2, 3) if layout == "NCHW" else (1, 2))]
+    fixed = [d if isinstance(d, int) else None for d in hw]
+    if pp is None:
+        size = "resized to the model's " + "x".join(map(str, fixed)) if None not in fixed else \
+            "at their own size" if fixed == [None, None] else "resized to the model's fixed side"
+        out.append(f"--calib-data {folder}: images read with the default preprocessing (RGB, pixels x 1/255, no "
+                   f"mean/std, NCHW, {size}): calibration and the accuracy gate see exactly this, so give your "
+                   "model's own with --preprocess (a preset: " + ", ".join(PRESETS) + "; or size=HxW,order=,"
+                   "mean=,std=)")
+    elif any(f is not None and g is not None and f != g for f, g in zip(fixed, pp.size)):
+        out.append(f"--preprocess resizes to {'x'.join(str(g) for g in pp.size)} (height x width), but the model "
+                   f"fixes its input's to {'x'.join(str(f if f is not None else '-1') for f in fixed)}; images are "
+                   "resized to the model's")
+    return out
+
+
 def _round_to(v: float, multiple: int) -> int:
     return max(multiple, int(round(v / multiple)) * multiple)
 

@@ -87,14 +87,19 @@ def check_sample(sample: Mapping[str, Any], inputs: Mapping[str, InputSpec], ori
             raise DataError(
                 f"{origin}: input {name!r} has shape {list(arr.shape)} (rank {arr.ndim}), "
                 f"the model wants rank {len(spec.dims)} {list(spec.dims)}",
-                hint="include the batch dimension",
+                hint="include the batch dimension" if arr.ndim == len(spec.dims) - 1 else
+                f"give samples of shape {'x'.join(str(d) if isinstance(d, int) else 'N' for d in spec.dims)}",
             )
         for i, (have, want) in enumerate(zip(arr.shape, spec.dims)):
             if isinstance(want, int) and have != want:
+                shape = "x".join(str(d) if isinstance(d, int) else "N" for d in spec.dims)
+                hint = f"give samples of shape {shape}, the model's fixed dims as they are"
+                if i == 0 and have == 1:  # an image is a sample of batch 1
+                    hint += (f"; an image is one sample of batch 1: stack {want} into each .npy (or yield them from "
+                             "--calib-loader)")
                 raise DataError(
                     f"{origin}: input {name!r} has shape {list(arr.shape)}, the model fixes dim {i} to {want} "
-                    f"({list(spec.dims)})"
-                )
+                    f"({list(spec.dims)})", hint=hint)
         if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
             bad = int(np.count_nonzero(~np.isfinite(arr)))
             raise DataError(f"{origin}: input {name!r} contains {bad} NaN/Inf value(s)")

@@ -29,7 +29,7 @@ from typing import Any, Literal
 import numpy as np
 
 from trtconv.errors import DataError, UsageError
-from trtconv.load import Shape, dims_text
+from trtconv.load import Shape, dims_text, shape_example_text
 from trtconv.samples.images import IMAGE_SUFFIXES, ImagePreprocess, load_image
 from trtconv.samples.sample_checks import InputSpec, Sample, check_sample, model_inputs, read_npy_sample
 
@@ -220,10 +220,21 @@ def _loader_iter(source: SampleSource, inputs: Mapping[str, InputSpec]) -> Itera
 
 def _random_iter(source: SampleSource, inputs: Mapping[str, InputSpec]) -> Iterator[tuple[str, Any]]:
     shapes = dict(source.shapes)
+    unknown = [n for n in shapes if n not in inputs]
+    if unknown:
+        raise UsageError(f"--shapes names {unknown[0]!r}, which is not an input of the model",
+                         hint=f"inputs are: {', '.join(inputs) or '(none)'}")
     concrete: dict[str, tuple[int, ...]] = {}
     for name, spec in inputs.items():
         if name in shapes:
             concrete[name] = tuple(shapes[name])
+            fits = len(spec.dims) == len(concrete[name]) and all(
+                not isinstance(d, int) or d == g for d, g in zip(spec.dims, concrete[name]))
+            if not fits:  # a --shapes mistake, said as one (exit 2), not as bad data
+                raise UsageError(f"--shapes gives input {name!r} the shape {'x'.join(map(str, concrete[name]))}, "
+                                 f"which does not fit its dims {dims_text(spec.dims)}",
+                                 hint=f"give one value per dim, fixed dims as they are, e.g. --shapes "
+                                      f"{shape_example_text(name, spec.dims, concrete[name])}")
         elif all(isinstance(d, int) for d in spec.dims):
             concrete[name] = tuple(int(d) for d in spec.dims)  # type: ignore[arg-type]
         else:
