@@ -348,23 +348,29 @@ def skimage_photos(cache: Path) -> dict[str, list]:
     return photos
 
 
-def photo_samples(seed: int, cache: Path, scale: int = 1) -> Iterator[tuple[str, dict]]:
-    """(source, sample) for ``yolo``: seeded crops and mirror images of each photo, NudeNet's preprocessing."""
+def photo_variant(images: list, v: int, rng: np.random.Generator) -> dict:
+    """Variant ``v`` of a source's photos: the first whole, later ones a seeded crop (40-100 % of each side);
+    mirrored by a coin; through NudeNet's own preprocessing (its ``_read_image``)."""
     from nudenet.nudenet import _read_image
     from PIL import ImageOps
 
+    img = images[v % len(images)]
+    w, h = img.size
+    cw, ch = (w, h) if v == 0 else (int(w * rng.uniform(0.4, 1.0)), int(h * rng.uniform(0.4, 1.0)))
+    x0, y0 = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
+    crop = img.crop((x0, y0, x0 + cw, y0 + ch))
+    if rng.random() < 0.5:
+        crop = ImageOps.mirror(crop)
+    bgr = np.asarray(crop)[:, :, ::-1].copy()
+    return {"images": np.asarray(_read_image(bgr, 320)[0], np.float32)}
+
+
+def photo_samples(seed: int, cache: Path, scale: int = 1) -> Iterator[tuple[str, dict]]:
+    """(source, sample) for ``yolo``: seeded crops and mirror images of each photo, NudeNet's preprocessing."""
     for p, (source, images) in enumerate(skimage_photos(cache).items()):
         rng = np.random.default_rng([seed, p])
         for v in range(VARIANTS_PER_PHOTO * scale):
-            img = images[v % len(images)]
-            w, h = img.size
-            cw, ch = (w, h) if v == 0 else (int(w * rng.uniform(0.4, 1.0)), int(h * rng.uniform(0.4, 1.0)))
-            x0, y0 = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
-            crop = img.crop((x0, y0, x0 + cw, y0 + ch))
-            if rng.random() < 0.5:
-                crop = ImageOps.mirror(crop)
-            bgr = np.asarray(crop)[:, :, ::-1].copy()
-            yield source, {"images": np.asarray(_read_image(bgr, 320)[0], np.float32)}
+            yield source, photo_variant(images, v, rng)
 
 
 # ----------------------------------------------------------------------------- many photos (issue 32 Done-when)
@@ -492,9 +498,6 @@ def many_photo_samples(seed: int, cache: Path, sources: int) -> Iterator[tuple[s
     there are when fewer), 1-2 variants each (1 source in 5 gets a second), NudeNet's preprocessing. The first
     variant is the source's first photo whole, the second a seeded crop (40-100 % of each side) of its next
     photo; each mirrored by a coin."""
-    from nudenet.nudenet import _read_image
-    from PIL import ImageOps
-
     photos = many_photos(cache)
     names = sorted(photos)
     rest = [n for n in names if not n.startswith("skimage_")]
@@ -504,15 +507,7 @@ def many_photo_samples(seed: int, cache: Path, sources: int) -> Iterator[tuple[s
         rng = np.random.default_rng([seed, 13, s])
         images = photos[name]
         for v in range(1 + int(rng.random() < 0.2)):
-            img = images[v % len(images)]
-            w, h = img.size
-            cw, ch = (w, h) if v == 0 else (int(w * rng.uniform(0.4, 1.0)), int(h * rng.uniform(0.4, 1.0)))
-            x0, y0 = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
-            crop = img.crop((x0, y0, x0 + cw, y0 + ch))
-            if rng.random() < 0.5:
-                crop = ImageOps.mirror(crop)
-            bgr = np.asarray(crop)[:, :, ::-1].copy()
-            yield name, {"images": np.asarray(_read_image(bgr, 320)[0], np.float32)}
+            yield name, photo_variant(images, v, rng)
 
 
 # ----------------------------------------------------------------------------- speech

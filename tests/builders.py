@@ -165,3 +165,14 @@ def two_conv_net() -> onnx.ModelProto:
     g = helper.make_graph(nodes, "net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 12, 12])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 12, 12])], initializer=inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def audio_conv_model(path: Path, kernel: int) -> Path:
+    """A 1-D convolution over [1, 1, n] (an audio front end's window of ``kernel`` samples): no output for an n
+    below the window."""
+    w = numpy_helper.from_array(np.ones((1, 1, kernel), np.float32), "w")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="window")], "audio",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, "n"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, "m"])], initializer=[w])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return path

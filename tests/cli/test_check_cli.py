@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from builders import audio_conv_model
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
@@ -236,12 +237,7 @@ def test_live_build_failing_only_at_placeholder_shapes_is_not_counted(tmp_path):
     kernel of 3 has no output; TensorRT's refusal there says nothing of the model, so it is shown and not
     counted (the prediction's exit 0, not 5); with --shapes the real build decides."""
     pytest.importorskip("tensorrt_rtx", reason="tensorrt-rtx is in the test extra: run `make install`")
-    w = numpy_helper.from_array(np.ones((1, 1, 3), np.float32), "w")
-    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="conv")], "audio",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, "n"])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, "m"])], initializer=[w])
-    model = tmp_path / "audio.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model)
+    model = audio_conv_model(tmp_path / "audio.onnx", kernel=3)
     res = run("check", str(model), "--trt", "rtx", "--live", "--json")
     live = json.loads(res.stdout)["live"]
     assert live["build"] == "fail" and live["build_counted"] is False and live["placeholder_inputs"] == ["x"]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from builders import audio_conv_model
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
@@ -208,12 +209,7 @@ def test_shapes_the_graph_cannot_run_at_are_refused_and_nothing_written(tmp_path
     """A 1-D convolution of kernel 8 over [1, 1, n]: --shapes x:1x1x4 leaves it no output (an audio front end given
     fewer samples than its window). The model written would declare a shape it cannot take: exit 2, as build's
     pre-flight says, and nothing written; a size it runs at is fine."""
-    w = numpy_helper.from_array(np.ones((1, 1, 8), np.float32), "w")
-    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="window")], "audio",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, "n"])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, "m"])], initializer=[w])
-    model = tmp_path / "audio.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model)
+    model = audio_conv_model(tmp_path / "audio.onnx", kernel=8)
     out = tmp_path / "out.onnx"
     res = CliRunner().invoke(cli, ["rewrite", str(model), "-o", str(out), "--shapes", "x:1x1x4"])
     assert res.exit_code == ExitCode.USAGE, res.output

@@ -155,16 +155,21 @@ def point_to_file(src: onnx.TensorProto, out: onnx.TensorProto, location: str, o
 
 
 def copy_fields(src, dst, skip: frozenset[str] = frozenset()) -> None:
-    """Copy a message's set fields except ``skip`` (so big fields are never copied)."""
-    for fd, value in src.ListFields():
+    """Copy a message's set fields except ``skip`` (so big fields are never copied, nor read: ``ListFields`` would
+    hand over every set field's value, a tensor's bytes included, a copy each time)."""
+    for fd in src.DESCRIPTOR.fields:
         if fd.name in skip:
             continue
         if fd.is_repeated:
-            getattr(dst, fd.name).extend(value)
+            value = getattr(src, fd.name)
+            if len(value):
+                getattr(dst, fd.name).extend(value)
+        elif not src.HasField(fd.name):
+            continue
         elif fd.type == fd.TYPE_MESSAGE:
-            getattr(dst, fd.name).CopyFrom(value)
+            getattr(dst, fd.name).CopyFrom(getattr(src, fd.name))
         else:
-            setattr(dst, fd.name, value)
+            setattr(dst, fd.name, getattr(src, fd.name))
 
 
 def inferred_value_info(model: onnx.ModelProto) -> tuple[list[onnx.ValueInfoProto], list[onnx.ValueInfoProto]]:

@@ -42,7 +42,7 @@ def expose_tensors(model: onnx.ModelProto, tensors: Sequence[str]) -> tuple[onnx
     return out, mapping
 
 
-def session_exposing(model: onnx.ModelProto, tensors: Sequence[str], *, optimize: bool = False
+def session_exposing(model: onnx.ModelProto, tensors: Sequence[str], *, optimize: bool = False, arena: bool = False
                      ) -> tuple[object, dict[str, str]]:
     """An ONNX Runtime session of ``model`` with ``tensors`` as extra outputs; output name → tensor.
 
@@ -52,7 +52,7 @@ def session_exposing(model: onnx.ModelProto, tensors: Sequence[str], *, optimize
     """
     if any(has_subgraphs(n) for n in model.graph.node):
         exposed, mapping = expose_tensors(model, tensors)
-        return ort.session(exposed, optimize=optimize), mapping
+        return ort.session(exposed, optimize=optimize, arena=arena), mapping
     keep = len(model.graph.output)
     existing = {o.name for o in model.graph.output}
     produced = {o for n in model.graph.node for o in n.output}
@@ -62,7 +62,7 @@ def session_exposing(model: onnx.ModelProto, tensors: Sequence[str], *, optimize
             if name not in existing:
                 model.graph.output.append(helper.make_empty_tensor_value_info(name))
                 model.graph.output[-1].type.tensor_type.elem_type = TensorProto.FLOAT
-        return ort.session(model, optimize=optimize), mapping
+        return ort.session(model, optimize=optimize, arena=arena), mapping
     finally:
         del model.graph.output[keep:]
 

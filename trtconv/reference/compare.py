@@ -131,14 +131,15 @@ def cosine_similarity(a: np.ndarray, b: np.ndarray) -> float:
     return _cosine(a64, b64, dot(a64, b64), dot(a64, a64), dot(b64, b64))
 
 
-def _cosine(a64: np.ndarray, b64: np.ndarray, ab: float, aa: float, bb: float) -> float:
-    """:func:`cosine_similarity` from the dot products already taken."""
+def _cosine(a64: np.ndarray, b64: np.ndarray, ab: float, aa: float, bb: float, equal: bool | None = None) -> float:
+    """:func:`cosine_similarity` from the dot products already taken (``equal``: whether ``a64 == b64``, when
+    known)."""
     na, nb = np.sqrt(aa), np.sqrt(bb)
     if na == 0.0 and nb == 0.0:
         return 1.0
     if na == 0.0 or nb == 0.0:
         return 0.0
-    if np.array_equal(a64, b64):
+    if np.array_equal(a64, b64) if equal is None else equal:
         return 1.0  # exact, not 1 - rounding
     return float(np.clip(ab / (na * nb), -1.0, 1.0))
 
@@ -154,34 +155,43 @@ def _compared(name: str, ref: np.ndarray, got: np.ndarray, top1: bool
     in float64) that pooling adds up: taken once for both."""
     if ref.shape != got.shape:
         raise ValueError(f"output {name!r}: shape {got.shape} differs from reference {ref.shape}")
-    if ref.dtype.kind in "biu" and got.dtype.kind in "biu":
+    ints = ref.dtype.kind in "biu" and got.dtype.kind in "biu"  # equal as integers is not equal in float64
+    if ints:
         diff = np.abs(ref.astype(np.int64) - got.astype(np.int64)).astype(np.float64)
         r64 = ref.astype(np.float64)
         g64 = got.astype(np.float64)
     else:
         r64 = ref.astype(np.float64)
         g64 = got.astype(np.float64)
-        diff = np.abs(r64 - g64)
-    finite_ref = np.isfinite(r64)
-    bad = int(np.count_nonzero(finite_ref & ~np.isfinite(g64)))
-    mask = finite_ref & np.isfinite(g64)
-    d = diff[mask]
-    denom = np.abs(r64[mask])
-    rel = d / np.maximum(denom, 1e-12) if d.size else d
+        diff = np.subtract(r64, g64)
+        np.abs(diff, out=diff)
+    if np.isfinite(r64.sum()) and np.isfinite(g64.sum()):  # every value finite (a sum of float64 is then finite
+        # unless the values are float64 near its limit): the masks below would select everything, so skip making them
+        bad = 0
+        d, denom, rm, gm = diff.ravel(), np.abs(r64).ravel(), r64.ravel(), g64.ravel()
+    else:
+        finite_ref = np.isfinite(r64)
+        bad = int(np.count_nonzero(finite_ref & ~np.isfinite(g64)))
+        mask = finite_ref & np.isfinite(g64)
+        d = diff[mask]
+        denom = np.abs(r64[mask])
+        rm, gm = np.where(mask, r64, 0).ravel(), np.where(mask, g64, 0).ravel()
     # Relative error only where the reference is not tiny: elsewhere it is noise.
     big = denom > 1e-6 * (float(denom.max()) if denom.size else 0.0)
+    rel = np.divide(d, np.maximum(denom, 1e-12, out=denom), out=denom) if d.size else d  # ``denom`` is not read again
     top = None
     if top1 and ref.ndim >= 1 and ref.shape[-1] > 1:
         top = float(np.mean(np.argmax(r64, axis=-1) == np.argmax(g64, axis=-1)))
-    rm, gm = np.where(mask, r64, 0).ravel(), np.where(mask, g64, 0).ravel()
     dots = dot(rm, gm), dot(rm, rm), dot(gm, gm)
+    max_abs = float(d.max()) if d.size else 0.0
     return OutputStats(
         name=name,
         shape=tuple(int(s) for s in ref.shape),
-        max_abs=float(d.max()) if d.size else 0.0,
+        max_abs=max_abs,
         mean_abs=float(d.mean()) if d.size else 0.0,
-        max_rel=float(rel[big].max()) if d.size and big.any() else 0.0,
-        cosine=_cosine(rm, gm, *dots),
+        # the largest of the values ``big`` selects (every one >= 0), without copying them out
+        max_rel=float(np.max(rel, where=big, initial=0.0)) if d.size and big.any() else 0.0,
+        cosine=_cosine(rm, gm, *dots, equal=None if ints else max_abs == 0.0),  # masked out: 0 on both sides
         nonfinite=bad,
         top1_agreement=top,
     ), dots

@@ -39,20 +39,25 @@ PATH_SESSION_BYTES = 16 << 20
 
 
 def session(model: onnx.ModelProto | str | os.PathLike[str], *, threads: int | None = None, optimize: bool = False,
-            refuse_too_big: bool = True):
+            refuse_too_big: bool = True, arena: bool = False):
     """An ONNX Runtime CPU session. ``optimize=False`` keeps the graph as written,
     so a comparison measures our graph, not ORT's fusions of it. ``refuse_too_big=False``:
-    only loading is asked for, so a graph whose tensors would not fit in memory may still load."""
+    only loading is asked for, so a graph whose tensors would not fit in memory may still load.
+    ``arena=True``: for a session that runs many samples and is then dropped, alone (see below)."""
     import onnxruntime as ort
 
     severity = log_severity()
     ort.set_default_logger_severity(severity)
     opts = ort.SessionOptions()
     opts.log_severity_level = severity
-    # No arena: it keeps the largest activations of every run allocated for the session's
-    # life; without it, memory between runs (and between the sessions a proof or an accuracy
-    # check opens one after the other) goes back to the allocator.
-    opts.enable_cpu_mem_arena = False
+    # No arena by default: it keeps the largest activations of every run allocated for the session's
+    # life; without it, memory between runs (and between the sessions a proof opens one after the
+    # other) goes back to the allocator. INT8 calibration's and accuracy check's sessions, each alone, run
+    # many samples and are then dropped: they keep it (``arena``), as without it every run maps its
+    # activations afresh and the kernel zeroes the pages (ddddocr's FP16 candidates: a third of their CPU
+    # time, in page faults). Not for weights left on disk, the mark of a model too big to hold twice: the arena
+    # can hold up to twice a run's live tensors (it grows by powers of two; tests/cli/test_memory_bound.py).
+    opts.enable_cpu_mem_arena = arena and not (isinstance(model, onnx.ModelProto) and has_lazy_weights(model))
     if not optimize:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if threads:

@@ -14,14 +14,17 @@ cosine bounded below the best's), the samples taken in the order that shows it s
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import onnx
 
 from trtconv.errors import DataError
 from trtconv.onnxutil import GraphView
+from trtconv.precision.int8.measured import weights_dequantized
 from trtconv.precision.int8.qdq import SHAPE_ONLY
 from trtconv.reference import (
     OutputStats,
@@ -63,6 +66,15 @@ def classifier_outputs(model: onnx.ModelProto) -> set[str]:
         elif len(dims) == 2 and dims[1].HasField("dim_value") and dims[1].dim_value > 1:
             out.add(vi.name)
     return out
+
+
+@dataclass(frozen=True)
+class Fed:
+    """A model already in a session, run with these inputs added to each sample's (one candidate's scales, in a
+    session that all of them share: :mod:`~trtconv.precision.int8.scale_fed`)."""
+
+    session: Any
+    feeds: Mapping[str, np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -130,10 +142,10 @@ def accuracy_report(reference: onnx.ModelProto, candidate: onnx.ModelProto, samp
 
 def accuracy_details(
     reference: onnx.ModelProto,
-    candidate: onnx.ModelProto,
+    candidate: onnx.ModelProto | Fed,
     samples: Iterable[Mapping[str, np.ndarray]],
     *,
-    twins: Sequence[onnx.ModelProto] = (),
+    twins: Sequence[onnx.ModelProto | Fed] = (),
     top1: bool | None = None,
     progress: ProgressFn | None = None,
     total: int | None = None,
@@ -237,9 +249,18 @@ class _Stop:
         return self.stopped
 
 
+_ENERGY: dict[int, float] = {}  # id of a reference output -> its energy, while it lives
+
+
 def _energy(x: np.ndarray) -> float:
-    v = np.where(np.isfinite(x), x, 0).astype(np.float64).ravel()
-    return dot(v, v)
+    """The squared norm of a reference output's finite values: the same outputs (``memo``) are bounded again for
+    every model of every candidate, so each is computed once while the array lives."""
+    key = id(x)
+    if key not in _ENERGY:
+        v = np.where(np.isfinite(x), x, 0).astype(np.float64).ravel()
+        _ENERGY[key] = dot(v, v)
+        weakref.finalize(x, _ENERGY.pop, key, None)
+    return _ENERGY[key]
 
 
 def _worst(per_sample: Mapping[tuple[str, int], tuple[str, float]], outputs: Sequence[str]) -> tuple[WorstSample, ...]:
@@ -252,7 +273,7 @@ def _worst(per_sample: Mapping[tuple[str, int], tuple[str, float]], outputs: Seq
     return tuple(out)
 
 
-def _one_at_a_time(reference: onnx.ModelProto, models: Sequence[onnx.ModelProto],
+def _one_at_a_time(reference: onnx.ModelProto, models: Sequence[onnx.ModelProto | Fed],
                    samples: Iterable[Mapping[str, np.ndarray]], accs: list[dict[str, PooledStats]],
                    refs: list[dict[str, np.ndarray]], optimize: bool, progress: ProgressFn | None,
                    total: int | None, per_sample: dict[tuple[str, int], tuple[str, float]],
@@ -264,7 +285,7 @@ def _one_at_a_time(reference: onnx.ModelProto, models: Sequence[onnx.ModelProto]
     scale = None if total is None else total * passes
     done = 0
     if not refs:
-        ref_sess = session(reference, optimize=True)
+        ref_sess = session(reference, optimize=True, arena=True)
         for origin, sample in with_origin(samples, "accuracy sample"):
             refs.append(_run(ref_sess, sample, None, origin))
             done += 1
@@ -275,7 +296,7 @@ def _one_at_a_time(reference: onnx.ModelProto, models: Sequence[onnx.ModelProto]
     if stop is not None:
         return _stopping(models, samples, accs, refs, optimize, per_sample, stop, outputs)
     for model, acc in zip(models, accs):
-        sess = session(model, optimize=optimize)
+        sess = _session(model, optimize)
         n = 0
         for ref, (origin, sample) in zip(refs, with_origin(samples, "accuracy sample")):
             _add(acc, outputs, ref, _run(sess, sample, outputs, origin), per_sample, n, origin)
@@ -287,7 +308,7 @@ def _one_at_a_time(reference: onnx.ModelProto, models: Sequence[onnx.ModelProto]
     return n
 
 
-def _stopping(models: Sequence[onnx.ModelProto], samples: Iterable[Mapping[str, np.ndarray]],
+def _stopping(models: Sequence[onnx.ModelProto | Fed], samples: Iterable[Mapping[str, np.ndarray]],
               accs: list[dict[str, PooledStats]], refs: list[dict[str, np.ndarray]], optimize: bool,
               per_sample: dict[tuple[str, int], tuple[str, float]], stop: _Stop, outputs: list[str]) -> int:
     """The candidate models in turn, each over the samples in the cutoff's order (when the samples can be
@@ -298,7 +319,7 @@ def _stopping(models: Sequence[onnx.ModelProto], samples: Iterable[Mapping[str, 
     # rec: an auto-exclude check met it on every sample in ONNX Runtime and missed on the 9th in the twin)
     turns = [*range(1, len(models)), 0]
     for k, (model, acc) in enumerate((models[j], accs[j]) for j in turns):
-        sess = session(model, optimize=optimize)
+        sess = _session(model, optimize)
         stop.start(refs)
         running = {o: PooledStats(o, st.top1) for o, st in acc.items()}  # so far, in the order measured
         parts: dict[int, dict[str, PooledStats]] = {}  # each sample's own, folded into ``acc`` in sample order
@@ -338,7 +359,19 @@ def _in_order(samples: Iterable[Mapping[str, np.ndarray]], order: Sequence[int],
         yield i, origin, sample
 
 
+def _session(model: onnx.ModelProto | Fed, optimize: bool):
+    """A candidate's session, alone while it runs every sample it is asked (the memory arena kept); as written,
+    its weights dequantized once (:func:`~trtconv.precision.int8.measured.weights_dequantized`: the same outputs,
+    bit for bit). Optimized, ONNX Runtime fuses the Q/DQ around a layer itself: left as they are. A :class:`Fed`
+    model is in its session already."""
+    if isinstance(model, Fed):
+        return model
+    return session(model if optimize else weights_dequantized(model), optimize=optimize, arena=True)
+
+
 def _run(sess, sample: Mapping[str, np.ndarray], outputs: list[str] | None, origin: str) -> dict[str, np.ndarray]:
+    if isinstance(sess, Fed):
+        sess, sample = sess.session, {**sample, **sess.feeds}
     try:
         return run(sess, sample, outputs)
     except Exception as exc:
@@ -356,14 +389,14 @@ def _add(acc: dict[str, PooledStats], outputs: Sequence[str], ref: Mapping[str, 
                 per_sample[(o, index)] = (origin, cos)
 
 
-def _interleaved(reference: onnx.ModelProto, models: Sequence[onnx.ModelProto], samples: Iterable[Mapping[str, np.ndarray]],
+def _interleaved(reference: onnx.ModelProto, models: Sequence[onnx.ModelProto | Fed], samples: Iterable[Mapping[str, np.ndarray]],
                  accs: list[dict[str, PooledStats]], refs: list[dict[str, np.ndarray]], optimize: bool,
                  progress: ProgressFn | None, total: int | None,
                  per_sample: dict[tuple[str, int], tuple[str, float]]) -> int:
     """Samples that can be read once: the reference and every candidate run on each sample in turn."""
     outputs = [o.name for o in reference.graph.output]
     ref_sess = session(reference, optimize=True) if len(refs) == 0 else None
-    sessions = [session(m, optimize=optimize) for m in models]
+    sessions = [m if isinstance(m, Fed) else session(m, optimize=optimize) for m in models]
     n = 0
     for origin, sample in with_origin(samples, "accuracy sample"):
         if n < len(refs):

@@ -23,8 +23,16 @@ from trtconv.precision.int8.gate import agrees
 from trtconv.precision.int8.parameters import Int8Settings, ProgressFn
 from trtconv.precision.int8.prepare import Pair, PreparedModels
 from trtconv.precision.int8.qdq import Placement
+from trtconv.precision.int8.scale_fed import ScaleFed, scale_fed
 from trtconv.reference import Thresholds
 
+# measured first: the calibration that minimizes each tensor's own quantization error, chosen on ddddocr's CRNN
+# and PP-OCR cls; its score is the bar every other candidate is measured against, so those it beats stop sooner.
+# Not an order of preference: the choice is that of the order given (ties keep the earlier; the search ends at
+# the first candidate with margin). So the first candidate, which may end the search, is measured before it only
+# while it can still pass with margin (``margin_bar``), and an ``AHEAD`` with margin sets no bar (it could end the
+# search where the order given ends sooner)
+AHEAD = "mse"
 MARGIN = 10  # a candidate with (1 - cosine) below a tenth of (1 - the limit) stops the search
 
 
@@ -79,21 +87,67 @@ def choose_calibration(
     later candidates; ``early_stop``: stop at the first candidate that passes with margin, :func:`with_margin`;
     ``settings.early_stop``: each candidate measured only until it cannot win)."""
     memo = [] if memo is None else memo
-    options: list[CalibrationOption] = []
-    best: tuple[CalibrationOption, Accuracy] | None = None
-    for k, (label, scales) in enumerate(candidates.items()):
+    items = list(candidates.items())
+    results: dict[int, tuple[CalibrationOption, Accuracy]] = {}
+    fed: list[ScaleFed | None] = []  # made with the first candidate measured
+
+    def measure(k: int, stop: Cutoff | None) -> tuple[CalibrationOption, Accuracy]:
+        label, scales = items[k]
         placed, _ = finalize_placements(placements, scales, absent)
-        acc = builder(prepared.get(), scales).build(placed).accuracy(
-            reference, samples, settings.top1, None, memo, cutoff(best, settings.thresholds, settings.early_stop))
-        options.append(scored(label, acc, settings.thresholds))
-        if best is None or (options[-1].passes, options[-1].worst_cosine) > (best[0].passes, best[0].worst_cosine):
-            best = options[-1], acc
+        if not fed:
+            fed.append(scale_fed(builder(prepared.get(), scales), placed)
+                       if len(items) > 1 and settings.shared_sessions else None)
+        if fed[0] is not None and fed[0].fits(placed):
+            acc = fed[0].accuracy(scales, reference, samples, settings.top1, memo, stop)
+        else:
+            acc = builder(prepared.get(), scales).build(placed).accuracy(reference, samples, settings.top1, None, memo,
+                                                                         stop)
         if progress:
-            progress("choose-calibration", k + 1, len(candidates))
-        if early_stop and with_margin(options[-1], settings.thresholds):
+            progress("choose-calibration", len(results) + 1, len(items))
+        return scored(label, acc, settings.thresholds), acc
+
+    def better(a: tuple[CalibrationOption, Accuracy], b: tuple[CalibrationOption, Accuracy] | None) -> bool:
+        return b is None or (a[0].passes, a[0].worst_cosine) > (b[0].passes, b[0].worst_cosine)
+
+    def margin(r: tuple[CalibrationOption, Accuracy]) -> bool:
+        return early_stop and with_margin(r[0], settings.thresholds)
+
+    best: tuple[CalibrationOption, Accuracy] | None = None
+    ahead = next((k for k, (label, _) in enumerate(items) if label == AHEAD), None) if settings.early_stop else None
+    if ahead:  # ``AHEAD`` first, its bar on every other: they stop sooner (see ``AHEAD``)
+        bar = margin_bar(settings.thresholds) if early_stop else None
+        if bar is not None:  # the first in the order given may end the search: measured while it still could
+            first = measure(0, bar)
+            if not first[1].stopped:
+                results[0] = first
+        if 0 not in results or not margin(results[0]):
+            # against the first when it was measured in full; else only while it still passes: a bar that fails
+            # stops nothing it matters to stop (PP-OCRv4 rec: every candidate misses a sample)
+            guess = measure(ahead, cutoff(results.get(0), settings.thresholds, True) or Cutoff(
+                True, -2.0, settings.thresholds))
+            if 0 in results or not guess[1].stopped:  # stopped by a bar not in play: measured again in its turn
+                results[ahead] = guess
+            if not guess[1].stopped and not margin(guess) and better(guess, results.get(0)):
+                best = guess  # with margin it could end the search where the order given ends sooner
+    played: list[int] = []  # the candidates in play, in the order given
+    for k in range(len(items)):
+        if k not in results:
+            results[k] = measure(k, cutoff(best, settings.thresholds, settings.early_stop))
+        played.append(k)
+        if better(results[k], best):
+            best = results[k]
+        if margin(results[k]):
             break  # the rest could only win by a hair: not worth a full-model evaluation each
-    label, marked = best_option(options)
-    return label, marked, best[1].hardest_first() if best is not None else ()
+    label, marked = best_option([results[k][0] for k in played])
+    chosen = played[[o.chosen for o in marked].index(True)]
+    return label, marked, results[chosen][1].hardest_first()
+
+
+def margin_bar(thresholds: Thresholds) -> Cutoff | None:
+    """The score a candidate must be able to reach to pass with margin (:func:`with_margin`): measured against it,
+    one that cannot stops (None: no cosine limit, no margin)."""
+    limit = thresholds.min_cosine
+    return None if limit is None else Cutoff(True, 1 - (1 - limit) / MARGIN, thresholds)
 
 
 def with_margin(option: CalibrationOption, thresholds: Thresholds) -> bool:

@@ -67,3 +67,6 @@ class Int8Settings:
     # method "auto": stop trying candidates at the first that passes with margin (choice.with_margin), and then
     # skip bias correction; False measures every candidate and part (benchmarks, tests of the parts)
     early_stop: bool = True
+    # method "auto": the candidate calibrations measured in one pair of sessions, their scales inputs (the
+    # scale_fed module: the same numbers); False builds each (tests comparing the two)
+    shared_sessions: bool = True

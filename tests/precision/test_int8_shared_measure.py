@@ -1,0 +1,131 @@
+"""Choosing's measurements made cheaper without changing a number (issue 32, Deliver 4: ddddocr's CRNN).
+
+The candidates of method ``auto`` are measured in one pair of sessions with their activations' scales as inputs
+(``scale_fed``), and every candidate model runs with its weights' DequantizeLinear computed once
+(``measured.weights_dequantized``). Both must give what a model built and run as written gives, bit for bit:
+the choice, its scores and the written model rest on those numbers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from builders import two_conv_net
+
+from trtconv.precision.int8 import Int8AccuracyError, Int8Settings, quantize_int8
+from trtconv.precision.int8.candidate import CandidateBuilder, finalize_placements
+from trtconv.precision.int8.measured import weights_dequantized
+from trtconv.precision.int8.prepare import PreparedModels
+from trtconv.precision.int8.qdq import plan_qdq
+from trtconv.reference import Thresholds, run, session
+from trtconv.samples.sources import ArraySamples
+
+
+def _samples(seed: int, n: int) -> ArraySamples:
+    rng = np.random.default_rng(seed)
+    return ArraySamples(tuple({"x": rng.standard_normal((1, 4, 12, 12)).astype(np.float32)} for _ in range(n)))
+
+
+def _builder_and_plan(remainder: str = "fp16"):
+    settings = Int8Settings(method="auto", unverified=True, remainder=remainder)
+    work, _ = PreparedModels.of(two_conv_net(), None, settings).get()
+    plan = plan_qdq(work, exclude=settings.exclude, residual_add=settings.residual_add)
+    return work, settings, plan
+
+
+def _scales(plan, value: float) -> dict[str, float]:
+    return {t: value * (1 + k / 7) for k, t in enumerate(plan.activation_tensors())}
+
+
+def test_weights_dequantized_once_give_the_outputs_bit_for_bit():
+    work, settings, plan = _builder_and_plan()
+    scales = _scales(plan, 0.05)
+    placed, _ = finalize_placements(plan.placements, scales, set())
+    cand = CandidateBuilder(work, None, scales, settings, {}, check_loads=False).build(placed)
+    for model in (cand.runnable, *cand.twins):  # FP16 scales in the first, FP32 in the twin
+        folded = weights_dequantized(model)
+        inits = {t.name for t in folded.graph.initializer}
+        dqs = [n for n in model.graph.node if n.op_type == "DequantizeLinear"]
+        left = [n for n in folded.graph.node if n.op_type == "DequantizeLinear"]
+        assert len(dqs) - len(left) == 2 and not any(n.input[0] in inits for n in left)  # the two weights'
+        a, b = session(model), session(folded)
+        for sample in _samples(5, 3):
+            np.testing.assert_array_equal(run(a, sample)["y"], run(b, sample)["y"], strict=True)
+
+
+def test_candidates_fed_their_scales_measure_what_a_built_candidate_measures():
+    from trtconv.precision.int8.scale_fed import scale_fed
+
+    work, settings, plan = _builder_and_plan()
+    first = _scales(plan, 0.05)
+    fed = scale_fed(CandidateBuilder(work, None, first, settings, {}, check_loads=False),
+                    finalize_placements(plan.placements, first, set())[0])
+    assert fed is not None
+    samples = _samples(4, 5)
+    for scales in (first, _scales(plan, 0.11), _scales(plan, 0.02)):
+        placed, _ = finalize_placements(plan.placements, scales, set())
+        assert fed.fits(placed)
+        built = CandidateBuilder(work, None, scales, settings, {}, check_loads=False).build(placed)
+        want = built.accuracy(two_conv_net(), samples, None, None)
+        got = fed.accuracy(scales, two_conv_net(), samples, None)
+        assert got.stats == want.stats and got.cosines == want.cosines and got.worst == want.worst
+
+
+def test_without_the_fp16_remainder_each_candidate_is_built():
+    from trtconv.precision.int8.scale_fed import scale_fed
+
+    work, settings, plan = _builder_and_plan("fp32")  # ONNX Runtime fuses Q/DQ with constant scales there
+    scales = _scales(plan, 0.05)
+    assert scale_fed(CandidateBuilder(work, None, scales, settings, {}, check_loads=False),
+                     finalize_placements(plan.placements, scales, set())[0]) is None
+
+
+def _auto(shared: bool, early_stop: bool):
+    settings = Int8Settings(method="auto", unverified=True, early_stop=early_stop, shared_sessions=shared,
+                            thresholds=Thresholds(min_cosine=0.9999))  # no candidate with margin: all measured
+    try:
+        return quantize_int8(two_conv_net(), settings, _samples(1, 8), select_samples=_samples(2, 6),
+                             eval_samples=_samples(3, 6))
+    except Int8AccuracyError as exc:
+        return exc.result
+
+
+def test_auto_chooses_and_writes_the_same_with_shared_sessions():
+    for early_stop in (False, True):
+        built, shared = _auto(False, early_stop), _auto(True, early_stop)
+        assert [o.to_json() for o in shared.report.calibration_choice] == [
+            o.to_json() for o in built.report.calibration_choice]
+        assert shared.report.chosen_method == built.report.chosen_method
+        assert shared.model.SerializeToString() == built.model.SerializeToString()
+        assert shared.report.accuracy == built.report.accuracy
+
+
+def _choice(early_stop: bool, limit: float):
+    settings = Int8Settings(method="auto", unverified=True, early_stop=early_stop, thresholds=Thresholds(min_cosine=limit))
+    try:
+        result = quantize_int8(two_conv_net(), settings, _samples(1, 8), select_samples=_samples(2, 6),
+                               eval_samples=_samples(3, 6))
+    except Int8AccuracyError as exc:
+        result = exc.result
+    return result.report
+
+
+def test_mse_measured_ahead_stops_the_others_sooner_and_changes_no_choice():
+    from trtconv.precision.int8.choice import with_margin
+
+    for limit in (0.99, 0.998, 0.9985, 0.9988, 0.9995, 0.9999):
+        full = _choice(False, limit).calibration_choice  # every candidate measured in full, in the order given
+        # what the search in the order given chooses: the best so far (ties: the earlier), ending at the first
+        # candidate with margin
+        seen = []
+        for o in full:
+            seen.append(o)
+            if with_margin(o, Thresholds(min_cosine=limit)):
+                break
+        want = max(range(len(seen)), key=lambda i: (seen[i].passes, seen[i].worst_cosine, -i))
+        early = _choice(True, limit)
+        assert early.chosen_method == seen[want].label, limit
+        assert [o.label for o in early.calibration_choice] == [o.label for o in seen], limit
+    # at 0.9988 every candidate passes, none with margin: percentile-99.99 beats every candidate before it (measured
+    # in full in the order given) but not mse, measured ahead of it
+    options = {o.label: o for o in _choice(True, 0.9988).calibration_choice}
+    assert options["percentile-99.99"].stopped and not options["mse"].stopped
