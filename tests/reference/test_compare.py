@@ -33,6 +33,14 @@ def test_stats_hand_computed():
     assert violations([compare_arrays("y", ref, ref)], Thresholds(max_abs=0.0, min_cosine=1.0)) == []
 
 
+def test_scalar_outputs_compare():
+    """A 0-d output (a count, a score) compares like any other: float, with a NaN, and integer."""
+    s = compare_arrays("count", np.array(0.25), np.array(0.5, np.float32))
+    assert s.shape == () and s.max_abs == pytest.approx(0.25) and s.max_rel == pytest.approx(1.0)
+    assert compare_arrays("n", np.array(7.0, np.float32), np.array(np.nan, np.float32)).nonfinite == 1
+    assert compare_arrays("k", np.array(3, np.int64), np.array(5, np.int64)).max_abs == 2.0
+
+
 def test_real_model_self_comparison_and_feeds(ocr_cls):
     model = load_model(ocr_cls).proto
     with pytest.raises(UsageError, match="dynamic dims"):

@@ -163,7 +163,7 @@ def _compared(name: str, ref: np.ndarray, got: np.ndarray, top1: bool
     else:
         r64 = ref.astype(np.float64)
         g64 = got.astype(np.float64)
-        diff = np.subtract(r64, g64)
+        diff = np.subtract(r64, g64, out=np.empty_like(r64))  # ``out``: an array even for a 0-d output (a scalar)
         np.abs(diff, out=diff)
     if np.isfinite(r64.sum()) and np.isfinite(g64.sum()):  # every value finite (a sum of float64 is then finite
         # unless the values are float64 near its limit): the masks below would select everything, so skip making them
