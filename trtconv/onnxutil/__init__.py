@@ -5,6 +5,7 @@ The bottom layer above ``errors``: plain functions over ``onnx`` protos (and
 onnx-graphsurgeon graphs where a stage edits with it), no trtconv stage imported.
 """
 
+from trtconv.onnxutil.dequantize import dequantized, per_axis
 from trtconv.onnxutil.domains import (
     DEFAULT_DOMAIN,
     ORT_DOMAINS,
@@ -54,6 +55,7 @@ __all__ = [
     "cleanup",
     "constant_tensor",
     "default_opset",
+    "dequantized",
     "display_domain",
     "fresh_name",
     "gs_all_subgraphs",
@@ -71,6 +73,7 @@ __all__ = [
     "model_names",
     "normalize_domain",
     "opset_versions",
+    "per_axis",
     "qualified_op",
     "read_span",
     "sort_nodes",

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
-from trtconv.onnxutil import is_lazy, iter_graphs
+from trtconv.onnxutil import dequantized, is_lazy, iter_graphs
 
 _INTEGERS = (TensorProto.INT8, TensorProto.UINT8)
 _SCALES = (TensorProto.FLOAT, TensorProto.FLOAT16)
@@ -55,16 +54,10 @@ def _foldable(node: onnx.NodeProto, inits: dict[str, TensorProto], outputs: set[
 
 
 def _dequantized(node: onnx.NodeProto, inits: dict[str, TensorProto]) -> TensorProto:
-    x = numpy_helper.to_array(inits[node.input[0]]).astype(np.int32)
     scale = numpy_helper.to_array(inits[node.input[1]])
-    zp = (numpy_helper.to_array(inits[node.input[2]]).astype(np.int32) if len(node.input) > 2 and node.input[2]
-          else np.zeros(scale.shape, np.int32))
-    if scale.ndim == 1 and x.ndim > 1:  # per channel, along ``axis``
-        axis = next((a.i for a in node.attribute if a.name == "axis"), 1) % x.ndim
-        shape = [1] * x.ndim
-        shape[axis] = -1
-        scale, zp = scale.reshape(shape), zp.reshape(shape)
-    y = (x - zp).astype(np.float32) * scale.astype(np.float32)
+    zero = numpy_helper.to_array(inits[node.input[2]]) if len(node.input) > 2 and node.input[2] else None
+    axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
+    y = dequantized(numpy_helper.to_array(inits[node.input[0]]), scale, zero, axis)
     return numpy_helper.from_array(y.astype(scale.dtype), node.output[0])
 
 

@@ -9,6 +9,9 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
+# ONNX Runtime's dequantization of constants (onnxutil's: INT8's measurement stores it too), re-exported for the rules here
+from trtconv.onnxutil import dequantized as dequantized
+from trtconv.onnxutil import per_axis as per_axis
 from trtconv.rewrites.emitter import Emitter
 from trtconv.rewrites.proof import MS_DOMAIN as MS_DOMAIN  # the framework's, re-exported for the rules here
 from trtconv.rewrites.proof import Original as Original
@@ -68,25 +71,6 @@ def float_frontier(t: gs.Tensor) -> frozenset[str]:
         elif c.op in PASSTHROUGH and c.outputs:
             out |= float_frontier(c.outputs[0])
     return frozenset(out)
-
-
-def per_axis(v: np.ndarray, ndim: int, axis: int) -> np.ndarray:
-    """A scale or zero point (one value, or one per slice along ``axis``) shaped to broadcast against an
-    array of rank ``ndim``."""
-    v = np.asarray(v)
-    if v.size == 1 or ndim == 0:
-        return v.reshape(())
-    shape = [1] * ndim
-    shape[axis % ndim] = v.size
-    return v.reshape(shape)
-
-
-def dequantized(q: np.ndarray, scale: np.ndarray, zero: np.ndarray | None, axis: int) -> np.ndarray:
-    """ONNX Runtime's float32 ``(q - zero) * scale``, per-axis scale/zero along ``axis``."""
-    z = per_axis(zero, q.ndim, axis).astype(np.int64) if zero is not None else 0
-    # an array even for a 0-d q (numpy hands back a scalar there)
-    return np.asarray((q.astype(np.int64) - z).astype(np.float32) * per_axis(scale, q.ndim, axis).astype(np.float32),
-                      np.float32)
 
 
 def matmul_bias(em: Emitter, x: gs.Tensor, w: gs.Tensor, bias: np.ndarray | None, out: gs.Tensor) -> str:
