@@ -205,7 +205,6 @@ def disk_bytes(path: str | os.PathLike[str]) -> int:
     return size + sum((folder / f).stat().st_size for f in files if (folder / f).is_file())
 
 
-
 # ModelProto's fields in tag form (field number << 3 | wire type), after ir_version (field 1, varint):
 # producer_name/version, domain, model_version, doc_string, graph, opset_import, metadata_props.
 _MODEL_TAGS = frozenset({0x12, 0x1A, 0x22, 0x28, 0x32, 0x3A, 0x42, 0x72})

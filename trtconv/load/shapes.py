@@ -139,8 +139,8 @@ def dims_text(dims: Sequence[int | str | None]) -> str:
 def shape_example(dims: Sequence[int | str | None], given: Sequence[int] = ()) -> Shape:
     """A shape to suggest for an input of ``dims`` when ``given`` (what the user wrote) does not fit it.
 
-    Fixed dims stay as the model has them. Given one value per dim, the others keep their places; else a value of ``given`` equal to the next fixed dim is taken as
-    that dim, the others fill the dynamic dims in order (``1x3x64`` for ``[1, 3, height, width]`` gives
+    Fixed dims stay as the model has them. Given one value per dim, the others keep their places; else a value
+    of ``given`` equal to the next fixed dim is taken as that dim, the others fill the dynamic dims in order (``1x3x64`` for ``[1, 3, height, width]`` gives
     ``1x3x64x64``: the last such value fills the rest, as images are mostly square). A dynamic dim nothing
     fills is 1 when it leads (a batch), else the last value used, else 1: never 1s where the user said more.
     """
@@ -188,9 +188,8 @@ def override_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Shape]) -
                                   f"{shape_example_text(name, dims[name], shape)}")
         for axis, (have, want) in enumerate(zip(dims[name], shape)):
             if isinstance(have, int) and have != want:
-                kept = "x".join(str(h if isinstance(h, int) else w) for h, w in zip(dims[name], shape))
                 raise UsageError(f"input {name!r} dim {axis} is fixed at {have} in the model; --shapes gives {want}",
-                                 hint=f"keep fixed dims as they are: --shapes {name}:{kept}")
+                                 hint=f"keep fixed dims as they are: --shapes {shape_example_text(name, dims[name], shape)}")
     out = onnx.ModelProto()
     out.CopyFrom(model)
     for vi in out.graph.input:

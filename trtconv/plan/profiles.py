@@ -33,10 +33,6 @@ from trtconv.reference import ort
 log = logging.getLogger(__name__)
 
 
-def _example(name: str, dims: list[int | str | None], given: Shape = ()) -> str:
-    return shape_example_text(name, dims, given)
-
-
 def _check_shape(name: str, shape: Shape, dims: dict[str, list[int | str | None]], flag: str,
                  suggest: Callable[[str, str], str]) -> None:
     """``suggest(name, example)``: the hint that offers ``example`` (``NAME:DxD``) for that input."""
@@ -49,17 +45,17 @@ def _check_shape(name: str, shape: Shape, dims: dict[str, list[int | str | None]
     if have and len(shape) != len(have):
         raise UsageError(
             f"{flag}: input {name!r} has rank {len(have)} {dims_text(have)}, the shape given has {len(shape)} dims",
-            hint=suggest(name, _example(name, have, shape)),
+            hint=suggest(name, shape_example_text(name, have, shape)),
         )
     for axis, (fixed, want) in enumerate(zip(have, shape)):
         if isinstance(fixed, int) and fixed != want:
             raise UsageError(
                 f"{flag}: input {name!r} dim {axis} is fixed at {fixed} in the model; {want} was given",
-                hint="keep fixed dims as they are: " + suggest(name, _example(name, have, shape)),
+                hint="keep fixed dims as they are: " + suggest(name, shape_example_text(name, have, shape)),
             )
     if any(d < 1 for d in shape):
         raise UsageError(f"{flag}: input {name!r} has a zero dim in {list(shape)}",
-                         hint="every dim is at least 1: " + suggest(name, _example(name, have, tuple(max(d, 1) for d in shape))))
+                         hint="every dim is at least 1: " + suggest(name, shape_example_text(name, have, tuple(max(d, 1) for d in shape))))
 
 
 def build_profiles(
