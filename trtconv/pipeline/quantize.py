@@ -69,7 +69,6 @@ def not_the_input(model: PathLike, output: PathLike) -> None:
         raise UsageError("the output would overwrite the input model", hint="choose another output path")
 
 
-
 def _d(name: str) -> Any:
     """The declared default (one place: trtconv.settings)."""
     return declared(name).default

@@ -145,7 +145,6 @@ def _check_shapes(em: Emitter, dcn: DcnNode, x: gs.Tensor, offset: gs.Tensor, we
     return c
 
 
-
 # A sample's four corners, (top, left), (top, left + 1), (top + 1, left), (top + 1, left + 1): on
 # which side of its top-left corner each lies along y and along x (0: that corner's row or
 # column, weight 1 - t; 1: the next, weight t).
