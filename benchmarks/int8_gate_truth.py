@@ -150,6 +150,16 @@ def share(fp32_path: str, candidate: str) -> float:
     return q / total if total else 0.0
 
 
+def quantize_report(stdout: str) -> tuple[dict, dict, dict]:
+    """``trtconv quantize --json``'s report: (the document, its ``int8`` part, its ``error``); empty where the
+    process printed no JSON (a crash)."""
+    try:
+        doc = json.loads(stdout)
+    except ValueError:
+        doc = {}
+    return doc, doc.get("int8") or {}, doc.get("error") or {}
+
+
 def run_trtconv(model: str, cal: Path, out: Path) -> dict:
     """The default command in a fresh process; its exit code, wall time and the verdict from ``--json``."""
     cmd = [sys.executable, "-m", "trtconv", "quantize", model, "--precision", "int8", "--calib-data", str(cal),
@@ -160,12 +170,7 @@ def run_trtconv(model: str, cal: Path, out: Path) -> dict:
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=out.parent,
                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
     row = {"exit": proc.returncode, "seconds": time.perf_counter() - t0, "trtconv": _trtconv_file(out.parent)}
-    try:
-        doc = json.loads(proc.stdout)
-    except ValueError:
-        doc = {}
-    int8 = doc.get("int8") or {}
-    error = doc.get("error") or {}
+    doc, int8, error = quantize_report(proc.stdout)
     row.update({"passed": doc.get("passed"), "verdict": doc.get("verdict") or int8.get("verdict"),
                 "held_out": doc.get("held_out_samples") or int8.get("held_out_samples"),
                 "auto_excluded": len(int8.get("auto_excluded") or []), "written": out.is_file(),

@@ -79,12 +79,9 @@ def run_trtconv(tree: Path, model: str, cal: Path, out: Path, extra: list[str]) 
            "-o", str(out), "--json", "--force", *extra]
     # from the output's folder: ``python -m`` puts the working directory first on sys.path
     proc, wall, cpu = timed(cmd, cwd=out.parent, env={**os.environ, "PYTHONPATH": str(tree)})
-    try:
-        doc = json.loads(proc.stdout)
-    except ValueError:
-        doc = {}
-    int8 = doc.get("int8") or {}
-    error = doc.get("error") or {}
+    from int8_gate_truth import quantize_report
+
+    doc, int8, error = quantize_report(proc.stdout)
     return {"exit": proc.returncode, "wall": wall, "cpu": cpu, "written": proc.returncode == 0 and out.is_file(),
             "verdict": doc.get("verdict") or int8.get("verdict"), "chosen": int8.get("chosen_method"),
             "phases": int8.get("phase_seconds") or {}, "auto_excluded": len(int8.get("auto_excluded") or []),
