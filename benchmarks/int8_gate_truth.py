@@ -1,8 +1,8 @@
 """Does the INT8 gate's "passed" hold on data trtconv never saw? (issue 32, Deliver 5)
 
 Per model, on the real sample sets of benchmarks/gate_data.py (60-150 samples, one subfolder per source item:
-one typeset document's lines, one photo's crops, one utterance's chunks), ``--splits`` seeded random splits
-that keep each source whole: sources are shuffled and given to the calibration half until it holds half the
+one typeset document's lines, one photo's crops, one utterance's chunks, one package's files), ``--splits``
+seeded random splits that keep each source whole: sources are shuffled and given to the calibration half until it holds half the
 samples; the other half is *unseen*. Per split:
 
 1. ``python -m trtconv quantize MODEL --precision int8 --calib-data CAL -o OUT --json``: the default command
@@ -27,7 +27,7 @@ samples; the other half is *unseen*. Per split:
 Times are each tool's whole process, from start to exit (interpreter start, imports, load, calibration, the
 gate for trtconv, writing the model), sequentially, under whatever else the machine runs.
 
-    python benchmarks/int8_gate_truth.py [--models cls,rec,dddd,yolo,silero16k] [--splits 5] [--seed 0]
+    python benchmarks/int8_gate_truth.py [--models cls,rec,dddd,yolo,silero16k,magika] [--splits 5] [--seed 0]
         [--sources N]   # the many-source sets of gate_data.py --sources N (a pass needs 45 judged sources)
         [--modelopt-python /work/venvs/modelopt/bin/python] [--modelopt-from OLD.json] [--json OUT] [--quick]
     python benchmarks/int8_gate_truth.py --table-from OUT.json [MORE.json] [--models ...]   # tables of saved runs
@@ -53,7 +53,7 @@ sys.path.insert(0, str(HERE))
 
 THRESHOLD = 0.99  # trtconv.reference.compare.DEFAULT_THRESHOLDS["int8"]: cosine per output
 HOLDS = 0.95  # a pass holds when this share of unseen samples meets THRESHOLD
-MODELS = ("cls", "rec", "dddd", "yolo", "silero16k")
+MODELS = ("cls", "rec", "dddd", "yolo", "silero16k", "magika")
 QUICK_MODELS = ("cls", "silero16k")
 
 
