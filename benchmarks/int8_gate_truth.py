@@ -13,7 +13,8 @@ samples; the other half is *unseen*. Per split:
    as the gate runs them) on every unseen sample; per sample the **worst output cosine** (the lowest over the
    model's float outputs of the cosine between INT8 and FP32, the gate's measure); the share of unseen samples
    at or above 0.99 (``DEFAULT_THRESHOLDS["int8"]``). A pass **holds** when at least 95 % of the unseen samples
-   meet 0.99.
+   meet 0.99. For models with class scores (a float output shaped [N, C], C > 1: cls, magika) also
+   ``unseen_top1``, the share of unseen samples whose arg-max class is FP32's (JSON only).
 3. The **INT8 share**: Conv/ConvTranspose/MatMul/Gemm nodes whose data and weight inputs both arrive through a
    DequantizeLinear, over those of the FP32 model (benchmarks/int8_vs_peers.py ``int8_share``).
 4. **ModelOpt** (``--modelopt-python``: an interpreter with ``nvidia-modelopt[onnx]==0.47.0``, its own venv:
@@ -101,9 +102,12 @@ def calib_folder(root: Path, sources: dict[str, list[Path]], names: list[str]) -
 # ----------------------------------------------------------------------------- measuring
 
 
-def worst_cosines(fp32_path: str, candidate: str, files: list[Path], memo: dict) -> list[float]:
+def worst_cosines(fp32_path: str, candidate: str, files: list[Path], memo: dict,
+                  top1: list[bool] | None = None) -> list[float]:
     """Per file, the lowest over float outputs of cosine(candidate, FP32), both in ONNX Runtime on the CPU with
-    graph optimizations off. ``memo``: FP32 outputs per file, computed once per model."""
+    graph optimizations off. ``memo``: FP32 outputs per file, computed once per model. ``top1``: gets, per file
+    with class scores (a float output shaped [N, C], C > 1: the gate's own test), whether every row's arg-max
+    is FP32's: a cosine of 0.99 can still move a near tie."""
     import onnxruntime as ort
 
     def session(path: str):
@@ -123,9 +127,12 @@ def worst_cosines(fp32_path: str, candidate: str, files: list[Path], memo: dict)
             memo[f] = dict(zip([o.name for o in ref_sess.get_outputs()], ref_sess.run(None, feeds)))
         got = dict(zip(names, sess.run(None, feeds)))
         cos = []
+        agree = []
         for k, ref in memo[f].items():
             if np.asarray(ref).dtype.kind != "f" or k not in got:
                 continue
+            if np.ndim(ref) == 2 and np.shape(ref)[1] > 1:
+                agree.append(bool(np.array_equal(np.argmax(ref, 1), np.argmax(got[k], 1))))
             a = np.asarray(ref, np.float64).ravel()
             b = np.asarray(got[k], np.float64).ravel()
             if not np.all(np.isfinite(b)):
@@ -134,12 +141,17 @@ def worst_cosines(fp32_path: str, candidate: str, files: list[Path], memo: dict)
             na, nb = np.linalg.norm(a), np.linalg.norm(b)
             cos.append(1.0 if na == nb == 0 else float(a @ b / (na * nb)) if na and nb else 0.0)
         worst.append(min(cos))
+        if top1 is not None and agree:
+            top1.append(all(agree))
     return worst
 
 
-def unseen_stats(worst: list[float]) -> dict:
+def unseen_stats(worst: list[float], top1: list[bool] | None = None) -> dict:
     meet = sum(c >= THRESHOLD for c in worst) / len(worst)
-    return {"unseen": len(worst), "unseen_meeting": meet, "worst_unseen": min(worst), "holds": meet >= HOLDS}
+    stats = {"unseen": len(worst), "unseen_meeting": meet, "worst_unseen": min(worst), "holds": meet >= HOLDS}
+    if top1:
+        stats["unseen_top1"] = sum(top1) / len(top1)
+    return stats
 
 
 def share(fp32_path: str, candidate: str) -> float:
@@ -253,7 +265,8 @@ def measure_model(args, name: str, tmp: Path, reuse: dict) -> list[dict]:
         out = work / "trtconv.onnx"
         t = run_trtconv(meta["model"], cal, out)
         if t["written"]:
-            t.update(unseen_stats(worst_cosines(meta["model"], str(out), unseen_files, memo)))
+            agree: list[bool] = []
+            t.update(unseen_stats(worst_cosines(meta["model"], str(out), unseen_files, memo, agree), agree))
             t["int8_share"] = share(meta["model"], str(out))
         row["trtconv"] = t
         if args.modelopt_python or row["key"] in reuse:
@@ -263,7 +276,8 @@ def measure_model(args, name: str, tmp: Path, reuse: dict) -> list[dict]:
                 mo_out = work / "modelopt.onnx"
                 m = run_modelopt(args.modelopt_python, meta["model"], cal, mo_out)
                 if m["written"] and not m["error"]:
-                    m.update(unseen_stats(worst_cosines(meta["model"], str(mo_out), unseen_files, memo)))
+                    agree = []
+                    m.update(unseen_stats(worst_cosines(meta["model"], str(mo_out), unseen_files, memo, agree), agree))
                     m["int8_share"] = share(meta["model"], str(mo_out))
                 row["modelopt"] = m
         rows.append(row)
