@@ -145,7 +145,7 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
         return _prepare_and_build(model, output, target, req, plan, outcome, stages, precisioned, reference,
                                   checked.verdict, profiles, progress, rewritten, shapes0, samples, split,
                                   hint or f"run `trtconv check --trt {target} {shlex.quote(str(model))}` for the reasons",
-                                  checked.advice, lambda: model_sha256(source),
+                                  checked.advice, lambda: model_sha256(source), command,
                                   lambda: _rtx_command(req, model, output, command))
     except BaseException as exc:
         _remove_failed_outputs(output, req, outcome, exc)
@@ -225,7 +225,8 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
                        progress: Any, rewritten: RewriteResult,
                        shapes0: dict[str, tuple[int, ...]], samples: SampleSet | None,
                        split: Split | None, hint: str | None, advice: tuple[NodeReport, ...],
-                       model_hash: Callable[[], str], rtx: Callable[[], str | None] = lambda: None) -> BuildOutcome:
+                       model_hash: Callable[[], str], command: str, rtx: Callable[[], str | None] = lambda: None
+                       ) -> BuildOutcome:
     """From the prepared ONNX on: save (and the tail), recheck, profile corners, TensorRT build, verify,
     manifest. Over 80 lines: the stages in their order, each a line or two, with what they hand on."""
     prepared = outcome.prepared
@@ -295,6 +296,7 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
         engine_sha256=built.engine_sha256,
         verify=verify_json,
         split=None if split is None else split.manifest(),
+        command=command + req.shape_flags(),
     )
     write_manifest(manifest_path(output), manifest, force=True)
     outcome.manifest = manifest
