@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from trtconv.errors import AccuracyError, PrecisionNotAchievedError, UsageError
 from trtconv.load import LAZY_WEIGHTS_BYTES, load_model, save_model
-from trtconv.outputs import check_output_path
+from trtconv.outputs import check_not_the_model, check_output_path
 from trtconv.precision import (
     DEFAULT_MAX_ACTIVATION,
     DEFAULT_TRT_VERSION,
@@ -62,11 +62,6 @@ GATE_LIMITS = ("max_abs", "max_rel", "min_cosine", "min_top1")
 # the INT8 verdict's fields ``quantize --json`` and a build's precision gate carry at the top level
 INT8_GATE_KEYS = ("held_out_samples", "worst_samples", "weak", "unverified", "claim", "samples_per_part",
                   "int8_share", "share_needed_below", "verdict")
-
-
-def not_the_input(model: PathLike, output: PathLike) -> None:
-    if Path(output).resolve() == Path(model).resolve():
-        raise UsageError("the output would overwrite the input model", hint="choose another output path")
 
 
 def _d(name: str) -> Any:
@@ -410,8 +405,8 @@ def quantize(model: PathLike, output: PathLike | None = None, settings: Quantize
     say = step or (lambda _name: None)
     check_quantize_settings(settings)
     if output is not None:
+        check_not_the_model(Path(output), model, "-o", f".{settings.precision}.onnx")  # never overwritten, --force or not
         check_output_path(Path(output), force=force)
-        not_the_input(model, output)
     say("load")
     # FP16 and INT8 read each weight where they convert it: the large ones stay on disk until then.
     loaded = load_model(model, lazy_from=LAZY_WEIGHTS_BYTES)
