@@ -67,7 +67,7 @@ def test_without_tensorrt_build_stops_with_exit_9(ocr_cls, tmp_path: Path, no_te
     out = tmp_path / "cls.engine"
     res = run("build", ocr_cls, "-o", out, "--shapes", CLS_SHAPES, "--trt", "11.4", "--json")
     assert res.exit_code == ExitCode.TENSORRT_UNAVAILABLE == 9, res.output
-    assert "TensorRT is not available" in res.stderr and "nothing was done" in res.stderr
+    assert "TensorRT is not available" in res.stderr and "stopped after check (nothing was written)" in res.stderr
     assert "hint: install TensorRT" in res.stderr and "--keep-prepared" in res.stderr
     report = json.loads(res.stdout)
     assert [st["name"] for st in report["stages"]] == ["check"], report

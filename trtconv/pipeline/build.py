@@ -351,7 +351,7 @@ def _no_tensorrt(exc: BackendUnavailableError, prepared: Path, kept: bool, rtx: 
             f"{exc.message}; stopped after the precision stage: the prepared ONNX is {prepared}",
             hint=f"{install}, then run this command again{alternative}; or build {prepared} with {trtexec}")
     return BackendUnavailableError(
-        f"{exc.message}; nothing was done",
+        f"{exc.message}; stopped after check (nothing was written)",
         hint=f"{install}, then run this command again{alternative}; or add --prepare-only (or --keep-prepared) "
         f"to keep the prepared ONNX and build it with {trtexec}")
 
