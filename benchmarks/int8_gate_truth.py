@@ -39,11 +39,13 @@ import argparse
 import hashlib
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -160,10 +162,11 @@ def quantize_report(stdout: str) -> tuple[dict, dict, dict]:
     return doc, doc.get("int8") or {}, doc.get("error") or {}
 
 
-def run_trtconv(model: str, cal: Path, out: Path) -> dict:
-    """The default command in a fresh process; its exit code, wall time and the verdict from ``--json``."""
+def run_trtconv(model: str, cal: Path, out: Path, extra: Sequence[str] = ()) -> dict:
+    """The default command (with ``extra`` flags, ``--trtconv-args``) in a fresh process; its exit code, wall
+    time and the verdict from ``--json``."""
     cmd = [sys.executable, "-m", "trtconv", "quantize", model, "--precision", "int8", "--calib-data", str(cal),
-           "-o", str(out), "--json"]
+           "-o", str(out), "--json", *extra]
     t0 = time.perf_counter()
     # run from the split's folder: ``python -m`` puts the working directory first on sys.path, and a checkout
     # there would win over PYTHONPATH
@@ -251,7 +254,9 @@ def measure_model(args, name: str, tmp: Path, reuse: dict) -> list[dict]:
                "calib_samples": sum(len(sources[s]) for s in calib), "calib_sources": calib,
                "unseen_samples": len(unseen_files), "key": split_key(name, seed, calib, total)}
         out = work / "trtconv.onnx"
-        t = run_trtconv(meta["model"], cal, out)
+        t = run_trtconv(meta["model"], cal, out, shlex.split(args.trtconv_args))
+        if args.trtconv_args:
+            t["flags"] = args.trtconv_args
         if t["written"]:
             t.update(unseen_stats(worst_cosines(meta["model"], str(out), unseen_files, memo)))
             t["int8_share"] = share(meta["model"], str(out))
@@ -387,6 +392,8 @@ def main() -> None:
     ap.add_argument("--modelopt-python", default=None,
                     help="interpreter with nvidia-modelopt[onnx]==0.47.0 (its own venv); without it no ModelOpt column")
     ap.add_argument("--modelopt-from", type=Path, nargs="+", help="reuse ModelOpt rows of earlier --json files for the same splits")
+    ap.add_argument("--trtconv-args", default="", help="more flags for trtconv's command (e.g. "
+                    "'--min-precision-share 0': auto-exclude may go as deep as passing needs)")
     ap.add_argument("--json", type=Path, help="write every row here (rows of other models/splits already there are kept)")
     ap.add_argument("--quick", action="store_true", help="2 splits of the two fastest models")
     ap.add_argument("--table-from", type=Path, nargs="+", help="print the tables of earlier --json files; run nothing")
