@@ -166,6 +166,10 @@ def print_accuracy(doc: dict[str, Any], n: int) -> None:
             row.append("-" if st.top1_agreement is None else f"{st.top1_agreement:.4f}")
         table.add_row(*row)
     con.print(table)
+    by_error = [st.name for st in stats if st.measure != "cosine"]
+    if by_error:
+        con.print(f"one value per sample: {', '.join(by_error)}: its \"cosine\" is 1/sqrt(1 + e^2), e its error over "
+                  "the RMS of its FP32 values (docs/precision.md)", markup=False)
 
 
 def gate_line(doc: dict[str, Any]) -> str:

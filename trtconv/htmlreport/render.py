@@ -178,8 +178,11 @@ def accuracy_gate(gate: Mapping[str, Any]) -> str:
         cls = "fail" if gate.get("unverified") else "pass" if gate.get("passed") else ""
         head += f'<p class="verdict">verdict: <b class="{cls}">{esc(gate.get("verdict"))}</b></p>'
     viol = "".join(f"<li>{esc(v)}</li>" for v in gate.get("violations") or [])
+    by_error = [str(s.get("name")) for s in gate.get("accuracy") or [] if s.get("measure", "cosine") != "cosine"]
+    note = (f'<p class="measure">one value per sample: {esc(", ".join(by_error))}: its "cosine" is 1/sqrt(1 + e²), '
+            "e its error over the RMS of its FP32 values</p>") if by_error else ""
     return head + table(["output", "shape", "cosine", "min cosine", "max abs", "top-1", "verdict",
-                         "per-sample cosine"], rows, "accuracy-gate") + (f"<ul>{viol}</ul>" if viol else "")
+                         "per-sample cosine"], rows, "accuracy-gate") + note + (f"<ul>{viol}</ul>" if viol else "")
 
 
 def layer_precisions(rows: Sequence[Mapping[str, Any]], source: str, off: Sequence[Mapping[str, Any]]) -> str:
