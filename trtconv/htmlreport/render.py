@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from trtconv.load import dims_text
+from trtconv.precision.int8.report import parts_line
 
 CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222;max-width:1200px}
@@ -156,6 +157,11 @@ def cosine_svg(name: str, values: Sequence[float], limit: float | None, width: i
             f'height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="per-sample cosine of {esc(name)}">'
             f'<title>per-sample cosine of {esc(name)} (y from {lo:.4f} to 1)</title>{gate}'
             f'<polyline points="{line}" fill="none" stroke="#9bd"/>{dots}</svg>')
+
+
+def samples_parts(parts: Mapping[str, int], refused: bool) -> str:
+    """INT8's samples per part, in the text report's words."""
+    return f"<p>samples: {esc(parts_line(parts, refused))}</p>"
 
 
 def accuracy_gate(gate: Mapping[str, Any]) -> str:

@@ -378,7 +378,7 @@ def quantize_int8(
         claim=claim, unverified=settings.unverified and (short or checked_on != "held-out"),
         int8_share=_share(outcome.placed, share), share_needed_below=outcome.share_needed_below,
         parts=_parts(cal.runs or sample_count(calib_samples), sample_count(select_samples) if select_samples else 0,
-                     outcome.samples if eval_held_out else 0),
+                     _set_aside(eval_samples, outcome.samples) if eval_held_out else 0),
         phases=tuple(clock.laps))
     result = Int8Result(outcome.candidate.model, report)
     if outcome.unreachable:
@@ -410,6 +410,11 @@ def _parts(calibration: int | None, selection: int | None, judging: int) -> tupl
     """Samples per part, as the report lists them (a count that cannot be known is left out)."""
     counts = (("calibration", calibration), ("selection", selection), ("judging", judging))
     return tuple((k, n) for k, n in counts if n is not None)
+
+
+def _set_aside(judging: Iterable[Mapping[str, np.ndarray]] | None, judged: int) -> int:
+    """The judging part's size: what was judged, or (exit 8 stops before the judgement) what was set aside."""
+    return judged or (sample_count(judging) if judging is not None else None) or 0
 
 
 def _share(placed: Sequence[Placement], share: ShareLimit) -> float:
