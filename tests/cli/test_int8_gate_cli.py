@@ -261,6 +261,7 @@ def test_a_one_value_output_is_gated_by_its_error_and_said_so(tmp_path):
     assert res.exit_code == 0, res.output
     assert "one value per sample" not in res.stderr, res.stderr
     assert "one value per sample: prob: its \"cosine\" is 1/sqrt(1 + e^2)" in res.stdout, res.stdout
-    doc = json.loads(_invoke(*base, "--json").stdout)
+    doc = json.loads(_invoke(*base, "--json", "--report", tmp_path / "q.html").stdout)
+    assert "one value per sample: prob: its \"cosine\" is 1/sqrt(1 + e²)" in (tmp_path / "q.html").read_text()
     (prob,) = doc["accuracy"]
     assert prob["measure"] == "error-vs-rms" and len(prob["per_sample_cosine"]) == doc["int8"]["accuracy_samples"] > 0
