@@ -47,8 +47,13 @@ VARIANTS = {
 def measure(name: str, spec: dict, variant: str, auto_exclude: bool) -> dict:
     import onnx
 
-    from trtconv.precision.int8 import Int8AccuracyError, Int8Settings, Int8ShareError, quantize_int8
-    from trtconv.precision.int8.gate import int8_layers
+    from trtconv.precision.int8 import (
+        Int8AccuracyError,
+        Int8Settings,
+        Int8ShareError,
+        int8_layers,
+        quantize_int8,
+    )
     from trtconv.samples.sources import SampleSet, SampleSource, model_inputs
 
     model = onnx.load(spec["model"])

@@ -241,7 +241,8 @@ def int8_share(fp32, q) -> tuple[int, int]:
     runs in INT8). Both, because ONNX Runtime also puts Q/DQ on the outputs of the layers it quantizes: a layer
     it was told to exclude can still read its data through a DequantizeLinear, with float weights."""
     from trtconv.onnxutil.walk import iter_graphs
-    from trtconv.precision.int8.gate import COMPUTE_OPS, int8_layers_written
+    from trtconv.precision.int8 import int8_layers_written
+    from trtconv.precision.int8.gate import COMPUTE_OPS
 
     total = sum(1 for g in iter_graphs(fp32.graph) for n in g.node if n.op_type in COMPUTE_OPS)
     return int8_layers_written(q), total

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from trtconv.htmlreport import report_html
 from trtconv.onnxutil import qualified_op
-from trtconv.precision import LONG_PHASES, PHASES, rule_summaries
-from trtconv.precision.int8.report import parts_line
+from trtconv.precision import LONG_PHASES, PHASES, parts_line, rule_summaries
 from trtconv.reference import OutputStats, parse_limit
 
 __all__ = [

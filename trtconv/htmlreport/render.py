@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from trtconv.load import dims_text
-from trtconv.precision.int8.report import parts_line
+from trtconv.precision import parts_line
 
 CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222;max-width:1200px}

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import onnx
 
-from trtconv.onnxutil import iter_graphs
+from trtconv.onnxutil import GraphView
 from trtconv.precision.int8.accuracy import Accuracy, Cutoff, WorstSample
 from trtconv.precision.int8.candidate import Candidate, CandidateBuilder
 from trtconv.precision.int8.claim import Claim, judge_samples
@@ -54,17 +54,10 @@ def int8_layers_written(model: onnx.ModelProto) -> int:
     """The compute layers of a written Q/DQ model in INT8 (:func:`in_int8`; any tool's model, ONNX Runtime's
     too: an input counts as quantized when it comes from a DequantizeLinear, Casts looked through), subgraphs
     included."""
-    graphs = list(iter_graphs(model.graph))
-    producer = {o: n for g in graphs for n in g.node for o in n.output}
-
-    def through_dq(name: str) -> bool:
-        p = producer.get(name)
-        while p is not None and p.op_type == "Cast":
-            p = producer.get(p.input[0])
-        return p is not None and p.op_type == "DequantizeLinear"
-
-    return sum(in_int8([k for k, i in enumerate(n.input[:2]) if i and through_dq(i)])
-               for g in graphs for n in g.node if n.op_type in COMPUTE_OPS)
+    view = GraphView(model)
+    return sum(in_int8([k for k, i in enumerate(n.input[:2])
+                        if i and view.producer_op(i, through=("Cast",)) == "DequantizeLinear"])
+               for _, g in view.graphs for n in g.node if n.op_type in COMPUTE_OPS)
 
 
 @dataclass(frozen=True)
