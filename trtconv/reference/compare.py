@@ -136,7 +136,7 @@ def one_value_cosines(errors: Sequence[float], values: Sequence[float]) -> tuple
     minus reference, ``errors``) over the RMS of the reference's values over all the samples (``values``; NaN:
     not finite, left out). That is the cosine the error would give at right angles to a vector of the RMS's
     norm: on the cosine's scale, so the same limits and claim apply (0.99: an error up to 14.2 % of the RMS,
-    0.999: 4.5 %). Pooled: the RMS error over the RMS (docs/precision.md, "What a pass promises")."""
+    0.999: 4.5 %). Pooled: the RMS error over the RMS (docs/precision.md, "One value per sample")."""
     finite = [v * v for v in values if v == v]
     mean2 = sum(finite) / len(finite) if finite else 0.0
     per = tuple(_error_cosine(e * e, mean2) for e in errors)
