@@ -11,7 +11,8 @@ samples; the other half is *unseen*. Per split:
    the verdict (``passed`` in the JSON), the layers auto-excluded.
 2. Where a model was written: it and the FP32 original run in ONNX Runtime on the CPU (graph optimizations off,
    as the gate runs them) on every unseen sample; per sample the **worst output cosine** (the lowest over the
-   model's float outputs of the cosine between INT8 and FP32, the gate's measure); the share of unseen samples
+   model's float outputs of the cosine between INT8 and FP32, the gate's measure; an output of one value per
+   sample: its error against its RMS over the unseen samples, on the cosine's scale, as the gate measures it); the share of unseen samples
    at or above 0.99 (``DEFAULT_THRESHOLDS["int8"]``). A pass **holds** when at least 95 % of the unseen samples
    meet 0.99.
 3. The **INT8 share**: Conv/ConvTranspose/MatMul/Gemm nodes whose data and weight inputs both arrive through a
@@ -114,29 +115,36 @@ def worst_cosines(fp32_path: str, candidate: str, files: list[Path], memo: dict)
         opts.log_severity_level = 3
         return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
 
+    from trtconv.reference import one_value, one_value_cosines
+
     ref_sess = None
     sess = session(candidate)
     names = [o.name for o in sess.get_outputs()]
-    worst = []
+    per: dict[str, list[float]] = {}  # output -> each file's cosine
+    pairs: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}  # output -> each file's (FP32, candidate)
     for f in files:
         feeds = dict(np.load(f))
         if f not in memo:
             ref_sess = ref_sess or session(fp32_path)
             memo[f] = dict(zip([o.name for o in ref_sess.get_outputs()], ref_sess.run(None, feeds)))
         got = dict(zip(names, sess.run(None, feeds)))
-        cos = []
         for k, ref in memo[f].items():
             if np.asarray(ref).dtype.kind != "f" or k not in got:
                 continue
             a = np.asarray(ref, np.float64).ravel()
             b = np.asarray(got[k], np.float64).ravel()
+            pairs.setdefault(k, []).append((a, b))
             if not np.all(np.isfinite(b)):
-                cos.append(0.0)
+                per.setdefault(k, []).append(0.0)
                 continue
             na, nb = np.linalg.norm(a), np.linalg.norm(b)
-            cos.append(1.0 if na == nb == 0 else float(a @ b / (na * nb)) if na and nb else 0.0)
-        worst.append(min(cos))
-    return worst
+            per.setdefault(k, []).append(1.0 if na == nb == 0 else float(a @ b / (na * nb)) if na and nb else 0.0)
+    for k, ab in pairs.items():  # one value per sample: the gate's measure, the error against the output's RMS
+        if one_value(a.size for a, _ in ab):
+            errors = [float(abs(b[0] - a[0])) if a.size and np.isfinite(b[0]) else (float("inf") if a.size else 0.0)
+                      for a, b in ab]
+            per[k] = list(one_value_cosines(errors, [float(a[0]) for a, _ in ab if a.size])[1])
+    return [min(c[i] for c in per.values()) for i in range(len(files))] if per else [1.0] * len(files)
 
 
 def unseen_stats(worst: list[float]) -> dict:
