@@ -104,6 +104,10 @@ def print_int8(doc: dict[str, Any]) -> None:
         con.print(f"FP16 remainder: {rem['converted']} of {rem['float_nodes']} float nodes in FP16, "
                   f"{rem['kept_fp32']} kept in FP32; BatchNorms folded: {len(r['folded_batchnorms'])}", markup=False)
         print_kept(rem["kept"], "  kept in FP32, by rule:")
+    if r.get("selection_share"):
+        m, n = r["selection_share"]["meeting"], r["selection_share"]["samples"]
+        con.print(f"--auto-exclude: no candidate within the INT8 share met the limit on every selection sample; the "
+                  f"one judged met it on {m} of {n} (at least the share a pass promises)", markup=False)
     if r["auto_excluded"]:
         con.print(f"--auto-exclude kept {len(r['auto_excluded'])} layer(s) out of INT8 "
                   f"({r['gate_checks']} candidate models checked): {', '.join(r['auto_excluded'])}", markup=False)

@@ -448,6 +448,6 @@ def _report(settings: Int8Settings, prepared: PreparedModels, cal: Calibration, 
         remainder=settings.remainder, fp16=outcome.candidate.fp16, folded_batchnorms=prepared.folded,
         sensitivity=outcome.sensitivity, auto_excluded=tuple(n for _, n in outcome.excluded),
         gate_checks=outcome.checks, worst_samples=outcome.worst, gate_evaluations=outcome.evaluations,
-        sensitivity_sessions=outcome.sensitivity_sessions,
+        sensitivity_sessions=outcome.sensitivity_sessions, selection_share=outcome.selection_share,
     )
 

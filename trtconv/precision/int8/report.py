@@ -83,6 +83,9 @@ class Int8Report:
     sensitivity: tuple[LayerError, ...] = ()  # worst first
     auto_excluded: tuple[str, ...] = ()  # layers --auto-exclude kept out of INT8
     gate_checks: int = 0  # candidate models the auto-exclude search ran
+    # no candidate within the share met the limit on every selection sample: (meeting, samples) of the one judged,
+    # which met it on at least the claim's share of them (gate._within_claim)
+    selection_share: tuple[int, int] | None = None
     worst_samples: tuple[WorstSample, ...] = ()  # each output's worst held-out sample
     gate_evaluations: int = 0  # full-model ONNX Runtime passes over the held-out samples
     chosen_method: str = ""  # method "auto": the candidate kept ("cache": the cached choice)
@@ -141,6 +144,8 @@ class Int8Report:
             "sensitivity": [{**e.to_json(), "excluded": e.key in excluded} for e in self.sensitivity],
             "auto_excluded": list(self.auto_excluded),
             "gate_checks": self.gate_checks,
+            "selection_share": None if self.selection_share is None else dict(
+                zip(("meeting", "samples"), self.selection_share)),
             "gate_evaluations": self.gate_evaluations,
             "chosen_method": self.chosen_method or self.method,
             "calibration_choice": [o.to_json() for o in self.calibration_choice],
