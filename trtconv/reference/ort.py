@@ -66,6 +66,12 @@ def session(model: onnx.ModelProto | str | os.PathLike[str], *, threads: int | N
     # histograms, sensitivity sums) then has the cores to itself. On a shared 2-core machine the spin doubled
     # the CPU of repeated runs and slowed them (docs/benchmarks.md, "`make test` time"); results are the same.
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # Integer ops of int8 weights (DynamicQuantizeMatMul, MatMulInteger, QLinear*): on x86 CPUs with AVX2 but no
+    # VNNI, ONNX Runtime multiplies uint8 x int8 through an int16 multiply-add that saturates (a DynamicQuantizeMatMul
+    # 11.3 off where the activations' rounding allows 0.07). With this, an optimized session (level extended and
+    # up) shifts such weights to uint8 first and computes what the op defines; a session with optimizations off
+    # (every comparison of graphs as written) still saturates there. Where VNNI is there, nothing changes.
+    opts.add_session_config_entry("session.x64quantprecision", "1")
     if isinstance(model, onnx.ModelProto):
         if refuse_too_big:
             _refuse_if_too_big(model)
