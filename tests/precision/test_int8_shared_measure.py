@@ -9,8 +9,11 @@ the choice, its scores and the written model rest on those numbers.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from builders import two_conv_net
+from onnx import helper, numpy_helper
 
+from trtconv.onnxutil import dequantized
 from trtconv.precision.int8 import Int8AccuracyError, Int8Settings, quantize_int8
 from trtconv.precision.int8.candidate import CandidateBuilder, finalize_placements
 from trtconv.precision.int8.measured import weights_dequantized
@@ -129,3 +132,28 @@ def test_mse_measured_ahead_stops_the_others_sooner_and_changes_no_choice():
     # in full in the order given) but not mse, measured ahead of it
     options = {o.label: o for o in _choice(True, 0.9988).calibration_choice}
     assert options["percentile-99.99"].stopped and not options["mse"].stopped
+
+
+@pytest.mark.parametrize("qtype", [np.int8, np.uint8])
+@pytest.mark.parametrize("zeros", ["none", "zeros", "random"])
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("stype", [np.float32, np.float16])
+def test_dequantized_is_onnx_runtimes_dequantize_linear(qtype, zeros, per_channel, stype):
+    """The weights' fold computes ``(q - zero) * scale`` in narrow integers (int16 for 8-bit q, no subtraction for a
+    zero point of zeros): the same values as ONNX Runtime's DequantizeLinear, bit for bit, whatever the zero point."""
+    rng = np.random.default_rng(7)
+    info = np.iinfo(qtype)
+    q = rng.integers(info.min, info.max, (6, 5, 3), endpoint=True).astype(qtype)
+    n = q.shape[1] if per_channel else 1
+    scale = (rng.random(n) * 0.02 + 1e-3).astype(stype).reshape((n,) if per_channel else ())
+    zero = None if zeros == "none" else np.zeros(scale.shape, qtype) if zeros == "zeros" else \
+        rng.integers(info.min, info.max, scale.shape, endpoint=True).astype(qtype)
+    inits = [numpy_helper.from_array(scale, "s")] + ([numpy_helper.from_array(zero, "z")] if zero is not None else [])
+    node = helper.make_node("DequantizeLinear", ["q", "s"] + (["z"] if zero is not None else []), ["y"], axis=1)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("q", helper.np_dtype_to_tensor_dtype(
+        np.dtype(qtype)), list(q.shape))], [helper.make_tensor_value_info(
+            "y", helper.np_dtype_to_tensor_dtype(np.dtype(stype)), list(q.shape))], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    want = run(session(model), {"q": q})["y"]
+    got = dequantized(q, scale, zero, 1).astype(stype)
+    np.testing.assert_array_equal(got, want, strict=True)

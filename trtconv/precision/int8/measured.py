@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import onnx
-from onnx import TensorProto, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from trtconv.onnxutil import dequantized, is_lazy, iter_graphs
 
@@ -33,11 +34,14 @@ def weights_dequantized(model: onnx.ModelProto) -> onnx.ModelProto:
         inits = {t.name: t for t in g.initializer}
         outputs = {o.name for o in g.output}
         gone = [i for i, node in enumerate(g.node) if _foldable(node, inits, outputs)]
-        values = [_dequantized(g.node[i], inits) for i in gone]
+        values = [(g.node[i].output[0], _dequantized(g.node[i], inits)) for i in gone]
         for i in reversed(gone):  # by index, in place: re-adding the rest would copy every weight
             folded.update(g.node[i].input)
             del g.node[i]
-        g.initializer.extend(values)
+        for name, value in values:  # made in place: numpy_helper.from_array's tensor, without a copy to extend by
+            t = g.initializer.add()
+            t.name, t.data_type, t.raw_data = name, helper.np_dtype_to_tensor_dtype(value.dtype), value.tobytes()
+            t.dims.extend(value.shape)
     _drop_unused(out, folded)
     return out
 
@@ -53,12 +57,12 @@ def _foldable(node: onnx.NodeProto, inits: dict[str, TensorProto], outputs: set[
     return inits[names[0]].data_type in _INTEGERS and inits[names[1]].data_type in _SCALES
 
 
-def _dequantized(node: onnx.NodeProto, inits: dict[str, TensorProto]) -> TensorProto:
+def _dequantized(node: onnx.NodeProto, inits: dict[str, TensorProto]) -> np.ndarray:
     scale = numpy_helper.to_array(inits[node.input[1]])
     zero = numpy_helper.to_array(inits[node.input[2]]) if len(node.input) > 2 and node.input[2] else None
     axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
     y = dequantized(numpy_helper.to_array(inits[node.input[0]]), scale, zero, axis)
-    return numpy_helper.from_array(y.astype(scale.dtype), node.output[0])
+    return y.astype(scale.dtype.newbyteorder("<"), copy=False)  # little-endian, as TensorProto stores raw data
 
 
 def _drop_unused(model: onnx.ModelProto, folded: set[str]) -> None:
