@@ -365,10 +365,8 @@ def quantize_int8(
     clock.lap("bias-correction")
     placed, late_skips = finalize_placements(where.plan.placements, cal.scales, where.absent)
     make = _builder(cal, settings, twin, check_loads=eval_samples is None, bias=bias, smooth=smooth)
-    # the kept correction's trial built this very candidate (the same scales, shifts and smoothing; load checks
-    # off, as here with judging samples): not built again
     candidate, runnable = _first_candidate(prepared, make, placed, corrected if eval_samples is not None else None)
-    del corrected
+    del corrected  # a kept correction's trial built this very candidate (load checks off, as with judging samples)
     share = ShareLimit(settings.min_share, where.compute_layers,
                        len({(p.graph, p.node) for p in placed if p.op_type in COMPUTE_OPS}))
     outcome = run_gate(candidate, placed, GateInputs(reference, selection, eval_samples, settings, cal.scales,
