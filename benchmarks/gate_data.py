@@ -22,8 +22,19 @@ Nothing is downloaded from a model hub and nothing large is committed: the sets 
   recorded CMU ARCTIC sentence of tests/realdata.py; each at a source-chosen level and room-noise SNR, fed chunk
   by chunk with the state the FP32 model itself produces (tests/realdata.py ``silero_samples``); every 12th chunk
   kept. A source is one utterance.
+- **files** for ``magika`` (Google's file-type classifier ``standard_v3_3``, magika 1.0.3's wheel; int32 byte
+  features [N, 2048]): the files installed on this machine, each through magika's own feature extraction
+  (``Magika._get_result_or_features_from_path``: whitespace stripped, the first and last 1024 bytes, padding
+  token 256; files magika answers without its model, empty or a few bytes, are left out as magika leaves them).
+  A *source* is the package that installed the file: a Debian package (dpkg's file lists) or a Python
+  distribution (its ``RECORD``). A package's files share their authors, toolchain and conventions (one
+  project's Python style, one library's ELF build flags, one documentation's changelog format), which is what
+  makes two inputs alike; a file type would be a few dozen sources at most, and a directory mixes packages
+  (``/usr/bin``). Without ``--sources``, 150 packages (``MAGIKA_SOURCES``), 1 file each (``--scale`` k: k), 1
+  package in 5 gives one more; a file whose features another already gave (the same license text in two
+  packages) is skipped.
 
-    python benchmarks/gate_data.py [--models cls,rec,dddd,yolo,silero16k] [--out .cache/gate_data] [--scale K] [--force]
+    python benchmarks/gate_data.py [--models cls,rec,dddd,yolo,silero16k,magika] [--out .cache/gate_data] [--scale K] [--force]
     python benchmarks/gate_data.py --sources 300 [--models ...]   # into .cache/gate_data_s300
 
 ``--sources N`` makes the *many-source* sets instead (issue 32's Done-when: a pass needs 45 judged sources,
@@ -42,6 +53,8 @@ nature photos), ``lxqt-themes`` (6), ``plasma-workspace-wallpapers`` (9), and ``
 photographs of its categorization, erase, explore_monuments, explore_world_animals, explore_farm_animals,
 explore_world_music and clickgame activities, read out of their Qt ``.rcc`` resource files); renders, drawings
 and paintings are left out by name, and categorization's monuments because explore_monuments shows the same.
+
+For ``magika``, ``--sources N`` is N packages drawn at random from those that have such a file (of 975 listed here).
 
 ``--scale 2`` doubles every set (240 text lines, 200 photo variants, 300 speech chunks): what the default INT8
 command needs since it judges a pass on at least 45 samples of the data it is given (90 in the calibration half).
@@ -70,7 +83,7 @@ ROOT = HERE.parent
 sys.path.append(str(ROOT / "tests"))  # appended: tests/triton must not shadow the triton package
 
 DEFAULT_OUT = ROOT / ".cache" / "gate_data"
-MODELS = ("cls", "rec", "dddd", "yolo", "silero16k")
+MODELS = ("cls", "rec", "dddd", "yolo", "silero16k", "magika")
 LICENSES = ("Apache-2.0", "Artistic", "BSD", "CC0-1.0", "GFDL-1.3", "GPL-2", "GPL-3", "LGPL-2.1", "LGPL-3",
             "MPL-1.1", "MPL-2.0")
 DOC_MODULES = ("argparse", "difflib", "heapq", "json", "pickle")
@@ -510,6 +523,80 @@ def many_photo_samples(seed: int, cache: Path, sources: int) -> Iterator[tuple[s
             yield name, photo_variant(images, v, rng)
 
 
+# ----------------------------------------------------------------------------- files (magika)
+
+MAGIKA_SOURCES = 150  # packages in the set made without --sources
+SKIP_TREES = ("/proc", "/sys", "/dev", "/tmp", "/work", "/root/.cache")
+
+
+def owned_files() -> dict[str, list[str]]:
+    """{package: the paths it installed}: every Debian package (dpkg's ``/var/lib/dpkg/info/*.list``) and every
+    Python distribution of this interpreter (its ``*.dist-info/RECORD``). A package is one team's files, built
+    by one toolchain with one set of conventions: what makes two of its files alike."""
+    import csv
+    import site
+
+    owned: dict[str, list[str]] = {}
+    for lst in sorted(Path("/var/lib/dpkg/info").glob("*.list")):
+        owned[f"deb_{lst.stem.split(':')[0]}"] = lst.read_text(errors="replace").splitlines()
+    for sp in site.getsitepackages():
+        for record in sorted(Path(sp).glob("*.dist-info/RECORD")):
+            name = record.parent.name.split("-")[0].lower()
+            with open(record, newline="") as f:
+                owned[f"py_{name}"] = [str(Path(sp) / row[0]) for row in csv.reader(f) if row]
+    return owned
+
+
+def magika_features(magika, path: Path) -> np.ndarray | None:
+    """The model's input for ``path`` as magika 1.0 makes it (its own ``_get_result_or_features_from_path``:
+    strip, first and last 1024 bytes, padding token 256; laid out beg then end as its
+    ``_get_raw_predictions`` does), or None where magika decides without its model (empty, tiny, a few bytes
+    after stripping, unreadable)."""
+    try:
+        _, features = magika._get_result_or_features_from_path(path)
+    except OSError:
+        return None
+    if features is None:
+        return None
+    cfg = magika._model_config
+    return np.asarray([features.beg[:cfg.beg_size] + features.end[-cfg.end_size:]], np.int32)
+
+
+def file_samples(seed: int, sources: int, per_source: int = 1) -> Iterator[tuple[str, dict]]:
+    """(source, sample) for ``magika``: ``sources`` packages drawn at random from those on this machine with a
+    file magika runs its model on; from each, ``per_source`` files (one more for 1 source in 5) drawn at
+    random among its regular files. Files whose features were already taken (the same license text in two
+    packages) are skipped: a sample must not be in both halves."""
+    from magika import Magika
+
+    magika = Magika()
+    owned = owned_files()
+    names = sorted(owned)
+    seen: set[bytes] = set()
+    rng = np.random.default_rng([seed, 17])
+    taken = 0
+    for name in (names[i] for i in rng.permutation(len(names))):
+        if taken == sources:
+            return
+        want = per_source + int(rng.random() < 0.2)
+        files = [f for f in owned[name] if not f.startswith(SKIP_TREES)]
+        got = []
+        for i in rng.permutation(len(files))[:50 * want]:
+            p = Path(files[i])
+            if len(got) == want:
+                break
+            if p.is_symlink() or not p.is_file():
+                continue
+            x = magika_features(magika, p)
+            if x is not None and (key := x.tobytes()) not in seen:
+                seen.add(key)
+                got.append(x)
+        if got:
+            taken += 1
+            for x in got:
+                yield name, {"bytes": x}
+
+
 # ----------------------------------------------------------------------------- speech
 
 
@@ -577,7 +664,7 @@ def speech_samples(seed: int, scale: int = 1) -> Iterator[tuple[str, dict]]:
 
 
 def model_path(model: str) -> Path:
-    from realmodels import ddddocr_model, nudenet_model, rapidocr_model, silero_model
+    from realmodels import ddddocr_model, magika_model, nudenet_model, rapidocr_model, silero_model
 
     if model in ("cls", "rec"):
         return rapidocr_model(model)
@@ -585,6 +672,8 @@ def model_path(model: str) -> Path:
         return ddddocr_model("common.onnx")
     if model == "yolo":
         return nudenet_model()
+    if model == "magika":
+        return magika_model()
     return silero_model("silero_vad_16k_op15.onnx")
 
 
@@ -594,7 +683,9 @@ def make(model: str, out: Path, seed: int = 0, scale: int = 1, sources: int = 0)
     folder = out / model
     if folder.exists():
         shutil.rmtree(folder)
-    if sources and model in ("cls", "rec", "dddd"):
+    if model == "magika":
+        samples = file_samples(seed, sources or MAGIKA_SOURCES, scale)
+    elif sources and model in ("cls", "rec", "dddd"):
         samples = many_text_samples(model, seed, sources)
     elif sources and model == "silero16k":
         samples = many_speech_samples(seed, sources)

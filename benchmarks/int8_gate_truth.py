@@ -1,9 +1,9 @@
 """Does the INT8 gate's "passed" hold on data trtconv never saw? (issue 32, Deliver 5)
 
 Per model, on the real sample sets of benchmarks/gate_data.py (60-150 samples, one subfolder per source item:
-one typeset document's lines, one photo's crops, one utterance's chunks), ``--splits`` seeded random splits
-that keep each source whole: sources are shuffled and given to the calibration half until it holds half the
-samples; the other half is *unseen*. Per split:
+one typeset document's lines, one photo's crops, one utterance's chunks, one package's files), ``--splits``
+seeded random splits that keep each source whole: sources are shuffled and given to the calibration half until
+it holds half the samples; the other half is *unseen*. Per split:
 
 1. ``python -m trtconv quantize MODEL --precision int8 --calib-data CAL -o OUT --json``: the default command
    (only ``--json`` added, to read the verdict), in a fresh process, on the calibration half (its subfolders as
@@ -11,9 +11,11 @@ samples; the other half is *unseen*. Per split:
    the verdict (``passed`` in the JSON), the layers auto-excluded.
 2. Where a model was written: it and the FP32 original run in ONNX Runtime on the CPU (graph optimizations off,
    as the gate runs them) on every unseen sample; per sample the **worst output cosine** (the lowest over the
-   model's float outputs of the cosine between INT8 and FP32, the gate's measure); the share of unseen samples
+   model's float outputs of the cosine between INT8 and FP32, the gate's measure; an output of one value per
+   sample: its error against its RMS over the unseen samples, on the cosine's scale, as the gate measures it); the share of unseen samples
    at or above 0.99 (``DEFAULT_THRESHOLDS["int8"]``). A pass **holds** when at least 95 % of the unseen samples
-   meet 0.99.
+   meet 0.99. For models with class scores (a float output shaped [N, C], C > 1: cls, magika) also
+   ``unseen_top1``, the share of unseen samples whose arg-max class is FP32's (JSON only).
 3. The **INT8 share**: Conv/ConvTranspose/MatMul/Gemm nodes whose data and weight inputs both arrive through a
    DequantizeLinear, over those of the FP32 model (benchmarks/int8_vs_peers.py ``int8_share``).
 4. **ModelOpt** (``--modelopt-python``: an interpreter with ``nvidia-modelopt[onnx]==0.47.0``, its own venv:
@@ -27,7 +29,7 @@ samples; the other half is *unseen*. Per split:
 Times are each tool's whole process, from start to exit (interpreter start, imports, load, calibration, the
 gate for trtconv, writing the model), sequentially, under whatever else the machine runs.
 
-    python benchmarks/int8_gate_truth.py [--models cls,rec,dddd,yolo,silero16k] [--splits 5] [--seed 0]
+    python benchmarks/int8_gate_truth.py [--models cls,rec,dddd,yolo,silero16k,magika] [--splits 5] [--seed 0]
         [--sources N]   # the many-source sets of gate_data.py --sources N (a pass needs 45 judged sources)
         [--modelopt-python /work/venvs/modelopt/bin/python] [--modelopt-from OLD.json] [--json OUT] [--quick]
     python benchmarks/int8_gate_truth.py --table-from OUT.json [MORE.json] [--models ...]   # tables of saved runs
@@ -39,11 +41,13 @@ import argparse
 import hashlib
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +57,7 @@ sys.path.insert(0, str(HERE))
 
 THRESHOLD = 0.99  # trtconv.reference.compare.DEFAULT_THRESHOLDS["int8"]: cosine per output
 HOLDS = 0.95  # a pass holds when this share of unseen samples meets THRESHOLD
-MODELS = ("cls", "rec", "dddd", "yolo", "silero16k")
+MODELS = ("cls", "rec", "dddd", "yolo", "silero16k", "magika")
 QUICK_MODELS = ("cls", "silero16k")
 
 
@@ -101,9 +105,12 @@ def calib_folder(root: Path, sources: dict[str, list[Path]], names: list[str]) -
 # ----------------------------------------------------------------------------- measuring
 
 
-def worst_cosines(fp32_path: str, candidate: str, files: list[Path], memo: dict) -> list[float]:
+def worst_cosines(fp32_path: str, candidate: str, files: list[Path], memo: dict,
+                  top1: list[bool] | None = None) -> list[float]:
     """Per file, the lowest over float outputs of cosine(candidate, FP32), both in ONNX Runtime on the CPU with
-    graph optimizations off. ``memo``: FP32 outputs per file, computed once per model."""
+    graph optimizations off. ``memo``: FP32 outputs per file, computed once per model. ``top1``: gets, per file
+    with class scores (a float output shaped [N, C], C > 1: the gate's own test), whether every row's arg-max
+    is FP32's: a cosine of 0.99 can still move a near tie."""
     import onnxruntime as ort
 
     def session(path: str):
@@ -112,34 +119,49 @@ def worst_cosines(fp32_path: str, candidate: str, files: list[Path], memo: dict)
         opts.log_severity_level = 3
         return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
 
+    from trtconv.reference import one_value, one_value_cosines
+
     ref_sess = None
     sess = session(candidate)
     names = [o.name for o in sess.get_outputs()]
-    worst = []
+    per: dict[str, list[float]] = {}  # output -> each file's cosine
+    pairs: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}  # output -> each file's (FP32, candidate)
     for f in files:
         feeds = dict(np.load(f))
         if f not in memo:
             ref_sess = ref_sess or session(fp32_path)
             memo[f] = dict(zip([o.name for o in ref_sess.get_outputs()], ref_sess.run(None, feeds)))
         got = dict(zip(names, sess.run(None, feeds)))
-        cos = []
+        agree = []
         for k, ref in memo[f].items():
             if np.asarray(ref).dtype.kind != "f" or k not in got:
                 continue
+            if np.ndim(ref) == 2 and np.shape(ref)[1] > 1:
+                agree.append(bool(np.array_equal(np.argmax(ref, 1), np.argmax(got[k], 1))))
             a = np.asarray(ref, np.float64).ravel()
             b = np.asarray(got[k], np.float64).ravel()
+            pairs.setdefault(k, []).append((a, b))
             if not np.all(np.isfinite(b)):
-                cos.append(0.0)
+                per.setdefault(k, []).append(0.0)
                 continue
             na, nb = np.linalg.norm(a), np.linalg.norm(b)
-            cos.append(1.0 if na == nb == 0 else float(a @ b / (na * nb)) if na and nb else 0.0)
-        worst.append(min(cos))
-    return worst
+            per.setdefault(k, []).append(1.0 if na == nb == 0 else float(a @ b / (na * nb)) if na and nb else 0.0)
+        if top1 is not None and agree:
+            top1.append(all(agree))
+    for k, ab in pairs.items():  # one value per sample: the gate's measure, the error against the output's RMS
+        if one_value(a.size for a, _ in ab):
+            errors = [float(abs(b[0] - a[0])) if a.size and np.isfinite(b[0]) else (float("inf") if a.size else 0.0)
+                      for a, b in ab]
+            per[k] = list(one_value_cosines(errors, [float(a[0]) for a, _ in ab if a.size])[1])
+    return [min(c[i] for c in per.values()) for i in range(len(files))] if per else [1.0] * len(files)
 
 
-def unseen_stats(worst: list[float]) -> dict:
+def unseen_stats(worst: list[float], top1: list[bool] | None = None) -> dict:
     meet = sum(c >= THRESHOLD for c in worst) / len(worst)
-    return {"unseen": len(worst), "unseen_meeting": meet, "worst_unseen": min(worst), "holds": meet >= HOLDS}
+    stats = {"unseen": len(worst), "unseen_meeting": meet, "worst_unseen": min(worst), "holds": meet >= HOLDS}
+    if top1:
+        stats["unseen_top1"] = sum(top1) / len(top1)
+    return stats
 
 
 def share(fp32_path: str, candidate: str) -> float:
@@ -160,10 +182,11 @@ def quantize_report(stdout: str) -> tuple[dict, dict, dict]:
     return doc, doc.get("int8") or {}, doc.get("error") or {}
 
 
-def run_trtconv(model: str, cal: Path, out: Path) -> dict:
-    """The default command in a fresh process; its exit code, wall time and the verdict from ``--json``."""
+def run_trtconv(model: str, cal: Path, out: Path, extra: Sequence[str] = ()) -> dict:
+    """The default command (with ``extra`` flags, ``--trtconv-args``) in a fresh process; its exit code, wall
+    time and the verdict from ``--json``."""
     cmd = [sys.executable, "-m", "trtconv", "quantize", model, "--precision", "int8", "--calib-data", str(cal),
-           "-o", str(out), "--json"]
+           "-o", str(out), "--json", *extra]
     t0 = time.perf_counter()
     # run from the split's folder: ``python -m`` puts the working directory first on sys.path, and a checkout
     # there would win over PYTHONPATH
@@ -251,9 +274,12 @@ def measure_model(args, name: str, tmp: Path, reuse: dict) -> list[dict]:
                "calib_samples": sum(len(sources[s]) for s in calib), "calib_sources": calib,
                "unseen_samples": len(unseen_files), "key": split_key(name, seed, calib, total)}
         out = work / "trtconv.onnx"
-        t = run_trtconv(meta["model"], cal, out)
+        t = run_trtconv(meta["model"], cal, out, shlex.split(args.trtconv_args))
+        if args.trtconv_args:
+            t["flags"] = args.trtconv_args
         if t["written"]:
-            t.update(unseen_stats(worst_cosines(meta["model"], str(out), unseen_files, memo)))
+            agree: list[bool] = []
+            t.update(unseen_stats(worst_cosines(meta["model"], str(out), unseen_files, memo, agree), agree))
             t["int8_share"] = share(meta["model"], str(out))
         row["trtconv"] = t
         if args.modelopt_python or row["key"] in reuse:
@@ -263,7 +289,8 @@ def measure_model(args, name: str, tmp: Path, reuse: dict) -> list[dict]:
                 mo_out = work / "modelopt.onnx"
                 m = run_modelopt(args.modelopt_python, meta["model"], cal, mo_out)
                 if m["written"] and not m["error"]:
-                    m.update(unseen_stats(worst_cosines(meta["model"], str(mo_out), unseen_files, memo)))
+                    agree = []
+                    m.update(unseen_stats(worst_cosines(meta["model"], str(mo_out), unseen_files, memo, agree), agree))
                     m["int8_share"] = share(meta["model"], str(mo_out))
                 row["modelopt"] = m
         rows.append(row)
@@ -387,6 +414,8 @@ def main() -> None:
     ap.add_argument("--modelopt-python", default=None,
                     help="interpreter with nvidia-modelopt[onnx]==0.47.0 (its own venv); without it no ModelOpt column")
     ap.add_argument("--modelopt-from", type=Path, nargs="+", help="reuse ModelOpt rows of earlier --json files for the same splits")
+    ap.add_argument("--trtconv-args", default="", help="more flags for trtconv's command (e.g. "
+                    "'--min-precision-share 0': auto-exclude may go as deep as passing needs)")
     ap.add_argument("--json", type=Path, help="write every row here (rows of other models/splits already there are kept)")
     ap.add_argument("--quick", action="store_true", help="2 splits of the two fastest models")
     ap.add_argument("--table-from", type=Path, nargs="+", help="print the tables of earlier --json files; run nothing")

@@ -47,7 +47,13 @@ VARIANTS = {
 def measure(name: str, spec: dict, variant: str, auto_exclude: bool) -> dict:
     import onnx
 
-    from trtconv.precision.int8 import Int8AccuracyError, Int8Settings, Int8ShareError, quantize_int8
+    from trtconv.precision.int8 import (
+        Int8AccuracyError,
+        Int8Settings,
+        Int8ShareError,
+        int8_layers,
+        quantize_int8,
+    )
     from trtconv.samples.sources import SampleSet, SampleSource, model_inputs
 
     model = onnx.load(spec["model"])
@@ -67,7 +73,7 @@ def measure(name: str, spec: dict, variant: str, auto_exclude: bool) -> dict:
         error = ""
     except (Int8AccuracyError, Int8ShareError) as exc:
         r, error = exc.result.report, type(exc).__name__
-    compute = {(p.graph, p.node) for p in r.placed if p.op_type in ("Conv", "ConvTranspose", "MatMul", "Gemm")}
+    compute = int8_layers(r.placed)  # the one definition of a layer in INT8 (gate.in_int8)
     excluded = len(r.auto_excluded)
     row = {"model": name, "variant": variant, "auto_exclude": auto_exclude, "chosen": r.chosen_method,
            "worst_cosine": round(min((s.cosine for s in r.accuracy), default=1.0), 5),

@@ -66,7 +66,6 @@ import quantize_vs_ort as base  # noqa: E402  (same data, same ORT setup, same R
 
 TOOLS = [("trtconv", "entropy"), ("trtconv", "auto"), ("ort", "MinMax"), ("ort", "Percentile"), ("ort", "Entropy"),
          ("modelopt", "entropy"), ("modelopt", "max")]
-COMPUTE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 
 
 # ----------------------------------------------------------------------------- children
@@ -237,24 +236,16 @@ def task_metric(name: str, refs: list[dict], gots: list[dict]) -> tuple[str, flo
 
 
 def int8_share(fp32, q) -> tuple[int, int]:
-    """(compute layers of ``q`` whose data *and* weight inputs both arrive through DequantizeLinear — what
-    TensorRT runs in INT8 —, compute layers of ``fp32``), subgraphs included; Casts in between are looked
-    through. Both, because ONNX Runtime also puts Q/DQ on the outputs of the layers it quantizes: a layer it
-    was told to exclude can still read its data through a DequantizeLinear, with float weights."""
+    """(compute layers of ``q`` in INT8, compute layers of ``fp32``), subgraphs included: trtconv's one
+    definition (``trtconv.precision.int8.gate.in_int8``: data *and* weight through DequantizeLinear, what TensorRT
+    runs in INT8). Both, because ONNX Runtime also puts Q/DQ on the outputs of the layers it quantizes: a layer
+    it was told to exclude can still read its data through a DequantizeLinear, with float weights."""
     from trtconv.onnxutil.walk import iter_graphs
+    from trtconv.precision.int8 import int8_layers_written
+    from trtconv.precision.int8.gate import COMPUTE_OPS
 
     total = sum(1 for g in iter_graphs(fp32.graph) for n in g.node if n.op_type in COMPUTE_OPS)
-    producer = {o: n for g in iter_graphs(q.graph) for n in g.node for o in n.output}
-
-    def through_dq(name: str) -> bool:
-        p = producer.get(name)
-        while p is not None and p.op_type == "Cast":
-            p = producer.get(p.input[0])
-        return p is not None and p.op_type == "DequantizeLinear"
-
-    quantized = sum(1 for g in iter_graphs(q.graph) for n in g.node
-                    if n.op_type in COMPUTE_OPS and len(n.input) > 1 and through_dq(n.input[0]) and through_dq(n.input[1]))
-    return quantized, total
+    return int8_layers_written(q), total
 
 
 def evaluate(name: str, fp32_path: str, candidate: str, held, memo: list) -> dict:

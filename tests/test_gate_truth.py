@@ -74,3 +74,33 @@ def test_summary_has_one_row_per_model_and_set_with_refusals_per_exit_code(truth
     cls_rows = [ln for ln in text.splitlines() if ln.startswith("| cls")]
     assert len(cls_rows) == 2
     assert "| 1/4 | 1/1 (100%) | 3 (8 ×1, 11 ×2) |" in cls_rows[0] and "| 0/1 | - | 1 (11 ×1) |" in cls_rows[1]
+
+
+def test_magika_samples_are_what_magika_feeds_its_model(monkeypatch):
+    """The file set's features give magika's own label (its ``identify_path``, the whole pipeline) for every
+    file drawn; each package is one source, and no two samples are the same bytes."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    monkeypatch.syspath_prepend(str(BENCH.parent / "tests"))
+    import numpy as np
+    import onnxruntime as ort
+    from gate_data import file_samples, magika_features
+    from magika import Magika
+
+    magika = Magika()
+    drawn = list(file_samples(seed=0, sources=12))
+    sources = [s for s, _ in drawn]
+    assert len(set(sources)) == 12 and all(s.startswith(("deb_", "py_")) for s in sources)
+    feats = [x["bytes"] for _, x in drawn]
+    assert all(f.shape == (1, 2048) and f.dtype == np.int32 for f in feats)
+    assert len({f.tobytes() for f in feats}) == len(feats)
+    sess = ort.InferenceSession(str(magika._model_path), providers=["CPUExecutionProvider"])
+    labels = magika._model_config.target_labels_space
+    checked = 0
+    for path in sorted(Path("/etc").glob("*"))[:40]:  # files the test can name, through both routes
+        x = magika_features(magika, path) if path.is_file() else None
+        if x is None:
+            continue
+        ours = labels[int(np.argmax(sess.run(None, {"bytes": x})[0][0]))]
+        assert ours == str(magika.identify_path(path).dl.label), path
+        checked += 1
+    assert checked >= 5

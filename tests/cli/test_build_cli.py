@@ -60,13 +60,18 @@ def test_prepare_only_writes_an_equivalent_onnx_and_no_engine(ocr_cls, tmp_path:
     assert sha[0] == sha[1], "the same command must prepare the same bytes"
 
 
-def test_without_tensorrt_build_stops_after_precision_with_exit_9(ocr_cls, tmp_path: Path, no_tensorrt):
+def test_without_tensorrt_build_stops_with_exit_9(ocr_cls, tmp_path: Path, no_tensorrt):
+    """Without TensorRT and without --keep-prepared nothing would be kept: exit 9 right after check (the
+    prediction, which says exit 5 first where it refuses), not after rewrite and the precision stage
+    (minutes with INT8) whose work it threw away."""
     out = tmp_path / "cls.engine"
-    res = run("build", ocr_cls, "-o", out, "--shapes", CLS_SHAPES, "--trt", "11.4")
+    res = run("build", ocr_cls, "-o", out, "--shapes", CLS_SHAPES, "--trt", "11.4", "--json")
     assert res.exit_code == ExitCode.TENSORRT_UNAVAILABLE == 9, res.output
-    assert "TensorRT is not available" in res.stderr
-    assert "stopped after the precision stage (nothing was kept)" in res.stderr
+    assert "TensorRT is not available" in res.stderr and "stopped after check (nothing was written)" in res.stderr
     assert "hint: install TensorRT" in res.stderr and "--keep-prepared" in res.stderr
+    report = json.loads(res.stdout)
+    assert [st["name"] for st in report["stages"]] == ["check"], report
+    assert report["stopped"] == "tensorrt-unavailable", report
     assert "Traceback" not in res.output
     assert list(tmp_path.iterdir()) == []  # a failed build leaves nothing, the prepared ONNX included
     # --keep-prepared keeps the prepared ONNX to build elsewhere; running again (still without
@@ -184,10 +189,11 @@ def test_profile_comes_from_the_calibration_samples(ocr_cls, tmp_path: Path, no_
     for i, width in enumerate((96, 192, 192, 320)):  # min 96, most common 192, max 320
         np.save(calib / f"{i}.npy", rng.uniform(-1, 1, (1, 3, 48, width)).astype(np.float32))
     res = run("build", ocr_cls, "-o", tmp_path / "m.engine", "--precision", "fp16", "--calib-data", calib,
-              "--no-verify", "--trt", "11.4", "--json")
+              "--no-verify", "--trt", "11.4", "--keep-prepared", "--json")
     assert res.exit_code == ExitCode.TENSORRT_UNAVAILABLE, res.output
     stages = {s["name"]: s for s in json.loads(res.stdout)["stages"]}
-    # no TensorRT here: no builder follows, so the pre-flight runs the corners (the prepared ONNX is built elsewhere)
+    # no TensorRT here: no builder follows, so the pre-flight runs the corners (the prepared ONNX, kept, is built
+    # elsewhere)
     assert stages["profiles"]["status"] == "done" and stages["profiles"]["profiles"] == 1
     from trtconv.api import BuildSettings
     from trtconv.load import load_model

@@ -224,3 +224,14 @@ def test_ci_examples_parse_and_use_real_flags():
             assert not unknown, f"{line}: no such flag {unknown}"
             if words[1] == "quantize":
                 assert "--min-cosine" in words and "--json" in words  # the accuracy gate
+
+
+def test_a_table_in_a_pipe_has_no_trailing_spaces():
+    """`trtconv doctor | cat` padded every line of its table to the widest row (one was 150 characters): noise
+    in a CI log, and `grep 'none$'` found nothing. In a pipe lines end where their text does; the text is kept."""
+    res = subprocess.run([sys.executable, "-m", "trtconv", "doctor"], capture_output=True, text=True)
+    assert res.returncode in (0, int(ExitCode.TENSORRT_UNAVAILABLE)), res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("TensorRT ") and any(ln.startswith("onnxruntime") for ln in lines), res.stdout
+    assert [ln for ln in lines if ln != ln.rstrip(" ")] == []
+    assert all("  " in ln for ln in lines[:3])  # the columns are still aligned by spaces between them

@@ -95,7 +95,7 @@ def test_the_hints_command_line_is_the_settings_flag_for_flag(tmp_path):
 def test_no_tensorrt_hint_offers_rtx_only_where_the_command_would_run_with_it(tmp_path, monkeypatch):
     """`build --trt 11.4 --triton-repo models/` without TensorRT said "... or build with the TensorRT-RTX that
     is installed: add --trt rtx": with it the command is exit 2 (Triton cannot serve RTX plans). The hint
-    offers RTX only where the command then runs; there, adding it as printed builds."""
+    offers RTX only where the command then runs; there it is the whole command, and it builds as printed."""
     pytest.importorskip("tensorrt_rtx")
     if importlib.util.find_spec("tensorrt") is not None:
         pytest.skip("TensorRT is installed: exit 9 does not happen")
@@ -108,8 +108,10 @@ def test_no_tensorrt_hint_offers_rtx_only_where_the_command_would_run_with_it(tm
     for extra in (["--triton-repo", "models"], ["--hardware-compat", "ampere+"]):
         res = run([*argv, *extra])
         assert res.exit_code == ExitCode.TENSORRT_UNAVAILABLE, res.output
-        assert "add --trt rtx" not in res.output and "pip install tensorrt" in res.output
+        assert "--trt rtx" not in res.output and "pip install tensorrt" in res.output
         assert run([*argv, *extra, "--trt", "rtx"]).exit_code == ExitCode.USAGE  # why it is not offered
     res = run(argv)
-    assert res.exit_code == ExitCode.TENSORRT_UNAVAILABLE and "add --trt rtx" in res.output, res.output
-    assert run([*argv, "--trt", "rtx"]).exit_code == 0
+    assert res.exit_code == ExitCode.TENSORRT_UNAVAILABLE, res.output
+    offered = re.search(r"installed: `trtconv (build [^`]*)`", res.output)
+    assert offered and "--trt rtx" in offered[1], res.output
+    assert run(shlex.split(offered[1])).exit_code == 0

@@ -250,17 +250,18 @@ def _scalar_score_model(path: Path) -> Path:
     return path
 
 
-def test_a_one_value_output_gated_by_cosine_alone_is_said_to_be_ungateable(tmp_path):
-    """INT8's claim judges each sample's own cosine; over one value (a probability) it is 1 whenever the signs
-    agree, so a cosine-only gate there passes whatever INT8 does to it: a warning says so, and which limit can."""
+def test_a_one_value_output_is_gated_by_its_error_and_said_so(tmp_path):
+    """INT8's claim judges each sample's own measure; over one value (a probability) a cosine is 1 whenever the
+    signs agree, so the gate measures that output's error against its RMS instead, and the report says which
+    output it measured so (the text, --json's ``measure``); the warning that the gate could not fail is gone."""
     model = _scalar_score_model(tmp_path / "score.onnx")
     base = ("quantize", model, "-o", tmp_path / "q.onnx", "--precision", "int8", "--int8-unverified",
             "--random-data", "4", "--shapes", "x:1x4x8x8", "--calib-method", "minmax", "--force")
     res = _invoke(*base)
     assert res.exit_code == 0, res.output
-    said = [line for line in res.stderr.splitlines() if "holds one value per sample" in line]
-    assert said == ["trtconv: warning: output 'prob' holds one value per sample ([None, 1]): its cosine is 1 "
-                    "whenever the signs agree, so the cosine gate cannot fail on it; add --max-abs prob=X or "
-                    "--max-rel prob=X for a limit that can"], res.stderr
-    bounded = _invoke(*base, "--max-abs", "prob=0.05")
-    assert bounded.exit_code == 0 and "holds one value per sample" not in bounded.stderr, bounded.output
+    assert "one value per sample" not in res.stderr, res.stderr
+    assert "one value per sample: prob: its \"cosine\" is 1/sqrt(1 + e^2)" in res.stdout, res.stdout
+    doc = json.loads(_invoke(*base, "--json", "--report", tmp_path / "q.html").stdout)
+    assert "one value per sample: prob: its \"cosine\" is 1/sqrt(1 + e²)" in (tmp_path / "q.html").read_text()
+    (prob,) = doc["accuracy"]
+    assert prob["measure"] == "error-vs-rms" and len(prob["per_sample_cosine"]) == doc["int8"]["accuracy_samples"] > 0

@@ -30,7 +30,7 @@ def test_an_unreachable_share_stops_after_one_check_in_seconds(ocr_det, tmp_path
     args = ("quantize", ocr_det, "-o", tmp_path / "det.onnx", "--precision", "int8", "--int8-unverified", "--calib-data", tmp_path / "det",
             "--preprocess", "preset=ppocr-det", "--auto-exclude", "--min-cosine", "0.9999", "--calib-method", "entropy")
     t0 = time.perf_counter()
-    res = _invoke(*args, "--min-precision-share", "0.6", "--json")
+    res = _invoke(*args, "--min-precision-share", "0.6", "--json", "--report", tmp_path / "det.html")
     seconds = time.perf_counter() - t0
     assert res.exit_code == ExitCode.PRECISION_NOT_ACHIEVED, res.output
     doc = json.loads(res.stdout)  # the numbers behind the refusal (issue 32.3, 35.6)
@@ -57,7 +57,13 @@ def test_an_unreachable_share_stops_after_one_check_in_seconds(ocr_det, tmp_path
     capsys.readouterr()
     print_int8({**doc, "written": False})
     (parts,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("samples: ")]
-    assert "none held out" not in parts and parts.endswith(" (refused before any judging)"), parts
+    # the judging part was drawn and set aside, never judged: said with its count in text, JSON and HTML (it said
+    # "judging 0" in --json and left the part out of the text)
+    judging = doc["samples_per_part"]["judging"]
+    assert judging == 2 and doc["held_out_samples"] == 0 and doc["claim"] is None
+    said = f", judging {judging} (the judging part set aside, not judged: refused before the judgement)"
+    assert parts.endswith(said), parts
+    assert "samples: " + parts.removeprefix("samples: ") in (tmp_path / "det.html").read_text()
 
 
 def test_auto_exclude_is_the_default_marks_the_excluded_layers_and_counts_its_evaluations(silero, tmp_path):

@@ -12,7 +12,8 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from builders import cls_calibration
+import onnx
+from builders import cls_calibration, two_conv_net
 from click.testing import CliRunner
 from realmodels import rapidocr_model
 from test_rewrite_cli import mmcv_model
@@ -70,6 +71,20 @@ def test_quiet_is_quiet_before_or_after_the_command(ocr_cls, tmp_path):
     for res in runs:
         assert res.returncode in (0, ExitCode.NEEDS_REWRITE), res.args
         assert res.stderr == "", (res.args, res.stderr)
+
+
+def test_verbose_before_or_after_the_command(tmp_path):
+    """`(and 34 more like ...; -v shows all)` is read after a command was typed: -v added at its end must
+    work as it does before the command (it was "No such option '-v'", exit 2)."""
+    model = tmp_path / "two.onnx"
+    onnx.save(two_conv_net(), model)
+    runs = {where: piped(*args, "--cache-dir", tmp_path / where) for where, args in (
+        ("before", ("-v", "rewrite", model, "-o", tmp_path / "a.onnx")),
+        ("after", ("rewrite", model, "-o", tmp_path / "b.onnx", "-v")),
+        ("none", ("rewrite", model, "-o", tmp_path / "c.onnx")))}
+    assert [r.returncode for r in runs.values()] == [0, 0, 0], runs["after"].stderr
+    info = [[ln for ln in r.stderr.splitlines() if ln.startswith("trtconv: info: cache miss")] for r in runs.values()]
+    assert [len(lines) for lines in info] == [1, 1, 0]
 
 
 def test_stderr_speaks_with_one_voice(silero, ocr_cls, tmp_path):

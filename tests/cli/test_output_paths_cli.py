@@ -203,6 +203,26 @@ def test_a_report_or_depfile_named_like_the_model_is_refused(tmp_path, args):
     assert model.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["m.onnx"]
 
 
+@pytest.mark.parametrize("args, suggested", [(["quantize", "{m}", "-o", "{m}", "--precision", "fp16"], "m.fp16.onnx"),
+                                             (["rewrite", "{m}", "-o", "{m}"], "m.rewritten.onnx")],
+                         ids=["quantize", "rewrite"])
+@pytest.mark.parametrize("force", [False, True])
+def test_an_output_model_named_like_the_input_is_refused_with_a_name_that_runs(tmp_path, args, suggested, force):
+    """`-o` the input model: said as such (without --force it said "already exists, pass --force", which led to
+    the same refusal), and the hint's name, given to -o, runs."""
+    model = _model(tmp_path)
+    before = model.read_bytes()
+    argv = [a.format(m=model) for a in args] + (["--force"] if force else [])
+    res = CliRunner().invoke(cli, argv)
+    assert res.exit_code == ExitCode.USAGE, res.output
+    assert "is the input model: writing it would overwrite the model" in res.stderr, res.stderr
+    assert f"-o {tmp_path / suggested}" in res.stderr and model.read_bytes() == before
+    again = CliRunner().invoke(cli, [str(tmp_path / suggested) if a == str(model) and i == 3 else a
+                                     for i, a in enumerate(argv)])
+    assert again.exit_code == ExitCode.OK, again.output
+    assert model.read_bytes() == before and (tmp_path / suggested).is_file()
+
+
 def test_triton_repo_with_prepare_only_is_refused_not_skipped(tmp_path):
     """--prepare-only builds no engine, so --triton-repo had nothing to hold and was skipped without a word."""
     model = _model(tmp_path)

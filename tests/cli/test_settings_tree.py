@@ -236,7 +236,7 @@ def test_exit_9_hint_does_not_ask_to_install_what_is_installed(ocr_cls, tmp_path
         forget()
     assert res.exit_code == ExitCode.TENSORRT_UNAVAILABLE, res.output
     hint = next(line for line in res.stderr.splitlines() if line.startswith("  hint:"))
-    assert "trtconv[rtx]" not in hint and "add --trt rtx" in hint, hint
+    assert "trtconv[rtx]" not in hint and "--trt rtx --shapes" in hint, hint
 
 
 def _nodes(path: Path) -> int:

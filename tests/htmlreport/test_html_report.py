@@ -102,7 +102,8 @@ def test_build_report_shows_every_section_and_the_engine_layers(browser, lines, 
                 dots=COUNT.format("svg.cosine-plot circle"), subtitle=TEXT.format("#subtitle"),
                 engine=TEXT.format("#engine-run"))
     assert got["sections"].split() == ["verification-section", "nodes-section", "inputs-section", "rewrites-section",
-                                       "kept-out-section", "accuracy-section", "layers-section", "manifest-section"]
+                                       "kept-out-section", "samples-section", "accuracy-section", "layers-section",
+                                       "manifest-section"]
     # the RTX engine was never run: the page says so, never "passed" (issue 35)
     assert got["subtitle"].startswith("succeeded (exit 0): engine built, not run: TensorRT-RTX") and \
         "passed" not in got["subtitle"], got["subtitle"]

@@ -103,3 +103,31 @@ def test_inspect_refuses_an_engine_that_is_not_the_one_its_manifest_describes(in
     code, out = _run("inspect", copy)
     assert code == ExitCode.INVALID_MODEL, out
     assert "the manifest was edited" in out
+
+
+def test_an_engine_its_manifest_refuses_gets_the_command_that_rebuilds_it(tmp_path, monkeypatch):
+    """The identity refusal's hint was "rebuild it with `trtconv build`": not a command. The manifest now records
+    the command that built it (shape flags included), and the hint is that command with --force, which runs as
+    printed from where the build ran and gives an engine `inspect` takes."""
+    import shlex
+
+    from onnx import TensorProto, helper
+
+    monkeypatch.chdir(tmp_path)
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), "m.onnx")
+    code, out = _run("build", "m.onnx", "-o", "m.engine", "--trt", "rtx", "--shapes", "x:2x4")
+    assert code == 0, out
+    recorded = json.loads(Path("m.engine.json").read_text())["build"]["command"]
+    assert "--shapes x:2x4" in recorded and "--trt rtx" in recorded, recorded
+    Path("m.engine").write_bytes(Path("m.engine").read_bytes() + b"\0")
+    code, out = _run("inspect", "m.engine")
+    assert code == ExitCode.INVALID_MODEL, out
+    hint = next(line for line in out.splitlines() if line.strip().startswith("hint:"))
+    command = hint.split("`")[1]
+    assert command == recorded + " --force", hint
+    code, out = _run(*shlex.split(command)[1:])
+    assert code == 0, out
+    assert _run("inspect", "m.engine")[0] == 0

@@ -143,6 +143,9 @@ def test_parse_shapes():
     for bad in ("x", "x:1x", "x:ax3", ":1x2"):
         with pytest.raises(UsageError):
             parse_shapes(bad)
+    with pytest.raises(UsageError, match="given twice") as twice:  # a range written as two shapes
+        parse_shapes("bytes:1x2048,bytes:8x2048")
+    assert "--min-shapes" in (twice.value.hint or "")
 
 
 def test_checker_note_is_whole_when_onnx_names_a_node_over_several_lines(tmp_path):

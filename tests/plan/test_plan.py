@@ -111,3 +111,22 @@ def test_fully_static_model_needs_no_profile():
                           [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 4])],
                           [helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 4])])
     assert build_profiles(helper.make_model(g)) == ()
+
+
+@pytest.mark.parametrize("shapes, fix", [("x:[1,2]", "--shapes x:1x4"), ("x:[1,2],s:[2,2]", "--shapes 'x:1x4,s:[2,2]'")])
+def test_values_for_a_data_input_are_refused_with_its_shape_offered(shapes, fix):
+    """`--shapes 'x:[1,2]'` on a float input was taken as values for a shape tensor: "input 'x' holds 192 value(s);
+    2 were given", with a hint of 192 ones, or "no shape for dynamic input x" with x:[1,2] in the hint again. It is
+    a data input: said, with the command whose --shapes gives its shape (the shape-tensor input's values kept)."""
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Reshape", ["x", "s"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4]),
+                           helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(UsageError, match="'x' values .* float32 data input") as err:
+        build_profiles(model, shapes=shapes, command="trtconv build m.onnx -o m.engine")
+    assert err.value.hint == f"trtconv build m.onnx -o m.engine {fix}"
+    [profile] = build_profiles(model, shapes=fix.split(" ", 1)[1].strip("'"))  # the hint's shapes build a profile
+    assert dict(profile.inputs)["x"].opt == (1, 4)

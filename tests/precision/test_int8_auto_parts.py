@@ -85,7 +85,9 @@ _ALONE: dict[str, dict[str, float]] = {}
 def _alone(cls_sets):
     model, calib, _ = cls_sets
     work = _prepare(model, Int8Settings(unverified=True))[0]
-    run = calibration_session(work, plan_qdq(work).activation_tensors())
+    # as the pipeline's FP16-remainder calibration: every float tensor exposed (its activation peaks), which
+    # keeps ONNX Runtime from fusing across them; a session exposing fewer may differ in the last bits
+    run = calibration_session(work, plan_qdq(work).activation_tensors(), peaks=True)
     candidates: dict[str, dict[str, float]] = {}
     collect_scales(run, calib, CalibSettings(), candidates=candidates)
     _ALONE.update(candidates)

@@ -16,7 +16,7 @@ from realdata import ocr_det_images, ocr_line_images, silero_samples
 from trtconv.errors import ExitCode
 from trtconv.outputs import dumps_json
 from trtconv.precision.int8 import Int8AccuracyError, Int8Settings, quantize_int8
-from trtconv.reference.compare import Thresholds
+from trtconv.reference.compare import ONE_VALUE_MEASURE, Thresholds
 from trtconv.samples.sources import ArraySamples, ImagePreprocess, SampleSet, SampleSource, model_inputs
 
 
@@ -113,7 +113,11 @@ def test_silero_quantizes_inside_if_subgraphs(silero):
     s8 = silero_samples(silero, range(2), seconds=1.5, every=3, sr=8000)
     calib = ArraySamples(tuple(s16[:22] + s8[:22]))
     held = ArraySamples(tuple(s16[22:] + s8[22:]))
-    res = quantize_int8(model, Int8Settings(unverified=True, method="entropy"), calib, eval_samples=held)
+    # gated on the state: the probability, one value per chunk, is measured against its RMS, where 3 of these 20
+    # chunks are off by more than 14 % of it (tests/precision/test_int8_one_value.py has that measure)
+    only_state = Thresholds(min_cosine=0.99, only=("stateN",))
+    res = quantize_int8(model, Int8Settings(unverified=True, method="entropy", thresholds=only_state), calib,
+                        eval_samples=held)
     (if_node,) = [n for n in res.model.graph.node if n.op_type == "If"]
     for branch in if_node.attribute:
         ops = collections.Counter(n.op_type for n in branch.g.node)
@@ -121,6 +125,7 @@ def test_silero_quantizes_inside_if_subgraphs(silero):
     placed = collections.Counter(p.graph.rsplit("/", 1)[-1] for p in res.report.placed)
     assert placed == {"then_branch": 12, "else_branch": 12}
     stats = {s.name: s for s in res.report.accuracy}
+    assert stats["output"].measure == ONE_VALUE_MEASURE
     assert stats["output"].cosine > 0.99 and stats["output"].mean_abs < 0.05 and stats["output"].max_abs < 0.4
     assert stats["stateN"].cosine > 0.98
 

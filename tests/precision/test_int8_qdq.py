@@ -60,6 +60,24 @@ def test_conv_residual_add_and_sensitive_head():
         ("head", "kept in floating point: sigmoid output head is numerically sensitive")]
 
 
+def test_sigmoid_inside_silu_is_not_called_an_output_head():
+    """MobileViT, EfficientNet, YOLOv5/8 have a Sigmoid in every SiLU (x * sigmoid(x)): the skip must not
+    call each one an output head; the Sigmoid that ends the graph still is."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])
+    out = helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 4, 8, 8])
+    nodes = [
+        helper.make_node("Conv", ["x", "wa"], ["a"], name="conv_a", pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["a"], ["sa"], name="silu_sigmoid"),
+        helper.make_node("Mul", ["a", "sa"], ["act"], name="silu_mul"),
+        helper.make_node("Conv", ["act", "wb"], ["b"], name="conv_b", pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["b"], ["out"], name="head"),
+    ]
+    plan = plan_qdq(_model(nodes, [x], [out], [_w("wa", 4, 4, 3, 3), _w("wb", 4, 4, 3, 3)]))
+    assert [(s.node, s.reason) for s in plan.skips] == [
+        ("silu_sigmoid", "kept in floating point: sigmoid is numerically sensitive"),
+        ("head", "kept in floating point: sigmoid output head is numerically sensitive")]
+
+
 def test_gemm_matmul_convtranspose_axes_and_exclusions():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])
     img = helper.make_tensor_value_info("img", TensorProto.FLOAT, [1, 3, 4, 4])

@@ -312,3 +312,22 @@ def test_int32_cleanup_leaves_no_onehot_onnx_runtime_cannot_load(tmp_path):
     out = CliRunner().invoke(cli, ["build", "--trt", "rtx", str(path), "-o", str(tmp_path / "m.engine"),
                                    "--shapes", "x:3x4"])
     assert out.exit_code == 0, out.output
+
+
+@pytest.mark.parametrize("ir", [3, 8])
+def test_weights_listed_as_inputs_leave_the_inputs_and_the_report_says_so(ir):
+    """CenterFace (IR 3) lists every weight as a graph input; the round trip keeps them as weights only, which
+    the report did not say: a caller feeding them before can no longer. Said now, by name; the outputs hold."""
+    w = numpy_helper.from_array(np.arange(8, dtype=np.float32).reshape(2, 4), "w")
+    m = model_of([helper.make_node("MatMul", ["x", "w"], ["y"])], [vi("x", shape=[3, 2]), vi("w", shape=[2, 4])],
+                 [vi("y", shape=[3, 4])], [w], opset=9)
+    m.ir_version = ir
+    res = rewrite(m, RewriteSettings(fold_constants=False))
+    assert [i.name for i in res.model.graph.input] == ["x"]
+    [note] = [n for n in res.report.notes if "listed as graph inputs" in n]
+    assert f"(IR {ir})" in note and "'w'" in note
+    x = np.ones((3, 2), np.float32)
+    np.testing.assert_array_equal(run_model(res.model, {"x": x})["y"], run_model(m, {"x": x})["y"])
+    plain = model_of([helper.make_node("MatMul", ["x", "w"], ["y"])], [vi("x", shape=[3, 2])],
+                     [vi("y", shape=[3, 4])], [w], opset=9)
+    assert not [n for n in rewrite(plain, RewriteSettings(fold_constants=False)).report.notes if "graph inputs" in n]

@@ -55,3 +55,19 @@ def test_a_dynamic_profile_is_still_refused_at_the_check(tmp_path):
     assert res.exit_code == ExitCode.UNSUPPORTED, res.output
     assert "rnn" in res.output.lower() or "LSTM" in res.output
     assert not engine.exists()
+
+
+def test_check_with_the_same_shapes_says_what_build_does(tmp_path):
+    """`check --trt rtx --shapes S` said UNSUPPORTED (exit 5) on the model `build --trt rtx --shapes S` builds:
+    check judged the graph as it is only. With --shapes fixing every input it now also judges the graph folded
+    with them, as build does: exit 4 (the folding is a rewrite build does itself), said in the summary line and
+    in --json; without --shapes the verdict is the model's as it is (exit 5)."""
+    res = CliRunner().invoke(cli, ["check", "--trt", "rtx", str(_half()), "--shapes", SHAPES, "--json"])
+    doc = json.loads(res.stdout)
+    assert res.exit_code == ExitCode.NEEDS_REWRITE, res.output
+    assert doc["verdict"] == "needs-rewrite" and doc["folded"] == {"verdict": "supported"}
+    assert doc["summary"]["unsupported"] == 2  # the nodes as they are, still listed with their reasons
+    text = CliRunner().invoke(cli, ["check", "--trt", "rtx", str(_half()), "--shapes", SHAPES]).stdout
+    assert "folded with these --shapes (`build --shapes` folds it itself): supported" in text.splitlines()[-1]
+    bare = CliRunner().invoke(cli, ["check", "--trt", "rtx", str(_half()), "--json"])
+    assert bare.exit_code == ExitCode.UNSUPPORTED and json.loads(bare.stdout)["folded"] is None

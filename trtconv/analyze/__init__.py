@@ -1,6 +1,6 @@
 """Stage 2, analyze: what the target TensorRT parser will reject, per node, before any GPU is touched."""
 
-from trtconv.analyze.check_report import SCHEMA, CheckReport, Finding, InputReport, NodeReport
+from trtconv.analyze.check_report import SCHEMA, UNSUPPORTED, CheckReport, Finding, InputReport, NodeReport
 from trtconv.analyze.domain_blind import COLLISIONS, DOMAIN_BLIND, WRONG_ENGINE
 from trtconv.analyze.live import (
     compare_live,
@@ -10,6 +10,7 @@ from trtconv.analyze.run_check import analyze
 from trtconv.analyze.support import available_versions, load_table
 
 __all__ = [
+    "UNSUPPORTED",
     "COLLISIONS",
     "DOMAIN_BLIND",
     "WRONG_ENGINE",

@@ -142,13 +142,17 @@ class CheckReport:
     findings: tuple[Finding, ...] = ()
     model_rewrites: tuple[tuple[str, str], ...] = ()  # (finding rule, rewrite rule id)
     live: LiveCheck | None = None  # the real parser's answer (check --live), when a TensorRT was importable
+    # refused as it is, with --shapes fixing every input: the verdict on the graph folded with them (what
+    # `build --shapes` builds, and `rewrite --shapes` writes); None where not tried or the folding failed
+    folded: str | None = None
 
     @property
     def verdict(self) -> str:
         fixable = dict(self.model_rewrites)
         model_errors = [f for f in self.findings if f.severity == ERROR]
         if self.counts.get(UNSUPPORTED, 0) or any(f.rule not in fixable for f in model_errors):
-            return UNSUPPORTED
+            # folding with the shapes is a rewrite, one `build --shapes` does itself
+            return "needs-rewrite" if self.folded in (SUPPORTED, "needs-rewrite") else UNSUPPORTED
         if self.counts.get(REWRITABLE, 0) or self.counts.get(PLUGIN, 0) or model_errors:
             return "needs-rewrite"
         return SUPPORTED
@@ -199,4 +203,5 @@ class CheckReport:
             "stage": self.stage(),
             "findings": [{**f.to_json(), "rewrite": dict(self.model_rewrites).get(f.rule)} for f in self.findings],
             "live": self.live.to_json() if self.live is not None else None,
+            "folded": None if self.folded is None else {"verdict": self.folded},
         }

@@ -45,6 +45,7 @@ from trtconv.api.reports import (
     PHASES,
     OutputStats,
     parse_limit,
+    parts_line,
     qualified_op,
     report_html,
     rule_summaries,
@@ -85,5 +86,6 @@ __all__ = [
     "dims_text", "disk_bytes", "file_sha256", "identity_problems", "large_weights", "load_model", "manifest_path", "parse_shapes",
     "read_manifest", "return_large_blocks", "update_manifest",
     # reports (reports.py)
-    "LONG_PHASES", "PHASES", "OutputStats", "parse_limit", "qualified_op", "report_html", "rule_summaries",
+    "LONG_PHASES", "PHASES", "OutputStats", "parse_limit", "parts_line", "qualified_op", "report_html",
+    "rule_summaries",
 ]

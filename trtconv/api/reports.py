@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from trtconv.htmlreport import report_html
 from trtconv.onnxutil import qualified_op
-from trtconv.precision import LONG_PHASES, PHASES, rule_summaries
+from trtconv.precision import LONG_PHASES, PHASES, parts_line, rule_summaries
 from trtconv.reference import OutputStats, parse_limit
 
 __all__ = [
@@ -18,4 +18,5 @@ __all__ = [
     "rule_summaries",  # the FP16 keep-in-FP32 rules, one line each
     "OutputStats",  # per-output statistics of the reference, in the precision report
     "parse_limit",  # --max-samples' value ("all" or a count)
+    "parts_line",  # INT8's samples per part in words (the HTML page says the same)
 ]

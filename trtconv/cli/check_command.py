@@ -58,6 +58,8 @@ def summary_line(report: CheckReport) -> str:
     if dyn:
         parts.append(f"{len(dyn)} dynamic input{'' if len(dyn) == 1 else 's'} "
                      f"({len(uncovered)} not covered by --shapes)")
+    if report.folded is not None:
+        parts.append(f"refused as it is; folded with these --shapes (`build --shapes` folds it itself): {report.folded}")
     line = f"{target_name(report.target)}: {report.verdict.upper()} - " + "; ".join(parts)
     if report.live is not None and report.exit_code != report.predicted_exit_code:  # the word is the prediction's
         line += f"; TensorRT itself {'refused' if report.exit_code else 'accepted'} it (exit {int(report.exit_code)})"

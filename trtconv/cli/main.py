@@ -45,6 +45,7 @@ MODEL_KEY = "trtconv.model"
 MODEL_BYTES_KEY = "trtconv.model-bytes"
 JSON_KEY = "trtconv.json"  # --json was given (cli.options.json_option): a failure prints a JSON error object
 JSON_PRINTED_KEY = "trtconv.json-printed"  # the command printed its own JSON report (cli.output.print_json)
+VERBOSE_HELP = "More log output on stderr (-vv for debug)."
 
 
 class LazyGroup(click.Group):
@@ -63,6 +64,10 @@ class LazyGroup(click.Group):
             if not any(p.name == "quiet" for p in cmd.params):  # `trtconv check -q m.onnx` too
                 cmd.params.append(click.Option(["-q", "--quiet"], is_flag=True, expose_value=False,
                                                callback=_quiet_callback, help="Only errors on stderr."))
+            if not any(p.name == "verbose" for p in cmd.params):  # `trtconv build m.onnx -v` too: the lines
+                # that say "-v shows all" are read after the command was typed, and -v is added at its end
+                cmd.params.append(click.Option(["-v", "--verbose"], count=True, expose_value=False,
+                                               callback=_verbose_callback, help=VERBOSE_HELP))
             return cmd
         return super().get_command(ctx, cmd_name)
 
@@ -211,6 +216,16 @@ def _quiet_callback(_ctx: click.Context, _param: click.Parameter, value: bool) -
         _set_log_level(logging.ERROR)
 
 
+def _verbose_callback(_ctx: click.Context, _param: click.Parameter, value: int) -> None:
+    if value:
+        _set_log_level(verbosity_level(value))
+
+
+def verbosity_level(verbose: int) -> int:
+    """The log level of ``-v`` given ``verbose`` times (0: warnings, 1: info, 2 or more: debug)."""
+    return (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
+
+
 class _StderrHandler(logging.Handler):
     """Log records as ``trtconv: warning: ...`` on the stderr of the moment (tests swap it)."""
 
@@ -279,7 +294,7 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 )
 @click.option("--traceback", "show_traceback", is_flag=True, envvar="TRTCONV_TRACEBACK",
               help="Show the Python traceback of an error (for bug reports).")
-@click.option("-v", "--verbose", count=True, help="More log output on stderr (-vv for debug).")
+@click.option("-v", "--verbose", count=True, help=VERBOSE_HELP)
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
 @click.pass_context
 def cli(ctx: click.Context, show_traceback: bool, verbose: int, quiet: bool) -> None:
@@ -288,7 +303,7 @@ def cli(ctx: click.Context, show_traceback: bool, verbose: int, quiet: bool) -> 
     Exit codes are listed in docs/exit-codes.md.
     """
     ctx.meta[TRACEBACK_KEY] = show_traceback
-    level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
+    level = logging.ERROR if quiet else verbosity_level(verbose)
     _set_log_level(level)
     warnings.showwarning = _show_warning
 

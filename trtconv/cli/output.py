@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import sys
 import threading
 import time
@@ -43,9 +44,31 @@ def interactive(stream: Any) -> bool:
         return False
 
 
+class _TrimmedLines:
+    """A stream whose lines lose their trailing spaces: rich pads every table cell to its column's width, the
+    last one too, which in a pipe or a CI log is only noise (``diff``, ``grep 'x$'``)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream, self.spaces = stream, ""
+
+    def write(self, text: str) -> int:
+        text = self.spaces + text
+        body = text.rstrip(" ")
+        self.spaces = text[len(body):]  # held until a character other than a newline follows them
+        self.stream.write(re.sub(r" +\n", "\n", body))
+        return len(text) - len(self.spaces)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+
 def stdout_console() -> Console:
-    return _Console(file=sys.stdout, highlight=False, soft_wrap=True,
-                    width=None if interactive(sys.stdout) else PIPE_WIDTH)
+    if interactive(sys.stdout):
+        return _Console(file=sys.stdout, highlight=False, soft_wrap=True)
+    return _Console(file=_TrimmedLines(sys.stdout), highlight=False, soft_wrap=True, width=PIPE_WIDTH)
 
 
 def cell_lines(lines: list[str]) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.table import Table
 
-from trtconv.api import OutputStats, rule_summaries
+from trtconv.api import OutputStats, parts_line, rule_summaries
 from trtconv.cli.output import print_json, stdout_console
 
 SHOW_LAYERS = 10  # sensitivity rows printed (--json lists all)
@@ -63,12 +63,9 @@ def print_int8(doc: dict[str, Any]) -> None:
     con.print(f"{doc['model']} -> {doc['output']} (int8, {r['method']} calibration, {r['remainder']} remainder)",
               markup=False)
     parts = r.get("samples_per_part") or {}
-    if parts:
-        refused = bool(doc.get("error")) and not parts.get("judging")  # exit 8: stopped before the judging part
-        con.print("samples: " + ", ".join(f"{k} {v}" for k, v in parts.items() if k != "judging" or not refused)
-                  + (" (drawn at random, a source at a time; nothing that chooses reads the judging part)"
-                     if parts.get("judging") else " (refused before any judging)" if refused
-                     else " (none held out to judge on)"), markup=False)
+    if parts:  # exit 8 stops before the judgement: nothing judged (held_out_samples 0), the part still said
+        con.print("samples: " + parts_line(parts, bool(doc.get("error")) and not doc.get("held_out_samples")),
+                  markup=False)
     if r.get("calibration_choice"):
         on = "selection" if parts.get("selection") else "calibration"
         con.print(f"calibration chosen on the {on} samples: {r['chosen_method']} (worst output cosine: "
@@ -166,6 +163,10 @@ def print_accuracy(doc: dict[str, Any], n: int) -> None:
             row.append("-" if st.top1_agreement is None else f"{st.top1_agreement:.4f}")
         table.add_row(*row)
     con.print(table)
+    by_error = [st.name for st in stats if st.measure != "cosine"]
+    if by_error:
+        con.print(f"one value per sample: {', '.join(by_error)}: its \"cosine\" is 1/sqrt(1 + e^2), e its error over "
+                  "the RMS of its FP32 values (docs/precision.md)", markup=False)
 
 
 def gate_line(doc: dict[str, Any]) -> str:

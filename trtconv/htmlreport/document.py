@@ -16,6 +16,7 @@ from trtconv.htmlreport.render import (
     page,
     parser_disagreements,
     rewrites,
+    samples_parts,
     section,
     stepped_aside,
     verification,
@@ -27,6 +28,10 @@ def _gate_sections(gate: Mapping[str, Any]) -> list[str]:
     report = gate.get("int8") if precision == "int8" else gate.get("fp16")
     out = [section("kept-out-section", f"Nodes kept out of {str(precision).upper()}",
                    kept_out(kept_nodes(precision, report or {})))]
+    parts = gate.get("samples_per_part") if precision == "int8" else None
+    if parts:  # INT8's parts; at exit 8 the judging part was set aside and never judged
+        out.append(section("samples-section", "Samples per part", samples_parts(
+            parts, bool(gate.get("error")) and not gate.get("held_out_samples"))))
     if gate.get("accuracy"):
         out.append(section("accuracy-section", "Accuracy gate per output", accuracy_gate(gate)))
     return out

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from trtconv.load import dims_text
+from trtconv.precision import parts_line
 
 CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222;max-width:1200px}
@@ -158,6 +159,11 @@ def cosine_svg(name: str, values: Sequence[float], limit: float | None, width: i
             f'<polyline points="{line}" fill="none" stroke="#9bd"/>{dots}</svg>')
 
 
+def samples_parts(parts: Mapping[str, int], refused: bool) -> str:
+    """INT8's samples per part, in the text report's words."""
+    return f"<p>samples: {esc(parts_line(parts, refused))}</p>"
+
+
 def accuracy_gate(gate: Mapping[str, Any]) -> str:
     limits = gate.get("thresholds") or {}
     per_output = limits.get("per_output") or {}
@@ -178,8 +184,11 @@ def accuracy_gate(gate: Mapping[str, Any]) -> str:
         cls = "fail" if gate.get("unverified") else "pass" if gate.get("passed") else ""
         head += f'<p class="verdict">verdict: <b class="{cls}">{esc(gate.get("verdict"))}</b></p>'
     viol = "".join(f"<li>{esc(v)}</li>" for v in gate.get("violations") or [])
+    by_error = [str(s.get("name")) for s in gate.get("accuracy") or [] if s.get("measure", "cosine") != "cosine"]
+    note = (f'<p class="measure">one value per sample: {esc(", ".join(by_error))}: its "cosine" is 1/sqrt(1 + e²), '
+            "e its error over the RMS of its FP32 values</p>") if by_error else ""
     return head + table(["output", "shape", "cosine", "min cosine", "max abs", "top-1", "verdict",
-                         "per-sample cosine"], rows, "accuracy-gate") + (f"<ul>{viol}</ul>" if viol else "")
+                         "per-sample cosine"], rows, "accuracy-gate") + note + (f"<ul>{viol}</ul>" if viol else "")
 
 
 def layer_precisions(rows: Sequence[Mapping[str, Any]], source: str, off: Sequence[Mapping[str, Any]]) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 from trtconv.errors import BackendUnavailableError, DataError, InvalidModelError, UsageError
 from trtconv.inspection.layers import layer_rows, off_precision
-from trtconv.plan import identity_problems, manifest_path, read_manifest
+from trtconv.plan import identity_problems, manifest_path, read_manifest, rebuild_hint
 from trtconv.trt import describe_engine, engine_flavour
 
 RECORDED = {"network": "recorded at build time from the strongly typed network (a strongly typed build follows "
@@ -77,7 +77,7 @@ def inspect_engine(engine_path: Path, plugin_libraries: tuple[Path, ...] = (), *
         problems = identity_problems(manifest, engine_path)
         if problems:
             raise InvalidModelError(f"{engine_path.name}: engine identity does not match its manifest: "
-                                    + "; ".join(problems), hint="rebuild it with `trtconv build`")
+                                    + "; ".join(problems), hint=rebuild_hint(manifest))
     flavour, _ = engine_flavour(engine_path)
     described, why = None, "not tried (--no-live)"
     if live and flavour.inspects_engine:

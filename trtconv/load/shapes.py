@@ -66,8 +66,10 @@ def parse_shape_spec(spec: str | None) -> tuple[dict[str, Shape], dict[str, tupl
                 hint="write NAME:DxDxD, e.g. images:1x3x640x640 (several separated by commas); NAME:scalar for a "
                      "0-d input; NAME:[3,4] for the values of a shape-tensor input",
             )
-        if name in shapes or name in values:
-            raise UsageError(f"input {name!r} given twice in shapes")
+        if name in shapes or name in values:  # mostly a range written as two shapes
+            raise UsageError(f"input {name!r} given twice in shapes",
+                             hint="give each input one shape; for a range of sizes, `build` takes --min-shapes, "
+                                  "--opt-shapes and --max-shapes (NAME:DxD each)")
         if bracket:
             values[name] = tuple(int(v) for v in (bracket.group(1) or "").split(",") if v.strip())
             continue

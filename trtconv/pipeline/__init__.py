@@ -17,7 +17,6 @@ from trtconv.pipeline.quantize import (
     QuantizeResult,
     QuantizeSettings,
     gate_thresholds,
-    not_the_input,
     quantize,
 )
 from trtconv.pipeline.rewrite import rewrite
@@ -33,7 +32,6 @@ __all__ = [
     "check",
     "gate_thresholds",
     "gpu_properties",
-    "not_the_input",
     "parse_byte_size",
     "quantize",
     "quantize_settings",

@@ -99,12 +99,12 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
     outcome.prepared = prepared
     outcome.snapshot(_written_paths(output, prepared, req))
     stages = StageRunner(outcome, say)
+    command = command or replace(req, trt=target).command_line(model, output)
 
     # Large weights stay on disk through rewrite, FP16, INT8 and the save (streamed into the
     # prepared ONNX).
     loaded = load_model(model, lazy_from=LAZY_WEIGHTS_BYTES)
     _refuse_requantizing(loaded, req.precision)
-    command = command or replace(req, trt=target).command_line(model, output)
     hint = split_hint(loaded, target, command, req)  # the blocking ops are ones --split-tail moves to ONNX Runtime
     samples = sample_set(loaded.proto, req.quantize_settings())  # None: no sample data
     if samples is not None:
@@ -129,6 +129,11 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
     rewrite_settings = replace(req.rewrite_settings(target), proof_shapes=dict(shapes0))
     # a static profile: a model refused as it is may build folded with its shapes (like `rewrite --shapes`)
     checked = stages.run("check", lambda: check_stage(loaded, target, shapes0, hint, _if_static(profiles, rewrite_settings)))
+    if not req.prepare_only and not req.keep_prepared:  # nothing would be kept: say so before minutes of work
+        missing = _missing_tensorrt(for_target(target))
+        if missing is not None:
+            outcome.stopped = "tensorrt-unavailable"
+            raise _no_tensorrt(missing, prepared, False, _rtx_command(req, model, output, command))
     if checked.fold:
         rewrite_settings = replace(rewrite_settings, shapes=dict(shapes0))
     rewritten = stages.run("rewrite", lambda: rewrite_stage(loaded, rewrite_settings))
@@ -140,8 +145,8 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
         return _prepare_and_build(model, output, target, req, plan, outcome, stages, precisioned, reference,
                                   checked.verdict, profiles, progress, rewritten, shapes0, samples, split,
                                   hint or f"run `trtconv check --trt {target} {shlex.quote(str(model))}` for the reasons",
-                                  checked.advice, lambda: model_sha256(source),
-                                  lambda: _rtx_takes(req, model, output, command))
+                                  checked.advice, lambda: model_sha256(source), command,
+                                  lambda: _rtx_command(req, model, output, command))
     except BaseException as exc:
         _remove_failed_outputs(output, req, outcome, exc)
         _remove_new_caches(outcome)
@@ -220,7 +225,8 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
                        progress: Any, rewritten: RewriteResult,
                        shapes0: dict[str, tuple[int, ...]], samples: SampleSet | None,
                        split: Split | None, hint: str | None, advice: tuple[NodeReport, ...],
-                       model_hash: Callable[[], str], rtx_ok: Callable[[], bool] = lambda: True) -> BuildOutcome:
+                       model_hash: Callable[[], str], command: str, rtx: Callable[[], str | None] = lambda: None
+                       ) -> BuildOutcome:
     """From the prepared ONNX on: save (and the tail), recheck, profile corners, TensorRT build, verify,
     manifest. Over 80 lines: the stages in their order, each a line or two, with what they hand on."""
     prepared = outcome.prepared
@@ -247,7 +253,7 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
         return outcome
     if missing is not None:
         outcome.stopped = "tensorrt-unavailable"
-        raise _no_tensorrt(missing, prepared, req.keep_prepared, rtx_ok()) from None  # asked only on this path
+        raise _no_tensorrt(missing, prepared, req.keep_prepared, rtx()) from None  # asked only on this path
     try:
         built = stages.run("build", lambda: engine_stage(plan, progress, outcome.new_caches))
     except BuildError:  # a parser that rejects what check predicted it takes: recorded, then the error
@@ -290,6 +296,7 @@ def _prepare_and_build(model: Path, output: Path, target: str, req: BuildSetting
         engine_sha256=built.engine_sha256,
         verify=verify_json,
         split=None if split is None else split.manifest(),
+        command=command + req.shape_flags(),
     )
     write_manifest(manifest_path(output), manifest, force=True)
     outcome.manifest = manifest
@@ -312,33 +319,41 @@ def _missing_tensorrt(flavour: Flavour) -> BackendUnavailableError | None:
     return None
 
 
-def _rtx_takes(req: BuildSettings, model: Path, output: Path, command: str | None) -> bool:
-    """Whether this build, with ``--trt rtx`` instead, would get past its option checks: not with
-    options RTX refuses (--plugins, --hardware-compat, ...) nor a Triton repository (the CLI's flag,
-    in the command its hints repeat), which Triton cannot serve from an RTX plan."""
+def _rtx_command(req: BuildSettings, model: Path, output: Path, command: str) -> str | None:
+    """``command`` (the one hints repeat, with its shape flags) building with TensorRT-RTX instead, runnable as
+    printed; None where it would be refused (--plugins, --hardware-compat, ...; a Triton repository, which
+    Triton cannot serve from an RTX plan)."""
     try:
         validate_plan(replace(req, trt=RTX_TARGET).plan(model, output, RTX_TARGET))
     except UsageError:
-        return False
-    return "--triton-repo" not in shlex.split(command or "")
+        return None
+    words = shlex.split(command + req.shape_flags())
+    if "--triton-repo" in words:
+        return None
+    if "--trt" in words[:-1]:
+        words[words.index("--trt") + 1] = RTX_TARGET
+    else:
+        words += ["--trt", RTX_TARGET]
+    return shlex.join(words)
 
 
-def _no_tensorrt(exc: BackendUnavailableError, prepared: Path, kept: bool, rtx_ok: bool = True
+def _no_tensorrt(exc: BackendUnavailableError, prepared: Path, kept: bool, rtx: str | None
                  ) -> BackendUnavailableError:
-    """Exit 9 after the CPU stages: where the prepared ONNX is (``--keep-prepared``), or how to keep it.
-    ``rtx_ok``: False drops the hint's "add --trt rtx" (the command would be refused with it)."""
-    if not rtx_ok:
-        exc = BackendUnavailableError(exc.message, hint=(exc.hint or "").replace(RTX_ALTERNATIVE, ""))
+    """Exit 9: before any stage when nothing would be kept, or after the CPU stages with ``--keep-prepared``
+    (then where the prepared ONNX is). ``rtx``: the same command with TensorRT-RTX, offered where it would run."""
+    install = (exc.hint or "").replace(RTX_ALTERNATIVE, "").rstrip(".")
+    offered = rtx is not None and RTX_ALTERNATIVE in (exc.hint or "")  # the hint says RTX is installed
+    alternative = f"; or build with the TensorRT-RTX that is installed: `{rtx}`" if offered else ""
     trtexec = ("trtexec --stronglyTyped (TensorRT 10; 11 is always strongly typed): the precision is already "
                "explicit, no --fp16/--int8 flags needed")
     if kept:
         return BackendUnavailableError(
             f"{exc.message}; stopped after the precision stage: the prepared ONNX is {prepared}",
-            hint=f"{(exc.hint or '').rstrip('.')}. Then run this command again, or build {prepared} with {trtexec}")
+            hint=f"{install}, then run this command again{alternative}; or build {prepared} with {trtexec}")
     return BackendUnavailableError(
-        f"{exc.message}; stopped after the precision stage (nothing was kept)",
-        hint=f"{(exc.hint or '').rstrip('.')}. Then run this command again; or add --prepare-only (or "
-        f"--keep-prepared) to keep the prepared ONNX and build it with {trtexec}")
+        f"{exc.message}; stopped after check (nothing was written)",
+        hint=f"{install}, then run this command again{alternative}; or add --prepare-only (or --keep-prepared) "
+        f"to keep the prepared ONNX and build it with {trtexec}")
 
 
 def _if_static(profiles: tuple[Profile, ...], settings: RewriteSettings) -> RewriteSettings | None:

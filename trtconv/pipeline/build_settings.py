@@ -195,6 +195,13 @@ class BuildSettings:
                 parts += [setting.flag, shlex.quote(str(item))]
         return " ".join([*parts, *extra])
 
+    def shape_flags(self) -> str:
+        """The shape flags given, as they follow a command that hints repeat (the CLI's leaves them out:
+        a shapes hint gives its own; every other hint adds them back with this)."""
+        flags = "".join(f" --{flag.replace('_', '-')} {shlex.quote(str(v))}"
+                        for flag in ("min_shapes", "opt_shapes", "max_shapes") for v in getattr(self, flag))
+        return flags + (f" --shapes {shlex.quote(self.shapes)}" if self.shapes else "")
+
     def unused_with_prepare_only(self) -> list[str]:
         """The flags given that tune or check an engine, which ``--prepare-only`` does not build: said, not dropped
         in silence (a warning: a spec file shared with full builds may set them)."""

@@ -6,7 +6,6 @@ tail is written beside the engine with the prepared ONNX and removed with it."""
 from __future__ import annotations
 
 import logging
-import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -95,11 +94,7 @@ def split_hint(loaded: LoadedModel, target: str, command: str, req: BuildSetting
     found = _model_ops(loaded, tail_ops(target))
     if not found or req.split_tail:
         return None
-    shapes = "".join(f" --{flag.replace('_', '-')} {shlex.quote(str(v))}" for flag in ("min_shapes", "opt_shapes",
-                                                                                       "max_shapes")
-                     for v in getattr(req, flag))
-    shapes += f" --shapes {shlex.quote(req.shapes)}" if req.shapes else ""
-    return (f"{' and '.join(found)} cannot run on {target_name(target)}: `{command}{shapes} {SPLIT_FLAG}` builds the "
+    return (f"{' and '.join(found)} cannot run on {target_name(target)}: `{command}{req.shape_flags()} {SPLIT_FLAG}` builds the "
             "graph before it and writes the rest as an ONNX tail for ONNX Runtime beside the engine "
             f"({SPLIT_DOC})")
 

@@ -115,7 +115,7 @@ def check_stage(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, .
     must fold with the shapes (``rewrite --shapes``)."""
     report = analyze(loaded, target, shapes)
     if report.verdict not in ("supported", "needs-rewrite") and settings is not None:
-        folded = _folded_verdict(loaded, target, shapes, settings)
+        folded = folded_verdict(loaded, target, shapes, settings)
         if folded in ("supported", "needs-rewrite"):
             return Step(Checked(True, verdict=folded), {"verdict": folded, "target": target,
                                "folded": "unsupported as it is; decided on the graph folded with the shapes"})
@@ -140,7 +140,7 @@ def check_stage(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, .
     return Step(Checked(False, verdict=report.verdict), {"verdict": report.verdict, "target": target})
 
 
-def _folded_verdict(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]],
+def folded_verdict(loaded: LoadedModel, target: str, shapes: dict[str, tuple[int, ...]],
                     settings: RewriteSettings) -> str | None:
     """``check``'s verdict on the graph the rewrite leaves when it folds with ``shapes``; None when
     that rewrite fails (the model as it is keeps its verdict and its reasons)."""

@@ -9,8 +9,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from trtconv.analyze import CheckReport, analyze, compare_live
-from trtconv.load import load_model
+from trtconv.analyze import UNSUPPORTED, CheckReport, analyze, compare_live
+from trtconv.load import LAZY_WEIGHTS_BYTES, load_model
+from trtconv.pipeline.build_stages import folded_verdict
+from trtconv.rewrites import RewriteSettings
 from trtconv.trt import RTX_MODULE, run_isolated
 
 
@@ -19,6 +21,11 @@ def check(model: Path, target: str, shapes: Mapping[str, Sequence[int]], *, live
     """What ``target``'s ONNX parser will reject in ``model``; ``live``: also the real parser's answer
     (``values``: the shape-tensor inputs' values its build profile needs)."""
     report = analyze(load_model(model, structure_only=True), target, dict(shapes))
+    if report.verdict == UNSUPPORTED and shapes and all(i.covered for i in report.inputs):
+        # as `build --shapes` does: a model refused as it is may parse folded with the shapes (an If whose
+        # condition reads only shapes, an LSTM inside it); the weights are read only here
+        loaded = load_model(model, lazy_from=LAZY_WEIGHTS_BYTES)
+        report = replace(report, folded=folded_verdict(loaded, target, dict(shapes), RewriteSettings(target=target)))
     return _with_live(report, model, target, shapes, values or {}) if live else report
 
 

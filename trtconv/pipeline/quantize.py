@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from trtconv.errors import AccuracyError, PrecisionNotAchievedError, UsageError
 from trtconv.load import LAZY_WEIGHTS_BYTES, load_model, save_model
-from trtconv.outputs import check_output_path
+from trtconv.outputs import check_not_the_model, check_output_path
 from trtconv.precision import (
     DEFAULT_MAX_ACTIVATION,
     DEFAULT_TRT_VERSION,
@@ -62,11 +62,6 @@ GATE_LIMITS = ("max_abs", "max_rel", "min_cosine", "min_top1")
 # the INT8 verdict's fields ``quantize --json`` and a build's precision gate carry at the top level
 INT8_GATE_KEYS = ("held_out_samples", "worst_samples", "weak", "unverified", "claim", "samples_per_part",
                   "int8_share", "share_needed_below", "verdict")
-
-
-def not_the_input(model: PathLike, output: PathLike) -> None:
-    if Path(output).resolve() == Path(model).resolve():
-        raise UsageError("the output would overwrite the input model", hint="choose another output path")
 
 
 def _d(name: str) -> Any:
@@ -302,24 +297,6 @@ def int8_settings(settings: QuantizeSettings, *, trt_version: str = DEFAULT_TRT_
     )
 
 
-def cosine_blind_outputs(proto: onnx.ModelProto, gate: Thresholds) -> list[str]:
-    """Outputs of one value per sample gated by cosine alone: INT8's claim judges each sample's own cosine,
-    and the cosine of one value is 1 whenever the signs agree (a probability, a score), so that gate cannot
-    fail there. Said, with the limit that can: what the user asked to be checked is not silently vacuous."""
-    notes = []
-    for out in proto.graph.output:
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in out.type.tensor_type.shape.dim]
-        per_sample = dims[1:] if len(dims) > 1 else dims  # the leading dim: the batch, one sample each
-        limits = gate.for_output(out.name)
-        if (not out.type.tensor_type.HasField("shape") or any(d != 1 for d in per_sample) or limits is None
-                or limits.min_cosine is None or limits.max_abs is not None or limits.max_rel is not None):
-            continue
-        notes.append(f"output {out.name!r} holds one value per sample ({list(dims)}): its cosine is 1 whenever the "
-                     f"signs agree, so the cosine gate cannot fail on it; add --max-abs {out.name}=X or --max-rel "
-                     f"{out.name}=X for a limit that can")
-    return notes
-
-
 def run_int8(proto: onnx.ModelProto, samples: SampleSet, settings: QuantizeSettings, *,
              model_path: Path | None = None, calibration_model: onnx.ModelProto | None = None,
              trt_version: str = DEFAULT_TRT_VERSION, progress: Callable[[str, int, int | None], None] | None = None,
@@ -346,8 +323,6 @@ def run_int8(proto: onnx.ModelProto, samples: SampleSet, settings: QuantizeSetti
     if judging is None and warn is not None:
         warn(f"{len(samples)} sample(s) in {split.groups} source(s): none to judge on, so the accuracy check runs on "
              "the calibration data and the result is unverified")
-    for note in cosine_blind_outputs(proto, settings.gate()):
-        log.warning("%s", note)
     int8 = replace(int8_settings(settings, trt_version=trt_version), unverified=unverified)
     try:
         return quantize_int8(proto, int8, split.calibration, model_path=model_path,
@@ -410,8 +385,8 @@ def quantize(model: PathLike, output: PathLike | None = None, settings: Quantize
     say = step or (lambda _name: None)
     check_quantize_settings(settings)
     if output is not None:
+        check_not_the_model(Path(output), model, "-o", f".{settings.precision}.onnx")  # never overwritten, --force or not
         check_output_path(Path(output), force=force)
-        not_the_input(model, output)
     say("load")
     # FP16 and INT8 read each weight where they convert it: the large ones stay on disk until then.
     loaded = load_model(model, lazy_from=LAZY_WEIGHTS_BYTES)

@@ -10,8 +10,7 @@ import onnx
 
 from trtconv.errors import InvalidModelError, UsageError
 from trtconv.load import approx_size, dynamic_inputs, load_model, save_model, shapes_text
-from trtconv.outputs import check_output_path
-from trtconv.pipeline.quantize import not_the_input
+from trtconv.outputs import check_not_the_model, check_output_path
 from trtconv.plan import build_profiles, run_corners
 from trtconv.rewrites import RewriteResult, RewriteSettings
 from trtconv.rewrites import rewrite as rewrite_model
@@ -37,8 +36,8 @@ def rewrite(model: Path, output: Path | None, settings: RewriteSettings, *, forc
     """Rewrite ``model``; save to ``output`` if given (nothing written when a proof fails)."""
     say = step or (lambda _name: None)
     if output is not None:
+        check_not_the_model(output, model, "-o", ".rewritten.onnx")  # never overwritten, --force or not
         check_output_path(output, force=force)  # fail before the work, not after
-        not_the_input(model, output)
     loaded = load_model(model, lazy_from=settings.lazy_weights_bytes)
     say("load")
     result = rewrite_model(loaded, settings)

@@ -11,6 +11,7 @@ builds of the same thing give manifests that differ only there.
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ def build_manifest(
     split: Mapping[str, Any] | None = None,
     rewrites_stepped_aside: list[dict[str, Any]] | None = None,
     parser_disagreements: list[dict[str, Any]] | None = None,
+    command: str | None = None,
 ) -> dict[str, Any]:
     """The manifest as a JSON-ready dict. ``environment`` holds the TensorRT, CUDA and driver
     versions and the GPU name and compute capability (from ``trtconv.trt``), and ``gpu_properties``
@@ -98,6 +100,8 @@ def build_manifest(
             "details": list(plugin_details or []),  # file, path, sha256, creators: part of the identity
         },
         "build": {
+            # the command that built it, paths as typed (relative to where it ran): what a rebuild runs
+            "command": command,
             "seconds": round(build_seconds, 3) if build_seconds is not None else None,
             "optimization_level": plan.optimization_level,
             "memory_pools": dict(plan.memory_pools),
@@ -115,6 +119,19 @@ def build_manifest(
         # --split-tail: the engine is the model's head; the tail ONNX (for ONNX Runtime) computes the rest
         "split": dict(split) if split else None,
     }
+
+
+def rebuild_hint(manifest: Mapping[str, Any], where: str = "") -> str:
+    """How to rebuild the engine ``manifest`` describes: the command that built it, runnable as printed from
+    the directory it ran in (``--force``: the old engine is replaced); manifests before the command was
+    recorded get the command's start and the source's name."""
+    command = str((manifest.get("build") or {}).get("command") or "")
+    if command:
+        force = "" if "--force" in shlex.split(command) else " --force"
+        return f"rebuild it{where} from the directory it was built in: `{command}{force}`"
+    source = str((manifest.get("source") or {}).get("onnx") or "MODEL.onnx")
+    engine = str((manifest.get("engine") or {}).get("file") or "MODEL.engine")
+    return f"rebuild it{where}: `trtconv build {shlex.quote(source)} -o {shlex.quote(engine)} --force` and the options it was built with"
 
 
 def write_manifest(path: Path, manifest: Mapping[str, Any], *, force: bool = False) -> None:

@@ -126,6 +126,7 @@ def build_profiles(
             for name, shape in corner.items():
                 _check_shape(name, shape, dims, f"{where} {flag}" if ranged else "--shapes",
                              _suggest(command, corner, valued[index][0] if valued else {}, ranged))
+        _values_only_for_integers(model, lo, valued[index][0] if index < len(valued) else {}, dims, command, ranged)
         missing = [n for n in dynamic if n not in lo]
         if missing:
             raise UsageError(f"{where}: no shape for dynamic input(s) {', '.join(missing)}",
@@ -195,6 +196,28 @@ def _ranges(where: str, lo: Mapping[str, Shape], mid: Mapping[str, Shape], hi: M
                 )
         ranges.append((name, InputRange(a, b, c)))
     return ranges
+
+
+def _values_only_for_integers(model: onnx.ModelProto, spec: Mapping[str, Shape], values: Mapping[str, Shape],
+                              dims: Mapping[str, list[int | str | None]], command: str, ranged: bool) -> None:
+    """``NAME:[v,...]`` gives the values of a shape-tensor input, which is an integer input: for a data input of
+    another type (``--shapes 'x:[1,2]'`` on an image) say that, and offer its shape (for ``--shapes`` the whole
+    command, runnable as printed), not the values it would hold."""
+    types = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
+    integers = {onnx.TensorProto.INT32, onnx.TensorProto.INT64}
+    for name in values:
+        if name in types and types[name] not in integers:
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(types[name]).name if types[name] else "untyped"
+            example = shape_example_text(name, dims.get(name) or [])
+            if ranged:
+                hint = f"give its shape in each of --min-shapes/--opt-shapes/--max-shapes, e.g. {example}"
+            else:
+                entries = {**spec, **parse_shape_spec(example)[0]}
+                rest = {n: v for n, v in values.items() if n != name}
+                hint = f"{command} --shapes {shlex.quote(shapes_text(entries, rest))}"
+            raise UsageError(f"{'--shapes' if not ranged else 'a shape flag'} gives {name!r} values ({name}:[...]), "
+                             f"but it is a {dtype} data input: values are for integer shape-tensor inputs; a data "
+                             "input takes a shape", hint=hint)
 
 
 def _value_ranges(where: str, valued: tuple[dict[str, Shape], dict[str, Shape], dict[str, Shape]],

@@ -14,7 +14,7 @@ written. ``trtconv quantize`` and ``trtconv build --precision fp16`` both call i
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -36,7 +36,17 @@ from trtconv.precision import fp16_rules as rules
 from trtconv.precision.bn_fold import FoldedBatchNorm, fold_batchnorms
 from trtconv.precision.fp16_graph import Decision, Rewriter, emulate_half
 from trtconv.precision.peaks import activation_peaks
-from trtconv.reference import OutputStats, Thresholds, compare_arrays, ort, violations, worse_stats
+from trtconv.reference import (
+    ONE_VALUE_MEASURE,
+    OutputStats,
+    Thresholds,
+    compare_arrays,
+    one_value,
+    one_value_cosines,
+    ort,
+    violations,
+    worse_stats,
+)
 from trtconv.samples import sample_count
 
 log = logging.getLogger(__name__)
@@ -288,7 +298,7 @@ def fp16_accuracy(
             per_output.setdefault(name, []).append(worse_stats(a, b_sample[name]))
         if progress is not None:
             progress("accuracy", n, total)
-    return tuple(_worst(v) for v in per_output.values()), len(got)
+    return tuple(_worst(v, [r[name] for r in reference_outputs[:len(got)]]) for name, v in per_output.items()), len(got)
 
 
 def _compare_all(sess, samples: Iterable[Mapping[str, np.ndarray]], reference_outputs: list[dict[str, np.ndarray]],
@@ -304,17 +314,25 @@ def _compare_all(sess, samples: Iterable[Mapping[str, np.ndarray]], reference_ou
     return out
 
 
-def _worst(stats: list[OutputStats]) -> OutputStats:
+def _worst(stats: list[OutputStats], refs: Sequence[np.ndarray]) -> OutputStats:
+    """The worst over samples; an output of one value per sample measured by each sample's error against the
+    RMS of ``refs`` (the reference's values), as INT8's gate measures it (:func:`one_value_cosines`)."""
+    per, measure = tuple(s.cosine for s in stats), "cosine"
+    if one_value(r.size for r in refs):  # one value: its max abs error is its error
+        _, per = one_value_cosines([s.max_abs for s in stats],
+                                   [float(r.ravel()[0]) if np.isfinite(r).all() else float("nan") for r in refs if r.size])
+        measure = ONE_VALUE_MEASURE
     return OutputStats(
         name=stats[0].name,
         shape=stats[0].shape,
         max_abs=max(s.max_abs for s in stats),
         mean_abs=float(np.mean([s.mean_abs for s in stats])),
         max_rel=max(s.max_rel for s in stats),
-        cosine=min(s.cosine for s in stats),
+        cosine=min(per),
         nonfinite=sum(s.nonfinite for s in stats),
         top1_agreement=_mean_or_none([s.top1_agreement for s in stats]),
-        per_sample_cosine=tuple(s.cosine for s in stats),
+        per_sample_cosine=per,
+        measure=measure,
     )
 
 

@@ -3,12 +3,15 @@
 from trtconv.reference import ort
 from trtconv.reference.compare import (
     DEFAULT_THRESHOLDS,
+    ONE_VALUE_MEASURE,
     OutputStats,
     PooledStats,
     Thresholds,
     compare_arrays,
     compare_outputs,
     dot,
+    one_value,
+    one_value_cosines,
     parse_limit,
     pooled_cosine,
     thresholds_with,
@@ -23,12 +26,15 @@ from trtconv.reference.ort import (
 
 __all__ = [
     "DEFAULT_THRESHOLDS",
+    "ONE_VALUE_MEASURE",
     "OutputStats",
     "PooledStats",
     "Thresholds",
     "compare_arrays",
     "compare_outputs",
     "dot",
+    "one_value",
+    "one_value_cosines",
     "parse_limit",
     "pooled_cosine",
     "ort",  # the ONNX Runtime adapter as a namespace: ort.session, ort.run, ort.Feeds, ...

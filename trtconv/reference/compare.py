@@ -6,7 +6,7 @@ verification, so they all report the same statistics the same way.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -23,6 +23,9 @@ class OutputStats:
     nonfinite: int  # NaN/Inf in the candidate where the reference is finite
     top1_agreement: float | None = None  # for classifier-like outputs (last axis = classes)
     per_sample_cosine: tuple[float, ...] = ()  # pooled over samples: each sample's own cosine (reports plot it)
+    # what ``cosine`` measures: "cosine", or ONE_VALUE_MEASURE for an output of one value per sample (its error
+    # against the output's RMS, on the cosine's scale: :func:`one_value_cosines`)
+    measure: str = "cosine"
 
     def to_json(self) -> dict[str, object]:
         d = asdict(self)
@@ -118,6 +121,39 @@ def parse_limit(text: str) -> tuple[str | None, float]:
     return (name.strip() if eq else None) or None, float(value)
 
 
+ONE_VALUE_MEASURE = "error-vs-rms"  # OutputStats.measure of an output with one value per sample
+
+
+def one_value(sizes: Iterable[int]) -> bool:
+    """Whether an output holds at most one value in every sample (and one in some): there a cosine is 1 whenever
+    the signs agree (a cosine is blind to scale, and one value has nothing else), so it measures nothing. From
+    two values on it sees every error but a change of scale, the same blind spot it has on any output."""
+    return max(sizes, default=0) == 1
+
+
+def one_value_cosines(errors: Sequence[float], values: Sequence[float]) -> tuple[float, tuple[float, ...]]:
+    """An output of one value per sample: (pooled, per sample) ``1 / sqrt(1 + e^2)``, ``e`` the error (candidate
+    minus reference, ``errors``) over the RMS of the reference's values over all the samples (``values``; NaN:
+    not finite, left out). That is the cosine the error would give at right angles to a vector of the RMS's
+    norm: on the cosine's scale, so the same limits and claim apply (0.99: an error up to 14.2 % of the RMS,
+    0.999: 4.5 %). Pooled: the RMS error over the RMS (docs/precision.md, "One value per sample")."""
+    finite = [v * v for v in values if v == v]
+    mean2 = sum(finite) / len(finite) if finite else 0.0
+    per = tuple(_error_cosine(e * e, mean2) for e in errors)
+    pooled = _error_cosine(sum(e * e for e in errors) / len(finite), mean2) if finite else 1.0
+    return pooled, per
+
+
+def _error_cosine(err2: float, mean2: float) -> float:
+    if not err2 == err2:
+        return float("nan")
+    if err2 == 0.0:
+        return 1.0
+    if mean2 <= 0.0:
+        return 0.0  # an error where the reference is zero throughout
+    return float(1.0 / np.sqrt(1.0 + err2 / mean2))
+
+
 def dot(a: np.ndarray, b: np.ndarray) -> float:
     """The sum of ``a * b`` over two vectors, without BLAS: OpenBLAS spreads a long dot product over its
     threads, and on a busy machine waiting for them costs many times the arithmetic (the INT8 sensitivity pass
@@ -210,8 +246,13 @@ def pooled_cosine(rg: float, rr: float, gg: float) -> float:
 class PooledStats:
     """Per-output statistics accumulated over samples of possibly different shapes."""
 
-    def __init__(self, name: str, top1: bool) -> None:
-        self.name, self.top1 = name, top1
+    def __init__(self, name: str, top1: bool, by_error: bool = False) -> None:
+        """``by_error``: an output of one value per sample (:func:`one_value`) is measured by its error against
+        its RMS (:func:`one_value_cosines`), not by the cosine (the gates do; ``verify`` pools a cosine)."""
+        self.name, self.top1, self.by_error = name, top1, by_error
+        self.sizes: list[int] = []  # each sample's count of values
+        self.errors: list[float] = []  # of a sample with at most one value: its error (0 when it has none)
+        self.values: list[float] = []  # ... and its reference value (NaN where not finite); kept while all are small
         self.shape: tuple[int, ...] | None = None
         self.max_abs = self.max_rel = 0.0
         self.sum_abs = 0.0
@@ -235,6 +276,12 @@ class PooledStats:
         self.ng += gg
         self.nonfinite += s.nonfinite
         self.cosines.append(s.cosine)
+        self.sizes.append(int(ref.size))
+        if self.by_error and ref.size <= 1:  # one value: its max abs error is its error
+            self.errors.append(s.max_abs)
+            if ref.size:
+                v = float(np.asarray(ref, np.float64).ravel()[0])
+                self.values.append(v if np.isfinite(v) else float("nan"))
         if s.top1_agreement is not None:
             rows = ref.size // ref.shape[-1]
             self.top_hits += s.top1_agreement * rows
@@ -254,16 +301,22 @@ class PooledStats:
         self.ng += other.ng
         self.nonfinite += other.nonfinite
         self.cosines.extend(other.cosines)
+        self.sizes.extend(other.sizes)
+        self.errors.extend(other.errors)
+        self.values.extend(other.values)
         self.top_hits += other.top_hits
         self.top_rows += other.top_rows
 
     def stats(self) -> OutputStats:
-        cos = pooled_cosine(self.dot, self.nr, self.ng)
+        cos, per, measure = pooled_cosine(self.dot, self.nr, self.ng), tuple(self.cosines), "cosine"
+        if self.by_error and one_value(self.sizes):
+            cos, per = one_value_cosines(self.errors, self.values)
+            measure = ONE_VALUE_MEASURE
         return OutputStats(
             name=self.name, shape=self.shape or (), max_abs=self.max_abs,
             mean_abs=self.sum_abs / self.n if self.n else 0.0, max_rel=self.max_rel, cosine=cos,
             nonfinite=self.nonfinite, top1_agreement=self.top_hits / self.top_rows if self.top_rows else None,
-            per_sample_cosine=tuple(self.cosines),
+            per_sample_cosine=per, measure=measure,
         )
 
 
@@ -276,6 +329,7 @@ def worse_stats(a: OutputStats, b: OutputStats) -> OutputStats:
         else min(a.top1_agreement, b.top1_agreement),
         per_sample_cosine=tuple(map(min, a.per_sample_cosine, b.per_sample_cosine))
         if len(a.per_sample_cosine) == len(b.per_sample_cosine) else a.per_sample_cosine,
+        measure=a.measure if a.measure == b.measure else "cosine",
     )
 
 

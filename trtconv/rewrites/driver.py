@@ -72,6 +72,19 @@ def _subgraph_notes(model: onnx.ModelProto) -> list[str]:
     return notes
 
 
+def _weights_no_longer_inputs(model: onnx.ModelProto, out: onnx.ModelProto) -> list[str]:
+    """Weights the model also lists as graph inputs (IR 3 lists every weight so; from IR 4 it makes them
+    defaults a caller may feed) leave the inputs in the round trip: an interface change, said."""
+    weights = {t.name for t in model.graph.initializer}
+    inputs = {i.name for i in out.graph.input}
+    gone = [i.name for i in model.graph.input if i.name in weights and i.name not in inputs]
+    if not gone:
+        return []
+    names = ", ".join(repr(n) for n in gone[:5]) + (f" and {len(gone) - 5} more" if len(gone) > 5 else "")
+    return [f"{len(gone)} weight(s) the model also listed as graph inputs (IR {model.ir_version}) are weights only "
+            f"now, no longer inputs a caller could feed: {names}"]
+
+
 @dataclass
 class _Applied:
     """What the rules did to the graph, for the report and the steps after them."""
@@ -288,6 +301,7 @@ def _attempt(src: onnx.ModelProto, settings: RewriteSettings, rules: Sequence[Re
 
     kept = kept_weights(graph)  # before the export: what the graph proof need not look at
     out = export(graph, model)
+    notes += _weights_no_longer_inputs(model, out)
     strip_value_info(out)
     results.append(cleanup.rename_shared_dims(out))
     if applied.pending:  # the newest opset any replacement needs serves them all

@@ -28,7 +28,7 @@ from trtconv.errors import (
     UsageError,
 )
 from trtconv.load import looks_like_onnx
-from trtconv.plan import manifest_path, read_manifest, runtime_mismatches
+from trtconv.plan import manifest_path, read_manifest, rebuild_hint, runtime_mismatches
 from trtconv.trt.cudart import EventTimer, capture
 from trtconv.trt.environment import probe
 from trtconv.trt.flavour import RTX, TENSORRT, Flavour, active, for_target
@@ -90,10 +90,11 @@ def check_manifest(engine_path: Path, device: int = 0) -> None:
         return
     env = probe()
     gpu = env.gpus[device] if len(env.gpus) > device else None
-    problems = runtime_mismatches(read_manifest(path), env.tensorrt.version, gpu.compute_capability if gpu else None)
+    manifest = read_manifest(path)
+    problems = runtime_mismatches(manifest, env.tensorrt.version, gpu.compute_capability if gpu else None)
     if problems:
         raise InvalidModelError(f"{engine_path.name} cannot run here: " + "; ".join(problems),
-                                hint=f"rebuild it on this machine with `trtconv build` (see {path.name})")
+                                hint=rebuild_hint(manifest, " on this machine"))
 
 
 # The first bytes of a serialized TensorRT-RTX engine (seen on every TensorRT-RTX 1.x engine).

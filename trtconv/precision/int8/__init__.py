@@ -19,9 +19,10 @@ from trtconv.precision.int8.compose import (
     Int8ShareError,
     quantize_int8,
 )
+from trtconv.precision.int8.gate import in_int8, int8_layers, int8_layers_written
 from trtconv.precision.int8.parameters import DEFAULT_TRT_VERSION, REMAINDER_FP16, Int8Settings
 from trtconv.precision.int8.prepare import upgrade_opset
-from trtconv.precision.int8.report import too_few_samples
+from trtconv.precision.int8.report import parts_line, too_few_samples
 
 __all__ = [
     "CLAIM_CONFIDENCE",
@@ -36,6 +37,10 @@ __all__ = [
     "Int8ShareError",
     "accuracy_report",
     "cache_files",
+    "in_int8",
+    "int8_layers",
+    "int8_layers_written",
+    "parts_line",
     "quantize_int8",
     "samples_needed",
     "too_few_samples",

@@ -27,10 +27,12 @@ from trtconv.onnxutil import GraphView
 from trtconv.precision.int8.measured import measured_form
 from trtconv.precision.int8.qdq import SHAPE_ONLY
 from trtconv.reference import (
+    ONE_VALUE_MEASURE,
     OutputStats,
     PooledStats,
     Thresholds,
     dot,
+    one_value,
     pooled_cosine,
     run,
     session,
@@ -167,7 +169,7 @@ def accuracy_details(
     outputs = [o.name for o in reference.graph.output]
     classifiers = classifier_outputs(reference) if top1 is None else (set(outputs) if top1 else set())
     models = (candidate, *twins)
-    accs = [{o: PooledStats(o, o in classifiers) for o in outputs} for _ in models]
+    accs = [{o: PooledStats(o, o in classifiers, by_error=True) for o in outputs} for _ in models]
     refs: list[dict[str, np.ndarray]] = memo if memo is not None else []
     per_sample: dict[tuple[str, int], tuple[str, float]] = {}  # (output, sample) -> (origin, worst cosine)
     stop: _Stop | None = None
@@ -189,6 +191,10 @@ def accuracy_details(
     for (_, i), (origin, _) in per_sample.items():
         if i < n:
             origins[i] = origin
+    for st in result:  # one value per sample: each sample's error against the RMS, known once all are measured
+        if st.measure == ONE_VALUE_MEASURE and len(st.per_sample_cosine) == n and not (stop and stop.stopped):
+            for i, c in enumerate(st.per_sample_cosine):
+                per_sample[(st.name, i)] = (origins[i], c)
     cosines = {o: tuple(per_sample.get((o, i), ("", 1.0))[1] for i in range(n)) for o in names}
     if stop is not None and stop.stopped:
         return Accuracy(tuple(result), n, _worst(per_sample, names), cosines, tuple(origins), True, stop.bound,
@@ -212,9 +218,14 @@ class _Stop:
         self.bound = 1.0
         self.done: dict[str, float] = {}  # output -> the worst pooled cosine of the models measured in full
         self.left: dict[str, float] = {}
+        self.small: set[str] = set()  # outputs of one value per sample
 
     def start(self, refs: Sequence[Mapping[str, np.ndarray]]) -> None:
-        """A model's pass begins: every sample's reference energy is still to come."""
+        """A model's pass begins: every sample's reference energy is still to come. An output of one value per
+        sample is measured against its RMS over all of them (:func:`~trtconv.reference.compare.one_value_cosines`):
+        none of its samples is known to miss, nor its pooled measure bounded, before the last, so it stops nothing
+        (the bound over the other outputs still bounds the worst output's)."""
+        self.small = {o for o in self.outputs if one_value(int(r[o].size) for r in refs if o in r)}
         self.left = {o: sum(_energy(r[o]) for r in refs if o in r and r[o].dtype.kind in "fc") for o in self.outputs}
 
     def add(self, acc: Mapping[str, PooledStats], ref: Mapping[str, np.ndarray], cosines: Mapping[str, float],
@@ -222,6 +233,8 @@ class _Stop:
         """One more sample measured (its cosine per output; ``last``: the model's last sample, ``final``: the
         candidate's): True when the candidate cannot win any more."""
         for o, c in cosines.items():
+            if o in self.small:
+                continue
             limits = self.cutoff.thresholds.for_output(o)
             if limits is not None and limits.min_cosine is not None and not c >= limits.min_cosine:
                 self.could_pass = False
@@ -233,7 +246,16 @@ class _Stop:
             if not st.n:
                 continue
             if last:
-                self.done[o] = min(self.done.get(o, 1.0), st.stats().cosine)
+                final_stats = st.stats()
+                self.done[o] = min(self.done.get(o, 1.0), final_stats.cosine)
+                if o in self.small:  # every sample measured: each one's error against the RMS is known now
+                    limits = self.cutoff.thresholds.for_output(o)
+                    if limits is not None and limits.min_cosine is not None and not all(
+                            c >= limits.min_cosine for c in final_stats.per_sample_cosine):
+                        self.could_pass = False
+            if o in self.small:
+                bound = min(bound, self.done.get(o, 1.0))
+                continue
             now = pooled_cosine(st.dot, st.nr, st.ng)  # the pooled cosine so far
             r_all = st.nr + self.left.get(o, 0.0)
             if r_all <= 0:
@@ -321,11 +343,11 @@ def _stopping(models: Sequence[onnx.ModelProto | Fed], samples: Iterable[Mapping
     for k, (model, acc) in enumerate((models[j], accs[j]) for j in turns):
         sess = _session(model, optimize)
         stop.start(refs)
-        running = {o: PooledStats(o, st.top1) for o, st in acc.items()}  # so far, in the order measured
+        running = {o: PooledStats(o, st.top1, st.by_error) for o, st in acc.items()}  # so far, in the order measured
         parts: dict[int, dict[str, PooledStats]] = {}  # each sample's own, folded into ``acc`` in sample order
         for i, origin, sample in _in_order(samples, stop.cutoff.order, n):
             got = _run(sess, sample, outputs, origin)
-            part = parts[i] = {o: PooledStats(o, st.top1) for o, st in acc.items()}
+            part = parts[i] = {o: PooledStats(o, st.top1, st.by_error) for o, st in acc.items()}
             _add(part, outputs, refs[i], got, per_sample, i, origin)
             for o, st in part.items():
                 running[o].merge(st)

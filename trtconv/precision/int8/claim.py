@@ -1,6 +1,7 @@
 """What "passed" promises: a statement about new samples from the same source, with its confidence.
 
-Each judged sample either meets the gate's cosine limit on every gated output or misses it. With ``n``
+Each judged sample either meets the gate's cosine limit on every gated output or misses it (an output of one
+value per sample: its error against the output's RMS, on the cosine's scale: ``reference.one_value_cosines``). With ``n``
 judged samples of which ``k`` miss, the one-sided Clopper-Pearson bounds give the share of new samples
 that meet it at the stated confidence: the gate passes when the lower bound reaches the claimed share,
 fails when the upper bound is below it, and otherwise the samples are too few to tell.

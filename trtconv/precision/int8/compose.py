@@ -60,6 +60,7 @@ from trtconv.precision.int8.gate import (
     GateOutcome,
     ShareLimit,
     agrees,
+    int8_layers,
     run_gate,
 )
 from trtconv.precision.int8.parameters import (
@@ -132,11 +133,7 @@ def _require_reachable_share(where: _Placement, settings: Int8Settings) -> None:
     ``build`` refused the same model after its whole build.)"""
     if settings.min_share <= 0 or not where.compute_layers:
         return
-    inputs: dict[tuple[str, str], set[int]] = {}
-    for p in where.plan.placements:
-        if p.op_type in COMPUTE_OPS:
-            inputs.setdefault((p.graph, p.node), set()).add(p.input_index)
-    can = sum({0, 1} <= idx for idx in inputs.values())  # data and weight (or both operands) quantized
+    can = len(int8_layers(where.plan.placements))
     need = math.ceil(settings.min_share * where.compute_layers - 1e-9)
     if can >= need:
         return
@@ -367,8 +364,7 @@ def quantize_int8(
     make = _builder(cal, settings, twin, check_loads=eval_samples is None, bias=bias, smooth=smooth)
     candidate, runnable = _first_candidate(prepared, make, placed, corrected if eval_samples is not None else None)
     del corrected  # a kept correction's trial built this very candidate (load checks off, as with judging samples)
-    share = ShareLimit(settings.min_share, where.compute_layers,
-                       len({(p.graph, p.node) for p in placed if p.op_type in COMPUTE_OPS}))
+    share = ShareLimit(settings.min_share, where.compute_layers, int8_layers(placed))
     outcome = run_gate(candidate, placed, GateInputs(reference, selection, eval_samples, settings, cal.scales,
                                                      runnable, make, share, _verdict(options, bias, smooth, cal),
                                                      memo, hardest), prepared, clock)
@@ -384,7 +380,7 @@ def quantize_int8(
         claim=claim, unverified=settings.unverified and (short or checked_on != "held-out"),
         int8_share=_share(outcome.placed, share), share_needed_below=outcome.share_needed_below,
         parts=_parts(cal.runs or sample_count(calib_samples), sample_count(select_samples) if select_samples else 0,
-                     outcome.samples if eval_held_out else 0),
+                     _set_aside(eval_samples, outcome.samples) if eval_held_out else 0),
         phases=tuple(clock.laps))
     result = Int8Result(outcome.candidate.model, report)
     if outcome.unreachable:
@@ -418,10 +414,14 @@ def _parts(calibration: int | None, selection: int | None, judging: int) -> tupl
     return tuple((k, n) for k, n in counts if n is not None)
 
 
+def _set_aside(judging: Iterable[Mapping[str, np.ndarray]] | None, judged: int) -> int:
+    """The judging part's size: what was judged, or (exit 8 stops before the judgement) what was set aside."""
+    return judged or (sample_count(judging) if judging is not None else None) or 0
+
+
 def _share(placed: Sequence[Placement], share: ShareLimit) -> float:
     """The share of the compute layers the final model keeps in INT8."""
-    layers = len({(p.graph, p.node) for p in placed if p.op_type in COMPUTE_OPS})
-    return layers / share.compute_layers if share.compute_layers else 0.0
+    return len(int8_layers(placed)) / share.compute_layers if share.compute_layers else 0.0
 
 
 class _Clock:

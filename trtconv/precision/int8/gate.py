@@ -5,12 +5,13 @@ ends with on the judging samples (the claim), and the layers to blame when it fa
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
 
+from trtconv.onnxutil import GraphView
 from trtconv.precision.int8.accuracy import Accuracy, Cutoff, WorstSample
 from trtconv.precision.int8.candidate import Candidate, CandidateBuilder
 from trtconv.precision.int8.claim import Claim, judge_samples
@@ -32,13 +33,44 @@ AUTO_EXCLUDED = "kept out of INT8 by --auto-exclude"  # the skip reason's start
 COMPUTE_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})  # what the INT8 share counts
 
 
+def in_int8(quantized: Collection[int]) -> bool:
+    """The one definition of "a layer in INT8" (the INT8 share, the refusal before calibrating, auto-exclude's
+    budget, the benchmarks): a compute layer whose two operands (data and weight; a MatMul's two) both come
+    through Q/DQ (``quantized``: the indices of its inputs that do). TensorRT runs such a layer in INT8; with
+    one of them alone it dequantizes to float and runs the layer in FP16/FP32."""
+    return {0, 1} <= set(quantized)
+
+
+def int8_layers(placed: Iterable[Placement]) -> frozenset[Key]:
+    """The compute layers the placements put in INT8 (:func:`in_int8`)."""
+    inputs: dict[Key, set[int]] = {}
+    for p in placed:
+        if p.op_type in COMPUTE_OPS:
+            inputs.setdefault((p.graph, p.node), set()).add(p.input_index)
+    return frozenset(k for k, idx in inputs.items() if in_int8(idx))
+
+
+def int8_layers_written(model: onnx.ModelProto) -> int:
+    """The compute layers of a written Q/DQ model in INT8 (:func:`in_int8`; any tool's model, ONNX Runtime's
+    too: an input counts as quantized when it comes from a DequantizeLinear, Casts looked through), subgraphs
+    included."""
+    view = GraphView(model)
+    return sum(in_int8([k for k, i in enumerate(n.input[:2])
+                        if i and view.producer_op(i, through=("Cast",)) == "DequantizeLinear"])
+               for _, g in view.graphs for n in g.node if n.op_type in COMPUTE_OPS)
+
+
 @dataclass(frozen=True)
 class ShareLimit:
     """``min_share`` of the model's ``compute_layers`` (Conv/ConvTranspose/MatMul/Gemm) must stay in INT8."""
 
     min_share: float
     compute_layers: int  # in the prepared model, subgraphs included
-    int8_layers: int  # of them, quantized before any exclusion
+    layers: frozenset[Key]  # of them, those in INT8 (:func:`in_int8`) before any exclusion
+
+    @property
+    def int8_layers(self) -> int:
+        return len(self.layers)
 
     @property
     def budget(self) -> int:
@@ -51,7 +83,7 @@ class ShareLimit:
             return None
         used = 0
         for k, e in enumerate(ranking):
-            used += e.op_type in COMPUTE_OPS
+            used += e.key in self.layers  # keeping out a layer not in INT8 costs the share nothing
             if used > self.budget:
                 return k
         return len(ranking)
@@ -194,7 +226,7 @@ def _auto_exclude(outcome: GateOutcome, gate: GateInputs, prepared: PreparedMode
         unreachable = limit is not None and limit < len(outcome.sensitivity)
         below = None
         if unreachable and gate.share.compute_layers:  # passing needs more than the first limit+1 layers out
-            out = sum(e.op_type in COMPUTE_OPS for e in outcome.sensitivity[: (limit or 0) + 1])
+            out = sum(e.key in gate.share.layers for e in outcome.sensitivity[: (limit or 0) + 1])
             below = (gate.share.int8_layers - out) / gate.share.compute_layers
         return replace(outcome, checks=len(tried), unreachable=unreachable, share_needed_below=below)
     kept, _ = tried[frozenset(found)]

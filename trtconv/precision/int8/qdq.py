@@ -30,7 +30,7 @@ from trtconv.onnxutil import GraphView, cleanup, fresh_name, is_default_domain, 
 
 QUANTIZABLE = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 SENSITIVE = {
-    "Sigmoid": "sigmoid output head",
+    "Sigmoid": "sigmoid",  # "sigmoid output head" where its output is the graph's (_sensitive_reason)
     "Softmax": "softmax",
     "LogSoftmax": "softmax",
     "BatchNormalization": "normalization",
@@ -151,6 +151,14 @@ def _position(view: GraphView, name: str) -> int:
     return -1 if site is None else site.index
 
 
+def _sensitive_reason(graph: onnx.GraphProto, node: onnx.NodeProto) -> str:
+    """What the skip says of a sensitive op: a Sigmoid is called a head only where it ends its graph (most
+    Sigmoids sit inside SiLU/Swish activations or gates, where "output head" would be untrue)."""
+    if node.op_type == "Sigmoid" and set(node.output) & {o.name for o in graph.output}:
+        return "sigmoid output head"
+    return SENSITIVE[node.op_type]
+
+
 def plan_qdq(
     model: onnx.ModelProto,
     *,
@@ -174,7 +182,7 @@ def plan_qdq(
                 skips.append(Skip(path, name, op, f"excluded by pattern {pat!r}"))
                 continue
             if op in SENSITIVE:
-                skips.append(Skip(path, name, op, f"kept in floating point: {SENSITIVE[op]} is numerically sensitive"))
+                skips.append(Skip(path, name, op, f"kept in floating point: {_sensitive_reason(g, node)} is numerically sensitive"))
                 continue
             if op == "Add":
                 if residual_add:

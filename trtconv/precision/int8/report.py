@@ -7,7 +7,7 @@ support that claim is refused (exit 11) or, on the explicit opt-in, marked "unve
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,18 @@ def gate_verdict(passed: bool | None, claim: Claim | None, unverified: bool = Fa
     return "not checked"
 
 
+def parts_line(parts: Mapping[str, int], refused: bool) -> str:
+    """The samples per part in words, as the text and the HTML report print them. ``refused``: the run stopped
+    before the judgement (exit 8): the judging part was set aside and never judged (its count still said)."""
+    order = ("calibration", "selection", "judging")  # as drawn (a JSON document may have them sorted)
+    counts = ", ".join(f"{k} {parts[k]}" for k in (*[k for k in order if k in parts], *sorted(set(parts) - set(order))))
+    if refused and parts.get("judging"):
+        return f"{counts} (the judging part set aside, not judged: refused before the judgement)"
+    if parts.get("judging"):
+        return f"{counts} (drawn at random, a source at a time; nothing that chooses reads the judging part)"
+    return counts + (" (refused before any judging)" if refused else " (none held out to judge on)")
+
+
 @dataclass(frozen=True)
 class Int8Report:
     method: str
@@ -81,7 +93,8 @@ class Int8Report:
     sensitivity_sessions: int = 0  # of them, the per-layer error's (1; 4 with weights on disk)
     claim: Claim | None = None  # what the judged samples support (None: nothing judged)
     unverified: bool = False  # built on the opt-in although the judged samples cannot support the claim
-    parts: tuple[tuple[str, int], ...] = ()  # samples per part: calibration, selection, judging
+    parts: tuple[tuple[str, int], ...] = ()  # samples per part: calibration, selection, judging (set aside: exit 8
+    # stops before judging them, ``accuracy_samples`` 0 then)
     int8_share: float = 0.0  # of the Conv/ConvTranspose/MatMul/Gemm layers, the share left in INT8
     share_needed_below: float | None = None  # exit 8: the gate would need an INT8 share of at most this
     phases: tuple[tuple[str, float], ...] = ()  # seconds per phase (calibrate, choose, ..., judge)
