@@ -169,8 +169,10 @@ def table(rows: list[dict]) -> str:
 def _rows(path: Path) -> list[dict]:
     """A run's rows: its ``--json`` file, or its stderr (one JSON row a line, written as each run ends)."""
     text = path.read_text()
-    if text.lstrip().startswith("{\"argv\""):
+    try:  # the --json file (written indented: its first line is a lone brace)
         return json.loads(text)["rows"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        pass
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 

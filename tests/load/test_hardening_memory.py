@@ -7,6 +7,7 @@ with an error exit instead of taking the test machine down.
 
 from __future__ import annotations
 
+import os
 import resource
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from trtconv.errors import ExitCode
-from trtconv.load import load_model, override_input_shapes
+from trtconv.load import LAZY_WEIGHTS_BYTES, large_weights, load_model, override_input_shapes
 from trtconv.load.memory import available_memory
 from trtconv.load.shapes import largest_static_tensor
 
@@ -71,3 +72,22 @@ def test_commands_refuse_to_run_a_shape_bomb(tmp_path, ocr_cls, args):
     else:
         assert res.returncode == ExitCode.INVALID_MODEL, res.stderr[-2000:]
         assert "bomb" in res.stderr and "GiB" in res.stderr
+
+
+def test_large_weights_is_the_weights_on_disk_size(tmp_path, ocr_cls):
+    """quantize and build give freed blocks back to the system (glibc's mmap threshold) only for models of
+    LAZY_WEIGHTS_BYTES or more: below it, every block freed and allocated again costs page faults (ddddocr's INT8:
+    2.1 M of them, a quarter of its CPU seconds) and the memory bound is not what limits a run."""
+    assert not large_weights(ocr_cls)
+    w = numpy_helper.from_array(np.ones(4096, np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4096])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4096])], [w])
+    onnx.save(helper.make_model(graph), str(tmp_path / "ext.onnx"), save_as_external_data=True, location="w.bin",
+              size_threshold=0)
+    assert not large_weights(tmp_path / "ext.onnx")
+    os.truncate(tmp_path / "w.bin", LAZY_WEIGHTS_BYTES)  # sparse: as large as the path's limit, nothing written
+    assert large_weights(tmp_path / "ext.onnx")
+    (tmp_path / "bad.onnx").write_bytes(b"not a model")
+    assert not large_weights(tmp_path / "bad.onnx")  # the load itself says what is wrong
+    assert not large_weights(tmp_path / "missing.onnx")

@@ -9,11 +9,15 @@ the choice, its scores and the written model rest on those numbers.
 from __future__ import annotations
 
 import numpy as np
+import onnx
+import pytest
 from builders import two_conv_net
+from onnx import helper, numpy_helper
 
+from trtconv.onnxutil import dequantized
 from trtconv.precision.int8 import Int8AccuracyError, Int8Settings, quantize_int8
 from trtconv.precision.int8.candidate import CandidateBuilder, finalize_placements
-from trtconv.precision.int8.measured import weights_dequantized
+from trtconv.precision.int8.measured import measured_form, weights_dequantized
 from trtconv.precision.int8.prepare import PreparedModels
 from trtconv.precision.int8.qdq import plan_qdq
 from trtconv.reference import Thresholds, run, session
@@ -50,6 +54,49 @@ def test_weights_dequantized_once_give_the_outputs_bit_for_bit():
         a, b = session(model), session(folded)
         for sample in _samples(5, 3):
             np.testing.assert_array_equal(run(a, sample)["y"], run(b, sample)["y"], strict=True)
+
+
+def test_the_twins_casts_of_constants_are_computed_once_and_fed_bit_for_bit():
+    """The exact-rounding twin rounds each weight to FP16 and back on every run; the measured form computes those
+    Casts once and feeds them (an input: not prepacked, as the Cast's output is not): the same outputs, bit for bit,
+    as the twin as written."""
+    work, settings, plan = _builder_and_plan()
+    scales = _scales(plan, 0.05)
+    placed, _ = finalize_placements(plan.placements, scales, set())
+    cand = CandidateBuilder(work, None, scales, settings, {}, check_loads=False).build(placed)
+    twin = cand.twins[0]
+    form, feeds = measured_form(twin)
+    folded = weights_dequantized(twin)  # each weight's DequantizeLinear a constant: its rounding pair reads it
+    inits = {t.name for t in folded.graph.initializer}
+    assert len([n for n in folded.graph.node if n.op_type == "Cast" and n.input[0] in inits]) == len(feeds) == 2
+    assert not any(n.op_type == "Cast" and n.input[0] in {t.name for t in form.graph.initializer}
+                   for n in form.graph.node)
+    assert set(feeds) <= {i.name for i in form.graph.input}
+    a, b = session(twin), session(form)
+    for sample in _samples(6, 3):
+        np.testing.assert_array_equal(run(a, sample)["y"], run(b, {**sample, **feeds})["y"], strict=True)
+    assert measured_form(cand.runnable)[1] == {}  # ONNX Runtime's run of the FP16 model has no such Cast
+
+
+def test_numpy_rounds_to_float16_as_onnx_runtimes_cast():
+    """The measured form's Casts are numpy's: round to nearest even, subnormals, ties, overflow and infinities
+    as ONNX Runtime's Cast gives them."""
+    rng = np.random.default_rng(3)
+    edge = np.array([0.0, -0.0, 1.0, 65504.0, 65519.99, 65520.0, 1e9, -1e9, np.inf, -np.inf, 6.1e-5, 5.96e-8, 2.98e-8,
+                     2.99e-8, 1e-10, 1 + 2.0 ** -11, 1 + 3 * 2.0 ** -11, 2049.0, 2051.0], np.float32)
+    x = np.concatenate([edge, (rng.standard_normal(100_000) * 10.0 ** rng.integers(-9, 6, 100_000)).astype(np.float32),
+                        rng.integers(0, 2**32, 100_000, dtype=np.uint64).astype(np.uint32).view(np.float32)])
+    x = x[np.isfinite(x) | np.isinf(x)]  # NaN payloads aside
+    node = helper.make_node("Cast", ["x"], ["h"], to=onnx.TensorProto.FLOAT16)
+    back = helper.make_node("Cast", ["h"], ["y"], to=onnx.TensorProto.FLOAT)
+    graph = helper.make_graph([node, back], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [None])],
+                              [helper.make_tensor_value_info("h", onnx.TensorProto.FLOAT16, [None]),
+                               helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [None])])
+    got = run(session(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])), {"x": x})
+    with np.errstate(over="ignore"):  # beyond 65504 is infinity, as it should be
+        half = x.astype(np.float16)
+    np.testing.assert_array_equal(got["h"].view(np.uint16), half.view(np.uint16), strict=True)
+    np.testing.assert_array_equal(got["y"].view(np.uint32), half.astype(np.float32).view(np.uint32), strict=True)
 
 
 def test_candidates_fed_their_scales_measure_what_a_built_candidate_measures():
@@ -129,3 +176,28 @@ def test_mse_measured_ahead_stops_the_others_sooner_and_changes_no_choice():
     # in full in the order given) but not mse, measured ahead of it
     options = {o.label: o for o in _choice(True, 0.9988).calibration_choice}
     assert options["percentile-99.99"].stopped and not options["mse"].stopped
+
+
+@pytest.mark.parametrize("qtype", [np.int8, np.uint8])
+@pytest.mark.parametrize("zeros", ["none", "zeros", "random"])
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("stype", [np.float32, np.float16])
+def test_dequantized_is_onnx_runtimes_dequantize_linear(qtype, zeros, per_channel, stype):
+    """The weights' fold computes ``(q - zero) * scale`` in narrow integers (int16 for 8-bit q, no subtraction for a
+    zero point of zeros): the same values as ONNX Runtime's DequantizeLinear, bit for bit, whatever the zero point."""
+    rng = np.random.default_rng(7)
+    info = np.iinfo(qtype)
+    q = rng.integers(info.min, info.max, (6, 5, 3), endpoint=True).astype(qtype)
+    n = q.shape[1] if per_channel else 1
+    scale = (rng.random(n) * 0.02 + 1e-3).astype(stype).reshape((n,) if per_channel else ())
+    zero = None if zeros == "none" else np.zeros(scale.shape, qtype) if zeros == "zeros" else \
+        rng.integers(info.min, info.max, scale.shape, endpoint=True).astype(qtype)
+    inits = [numpy_helper.from_array(scale, "s")] + ([numpy_helper.from_array(zero, "z")] if zero is not None else [])
+    node = helper.make_node("DequantizeLinear", ["q", "s"] + (["z"] if zero is not None else []), ["y"], axis=1)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("q", helper.np_dtype_to_tensor_dtype(
+        np.dtype(qtype)), list(q.shape))], [helper.make_tensor_value_info(
+            "y", helper.np_dtype_to_tensor_dtype(np.dtype(stype)), list(q.shape))], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    want = run(session(model), {"q": q})["y"]
+    got = dequantized(q, scale, zero, 1).astype(stype)
+    np.testing.assert_array_equal(got, want, strict=True)

@@ -5,12 +5,20 @@ Thin re-exports of trtconv.load and trtconv.plan, so the CLI imports only trtcon
 
 from __future__ import annotations
 
-from trtconv.load import dims_text, disk_bytes, file_sha256, load_model, parse_shapes, return_large_blocks
+from trtconv.load import (
+    dims_text,
+    disk_bytes,
+    file_sha256,
+    large_weights,
+    load_model,
+    parse_shapes,
+    return_large_blocks,
+)
 from trtconv.plan import identity_problems, manifest_path, read_manifest, update_manifest
 
 __all__ = [
-    # models and shapes: "x:1x3x224x224", sizes on disk, content hashes, memory returned after a stage
-    "dims_text", "disk_bytes", "file_sha256", "load_model", "parse_shapes", "return_large_blocks",
+    # models and shapes: "x:1x3x224x224", sizes on disk, content hashes, memory returned after a stage (large models)
+    "dims_text", "disk_bytes", "file_sha256", "large_weights", "load_model", "parse_shapes", "return_large_blocks",
     # the manifest next to each engine (what was asked, what came out, the identity hash)
     "identity_problems", "manifest_path", "read_manifest", "update_manifest",
 ]

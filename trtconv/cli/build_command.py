@@ -21,6 +21,7 @@ from trtconv.api import (
     BuildOutcome,
     BuildSettings,
     identity_problems,
+    large_weights,
     layer_rows,
     manifest_path,
     off_precision,
@@ -236,7 +237,8 @@ def build(model: Path, output: Path, force: bool, as_json: bool, layers: bool, *
         logging.getLogger("trtconv").warning("%s %s no effect with --prepare-only: no engine is built",
                                              ", ".join(unused), "has" if len(unused) == 1 else "have")
     settings = replace(settings, trt=target_or_default(settings.trt, as_json))
-    return_large_blocks()  # freed weights and activations leave the RSS (issue 20's memory bound)
+    if large_weights(model):  # freed weights and activations leave the RSS (issue 20's memory bound); below that
+        return_large_blocks()  # size glibc's reuse of freed blocks saves the page faults (docs/benchmarks.md)
     cli_flags = tuple(f for f, on in (("--force", force), ("--json", as_json), ("--layers", layers)) if on)
     ctx = click.get_current_context()  # the wrappers' own paths, so a hint repeats the whole command
     cli_flags += tuple(f"{flag} {shlex.quote(str(ctx.params[key]))}" for key, flag in PATH_FLAGS

@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from trtconv import api
-from trtconv.api import LONG_PHASES, PHASES, quantize_settings, return_large_blocks
+from trtconv.api import LONG_PHASES, PHASES, large_weights, quantize_settings, return_large_blocks
 from trtconv.cli.cache import cache_option
 from trtconv.cli.config import config_option
 from trtconv.cli.depfile import deps_option
@@ -75,7 +75,8 @@ def quantize(model: Path, output: Path, precision: str, force: bool, as_json: bo
     """
 
     settings = quantize_settings(precision, params)
-    return_large_blocks()  # freed weights and activations leave the RSS (issue 20's memory bound)
+    if large_weights(model):  # freed weights and activations leave the RSS (issue 20's memory bound); below that
+        return_large_blocks()  # size glibc's reuse of freed blocks saves the page faults (docs/benchmarks.md)
     bar = _Progress()
     bar.say(f"quantizing {model} to {precision}")
     doc: dict[str, Any] = {"model": str(model), "output": str(output)}

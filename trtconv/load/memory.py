@@ -79,7 +79,9 @@ def return_large_blocks(threshold: int = LARGE_BLOCK) -> bool:
     the activations, weights and serialized models of one stage, tens of MiB apiece, end up
     on the heap and stay part of the process's RSS after they are freed: the stages after it
     (ONNX Runtime sessions one after the other) then start from a higher floor. A fixed
-    threshold keeps that floor where the live data is. Elsewhere (musl, macOS, Windows): False.
+    threshold keeps that floor where the live data is. Elsewhere (musl, macOS, Windows): False. The price: each
+    such block freed and allocated again is faulted in afresh (ddddocr's INT8 run: 2.1 M page faults, a quarter
+    of its CPU seconds), so ``quantize`` and ``build`` ask for it only where the model is large (``load.large_weights``).
     """
     try:
         mallopt = ctypes.CDLL(None).mallopt

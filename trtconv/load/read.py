@@ -15,6 +15,7 @@ from onnx import external_data_helper
 
 from trtconv.errors import InvalidModelError, UsageError
 from trtconv.load.external import (
+    LAZY_WEIGHTS_BYTES,
     ExternalRef,
     external_bytes,
     external_refs,
@@ -203,6 +204,16 @@ def disk_bytes(path: str | os.PathLike[str]) -> int:
     folder = Path(path).parent
     files = {e.value for t in proto.graph.initializer for e in t.external_data if e.key == "location"}
     return size + sum((folder / f).stat().st_size for f in files if (folder / f).is_file())
+
+
+def large_weights(path: str | os.PathLike[str]) -> bool:
+    """Whether the model at ``path`` holds ``LAZY_WEIGHTS_BYTES`` of weights or more (:func:`disk_bytes`): the
+    models whose weights stay on disk, where issue 20's memory bound is what limits a run. False where the file
+    cannot be read: loading it says why, in the command's own words."""
+    try:
+        return disk_bytes(path) >= LAZY_WEIGHTS_BYTES
+    except (OSError, DecodeError, RuntimeError, ValueError, TypeError, UnicodeDecodeError):
+        return False
 
 
 # ModelProto's fields in tag form (field number << 3 | wire type), after ir_version (field 1, varint):

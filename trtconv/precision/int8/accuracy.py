@@ -24,7 +24,7 @@ import onnx
 
 from trtconv.errors import DataError
 from trtconv.onnxutil import GraphView
-from trtconv.precision.int8.measured import weights_dequantized
+from trtconv.precision.int8.measured import measured_form
 from trtconv.precision.int8.qdq import SHAPE_ONLY
 from trtconv.reference import (
     ONE_VALUE_MEASURE,
@@ -383,12 +383,16 @@ def _in_order(samples: Iterable[Mapping[str, np.ndarray]], order: Sequence[int],
 
 def _session(model: onnx.ModelProto | Fed, optimize: bool):
     """A candidate's session, alone while it runs every sample it is asked (the memory arena kept); as written,
-    its weights dequantized once (:func:`~trtconv.precision.int8.measured.weights_dequantized`: the same outputs,
-    bit for bit). Optimized, ONNX Runtime fuses the Q/DQ around a layer itself: left as they are. A :class:`Fed`
-    model is in its session already."""
+    what it computes from constants computed once (:func:`~trtconv.precision.int8.measured.measured_form`: the
+    same outputs, bit for bit; the Casts' values fed with every sample). Optimized, ONNX Runtime fuses the Q/DQ
+    around a layer itself: left as they are. A :class:`Fed` model is in its session already."""
     if isinstance(model, Fed):
         return model
-    return session(model if optimize else weights_dequantized(model), optimize=optimize, arena=True)
+    if optimize:
+        return session(model, optimize=True, arena=True)
+    form, feeds = measured_form(model)
+    sess = session(form, optimize=False, arena=True)
+    return Fed(sess, feeds) if feeds else sess
 
 
 def _run(sess, sample: Mapping[str, np.ndarray], outputs: list[str] | None, origin: str) -> dict[str, np.ndarray]:

@@ -193,12 +193,13 @@ def _try_bias_correction(cal: Calibration, where: _Placement, prepared: Prepared
                          samples: Iterable[Mapping[str, np.ndarray]], calib_samples: Iterable[Mapping[str, np.ndarray]],
                          settings: Int8Settings, has_twin: bool, options: Sequence[CalibrationOption],
                          memo: list[dict[str, np.ndarray]], smooth: Smoothing | None,
-                         hardest: tuple[int, ...] = ()) -> BiasCorrection | None:
+                         hardest: tuple[int, ...] = ()) -> tuple[BiasCorrection | None, Candidate | None]:
     """``method="auto"``: the chosen scales' bias correction, measured on the calibration samples and kept when
-    the whole model then agrees better with FP32 on the selection samples (passing first, then worst cosine)."""
+    the whole model then agrees better with FP32 on the selection samples (passing first, then worst cosine);
+    and, kept, the candidate it measured: the very model the gate judges next."""
     chosen = next((o for o in options if o.chosen), None)
     if chosen is None:
-        return None
+        return None, None
     if smooth is not None and smooth.kept:  # judged against the smoothed model it would go into
         chosen = CalibrationOption(chosen.label, smooth.worst_cosine_with, smooth.passes, True)
     placed, _ = finalize_placements(where.plan.placements, cal.scales, where.absent)
@@ -210,45 +211,49 @@ def _try_bias_correction(cal: Calibration, where: _Placement, prepared: Prepared
                          choice_samples(calib_samples, samples))
     del cal_model
     if not shifts:
-        return None
+        return None, None
     trial = BiasCorrection(shifts, chosen.worst_cosine, chosen.worst_cosine, True, 0)
     builder = _builder(cal, settings, has_twin, check_loads=False, bias=trial, smooth=smooth)(prepared.get())
     # kept only when it beats the uncorrected model: measured until it cannot
     stop = Cutoff(chosen.passes, chosen.worst_cosine, settings.thresholds, hardest) if settings.early_stop else None
-    acc = builder.build(placed).accuracy(reference, samples, settings.top1, None, memo, stop)
+    candidate = builder.build(placed)
+    acc = candidate.accuracy(reference, samples, settings.top1, None, memo, stop)
     option = scored("bias-correction", acc, settings.thresholds)
     corrected = apply_bias_shifts(prepared.get()[0], shifts, {(p.graph, p.node) for p in placed}, dry_run=True)
     kept = not option.stopped and (option.passes, option.worst_cosine) > (chosen.passes, chosen.worst_cosine)
     return BiasCorrection(shifts, chosen.worst_cosine, option.worst_cosine, kept, corrected,
-                          passes=None if option.stopped else option.passes, stopped=option.stopped)
+                          passes=None if option.stopped else option.passes,
+                          stopped=option.stopped), candidate if kept else None
 
 
 def _bias_correction(cal: Calibration, where: _Placement, prepared: PreparedModels, reference: onnx.ModelProto,
                      samples: Iterable[Mapping[str, np.ndarray]] | None, calib_samples: Iterable[Mapping[str, np.ndarray]],
                      settings: Int8Settings, has_twin: bool, options: Sequence[CalibrationOption],
                      memo: list[dict[str, np.ndarray]], progress: ProgressFn | None,
-                     smooth: Smoothing | None = None, hardest: tuple[int, ...] = ()) -> BiasCorrection | None:
+                     smooth: Smoothing | None = None, hardest: tuple[int, ...] = ()
+                     ) -> tuple[BiasCorrection | None, Candidate | None]:
     """``method="auto"``'s bias correction: measured and judged on a calibration run, and kept in the cache's
-    sidecar; a cache hit replays the kept one, so the model is the same with or without the cache."""
+    sidecar; a cache hit replays the kept one, so the model is the same with or without the cache. With it, the
+    corrected candidate when this run measured it (:func:`_try_bias_correction`)."""
     if settings.method != "auto" or not settings.auto_bias_correction:
-        return None
+        return None, None
     if cal.cache.hit:
         bias = BiasCorrection.replayed(cache_meta(cal.cache.path).get("bias_correction"), 0)
         if bias is None:
-            return None
+            return None, None
         placed, _ = finalize_placements(where.plan.placements, cal.scales, where.absent)
         layers = {(p.graph, p.node) for p in placed}
-        return replace(bias, corrected=apply_bias_shifts(prepared.get()[0], bias.shifts, layers, dry_run=True))
+        return replace(bias, corrected=apply_bias_shifts(prepared.get()[0], bias.shifts, layers, dry_run=True)), None
     if not options or samples is None or (
             settings.early_stop and with_margin(next(o for o in options if o.chosen), settings.thresholds)):
-        return None  # the early stop: a candidate with margin needs no correction
+        return None, None  # the early stop: a candidate with margin needs no correction
     if progress:
         progress("bias-correction", 0, None)
-    bias = _try_bias_correction(cal, where, prepared, reference, samples, calib_samples, settings, has_twin,
-                                options, memo, smooth, hardest)
+    bias, candidate = _try_bias_correction(cal, where, prepared, reference, samples, calib_samples, settings,
+                                           has_twin, options, memo, smooth, hardest)
     if bias is not None and bias.kept and cal.cache.path and settings.use_cache:
         add_to_sidecar(cal.cache.path, cal.cache.key, {"bias_correction": bias.stored()})
-    return bias
+    return bias, candidate
 
 
 def _smoothing(cal: Calibration, where: _Placement, prepared: PreparedModels, reference: onnx.ModelProto,
@@ -297,12 +302,12 @@ def _smoothing(cal: Calibration, where: _Placement, prepared: PreparedModels, re
     return smooth
 
 
-def _first_candidate(prepared: PreparedModels, make: Any, placed: Sequence[Placement]
-                     ) -> tuple[Candidate, list[Placement]]:
-    """The candidate with every placement, and the placements its calibration form runs; the
-    prepared models go afterwards (only a failing gate derives them again)."""
+def _first_candidate(prepared: PreparedModels, make: Any, placed: Sequence[Placement],
+                     built: Candidate | None = None) -> tuple[Candidate, list[Placement]]:
+    """The candidate with every placement (``built``: that candidate, built already), and the placements its
+    calibration form runs; the prepared models go afterwards (only a failing gate derives them again)."""
     builder = make(prepared.get())
-    candidate, runnable = builder.build(placed), builder.runnable(placed)
+    candidate, runnable = built if built is not None else builder.build(placed), builder.runnable(placed)
     del builder
     prepared.release()
     return candidate, runnable
@@ -352,12 +357,13 @@ def quantize_int8(
     if smooth is not None and smooth.kept:  # the smoothed tensors' ranges, measured again
         cal = replace(cal, scales={**cal.scales, **smooth.scales})
     clock.lap("smoothing")
-    bias = _bias_correction(cal, where, prepared, reference, selection, calib_samples, settings, twin, options, memo,
-                            clock, smooth, hardest)
+    bias, corrected = _bias_correction(cal, where, prepared, reference, selection, calib_samples, settings, twin,
+                                       options, memo, clock, smooth, hardest)
     clock.lap("bias-correction")
     placed, late_skips = finalize_placements(where.plan.placements, cal.scales, where.absent)
     make = _builder(cal, settings, twin, check_loads=eval_samples is None, bias=bias, smooth=smooth)
-    candidate, runnable = _first_candidate(prepared, make, placed)
+    candidate, runnable = _first_candidate(prepared, make, placed, corrected if eval_samples is not None else None)
+    del corrected  # a kept correction's trial built this very candidate (load checks off, as with judging samples)
     share = ShareLimit(settings.min_share, where.compute_layers, int8_layers(placed))
     outcome = run_gate(candidate, placed, GateInputs(reference, selection, eval_samples, settings, cal.scales,
                                                      runnable, make, share, _verdict(options, bias, smooth, cal),

@@ -21,7 +21,7 @@ from onnx import helper, numpy_helper
 from trtconv.onnxutil import GraphView, has_lazy_weights
 from trtconv.precision.int8.accuracy import Accuracy, Cutoff, Fed, accuracy_details
 from trtconv.precision.int8.candidate import CandidateBuilder
-from trtconv.precision.int8.measured import weights_dequantized
+from trtconv.precision.int8.measured import measured_form
 from trtconv.precision.int8.qdq import Placement, half_exact
 from trtconv.reference import session
 from trtconv.samples import sample_count
@@ -39,6 +39,7 @@ class ScaleFed:
     twin: Any  # and of its exact-rounding FP16 twin
     inputs: Mapping[str, tuple[str, np.dtype]]  # scale input -> (activation tensor, its type in the runnable)
     placed: frozenset[tuple[str, str, int, str, str]]
+    constants: tuple[Mapping[str, np.ndarray], Mapping[str, np.ndarray]] = ({}, {})  # fed to each: measured_form's
 
     def fits(self, placed: Sequence[Placement]) -> bool:
         """Whether a candidate with these placements is this one with other scales."""
@@ -49,8 +50,10 @@ class ScaleFed:
                  memo: list[dict[str, np.ndarray]] | None = None, cutoff: Cutoff | None = None) -> Accuracy:
         """:meth:`~trtconv.precision.int8.candidate.Candidate.accuracy` of the candidate with these ``scales``."""
         value = {t: np.float32(half_exact(scales[t])) for t, _ in self.inputs.values()}  # as insert_qdq stores it
-        fed = Fed(self.runnable, {n: np.asarray(value[t], dtype=d) for n, (t, d) in self.inputs.items()})
-        twin = Fed(self.twin, {n: np.asarray(value[t], dtype=np.float32) for n, (t, _) in self.inputs.items()})
+        fed = Fed(self.runnable, {**self.constants[0],
+                                  **{n: np.asarray(value[t], dtype=d) for n, (t, d) in self.inputs.items()}})
+        twin = Fed(self.twin, {**self.constants[1],
+                               **{n: np.asarray(value[t], dtype=np.float32) for n, (t, _) in self.inputs.items()}})
         return accuracy_details(reference, fed, samples, twins=(twin,), top1=top1, total=sample_count(samples),
                                 optimize=False, memo=memo, cutoff=cutoff)
 
@@ -75,8 +78,9 @@ def scale_fed(builder: CandidateBuilder, placed: Sequence[Placement]) -> ScaleFe
     del candidate
     if twin is None or runnable is None:
         return None
-    return ScaleFed(session(weights_dequantized(runnable), arena=True), session(weights_dequantized(twin), arena=True),
-                    {n: (t, types[n]) for n, t in names.items()}, _key(placed))
+    (runnable, run_feeds), (twin, twin_feeds) = measured_form(runnable), measured_form(twin)
+    return ScaleFed(session(runnable, arena=True), session(twin, arena=True),
+                    {n: (t, types[n]) for n, t in names.items()}, _key(placed), (run_feeds, twin_feeds))
 
 
 def _scale_names(model: onnx.ModelProto, tensors: set[str]) -> dict[str, str] | None:
