@@ -25,7 +25,7 @@ from trtconv.settings import SETTINGS, for_command
 CLS_SHAPES = "x:1x3x48x192"
 # click parameters of `build` that steer the run, not the build: files, output format, spec, caches
 NOT_SETTINGS = frozenset({"model", "output", "force", "as_json", "config", "print_config", "deps", "cache_dir",
-                          "no_cache", "quiet", "layers", "triton_repo", "report"})
+                          "no_cache", "quiet", "verbose", "layers", "triton_repo", "report"})
 
 
 def run(*args: object) -> click.testing.Result:

@@ -6,6 +6,7 @@ runs the graph here, on the CPU, so it works on machines without TensorRT or a G
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import tempfile
@@ -26,7 +27,7 @@ from trtconv.load import (
     weight_bytes,
     write_scratch,
 )
-from trtconv.onnxutil import index_limits
+from trtconv.onnxutil import index_limits, iter_graphs
 
 Feeds = dict[str, np.ndarray]
 SMALL_INTS = 4  # random integer inputs are drawn from 0 .. SMALL_INTS - 1 (or fewer: a table's rows)
@@ -36,6 +37,45 @@ SMALL_INTS = 4  # random integer inputs are drawn from 0 .. SMALL_INTS - 1 (or f
 # a 154 MiB model, against a few MiB to create from a path). The scratch folder is
 # tempfile's (TMPDIR); on a tmpfs it saves the copies but not the memory.
 PATH_SESSION_BYTES = 16 << 20
+
+
+# ONNX Runtime's integer ops whose int8 weights its extended level shifts to uint8 (the saturating products then
+# avoided), and ops that level leaves with no CPU kernel once shifted (QLinearMatMul/QLinearConv/QGemm of int8
+# weights: "Failed to find kernel"): a model with one of the latter keeps its optimizations off
+INTEGER_OPS = frozenset({"MatMulInteger", "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "DynamicQuantizeLSTM",
+                         "QAttention"})
+NOT_SHIFTED = frozenset({"QLinearMatMul", "QLinearConv", "QGemm"})
+
+
+def _integer_ops(model: object) -> bool:
+    if not isinstance(model, onnx.ModelProto):
+        return False
+    ops = {n.op_type for g in iter_graphs(model.graph) for n in g.node}
+    return bool(ops & INTEGER_OPS) and not ops & NOT_SHIFTED
+
+
+@functools.cache
+def u8s8_saturates() -> bool:
+    """Whether this CPU's ONNX Runtime, running a graph as written, saturates uint8 x int8 products (x86 with AVX2
+    and no VNNI): measured once on a DynamicQuantizeMatMul of int8 weights against its definition, not read
+    from CPU flags (the kernels ONNX Runtime picks are what counts)."""
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(4, 64)).astype(np.float32)
+    b = rng.integers(-127, 127, size=(64, 8)).astype(np.int8)
+    g = helper.make_graph([helper.make_node("DynamicQuantizeMatMul", ["a", "b", "s"], ["y"], domain="com.microsoft")],
+                          "g", [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [4, 64])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+                          [onnx.numpy_helper.from_array(b, "b"), onnx.numpy_helper.from_array(np.array(0.02, np.float32), "s")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        got = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
+    except Exception:  # an ONNX Runtime without the contrib op: nothing to correct
+        return False
+    return float(np.abs(got - a @ (b.astype(np.float32) * np.float32(0.02))).max()) > 1.0
 
 
 def session(model: onnx.ModelProto | str | os.PathLike[str], *, threads: int | None = None, optimize: bool = False,
@@ -59,18 +99,21 @@ def session(model: onnx.ModelProto | str | os.PathLike[str], *, threads: int | N
     # can hold up to twice a run's live tensors (it grows by powers of two; tests/cli/test_memory_bound.py).
     opts.enable_cpu_mem_arena = arena and not (isinstance(model, onnx.ModelProto) and has_lazy_weights(model))
     if not optimize:
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        opts.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+                                         if _integer_ops(model) and u8s8_saturates() else
+                                         ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     if threads:
         opts.intra_op_num_threads = threads
     # Pool threads sleep between runs instead of spinning: trtconv's numpy work between runs (comparisons,
     # histograms, sensitivity sums) then has the cores to itself. On a shared 2-core machine the spin doubled
     # the CPU of repeated runs and slowed them (docs/benchmarks.md, "`make test` time"); results are the same.
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    # Integer ops of int8 weights (DynamicQuantizeMatMul, MatMulInteger, QLinear*): on x86 CPUs with AVX2 but no
-    # VNNI, ONNX Runtime multiplies uint8 x int8 through an int16 multiply-add that saturates (a DynamicQuantizeMatMul
-    # 11.3 off where the activations' rounding allows 0.07). With this, an optimized session (level extended and
-    # up) shifts such weights to uint8 first and computes what the op defines; a session with optimizations off
-    # (every comparison of graphs as written) still saturates there. Where VNNI is there, nothing changes.
+    # Integer ops of int8 weights (DynamicQuantizeMatMul, MatMulInteger, QAttention, ...): on x86 CPUs with AVX2 but
+    # no VNNI, ONNX Runtime multiplies uint8 x int8 through an int16 multiply-add that saturates (a
+    # DynamicQuantizeMatMul 11.3 off where the activations' rounding allows 0.07). With this, a session optimized
+    # to level extended shifts such weights to uint8 first and computes what the op defines; a model holding such
+    # ops gets that level there even where the graph is to run as written (:func:`u8s8_saturates`), as the proofs
+    # of the rewrites that replace them compare with what the op defines. Where VNNI is there, nothing changes.
     opts.add_session_config_entry("session.x64quantprecision", "1")
     if isinstance(model, onnx.ModelProto):
         if refuse_too_big:
