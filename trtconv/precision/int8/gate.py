@@ -136,12 +136,18 @@ class GateInputs:
     # measure them first, and stop at the first one that misses (settings.early_stop)
 
 
-def agrees(acc: Accuracy, thresholds: Thresholds) -> bool:
-    """The pooled limits hold and every sample meets its cosine limit (what choosing asks of a candidate)."""
+def agrees(acc: Accuracy, thresholds: Thresholds, misses: int = 0) -> bool:
+    """The pooled limits hold and every sample but ``misses`` meets its cosine limit (what choosing asks of a
+    candidate: every one; :func:`_within_claim`, the claim's share)."""
     if violations(list(acc.stats), thresholds):
         return False
     claim = judge_samples(acc.cosines, acc.origins, thresholds)
-    return claim.meeting == claim.judged
+    return claim.judged - claim.meeting <= misses
+
+
+def _misses_allowed(samples: int) -> int:
+    """How many of ``samples`` may miss the limit with the rest still the claim's share of them."""
+    return math.floor((1 - CLAIM_SHARE) * samples + 1e-9)
 
 
 def run_gate(candidate: Candidate, placed: Sequence[Placement], gate: GateInputs, prepared: PreparedModels,
@@ -261,7 +267,7 @@ def _within_claim(outcome: GateOutcome, gate: GateInputs, builder: CandidateBuil
     settings = gate.settings
     assert gate.selection is not None
     n = sample_count(gate.selection)  # None: a loader's, counted as it is measured
-    if n is not None and math.floor((1 - CLAIM_SHARE) * n + 1e-9) == 0:
+    if n is not None and _misses_allowed(n) == 0:
         return None, None  # under 20 selection samples the claim's share allows no miss: the same question
     counts: dict[frozenset[Key], tuple[int, int]] = {}
 
@@ -271,8 +277,7 @@ def _within_claim(outcome: GateOutcome, gate: GateInputs, builder: CandidateBuil
             acc = cand.accuracy(gate.reference, gate.selection, settings.top1, None, memo)
             claim = judge_samples(acc.cosines, acc.origins, settings.thresholds)
             counts[without] = (claim.meeting, claim.judged)
-            ok = not violations(list(acc.stats), settings.thresholds) and claim.judged > 0 and (
-                claim.judged - claim.meeting <= math.floor((1 - CLAIM_SHARE) * claim.judged + 1e-9))
+            ok = claim.judged > 0 and agrees(acc, settings.thresholds, _misses_allowed(claim.judged))
             if ok:
                 tried[without] = (cand, acc)
             else:
