@@ -749,6 +749,390 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
   }
 }
 
+
+// ---- the A-in-registers path (development candidate, plugins/dcnv2/NOTES.md round dcnk3) ----
+// wgmma with A in registers: each warpgroup owns 64 pixels and all BN output channels of the
+// tile, and its threads blend their samples straight into the A fragments, so the samples never
+// pass through shared memory (no A stores, no wgmma operand reads of A) and a warpgroup waits on
+// the other only at the one barrier per step that publishes the weights. The fragment layout
+// gives a thread rows g, g + 8 (two pixels) and, per 16-wide K slice, the element pairs 2q and
+// 2q + 8 (q = lane % 4); K is permuted inside each 64-channel step so that the thread's pairs are
+// the 8 contiguous channels it gathers with one 16-byte load per corner (half j of the step:
+// channels c0 + 32 j + 8 q), and the weights are copied through registers with the same
+// permutation (a 4 x 4 transpose of 32-bit words: free, it is only which register is stored).
+// FP16/BF16, channels-last, vectorizable() layers; K step 64 channels (128-byte B rows).
+template <class E>
+__device__ __forceinline__ uint32_t blend2(uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, const float4& w) {
+  if constexpr (std::is_same<E, F16>::value) {
+    const __half2 r = __hfma2(__float2half2_rn(w.w), *reinterpret_cast<const __half2*>(&a3),
+                              __hfma2(__float2half2_rn(w.z), *reinterpret_cast<const __half2*>(&a2),
+                                      __hfma2(__float2half2_rn(w.y), *reinterpret_cast<const __half2*>(&a1),
+                                              __hmul2(__float2half2_rn(w.x), *reinterpret_cast<const __half2*>(&a0)))));
+    return *reinterpret_cast<const uint32_t*>(&r);
+  } else {
+    const float2 f0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&a0));
+    const float2 f1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&a1));
+    const float2 f2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&a2));
+    const float2 f3 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&a3));
+    const __nv_bfloat162 r = __floats2bfloat162_rn((w.x * f0.x + w.y * f1.x) + (w.z * f2.x + w.w * f3.x),
+                                                   (w.x * f0.y + w.y * f1.y) + (w.z * f2.y + w.w * f3.y));
+    return *reinterpret_cast<const uint32_t*>(&r);
+  }
+}
+
+// D (FP32) += A (64 x 16, registers) * B (N x 16, shared; descriptor b).
+#define DCN_WGMMA_RA(NAME, INSTR, NACC, ACC, OPS, A0, A1, A2, A3, B, S)                                        \
+  __device__ __forceinline__ void NAME(float (&d)[NACC], const uint32_t (&a)[4], uint64_t b) {                \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #S ", 0;\n" INSTR " " ACC ", {%" #A0 ", %" #A1 ", %" #A2 \
+                 ", %" #A3 "}, %" #B ", p, 1, 1, 0;\n}\n"                                                     \
+                 : OPS(d)                                                                                      \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));                                \
+  }
+DCN_WGMMA_RA(mma_ra_f16_n256, "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", 128, DCN_ACC128, DCN_OPS128, 128, 129, 130, 131, 132, 133)
+DCN_WGMMA_RA(mma_ra_bf16_n256, "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", 128, DCN_ACC128, DCN_OPS128, 128, 129, 130, 131, 132, 133)
+DCN_WGMMA_RA(mma_ra_f16_n128, "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", 64, DCN_ACC64, DCN_OPS64, 64, 65, 66, 67, 68, 69)
+DCN_WGMMA_RA(mma_ra_bf16_n128, "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", 64, DCN_ACC64, DCN_OPS64, 64, 65, 66, 67, 68, 69)
+DCN_WGMMA_RA(mma_ra_f16_n64, "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", 32, DCN_ACC32, DCN_OPS32, 32, 33, 34, 35, 36, 37)
+DCN_WGMMA_RA(mma_ra_bf16_n64, "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", 32, DCN_ACC32, DCN_OPS32, 32, 33, 34, 35, 36, 37)
+
+template <class E, int BN>
+__device__ __forceinline__ void mma_ra(float (&d)[BN / 2], const uint32_t (&a)[4], uint64_t b) {
+  constexpr bool h = std::is_same<E, F16>::value;
+  if constexpr (BN == 256) { if constexpr (h) mma_ra_f16_n256(d, a, b); else mma_ra_bf16_n256(d, a, b); }
+  else if constexpr (BN == 128) { if constexpr (h) mma_ra_f16_n128(d, a, b); else mma_ra_bf16_n128(d, a, b); }
+  else { static_assert(BN == 64, "wgmma width"); if constexpr (h) mma_ra_f16_n64(d, a, b); else mma_ra_bf16_n64(d, a, b); }
+}
+template <int N>
+__device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+
+// Shared memory of an A-in-registers tile: three B stages (written one step ahead), two recipe
+// buffers, or the epilogue's staging if larger.
+__host__ __device__ constexpr int ra_main_bytes(int BM, int BN, bool PF = false) { return 3 * BN * 128 + (PF ? 3 : 2) * BM * 32; }
+__host__ __device__ constexpr int ra_ec(int BM, int BN, bool PF = false) {
+  return BN * (BM + 4) * 4 <= ra_main_bytes(BM, BN, PF) ? BN : BN / 2 * (BM + 4) * 4 <= ra_main_bytes(BM, BN, PF) ? BN / 2 : BN / 4;
+}
+
+// MINB: the entry's minimum blocks per SM, a template argument only so that entries of one tile
+// at two occupancies own separate shared arrays (a single-entry cut keeps its own).
+// PF: a step's corner loads (both halves) are issued at the end of the step before, ahead of its
+// barrier and the wgmma in flight, with recipes built two steps ahead (three buffers).
+template <class E, int BM, int BN, int MINB, bool PF = false>
+__device__ __forceinline__ void dcn_forward_ra(const typename E::T* __restrict__ x,
+                                               const typename E::T* __restrict__ offset,
+                                               const typename E::T* __restrict__ mask,
+                                               const typename E::T* __restrict__ weight,
+                                               const typename E::T* __restrict__ bias, const Params p,
+                                               typename E::T* __restrict__ y) {
+  using T = typename E::T;
+  static_assert(sizeof(T) == 2, "FP16/BF16 only");
+  constexpr int NT = 2 * BM;  // one warpgroup per 64 pixels
+  constexpr int KC = 64;      // channels per K step
+  constexpr int BSZ = BN * 128;
+  constexpr int ROFF = 3 * BSZ;
+  constexpr int MAIN = ra_main_bytes(BM, BN, PF);
+  constexpr int NACC = BN / 2;
+  constexpr int LDC = BM + 4;
+  constexpr int EC = ra_ec(BM, BN, PF);
+  constexpr int SMEM = MAIN > EC * LDC * 4 ? MAIN : EC * LDC * 4;
+  static_assert(SMEM <= 227 * 1024, "static shared memory");
+  __shared__ __align__(1024) unsigned char smem[SMEM];
+  const uint32_t sbase = smem_addr(smem);
+
+  const int tid = threadIdx.x;
+  const int g = blockIdx.z;
+  const int Cg = p.C / p.group;
+  const int Coutg = p.Cout / p.group;
+  const int cpdg = p.C / p.dgroup;
+  const int KK = p.kh * p.kw;
+  const int HoWo = p.Ho * p.Wo;
+  const int HW = p.H * p.W;
+  const int M = p.N * HoWo;
+  const int mt = blockIdx.x;
+  const int m0 = mt * BM;
+  const int n0 = blockIdx.y * BN;
+  const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int q = lane & 3;
+  const int r0 = wg * 64 + warp * 16 + (lane >> 2);  // this thread's pixels: r0 and r0 + 8
+
+  auto seg_end = [&](int seg) { return min(Cg, ((g * Cg + seg) / cpdg + 1) * cpdg - g * Cg); };
+  // Recipes of one tap for the tile's pixels (threads tid < BM), into buffer buf.
+  auto build_recipes = [&](int tap, int seg, int buf) {
+    if (tid < BM) {
+      const int pp = m0 + tid;
+      int4 o = make_int4(0, 0, 0, 0);
+      float4 w = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (pp < M) {
+        const int n = pp / HoWo, hw = pp - n * HoWo;
+        const int ch = n * p.dgroup * KK + ((g * Cg + seg) / cpdg) * KK + tap;
+        const float oy = E::ld(offset + (size_t)ch * 2 * HoWo + hw);
+        const float ox = E::ld(offset + (size_t)(ch * 2 + 1) * HoWo + hw);
+        const float mk = E::ld(mask + (size_t)ch * HoWo + hw);
+        const int ti = tap / p.kw, tj = tap - ti * p.kw;
+        const int ho = hw / p.Wo;
+        const int py = ho * p.sh - p.pt, px = (hw - ho * p.Wo) * p.sw - p.pl;
+        const Recipe r = recipe_at((float)(py + ti * p.dh) + oy, (float)(px + tj * p.dw) + ox, mk, p);
+        const int base = n * HW * p.xcs + g * Cg;
+        o = make_int4(base + r.i00 * p.xcs, base + r.i01 * p.xcs, base + r.i10 * p.xcs, base + r.i11 * p.xcs);
+        w = make_float4(r.w00, r.w01, r.w10, r.w11);
+      }
+      int4* dst = reinterpret_cast<int4*>(smem + ROFF + (buf * BM + tid) * 32);
+      dst[0] = o;
+      dst[1] = *reinterpret_cast<const int4*>(&w);
+    }
+  };
+
+  // K walk: segment -> tap -> 64-channel chunk, each CTA starting at its own tap (as dcn_forward).
+  const int t0 = mt % KK;
+  struct Pos {
+    int seg, send, left, tap, c0;
+  };
+  auto enter = [&](Pos& w, int seg) {
+    for (; seg < Cg; seg = seg_end(seg)) {
+      const int send = seg_end(seg);
+      const int nch = (send - seg + KC - 1) / KC;
+      w = Pos{seg, send, KK * nch, t0, seg};
+      return;
+    }
+    w.seg = Cg;
+  };
+  auto advance = [&](Pos& w) {
+    if (--w.left == 0) {
+      enter(w, w.send);
+      return w.seg < Cg;
+    }
+    w.c0 += KC;
+    if (w.c0 < w.send) return false;
+    w.c0 = w.seg;
+    w.tap = w.tap + 1 == KK ? 0 : w.tap + 1;
+    return true;
+  };
+
+  // B: the weight rows' half j of a step (channels c0 + 32 j .. + 32), row r = tid + v * NT,
+  // loaded as four 16-byte chunks and stored as the four permuted chunks 4 j .. 4 j + 3.
+  constexpr int BV = (BN + NT - 1) / NT;
+  const int wrow = KK * Cg;
+  uint4 bw[BV][4];
+  auto load_b = [&](const Pos& w, int j) {
+#pragma unroll
+    for (int v = 0; v < BV; ++v) {
+      const int r = tid + v * NT;
+      const bool rok = r < BN && n0 + r < Coutg && w.seg < Cg;
+      const T* src = weight + (size_t)(g * Coutg + (rok ? n0 + r : 0)) * wrow + w.tap * Cg + w.c0 + 32 * j;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        bw[v][i] = rok && w.c0 + 32 * j + 8 * i < w.send ? __ldg(reinterpret_cast<const uint4*>(src + 8 * i))
+                                                         : make_uint4(0u, 0u, 0u, 0u);
+    }
+  };
+  auto store_b = [&](int stage, int j) {
+#pragma unroll
+    for (int v = 0; v < BV; ++v) {
+      const int r = tid + v * NT;
+      if (BV * NT == BN || r < BN) {
+        unsigned char* row = smem + stage * BSZ;
+        *reinterpret_cast<uint4*>(row + swz<128>(r, 4 * j + 0)) = make_uint4(bw[v][0].x, bw[v][1].x, bw[v][2].x, bw[v][3].x);
+        *reinterpret_cast<uint4*>(row + swz<128>(r, 4 * j + 1)) = make_uint4(bw[v][0].y, bw[v][1].y, bw[v][2].y, bw[v][3].y);
+        *reinterpret_cast<uint4*>(row + swz<128>(r, 4 * j + 2)) = make_uint4(bw[v][0].z, bw[v][1].z, bw[v][2].z, bw[v][3].z);
+        *reinterpret_cast<uint4*>(row + swz<128>(r, 4 * j + 3)) = make_uint4(bw[v][0].w, bw[v][1].w, bw[v][2].w, bw[v][3].w);
+      }
+    }
+  };
+
+  // A: the corners of this thread's two pixels for half j of the step, blended into the
+  // fragments of K slices 2 j and 2 j + 1.
+  uint4 rawh[PF ? 2 : 1][2][4];  // [half (PF)][pixel][corner]
+  uint32_t afr[2][2][4];  // [half][slice][register]
+  auto gather = [&](int rb, const Pos& w, int j) {
+    const int c = w.c0 + 32 * j + 8 * q;
+    const bool ok = c < w.send;
+    auto& raw = rawh[PF ? j : 0];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int4 o = *reinterpret_cast<const int4*>(smem + ROFF + (rb * BM + r0 + 8 * h) * 32);
+      const T* xc = x + c;
+      raw[h][0] = ok ? __ldg(reinterpret_cast<const uint4*>(xc + o.x)) : make_uint4(0u, 0u, 0u, 0u);
+      raw[h][1] = ok ? __ldg(reinterpret_cast<const uint4*>(xc + o.y)) : make_uint4(0u, 0u, 0u, 0u);
+      raw[h][2] = ok ? __ldg(reinterpret_cast<const uint4*>(xc + o.z)) : make_uint4(0u, 0u, 0u, 0u);
+      raw[h][3] = ok ? __ldg(reinterpret_cast<const uint4*>(xc + o.w)) : make_uint4(0u, 0u, 0u, 0u);
+    }
+  };
+  auto blend = [&](int rb, int j) {
+    auto& raw = rawh[PF ? j : 0];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float4 w = *reinterpret_cast<const float4*>(smem + ROFF + (rb * BM + r0 + 8 * h) * 32 + 16);
+      const uint32_t v0 = blend2<E>(raw[h][0].x, raw[h][1].x, raw[h][2].x, raw[h][3].x, w);
+      const uint32_t v1 = blend2<E>(raw[h][0].y, raw[h][1].y, raw[h][2].y, raw[h][3].y, w);
+      const uint32_t v2 = blend2<E>(raw[h][0].z, raw[h][1].z, raw[h][2].z, raw[h][3].z, w);
+      const uint32_t v3 = blend2<E>(raw[h][0].w, raw[h][1].w, raw[h][2].w, raw[h][3].w, w);
+      // slice 2j: {pix0 word0, pix1 word0, pix0 word1, pix1 word1}; slice 2j+1: words 2, 3.
+      afr[j][0][h] = v0;
+      afr[j][0][2 + h] = v1;
+      afr[j][1][h] = v2;
+      afr[j][1][2 + h] = v3;
+    }
+  };
+
+  float acc[NACC];
+#pragma unroll
+  for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
+  const uint64_t db = desc<128>(sbase);
+
+  if constexpr (PF) {
+    Pos cur, n1, n2;
+    enter(cur, 0);
+    if (cur.seg < Cg) {
+      n1 = cur;
+      bool f1 = advance(n1);
+      n2 = n1;
+      bool f2 = n1.seg < Cg ? advance(n2) : false;
+      int rcur = 0, r1 = f1 ? 1 : 0;
+      build_recipes(cur.tap, cur.seg, 0);
+      if (f1 && n1.seg < Cg) build_recipes(n1.tap, n1.seg, 1);
+      load_b(cur, 0);
+      store_b(0, 0);
+      load_b(cur, 1);
+      store_b(0, 1);
+      fence_async_smem();
+      __syncthreads();
+      gather(rcur, cur, 0);
+      gather(rcur, cur, 1);
+      int stage = 0;
+      for (;;) {
+        const int r2 = !f2 ? r1 : rcur != r1 ? 3 - rcur - r1 : (r1 + 1) % 3;
+        if (f2 && n2.seg < Cg) build_recipes(n2.tap, n2.seg, r2);  // read at the end of the next step
+        const int s1 = stage == 2 ? 0 : stage + 1;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          load_b(n1, j);
+          if (j == 1) wg_wait<1>();
+          blend(rcur, j);
+          store_b(s1, j);
+          wg_arrive();
+          mma_ra<E, BN>(acc, afr[j][0], db + (uint64_t)(stage * (BSZ >> 4) + 4 * j));
+          mma_ra<E, BN>(acc, afr[j][1], db + (uint64_t)(stage * (BSZ >> 4) + 4 * j + 2));
+          wg_commit();
+        }
+        if (n1.seg < Cg) {  // the next step's corners, in flight across this step's barrier
+          gather(r1, n1, 0);
+          gather(r1, n1, 1);
+        }
+        wg_wait<1>();
+        fence_async_smem();
+        __syncthreads();
+        if (n1.seg >= Cg) break;
+        cur = n1;
+        rcur = r1;
+        n1 = n2;
+        r1 = r2;
+        n2 = n1;
+        f2 = n1.seg < Cg ? advance(n2) : false;
+        stage = s1;
+      }
+      wg_wait<0>();
+#pragma unroll
+      for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(acc[i])::"memory");
+      __syncthreads();
+    }
+  } else {
+  Pos cur, nb;
+  enter(cur, 0);
+  if (cur.seg < Cg) {
+    nb = cur;
+    build_recipes(cur.tap, cur.seg, 0);
+    load_b(cur, 0);
+    store_b(0, 0);
+    load_b(cur, 1);
+    store_b(0, 1);
+    bool nfresh = advance(nb);  // nb: the step after cur (its weights are copied during cur)
+    fence_async_smem();
+    __syncthreads();
+    int rb = 0, stage = 0;
+    for (;;) {
+      if (nfresh && nb.seg < Cg) build_recipes(nb.tap, nb.seg, rb ^ 1);
+      const int s1 = stage == 2 ? 0 : stage + 1;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        gather(rb, cur, j);
+        load_b(nb, j);
+        if (j == 1) wg_wait<1>();  // the previous step's half 1 no longer reads afr[1]
+        blend(rb, j);
+        store_b(s1, j);
+        wg_arrive();
+        mma_ra<E, BN>(acc, afr[j][0], db + (uint64_t)(stage * (BSZ >> 4) + 4 * j));
+        mma_ra<E, BN>(acc, afr[j][1], db + (uint64_t)(stage * (BSZ >> 4) + 4 * j + 2));
+        wg_commit();
+      }
+      wg_wait<1>();  // half 0 done: with the barrier, no warpgroup reads stage s1 - 1 any more
+      fence_async_smem();
+      __syncthreads();
+      if (nb.seg >= Cg) break;
+      cur = nb;
+      if (nfresh) rb ^= 1;
+      nfresh = advance(nb);
+      stage = s1;
+    }
+    wg_wait<0>();
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(acc[i])::"memory");
+    __syncthreads();
+  }
+  }
+
+  // Epilogue (as dcn_forward's, without split-K): EC output channels at a time via shared memory.
+  float* cs = reinterpret_cast<float*>(smem);
+  constexpr int VE = 8;
+  const int nimg = m0 / HoWo;
+  const bool contiguous = m0 + BM <= M && (m0 + BM - 1) / HoWo == nimg && HoWo % VE == 0;
+#pragma unroll
+  for (int pass = 0; pass < BN / EC; ++pass) {
+#pragma unroll
+    for (int jj = 0; jj < EC / 8; ++jj) {
+      const int j = pass * (EC / 8) + jj;
+      const int col = jj * 8 + 2 * q;
+      cs[col * LDC + r0] = acc[4 * j];
+      cs[(col + 1) * LDC + r0] = acc[4 * j + 1];
+      cs[col * LDC + r0 + 8] = acc[4 * j + 2];
+      cs[(col + 1) * LDC + r0 + 8] = acc[4 * j + 3];
+    }
+    __syncthreads();
+    if (contiguous) {
+      const int hw0 = m0 - nimg * HoWo;
+      for (int idx = tid; idx < EC * BM / VE; idx += NT) {
+        const int ocl = idx / (BM / VE);
+        const int pv = (idx - ocl * (BM / VE)) * VE;
+        const int on = n0 + pass * EC + ocl;
+        if (on < Coutg) {
+          const int oc = g * Coutg + on;
+          const float bv = E::ld(bias + oc);
+          alignas(16) T out[VE];
+#pragma unroll
+          for (int e = 0; e < VE; e += 4) {
+            const float4 v = *reinterpret_cast<const float4*>(&cs[ocl * LDC + pv + e]);
+            out[e] = E::to_t(v.x + bv); out[e + 1] = E::to_t(v.y + bv);
+            out[e + 2] = E::to_t(v.z + bv); out[e + 3] = E::to_t(v.w + bv);
+          }
+          *reinterpret_cast<uint4*>(y + ((size_t)nimg * p.Cout + oc) * HoWo + hw0 + pv) =
+              *reinterpret_cast<const uint4*>(out);
+        }
+      }
+    } else {
+      for (int idx = tid; idx < EC * BM; idx += NT) {
+        const int ocl = idx / BM;
+        const int pl = idx - ocl * BM;
+        const int on = n0 + pass * EC + ocl;
+        const int pp = m0 + pl;
+        if (on < Coutg && pp < M) {
+          const int oc = g * Coutg + on;
+          const int n = pp / HoWo;
+          y[((size_t)n * p.Cout + oc) * HoWo + (pp - n * HoWo)] = E::to_t(cs[ocl * LDC + pl] + E::ld(bias + oc));
+        }
+      }
+    }
+    __syncthreads();
+  }
+}
+
 }  // namespace sm90
 }  // namespace trtconv_dcnv2
 
@@ -857,6 +1241,31 @@ DCNV2_ABL_ENTRY(dcnv2_f16_nhwc_m128n256k64v_abl4, 4)
   DCNV2_SM90_ENTRY(dcnv2_##DT##_nhwc_m128n128k64w3x4, E, 128, 128, 1, true, 1, 3, 128, true,                  \
                    __cluster_dims__(3, 1, 1), false, 4)
 DCNV2_SM90_CANDIDATES(f16, F16)
+// A-in-registers candidates (dcn_forward_ra; suffix "r<MINB>": minimum blocks per SM).
+#define DCNV2_SM90_ENTRY_RA(NAME, E, BM, BN, MINB, PF)                                                          \
+  extern "C" __global__ void __launch_bounds__(2 * BM, MINB) NAME(                                         \
+      const E::T* __restrict__ x, const E::T* __restrict__ offset, const E::T* __restrict__ mask,            \
+      const E::T* __restrict__ weight, const E::T* __restrict__ bias, int N, int C, int H, int W, int Cout,  \
+      int Ho, int Wo, int kh, int kw, int sh, int sw, int pt, int pl, int dh, int dw, int group, int dgroup, \
+      int xcs, E::T* __restrict__ y) {                                                                       \
+    const Params p{N, C, H, W, Cout, Ho, Wo, kh, kw, sh, sw, pt, pl, dh, dw, group, dgroup, xcs};           \
+    sm90::dcn_forward_ra<E, BM, BN, MINB, PF>(x, offset, mask, weight, bias, p, y);                                    \
+  }
+DCNV2_SM90_ENTRY_RA(dcnv2_f16_nhwc_m128n256k64wr1, F16, 128, 256, 1, false)
+DCNV2_SM90_ENTRY_RA(dcnv2_f16_nhwc_m64n256k64wr2, F16, 64, 256, 2, false)
+DCNV2_SM90_ENTRY_RA(dcnv2_f16_nhwc_m128n128k64wr1, F16, 128, 128, 1, false)
+DCNV2_SM90_ENTRY_RA(dcnv2_f16_nhwc_m128n128k64wr2, F16, 128, 128, 2, false)
+DCNV2_SM90_ENTRY_RA(dcnv2_f16_nhwc_m256n128k64wr1, F16, 256, 128, 1, false)
+DCNV2_SM90_ENTRY_RA(dcnv2_f16_nhwc_m64n128k64wr3, F16, 64, 128, 3, false)
+DCNV2_SM90_ENTRY_RA(dcnv2_f16_nhwc_m128n64k64wr2, F16, 128, 64, 2, false)
+DCNV2_SM90_ENTRY_RA(dcnv2_f16_nhwc_m64n64k64wr4, F16, 64, 64, 4, false)
+DCNV2_SM90_ENTRY_RA(dcnv2_f16_nhwc_m128n256k64wp1, F16, 128, 256, 1, true)
+DCNV2_SM90_ENTRY_RA(dcnv2_f16_nhwc_m64n256k64wp2, F16, 64, 256, 2, true)
+DCNV2_SM90_ENTRY_RA(dcnv2_f16_nhwc_m128n128k64wp1, F16, 128, 128, 1, true)
+DCNV2_SM90_ENTRY_RA(dcnv2_f16_nhwc_m64n128k64wp2, F16, 64, 128, 2, true)
+DCNV2_SM90_ENTRY_RA(dcnv2_f16_nhwc_m64n128k64wp3, F16, 64, 128, 3, true)
+DCNV2_SM90_ENTRY_RA(dcnv2_f16_nhwc_m128n64k64wp1, F16, 128, 64, 1, true)
+DCNV2_SM90_ENTRY_RA(dcnv2_f16_nhwc_m64n64k64wp3, F16, 64, 64, 3, true)
 DCNV2_SM90_CANDIDATES(tf32, F32Tf32)
 #endif
 #ifndef DCNV2_DEV_ONLY  // development builds of the candidates alone
