@@ -27,7 +27,7 @@ from torchvision.ops import deform_conv2d  # noqa: E402
 
 from trtconv.trt.plugins import dcnv2_kernel as dk  # noqa: E402
 
-NAME = re.compile(r"dcnv2_(f16|bf16|tf32)_nhwc_m(\d+)n(\d+)k(\d+)([wv])(\d*)(x\d+)?([zy]|[rp]\d)?(_abl\d)?$")
+NAME = re.compile(r"dcnv2_(f16|bf16|tf32)_nhwc_m(\d+)n(\d+)k(\d+)([wv])(\d*)(x\d+)?([zy])?(_abl\d)?$")
 
 
 def main() -> int:
