@@ -97,6 +97,12 @@ def test_without_data_fp16_warns_and_still_converts(ocr_cls, tmp_path):
         (["--precision", "fp16", "--preprocess", "preset=ppocr-cls"], ExitCode.USAGE, "preprocess applies"),
         (["--precision", "fp16", "--calib-data", "missing-folder"], ExitCode.BAD_DATA, "no such file"),
         (["--precision", "fp16", "--random-data", "1"], ExitCode.USAGE, "dynamic dims"),
+        # limits nothing can meet are refused before any work (a cosine is at most 1)
+        (["--precision", "int8", "--min-cosine", "1.5"], ExitCode.USAGE, "a cosine is at most 1"),
+        (["--precision", "int8", "--min-cosine", "scores=nan"], ExitCode.USAGE, "a cosine is a number"),
+        (["--precision", "int8", "--min-cosine", "-2"], ExitCode.USAGE, "a cosine is at least -1"),
+        (["--precision", "fp16", "--min-top1", "2"], ExitCode.USAGE, "share of samples) is at most 1"),
+        (["--precision", "fp16", "--max-abs", "-0.1"], ExitCode.USAGE, "a tolerance is at least 0"),
     ],
 )
 def test_bad_flags_and_data_have_documented_exit_codes(ocr_cls, tmp_path, extra, code, message):

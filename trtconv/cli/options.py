@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -74,10 +75,21 @@ class LimitType(click.ParamType):
             return repr(float(value))
         text = str(value)
         try:
-            parse_limit(text)
+            _, number = parse_limit(text)
         except ValueError:
             self.fail(f"{text!r}: expected a number or OUTPUT=NUMBER (e.g. 0.995 or scores=0.995)", param, ctx)
+        lo, hi, what = _LIMIT_RANGES.get(param.name if param else "", (0.0, math.inf, "a tolerance"))
+        if not lo <= number <= hi:  # a limit nothing can meet, or (NaN) one nothing can be compared with
+            span = f"at most {hi:g}" if number > hi else f"at least {lo:g}" if number < lo else "a number"
+            self.fail(f"{text!r}: {what} is {span}", param, ctx)
         return text
+
+
+# What each gate limit measures, and the values it can take (a limit outside them can never be met).
+_LIMIT_RANGES = {
+    "min_cosine": (-1.0, 1.0, "a cosine"),
+    "min_top1": (0.0, 1.0, "a top-1 agreement (a share of samples)"),
+}
 
 
 LIMIT = LimitType()
