@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from realdata import silero_samples
 
 from trtconv.reference import ort
 from trtconv.reference.compare import DEFAULT_THRESHOLDS
@@ -81,3 +82,22 @@ def test_verify_refuses_a_reference_run_that_cannot_fit(tmp_path):
                          capture_output=True, text=True, preexec_fn=limited, timeout=120)
     assert res.returncode == ExitCode.INVALID_MODEL, res.stderr[-2000:]
     assert "'bomb' alone would need 16.0 GiB" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_an_output_of_one_value_is_judged_by_its_error_not_its_sign(silero):
+    """Silero VAD's speech probability is one value ([1, 1]): its own cosine is 1 whenever the sign agrees, so an
+    engine that read 0.9 as 0.5 would pass on it. verify measures it by its error against the value instead
+    (1/sqrt(1 + e^2), on the cosine's scale), as the precision gates do; the other outputs keep the cosine."""
+    feeds = silero_samples(silero, range(1), seconds=2.0, every=4)[-1]  # synthesised speech, its own state
+    outs = ort.run_model(silero, feeds)
+    prob = next(k for k, v in outs.items() if v.size == 1)
+    assert float(outs[prob].ravel()[0]) != 0.0
+    assert compare_with_reference(silero, feeds, outs, DEFAULT_THRESHOLDS["fp16"]).passed
+    scaled = {**outs, prob: outs[prob] * 0.6}  # same sign, 40 % off
+    report = compare_with_reference(silero, feeds, scaled, DEFAULT_THRESHOLDS["fp16"])
+    assert not report.passed and prob in report.failures[0]
+    by_name = {s.name: s for s in report.stats}
+    assert by_name[prob].measure == "error-vs-rms" and abs(by_name[prob].cosine - 1 / np.sqrt(1 + 0.4 ** 2)) < 1e-6
+    assert all(s.measure == "cosine" for n, s in by_name.items() if n != prob)
+    close = {**outs, prob: outs[prob] * (1 + 1e-4)}  # within fp16's 0.999 (an error up to 4.5 %)
+    assert compare_with_reference(silero, feeds, close, DEFAULT_THRESHOLDS["fp16"]).passed

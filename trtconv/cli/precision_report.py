@@ -6,6 +6,7 @@ for INT8, the same worst layers.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from rich.table import Table
@@ -167,10 +168,19 @@ def print_accuracy(doc: dict[str, Any], n: int) -> None:
             row.append("-" if st.top1_agreement is None else f"{st.top1_agreement:.4f}")
         table.add_row(*row)
     con.print(table)
-    by_error = [st.name for st in stats if st.measure != "cosine"]
-    if by_error:
-        con.print(f"one value per sample: {', '.join(by_error)}: its \"cosine\" is 1/sqrt(1 + e^2), e its error over "
-                  "the RMS of its FP32 values (docs/precision.md)", markup=False)
+    note = one_value_note(stats, "FP32")
+    if note:
+        con.print(note, markup=False)
+
+
+def one_value_note(stats: Iterable[OutputStats], reference: str) -> str | None:
+    """The line under an error table naming the outputs of one value per sample, whose "cosine" column holds
+    their error against the RMS of the ``reference``'s values (None: there are none)."""
+    names = [st.name for st in stats if st.measure != "cosine"]
+    if not names:
+        return None
+    return (f"one value per sample: {', '.join(names)}: its \"cosine\" is 1/sqrt(1 + e^2), e its error over "
+            f"the RMS of its {reference} values (docs/precision.md)")
 
 
 def gate_line(doc: dict[str, Any]) -> str:

@@ -25,6 +25,7 @@ from trtconv.cli.options import (
     shapes_option,
 )
 from trtconv.cli.output import finish, print_json, stdout_console
+from trtconv.cli.precision_report import one_value_note
 from trtconv.errors import ExitCode, UsageError
 
 
@@ -48,6 +49,9 @@ def print_report(report: VerifyReport) -> None:
         table.add_row(s.name, "x".join(map(str, s.shape)), f"{s.max_abs:.3g}", f"{s.mean_abs:.3g}",
                       f"{s.max_rel:.3g}", f"{s.cosine:.6f}", str(s.nonfinite))
     console.print(table)
+    note = one_value_note(report.stats, "ONNX Runtime")
+    if note:
+        console.print(note, markup=False)
     if report.passed:
         console.print("[green]PASS[/]: every output within the thresholds")
     else:

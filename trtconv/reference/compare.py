@@ -248,7 +248,7 @@ class PooledStats:
 
     def __init__(self, name: str, top1: bool, by_error: bool = False) -> None:
         """``by_error``: an output of one value per sample (:func:`one_value`) is measured by its error against
-        its RMS (:func:`one_value_cosines`), not by the cosine (the gates do; ``verify`` pools a cosine)."""
+        its RMS (:func:`one_value_cosines`), not by the cosine (the gates and ``verify`` do)."""
         self.name, self.top1, self.by_error = name, top1, by_error
         self.sizes: list[int] = []  # each sample's count of values
         self.errors: list[float] = []  # of a sample with at most one value: its error (0 when it has none)
@@ -334,12 +334,21 @@ def worse_stats(a: OutputStats, b: OutputStats) -> OutputStats:
 
 
 def compare_outputs(
-    ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], *, top1: bool = False
+    ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], *, top1: bool = False, by_error: bool = False
 ) -> list[OutputStats]:
+    """Each output of one sample compared; ``by_error``: one that holds a single value is measured by its error
+    against that value (:class:`PooledStats`' ``by_error`` over one sample), whose cosine could only say the sign."""
     missing = sorted(set(ref) - set(got))
     if missing:
         raise ValueError(f"outputs missing from the candidate: {', '.join(missing)}")
-    return [compare_arrays(k, ref[k], got[k], top1=top1) for k in ref]
+    return [_one_sample(k, ref[k], got[k], top1) if by_error and one_value([ref[k].size])
+            else compare_arrays(k, ref[k], got[k], top1=top1) for k in ref]
+
+
+def _one_sample(name: str, ref: np.ndarray, got: np.ndarray, top1: bool) -> OutputStats:
+    pooled = PooledStats(name, top1, by_error=True)
+    pooled.add(ref, got)
+    return pooled.stats()
 
 
 def violations(stats: list[OutputStats], limits: Thresholds) -> list[str]:

@@ -116,7 +116,7 @@ def compare_with_reference(
     if missing:
         return VerifyReport((), (f"engine has no output named {', '.join(missing)}",), thresholds,
                             {k: list(v.shape) for k, v in feeds.items()}, seed)
-    stats = compare_outputs(ref, {k: got[k] for k in ref}, top1=top1)
+    stats = compare_outputs(ref, {k: got[k] for k in ref}, top1=top1, by_error=True)
     return VerifyReport(tuple(stats), tuple(violations(stats, thresholds)), thresholds,
                         {k: list(v.shape) for k, v in feeds.items()}, seed)
 
@@ -171,7 +171,7 @@ def verify_engine(
             return VerifyReport((), (f"engine has no output named {', '.join(missing)}",), thresholds,
                                 {k: list(v.shape) for k, v in feeds.items()}, None, len(samples))
         for name, r in ref.items():
-            pooled.setdefault(name, PooledStats(name, top1)).add(r, np.asarray(got[name]))
+            pooled.setdefault(name, PooledStats(name, top1, by_error=True)).add(r, np.asarray(got[name]))
     stats = [p.stats() for p in pooled.values()]
     first = samples[0][1]
     return VerifyReport(tuple(stats), tuple(violations(stats, thresholds)), thresholds,
