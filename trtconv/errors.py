@@ -7,6 +7,7 @@ Makefile or CI step can rely on the numbers documented in ``docs/exit-codes.md``
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from enum import IntEnum
 from typing import ClassVar
 
@@ -46,6 +47,16 @@ class TrtconvError(Exception):
 
 class UsageError(TrtconvError):
     exit_code = ExitCode.USAGE
+
+
+class ShapesNeeded(UsageError):
+    """Inputs with dynamic dims that nothing gave a shape: ``dims`` holds each one's dims. Where the command line is
+    known (trtconv.cli.main), the hint becomes that command with a ``--shapes`` that fills them, runnable as
+    printed; ``hint`` is what a library caller sees."""
+
+    def __init__(self, message: str, dims: Mapping[str, Sequence[int | str | None]], hint: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.dims = {name: list(d) for name, d in dims.items()}
 
 
 class InvalidModelError(TrtconvError):

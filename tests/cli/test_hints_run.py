@@ -115,3 +115,36 @@ def test_no_tensorrt_hint_offers_rtx_only_where_the_command_would_run_with_it(tm
     offered = re.search(r"installed: `trtconv (build [^`]*)`", res.output)
     assert offered and "--trt rtx" in offered[1], res.output
     assert run(shlex.split(offered[1])).exit_code == 0
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_random_data_shapes_hint_runs_as_printed(ocr_det, tmp_path, given):
+    """``--random-data`` on a model with dynamic dims and no ``--shapes``: the hint is the command with a
+    ``--shapes`` whose batch is 1 and whose other sizes the graph runs at (said to be placeholders in a shell
+    comment), keeping a ``--shapes`` the command already gave for another input."""
+    model = _shared_batch(tmp_path / "shared.onnx") if given else ocr_det
+    out = tmp_path / "q.onnx"
+    args = ["quantize", str(model), "--precision", "fp16", "--random-data", "2", "-o", str(out), "--max-samples", "4"]
+    res = run([*args, "--shapes", "lengths:1"] if given else args)
+    assert res.exit_code == ExitCode.USAGE, res.output
+    argv = hinted(res.stderr, r"hint: (trtconv quantize .*)$")
+    assert argv[argv.index("--max-samples") + 1] == "4" and argv.count("--shapes") == 1
+    shapes = argv[argv.index("--shapes") + 1]
+    assert shapes == ("lengths:1,x:1x8" if given else "x:1x3x224x224"), shapes
+    assert given or "placeholders" in res.stderr
+    again = run(argv)
+    assert again.exit_code == ExitCode.OK, again.output
+    assert out.stat().st_size > 100
+
+
+def test_build_random_data_shapes_hint_runs_as_printed(tmp_path):
+    pytest.importorskip("tensorrt_rtx")
+    model = _shared_batch(tmp_path / "shared.onnx")
+    res = run(["build", str(model), "-o", str(tmp_path / "r.engine"), "--trt", "rtx", "--precision", "fp16",
+               "--random-data", "2"])
+    assert res.exit_code == ExitCode.USAGE, res.output
+    argv = hinted(res.stderr, r"hint: (trtconv build .*)$")
+    assert argv[argv.index("--shapes") + 1] == "x:1x8,lengths:1" and argv[argv.index("--trt") + 1] == "rtx"
+    again = run(argv)
+    assert again.exit_code == ExitCode.OK, again.output
+    assert (tmp_path / "r.engine").stat().st_size > 1000

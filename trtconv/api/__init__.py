@@ -31,6 +31,7 @@ from trtconv.api.files import (
     dims_text,
     disk_bytes,
     file_sha256,
+    fixed_shapes_hint,
     identity_problems,
     large_weights,
     load_model,
@@ -83,7 +84,7 @@ __all__ = [
     "inspect_engine", "layer_rows", "model_name", "off_precision", "probe", "probe_driver", "problems",
     "unservable", "verify_engine", "write_repository",
     # files (files.py)
-    "dims_text", "disk_bytes", "file_sha256", "identity_problems", "large_weights", "load_model", "manifest_path", "parse_shapes",
+    "dims_text", "disk_bytes", "file_sha256", "fixed_shapes_hint", "identity_problems", "large_weights", "load_model", "manifest_path", "parse_shapes",
     "read_manifest", "return_large_blocks", "update_manifest",
     # reports (reports.py)
     "LONG_PHASES", "PHASES", "OutputStats", "parse_limit", "parts_line", "qualified_op", "report_html",

@@ -39,6 +39,7 @@ from trtconv.cli.options import (
     model_argument,
     options_for,
     output_option,
+    shapes_hint_runs,
     target_or_default,
 )
 from trtconv.cli.output import Heartbeat, interactive, print_json, progress, stderr_console
@@ -221,6 +222,7 @@ SHAPE_FLAGS = ("shapes", "min_shapes", "opt_shapes", "max_shapes")  # a shapes h
 @triton_repo_option
 @report_option
 @cache_option(outputs=_outputs, not_inputs=NOT_INPUTS, key_extra=_key_extra, validate=_entry_problems)
+@shapes_hint_runs
 def build(model: Path, output: Path, force: bool, as_json: bool, layers: bool, **params: Any) -> None:
     """Build MODEL into a TensorRT engine: check, rewrite, precision, build, verify.
 

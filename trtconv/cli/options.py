@@ -9,16 +9,26 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
 from click.core import ParameterSource
 
-from trtconv.api import RULE_NAMES, default_target, disk_bytes, parse_limit, target_name
+from trtconv.api import (
+    RULE_NAMES,
+    default_target,
+    disk_bytes,
+    fixed_shapes_hint,
+    load_model,
+    parse_limit,
+    target_name,
+)
 from trtconv.cli.main import JSON_KEY, MODEL_BYTES_KEY, MODEL_KEY
 from trtconv.cli.output import warn
+from trtconv.errors import ShapesNeeded, TrtconvError
 from trtconv.settings import Setting, declared, for_command
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -203,3 +213,43 @@ def announce_target(target: str, why: str, *, quiet: bool = False) -> None:
 
 
 GATE_LIMITS = ("max_abs", "max_rel", "min_cosine", "min_top1")
+
+
+def shapes_hint_runs(f: F) -> F:
+    """A command whose inputs can need one shape each (``--random-data``): where one has dynamic dims and no
+    shape (:class:`~trtconv.errors.ShapesNeeded`), the hint becomes the command as it was typed with a
+    ``--shapes`` its graph runs at (a batch of 1; other sizes said to be placeholders), keeping a ``--shapes``
+    it gave: a hint that runs as printed."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return f(*args, **kwargs)
+        except ShapesNeeded as exc:
+            ctx = click.get_current_context()
+            words = getattr(ctx.find_root().command, "words", None)
+            model = ctx.meta.get(MODEL_KEY)
+            if words and isinstance(model, Path):
+                exc.hint = _shapes_command(list(words), model, exc) or exc.hint
+            raise
+
+    return cast(F, wrapper)
+
+
+def _shapes_command(words: list[str], model: Path, exc: ShapesNeeded) -> str | None:
+    given = None
+    for i, w in enumerate(words):
+        if w == "--shapes" and i + 1 < len(words):
+            given = words[i + 1]
+            del words[i:i + 2]
+            break
+        if w.startswith("--shapes="):
+            given = w.split("=", 1)[1]
+            del words[i]
+            break
+    try:
+        proto = load_model(model).proto
+    except TrtconvError:
+        return None
+    hint = fixed_shapes_hint(proto, exc.dims, shlex.join(["trtconv", *words]))
+    return hint.replace(" --shapes ", f" --shapes {given},", 1) if given else hint

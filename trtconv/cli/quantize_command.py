@@ -36,6 +36,7 @@ from trtconv.cli.options import (
     options_for,
     output_option,
     sample_options,
+    shapes_hint_runs,
     shapes_option,
 )
 from trtconv.cli.output import Heartbeat, interactive, progress, warn
@@ -62,6 +63,7 @@ from trtconv.errors import AccuracyError, PrecisionNotAchievedError
 @report_option
 @deps_option()
 @cache_option()
+@shapes_hint_runs
 def quantize(model: Path, output: Path, precision: str, force: bool, as_json: bool, **params: Any) -> None:
     """Write MODEL in FP16 or INT8 as explicit ONNX (what TensorRT 10 and 11 build from).
 

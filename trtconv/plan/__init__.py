@@ -56,6 +56,7 @@ from trtconv.plan.precision_check import (
 )
 from trtconv.plan.profiles import (
     build_profiles,
+    fixed_shapes_hint,
 )
 
 __all__ = [
@@ -87,6 +88,7 @@ __all__ = [
     "assert_precision",
     "build_manifest",
     "build_profiles",
+    "fixed_shapes_hint",
     "does_not_fit",
     "manifest_path",
     "onnx_has_reduced_precision",

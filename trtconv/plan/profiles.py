@@ -337,6 +337,35 @@ def shapes_hint(model: onnx.ModelProto, dynamic: Mapping[str, list[int | str | N
     sequence): a min/opt/max range, said plainly to be placeholders, since the model does not say
     which sizes the data has (an OCR detector fixed at 224x224 would refuse every real page). What is
     said after the command is a shell comment (``# ...``): the whole line pastes and runs."""
+    fill, sized, runs = _filler(model, dynamic)
+    if not sized:
+        return (f"{command} --shapes {_text(fill(1))}  # or --min-shapes/--opt-shapes/--max-shapes for a range of batch "
+                "sizes, or --calib-data DIR to take the range from the samples")
+    opt = next((size for size in _OPT if runs(fill(size))), _OPT[0])
+    low = next((size for size in _MIN if size <= opt and runs(fill(size))), opt)
+    high = next((size for size in _MAX if size >= opt and runs(fill(size))), opt)
+    return (f"{command} --min-shapes {_text(fill(low))} --opt-shapes {_text(fill(opt))} --max-shapes "
+            f"{_text(fill(high))}  # placeholders: the model does not say its sizes ({_sized_text(sized)}), these are "
+            "sizes its graph runs at on ONNX Runtime; replace them with the smallest, typical and largest your data "
+            "has, as the engine refuses any other; or --calib-data DIR to take the range from the samples")
+
+
+def fixed_shapes_hint(model: onnx.ModelProto, dynamic: Mapping[str, list[int | str | None]], command: str) -> str:
+    """The hint where one shape per input is needed (random samples, a reference run): ``command`` with a
+    ``--shapes`` the graph runs at on ONNX Runtime, batch dims 1, other dynamic dims said to be placeholders in a
+    shell comment: the line runs as printed."""
+    fill, sized, runs = _filler(model, dynamic)
+    if not sized:
+        return f"{command} --shapes {_text(fill(1))}  # 1: a batch of one"
+    opt = next((size for size in _OPT if runs(fill(size))), _OPT[0])
+    return (f"{command} --shapes {_text(fill(opt))}  # placeholders: the model does not say its sizes "
+            f"({_sized_text(sized)}); this one its graph runs at on ONNX Runtime, replace it with your data's")
+
+
+def _filler(model: onnx.ModelProto, dynamic: Mapping[str, list[int | str | None]]
+            ) -> tuple[Callable[[int], dict[str, Shape]], dict[str, list[int]], Callable[[Mapping[str, Shape]], bool]]:
+    """(shapes with batch dims 1 and every other dynamic dim ``size``; each input's non-batch dynamic axes;
+    whether the graph runs at given shapes)."""
     batch_names = {dims[0] for dims in dynamic.values() if len(dims) >= 2 and isinstance(dims[0], str) and dims[0]}
 
     def is_batch(axis: int, dims: list[int | str | None], d: int | str | None) -> bool:
@@ -352,18 +381,11 @@ def shapes_hint(model: onnx.ModelProto, dynamic: Mapping[str, list[int | str | N
         return {n: tuple(d if isinstance(d, int) else (1 if is_batch(a, dims, d) else size) for a, d in enumerate(dims))
                 for n, dims in dynamic.items()}
 
-    runs = _runner(model)
-    if not sized:
-        return (f"{command} --shapes {_text(fill(1))}  # or --min-shapes/--opt-shapes/--max-shapes for a range of batch "
-                "sizes, or --calib-data DIR to take the range from the samples")
-    opt = next((size for size in _OPT if runs(fill(size))), _OPT[0])
-    low = next((size for size in _MIN if size <= opt and runs(fill(size))), opt)
-    high = next((size for size in _MAX if size >= opt and runs(fill(size))), opt)
-    which = "; ".join(f"{n} dim{'s' if len(axes) > 1 else ''} {', '.join(map(str, axes))}" for n, axes in sized.items())
-    return (f"{command} --min-shapes {_text(fill(low))} --opt-shapes {_text(fill(opt))} --max-shapes "
-            f"{_text(fill(high))}  # placeholders: the model does not say its sizes ({which}), these are sizes its "
-            "graph runs at on ONNX Runtime; replace them with the smallest, typical and largest your data has, as the "
-            "engine refuses any other; or --calib-data DIR to take the range from the samples")
+    return fill, sized, (_runner(model) if sized else (lambda shapes: True))
+
+
+def _sized_text(sized: Mapping[str, list[int]]) -> str:
+    return "; ".join(f"{n} dim{'s' if len(axes) > 1 else ''} {', '.join(map(str, axes))}" for n, axes in sized.items())
 
 
 def _runner(model: onnx.ModelProto) -> Callable[[Mapping[str, Shape]], bool]:

@@ -17,7 +17,13 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from trtconv.errors import InvalidModelError, OutOfMemoryError, UsageError, is_allocation_failure
+from trtconv.errors import (
+    InvalidModelError,
+    OutOfMemoryError,
+    ShapesNeeded,
+    UsageError,
+    is_allocation_failure,
+)
 from trtconv.load import (
     Shape,
     available_memory,
@@ -197,8 +203,8 @@ def concrete_shapes(model: onnx.ModelProto, shapes: Mapping[str, Shape] | None =
             out[name] = tuple(shapes[name])
             continue
         if name in open_:
-            raise UsageError(
-                f"input {name!r} has dynamic dims {dims}",
+            raise ShapesNeeded(
+                f"input {name!r} has dynamic dims {dims}", open_,
                 hint="give a concrete shape, e.g. --shapes " + ",".join(
                     f"{n}:" + "x".join(str(x) if isinstance(x, int) else "N" for x in d) for n, d in open_.items()),
             )

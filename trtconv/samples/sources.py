@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from trtconv.errors import DataError, UsageError
+from trtconv.errors import DataError, ShapesNeeded, UsageError
 from trtconv.load import Shape, dims_text, shape_example_text
 from trtconv.samples.images import IMAGE_SUFFIXES, ImagePreprocess, load_image
 from trtconv.samples.sample_checks import InputSpec, Sample, check_sample, model_inputs, read_npy_sample
@@ -239,8 +239,11 @@ def _random_iter(source: SampleSource, inputs: Mapping[str, InputSpec]) -> Itera
             concrete[name] = tuple(int(d) for d in spec.dims)  # type: ignore[arg-type]
         else:
             example = "x".join(str(d) if isinstance(d, int) else "N" for d in spec.dims)
-            raise UsageError(f"random data: input {name!r} has dynamic dims {dims_text(spec.dims)} and no shape "
-                             "was given for it", hint=f"give its shape with --shapes {name}:{example}, N a size of your data")
+            open_ = {n: sp.dims for n, sp in inputs.items()
+                     if n not in shapes and not all(isinstance(d, int) for d in sp.dims)}
+            raise ShapesNeeded(f"random data: input {name!r} has dynamic dims {dims_text(spec.dims)} and no shape "
+                               "was given for it", open_,
+                               hint=f"give its shape with --shapes {name}:{example}, N a size of your data")
     rng = np.random.default_rng(source.seed)
     for i in range(source.limit):
         sample = {}
