@@ -797,8 +797,10 @@ using namespace trtconv_dcnv2;
 // SM (an entry holding two copies could not: the 64 x 256 "v7" of v14 ran at half occupancy).
 // One tile per benchmark shape it wins (plugins/dcnv2/NOTES.md, issue 36 dcnk round; H100):
 // 128 x 256 v (b), 128 x 256 v2 (e: 64 pixel tiles, split in two to fill the GPU), 64 x 256 v6
-// (c), 64 x 128 v6 (d), 128 x 128 wx4 (f), 64 x 64 wx4 (a, 64 output channels). Earlier tiles
-// that no longer win any shape were dropped: 128 x 256 w, 64 x 256 k32 w and w4, 64 x 256 v7
+// (c), 64 x 128 v6 (d), 128 x 128 wx4 (f), 64 x 64 w2x2 (a, 64 output channels: split in two, four CTAs
+// per SM, so its 512 CTAs are one wave; round dcnk3). Earlier tiles
+// that no longer win any shape were dropped: 128 x 256 w, 64 x 256 k32 w and w4, 64 x 256 v7,
+// 64 x 64 wx4 (a's tile until round dcnk3: 18.4 against w2x2's 17.2 us FP16, 33.6 against 26.1 TF32)
 // (its XS form v7 is 4 % faster than v6 on (c) in TF32, 4 % slower in FP16), 128 x 128 w.
 // The 128 x 256 v2 and 64 x 128 v6 entries stage the corners of their second gather pass (RS;
 // FP16/BF16): (e) 43.6 -> 42.6 and (d) 13.9 -> 13.5 us (round dcnk2); on the other tiles RS was
@@ -812,7 +814,8 @@ using namespace trtconv_dcnv2;
   DCNV2_SM90_ENTRY_XSR(dcnv2_##DT##_##LAYOUT##_m64n128k64v6, E, 64, 128, 2, NHWC, 2, 6, 128,              \
                        __cluster_dims__(6, 1, 1), 0, true)                                                 \
   DCNV2_SM90_ENTRY(dcnv2_##DT##_##LAYOUT##_m128n128k64wx4, E, 128, 128, 1, NHWC, 1, 1, 128, true, , false, 4) \
-  DCNV2_SM90_ENTRY_XS(dcnv2_##DT##_##LAYOUT##_m64n64k64wx4, E, 64, 64, 1, NHWC, 3, 1, 128, , 4)
+  DCNV2_SM90_ENTRY_XS(dcnv2_##DT##_##LAYOUT##_m64n64k64w2x2, E, 64, 64, 1, NHWC, 4, 2, 128,                \
+                      __cluster_dims__(2, 1, 1), 2)
 
 using F32Tf32 = F32<false>;
 #ifdef DCNV2_DEV

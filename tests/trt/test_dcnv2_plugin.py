@@ -104,7 +104,7 @@ def test_launch_geometry_covers_every_output():
     # threads for the compute_80 ones; split-K only where the entry name says so.
     assert [(dk.tile_id(t), dk.threads(t), dk.split_k(t)) for t in dk.SM90_TILES] == [
         ("m128n256k64v", 512, 1), ("m128n256k64v2", 512, 2), ("m64n256k64v6", 256, 6),
-        ("m64n128k64v6", 256, 6), ("m128n128k64wx4", 256, 1), ("m64n64k64wx4", 128, 1),
+        ("m64n128k64v6", 256, 6), ("m128n128k64wx4", 256, 1), ("m64n64k64w2x2", 128, 2),
     ]
     assert {dk.threads(t) for t in dk.TILES} == {dk.THREADS} and {dk.split_k(t) for t in dk.TILES} == {1}
     assert {dk.ptx_file(dk.kernel_name("float16", t)) for t in dk.SM90_TILES} == {dk.SM90_PTX_FILE}

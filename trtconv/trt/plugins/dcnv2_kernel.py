@@ -48,14 +48,17 @@ TILES: tuple[Tile, ...] = ((64, 128, 32, 0), (64, 64, 64, 0), (64, 64, 64, 2), (
 # take BN / 2 each (half the accumulators per thread, twice the warps). A digit: split-K over
 # a cluster of that many CTAs, which sum their partial tiles through distributed shared
 # memory in a fixed order -- for layers with few output pixels and a long K, such as shapes
-# (c), (d) and (e). "x4": four gather passes' corner loads in flight at once instead of one.
-# The third number is FP16 channels per K step: 64 = 128-byte steps (whole cache lines per
-# gather, per-pixel recipes in shared memory, static shared memory past 48 KiB). One tile per
-# benchmark shape it wins, in the order (b), (e), (c), (d), (f), (a) (plugins/dcnv2/NOTES.md).
+# (c), (d) and (e), and for (a), whose 256 tiles split in two fill the GPU in one wave at four
+# CTAs per SM. "x4" / "x2": four / two gather passes' corner loads in flight at once instead
+# of one. The third number is FP16 channels per K step: 64 = 128-byte steps (whole cache lines
+# per gather, per-pixel recipes in shared memory, static shared memory past 48 KiB). One tile
+# per benchmark shape it wins, in the order (b), (e), (c), (d), (f), (a) (plugins/dcnv2/NOTES.md).
+# Variant 6 ("wx4", 64 x 64) was (a)'s tile until round dcnk3 replaced it by variant 7: its tactic
+# number is 7's now (an engine embeds its kernel's PTX, so engines built before keep theirs).
 SM90_TILES: tuple[Tile, ...] = ((128, 256, 64, 3), (128, 256, 64, 4), (64, 256, 64, 5), (64, 128, 64, 5),
-                                (128, 128, 64, 6), (64, 64, 64, 6))
+                                (128, 128, 64, 6), (64, 64, 64, 7))
 ALL_TILES: tuple[Tile, ...] = TILES + SM90_TILES
-_VARIANT = ("s", "p", "t", "v", "v2", "v6", "wx4")
+_VARIANT = ("s", "p", "t", "v", "v2", "v6", "wx4", "w2x2")
 
 
 # Layouts of x the PTX has entry points for: "nchw" (TensorRT LINEAR) and "nhwc" (channels
