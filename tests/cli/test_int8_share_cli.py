@@ -104,3 +104,17 @@ def test_auto_exclude_is_the_default_marks_the_excluded_layers_and_counts_its_ev
     assert text.exit_code == res.exit_code, text.output
     assert f"gate cost: {r['gate_evaluations']} full-model evaluations" in text.stdout
     assert "excluded" in text.stdout.split("error each quantized layer adds")[1]
+
+
+def test_build_refused_before_the_judgement_says_so_not_no_sample_data(ocr_det, tmp_path):
+    """``build``'s exit 8 from its precision stage: the gate line said "not checked (no sample data)" though the
+    data was there and a part of it set aside for judging; it now says what ``quantize`` says."""
+    ocr_det_images(tmp_path / "det", range(5), sizes=((224, 288), (256, 224), (192, 320)))
+    res = _invoke("build", ocr_det, "-o", tmp_path / "det.engine", "--trt", "rtx", "--precision", "int8",
+                  "--int8-unverified", "--calib-data", tmp_path / "det", "--preprocess", "preset=ppocr-det",
+                  "--auto-exclude", "--min-cosine", "0.9999", "--calib-method", "entropy", "--min-precision-share", "0.6")
+    assert res.exit_code == ExitCode.PRECISION_NOT_ACHIEVED, res.output
+    assert "accuracy gate: not reached (refused first: see the error line)" in res.stdout, res.stdout
+    assert "no sample data" not in res.stdout
+    assert "(the judging part set aside, not judged: refused before the judgement)" in res.stdout
+    assert not (tmp_path / "det.engine").exists()

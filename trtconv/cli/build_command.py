@@ -46,7 +46,7 @@ from trtconv.cli.output import Heartbeat, interactive, print_json, progress, std
 from trtconv.cli.precision_report import print_gate
 from trtconv.cli.quantize_command import quiet_random_samples
 from trtconv.cli.triton_repo import triton_repo_option
-from trtconv.errors import DataError, TrtconvError, UsageError
+from trtconv.errors import DataError, ExitCode, TrtconvError, UsageError
 from trtconv.outputs import check_output_dir, check_output_path
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -257,7 +257,8 @@ def build(model: Path, output: Path, force: bool, as_json: bool, layers: bool, *
     except TrtconvError as exc:
         _record(outcome, model, settings.trt)
         if not as_json and outcome.gate is not None:
-            print_gate(outcome.gate, model, outcome.prepared)
+            refused = exc.exit_code == ExitCode.PRECISION_NOT_ACHIEVED
+            print_gate(outcome.gate, model, outcome.prepared, exc if refused else None)
         if as_json:  # CI still gets the stages and where it stopped; the error goes to stderr as usual
             if outcome.stopped is None:
                 outcome.stopped = "error"

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from trtconv.api import OutputStats, parts_line, rule_summaries
 from trtconv.cli.output import print_json, stdout_console
+from trtconv.errors import TrtconvError
 
 SHOW_LAYERS = 10  # sensitivity rows printed (--json lists all)
 
@@ -204,10 +205,13 @@ def gate_line(doc: dict[str, Any]) -> str:
     return f"accuracy gate: not checked (judged on {doc['accuracy_check']}; pass held-out real data to check it)"
 
 
-def print_gate(result: Any, model: Any, prepared: Any) -> None:
-    """``build``'s precision stage: the same report ``quantize`` prints, for the prepared ONNX."""
+def print_gate(result: Any, model: Any, prepared: Any, refusal: TrtconvError | None = None) -> None:
+    """``build``'s precision stage: the same report ``quantize`` prints, for the prepared ONNX. ``refusal``: the
+    precision stage's own refusal (exit 8), which came before the judgement, so the gate line says so."""
     doc = {"model": str(model), "output": str(prepared), **result.to_json()}
     doc["written"] = False
+    if refusal is not None:
+        doc["error"] = {"exit_code": int(refusal.exit_code), "message": refusal.message, "hint": refusal.hint}
     if doc["precision"] == "fp16":
         print_accuracy(doc, doc["fp16"]["samples"])
         stdout_console().print(gate_line(doc), markup=False)
