@@ -16,7 +16,7 @@ import onnx
 
 from trtconv.errors import UsageError
 from trtconv.onnxutil import normalize_domain
-from trtconv.rewrites import dcn, detection, dtypes, quantized, transformer
+from trtconv.rewrites import dcn, detection, dtypes, quantized, spectral, transformer
 from trtconv.rewrites import rewrite_settings as core_settings
 from trtconv.rewrites.plugin_map import PluginMap, PluginMapRule
 from trtconv.rewrites.rewrite_settings import RewriteSettings
@@ -27,6 +27,7 @@ FAMILIES: tuple[RuleFamily, ...] = (
     quantized.FAMILY,
     dtypes.FAMILY,
     detection.FAMILY,
+    spectral.FAMILY,  # DFT -> MatMul where the target has no DFT
     transformer.FAMILY,  # ONNX Runtime's fused transformer ops (com.microsoft) -> standard ONNX
 )
 

@@ -94,6 +94,7 @@ class _Applied:
     pending: dict[int, set[str]]  # opset -> the ops that need it (emitted in PENDING_DOMAIN)
     graph_cuts: set[str]
     inexact: bool = False  # a replacement changed the numbers on purpose (Emitted.exact False)
+    reorders_sums: bool = False  # a replacement sums in another order (Emitted.reorders_sums)
 
 
 class _StepAside(Exception):
@@ -165,6 +166,7 @@ def _apply_rules(graph: gs.Graph, ctx: RuleContext, rules: tuple[RewriteRule, ..
         applied.graph_cuts |= emitted.graph_cuts
         absorbed.update(id(n) for n in emitted.absorbed)
         applied.inexact = applied.inexact or not emitted.exact
+        applied.reorders_sums = applied.reorders_sums or emitted.reorders_sums
         if settings.verify:
             proof = _node_proof(rule, ctx, site, match, emitted)
             if not proof.passed:
@@ -378,8 +380,8 @@ def _graph_proof(before: onnx.ModelProto, out: onnx.ModelProto, settings: Rewrit
         return Proof("none", True, reason="--no-verify" if not settings.verify else
                      "model over the large-model threshold: graph proof skipped (node proofs still ran)")
     # cut only where ONNX Runtime cannot run a node: a rewritten DeformConv is compared end to end
-    tolerance = max(settings.graph_tolerance, settings.node_tolerance) if narrowed else \
-        settings.graph_tolerance  # float32 against float64: float32's rounding, not 1e-6
+    tolerance = max(settings.graph_tolerance, settings.node_tolerance) if narrowed or applied.reorders_sums else \
+        settings.graph_tolerance  # float32 against float64, or sums reordered: float32's rounding, not 1e-6
     # the shapes the build will run (its first profile's opt) stand in for dynamic dims the model leaves open
     gproof = prove_graph(before, out, {**settings.proof_shapes, **settings.shapes}, applied.graph_cuts, settings.seed,
                          tolerance, kept)

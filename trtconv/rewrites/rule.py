@@ -91,6 +91,10 @@ class Emitted:
     # False: the replacement changes the numbers on purpose (dynamic quantization dropped); its
     # node proof holds a measured bound, and the report adds the whole model's measured drift.
     exact: bool = True
+    # True: the replacement computes the op by another order of sums (a DFT as a matrix product instead of
+    # ONNX Runtime's FFT), so the whole-graph proof allows float32 rounding over such sums (NODE_RTOL), not
+    # only the rounding of a clean-up (GRAPH_RTOL)
+    reorders_sums: bool = False
 
 
 def detach(nodes: Sequence[gs.Node]) -> None:
