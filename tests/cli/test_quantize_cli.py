@@ -192,3 +192,14 @@ def test_a_weight_computed_from_constants_is_skipped_with_a_way_out_that_works(t
     res = quantize(folded)
     assert res.exit_code == 0, res.output
     assert "weight" in [p["kind"] for p in json.loads(res.stdout)["int8"]["placed"]]
+
+
+def test_a_spec_files_limit_nothing_can_meet_is_refused_before_any_work(ocr_cls, tmp_path):
+    """A spec file's bare number takes the same check as the flag (it skipped it: calibration ran, then exit 8)."""
+    spec = tmp_path / "q.toml"
+    spec.write_text("min-cosine = 1.5\n")
+    res = _invoke("quantize", "--config", spec, ocr_cls, "-o", tmp_path / "o.onnx", "--precision", "int8",
+                  "--random-data", "2", "--shapes", "x:1x3x48x192")
+    assert res.exit_code == ExitCode.USAGE, res.output
+    assert f"spec file {spec}: min-cosine: '1.5': a cosine is at most 1" in res.stderr, res.stderr
+    assert not (tmp_path / "o.onnx").exists()

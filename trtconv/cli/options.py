@@ -81,9 +81,8 @@ class LimitType(click.ParamType):
     name = "limit"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return repr(float(value))
-        text = str(value)
+        numeric = isinstance(value, (int, float)) and not isinstance(value, bool)  # a spec file's bare number
+        text = repr(float(value)) if numeric else str(value)
         try:
             _, number = parse_limit(text)
         except ValueError:
