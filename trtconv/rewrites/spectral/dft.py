@@ -93,8 +93,7 @@ class DftRule(RewriteRule):
         shape = node.shapes.get(node.inputs[0]) if node.has_input(0) else None
         if shape is None:
             return None if node.partial else "the input's shape is not known (give --shapes)"
-        why = _problem(node.attrs, shape, node.opset, None, None, node.has_input(1), node.has_input(2))
-        return None if why is None or (node.partial and why.startswith("the signal")) else why
+        return _problem(node.attrs, shape, node.opset, None, None, node.has_input(1), node.has_input(2), node.partial)
 
     def match(self, node: gs.Node, ctx: RuleContext) -> DftMatch | None:
         x = node.inputs[0]
@@ -106,7 +105,7 @@ class DftRule(RewriteRule):
         ins = list(node.inputs) + [None, None]
         length_t = ins[1] if len(node.inputs) > 1 and node.inputs[1].name else None
         axis_t = ins[2] if len(node.inputs) > 2 and node.inputs[2].name else None
-        if _problem(node.attrs, shape, ctx.opset, length_t, axis_t, length_t is not None, axis_t is not None):
+        if _problem(node.attrs, shape, ctx.opset, length_t, axis_t, length_t is not None, axis_t is not None, False):
             return None
         rank = len(shape)
         axis = _axis(node.attrs, ctx.opset, axis_t) % rank
@@ -119,8 +118,8 @@ class DftRule(RewriteRule):
         em = Emitter(ctx.graph, site.name)
         rank, axis, c = len(match.shape), match.axis, match.values
         x = site.inputs[0]
-        if axis != rank - 2:  # the signal axis next to the last one
-            perm = [d for d in range(rank - 1) if d != axis] + [axis, rank - 1]
+        perm = [d for d in range(rank - 1) if d != axis] + [axis, rank - 1]  # the signal axis next to the last
+        if axis != rank - 2:
             moved = em.var("moved", dtype=F32)
             em.node("Transpose", "move", [x], [moved], {"perm": perm})
             x = moved
@@ -149,10 +148,7 @@ class DftRule(RewriteRule):
         else:
             bins = em.var("bins", dtype=F32)
             em.node("Reshape", "bins", [spectrum, split], [bins])
-            back = [0] * rank
-            for i, d in enumerate([d for d in range(rank - 1) if d != axis] + [axis, rank - 1]):
-                back[d] = i
-            em.node("Transpose", "move_back", [bins], [out], {"perm": back})
+            em.node("Transpose", "move_back", [bins], [out], {"perm": [int(d) for d in np.argsort(perm)]})
         kind = ("inverse " if match.inverse else "") + ("one-sided " if match.onesided else "")
         return Emitted(tuple(em.nodes), f"MatMul by the {kind}DFT matrix [{match.length * c}, {match.bins * 2}]",
                        reorders_sums=True)
@@ -176,9 +172,10 @@ def _axis(attrs: Mapping[str, Any], opset: int, axis_t: gs.Tensor | None) -> int
 
 
 def _problem(attrs: Mapping[str, Any], shape: Sequence[Any], opset: int, length_t: gs.Tensor | None, axis_t: gs.Tensor | None,
-             has_length: bool, has_axis: bool) -> str | None:
+             has_length: bool, has_axis: bool, partial: bool) -> str | None:
     """Why a DFT cannot become the matrix product, or None. ``length_t``/``axis_t``: the inputs as imported
-    (``rewrite``), None where only their presence is known (``check``: then their values are not asked)."""
+    (``rewrite``), None where only their presence is known (``check``: then their values are not asked).
+    ``partial``: ``check`` without the shapes ``rewrite`` may have (a signal length it does not know is no reason)."""
     rank = len(shape)
     if rank < 2 or shape[-1] not in (1, 2):
         return "the input's last dimension is not a known 1 (real) or 2 (complex)"
@@ -193,7 +190,7 @@ def _problem(attrs: Mapping[str, Any], shape: Sequence[Any], opset: int, length_
         return f"axis {axis} is not a signal axis of a rank-{rank} input"
     n = shape[axis % rank]
     if not isinstance(n, int) or n <= 0:
-        return "the signal axis' length is not static (give --shapes)"
+        return None if partial else "the signal axis' length is not static (give --shapes)"
     inverse, onesided = bool(attrs.get("inverse", 0)), bool(attrs.get("onesided", 0))
     if onesided and (inverse or shape[-1] == 2):
         return "one-sided output of an inverse or complex DFT (ONNX defines none)"
