@@ -50,9 +50,9 @@ class UsageError(TrtconvError):
 
 
 class ShapesNeeded(UsageError):
-    """Inputs with dynamic dims that nothing gave a shape: ``dims`` holds each one's dims. Where the command line is
-    known (trtconv.cli.main), the hint becomes that command with a ``--shapes`` that fills them, runnable as
-    printed; ``hint`` is what a library caller sees."""
+    """Inputs with dynamic dims that nothing gave a shape: ``dims`` holds each one's dims. In a command that knows its
+    command line (trtconv.cli.options.shapes_hint_runs), the hint becomes that command with a ``--shapes`` that
+    fills them, runnable as printed; ``hint`` is what a library caller sees."""
 
     def __init__(self, message: str, dims: Mapping[str, Sequence[int | str | None]], hint: str | None = None) -> None:
         super().__init__(message, hint)

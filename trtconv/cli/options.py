@@ -236,7 +236,7 @@ def shapes_hint_runs(f: F) -> F:
 
 
 def _shapes_command(words: list[str], model: Path, exc: ShapesNeeded) -> str | None:
-    given = None
+    given = ""
     for i, w in enumerate(words):
         if w == "--shapes" and i + 1 < len(words):
             given = words[i + 1]
@@ -250,5 +250,4 @@ def _shapes_command(words: list[str], model: Path, exc: ShapesNeeded) -> str | N
         proto = load_model(model).proto
     except TrtconvError:
         return None
-    hint = fixed_shapes_hint(proto, exc.dims, shlex.join(["trtconv", *words]))
-    return hint.replace(" --shapes ", f" --shapes {given},", 1) if given else hint
+    return fixed_shapes_hint(proto, exc.dims, shlex.join(["trtconv", *words]), given)

@@ -350,15 +350,18 @@ def shapes_hint(model: onnx.ModelProto, dynamic: Mapping[str, list[int | str | N
             "has, as the engine refuses any other; or --calib-data DIR to take the range from the samples")
 
 
-def fixed_shapes_hint(model: onnx.ModelProto, dynamic: Mapping[str, list[int | str | None]], command: str) -> str:
+def fixed_shapes_hint(model: onnx.ModelProto, dynamic: Mapping[str, list[int | str | None]], command: str,
+                      given: str = "") -> str:
     """The hint where one shape per input is needed (random samples, a reference run): ``command`` with a
     ``--shapes`` the graph runs at on ONNX Runtime, batch dims 1, other dynamic dims said to be placeholders in a
-    shell comment: the line runs as printed."""
+    shell comment: the line runs as printed. ``given``: the ``--shapes`` text the command already had (its
+    inputs lead; ``dynamic`` holds the others)."""
     fill, sized, runs = _filler(model, dynamic)
+    lead = f"{command} --shapes {given + ',' if given else ''}"
     if not sized:
-        return f"{command} --shapes {_text(fill(1))}  # 1: a batch of one"
+        return f"{lead}{_text(fill(1))}  # 1: a batch of one"
     opt = next((size for size in _OPT if runs(fill(size))), _OPT[0])
-    return (f"{command} --shapes {_text(fill(opt))}  # placeholders: the model does not say its sizes "
+    return (f"{lead}{_text(fill(opt))}  # placeholders: the model does not say its sizes "
             f"({_sized_text(sized)}); this one its graph runs at on ONNX Runtime, replace it with your data's")
 
 
