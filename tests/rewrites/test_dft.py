@@ -5,6 +5,7 @@ original and builds the rewrite."""
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import numpy as np
@@ -123,3 +124,17 @@ def test_the_product_is_within_float32_rounding_of_the_definition(shape, length)
     exact = np.stack([exact.real, exact.imag], -1)
     got = run_model(rewrite(model, RTX).model, {"x": x.astype(np.float32)})["y"].astype(np.float64)
     assert np.abs(got - exact).max() <= 3e-7 * np.abs(exact).max()
+
+
+def test_checks_hint_names_the_command_that_applies_the_rule(tmp_path: Path):
+    """A rule for some targets only is applied by ``build --trt TARGET``, not by ``rewrite`` (which knows no
+    target): check's hint said "`trtconv rewrite` rewrites it", and that command left the DFT as it was."""
+    path = tmp_path / "dft.onnx"
+    onnx.save(dft_model([2, 16, 1], axis=1, onesided=1), path)
+    res = CliRunner().invoke(cli, ["check", str(path), "--trt", "rtx", "--json"])
+    assert res.exit_code == ExitCode.NEEDS_REWRITE, res.output
+    (node,) = json.loads(res.stdout)["nodes"]
+    hint = node["findings"][0]["hint"]
+    assert hint.startswith("`trtconv build --trt rtx` rewrites it (dft-matmul:") and "`trtconv rewrite` does not" in hint
+    kept = CliRunner().invoke(cli, ["rewrite", str(path), "-o", str(tmp_path / "r.onnx")])
+    assert kept.exit_code == 0 and [n.op_type for n in onnx.load(str(tmp_path / "r.onnx")).graph.node] == ["DFT"]

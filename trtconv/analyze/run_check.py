@@ -253,7 +253,7 @@ def _node_report(ref: NodeRef, table: SupportTable, index: GraphIndex, int64_wid
     errors = [(f.rule, f.message) for f in findings if f.severity == ERROR]
     rule = covering or rule_settling(node, errors, index.producer)
     status = _status(rule, findings)
-    findings = _better_hints(domain, op_type, rule if status == REWRITABLE else None, findings)
+    findings = _better_hints(domain, op_type, rule if status == REWRITABLE else None, findings, table.version)
     if status == UNSUPPORTED and op_type in split[0] and is_default_domain(domain):
         findings = [replace(f, hint=split[1]) if f.severity == ERROR else f for f in findings]
     return NodeReport(ref.path, op_type, domain, status, tuple(findings),
@@ -287,11 +287,16 @@ def _node_view(node: onnx.NodeProto, index: GraphIndex, opset: int) -> NodeView:
     return replace(view, outputs=outputs, shapes=shapes, partial=True)
 
 
-def _better_hints(domain: str, op_type: str, rule: RewriteRule | None, findings: list[Finding]) -> list[Finding]:
-    """Hints that point the right way: a rewritable node gets the rewrite; ONNX Runtime's dynamically
+def _better_hints(domain: str, op_type: str, rule: RewriteRule | None, findings: list[Finding],
+                  target: str) -> list[Finding]:
+    """Hints that point the right way: a rewritable node gets the rewrite (a rule made for some targets only:
+    ``build --trt TARGET``, as ``rewrite`` applies only the rules for every target); ONNX Runtime's dynamically
     quantized ops get 'start from the float model' (no plugin or rewrite helps them)."""
     key = ("" if is_default_domain(domain) else domain, op_type)
-    if rule is not None:
+    if rule is not None and rule.targets:
+        hint = (f"`trtconv build --trt {target}` rewrites it ({rule.name}: {rule.description}; a rule for "
+                f"{', '.join(rule.targets)} only, which `trtconv rewrite` does not apply)")
+    elif rule is not None:
         hint = f"`trtconv rewrite` rewrites it ({rule.name}: {rule.description})"
     elif key in ORT_DYNAMIC_QUANT:
         hint = ORT_QUANT_HINT
