@@ -749,9 +749,6 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
   }
 }
 
-#ifdef DCNV2_DEV
-#include "dcnv2_sm90_ws.cuh"
-#endif
 }  // namespace sm90
 }  // namespace trtconv_dcnv2
 
@@ -862,30 +859,6 @@ DCNV2_ABL_ENTRY(dcnv2_f16_nhwc_m128n256k64v_abl4, 4)
                    __cluster_dims__(2, 1, 1), false, 4)                                                      \
   DCNV2_SM90_ENTRY(dcnv2_##DT##_nhwc_m128n128k64w3x4, E, 128, 128, 1, true, 1, 3, 128, true,                  \
                    __cluster_dims__(3, 1, 1), false, 4)
-// Warp-specialized candidates (dcnv2_sm90_ws.cuh): "s<NPW>x<NS>[g<PG>]", NPW producer warpgroups,
-// NS stages of the ring, PG gather passes in flight together (default 4 or 2 as listed).
-#define DCNV2_WS_ENTRY(NAME, E, BM, BN, NPW, NS, RP, RC, PG)                                               \
-  extern "C" __global__ void __launch_bounds__((BM / 64 + NPW) * 128, 1) NAME(                              \
-      const E::T* __restrict__ x, const E::T* __restrict__ offset, const E::T* __restrict__ mask,            \
-      const E::T* __restrict__ weight, const E::T* __restrict__ bias, int N, int C, int H, int W, int Cout,  \
-      int Ho, int Wo, int kh, int kw, int sh, int sw, int pt, int pl, int dh, int dw, int group, int dgroup, \
-      int xcs, E::T* __restrict__ y) {                                                                       \
-    __shared__ __align__(1024) unsigned char smem[sm90::ws_smem_bytes(BM, BN, NS)];                         \
-    const Params p{N, C, H, W, Cout, Ho, Wo, kh, kw, sh, sw, pt, pl, dh, dw, group, dgroup, xcs};           \
-    if (!sm90::vectorizable<E, true>(p)) return;                                                             \
-    sm90::dcn_forward_ws<E, BM, BN, NPW, NS, RP, RC, PG>(x, offset, mask, weight, bias, p, y, smem);        \
-  }
-#define DCNV2_WS_CANDIDATES(DT, E)                                                                   \
-  DCNV2_WS_ENTRY(dcnv2_##DT##_nhwc_m128n256k64s1x4, E, 128, 256, 1, 4, 0, 0, 4)                     \
-  DCNV2_WS_ENTRY(dcnv2_##DT##_nhwc_m128n256k64s1x4g2, E, 128, 256, 1, 4, 0, 0, 2)                   \
-  DCNV2_WS_ENTRY(dcnv2_##DT##_nhwc_m128n256k64s1x4g8, E, 128, 256, 1, 4, 0, 0, 8)                   \
-  DCNV2_WS_ENTRY(dcnv2_##DT##_nhwc_m128n128k64s2x4, E, 128, 128, 2, 4, 0, 0, 2)                     \
-  DCNV2_WS_ENTRY(dcnv2_##DT##_nhwc_m128n128k64s2x4g4, E, 128, 128, 2, 4, 0, 0, 4)                   \
-  DCNV2_WS_ENTRY(dcnv2_##DT##_nhwc_m128n128k64s2x6, E, 128, 128, 2, 6, 0, 0, 2)                     \
-  DCNV2_WS_ENTRY(dcnv2_##DT##_nhwc_m128n128k64s1x6, E, 128, 128, 1, 6, 0, 0, 4)                     \
-  DCNV2_WS_ENTRY(dcnv2_##DT##_nhwc_m128n128k64s1x4g8, E, 128, 128, 1, 4, 0, 0, 8)
-DCNV2_WS_CANDIDATES(f16, F16)
-DCNV2_WS_CANDIDATES(tf32, F32Tf32)
 DCNV2_SM90_CANDIDATES(f16, F16)
 DCNV2_SM90_CANDIDATES(tf32, F32Tf32)
 #endif

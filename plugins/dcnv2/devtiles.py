@@ -27,7 +27,7 @@ from torchvision.ops import deform_conv2d  # noqa: E402
 
 from trtconv.trt.plugins import dcnv2_kernel as dk  # noqa: E402
 
-NAME = re.compile(r"dcnv2_(f16|bf16|tf32)_nhwc_m(\d+)n(\d+)k(\d+)([wvs])(\d*)(x\d+)?([zy]|g\d+)?(_abl\d)?$")
+NAME = re.compile(r"dcnv2_(f16|bf16|tf32)_nhwc_m(\d+)n(\d+)k(\d+)([wv])(\d*)(x\d+)?([zy])?(_abl\d)?$")
 
 
 def main() -> int:
@@ -66,14 +66,11 @@ def main() -> int:
             if not hit or hit.group(1) != stem:
                 continue
             bm, bn, ks = int(hit.group(2)), int(hit.group(3)), int(hit.group(6) or 1)
-            if hit.group(5) == "s":  # warp-specialized: BM / 64 consumer + <digit> producer warpgroups
-                nthreads, ks = (bm // 64 + ks) * 128, 1
-            else:
-                nthreads = 2 * bm * (2 if hit.group(5) == "v" else 1)
             if bn > max(cout, 64) or (bn == 64 and cout > 128):
                 continue
-            blocks = ((m + bm - 1) // bm * ks, -(-cout // bn), 1)
             fn = cupy.RawModule(path=str(path)).get_function(path.stem)
+            blocks = ((m + bm - 1) // bm * ks, -(-cout // bn), 1)
+            nthreads = 2 * bm * (2 if hit.group(5) == "v" else 1)
 
             def run(fn=fn, blocks=blocks, nthreads=nthreads, kargs=kargs, stream=stream) -> None:
                 with stream:
