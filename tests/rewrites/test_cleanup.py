@@ -110,6 +110,33 @@ def test_input_shape_override_and_shape_folding():
         rewrite(m, RewriteSettings(shapes={"nope": (1,)}))
 
 
+def test_shape_start_end_folded_as_onnx_defines_them():
+    """Shape's opset-15 ``start``/``end``: onnx-graphsurgeon folds a Shape node, and a Gather of one,
+    from the input's whole shape, so Gather(Shape(x, start=2), 1) became x's dim 1 (3) instead of
+    dim 3 (6) and the rewrite failed its own proof (onnx-asr's WeSpeaker front-end under --shapes).
+    A Shape whose returned dims are dynamic stays as it was, attributes and all."""
+    idx = numpy_helper.from_array(np.array(1, np.int64), "idx")
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="hw", start=2),
+             helper.make_node("Gather", ["s", "idx"], ["w"], name="pick"),
+             helper.make_node("Cast", ["w"], ["wf"], name="cast", to=F),
+             helper.make_node("Mul", ["x", "wf"], ["y"], name="scale"),
+             helper.make_node("Shape", ["x"], ["b"], name="batch", start=-4, end=1)]
+    m = model_of(nodes, [vi("x", F, ["N", 3, 8, 6])], [vi("y", F, ["N", 3, 8, 6]), vi("b", I64, [1])], inits=[idx])
+    x = {"x": np.ones((2, 3, 8, 6), np.float32)}
+    for settings in (RewriteSettings(), RewriteSettings(shapes={"x": (2, 3, 8, 6)})):
+        res = rewrite(m, settings)
+        got = run_model(res.model, x)
+        assert np.array_equal(got["y"], np.full((2, 3, 8, 6), 6, np.float32))
+        assert got["b"].tolist() == [2]
+        kept = {n.name: n for n in res.model.graph.node}
+        assert "hw" not in kept and "pick" not in kept  # [8, 6] is static: folded
+        if settings.shapes:
+            assert "batch" not in kept
+        else:  # N is not known: the node stays, start and end as they were
+            assert kept["batch"].op_type == "Shape"
+            assert {a.name: a.i for a in kept["batch"].attribute} == {"start": -4, "end": 1}
+
+
 def test_int64_initializers_narrowed_only_where_the_consumer_accepts_int32():
     idx = numpy_helper.from_array(np.array([0, 2], np.int64), "idx")
     huge = numpy_helper.from_array(np.array([0, 2**40], np.int64), "huge_idx")

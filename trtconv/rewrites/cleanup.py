@@ -64,10 +64,53 @@ def remove_dead(graph: gs.Graph) -> CleanupResult:
     return CleanupResult("remove-dead-nodes", len(removed), tuple(removed[:50]))
 
 
+# Stands in for the op of a Shape node with start/end while onnx-graphsurgeon folds (see below).
+_SPAN_SHAPE = "TrtconvShapeSpan"
+
+
+def _shape_span(node: gs.Node) -> slice | None:
+    """The dims a Shape node returns when its opset-15 ``start``/``end`` pick part of them."""
+    start, end = node.attrs.get("start", 0), node.attrs.get("end")
+    return None if start == 0 and end is None else slice(int(start), None if end is None else int(end))
+
+
+def _fold_shape_spans(graph: gs.Graph) -> list[gs.Node]:
+    """Fold every Shape node with ``start``/``end`` whose returned dims are static; hide the rest.
+
+    onnx-graphsurgeon (0.6.1, the newest) folds a Shape node, and a Gather or Slice of one, from
+    its input's whole shape and ignores ``start``/``end``: onnx-asr's WeSpeaker front-end
+    (``Shape(waveforms, start=1)``) folded to ``[1, 16000]`` instead of ``[16000]`` under
+    ``--shapes`` and the rewrite failed its proof. The dims are folded here as ONNX defines
+    them (a slice of the shape, negative bounds counted from the rank); the Shape nodes left
+    (some returned dim dynamic) get a placeholder op while graphsurgeon folds, so it cannot
+    misread them, and :func:`_unhide` gives it back."""
+    hidden = []
+    for node in list(gs_nodes(graph)):
+        span = _shape_span(node) if node.op == "Shape" else None
+        if span is None:
+            continue
+        dims = node.inputs[0].shape
+        picked = None if dims is None else list(dims)[span]
+        if picked is not None and all(isinstance(d, (int, np.integer)) and d >= 0 for d in picked):
+            out = node.outputs[0]
+            out.to_constant(np.array(picked, dtype=np.int64))
+            out.inputs.clear()
+            continue
+        node.op = _SPAN_SHAPE
+        hidden.append(node)
+    return hidden
+
+
+def _unhide(nodes: list[gs.Node]) -> None:
+    for node in nodes:
+        node.op = "Shape"
+
+
 def fold_constants(graph: gs.Graph, size_limit: int) -> CleanupResult:
     """onnx-graphsurgeon's folding (evaluated by ONNX Runtime), results over ``size_limit`` bytes kept as nodes."""
 
     n_before = len(list(gs_nodes(graph)))
+    hidden = _fold_shape_spans(graph)
     # Subgraphs (If/Loop bodies) are folded as models of their own: give them the main
     # graph's IR version and opsets, or onnx's newest IR version makes ONNX Runtime refuse them.
     for sub in gs_all_subgraphs(graph):
@@ -84,6 +127,7 @@ def fold_constants(graph: gs.Graph, size_limit: int) -> CleanupResult:
         graph.fold_constants(size_threshold=size_limit, error_ok=True, flatten_subgraphs=False)
     finally:
         G_LOGGER.severity = severity
+        _unhide(hidden)
     graph.cleanup(remove_unused_graph_inputs=False)
     folded = n_before - len(list(gs_nodes(graph)))
     return CleanupResult("fold-constants", max(folded, 0), notes=(f"size limit {size_limit} bytes",))
