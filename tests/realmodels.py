@@ -44,3 +44,9 @@ def ddddocr_model(name: str = "common_det.onnx") -> Path:
     """ddddocr's models: 'common_det.onnx' (a YOLOX-style text detector, static 416x416), 'common_old.onnx'
     (a CRNN recognizer quantized by ONNX Runtime into QLinear/ConvInteger-style Q/DQ nodes)."""
     return _package_dir("ddddocr") / name
+
+
+def onnx_asr_model(name: str = "wespeaker.onnx") -> Path:
+    """onnx-asr's audio front-ends (its preprocessors): 'wespeaker.onnx' is a Kaldi-style filterbank of
+    WeSpeaker (waveforms [batch, N] and their lengths -> features [batch, frames, 80]) with one 512-point DFT."""
+    return _package_dir("onnx_asr") / "preprocessors" / "data" / name

@@ -46,6 +46,32 @@ def test_index_limits_follow_the_input_to_the_table(tmp_path):
     assert feeds["attention_mask"].max() == 3  # not a table index: the usual 0..3
 
 
+def test_lengths_of_a_batch_get_lengths_its_sequences_can_have():
+    """An integer [batch] input beside a float [batch, T, ...] one reads as the sequences' lengths: drawn
+    from half to all of T (small integers mask almost everything: onnx-asr's WeSpeaker returns zeros).
+    An input that indexes a table keeps the table's limit; a static [1] beside [1, T] is not matched."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from trtconv.onnxutil import length_inputs
+
+    table = numpy_helper.from_array(np.zeros((5, 3), np.float32), "table")
+    g = helper.make_graph(
+        [helper.make_node("Gather", ["table", "speaker"], ["emb"]), helper.make_node("Identity", ["x"], ["y"]),
+         helper.make_node("Identity", ["lens"], ["n"]), helper.make_node("Identity", ["fixed"], ["f"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "T", 80]),
+              helper.make_tensor_value_info("lens", TensorProto.INT64, ["B"]),
+              helper.make_tensor_value_info("speaker", TensorProto.INT64, ["B"]),
+              helper.make_tensor_value_info("fixed", TensorProto.INT32, [1]),
+              helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 300])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT if n in ("y", "emb") else TensorProto.INT64, None)
+         for n in ("y", "n", "emb")], initializer=[table])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    assert length_inputs(model) == {"lens": "x", "speaker": "x"}  # read off the dims; the table decides below
+    feeds = random_feeds(model, {"x": (64, 500, 80), "lens": (64,), "speaker": (64,)}, seed=1)
+    assert 250 <= feeds["lens"].min() and feeds["lens"].max() <= 500 and len(set(feeds["lens"].tolist())) > 1
+    assert feeds["speaker"].max() < 4 and feeds["fixed"].max() < 4  # the table's rows (0..3 of 5); the usual 0..3
+
+
 @pytest.mark.parametrize("shapes", [STATIC, DYNAMIC], ids=["static", "dynamic"])
 def test_bert_like_model_builds_with_tensorrt_rtx(tmp_path, shapes):
     pytest.importorskip("tensorrt_rtx")

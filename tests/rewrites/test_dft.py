@@ -127,14 +127,47 @@ def test_the_product_is_within_float32_rounding_of_the_definition(shape, length)
 
 
 def test_checks_hint_names_the_command_that_applies_the_rule(tmp_path: Path):
-    """A rule for some targets only is applied by ``build --trt TARGET``, not by ``rewrite`` (which knows no
-    target): check's hint said "`trtconv rewrite` rewrites it", and that command left the DFT as it was."""
+    """A rule for some targets only is applied by ``rewrite --trt TARGET`` (and ``build --trt TARGET``), not by
+    ``rewrite`` without a target: check's hint once said "`trtconv rewrite` rewrites it", and that command left
+    the DFT as it was. The hint's command, run as printed (with its model and output), rewrites it."""
     path = tmp_path / "dft.onnx"
     onnx.save(dft_model([2, 16, 1], axis=1, onesided=1), path)
     res = CliRunner().invoke(cli, ["check", str(path), "--trt", "rtx", "--json"])
     assert res.exit_code == ExitCode.NEEDS_REWRITE, res.output
     (node,) = json.loads(res.stdout)["nodes"]
     hint = node["findings"][0]["hint"]
-    assert hint.startswith("`trtconv build --trt rtx` rewrites it (dft-matmul:") and "`trtconv rewrite` does not" in hint
+    assert hint.startswith("`trtconv rewrite --trt rtx` rewrites it, as `trtconv build --trt rtx` does (dft-matmul:")
+    command = hint.split("`")[1].split()
+    done = CliRunner().invoke(cli, [*command[1:], str(path), "-o", str(tmp_path / "rtx.onnx")])
+    assert done.exit_code == 0, done.output
+    assert "DFT" not in [n.op_type for n in onnx.load(str(tmp_path / "rtx.onnx")).graph.node]
     kept = CliRunner().invoke(cli, ["rewrite", str(path), "-o", str(tmp_path / "r.onnx")])
     assert kept.exit_code == 0 and [n.op_type for n in onnx.load(str(tmp_path / "r.onnx")).graph.node] == ["DFT"]
+
+
+def test_real_speech_front_end_rewritten_for_rtx_and_proven_on_lengths_it_can_use(tmp_path: Path):
+    """onnx-asr's WeSpeaker filterbank (a real model no other test uses): `rewrite --trt rtx --shapes` turns its DFT
+    into a MatMul and proves the whole graph. Two things stood in the way: its `Shape(waveforms, start=1)` folded
+    as the whole shape (onnx-graphsurgeon ignores start/end), and the proof's random `waveforms_lens` (0..3, as any
+    integer input got) left no frame to compute, so the graph proof compared all-zero features and said
+    "max|err| 0". Lengths now run from half to all of the waveform, and the proof sees the DFT's rounding."""
+    from realmodels import onnx_asr_model
+
+    from trtconv.onnxutil import length_inputs
+    from trtconv.reference.ort import random_feeds
+
+    model = onnx_asr_model("wespeaker.onnx")
+    assert length_inputs(onnx.load(str(model))) == {"waveforms_lens": "waveforms"}
+    out = tmp_path / "wespeaker.rtx.onnx"
+    res = CliRunner().invoke(cli, ["rewrite", str(model), "--trt", "rtx", "--shapes",
+                                   "waveforms:1x16000,waveforms_lens:1", "-o", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert [r["rule"] for r in doc["rewrites"]] == ["dft-matmul"], doc["rewrites"]
+    proof = doc["graph_proof"]
+    assert proof["method"] == "onnxruntime" and proof["passed"]
+    assert 0 < max(s["max_abs"] for s in proof["outputs"]) <= proof["tolerance"]  # exactly 0 was all-zero features
+    feeds = random_feeds(onnx.load(str(model)), {"waveforms": (1, 16000), "waveforms_lens": (1,)})
+    assert 8000 <= int(feeds["waveforms_lens"][0]) <= 16000
+    original, rewritten = run_model(model, feeds)["features"], run_model(out, feeds)["features"]
+    assert np.abs(original).max() > 1 and np.abs(original - rewritten).max() <= 1e-5 * np.abs(original).max()

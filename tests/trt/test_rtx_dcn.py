@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from trtconv.cli.main import cli
 from trtconv.errors import ExitCode
-from trtconv.pipeline.build_settings import PLUGIN_FREE_DCN, BuildSettings
+from trtconv.pipeline.build_settings import PLUGIN_FREE_DCN, BuildSettings, rewrite_settings
 
 pytest.importorskip("tensorrt_rtx", reason="tensorrt-rtx is in the test extra: run `make install`")
 
@@ -21,9 +21,11 @@ def _build(*args: object):
 
 
 def test_default_dcn_target_is_plugin_free_only_where_plugins_are_missing():
-    assert BuildSettings().dcn("rtx") == PLUGIN_FREE_DCN == "portable"
-    assert BuildSettings().dcn("11.4") is None  # rewrite's own
-    assert BuildSettings(dcn_target="deformconv").dcn("rtx") == "deformconv"  # the user's choice wins
+    assert BuildSettings().rewrite_settings("rtx").dcn_target == PLUGIN_FREE_DCN == "portable"
+    assert BuildSettings().rewrite_settings("11.4").dcn_target == "deformconv"  # rewrite's own default
+    assert BuildSettings(dcn_target="deformconv").rewrite_settings("rtx").dcn_target == "deformconv"  # the user's
+    assert rewrite_settings({}, target="rtx").dcn_target == "portable"  # `rewrite --trt rtx` as build
+    assert rewrite_settings({}).dcn_target == "deformconv" and rewrite_settings({}).target is None
 
 
 def test_dcnv2_model_builds_a_real_rtx_engine_through_the_plugin_free_form(tmp_path):

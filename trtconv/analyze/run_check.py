@@ -290,12 +290,13 @@ def _node_view(node: onnx.NodeProto, index: GraphIndex, opset: int) -> NodeView:
 def _better_hints(domain: str, op_type: str, rule: RewriteRule | None, findings: list[Finding],
                   target: str) -> list[Finding]:
     """Hints that point the right way: a rewritable node gets the rewrite (a rule made for some targets only:
-    ``build --trt TARGET``, as ``rewrite`` applies only the rules for every target); ONNX Runtime's dynamically
-    quantized ops get 'start from the float model' (no plugin or rewrite helps them)."""
+    ``rewrite --trt TARGET``, as ``rewrite`` alone applies only the rules for every target, or ``build``); ONNX
+    Runtime's dynamically quantized ops get 'start from the float model' (no plugin or rewrite helps them)."""
     key = ("" if is_default_domain(domain) else domain, op_type)
     if rule is not None and rule.targets:
-        hint = (f"`trtconv build --trt {target}` rewrites it ({rule.name}: {rule.description}; a rule for "
-                f"{', '.join(rule.targets)} only, which `trtconv rewrite` does not apply)")
+        hint = (f"`trtconv rewrite --trt {target}` rewrites it, as `trtconv build --trt {target}` does ({rule.name}: "
+                f"{rule.description}; a rule for {', '.join(rule.targets)} only, which `trtconv rewrite` without "
+                "--trt does not apply)")
     elif rule is not None:
         hint = f"`trtconv rewrite` rewrites it ({rule.name}: {rule.description})"
     elif key in ORT_DYNAMIC_QUANT:

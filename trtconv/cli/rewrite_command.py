@@ -17,6 +17,11 @@ from trtconv.cli.options import force_option, json_option, model_argument, optio
 from trtconv.cli.output import Heartbeat, print_json, progress, stdout_console
 from trtconv.settings import declared
 
+REWRITE_TRT_HELP = ("Rewrite for this TensorRT (a version, or rtx for TensorRT-RTX) as build does: rules made for "
+                    "some targets only apply too (DFT for rtx and 10.x, RoiAlign for rtx), and DCNv2 becomes the "
+                    "plugin-free form where the target loads no plugins [default: none: the rules every TensorRT "
+                    "needs].")
+
 
 @click.command("rewrite")
 @model_argument
@@ -26,7 +31,9 @@ from trtconv.settings import declared
 @json_option
 @options_for("rewrite", choices={"dcn_target": DCN_TARGETS},
              help={"dcn_target": declared("dcn_target").help.replace("build's default: portable for --trt rtx, else "
-                                                                    "deformconv.", "[default: deformconv]")})
+                                                                    "deformconv.", "[default: portable for --trt rtx, "
+                                                                    "else deformconv]"),
+                   "trt": REWRITE_TRT_HELP})
 @config_option
 @report_option
 @deps_option()
@@ -37,7 +44,7 @@ def rewrite(model: Path, output: Path, force: bool, as_json: bool, **params: Any
     Exit 0: written; 7: a proof failed (nothing written); 2: bad flags or plugin map;
     3: invalid model; 5: a node cannot be rewritten.
     """
-    settings = rewrite_settings(params)
+    settings = rewrite_settings(params, target=params.get("trt"))
     with progress() as bar, Heartbeat("rewrite"):
         task = bar.add_task("rewrite", total=3)
         result = api.rewrite(model, output, settings, force=force, step=lambda _stage: bar.advance(task))

@@ -125,3 +125,27 @@ def _reaches_shape_operand(start: str, consumers: dict[str, list[onnx.NodeProto]
                     seen.add(out)
                     todo.append(out)
     return False
+
+
+def length_inputs(model: onnx.ModelProto) -> dict[str, str]:
+    """Integer inputs that read as the lengths of a batch of sequences: rank 1, their one dim named as
+    the batch dim (dim 0) of a float input of rank 2 or more (``waveforms_lens: [batch]`` beside
+    ``waveforms: [batch, N]``) -> that input's name.
+
+    Synthetic data drawn as small integers makes such a model mask almost everything: onnx-asr's
+    WeSpeaker front-end returns all zeros for a length of 2, and a proof on those zeros compares
+    nothing. Only named dims are matched: a static ``[1]`` beside ``[1, N]`` says nothing."""
+    inits = {t.name for t in model.graph.initializer}
+    floats: dict[str, str] = {}
+    ints: dict[str, str] = {}
+    for vi in model.graph.input:
+        if vi.name in inits or not vi.type.HasField("tensor_type"):
+            continue
+        tt = vi.type.tensor_type
+        dims = [d.dim_param for d in tt.shape.dim] if tt.HasField("shape") else []
+        kind = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type).kind if tt.elem_type else ""
+        if kind == "f" and len(dims) >= 2 and dims[0]:
+            floats.setdefault(dims[0], vi.name)
+        elif kind in "iu" and kind and len(dims) == 1 and dims[0]:
+            ints[vi.name] = dims[0]
+    return {name: floats[dim] for name, dim in ints.items() if dim in floats}

@@ -225,19 +225,12 @@ class BuildSettings:
         """The TensorRT to build for: the one asked for, else ``installed``."""
         return self.trt or installed
 
-    def dcn(self, target: str) -> str | None:
-        """The DCN rewrite target: the user's, else the plugin-free form where the target TensorRT
-        has no plugins (RTX), else None (rewrite's own default)."""
-        if self.dcn_target is not None:
-            return self.dcn_target
-        return PLUGIN_FREE_DCN if not for_target(target).plugins else None
-
     def rewrite_settings(self, target: str) -> RewriteSettings:
         """The rewrite stage's settings: build's rewrite switches, the DCN target and the rules for ``target``."""
         settings = rewrite_settings({**{f.name: getattr(self, f.name) for f in fields(self)}, "verify": True,
-                                     "shapes": None, "dcn_target": self.dcn(target)})
-        # rules made for some targets only apply there; the clean-ups alone are TensorRT's parser's business
-        return replace(settings, target=target, rules_only=True)
+                                     "shapes": None}, target=target)
+        # the clean-ups alone are TensorRT's parser's business
+        return replace(settings, rules_only=True)
 
     def quantize_settings(self) -> QuantizeSettings:
         """The precision stage's settings (precision fp16 or int8), as ``quantize`` takes them."""
@@ -268,10 +261,14 @@ class BuildSettings:
         )
 
 
-def rewrite_settings(params: Mapping[str, Any]) -> RewriteSettings:
-    """RewriteSettings from the declared rewrite settings (``rewrite``'s and ``build``'s, by name)."""
+def rewrite_settings(params: Mapping[str, Any], target: str | None = None) -> RewriteSettings:
+    """RewriteSettings from the declared rewrite settings (``rewrite``'s and ``build``'s, by name), for the
+    TensorRT ``target`` where one is known: rules made for some targets only apply there, and DCNv2 becomes the
+    plugin-free form where the target loads no plugins (RTX) unless the user chose its form."""
     get = params.get
     dcn_target = get("dcn_target")
+    if dcn_target is None and target is not None and not for_target(target).plugins:
+        dcn_target = PLUGIN_FREE_DCN
     settings = RewriteSettings(
         shapes=parse_shapes(get("shapes")) if isinstance(get("shapes"), (str, type(None))) else get("shapes"),
         plugin_map=load_plugin_map(get("plugin_map")) if get("plugin_map") else None,
@@ -282,7 +279,7 @@ def rewrite_settings(params: Mapping[str, Any]) -> RewriteSettings:
     if dcn_target is not None:
         spec = trtconv_plugin_spec(get("dcn_plugin_spec")) if dcn_target == "trtconv-plugin" else None
         settings = replace(settings, dcn_target=dcn_target, dcn_plugin=spec)
-    return settings
+    return replace(settings, target=target)
 
 
 SAMPLE_SETTINGS = ("calib_data", "preprocess", "calib_loader", "random_data", "max_samples")  # fp32: profiles

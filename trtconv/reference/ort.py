@@ -33,7 +33,7 @@ from trtconv.load import (
     weight_bytes,
     write_scratch,
 )
-from trtconv.onnxutil import index_limits, iter_graphs
+from trtconv.onnxutil import index_limits, iter_graphs, length_inputs
 
 Feeds = dict[str, np.ndarray]
 SMALL_INTS = 4  # random integer inputs are drawn from 0 .. SMALL_INTS - 1 (or fewer: a table's rows)
@@ -213,20 +213,29 @@ def concrete_shapes(model: onnx.ModelProto, shapes: Mapping[str, Shape] | None =
 
 
 def random_feeds(
-    model: onnx.ModelProto, shapes: Mapping[str, Shape] | None = None, *, seed: int = 0, scale: float = 1.0
+    model: onnx.ModelProto, shapes: Mapping[str, Shape] | None = None, *, seed: int = 0, scale: float = 1.0,
+    lengths: Mapping[str, str] | None = None,
 ) -> Feeds:
     """Reproducible random inputs (normal floats, small non-negative ints, random bools). Integer
     inputs that index a table (an embedding's ``Gather``) stay within its rows: values the graph
-    itself would refuse would make a check stricter than TensorRT, which never looks at them."""
+    itself would refuse would make a check stricter than TensorRT, which never looks at them.
+    Integer inputs that read as sequence lengths (:func:`~trtconv.onnxutil.length_inputs`) get
+    lengths between half and all of their sequences' longest dim, so the graph has data to mask
+    (``lengths``: that map read off the model before ``--shapes`` replaced its named dims)."""
     rng = np.random.default_rng(seed)
     types = input_types(model)
     limits = index_limits(model)
+    lengths = length_inputs(model) if lengths is None else lengths
+    every = concrete_shapes(model, shapes)
     feeds: Feeds = {}
-    for name, shape in concrete_shapes(model, shapes).items():
+    for name, shape in every.items():
         dt = types[name]
         try:
             if dt.kind == "f":
                 feeds[name] = np.asarray(rng.standard_normal(shape) * scale, dtype=dt)  # 0-d: an array, never a scalar
+            elif dt.kind in "iu" and name in lengths and name not in limits and len(every.get(lengths[name], ())) > 1:
+                longest = max(every[lengths[name]][1:])
+                feeds[name] = np.asarray(rng.integers(max(1, (longest + 1) // 2), longest + 1, size=shape), dtype=dt)
             elif dt.kind in "iu":
                 feeds[name] = np.asarray(rng.integers(0, max(1, min(SMALL_INTS, limits.get(name, SMALL_INTS))),
                                                       size=shape), dtype=dt)

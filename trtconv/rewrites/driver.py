@@ -25,7 +25,15 @@ import onnx_graphsurgeon as gs
 
 from trtconv.errors import AccuracyError, InvalidModelError, TrtconvError, UsageError
 from trtconv.load import LoadedModel, Shape, override_input_shapes, value_shapes, weight_bytes
-from trtconv.onnxutil import ORT_DOMAINS, default_opset, fresh_name, is_sorted, iter_graphs, normalize_domain
+from trtconv.onnxutil import (
+    ORT_DOMAINS,
+    default_opset,
+    fresh_name,
+    is_sorted,
+    iter_graphs,
+    length_inputs,
+    normalize_domain,
+)
 from trtconv.reference import ort
 from trtconv.rewrites import cleanup
 from trtconv.rewrites.catalog import active_rules, check_settings, rewrite_rule_for, rule_among
@@ -319,7 +327,8 @@ def _attempt(src: onnx.ModelProto, settings: RewriteSettings, rules: Sequence[Re
     try:
         if not large:  # even with proofs off: never hand back a model ONNX Runtime cannot load
             _refuse_unloadable(out, shaped, settings.shapes, proven=settings.verify)
-        gproof = _graph_proof(before, out, settings, applied, kept, large=large, narrowed=bool(narrowed.count))
+        gproof = _graph_proof(before, out, settings, applied, kept, large=large, narrowed=bool(narrowed.count),
+                              lengths=length_inputs(src))  # before --shapes named no dims
     except AccuracyError as exc:
         if settings.step_aside:
             raise _GraphFailed(exc, tuple(SteppedAside(e.node, e.before.op, e.rule, "the whole-graph proof failed with "
@@ -370,7 +379,8 @@ def _untouched(model: onnx.ModelProto, settings: RewriteSettings, nodes: int, no
 
 
 def _graph_proof(before: onnx.ModelProto, out: onnx.ModelProto, settings: RewriteSettings, applied: _Applied,
-                 kept: Mapping[str, onnx.TensorProto], *, large: bool, narrowed: bool) -> Proof:
+                 kept: Mapping[str, onnx.TensorProto], *, large: bool, narrowed: bool,
+                 lengths: Mapping[str, str] | None = None) -> Proof:
     """The graph before and after, where the change can reach (``kept``: the weights exported
     untouched); AccuracyError when the outputs moved."""
     unchanged = prove_unchanged(before, out) if settings.verify else None
@@ -384,7 +394,7 @@ def _graph_proof(before: onnx.ModelProto, out: onnx.ModelProto, settings: Rewrit
         settings.graph_tolerance  # float32 against float64, or sums reordered: float32's rounding, not 1e-6
     # the shapes the build will run (its first profile's opt) stand in for dynamic dims the model leaves open
     gproof = prove_graph(before, out, {**settings.proof_shapes, **settings.shapes}, applied.graph_cuts, settings.seed,
-                         tolerance, kept)
+                         tolerance, kept, lengths)
     if not gproof.passed:
         bad = [f"{s.name}: max abs {s.max_abs:.3g} > {gproof.tolerance or 0:.3g} ({gproof.arithmetic} tolerance)"
                for s in gproof.stats if s.max_abs > (gproof.tolerance or 0)]

@@ -290,18 +290,20 @@ def prove_graph(
     seed: int,
     rtol: float = GRAPH_RTOL,
     kept: Mapping[str, onnx.TensorProto] | None = None,
+    lengths: Mapping[str, str] | None = None,
 ) -> Proof:
     """Both models in ONNX Runtime on the same random inputs (cut where ORT cannot run a node), run
     where the change can reach; ``kept``: the rewritten model's constants exported untouched from
-    the original's tensors (name -> that tensor), the same without a look at their bytes.
-    ``before`` need not be sorted.
+    the original's tensors (name -> that tensor), the same without a look at their bytes;
+    ``lengths``: the inputs that are sequence lengths, read off the model before ``--shapes`` fixed
+    its dims (:func:`~trtconv.reference.ort.random_feeds`). ``before`` need not be sorted.
 
     When no numbers can be compared (dynamic inputs without --shapes, inputs random data
     cannot drive), the rewritten model must at least still load wherever the original did.
     """
     kind = arithmetic(before)
     proof = _compare_graphs(before, after, shapes, extra_cuts, seed, max(rtol, HALF_RTOL.get(kind, 0.0)),
-                            kept if kept is not None else {})
+                            kept if kept is not None else {}, lengths)
     proof = replace(proof, arithmetic=kind)
     if proof.method == "none" and proof.passed and approx_size(before) <= PROTOBUF_LIMIT:
         problem = _load_problem(before, after)
@@ -404,7 +406,7 @@ def _load_problem(before: onnx.ModelProto, after: onnx.ModelProto) -> str | None
 
 def _compare_graphs(before: onnx.ModelProto, after: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]],
                     extra_cuts: set[str], seed: int, rtol: float,
-                    kept: Mapping[str, onnx.TensorProto] | None) -> Proof:
+                    kept: Mapping[str, onnx.TensorProto] | None, lengths: Mapping[str, str] | None = None) -> Proof:
     """prove_graph's numbers: the two models on the same random inputs, cut where ORT cannot run;
     where the change can reach unless ``kept`` is None (then, or where the region cannot be
     isolated, both whole graphs)."""
@@ -423,7 +425,8 @@ def _compare_graphs(before: onnx.ModelProto, after: onnx.ModelProto, shapes: Map
             if missing:
                 return Proof("none", True, reason=f"graph proof skipped: shape of {missing[0]!r} unknown "
                              "(give --shapes for dynamic inputs)")
-        feeds = random_feeds(_cut(structure_only(before), cut, known) if cut else before, shapes, seed=seed)
+        feeds = random_feeds(_cut(structure_only(before), cut, known) if cut else before, shapes, seed=seed,
+                             lengths=lengths)
         why = ""
         if kept is not None:
             plan = change_scope(before, after, cut, kept)

@@ -208,7 +208,8 @@ SETTINGS: tuple[Setting, ...] = (
     _s("seed", "int", "Seed for proofs and verification inputs.", ("rewrite", "build", "verify"), default=0),
     _s("trt", "choice", "Target TensorRT version, or rtx for TensorRT-RTX [default: the TensorRT that is installed: "
        "TensorRT 10/11, else TensorRT-RTX].",
-       ("check", "build", "verify", "bench"), default=DEFAULT_TARGET, choices=TRT_TARGETS, show_default=False),
+       ("check", "rewrite", "build", "verify", "bench"), default=DEFAULT_TARGET, choices=TRT_TARGETS,
+       show_default=False),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 assert len(_BY_NAME) == len(SETTINGS), "a setting is declared twice"
