@@ -339,3 +339,28 @@ def test_activation_range_sees_inside_if_branches():
     assert "'big' reaches 3000" in kept[("branch/then_branch", "then_up")]
     assert res.report.converted_by_graph == {"branch/else_branch": 1, "main": 1}
     _valid(res.model)
+
+
+def test_layernorm_runs_in_fp16_unless_its_statistics_are_used():
+    """LayerNormalization-17 types its optional Mean and InvStdDev outputs U (float or bfloat16, the stash type):
+    counted as "no float16 variant", every transformer's LayerNorms stayed in FP32 behind a Cast pair each (a
+    Wav2Vec2: 17 kept, 67 Casts). X, Scale, B and Y take float16 (TensorRT's parser computes the statistics in
+    FP32 from stash_type), so a LayerNorm with Y alone converts; one whose Mean is used keeps FP32."""
+    rng = np.random.default_rng(0)
+    scale, bias = _init("g", rng.uniform(0.5, 1.5, 64).astype(np.float32)), _init("b", rng.normal(0, 0.1, 64).astype(np.float32))
+    x = {"x": rng.normal(0, 3, (2, 10, 64)).astype(np.float32)}
+    plain = _model([helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], name="ln", axis=-1)],
+                   [_vi("x", F, [2, 10, 64])], [_vi("y", F, [2, 10, 64])], [scale, bias])
+    res = convert_fp16(plain, Fp16Settings(), [x])
+    assert res.report.kept == ()
+    (ln,) = [n for n in res.model.graph.node if n.op_type == "LayerNormalization"]
+    types = {i.name: i.data_type for i in res.model.graph.initializer}
+    assert types[ln.input[1]] == TensorProto.FLOAT16
+    assert res.report.accuracy[0].cosine > 0.9999
+    _valid(res.model)
+    with_mean = _model([helper.make_node("LayerNormalization", ["x", "g", "b"], ["y", "mean"], name="ln", axis=-1)],
+                       [_vi("x", F, [2, 10, 64])], [_vi("y", F, [2, 10, 64]), _vi("mean", F, [2, 10, 1])],
+                       [scale, bias])
+    kept = convert_fp16(with_mean, Fp16Settings(), [x])
+    assert _kept(kept) == {"ln": "no-fp16-variant"}
+    assert "LayerNormalization-17 has no float16 variant" in kept.report.kept[0].detail

@@ -71,10 +71,25 @@ def excluded_name(patterns: tuple[str, ...]) -> Rule:
     return Rule("excluded-name", "node-name patterns the user excluded", check)
 
 
-def _fp16_allowed(schema: defs.OpSchema) -> str | None:
-    """None if every float type variable of the schema admits float16, else why not."""
+def _present(params: list[defs.OpSchema.FormalParameter], names: list[str]) -> list[defs.OpSchema.FormalParameter]:
+    """The formal parameters a node gives a tensor (a variadic last one: if it gives any)."""
+    out = []
+    for i, p in enumerate(params):
+        given = names[i:] if p.option == defs.OpSchema.FormalParameterOption.Variadic else names[i:i + 1]
+        if any(given):
+            out.append(p)
+    return out
+
+
+def _fp16_allowed(schema: defs.OpSchema, node: onnx.NodeProto) -> str | None:
+    """None if every float type variable of the parameters the node uses admits float16, else why not.
+
+    Only those the node uses: LayerNormalization-17's optional Mean and InvStdDev outputs are typed U
+    (float or bfloat16, the stash type), but its data, scale and output (T) take float16, and a node
+    without those outputs runs in FP16 (TensorRT's parser keeps the statistics in FP32 from
+    ``stash_type``). Counting U kept every transformer's LayerNorms in FP32, behind a Cast pair each."""
     allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
-    for p in list(schema.inputs) + list(schema.outputs):
+    for p in _present(list(schema.inputs), list(node.input)) + _present(list(schema.outputs), list(node.output)):
         ts = p.type_str
         if ts in allowed:
             types = allowed[ts]
@@ -93,7 +108,7 @@ def no_fp16_variant() -> Rule:
             return f"custom op {display_domain(v.node.domain)}::{v.node.op_type}: its FP16 support is unknown"
         if v.node.op_type in DTYPE_FROM_ATTRIBUTE:
             return f"{v.node.op_type}'s output dtype is set by an attribute"
-        return _fp16_allowed(v.schema)
+        return _fp16_allowed(v.schema, v.node)
 
     return Rule("no-fp16-variant", "ops without an FP16 form in ONNX (or custom ops)", check)
 
