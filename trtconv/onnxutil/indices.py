@@ -146,6 +146,6 @@ def length_inputs(model: onnx.ModelProto) -> dict[str, str]:
         kind = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type).kind if tt.elem_type else ""
         if kind == "f" and len(dims) >= 2 and dims[0]:
             floats.setdefault(dims[0], vi.name)
-        elif kind in "iu" and kind and len(dims) == 1 and dims[0]:
+        elif kind and kind in "iu" and len(dims) == 1 and dims[0]:
             ints[vi.name] = dims[0]
     return {name: floats[dim] for name, dim in ints.items() if dim in floats}
