@@ -364,3 +364,22 @@ def test_layernorm_runs_in_fp16_unless_its_statistics_are_used():
     kept = convert_fp16(with_mean, Fp16Settings(), [x])
     assert _kept(kept) == {"ln": "no-fp16-variant"}
     assert "LayerNormalization-17 has no float16 variant" in kept.report.kept[0].detail
+
+
+def test_an_infinite_mask_fill_converts_and_a_finite_huge_one_does_not():
+    """An attention mask's ``Where(mask, scores, -inf)`` (DETR's export): -inf is -inf in FP16 too, so the node
+    converts; it was kept in FP32 ("reaches inf") behind a Cast pair per attention. A fill of -1e9 (finite, beyond
+    FP16) still keeps its node: in FP16 it would become -inf, another value."""
+    def masked(fill: float) -> onnx.ModelProto:
+        return _model([helper.make_node("Where", ["m", "x", "fill"], ["s"], name="mask"),
+                       helper.make_node("Softmax", ["s"], ["y"], name="softmax", axis=-1)],
+                      [_vi("m", TensorProto.BOOL, [2, 8]), _vi("x", F, [2, 8])], [_vi("y", F, [2, 8])],
+                      [_init("fill", [fill])])
+    rng = np.random.default_rng(0)
+    sample = {"m": rng.random((2, 8)) > 0.3, "x": rng.standard_normal((2, 8)).astype(np.float32)}
+    sample["m"][:, 0] = True  # a row never fully masked
+    inf = convert_fp16(masked(-np.inf), Fp16Settings(), [sample])
+    assert inf.report.kept == () and inf.report.accuracy[0].cosine > 0.9999
+    _valid(inf.model)
+    huge = convert_fp16(masked(-1e9), Fp16Settings(), [sample])
+    assert _kept(huge)["mask"] == "initializer-range"  # (and the Softmax reading -1e9: activation-range)

@@ -157,7 +157,11 @@ def activation_range(limit: float) -> Rule:
 
 
 def const_peak_lookup(get: Callable[[str], np.ndarray | None]) -> Callable[[str], float | None]:
-    """|max| of float constants (``get`` returns a constant's value or None), each computed once."""
+    """Largest finite |value| of float constants (``get`` returns a constant's value or None), each computed once.
+
+    Finite, as activation peaks are (:func:`~trtconv.precision.peaks.update_peak`): an infinity is one in FP16
+    too, so an attention mask's ``-inf`` (DETR's ``Where`` fill: four nodes kept in FP32 behind Casts for it)
+    changes nothing there; only finite values beyond 65504 do."""
     cache: dict[str, float | None] = {}
 
     def peak(name: str) -> float | None:
@@ -166,7 +170,9 @@ def const_peak_lookup(get: Callable[[str], np.ndarray | None]) -> Callable[[str]
             if a is None or a.dtype.kind != "f" or a.size == 0:
                 cache[name] = None
             else:
-                cache[name] = float(np.nanmax(np.abs(a.astype(np.float64))))
+                mag = np.abs(a.astype(np.float64))
+                finite = mag[np.isfinite(mag)]
+                cache[name] = float(finite.max()) if finite.size else 0.0
         return cache[name]
 
     return peak
