@@ -36,10 +36,13 @@ class TrtconvError(Exception):
 
     exit_code: ClassVar[ExitCode] = ExitCode.INTERNAL
 
-    def __init__(self, message: str, hint: str | None = None) -> None:
+    def __init__(self, message: str, hint: str | None = None, *, retry: tuple[str, str] | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        # (flag, value) with which the same command would get past this failure (where that is a choice the user
+        # may make): trtconv.cli.main makes the hint that command, as it was typed, with the flag set
+        self.retry = retry
 
     def __str__(self) -> str:
         return self.message

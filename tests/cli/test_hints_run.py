@@ -148,3 +148,29 @@ def test_build_random_data_shapes_hint_runs_as_printed(tmp_path):
     again = run(argv)
     assert again.exit_code == ExitCode.OK, again.output
     assert (tmp_path / "r.engine").stat().st_size > 1000
+
+
+def test_precision_share_hint_runs_as_printed(tmp_path):
+    """An FP16 build whose engine keeps most compute layers in FP32 for a reason (NeMo's mel front-end from onnx-asr:
+    its power spectrum is beyond FP16 on real speech) exits 8, nothing written; the hint was "lower
+    --min-precision-share if this mix is intended". It is now the command with the share the engine reached."""
+    pytest.importorskip("tensorrt_rtx")
+    import numpy as np
+    from realdata import recorded_speech
+    from realmodels import onnx_asr_model
+
+    data = tmp_path / "speech"
+    data.mkdir()
+    for i in range(6):
+        x = recorded_speech(i).astype(np.float32)[:16000]
+        np.savez(data / f"{i}.npz", waveforms=x[None], waveforms_lens=np.array([x.size], np.int64))
+    engine = tmp_path / "mel.engine"
+    res = run(["build", str(onnx_asr_model("nemo128.onnx")), "--trt", "rtx", "--precision", "fp16", "--calib-data",
+               str(data), "-o", str(engine)])
+    assert res.exit_code == ExitCode.PRECISION_NOT_ACHIEVED, res.output
+    assert not engine.exists()
+    argv = hinted(res.stderr, r"hint: (trtconv build .*)$")
+    assert argv[-2] == "--min-precision-share" and 0 < float(argv[-1]) < 0.5, argv
+    again = run(argv)
+    assert again.exit_code == ExitCode.OK, again.output
+    assert engine.stat().st_size > 1000

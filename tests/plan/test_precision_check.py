@@ -151,3 +151,17 @@ def test_parser_errors_name_each_node():
                            "node #40 (TopK): K input must be less than 3840 [UNSUPPORTED_NODE_ATTR]")
     many = parser_error("m.onnx", issues * 6, shown=10)
     assert many.message.endswith("(and 2 more)")
+
+
+def test_the_share_reached_is_the_retry_and_none_is_no_retry():
+    """The CLI turns ``retry`` into the command with that flag (tests/cli/test_hints_run.py); the share offered is
+    the one reached, rounded down, and an engine with no layer in the precision gets no such offer."""
+    layers = [layer11(f"c{i}", "CaskConvolution", "Float", "Float") for i in range(2)]
+    layers.append(layer11("h", "CaskConvolution", "Half", "Half"))
+    with pytest.raises(PrecisionNotAchievedError) as info:
+        assert_precision(summarize_inspector(engine11(layers)), "fp16", 0.5)
+    assert info.value.retry == ("--min-precision-share", "0.33")
+    none = [layer11(f"c{i}", "CaskConvolution", "Float", "Float") for i in range(3)]
+    with pytest.raises(PrecisionNotAchievedError) as info:
+        assert_precision(summarize_inspector(engine11(none)), "fp16", 0.5)
+    assert info.value.retry is None and "check that the precision stage converted" in (info.value.hint or "")

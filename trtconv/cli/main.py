@@ -22,6 +22,7 @@ from typing import Any
 import click
 
 from trtconv import __version__
+from trtconv.cli.command_line import retry_command
 from trtconv.errors import ExitCode, OutOfMemoryError, TrtconvError, is_allocation_failure
 from trtconv.outputs import dumps_json, remove_own_temps
 
@@ -102,6 +103,7 @@ class LazyGroup(click.Group):
             _json_failure(ctx, ExitCode.OUT_OF_MEMORY, exc.message, exc.hint)
             raise click.exceptions.Exit(int(ExitCode.OUT_OF_MEMORY)) from None
         except TrtconvError as exc:
+            exc.hint = retry_command(self.words, exc) or exc.hint
             _report_error(ctx, exc)
             _json_failure(ctx, exc.exit_code, exc.message, exc.hint)
             raise click.exceptions.Exit(int(exc.exit_code)) from None

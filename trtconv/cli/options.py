@@ -26,6 +26,7 @@ from trtconv.api import (
     parse_limit,
     target_name,
 )
+from trtconv.cli.command_line import without_flag
 from trtconv.cli.main import JSON_KEY, MODEL_BYTES_KEY, MODEL_KEY
 from trtconv.cli.output import warn
 from trtconv.errors import ShapesNeeded, TrtconvError
@@ -236,16 +237,7 @@ def shapes_hint_runs(f: F) -> F:
 
 
 def _shapes_command(words: list[str], model: Path, exc: ShapesNeeded) -> str | None:
-    given = ""
-    for i, w in enumerate(words):
-        if w == "--shapes" and i + 1 < len(words):
-            given = words[i + 1]
-            del words[i:i + 2]
-            break
-        if w.startswith("--shapes="):
-            given = w.split("=", 1)[1]
-            del words[i]
-            break
+    words, given = without_flag(words, "--shapes")
     try:
         proto = load_model(model).proto
     except TrtconvError:

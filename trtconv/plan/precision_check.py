@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -207,7 +208,9 @@ def assert_precision(summary: PrecisionSummary, requested: str, min_share: float
         raise PrecisionNotAchievedError(
             f"asked for {requested}, but only {share:.0%} of the engine's compute layers run in it "
             f"({counts}); the engine was not kept",
-            hint="TensorRT follows the types in the ONNX (strong typing): check that the precision stage "
-            "converted the graph, or lower --min-precision-share if this mix is intended",
+            hint=("if this mix is intended (the precision stage's report says which layers it kept and why); "
+                  if share >= 0.01 else "check that the precision stage converted the graph (its report); ")
+            + "TensorRT follows the types in the ONNX (strong typing)",
+            retry=("--min-precision-share", f"{math.floor(share * 100) / 100:g}") if share >= 0.01 else None,
         )
     return share
