@@ -72,6 +72,16 @@ def test_lengths_of_a_batch_get_lengths_its_sequences_can_have():
     assert feeds["speaker"].max() < 4 and feeds["fixed"].max() < 4  # the table's rows (0..3 of 5); the usual 0..3
 
 
+def test_random_data_draws_the_values_the_graph_takes(tmp_path):
+    """`quantize --random-data` drew its integers 0..3 by its own code: BERT's token_type_ids into a 2-row embedding
+    failed in ONNX Runtime ("indices element out of data bounds, idx=2", exit 11). It draws as the proofs do."""
+    model = bert_like(tmp_path / "bert.onnx")
+    res = CliRunner().invoke(cli, ["quantize", str(model), "--precision", "fp16", "--random-data", "8", "--shapes",
+                                   STATIC[1], "-o", str(tmp_path / "bert.fp16.onnx")])
+    assert res.exit_code == ExitCode.OK, res.output
+    assert (tmp_path / "bert.fp16.onnx").stat().st_size > 1000
+
+
 @pytest.mark.parametrize("shapes", [STATIC, DYNAMIC], ids=["static", "dynamic"])
 def test_bert_like_model_builds_with_tensorrt_rtx(tmp_path, shapes):
     pytest.importorskip("tensorrt_rtx")

@@ -21,7 +21,7 @@ from trtconv.onnxutil.graph import (
     cleanup,
     constant_tensor,
 )
-from trtconv.onnxutil.indices import index_limits, length_inputs, shape_value_inputs
+from trtconv.onnxutil.indices import index_limits, integer_values, length_inputs, shape_value_inputs
 from trtconv.onnxutil.names import (
     fresh_name,
     model_names,
@@ -62,6 +62,7 @@ __all__ = [
     "gs_nodes",
     "has_lazy_weights",
     "index_limits",
+    "integer_values",
     "length_inputs",
     "shape_value_inputs",
     "has_subgraphs",

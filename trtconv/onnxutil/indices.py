@@ -9,7 +9,9 @@ that draws 0..3 there would be stricter than TensorRT.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 
+import numpy as np
 import onnx
 
 from trtconv.onnxutil.domains import is_default_domain
@@ -149,3 +151,20 @@ def length_inputs(model: onnx.ModelProto) -> dict[str, str]:
         elif kind and kind in "iu" and len(dims) == 1 and dims[0]:
             ints[vi.name] = dims[0]
     return {name: floats[dim] for name, dim in ints.items() if dim in floats}
+
+
+SMALL_INTS = 4  # synthetic integer inputs are drawn from 0 .. SMALL_INTS - 1 (or fewer: a table's rows)
+
+
+def integer_values(rng: np.random.Generator, name: str, shape: Sequence[int], dtype: np.dtype, *,
+                   limits: Mapping[str, int], lengths: Mapping[str, str],
+                   shapes: Mapping[str, Sequence[int]]) -> np.ndarray:
+    """Synthetic values for integer input ``name`` of ``shape``: a sequence length (``lengths``, beside its
+    sequences' input in ``shapes``) from half to all of their longest dim after the batch; else small integers,
+    below the rows of the table it indexes (``limits``). One rule for every synthetic feed (proofs, pre-flight,
+    ``--random-data``)."""
+    seq = shapes.get(lengths.get(name, ""), ())
+    if name in lengths and name not in limits and len(seq) > 1:
+        longest = max(seq[1:])
+        return np.asarray(rng.integers(max(1, (longest + 1) // 2), longest + 1, size=shape), dtype=dtype)
+    return np.asarray(rng.integers(0, max(1, min(SMALL_INTS, limits.get(name, SMALL_INTS))), size=shape), dtype=dtype)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from trtconv.errors import AccuracyError, PrecisionNotAchievedError, UsageError
 from trtconv.load import LAZY_WEIGHTS_BYTES, load_model, save_model
+from trtconv.onnxutil import index_limits, length_inputs
 from trtconv.outputs import check_not_the_model, check_output_path
 from trtconv.precision import (
     DEFAULT_MAX_ACTIVATION,
@@ -230,7 +231,8 @@ def sample_set(proto: onnx.ModelProto, settings: QuantizeSettings) -> SampleSet 
         source = SampleSource.loader(settings.calib_loader, limit=settings.max_samples)
     elif settings.random_data:
         n = min(settings.random_data, settings.max_samples) if settings.max_samples else settings.random_data
-        source = SampleSource.random(n, seed=0, shapes=settings.shapes)
+        source = SampleSource.random(n, seed=0, shapes=settings.shapes, limits=index_limits(proto),
+                                     lengths=length_inputs(proto))  # values the graph takes, as proofs draw them
     else:
         return None
     return SampleSet(source, model_inputs(proto))

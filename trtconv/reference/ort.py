@@ -33,10 +33,9 @@ from trtconv.load import (
     weight_bytes,
     write_scratch,
 )
-from trtconv.onnxutil import index_limits, iter_graphs, length_inputs
+from trtconv.onnxutil import index_limits, integer_values, iter_graphs, length_inputs
 
 Feeds = dict[str, np.ndarray]
-SMALL_INTS = 4  # random integer inputs are drawn from 0 .. SMALL_INTS - 1 (or fewer: a table's rows)
 # Models with at least this many bytes of weights reach ONNX Runtime through a scratch file
 # with external data, which it memory-maps: from serialized bytes, a session costs a copy for
 # the bytes, one for ONNX Runtime's parse and one for its tensors (about 2.3 x the weights on
@@ -233,12 +232,8 @@ def random_feeds(
         try:
             if dt.kind == "f":
                 feeds[name] = np.asarray(rng.standard_normal(shape) * scale, dtype=dt)  # 0-d: an array, never a scalar
-            elif dt.kind in "iu" and name in lengths and name not in limits and len(every.get(lengths[name], ())) > 1:
-                longest = max(every[lengths[name]][1:])
-                feeds[name] = np.asarray(rng.integers(max(1, (longest + 1) // 2), longest + 1, size=shape), dtype=dt)
             elif dt.kind in "iu":
-                feeds[name] = np.asarray(rng.integers(0, max(1, min(SMALL_INTS, limits.get(name, SMALL_INTS))),
-                                                      size=shape), dtype=dt)
+                feeds[name] = integer_values(rng, name, shape, dt, limits=limits, lengths=lengths, shapes=every)
             elif dt.kind == "b":
                 feeds[name] = np.asarray(rng.integers(0, 2, size=shape), dtype=bool)
             else:

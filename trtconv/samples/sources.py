@@ -28,9 +28,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from trtconv.errors import DataError, ShapesNeeded, UsageError
-from trtconv.load import Shape, dims_text, shape_example_text
+from trtconv.errors import DataError, UsageError
+from trtconv.load import Shape
 from trtconv.samples.images import IMAGE_SUFFIXES, ImagePreprocess, load_image
+from trtconv.samples.random_samples import random_samples
 from trtconv.samples.sample_checks import InputSpec, Sample, check_sample, model_inputs, read_npy_sample
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,8 @@ class SampleSource:
     - ``random``: seeded normal noise; only on an explicit flag, with a loud warning.
 
     ``limit`` caps the number of samples (0 = all); ``shapes`` gives concrete dims of dynamic
-    inputs for ``random``.
+    inputs for ``random``, ``limits`` and ``lengths`` what its integers may be (the rows of the table an input
+    indexes; the sequences an input gives lengths of: :func:`~trtconv.onnxutil.integer_values`).
     """
 
     kind: Literal["npy", "images", "loader", "random"]
@@ -70,6 +72,8 @@ class SampleSource:
     limit: int = 0
     seed: int = 0
     shapes: tuple[tuple[str, Shape], ...] = ()
+    limits: tuple[tuple[str, int], ...] = ()
+    lengths: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def detect(cls, path: str | Path, preprocess: ImagePreprocess | None = None, *, limit: int = 0) -> SampleSource:
@@ -105,8 +109,10 @@ class SampleSource:
         )
 
     @classmethod
-    def random(cls, count: int, *, seed: int = 0, shapes: Mapping[str, Shape] | None = None) -> SampleSource:
-        return cls("random", None, limit=count, seed=seed, shapes=tuple(sorted((shapes or {}).items())))
+    def random(cls, count: int, *, seed: int = 0, shapes: Mapping[str, Shape] | None = None,
+               limits: Mapping[str, int] | None = None, lengths: Mapping[str, str] | None = None) -> SampleSource:
+        return cls("random", None, limit=count, seed=seed, shapes=tuple(sorted((shapes or {}).items())),
+                   limits=tuple(sorted((limits or {}).items())), lengths=tuple(sorted((lengths or {}).items())))
 
     @classmethod
     def loader(cls, path: str | Path, *, limit: int = 0) -> SampleSource:
@@ -218,49 +224,6 @@ def _loader_iter(source: SampleSource, inputs: Mapping[str, InputSpec]) -> Itera
         raise DataError(f"{source.path}: loader raised {type(exc).__name__}: {exc}") from exc
 
 
-def _random_iter(source: SampleSource, inputs: Mapping[str, InputSpec]) -> Iterator[tuple[str, Any]]:
-    shapes = dict(source.shapes)
-    unknown = [n for n in shapes if n not in inputs]
-    if unknown:
-        raise UsageError(f"--shapes names {unknown[0]!r}, which is not an input of the model",
-                         hint=f"inputs are: {', '.join(inputs) or '(none)'}")
-    concrete: dict[str, tuple[int, ...]] = {}
-    for name, spec in inputs.items():
-        if name in shapes:
-            concrete[name] = tuple(shapes[name])
-            fits = len(spec.dims) == len(concrete[name]) and all(
-                not isinstance(d, int) or d == g for d, g in zip(spec.dims, concrete[name]))
-            if not fits:  # a --shapes mistake, said as one (exit 2), not as bad data
-                raise UsageError(f"--shapes gives input {name!r} the shape {'x'.join(map(str, concrete[name]))}, "
-                                 f"which does not fit its dims {dims_text(spec.dims)}",
-                                 hint=f"give one value per dim, fixed dims as they are, e.g. --shapes "
-                                      f"{shape_example_text(name, spec.dims, concrete[name])}")
-        elif all(isinstance(d, int) for d in spec.dims):
-            concrete[name] = tuple(int(d) for d in spec.dims)  # type: ignore[arg-type]
-        else:
-            example = "x".join(str(d) if isinstance(d, int) else "N" for d in spec.dims)
-            open_ = {n: sp.dims for n, sp in inputs.items()
-                     if n not in shapes and not all(isinstance(d, int) for d in sp.dims)}
-            raise ShapesNeeded(f"random data: input {name!r} has dynamic dims {dims_text(spec.dims)} and no shape "
-                               "was given for it", open_,
-                               hint=f"give its shape with --shapes {name}:{example}, N a size of your data")
-    rng = np.random.default_rng(source.seed)
-    for i in range(source.limit):
-        sample = {}
-        for name, spec in inputs.items():
-            try:
-                if spec.dtype.kind == "f":
-                    sample[name] = np.asarray(rng.standard_normal(concrete[name]), dtype=spec.dtype)  # 0-d: an array
-                elif spec.dtype.kind in "iu":
-                    sample[name] = np.asarray(rng.integers(0, 4, size=concrete[name]), dtype=spec.dtype)
-                else:
-                    sample[name] = np.asarray(rng.integers(0, 2, size=concrete[name]), dtype=spec.dtype)
-            except MemoryError as exc:
-                raise UsageError(f"random data: input {name!r} of shape {list(concrete[name])} does not fit in memory",
-                                 hint="give smaller --shapes") from exc
-        yield f"random sample {i}", sample
-
-
 def iter_samples(
     source: SampleSource, inputs: Mapping[str, InputSpec], *, start: int = 0, stop: int | None = None,
     picks: tuple[int, ...] | None = None,
@@ -296,7 +259,7 @@ def iter_samples_with_origin(
     if source.kind in ("npy", "images"):
         yield from _iter_refs(source, inputs, _refs(source)[start:stop])
         return
-    it = _loader_iter(source, inputs) if source.kind == "loader" else _random_iter(source, inputs)
+    it = _loader_iter(source, inputs) if source.kind == "loader" else random_samples(source, inputs)
     n = 0
     for i, (origin, sample) in enumerate(it):
         if source.limit and i >= source.limit:
