@@ -205,12 +205,13 @@ def assert_precision(summary: PrecisionSummary, requested: str, min_share: float
     share = summary.share(REDUCED[requested])
     if share < min_share:
         counts = ", ".join(f"{n} {t}" for t, n in summary.by_dtype) or "no typed layers"
+        some = share >= 0.01  # a mix the user may accept: the hint is their command with the share it reached
         raise PrecisionNotAchievedError(
             f"asked for {requested}, but only {share:.0%} of the engine's compute layers run in it "
             f"({counts}); the engine was not kept",
             hint=("if this mix is intended (the precision stage's report says which layers it kept and why); "
-                  if share >= 0.01 else "check that the precision stage converted the graph (its report); ")
+                  if some else "check that the precision stage converted the graph (its report); ")
             + "TensorRT follows the types in the ONNX (strong typing)",
-            retry=("--min-precision-share", f"{math.floor(share * 100) / 100:g}") if share >= 0.01 else None,
+            retry=("--min-precision-share", f"{math.floor(share * 100) / 100:g}") if some else None,
         )
     return share

@@ -156,23 +156,27 @@ def activation_range(limit: float) -> Rule:
     return Rule("activation-range", "activations that get large on sample data", check)
 
 
-def const_peak_lookup(get: Callable[[str], np.ndarray | None]) -> Callable[[str], float | None]:
-    """Largest finite |value| of float constants (``get`` returns a constant's value or None), each computed once.
+def finite_peak(value: np.ndarray) -> float:
+    """The largest finite magnitude in a non-empty float array (0 if none is finite): what the range rules compare.
 
-    Finite, as activation peaks are (:func:`~trtconv.precision.peaks.update_peak`): an infinity is one in FP16
-    too, so an attention mask's ``-inf`` (DETR's ``Where`` fill: four nodes kept in FP32 behind Casts for it)
-    changes nothing there; only finite values beyond 65504 do."""
+    Finite: an infinity is one in FP16 too, so an attention mask's ``-inf`` (DETR's ``Where`` fill: four nodes
+    kept in FP32 behind Casts for it) changes nothing there; only finite values beyond 65504 do."""
+    m = max(float(value.max()), -float(value.min()))  # two reductions, no temporary array
+    if not np.isfinite(m):  # NaN/Inf present: the slow way
+        a = np.abs(value)
+        finite = np.isfinite(a)
+        m = float(a[finite].max()) if finite.any() else 0.0
+    return m
+
+
+def const_peak_lookup(get: Callable[[str], np.ndarray | None]) -> Callable[[str], float | None]:
+    """:func:`finite_peak` of float constants (``get`` returns a constant's value or None), each computed once."""
     cache: dict[str, float | None] = {}
 
     def peak(name: str) -> float | None:
         if name not in cache:
             a = get(name)
-            if a is None or a.dtype.kind != "f" or a.size == 0:
-                cache[name] = None
-            else:
-                mag = np.abs(a.astype(np.float64))
-                finite = mag[np.isfinite(mag)]
-                cache[name] = float(finite.max()) if finite.size else 0.0
+            cache[name] = None if a is None or a.dtype.kind != "f" or a.size == 0 else finite_peak(a)
         return cache[name]
 
     return peak

@@ -19,6 +19,7 @@ from onnx import helper
 from trtconv.onnxutil import iter_graphs
 from trtconv.precision.expose import expose_tensors, session_exposing
 from trtconv.precision.fp16_graph import graph_types
+from trtconv.precision.fp16_rules import finite_peak
 from trtconv.reference import ort
 
 log = logging.getLogger(__name__)
@@ -101,10 +102,6 @@ def update_peak(peaks: dict[str, float], name: str, value: np.ndarray) -> None:
     """Raise ``peaks[name]`` to the largest finite magnitude in ``value`` (float values only)."""
     if value.dtype.kind != "f" or value.size == 0:
         return
-    m = max(float(value.max()), -float(value.min()))  # two reductions, no temporary array
-    if not np.isfinite(m):  # NaN/Inf present: the largest finite magnitude, the slow way
-        a = np.abs(value)
-        finite = np.isfinite(a)
-        m = float(a[finite].max()) if finite.any() else 0.0
+    m = finite_peak(value)
     if m > peaks.get(name, -1.0):
         peaks[name] = m

@@ -46,6 +46,7 @@ def random_samples(source: SampleSource, inputs: Mapping[str, InputSpec]) -> Ite
                                "was given for it", open_,
                                hint=f"give its shape with --shapes {name}:{example}, N a size of your data")
     rng = np.random.default_rng(source.seed)
+    limits, lengths = dict(source.limits), dict(source.lengths)
     for i in range(source.limit):
         sample = {}
         for name, spec in inputs.items():
@@ -53,8 +54,8 @@ def random_samples(source: SampleSource, inputs: Mapping[str, InputSpec]) -> Ite
                 if spec.dtype.kind == "f":
                     sample[name] = np.asarray(rng.standard_normal(concrete[name]), dtype=spec.dtype)  # 0-d: an array
                 elif spec.dtype.kind in "iu":
-                    sample[name] = integer_values(rng, name, concrete[name], spec.dtype, limits=dict(source.limits),
-                                                  lengths=dict(source.lengths), shapes=concrete)
+                    sample[name] = integer_values(rng, name, concrete[name], spec.dtype, limits=limits,
+                                                  lengths=lengths, shapes=concrete)
                 else:
                     sample[name] = np.asarray(rng.integers(0, 2, size=concrete[name]), dtype=spec.dtype)
             except MemoryError as exc:
