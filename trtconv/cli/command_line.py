@@ -31,4 +31,6 @@ def retry_command(words: Sequence[str], exc: TrtconvError) -> str | None:
         return None
     flag, value = exc.retry
     kept, _ = without_flag(words, flag)
-    return shlex.join(["trtconv", *kept, flag, value]) + (f"  # {exc.hint}" if exc.hint else "")
+    rest = exc.hint or ""
+    rest = rest.removeprefix(f"{flag} {value}, ")  # a hint that opens with this very change says it once
+    return shlex.join(["trtconv", *kept, flag, value]) + (f"  # {rest}" if rest else "")

@@ -334,11 +334,11 @@ def run_int8(proto: onnx.ModelProto, samples: SampleSet, settings: QuantizeSetti
     except Int8AccuracyError as exc:
         failed = QuantizeResult(exc.result.model, settings, exc.result.report, samples.source,
                                 exc.result.report.calibration_runs or None)
-        raise QuantizeAccuracyError(exc.message, failed, exc.hint) from exc
+        raise QuantizeAccuracyError(exc.message, failed, exc.hint, retry=exc.retry) from exc
     except Int8ShareError as exc:
         failed = QuantizeResult(exc.result.model, settings, exc.result.report, samples.source,
                                 exc.result.report.calibration_runs or None)
-        raise QuantizeShareError(exc.message, failed, exc.hint) from exc
+        raise QuantizeShareError(exc.message, failed, exc.hint, retry=exc.retry) from exc
 
 
 def _read_every_sample(samples: SampleSet) -> None:
@@ -357,8 +357,9 @@ def _limit(value: float | None, default: float) -> float | None:
 class QuantizeAccuracyError(AccuracyError):
     """Accuracy outside the thresholds; nothing was written, ``result`` holds the model and the report."""
 
-    def __init__(self, message: str, result: QuantizeResult, hint: str | None = None) -> None:
-        super().__init__(message, hint)
+    def __init__(self, message: str, result: QuantizeResult, hint: str | None = None, *,
+                 retry: tuple[str, str] | None = None) -> None:
+        super().__init__(message, hint, retry=retry)
         self.result = result
 
 
@@ -366,8 +367,9 @@ class QuantizeShareError(PrecisionNotAchievedError):
     """INT8 cannot pass the gate within ``--min-precision-share`` (exit 8); nothing was written, ``result`` holds
     the report (the per-layer sensitivity behind the refusal, the share the gate would need)."""
 
-    def __init__(self, message: str, result: QuantizeResult, hint: str | None = None) -> None:
-        super().__init__(message, hint)
+    def __init__(self, message: str, result: QuantizeResult, hint: str | None = None, *,
+                 retry: tuple[str, str] | None = None) -> None:
+        super().__init__(message, hint, retry=retry)
         self.result = result
 
 

@@ -76,6 +76,7 @@ from trtconv.precision.int8.per_tensor import PER_TENSOR, PerTensorChoice, choic
 from trtconv.precision.int8.prepare import Pair, PreparedModels, _prepare, upgrade_opset
 from trtconv.precision.int8.qdq import Placement, Plan, Skip, plan_qdq
 from trtconv.precision.int8.report import (
+    FP16_RETRY,
     Int8AccuracyError,
     Int8EvidenceError,
     Int8Report,
@@ -142,7 +143,7 @@ def _require_reachable_share(where: _Placement, settings: Int8Settings) -> None:
     raise PrecisionNotAchievedError(
         f"only {can} of {where.compute_layers} compute layers (Conv/MatMul/Gemm) can take INT8, below the share "
         f"({settings.min_share:.0%})" + (f"; skipped: {why}" if why else ""),
-        hint="--precision fp16, or a lower --min-precision-share (docs/precision.md)")
+        hint="--precision fp16, or a lower --min-precision-share (docs/precision.md)", retry=FP16_RETRY)
 
 
 def _builder(cal: Calibration, settings: Int8Settings, has_twin: bool, check_loads: bool,

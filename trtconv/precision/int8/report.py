@@ -30,6 +30,7 @@ from trtconv.precision.int8.smooth import Smoothing
 from trtconv.reference import OutputStats, Thresholds
 
 WORST_NAMED = 3  # layers a failing gate names
+FP16_RETRY = ("--precision", "fp16")  # where INT8 is out of reach, the command that builds: FP16 (its own gate)
 
 
 def gate_verdict(passed: bool | None, claim: Claim | None, unverified: bool = False, samples: int = 0) -> str:
@@ -176,16 +177,18 @@ class Int8Result:
 class Int8ShareError(PrecisionNotAchievedError):
     """Auto-exclude stopped: the gate needs more layers out of INT8 than ``min_share`` allows (exit 8)."""
 
-    def __init__(self, message: str, result: Int8Result, hint: str | None = None) -> None:
-        super().__init__(message, hint)
+    def __init__(self, message: str, result: Int8Result, hint: str | None = None, *,
+                 retry: tuple[str, str] | None = None) -> None:
+        super().__init__(message, hint, retry=retry)
         self.result = result
 
 
 class Int8AccuracyError(AccuracyError):
     """Accuracy below the thresholds; ``result`` still holds the model and the full report."""
 
-    def __init__(self, message: str, result: Int8Result, hint: str | None = None) -> None:
-        super().__init__(message, hint)
+    def __init__(self, message: str, result: Int8Result, hint: str | None = None, *,
+                 retry: tuple[str, str] | None = None) -> None:
+        super().__init__(message, hint, retry=retry)
         self.result = result
 
 
@@ -232,9 +235,10 @@ def gate_failed(result: Int8Result, settings: Int8Settings) -> Int8AccuracyError
         + (f"; the layers adding the most error: {worst}" if worst else "")
         + f"; INT8 share {result.report.int8_share:.0%}: a lower one is needed",
         result,
-        hint=("drop --no-auto-exclude (--auto-exclude, the default, keeps the fewest layers out of INT8 until the "
-              "gate passes), " if not settings.auto_exclude else "")
+        hint="--precision fp16, or " + ("drop --no-auto-exclude (--auto-exclude, the default, keeps the fewest layers out of INT8 until "
+                      "the gate passes), " if not settings.auto_exclude else "")
         + "--exclude the layers named, calibrate on more representative data, or try --calib-method percentile",
+        retry=FP16_RETRY,
     )
 
 
@@ -249,4 +253,5 @@ def share_unreachable(result: Int8Result, share: ShareLimit) -> Int8ShareError:
         + (f"; the layers adding the most error: {worst}" if worst else ""),
         result,
         hint="--precision fp16, or a lower --min-precision-share; --sensitivity lists the layers to blame",
+        retry=FP16_RETRY,
     )
