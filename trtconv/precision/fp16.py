@@ -78,7 +78,7 @@ class Fp16Settings:
             out.append(rules.excluded_op(frozenset(self.exclude_ops)))
         if self.exclude_nodes:
             out.append(rules.excluded_name(tuple(self.exclude_nodes)))
-        out += [rules.no_fp16_variant(), rules.trt_fp32_only(), rules.shape_computation()]
+        out += [rules.no_fp16_variant(), rules.trt_fp32_only(), rules.shape_computation(), rules.vanishing_epsilon()]
         if self.max_initializer is not None:
             out.append(rules.initializer_range(self.max_initializer))
         if self.max_activation is not None:

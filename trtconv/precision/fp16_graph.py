@@ -43,6 +43,7 @@ from trtconv.onnxutil import (
     subgraphs,
     tensor_array,
 )
+from trtconv.precision.fp16_guards import vanishing_guards
 from trtconv.precision.fp16_rules import FP16_MAX, NodeView, Rule, const_peak_lookup
 
 FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
@@ -254,13 +255,14 @@ class _Scope:
                 if self.types.get(vi.name) == FLOAT:
                     self.reserved[vi.name] = FLOAT if self.rw.keep_io_types else HALF
         cone = shape_cone(g, self.rw.view)
+        guards = vanishing_guards(g, self.rw.view, self.const_value)
         const_peak = const_peak_lookup(self.const_value)
         for idx, node in enumerate(g.node):
             const = constant_tensor(node)
             if const is not None:
                 self.define(node.output[0], const.data_type)
                 continue
-            self.visit(idx, node, idx in cone, const_peak)
+            self.visit(idx, node, idx in cone, const_peak, guards.get(idx))
         for vi in g.output:
             if is_main:
                 want = self.reserved.get(vi.name)
@@ -271,7 +273,8 @@ class _Scope:
                 vi.name = self.resolve(vi.name, want if want in FLOATS else None)
         self.rebuild()
 
-    def visit(self, idx: int, node: onnx.NodeProto, in_cone: bool, const_peak: Callable[[str], float | None]) -> None:
+    def visit(self, idx: int, node: onnx.NodeProto, in_cone: bool, const_peak: Callable[[str], float | None],
+              guard: str | None = None) -> None:
         if has_subgraphs(node):
             self.visit_container(idx, node)
             return
@@ -285,7 +288,7 @@ class _Scope:
         candidate = any(o and self.orig(o) == FLOAT for o in node.output)
         convert = False
         if candidate:
-            view = NodeView(node, self.path, schema, in_cone, const_peak, self.rw.activation_peak)
+            view = NodeView(node, self.path, schema, in_cone, const_peak, self.rw.activation_peak, guard)
             rule, detail = _first_rule(self.rw.rules, view)
             convert = rule is None
             self.rw.decisions.append(Decision(self.path, view.label, node.op_type, convert,

@@ -39,6 +39,7 @@ class NodeView:
     in_shape_computation: bool
     const_peak: Callable[[str], float | None]  # |max| of a constant input, None if not constant
     activation_peak: Callable[[str], float | None]  # |max| on sample data, None if not observed
+    guard: str | None = None  # why FP16 would erase an epsilon guard this node is part of (fp16_guards)
 
     @property
     def label(self) -> str:
@@ -125,6 +126,13 @@ def shape_computation() -> Rule:
         return "computes a shape, size, scale or index" if v.in_shape_computation else None
 
     return Rule("shape-computation", "float math feeding shapes, scales or indices", check)
+
+
+def vanishing_epsilon() -> Rule:
+    def check(v: NodeView) -> str | None:
+        return v.guard
+
+    return Rule("vanishing-epsilon", "an epsilon FP16 rounds to 0, guarding Log/Div/Reciprocal/Pow from zero", check)
 
 
 def initializer_range(limit: float) -> Rule:
