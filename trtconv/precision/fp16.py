@@ -200,12 +200,14 @@ def convert_fp16(
     work.CopyFrom(model)
 
     sort_nodes(work)  # the rules read each node's producers first; some exporters write unsorted graphs
+    # Peaks before the folds: the model as given, so the pass's outputs are the accuracy check's reference too
+    # (a folded Conv writes its BatchNormalization's output name: every tensor the rules ask about is measured).
+    peak_of, n_samples, measured, reference = _activation_peaks(work, samples, settings, peaks, say)
     folded: tuple[FoldedBatchNorm, ...] = ()
     if settings.fold_batchnorm:
         work, folded = fold_batchnorms(work, copy=False)  # ``work`` is our own copy already
         say("fold", len(folded))
     work = _with_types(work)
-    peak_of, n_samples, measured, reference = _activation_peaks(work, samples, settings, peaks, bool(folded), say)
     say("convert")
     rw = Rewriter(work, settings.rules(), keep_io_types=settings.keep_io_types, activation_peak=peak_of)
     out = rw.run()
@@ -240,21 +242,28 @@ def convert_fp16(
 
 def _activation_peaks(
     work: onnx.ModelProto, samples: Iterable[Mapping[str, np.ndarray]] | None, settings: Fp16Settings,
-    peaks: Mapping[str, float] | None, folded: bool, say: Callable[..., None],
+    peaks: Mapping[str, float] | None, say: Callable[..., None],
 ) -> tuple[Callable[[str], float | None], int, bool, list[dict[str, np.ndarray]] | None]:
     """(peak of a tensor, samples run, measured?, the FP32 outputs kept for the accuracy check).
 
-    The peaks pass runs the FP32 model on every sample; where it is the input model unchanged
-    (no BatchNormalization folded) its outputs are the accuracy check's reference as well."""
+    ``work`` is the input model (nodes sorted, nothing folded): the pass runs it on every sample, so its
+    outputs are the accuracy check's reference as well. The types it needs are added for the pass and taken
+    out again (the folds after it remove tensors those would describe)."""
     if peaks is not None and settings.max_activation is not None:
         return peaks.get, 0, True, None
     if samples is None or settings.max_activation is None:
         return (lambda _n: None), 0, False, None
-    reference: list[dict[str, np.ndarray]] | None = [] if not folded else None
+    reference: list[dict[str, np.ndarray]] = []
     say("peaks")
-    measured_peaks, n_samples = activation_peaks(work, samples, progress=lambda k: say("peaks", k), outputs=reference)
-    if reference is not None and sum(v.nbytes for r in reference for v in r.values()) > REFERENCE_KEEP_BYTES:
-        reference = None  # cheaper to run the FP32 model again than to hold its outputs
+    given = [len(g.value_info) for g in iter_graphs(work.graph)]
+    try:
+        measured_peaks, n_samples = activation_peaks(_with_types(work), samples,
+                                                     progress=lambda k: say("peaks", k), outputs=reference)
+    finally:
+        for g, n in zip(iter_graphs(work.graph), given):
+            del g.value_info[n:]
+    if sum(v.nbytes for r in reference for v in r.values()) > REFERENCE_KEEP_BYTES:
+        return measured_peaks.get, n_samples, True, None  # cheaper to run the FP32 model again than to hold them
     return measured_peaks.get, n_samples, True, reference
 
 
