@@ -196,3 +196,39 @@ def test_int8_out_of_reach_hint_is_the_fp16_command_and_it_runs(ocr_det, tmp_pat
     again = run(argv)
     assert again.exit_code == ExitCode.OK, again.output
     assert onnx.load(str(out)).graph.node
+
+
+def test_no_layer_in_fp16_says_the_gate_passed_and_hints_the_fp32_build(tmp_path):
+    """openwakeword's mel front-end on int16-scaled audio: every compute layer stays FP32 for range, the engine has
+    none in FP16 (exit 8). The gate, which had run and passed, read "not reached (refused first)", the hint
+    "check that the precision stage converted the graph (its report)", a report build did not print. Now: the
+    gate line as it was, the kept layers and why, and the command that builds what this model builds: FP32."""
+    pytest.importorskip("tensorrt_rtx")
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="loud_conv"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "w2"], ["y"], name="second_conv")]
+    g = helper.make_graph(nodes, "loud", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 60])],
+                          [onnx.numpy_helper.from_array(rng.standard_normal((8, 1, 3)).astype(np.float32), "w"),
+                           onnx.numpy_helper.from_array(rng.standard_normal((4, 8, 3)).astype(np.float32), "w2")])
+    model = tmp_path / "loud.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(model))
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(4):
+        np.save(data / f"{i}.npy", (rng.standard_normal((1, 1, 64)) * 20000).astype(np.float32))  # int16 scale
+    engine = tmp_path / "loud.engine"
+    res = run(["build", str(model), "--trt", "rtx", "--precision", "fp16", "--calib-data", str(data),
+               "-o", str(engine)])
+    assert res.exit_code == ExitCode.PRECISION_NOT_ACHIEVED, res.output
+    assert not engine.exists()
+    assert "accuracy gate: passed on sample data" in res.stdout and "not reached" not in res.stdout, res.stdout
+    assert "loud_conv (Conv): tensor" in res.stdout and "activation-range" in res.stdout, res.stdout
+    argv = hinted(res.stderr, r"hint: (trtconv build .*)$")
+    assert argv[-2:] == ["--precision", "fp32"] and argv.count("--precision") == 1, argv
+    again = run(argv)
+    assert again.exit_code == ExitCode.OK, again.output
+    assert engine.stat().st_size > 1000

@@ -153,9 +153,9 @@ def test_parser_errors_name_each_node():
     assert many.message.endswith("(and 2 more)")
 
 
-def test_the_share_reached_is_the_retry_and_none_is_no_retry():
+def test_the_share_reached_is_the_retry_and_none_is_the_wider_precision():
     """The CLI turns ``retry`` into the command with that flag (tests/cli/test_hints_run.py); the share offered is
-    the one reached, rounded down, and an engine with no layer in the precision gets no such offer."""
+    the one reached, rounded down, and an engine with no layer in the precision is offered the next wider one."""
     layers = [layer11(f"c{i}", "CaskConvolution", "Float", "Float") for i in range(2)]
     layers.append(layer11("h", "CaskConvolution", "Half", "Half"))
     with pytest.raises(PrecisionNotAchievedError) as info:
@@ -164,4 +164,8 @@ def test_the_share_reached_is_the_retry_and_none_is_no_retry():
     none = [layer11(f"c{i}", "CaskConvolution", "Float", "Float") for i in range(3)]
     with pytest.raises(PrecisionNotAchievedError) as info:
         assert_precision(summarize_inspector(engine11(none)), "fp16", 0.5)
-    assert info.value.retry is None and "check that the precision stage converted" in (info.value.hint or "")
+    assert info.value.retry == ("--precision", "fp32")
+    assert "the precision stage's report says which layers it kept and why" in (info.value.hint or "")
+    with pytest.raises(PrecisionNotAchievedError) as info:
+        assert_precision(summarize_inspector(engine11(none)), "int8", 0.5)
+    assert info.value.retry == ("--precision", "fp16")

@@ -257,7 +257,10 @@ def build(model: Path, output: Path, force: bool, as_json: bool, layers: bool, *
     except TrtconvError as exc:
         _record(outcome, model, settings.trt)
         if not as_json and outcome.gate is not None:
-            refused = exc.exit_code == ExitCode.PRECISION_NOT_ACHIEVED
+            # the precision stage's own exit 8 came before its judgement; the engine's (its share of layers in the
+            # precision, checked after TensorRT built it) came after a gate that ran, and the gate line says how
+            refused = exc.exit_code == ExitCode.PRECISION_NOT_ACHIEVED and any(
+                st.name == "precision" and st.status == "failed" for st in outcome.stages)
             print_gate(outcome.gate, model, outcome.prepared, exc if refused else None)
         if as_json:  # CI still gets the stages and where it stopped; the error goes to stderr as usual
             if outcome.stopped is None:

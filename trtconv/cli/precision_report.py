@@ -213,7 +213,11 @@ def print_gate(result: Any, model: Any, prepared: Any, refusal: TrtconvError | N
     if refusal is not None:
         doc["error"] = {"exit_code": int(refusal.exit_code), "message": refusal.message, "hint": refusal.hint}
     if doc["precision"] == "fp16":
-        print_accuracy(doc, doc["fp16"]["samples"])
+        r = doc["fp16"]
+        stdout_console().print(f"FP16: {r['converted']} of {r['float_nodes']} float nodes in FP16, {r['kept_fp32']} "
+                               f"kept in FP32; BatchNorms folded: {len(r['folded_batchnorms'])}", markup=False)
+        print_kept(r["kept"])
+        print_accuracy(doc, r["samples"])
         stdout_console().print(gate_line(doc), markup=False)
     else:
         print_int8({**doc, "quiet_verdict": True})

@@ -206,12 +206,14 @@ def assert_precision(summary: PrecisionSummary, requested: str, min_share: float
     if share < min_share:
         counts = ", ".join(f"{n} {t}" for t, n in summary.by_dtype) or "no typed layers"
         some = share >= 0.01  # a mix the user may accept: the hint is their command with the share it reached
+        # none: the engine is what the next wider precision builds (a front-end whose ranges FP16 cannot hold)
+        wider = {"int8": "fp16", "fp16": "fp32"}[requested]
         raise PrecisionNotAchievedError(
             f"asked for {requested}, but only {share:.0%} of the engine's compute layers run in it "
             f"({counts}); the engine was not kept",
-            hint=("if this mix is intended (the precision stage's report says which layers it kept and why); "
-                  if some else "check that the precision stage converted the graph (its report); ")
-            + "TensorRT follows the types in the ONNX (strong typing)",
-            retry=("--min-precision-share", f"{math.floor(share * 100) / 100:g}") if some else None,
+            hint=("if this mix is intended; " if some else "")
+            + "the precision stage's report says which layers it kept and why; TensorRT follows the types in the "
+            "ONNX (strong typing)",
+            retry=("--min-precision-share", f"{math.floor(share * 100) / 100:g}") if some else ("--precision", wider),
         )
     return share
