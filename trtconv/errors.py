@@ -41,7 +41,7 @@ class TrtconvError(Exception):
         self.message = message
         self.hint = hint
         # (flag, value) with which the same command would get past this failure (where that is a choice the user
-        # may make): trtconv.cli.main makes the hint that command, as it was typed, with the flag set
+        # may make; value "" for a switch): trtconv.cli.main makes the hint that command, as typed, with the flag set
         self.retry = retry
 
     def __str__(self) -> str:

@@ -232,3 +232,43 @@ def test_no_layer_in_fp16_says_the_gate_passed_and_hints_the_fp32_build(tmp_path
     again = run(argv)
     assert again.exit_code == ExitCode.OK, again.output
     assert engine.stat().st_size > 1000
+
+
+def test_too_few_judging_samples_hint_is_the_unverified_command_and_it_runs(ocr_cls, tmp_path):
+    """Exit 11 for too few samples to support the claim (PP-OCRv6's detector from rapidocr 3.10 with 60 pages): the
+    hint was "give more sample data (...), or add --int8-unverified to build it anyway", no command."""
+    from realdata import ocr_line_images
+
+    ocr_line_images(tmp_path / "lines", range(20))
+    out = tmp_path / "cls.onnx"
+    res = run(["quantize", str(ocr_cls), "-o", str(out), "--precision", "int8", "--calib-data",
+               str(tmp_path / "lines"), "--preprocess", "preset=ppocr-cls", "--calib-method", "entropy"])
+    assert res.exit_code == ExitCode.BAD_DATA, res.output
+    assert not out.exists()
+    argv = hinted(res.stderr, r"hint: (trtconv quantize .*)$")
+    assert argv[-1] == "--int8-unverified" and argv.count("--int8-unverified") == 1, argv
+    assert "# to build it marked unverified; or give more sample data" in res.stderr, res.stderr
+    again = run(argv)
+    assert again.exit_code == ExitCode.OK, again.output
+    assert "(unverified)" in again.stdout and out.exists()
+
+
+def test_fp16_near_miss_hint_is_the_command_with_the_cosine_reached_and_it_runs(ocr_det, tmp_path):
+    """PP-OCRv6's recognizer (rapidocr 3.10) in FP16: 118 of 120 text lines at cosine 1.0, two at 0.994 (softmax
+    near a tie), exit 7 with "... or relax the thresholds". A near miss now offers the command with the cosine
+    the model reached (rounded down), which passes; here the same on PP-OCRv4's detector under a stricter limit."""
+    from realdata import ocr_det_images
+
+    ocr_det_images(tmp_path / "det", range(4), sizes=((224, 288), (256, 224)))
+    out = tmp_path / "det.onnx"
+    res = run(["quantize", str(ocr_det), "-o", str(out), "--precision", "fp16", "--calib-data", str(tmp_path / "det"),
+               "--preprocess", "preset=ppocr-det", "--min-cosine", "0.99999"])
+    assert res.exit_code == ExitCode.ACCURACY, res.output
+    assert not out.exists()
+    argv = hinted(res.stderr, r"hint: (trtconv quantize .*)$")
+    reached = float(argv[argv.index("--min-cosine") + 1])
+    assert argv.count("--min-cosine") == 1 and 0.99 <= reached < 0.99999, argv
+    assert "# if this error is acceptable; or keep the offending nodes in FP32" in res.stderr
+    again = run(argv)
+    assert again.exit_code == ExitCode.OK, again.output
+    assert out.exists()

@@ -414,3 +414,21 @@ def test_an_infinite_mask_fill_converts_and_a_finite_huge_one_does_not():
     _valid(inf.model)
     huge = convert_fp16(masked(-1e9), Fp16Settings(), [sample])
     assert _kept(huge)["mask"] == "initializer-range"  # (and the Softmax reading -1e9: activation-range)
+
+
+def test_a_failed_check_offers_the_cosine_reached_only_for_a_near_miss():
+    """Offered: a cosine below the limit and 0.99 or above, nothing else failing. Not offered: NaN/Inf, or
+    further off (FP16 broke something: a hint must not wave it through)."""
+    from trtconv.precision.fp16 import _cosine_floor
+    from trtconv.reference import OutputStats
+
+    def st(cosine: float, nonfinite: int = 0) -> OutputStats:
+        return OutputStats(name="y", shape=(1,), max_abs=0.1, mean_abs=0.01, max_rel=0.1, cosine=cosine,
+                           nonfinite=nonfinite)
+
+    limit = Thresholds(min_cosine=0.999)
+    assert _cosine_floor([st(0.994145)], limit) == "0.9941"
+    assert _cosine_floor([st(0.99894)], limit) == "0.9989"
+    assert _cosine_floor([st(0.98)], limit) is None
+    assert _cosine_floor([st(0.995, nonfinite=3)], limit) is None
+    assert _cosine_floor([st(0.995)], Thresholds(min_cosine=0.999, per_output=(("y", Thresholds(min_cosine=0.99)),))) is None

@@ -25,12 +25,16 @@ def without_flag(words: Sequence[str], flag: str) -> tuple[list[str], str]:
 
 
 def retry_command(words: Sequence[str], exc: TrtconvError) -> str | None:
-    """The command as typed with ``exc.retry``'s flag set to its value, the old hint after it as a shell comment:
-    a hint that runs as printed (:attr:`~trtconv.errors.TrtconvError.retry`)."""
+    """The command as typed with ``exc.retry``'s flag set to its value (a switch, value "": added), the old hint
+    after it as a shell comment: a hint that runs as printed (:attr:`~trtconv.errors.TrtconvError.retry`)."""
     if exc.retry is None or not words:
         return None
     flag, value = exc.retry
-    kept, _ = without_flag(words, flag)
-    rest = exc.hint or ""
-    rest = rest.removeprefix(f"{flag} {value}, ")  # a hint that opens with this very change says it once
-    return shlex.join(["trtconv", *kept, flag, value]) + (f"  # {rest}" if rest else "")
+    if value:
+        kept, _ = without_flag(words, flag)
+        kept += [flag, value]
+    else:  # a switch: added once
+        kept = list(words) + ([] if flag in words else [flag])
+    change = f"{flag} {value}" if value else flag
+    rest = (exc.hint or "").removeprefix(f"{change}, ")  # a hint that opens with this very change says it once
+    return shlex.join(["trtconv", *kept]) + (f"  # {rest}" if rest else "")

@@ -410,7 +410,7 @@ def quantize(model: PathLike, output: PathLike | None = None, settings: Quantize
             fp16 = convert_fp16(loaded.proto, fp16_settings(settings), samples, progress=progress)
         except Fp16AccuracyError as exc:
             failed = QuantizeResult(exc.result.model, settings, exc.result.report, source, exc.result.report.samples)
-            raise QuantizeAccuracyError(exc.message, failed, exc.hint) from exc
+            raise QuantizeAccuracyError(exc.message, failed, exc.hint, retry=exc.retry) from exc
         result_model, report, count = fp16.model, fp16.report, fp16.report.samples
     else:
 

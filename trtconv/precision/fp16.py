@@ -14,8 +14,9 @@ written. ``trtconv quantize`` and ``trtconv build --precision fp16`` both call i
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,8 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_ACTIVATION = 4096.0
 # The FP32 outputs of the peaks pass are kept for the accuracy check up to this many bytes.
 REFERENCE_KEEP_BYTES = 256 << 20
+# the lowest cosine a failed check offers as the retry's --min-cosine (a near miss, not a broken conversion)
+NEAR_MISS = 0.99
 # progress(stage, done, total), as in trtconv.precision.int8.compose: stages "fold", "peaks", "convert", "accuracy"
 ProgressFn = Callable[[str, int, "int | None"], None]
 
@@ -162,8 +165,9 @@ class Fp16Result:
 class Fp16AccuracyError(AccuracyError):
     """The FP16 model misses the thresholds; ``result`` still holds the model and the full report."""
 
-    def __init__(self, message: str, result: Fp16Result, hint: str | None = None) -> None:
-        super().__init__(message, hint)
+    def __init__(self, message: str, result: Fp16Result, hint: str | None = None, *,
+                 retry: tuple[str, str] | None = None) -> None:
+        super().__init__(message, hint, retry=retry)
         self.result = result
 
 
@@ -231,13 +235,31 @@ def convert_fp16(
     report = _report(rw.decisions, rw, folded, n_samples, measured, stats, problems, settings)
     result = Fp16Result(out, report, frozenset(rw.half_tensors))
     if problems:
+        floor = _cosine_floor(stats, settings.thresholds)
         raise Fp16AccuracyError(
             "FP16 model fails the accuracy check: " + "; ".join(problems),
             result,
-            hint="keep the offending nodes in FP32 (--exclude NAME / --exclude-op OP), lower "
-            "--max-activation, or relax the thresholds",
+            hint=("if this error is acceptable; or " if floor else "")
+            + "keep the offending nodes in FP32 (--exclude NAME / --exclude-op OP), lower --max-activation"
+            + ("" if floor else ", or relax the thresholds"),
+            retry=("--min-cosine", floor) if floor else None,
         )
     return result
+
+
+def _cosine_floor(stats: Sequence[OutputStats], thresholds: Thresholds) -> str | None:
+    """The --min-cosine the model reached, rounded down, where a cosine below the limit is all that failed and
+    it is a near miss (0.99 or more: further off, FP16 went wrong somewhere, and the hint must not wave it
+    through); None otherwise (per-output limits: no one flag says them)."""
+    if thresholds.min_cosine is None or thresholds.per_output:
+        return None
+    if violations(list(stats), replace(thresholds, min_cosine=None)):
+        return None
+    judged = [s.cosine for s in stats if thresholds.for_output(s.name) is not None]
+    if not judged:
+        return None
+    reached = math.floor(min(judged) * 1e4) / 1e4
+    return f"{reached:g}" if NEAR_MISS <= reached < thresholds.min_cosine else None
 
 
 def _activation_peaks(

@@ -196,8 +196,9 @@ class Int8EvidenceError(DataError):
     """Too few judged samples to support the claim a pass makes (exit 11); nothing is written. ``result``: the
     model and report when the run got as far as judging (None when refused before calibrating)."""
 
-    def __init__(self, message: str, result: Int8Result | None = None, hint: str | None = None) -> None:
-        super().__init__(message, hint)
+    def __init__(self, message: str, result: Int8Result | None = None, hint: str | None = None, *,
+                 retry: tuple[str, str] | None = None) -> None:
+        super().__init__(message, hint, retry=retry)
         self.result = result
 
 
@@ -220,8 +221,9 @@ def too_few_samples(judged: int, needed: int, total: int | None = None, total_ne
         f"INT8 not verified: {judged} {counted}{missed} cannot support the claim a pass makes "
         f"({needed} judged samples, all meeting the limit, are needed{'; more with misses' if misses else ''}){more}",
         result,
-        hint="give more sample data (docs/precision.md, 'What a pass promises'), or add --int8-unverified to build "
-             "it anyway, marked unverified",
+        hint="--int8-unverified, to build it marked unverified; or give more sample data (docs/precision.md, "
+             "'What a pass promises')",
+        retry=("--int8-unverified", ""),
     )
 
 
