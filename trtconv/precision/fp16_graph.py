@@ -255,7 +255,7 @@ class _Scope:
                 if self.types.get(vi.name) == FLOAT:
                     self.reserved[vi.name] = FLOAT if self.rw.keep_io_types else HALF
         cone = shape_cone(g, self.rw.view)
-        guards = vanishing_guards(g, self.rw.view, self.const_value)
+        guards = vanishing_guards(g, self.rw.view, lambda n: self.rw.view.value(n, overridable=False))
         const_peak = const_peak_lookup(self.const_value)
         for idx, node in enumerate(g.node):
             const = constant_tensor(node)
