@@ -89,6 +89,21 @@ def test_without_data_fp16_warns_and_still_converts(ocr_cls, tmp_path):
     assert onnx.load(str(out)).graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
 
 
+def test_fp16_says_which_int8_only_flags_it_was_given(ocr_cls, tmp_path):
+    """fp16 reads no calibration method, no claim and no auto-exclusion: given them, it took them in silence (a
+    retry hint from int8 to fp16 keeps the user's int8 flags, so a warning, not a refusal). build says the same."""
+    res = _invoke("quantize", ocr_cls, "-o", tmp_path / "a.onnx", "--precision", "fp16", "--calib-method", "entropy",
+                  "--int8-unverified")
+    assert res.exit_code == 0, res.output
+    assert "--calib-method, --int8-unverified have no effect with --precision fp16 (int8 only)" in res.stderr
+    plain = _invoke("quantize", ocr_cls, "-o", tmp_path / "b.onnx", "--precision", "fp16")
+    assert plain.exit_code == 0 and "no effect" not in plain.stderr, plain.output
+    built = _invoke("build", ocr_cls, "-o", tmp_path / "c.engine", "--precision", "fp16", "--prepare-only",
+                    "--no-auto-exclude")
+    assert built.exit_code == 0, built.output
+    assert "--auto-exclude has no effect with --precision fp16 (int8 only)" in built.stderr, built.stderr
+
+
 @pytest.mark.parametrize(
     "extra, code, message",
     [

@@ -8,7 +8,7 @@ import shlex
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -42,7 +42,7 @@ from trtconv.cli.options import (
     shapes_hint_runs,
     target_or_default,
 )
-from trtconv.cli.output import Heartbeat, interactive, print_json, progress, stderr_console
+from trtconv.cli.output import Heartbeat, interactive, print_json, progress, stderr_console, warn_int8_only
 from trtconv.cli.precision_report import print_gate
 from trtconv.cli.quantize_command import quiet_random_samples
 from trtconv.cli.triton_repo import triton_repo_option
@@ -238,6 +238,8 @@ def build(model: Path, output: Path, force: bool, as_json: bool, layers: bool, *
     if unused:
         logging.getLogger("trtconv").warning("%s %s no effect with --prepare-only: no engine is built",
                                              ", ".join(unused), "has" if len(unused) == 1 else "have")
+    if settings.precision == "fp16":
+        warn_int8_only({f.name: getattr(settings, f.name) for f in fields(settings)})
     settings = replace(settings, trt=target_or_default(settings.trt, as_json))
     if large_weights(model):  # freed weights and activations leave the RSS (issue 20's memory bound); below that
         return_large_blocks()  # size glibc's reuse of freed blocks saves the page faults (docs/benchmarks.md)

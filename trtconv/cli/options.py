@@ -30,7 +30,7 @@ from trtconv.cli.command_line import without_flag
 from trtconv.cli.main import JSON_KEY, MODEL_BYTES_KEY, MODEL_KEY
 from trtconv.cli.output import warn
 from trtconv.errors import ShapesNeeded, TrtconvError
-from trtconv.settings import Setting, declared, for_command
+from trtconv.settings import INT8_ONLY, Setting, declared, for_command
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -190,9 +190,7 @@ sample_options = options_for("quantize", "calib_data", "preprocess", "calib_load
                              "held_out", "split_seed")
 exclude_options = options_for("quantize", "exclude", "exclude_op")
 fp16_options = options_for("quantize", "keep_io_types", "max_activation", "max_initializer", "no_fold_batchnorm")
-int8_options = options_for("quantize", "calib_method", "percentile", "calib_cache", "no_calib_cache",
-                           "int8_remainder", "auto_exclude", "sensitivity", "auto_per_tensor",
-                           "no_bias_correction", "no_smoothing", "int8_unverified")
+int8_options = options_for("quantize", *INT8_ONLY)
 gate_options = options_for("quantize", "max_abs", "max_rel", "min_cosine", "min_top1", "gate_output",
                            "allow_nonfinite")
 

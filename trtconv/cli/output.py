@@ -12,7 +12,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -23,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from trtconv.cli.main import JSON_PRINTED_KEY
 from trtconv.errors import ExitCode, OutputError
 from trtconv.outputs import dumps_json
+from trtconv.settings import int8_only_given
 
 
 class _Console(Console):
@@ -98,6 +99,15 @@ def print_json(obj: Any) -> None:
 def warn(message: str) -> None:
     """``trtconv: warning: ...`` on stderr (silent under -q): the same voice as the log."""
     logging.getLogger("trtconv").warning(message)
+
+
+def warn_int8_only(values: Mapping[str, Any]) -> None:
+    """Say which INT8-only flags an fp16 run was given (it reads none of them; a spec file shared with int8 runs
+    may set them, so a warning, not a refusal)."""
+    flags = int8_only_given(values)
+    if flags:
+        warn(f"{', '.join(flags)} {'has' if len(flags) == 1 else 'have'} no effect with --precision fp16 "
+             "(int8 only)")
 
 
 def progress(transient: bool = True) -> Progress | LineProgress:

@@ -39,7 +39,7 @@ from trtconv.cli.options import (
     shapes_hint_runs,
     shapes_option,
 )
-from trtconv.cli.output import Heartbeat, interactive, progress, warn
+from trtconv.cli.output import Heartbeat, interactive, progress, warn, warn_int8_only
 from trtconv.cli.precision_report import emit_quantize
 from trtconv.errors import AccuracyError, PrecisionNotAchievedError
 
@@ -77,6 +77,8 @@ def quantize(model: Path, output: Path, precision: str, force: bool, as_json: bo
     """
 
     settings = quantize_settings(precision, params)
+    if precision == "fp16":
+        warn_int8_only(params)
     if large_weights(model):  # freed weights and activations leave the RSS (issue 20's memory bound); below that
         return_large_blocks()  # size glibc's reuse of freed blocks saves the page faults (docs/benchmarks.md)
     bar = _Progress()

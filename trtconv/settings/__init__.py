@@ -13,6 +13,7 @@ every layer (plan, pipeline, api, cli) can read the same defaults.
 from trtconv.settings.declare import (
     COMMANDS,
     DEFAULT_TARGET,
+    INT8_ONLY,
     NEWEST_TENSORRT,
     RTX_TARGET,
     SETTINGS,
@@ -20,7 +21,8 @@ from trtconv.settings.declare import (
     Setting,
     declared,
     for_command,
+    int8_only_given,
 )
 
-__all__ = ["COMMANDS", "DEFAULT_TARGET", "NEWEST_TENSORRT", "RTX_TARGET", "SETTINGS", "TRT_TARGETS", "Setting",
-           "declared", "for_command"]
+__all__ = ["COMMANDS", "DEFAULT_TARGET", "INT8_ONLY", "NEWEST_TENSORRT", "RTX_TARGET", "SETTINGS", "TRT_TARGETS",
+           "Setting", "declared", "for_command", "int8_only_given"]

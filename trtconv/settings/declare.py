@@ -9,6 +9,7 @@ release, each printing a one-line warning.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,3 +223,12 @@ def declared(name: str) -> Setting:
 def for_command(command: str) -> tuple[Setting, ...]:
     """The settings ``command`` takes, in declaration order."""
     return tuple(s for s in SETTINGS if command in s.commands)
+
+
+INT8_ONLY = tuple(s.name for s in _INT8)  # what only an int8 run reads (calibration, auto-exclusion, the claim)
+
+
+def int8_only_given(values: Mapping[str, Any]) -> list[str]:
+    """The flags of :data:`INT8_ONLY` settings that ``values`` gives other than their default: what an fp16 run
+    says it does not use (a warning: a spec file shared with int8 runs may set them), never drops in silence."""
+    return [declared(n).flag for n in INT8_ONLY if values.get(n, declared(n).default) not in (declared(n).default, ())]
