@@ -70,7 +70,8 @@ def print_int8(doc: dict[str, Any]) -> None:
                   markup=False)
     if r.get("calibration_choice"):
         on = "selection" if parts.get("selection") else "calibration"
-        con.print(f"calibration chosen on the {on} samples: {r['chosen_method']} (worst output cosine: "
+        con.print(f"calibration chosen on the {on} samples: {r['chosen_method']} (the worst output's cosine pooled over "
+                  "those samples; 'passes': each sample also meets the limit: "
                   + ", ".join(f"{o['method']} {o['worst_cosine']:.4f}" + (" passes" if o["passes"] else "")
                               for o in r["calibration_choice"]) + ")", markup=False)
     sm = r.get("smoothing")
