@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from enum import IntEnum
-from typing import ClassVar
+from typing import Any, ClassVar, TypeVar
 
 
 class ExitCode(IntEnum):
@@ -46,6 +46,25 @@ class TrtconvError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+E = TypeVar("E", bound="WithResult")
+
+
+class WithResult(TrtconvError):
+    """A failure that carries what the run got as far as (``result``: the model and its report, for the report that
+    explains the refusal). Mixed in beside the class that sets the exit code."""
+
+    def __init__(self, message: str, result: Any, hint: str | None = None, *,
+                 retry: tuple[str, str] | None = None) -> None:
+        super().__init__(message, hint, retry=retry)
+        self.result = result
+
+    @classmethod
+    def of(cls: type[E], exc: TrtconvError, result: Any) -> E:
+        """``exc`` as this class, with the outer run's ``result``: its message, hint and retry carried over (a stage's
+        refusal re-raised by the command that ran it keeps the command its hint offers)."""
+        return cls(exc.message, result, exc.hint, retry=exc.retry)
 
 
 class UsageError(TrtconvError):

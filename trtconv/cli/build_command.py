@@ -8,7 +8,7 @@ import shlex
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -239,7 +239,7 @@ def build(model: Path, output: Path, force: bool, as_json: bool, layers: bool, *
         logging.getLogger("trtconv").warning("%s %s no effect with --prepare-only: no engine is built",
                                              ", ".join(unused), "has" if len(unused) == 1 else "have")
     if settings.precision == "fp16":
-        warn_int8_only({f.name: getattr(settings, f.name) for f in fields(settings)})
+        warn_int8_only(settings.values())
     settings = replace(settings, trt=target_or_default(settings.trt, as_json))
     if large_weights(model):  # freed weights and activations leave the RSS (issue 20's memory bound); below that
         return_large_blocks()  # size glibc's reuse of freed blocks saves the page faults (docs/benchmarks.md)

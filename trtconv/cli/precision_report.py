@@ -41,6 +41,13 @@ def print_fp16(doc: dict[str, Any]) -> None:
     print_verdict(doc)
 
 
+def print_fp16_part(label: str, part: dict[str, Any], folded: list[Any], title: str = "kept in FP32, by rule:") -> None:
+    """How much of a model (``build``'s FP16 stage) or of INT8's remainder went to FP16, and what stayed FP32 and why."""
+    stdout_console().print(f"{label}: {part['converted']} of {part['float_nodes']} float nodes in FP16, "
+                           f"{part['kept_fp32']} kept in FP32; BatchNorms folded: {len(folded)}", markup=False)
+    print_kept(part["kept"], title)
+
+
 def print_kept(kept: list[dict[str, str]], title: str = "kept in FP32, by rule:") -> None:
     if not kept:
         return
@@ -104,9 +111,7 @@ def print_int8(doc: dict[str, Any]) -> None:
         con.print(f"  skipped ({n}): {reason}", markup=False)
     rem = r.get("fp16_remainder")
     if rem:
-        con.print(f"FP16 remainder: {rem['converted']} of {rem['float_nodes']} float nodes in FP16, "
-                  f"{rem['kept_fp32']} kept in FP32; BatchNorms folded: {len(r['folded_batchnorms'])}", markup=False)
-        print_kept(rem["kept"], "  kept in FP32, by rule:")
+        print_fp16_part("FP16 remainder", rem, r["folded_batchnorms"], "  kept in FP32, by rule:")
     if r.get("selection_share"):
         m, n = r["selection_share"]["meeting"], r["selection_share"]["samples"]
         con.print(f"--auto-exclude: no candidate within the INT8 share met the limit on every selection sample; the "
@@ -215,9 +220,7 @@ def print_gate(result: Any, model: Any, prepared: Any, refusal: TrtconvError | N
         doc["error"] = {"exit_code": int(refusal.exit_code), "message": refusal.message, "hint": refusal.hint}
     if doc["precision"] == "fp16":
         r = doc["fp16"]
-        stdout_console().print(f"FP16: {r['converted']} of {r['float_nodes']} float nodes in FP16, {r['kept_fp32']} "
-                               f"kept in FP32; BatchNorms folded: {len(r['folded_batchnorms'])}", markup=False)
-        print_kept(r["kept"])
+        print_fp16_part("FP16", r, r["folded_batchnorms"])
         print_accuracy(doc, r["samples"])
         stdout_console().print(gate_line(doc), markup=False)
     else:

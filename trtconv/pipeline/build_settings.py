@@ -30,7 +30,7 @@ from trtconv.plan import (
 )
 from trtconv.precision import cache_files
 from trtconv.rewrites import TAIL_SUFFIX, RewriteSettings, load_plugin_map, tail_ops, trtconv_plugin_spec
-from trtconv.settings import declared, for_command
+from trtconv.settings import declared, for_command, given_flags
 from trtconv.trt import for_target
 
 PathLike = str | os.PathLike[str]
@@ -202,24 +202,28 @@ class BuildSettings:
                         for flag in ("min_shapes", "opt_shapes", "max_shapes") for v in getattr(self, flag))
         return flags + (f" --shapes {shlex.quote(self.shapes)}" if self.shapes else "")
 
+    def values(self) -> dict[str, Any]:
+        """Setting name -> value, as the stages' settings functions and the flag checks read them."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
     def unused_with_prepare_only(self) -> list[str]:
         """The flags given that tune or check an engine, which ``--prepare-only`` does not build: said, not dropped
         in silence (a warning: a spec file shared with full builds may set them)."""
         if not self.prepare_only:
             return []
-        return [declared(name).flag for name in ENGINE_ONLY if getattr(self, name) not in (declared(name).default, ())]
+        return given_flags(self.values(), ENGINE_ONLY)
 
     def contradictions(self) -> None:
         """Settings that cannot all be obeyed: a usage error (exit 2) naming them, never one silently dropped."""
         if self.timing_cache and self.no_timing_cache:
             raise UsageError("--timing-cache and --no-timing-cache contradict each other")
         if self.precision == "fp32":
-            precision_only = [s for s in for_command("quantize")
-                              if s.name not in ("precision", "shapes", "min_precision_share", *SAMPLE_SETTINGS)
-                              and getattr(self, s.name) not in (s.default, ())]
+            precision_only = given_flags(self.values(), [
+                s.name for s in for_command("quantize")
+                if s.name not in ("precision", "shapes", "min_precision_share", *SAMPLE_SETTINGS)])
             if precision_only:
-                raise UsageError(f"{precision_only[0].flag} applies to --precision fp16 or int8, not fp32",
-                                 hint=f"add --precision fp16 or int8, or drop {precision_only[0].flag}")
+                raise UsageError(f"{precision_only[0]} applies to --precision fp16 or int8, not fp32",
+                                 hint=f"add --precision fp16 or int8, or drop {precision_only[0]}")
 
     def target(self, installed: str) -> str:
         """The TensorRT to build for: the one asked for, else ``installed``."""
@@ -227,7 +231,7 @@ class BuildSettings:
 
     def rewrite_settings(self, target: str) -> RewriteSettings:
         """The rewrite stage's settings: build's rewrite switches, the DCN target and the rules for ``target``."""
-        settings = rewrite_settings({**{f.name: getattr(self, f.name) for f in fields(self)}, "verify": True,
+        settings = rewrite_settings({**self.values(), "verify": True,
                                      "shapes": None}, target=target)
         # the clean-ups alone are TensorRT's parser's business
         return replace(settings, rules_only=True)
@@ -235,7 +239,7 @@ class BuildSettings:
     def quantize_settings(self) -> QuantizeSettings:
         """The precision stage's settings (precision fp16 or int8), as ``quantize`` takes them."""
         precision = "int8" if self.precision == "int8" else "fp16"
-        params = {f.name: getattr(self, f.name) for f in fields(self)}
+        params = self.values()
         if not self.shapes and self.opt_shapes:  # random data's shapes: the first profile's opt, as --shapes gives them
             params["shapes"] = self.opt_shapes[0]
         return quantize_settings(precision, params)

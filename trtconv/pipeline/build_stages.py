@@ -251,7 +251,7 @@ def precision_stage(model: onnx.ModelProto, req: BuildSettings, target: str, sam
             fp16 = convert_fp16(model, fp16_settings(qs), samples, progress=phases)  # quantize's settings
         except Fp16AccuracyError as exc:
             failed = QuantizeResult(exc.result.model, qs, exc.result.report, source, exc.result.report.samples)
-            raise QuantizeAccuracyError(exc.message, failed, exc.hint, retry=exc.retry) from exc
+            raise QuantizeAccuracyError.of(exc, failed) from exc
         report = fp16.report.to_json()
         gate = QuantizeResult(fp16.model, qs, fp16.report, source, fp16.report.samples)
         calibration = None if samples is None else {

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from trtconv.errors import AccuracyError, PrecisionNotAchievedError, UsageError
+from trtconv.errors import AccuracyError, PrecisionNotAchievedError, UsageError, WithResult
 from trtconv.load import LAZY_WEIGHTS_BYTES, load_model, save_model
 from trtconv.onnxutil import index_limits, length_inputs
 from trtconv.outputs import check_not_the_model, check_output_path
@@ -334,11 +334,11 @@ def run_int8(proto: onnx.ModelProto, samples: SampleSet, settings: QuantizeSetti
     except Int8AccuracyError as exc:
         failed = QuantizeResult(exc.result.model, settings, exc.result.report, samples.source,
                                 exc.result.report.calibration_runs or None)
-        raise QuantizeAccuracyError(exc.message, failed, exc.hint, retry=exc.retry) from exc
+        raise QuantizeAccuracyError.of(exc, failed) from exc
     except Int8ShareError as exc:
         failed = QuantizeResult(exc.result.model, settings, exc.result.report, samples.source,
                                 exc.result.report.calibration_runs or None)
-        raise QuantizeShareError(exc.message, failed, exc.hint, retry=exc.retry) from exc
+        raise QuantizeShareError.of(exc, failed) from exc
 
 
 def _read_every_sample(samples: SampleSet) -> None:
@@ -354,23 +354,17 @@ def _limit(value: float | None, default: float) -> float | None:
     return None if value <= 0 else value
 
 
-class QuantizeAccuracyError(AccuracyError):
+class QuantizeAccuracyError(WithResult, AccuracyError):
     """Accuracy outside the thresholds; nothing was written, ``result`` holds the model and the report."""
 
-    def __init__(self, message: str, result: QuantizeResult, hint: str | None = None, *,
-                 retry: tuple[str, str] | None = None) -> None:
-        super().__init__(message, hint, retry=retry)
-        self.result = result
+    result: QuantizeResult
 
 
-class QuantizeShareError(PrecisionNotAchievedError):
+class QuantizeShareError(WithResult, PrecisionNotAchievedError):
     """INT8 cannot pass the gate within ``--min-precision-share`` (exit 8); nothing was written, ``result`` holds
     the report (the per-layer sensitivity behind the refusal, the share the gate would need)."""
 
-    def __init__(self, message: str, result: QuantizeResult, hint: str | None = None, *,
-                 retry: tuple[str, str] | None = None) -> None:
-        super().__init__(message, hint, retry=retry)
-        self.result = result
+    result: QuantizeResult
 
 
 def quantize(model: PathLike, output: PathLike | None = None, settings: QuantizeSettings | None = None, *,
@@ -410,7 +404,7 @@ def quantize(model: PathLike, output: PathLike | None = None, settings: Quantize
             fp16 = convert_fp16(loaded.proto, fp16_settings(settings), samples, progress=progress)
         except Fp16AccuracyError as exc:
             failed = QuantizeResult(exc.result.model, settings, exc.result.report, source, exc.result.report.samples)
-            raise QuantizeAccuracyError(exc.message, failed, exc.hint, retry=exc.retry) from exc
+            raise QuantizeAccuracyError.of(exc, failed) from exc
         result_model, report, count = fp16.model, fp16.report, fp16.report.samples
     else:
 

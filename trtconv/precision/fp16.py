@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from trtconv.errors import AccuracyError, InternalError, InvalidModelError
+from trtconv.errors import AccuracyError, InternalError, InvalidModelError, WithResult
 from trtconv.load import (
     approx_size,
     check_structure_only,
@@ -162,13 +162,10 @@ class Fp16Result:
     half_tensors: frozenset[str] = frozenset()  # node outputs stored in FP16 (for emulate_half)
 
 
-class Fp16AccuracyError(AccuracyError):
+class Fp16AccuracyError(WithResult, AccuracyError):
     """The FP16 model misses the thresholds; ``result`` still holds the model and the full report."""
 
-    def __init__(self, message: str, result: Fp16Result, hint: str | None = None, *,
-                 retry: tuple[str, str] | None = None) -> None:
-        super().__init__(message, hint, retry=retry)
-        self.result = result
+    result: Fp16Result
 
 
 def convert_fp16(

@@ -255,6 +255,8 @@ class _Scope:
                 if self.types.get(vi.name) == FLOAT:
                     self.reserved[vi.name] = FLOAT if self.rw.keep_io_types else HALF
         cone = shape_cone(g, self.rw.view)
+        # every constant, not only those the walk has defined (a Constant node's is defined when the walk reaches it,
+        # and a guard's epsilon is read before: torch.onnx writes LayerNorm's as one)
         guards = vanishing_guards(g, self.rw.view, lambda n: self.rw.view.value(n, overridable=False))
         const_peak = const_peak_lookup(self.const_value)
         for idx, node in enumerate(g.node):

@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 
 from trtconv.onnxutil import GraphView
+from trtconv.precision.fp16_rules import fp16_label
 
 FP16_ROUNDS_TO_ZERO = 2.0 ** -25  # half the smallest FP16 subnormal: this and below round to 0
 
@@ -51,7 +52,7 @@ def vanishing_guards(graph: onnx.GraphProto, view: GraphView,
             if site.node.op_type in _GUARDS:
                 eps = _vanishing_epsilon(site.node, const_value)
                 if eps is not None:
-                    why = (f"{site.node.op_type} {_label(site.node)!r} keeps {node.op_type} {_label(node)!r} from "
+                    why = (f"{site.node.op_type} {fp16_label(site.node)!r} keeps {node.op_type} {fp16_label(node)!r} from "
                            f"zero with {eps:.3g}, which FP16 rounds to 0")
                     for i in (*_power_path(site.node, graph, view), site.index, *chain, idx):
                         out.setdefault(i, why)
@@ -101,7 +102,3 @@ def _power_path(guard: onnx.NodeProto, graph: onnx.GraphProto, view: GraphView) 
 
 def _negative(exponent: np.ndarray | None) -> bool:
     return exponent is not None and exponent.size > 0 and bool(np.any(exponent < 0))
-
-
-def _label(node: onnx.NodeProto) -> str:
-    return node.name or (node.output[0] if node.output else node.op_type)

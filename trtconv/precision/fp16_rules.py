@@ -29,6 +29,11 @@ DTYPE_FROM_ATTRIBUTE = frozenset({
 })
 
 
+def fp16_label(node: onnx.NodeProto) -> str:
+    """How the FP16 report names a node: its name, else its first output, else its op type."""
+    return node.name or (node.output[0] if node.output else node.op_type)
+
+
 @dataclass(frozen=True)
 class NodeView:
     """What a rule may look at: the node, its place, its schema and the facts gathered about it."""
@@ -43,7 +48,7 @@ class NodeView:
 
     @property
     def label(self) -> str:
-        return self.node.name or (self.node.output[0] if self.node.output else self.node.op_type)
+        return fp16_label(self.node)
 
 
 @dataclass(frozen=True)

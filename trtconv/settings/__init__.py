@@ -21,8 +21,8 @@ from trtconv.settings.declare import (
     Setting,
     declared,
     for_command,
-    int8_only_given,
+    given_flags,
 )
 
 __all__ = ["COMMANDS", "DEFAULT_TARGET", "INT8_ONLY", "NEWEST_TENSORRT", "RTX_TARGET", "SETTINGS", "TRT_TARGETS",
-           "Setting", "declared", "for_command", "int8_only_given"]
+           "Setting", "declared", "for_command", "given_flags"]

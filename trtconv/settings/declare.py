@@ -9,7 +9,7 @@ release, each printing a one-line warning.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -228,7 +228,7 @@ def for_command(command: str) -> tuple[Setting, ...]:
 INT8_ONLY = tuple(s.name for s in _INT8)  # what only an int8 run reads (calibration, auto-exclusion, the claim)
 
 
-def int8_only_given(values: Mapping[str, Any]) -> list[str]:
-    """The flags of :data:`INT8_ONLY` settings that ``values`` gives other than their default: what an fp16 run
-    says it does not use (a warning: a spec file shared with int8 runs may set them), never drops in silence."""
-    return [declared(n).flag for n in INT8_ONLY if values.get(n, declared(n).default) not in (declared(n).default, ())]
+def given_flags(values: Mapping[str, Any], names: Iterable[str]) -> list[str]:
+    """The flags of the settings ``names`` that ``values`` sets other than their default: what a run that reads none
+    of them says it was given (never drops in silence)."""
+    return [declared(n).flag for n in names if values.get(n, declared(n).default) not in (declared(n).default, ())]

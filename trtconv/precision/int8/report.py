@@ -13,7 +13,7 @@ from typing import Any
 
 import onnx
 
-from trtconv.errors import AccuracyError, DataError, PrecisionNotAchievedError
+from trtconv.errors import AccuracyError, DataError, PrecisionNotAchievedError, WithResult
 from trtconv.precision.bn_fold import FoldedBatchNorm
 from trtconv.precision.fp16 import Fp16Report
 from trtconv.precision.int8.accuracy import WorstSample
@@ -174,32 +174,23 @@ class Int8Result:
     report: Int8Report
 
 
-class Int8ShareError(PrecisionNotAchievedError):
+class Int8ShareError(WithResult, PrecisionNotAchievedError):
     """Auto-exclude stopped: the gate needs more layers out of INT8 than ``min_share`` allows (exit 8)."""
 
-    def __init__(self, message: str, result: Int8Result, hint: str | None = None, *,
-                 retry: tuple[str, str] | None = None) -> None:
-        super().__init__(message, hint, retry=retry)
-        self.result = result
+    result: Int8Result
 
 
-class Int8AccuracyError(AccuracyError):
+class Int8AccuracyError(WithResult, AccuracyError):
     """Accuracy below the thresholds; ``result`` still holds the model and the full report."""
 
-    def __init__(self, message: str, result: Int8Result, hint: str | None = None, *,
-                 retry: tuple[str, str] | None = None) -> None:
-        super().__init__(message, hint, retry=retry)
-        self.result = result
+    result: Int8Result
 
 
-class Int8EvidenceError(DataError):
+class Int8EvidenceError(WithResult, DataError):
     """Too few judged samples to support the claim a pass makes (exit 11); nothing is written. ``result``: the
     model and report when the run got as far as judging (None when refused before calibrating)."""
 
-    def __init__(self, message: str, result: Int8Result | None = None, hint: str | None = None, *,
-                 retry: tuple[str, str] | None = None) -> None:
-        super().__init__(message, hint, retry=retry)
-        self.result = result
+    result: Int8Result | None
 
 
 def worst_layers(errors: Sequence[LayerError], k: int = WORST_NAMED) -> str:
