@@ -206,7 +206,8 @@ __host__ __device__ constexpr int smem_bytes(int BM, int BN, int RB, bool SMR, i
 // SMR: the sampling recipes of a tap live in shared memory, built one step ahead by one thread
 // per pixel, instead of in the registers of every thread that gathers for the pixel.
 // ABL (development only, see plugins/dcnv2/devvar.py): 1 = no corner loads, 2 = no wgmma,
-// 3 = the weights of one fixed block (L1 hits), 4 = corners inside x's first 8 KiB (L1 hits).
+// 3 = the weights of one fixed block (L1 hits), 4 = corners inside x's first 8 KiB (L1 hits),
+// 5 = no weight copies, 6 = 4 and 5, 7 = 6 without wgmma, 8 = 1 and 5.
 // VEC: the caller checked vectorizable(), so the element-wise paths compile away. An entry that
 // calls both instantiations (SPLIT in DCNV2_SM90_ENTRY) gets a vectorized main loop the
 // register allocator sees alone: at 128 registers (512 threads) the 128x256x64 "v" tile then
@@ -394,7 +395,9 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
 #pragma unroll
       for (int v = 0; v < BCH; ++v) {
         const bool ok = cok && brow0 + v * BROWS < Coutg;
-        if constexpr (ABL == 3)  // the same block every step, from L1: no weight traffic from L2
+        if constexpr (ABL >= 5)  // no weight copies at all (B holds what it held)
+          continue;
+        else if constexpr (ABL == 3)  // the same block every step, from L1: no weight traffic from L2
           cp_async16_ca(sbase + stage * STAGE + bsoff + v * BROWS * RB, wbase + (size_t)v * BROWS * wrow, true);
         else
           cp_async16(sbase + stage * STAGE + bsoff + v * BROWS * RB, ok ? src + (size_t)v * BROWS * wrow : weight, ok);
@@ -431,7 +434,7 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
   uint4 raw[NTASK][4];
   // Both take the passes [ib, ie) of the step.
   auto gather = [&](int c0, int cend, int ib, int ie) {
-    if (ABL == 1) {
+    if (ABL == 1 || ABL == 8) {
 #pragma unroll
       for (int i = ib; i < ie; ++i)
 #pragma unroll
@@ -444,7 +447,7 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
         for (int i = ib; i < ie; ++i)
 #pragma unroll
           for (int k = 0; k < 4; ++k)  // ABL 4: corners inside x's first 8 KiB, from L1: no L2 traffic
-            raw[i][k] = __ldg(reinterpret_cast<const uint4*>(xc + (ABL == 4 ? ro[i][k] & 4095 : ro[i][k])));
+            raw[i][k] = __ldg(reinterpret_cast<const uint4*>(xc + ((ABL == 4 || ABL == 6 || ABL == 7) ? ro[i][k] & 4095 : ro[i][k])));
         return;
       }
 #pragma unroll
@@ -513,7 +516,7 @@ __device__ __forceinline__ void dcn_forward(const typename E::T* __restrict__ x,
     wg_arrive();
 #pragma unroll
     for (int k = 0; k < KSL; ++k)  // K slices of 32 bytes: 2 descriptor units each
-      if (ABL != 2) mma<E, BNW>(acc, da + o + k * 2, db + o + k * 2);
+      if (ABL != 2 && ABL != 7) mma<E, BNW>(acc, da + o + k * 2, db + o + k * 2);
     wg_commit();
   };
 
@@ -836,6 +839,10 @@ DCNV2_ABL_ENTRY(dcnv2_abl_nomma_v, 2)
 DCNV2_ABL_ENTRY(dcnv2_f16_nhwc_m128n256k64v_abl0, 0)
 DCNV2_ABL_ENTRY(dcnv2_f16_nhwc_m128n256k64v_abl3, 3)
 DCNV2_ABL_ENTRY(dcnv2_f16_nhwc_m128n256k64v_abl4, 4)
+DCNV2_ABL_ENTRY(dcnv2_f16_nhwc_m128n256k64v_abl5, 5)
+DCNV2_ABL_ENTRY(dcnv2_f16_nhwc_m128n256k64v_abl6, 6)
+DCNV2_ABL_ENTRY(dcnv2_f16_nhwc_m128n256k64v_abl7, 7)
+DCNV2_ABL_ENTRY(dcnv2_f16_nhwc_m128n256k64v_abl8, 8)
 // Candidate tiles (plugins/dcnv2/devtiles.py times them beside the shipped ones); suffix "y": RS,
 // "z": the SPLIT entry's two instantiations sharing one shared-memory array (XS) without RS
 // (plugins/dcnv2/NOTES.md, round dcnk2, runs k1-k8: v2y and 64 x 128 v6y won (e) and (d) and are now the
