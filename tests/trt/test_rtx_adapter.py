@@ -37,6 +37,7 @@ def test_silero_lstm_in_if_is_rejected_by_the_real_builder_in_one_message(tmp_pa
     msg = err.value.message
     assert msg.startswith("TensorRT-RTX's builder failed: ") and len(msg) > len("TensorRT-RTX's builder failed: ") + 20
     assert "Error Code" in msg and "\n" not in msg  # TensorRT's own words, on one line
+    assert "it fails once node If_0 (If) joins the graph" in msg  # its words name none: prefix builds did
     assert not engine.exists()
 
 

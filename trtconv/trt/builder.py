@@ -39,6 +39,7 @@ from trtconv.trt import compat
 from trtconv.trt.cancel import Cancel, deferred_signals
 from trtconv.trt.describe import engine_bindings, network_bindings
 from trtconv.trt.engine import deserialize, inspector_json
+from trtconv.trt.failing_node import FailingNode, locate
 from trtconv.trt.flavour import TENSORRT, Flavour, active, for_target
 from trtconv.trt.loader import tensorrt_version
 from trtconv.trt.plugins import dcnv2
@@ -359,14 +360,19 @@ def profile_error(faults: list[str], profiles: tuple[Profile, ...], flavour: Fla
         "nothing was written")
 
 
-def builder_error(messages: list[str], flavour: Flavour = TENSORRT) -> BuildError:
-    """The builder returned no engine: its own error lines, in one message."""
-    said = "; ".join(dict.fromkeys(m.strip().splitlines()[0] for m in messages if m.strip()))
+def builder_error(messages: list[str], flavour: Flavour = TENSORRT, where: FailingNode | None = None) -> BuildError:
+    """The builder returned no engine: where it starts to fail (if found) and its own error text, in one
+    message (a Myelin error's later lines are the ones that say what and where: kept, joined)."""
+    said = "; ".join(dict.fromkeys(" ".join(m.split()) for m in messages if m.strip()))
     if len(said) > 600:
         said = said[:600] + " ..."
-    return BuildError(f"{flavour.name}'s builder failed: {said}" if said else
-                      f"{flavour.name}'s builder failed (it reported no error; rerun with -v for its full log)",
-                      hint="rerun with -v for TensorRT's full log; `trtconv check` lists nodes it may reject")
+    place = f": {where.describe()}" if where is not None else ""
+    words = (f"; its error: {said}" if place else f": {said}") if said else \
+        " (it reported no error; rerun with -v for its full log)"
+    hint = ("the builder, not its parser, refuses this graph (`trtconv check` reads the parser): rerun with -v "
+            "for TensorRT's full log") if where is not None else \
+        "rerun with -v for TensorRT's full log; `trtconv check` lists nodes it may reject"
+    return BuildError(f"{flavour.name}'s builder failed{place}{words}", hint=hint)
 
 
 def _report_errors(errors: list[str]) -> None:
@@ -437,7 +443,7 @@ def _build(plan: BuildPlan, flavour: Flavour, timing_cache: Path | None, progres
         raise profile_error(faults, plan.profiles, flavour)
     cancel.raise_if_requested()  # the build was cancelled cleanly; nothing was written
     if serialized is None:
-        raise builder_error(errors, flavour)
+        raise builder_error(errors, flavour, locate(plan, flavour, errors, progress=progress))
     _report_errors(errors)
     if timing_cache is not None:
         save_timing_cache(config, timing_cache)
