@@ -192,7 +192,7 @@ def convert_fp16(
 
     def say(stage: str, done: int = 0) -> None:
         if progress is not None:
-            progress(stage, done, total if stage in ("peaks", "accuracy") else None)
+            progress(stage, done, total if stage == "peaks" else None)
 
     if samples is not None and not hasattr(samples, "__len__"):
         samples = list(samples)  # a generator: we need two passes
@@ -224,7 +224,6 @@ def convert_fp16(
     stats: tuple[OutputStats, ...] = ()
     problems: tuple[str, ...] = ()
     if samples is not None and settings.check_accuracy:
-        say("accuracy")
         stats, n = fp16_accuracy(model, out, rw.half_tensors, samples, progress=progress, total=total,
                                  top1=settings.thresholds.min_top1 is not None, reference_outputs=reference)
         n_samples = max(n_samples, n)
@@ -305,40 +304,54 @@ def fp16_accuracy(
     the FP32 outputs per sample, when the caller already has them (no FP32 pass then).
     """
     half_inputs = {vi.name for vi in fp16_model.graph.input if vi.type.tensor_type.elem_type == TensorProto.FLOAT16}
+    # progress counts model runs, as INT8's accuracy report does: a pass is one run per sample
+    steps = None if total is None else total * (2 if reference_outputs is not None else 3)
+    done = 0
+    if progress is not None:
+        progress("accuracy", 0, steps)
+
+    def ran() -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress("accuracy", done, steps)
+
     if reference_outputs is None:  # one FP32 pass per sample, unless the caller kept them
         ref_sess = ort.session(reference)
-        reference_outputs = [ort.run(ref_sess, sample) for sample in samples]
+        reference_outputs = []
+        for sample in samples:
+            reference_outputs.append(ort.run(ref_sess, sample))
+            ran()
         del ref_sess
     try:
         cand_sess = ort.session(fp16_model)
     except InvalidModelError as exc:
         raise InternalError(f"ONNX Runtime refuses the FP16 model although it runs the FP32 one: {exc}") from exc
     # One session at a time: each holds a copy of the weights.
-    got = _compare_all(cand_sess, samples, reference_outputs, half_inputs, np.float16, top1)
+    got = _compare_all(cand_sess, samples, reference_outputs, half_inputs, np.float16, top1, ran)
     del cand_sess
     ensure_room(3 * approx_size(fp16_model), "making the FP16 model's FP32 twin")  # a copy, then FP32 weights
     emu_sess = ort.session(emulate_half(fp16_model, half_tensors))
-    emu = _compare_all(emu_sess, samples, reference_outputs, half_inputs, np.float32, top1)
+    emu = _compare_all(emu_sess, samples, reference_outputs, half_inputs, np.float32, top1, ran)
     del emu_sess
     per_output: dict[str, list[OutputStats]] = {}
-    for n, (a_sample, b_sample) in enumerate(zip(got, emu), start=1):
+    for a_sample, b_sample in zip(got, emu):
         for name, a in a_sample.items():
             per_output.setdefault(name, []).append(worse_stats(a, b_sample[name]))
-        if progress is not None:
-            progress("accuracy", n, total)
     return tuple(_worst(v, [r[name] for r in reference_outputs[:len(got)]]) for name, v in per_output.items()), len(got)
 
 
 def _compare_all(sess, samples: Iterable[Mapping[str, np.ndarray]], reference_outputs: list[dict[str, np.ndarray]],
-                 half_inputs: set[str], half_dtype: Any, top1: bool) -> list[dict[str, OutputStats]]:
+                 half_inputs: set[str], half_dtype: Any, top1: bool, ran: Callable[[], None]) -> list[dict[str, OutputStats]]:
     """Per sample, per float output: ``sess`` (half inputs cast to ``half_dtype`` after FP16
-    rounding) against the FP32 reference outputs."""
+    rounding) against the FP32 reference outputs; ``ran()`` after each sample."""
     out = []
     for sample, ref in zip(samples, reference_outputs):
         half = {k: np.asarray(v).astype(np.float16).astype(half_dtype) for k, v in sample.items() if k in half_inputs}
         got = ort.run(sess, {**sample, **half})
         out.append({name: compare_arrays(name, r, got[name], top1=top1) for name, r in ref.items()
                     if r.dtype.kind == "f"})
+        ran()
     return out
 
 
