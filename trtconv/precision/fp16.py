@@ -41,6 +41,7 @@ from trtconv.reference import (
     ONE_VALUE_MEASURE,
     OutputStats,
     Thresholds,
+    class_axes,
     compare_arrays,
     one_value,
     one_value_cosines,
@@ -328,11 +329,12 @@ def fp16_accuracy(
     except InvalidModelError as exc:
         raise InternalError(f"ONNX Runtime refuses the FP16 model although it runs the FP32 one: {exc}") from exc
     # One session at a time: each holds a copy of the weights.
-    got = _compare_all(cand_sess, samples, reference_outputs, half_inputs, np.float16, top1, ran)
+    axes = class_axes(reference) if top1 else {}  # top-1 along each output's classes where known, else the last axis
+    got = _compare_all(cand_sess, samples, reference_outputs, half_inputs, np.float16, top1, axes, ran)
     del cand_sess
     ensure_room(3 * approx_size(fp16_model), "making the FP16 model's FP32 twin")  # a copy, then FP32 weights
     emu_sess = ort.session(emulate_half(fp16_model, half_tensors))
-    emu = _compare_all(emu_sess, samples, reference_outputs, half_inputs, np.float32, top1, ran)
+    emu = _compare_all(emu_sess, samples, reference_outputs, half_inputs, np.float32, top1, axes, ran)
     del emu_sess
     per_output: dict[str, list[OutputStats]] = {}
     for a_sample, b_sample in zip(got, emu):
@@ -342,14 +344,15 @@ def fp16_accuracy(
 
 
 def _compare_all(sess, samples: Iterable[Mapping[str, np.ndarray]], reference_outputs: list[dict[str, np.ndarray]],
-                 half_inputs: set[str], half_dtype: Any, top1: bool, ran: Callable[[], None]) -> list[dict[str, OutputStats]]:
+                 half_inputs: set[str], half_dtype: Any, top1: bool, axes: Mapping[str, int],
+                 ran: Callable[[], None]) -> list[dict[str, OutputStats]]:
     """Per sample, per float output: ``sess`` (half inputs cast to ``half_dtype`` after FP16
     rounding) against the FP32 reference outputs; ``ran()`` after each sample."""
     out = []
     for sample, ref in zip(samples, reference_outputs):
         half = {k: np.asarray(v).astype(np.float16).astype(half_dtype) for k, v in sample.items() if k in half_inputs}
         got = ort.run(sess, {**sample, **half})
-        out.append({name: compare_arrays(name, r, got[name], top1=top1) for name, r in ref.items()
+        out.append({name: compare_arrays(name, r, got[name], top1=top1, axis=axes.get(name, -1)) for name, r in ref.items()
                     if r.dtype.kind == "f"})
         ran()
     return out

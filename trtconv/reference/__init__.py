@@ -1,6 +1,7 @@
 """Layer reference: ONNX Runtime as the CPU reference every stage compares against, and output comparison."""
 
 from trtconv.reference import ort
+from trtconv.reference.class_axes import class_axes
 from trtconv.reference.compare import (
     DEFAULT_THRESHOLDS,
     ONE_VALUE_MEASURE,
@@ -30,6 +31,7 @@ __all__ = [
     "OutputStats",
     "PooledStats",
     "Thresholds",
+    "class_axes",
     "compare_arrays",
     "compare_outputs",
     "dot",

@@ -21,7 +21,7 @@ class OutputStats:
     max_rel: float
     cosine: float
     nonfinite: int  # NaN/Inf in the candidate where the reference is finite
-    top1_agreement: float | None = None  # for classifier-like outputs (last axis = classes)
+    top1_agreement: float | None = None  # for classifier-like outputs: the argmax along the classes' axis
     per_sample_cosine: tuple[float, ...] = ()  # pooled over samples: each sample's own cosine (reports plot it)
     # what ``cosine`` measures: "cosine", or ONE_VALUE_MEASURE for an output of one value per sample (its error
     # against the output's RMS, on the cosine's scale: :func:`one_value_cosines`)
@@ -180,12 +180,13 @@ def _cosine(a64: np.ndarray, b64: np.ndarray, ab: float, aa: float, bb: float, e
     return float(np.clip(ab / (na * nb), -1.0, 1.0))
 
 
-def compare_arrays(name: str, ref: np.ndarray, got: np.ndarray, *, top1: bool = False) -> OutputStats:
-    """Statistics of ``got`` against ``ref`` (computed in float64)."""
-    return _compared(name, ref, got, top1)[0]
+def compare_arrays(name: str, ref: np.ndarray, got: np.ndarray, *, top1: bool = False, axis: int = -1) -> OutputStats:
+    """Statistics of ``got`` against ``ref`` (computed in float64); ``top1``: with the agreement of the argmax
+    along ``axis`` (the classes')."""
+    return _compared(name, ref, got, top1, axis)[0]
 
 
-def _compared(name: str, ref: np.ndarray, got: np.ndarray, top1: bool
+def _compared(name: str, ref: np.ndarray, got: np.ndarray, top1: bool, axis: int = -1
               ) -> tuple[OutputStats, tuple[float, float, float]]:
     """:func:`compare_arrays`, and the dot products (ref·got, ref·ref, got·got over the values finite in both,
     in float64) that pooling adds up: taken once for both."""
@@ -216,8 +217,8 @@ def _compared(name: str, ref: np.ndarray, got: np.ndarray, top1: bool
     big = denom > 1e-6 * (float(denom.max()) if denom.size else 0.0)
     rel = np.divide(d, np.maximum(denom, 1e-12, out=denom), out=denom) if d.size else d  # ``denom`` is not read again
     top = None
-    if top1 and ref.ndim >= 1 and ref.shape[-1] > 1:
-        top = float(np.mean(np.argmax(r64, axis=-1) == np.argmax(g64, axis=-1)))
+    if top1 and -ref.ndim <= axis < ref.ndim and ref.shape[axis] > 1:  # ``axis``: the classes'
+        top = float(np.mean(np.argmax(r64, axis=axis) == np.argmax(g64, axis=axis)))
     dots = dot(rm, gm), dot(rm, rm), dot(gm, gm)
     max_abs = float(d.max()) if d.size else 0.0
     return OutputStats(
@@ -246,10 +247,10 @@ def pooled_cosine(rg: float, rr: float, gg: float) -> float:
 class PooledStats:
     """Per-output statistics accumulated over samples of possibly different shapes."""
 
-    def __init__(self, name: str, top1: bool, by_error: bool = False) -> None:
+    def __init__(self, name: str, top1: bool, by_error: bool = False, axis: int = -1) -> None:
         """``by_error``: an output of one value per sample (:func:`one_value`) is measured by its error against
         its RMS (:func:`one_value_cosines`), not by the cosine (the gates and ``verify`` do)."""
-        self.name, self.top1, self.by_error = name, top1, by_error
+        self.name, self.top1, self.by_error, self.axis = name, top1, by_error, axis  # axis: the classes' (top-1)
         self.sizes: list[int] = []  # each sample's count of values
         self.errors: list[float] = []  # of a sample with at most one value: its error (0 when it has none)
         self.values: list[float] = []  # ... and its reference value (NaN where not finite); kept while all are small
@@ -265,7 +266,7 @@ class PooledStats:
 
     def add(self, ref: np.ndarray, got: np.ndarray) -> tuple[float, float, float]:
         """Add one sample; its dot products (ref·got, ref·ref, got·got over the values finite in both)."""
-        s, (rg, rr, gg) = _compared(self.name, ref, got, self.top1)
+        s, (rg, rr, gg) = _compared(self.name, ref, got, self.top1, self.axis)
         self.shape = self.shape or s.shape
         self.max_abs = max(self.max_abs, s.max_abs)
         self.max_rel = max(self.max_rel, s.max_rel)
@@ -283,7 +284,7 @@ class PooledStats:
                 v = float(np.asarray(ref, np.float64).ravel()[0])
                 self.values.append(v if np.isfinite(v) else float("nan"))
         if s.top1_agreement is not None:
-            rows = ref.size // ref.shape[-1]
+            rows = ref.size // ref.shape[self.axis]
             self.top_hits += s.top1_agreement * rows
             self.top_rows += rows
         return rg, rr, gg
@@ -334,15 +335,17 @@ def worse_stats(a: OutputStats, b: OutputStats) -> OutputStats:
 
 
 def compare_outputs(
-    ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], *, top1: bool = False, by_error: bool = False
+    ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], *, top1: bool = False, by_error: bool = False,
+    axes: Mapping[str, int] | None = None,
 ) -> list[OutputStats]:
     """Each output of one sample compared; ``by_error``: one that holds a single value is measured by its error
-    against that value (:class:`PooledStats`' ``by_error`` over one sample), whose cosine could only say the sign."""
+    against that value (:class:`PooledStats`' ``by_error`` over one sample), whose cosine could only say the sign.
+    ``axes``: per output, the axis of its classes for top-1 (the last where not given)."""
     missing = sorted(set(ref) - set(got))
     if missing:
         raise ValueError(f"outputs missing from the candidate: {', '.join(missing)}")
     return [_one_sample(k, ref[k], got[k], top1) if by_error and one_value([ref[k].size])
-            else compare_arrays(k, ref[k], got[k], top1=top1) for k in ref]
+            else compare_arrays(k, ref[k], got[k], top1=top1, axis=(axes or {}).get(k, -1)) for k in ref]
 
 
 def _one_sample(name: str, ref: np.ndarray, got: np.ndarray, top1: bool) -> OutputStats:

@@ -19,7 +19,15 @@ import onnx
 from trtconv.errors import DataError, InvalidModelError
 from trtconv.load import input_dims, load_model
 from trtconv.plan import ShapesKey, does_not_fit, manifest_path, read_manifest, shapes_key
-from trtconv.reference import OutputStats, PooledStats, Thresholds, compare_outputs, ort, violations
+from trtconv.reference import (
+    OutputStats,
+    PooledStats,
+    Thresholds,
+    class_axes,
+    compare_outputs,
+    ort,
+    violations,
+)
 from trtconv.samples import SampleSource, iter_samples_with_origin, model_inputs
 from trtconv.trt import EngineRunner, profile_shapes
 
@@ -108,15 +116,17 @@ def compare_with_reference(
     top1: bool = False,
     seed: int | None = None,
     reference: Mapping[str, np.ndarray] | None = None,
+    axes: Mapping[str, int] | None = None,
 ) -> VerifyReport:
     """Judge ``got`` (the engine's outputs) against the reference's outputs on ``feeds``
-    (``reference``: already computed; else the reference is run here)."""
+    (``reference``: already computed; else the reference is run here). ``axes``: per output, the axis of its
+    classes for top-1 (:func:`~trtconv.precision.class_axes.class_axes`; the last where not given)."""
     ref = dict(reference) if reference is not None else ort.run_model(model, feeds)
     missing = sorted(set(ref) - set(got))
     if missing:
         return VerifyReport((), (f"engine has no output named {', '.join(missing)}",), thresholds,
                             {k: list(v.shape) for k, v in feeds.items()}, seed)
-    stats = compare_outputs(ref, {k: got[k] for k in ref}, top1=top1, by_error=True)
+    stats = compare_outputs(ref, {k: got[k] for k in ref}, top1=top1, by_error=True, axes=axes)
     return VerifyReport(tuple(stats), tuple(violations(stats, thresholds)), thresholds,
                         {k: list(v.shape) for k, v in feeds.items()}, seed)
 
@@ -143,6 +153,7 @@ def verify_engine(
     """
 
     loaded = load_model(onnx_path, load_weights=False)
+    axes = class_axes(loaded.proto) if top1 else {}
     paths = [inputs] if isinstance(inputs, Path) else list(inputs or ())
     runner = None
     if paths:
@@ -161,7 +172,7 @@ def verify_engine(
     if len(samples) == 1:
         feeds = samples[0][1]
         return compare_with_reference(onnx_path, feeds, runner.infer(feeds), thresholds, top1=top1,
-                                      seed=None if paths else seed)
+                                      seed=None if paths else seed, axes=axes)
     pooled: dict[str, PooledStats] = {}
     for _, feeds in samples:
         ref = ort.run_model(onnx_path, feeds)
@@ -171,7 +182,8 @@ def verify_engine(
             return VerifyReport((), (f"engine has no output named {', '.join(missing)}",), thresholds,
                                 {k: list(v.shape) for k, v in feeds.items()}, None, len(samples))
         for name, r in ref.items():
-            pooled.setdefault(name, PooledStats(name, top1, by_error=True)).add(r, np.asarray(got[name]))
+            pooled.setdefault(name, PooledStats(name, top1, by_error=True, axis=axes.get(name, -1))).add(
+                r, np.asarray(got[name]))
     stats = [p.stats() for p in pooled.values()]
     first = samples[0][1]
     return VerifyReport(tuple(stats), tuple(violations(stats, thresholds)), thresholds,

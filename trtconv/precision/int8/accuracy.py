@@ -23,14 +23,13 @@ import numpy as np
 import onnx
 
 from trtconv.errors import DataError
-from trtconv.onnxutil import GraphView
 from trtconv.precision.int8.measured import measured_form
-from trtconv.precision.int8.qdq import SHAPE_ONLY
 from trtconv.reference import (
     ONE_VALUE_MEASURE,
     OutputStats,
     PooledStats,
     Thresholds,
+    class_axes,
     dot,
     one_value,
     pooled_cosine,
@@ -55,19 +54,6 @@ def run_failure(origin: str, exc: Exception) -> DataError:
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return DataError(f"{origin}: ONNX Runtime failed on this sample ({first[:300]})",
                      hint="check the sample's shapes and values against the model's inputs")
-
-
-def classifier_outputs(model: onnx.ModelProto) -> set[str]:
-    """Outputs that look like class scores: computed by a Softmax, or shaped [N, C]."""
-    view = GraphView(model)
-    out = set()
-    for vi in model.graph.output:
-        dims = vi.type.tensor_type.shape.dim if vi.type.tensor_type.HasField("shape") else []
-        if view.producer_op(vi.name, through=SHAPE_ONLY) in ("Softmax", "LogSoftmax"):
-            out.add(vi.name)
-        elif len(dims) == 2 and dims[1].HasField("dim_value") and dims[1].dim_value > 1:
-            out.add(vi.name)
-    return out
 
 
 @dataclass(frozen=True)
@@ -167,9 +153,11 @@ def accuracy_details(
     """
 
     outputs = [o.name for o in reference.graph.output]
-    classifiers = classifier_outputs(reference) if top1 is None else (set(outputs) if top1 else set())
+    axes = class_axes(reference)  # asked for top-1 (top1=True): of every output, along its classes where known
+    classifiers = axes if top1 is None else ({o: axes.get(o, -1) for o in outputs} if top1 else {})
     models = (candidate, *twins)
-    accs = [{o: PooledStats(o, o in classifiers, by_error=True) for o in outputs} for _ in models]
+    accs = [{o: PooledStats(o, o in classifiers, by_error=True, axis=classifiers.get(o, -1)) for o in outputs}
+            for _ in models]
     refs: list[dict[str, np.ndarray]] = memo if memo is not None else []
     per_sample: dict[tuple[str, int], tuple[str, float]] = {}  # (output, sample) -> (origin, worst cosine)
     stop: _Stop | None = None
@@ -343,11 +331,11 @@ def _stopping(models: Sequence[onnx.ModelProto | Fed], samples: Iterable[Mapping
     for k, (model, acc) in enumerate((models[j], accs[j]) for j in turns):
         sess = _session(model, optimize)
         stop.start(refs)
-        running = {o: PooledStats(o, st.top1, st.by_error) for o, st in acc.items()}  # so far, in the order measured
+        running = {o: PooledStats(o, st.top1, st.by_error, st.axis) for o, st in acc.items()}  # so far, in the order measured
         parts: dict[int, dict[str, PooledStats]] = {}  # each sample's own, folded into ``acc`` in sample order
         for i, origin, sample in _in_order(samples, stop.cutoff.order, n):
             got = _run(sess, sample, outputs, origin)
-            part = parts[i] = {o: PooledStats(o, st.top1, st.by_error) for o, st in acc.items()}
+            part = parts[i] = {o: PooledStats(o, st.top1, st.by_error, st.axis) for o, st in acc.items()}
             _add(part, outputs, refs[i], got, per_sample, i, origin)
             for o, st in part.items():
                 running[o].merge(st)
