@@ -58,8 +58,9 @@ def intended_precisions(precision: Mapping[str, Any]) -> dict[str, tuple[str, st
         return out
     remainder = str(report.get("remainder") or "fp32")
     fp16 = report.get("fp16_remainder") or {}
-    for k in fp16.get("kept") or []:
-        out[str(k.get("name"))] = ("fp32", f"INT8 remainder kept FP32 by FP16 rule {k.get('rule')}: {k.get('detail')}")
+    kept_rule = {str(k.get("name")): f"FP16 rule {k.get('rule')}: {k.get('detail')}" for k in fp16.get("kept") or []}
+    for node, rule in kept_rule.items():
+        out[node] = ("fp32", f"INT8 remainder kept FP32 by {rule}")
     for s in report.get("skipped") or []:
         node = str(s.get("node"))
         if node not in out:
@@ -68,7 +69,12 @@ def intended_precisions(precision: Mapping[str, Any]) -> dict[str, tuple[str, st
         out[str(node)] = (remainder, f"excluded from INT8 by the accuracy gate (--auto-exclude); runs in {remainder}")
     for p in report.get("placed") or []:
         node = str(p.get("node"))
-        if node not in (report.get("auto_excluded") or []):
+        if node in (report.get("auto_excluded") or []):
+            continue
+        if node in kept_rule:  # quantized inputs, but the node itself computes in FP32: it reads them cast up
+            out[node] = ("fp32", f"Q/DQ placed on its inputs, but the INT8 remainder keeps the node in FP32 "
+                                 f"({kept_rule[node]}): it reads the dequantized values through a Cast to FP32")
+        else:
             out[node] = ("int8", "Q/DQ placed")
     return out
 
