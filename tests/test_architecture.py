@@ -84,7 +84,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(s.split()) for s in (
     "pipeline",
     "api",
     "cli",
-    "__main__",
+    "__main__ launcher",
 ))
 # Optional or slow-to-import dependencies may be imported inside functions; nothing else is.
 LAZY_OK = frozenset({"tensorrt", "tensorrt_rtx", "onnxruntime", "torch", "torchvision", "cupy", "polygraphy",

@@ -31,6 +31,11 @@ class ExitCode(IntEnum):
     INTERRUPTED = 130  # Ctrl-C
 
 
+# The file a process that runs the CLI for the `trtconv` command (trtconv/launcher.py) records its stage and
+# outputs in, so that its crash can still be said and cleaned up (trtconv/outputs.py, note_for_crash).
+CRASH_NOTE_ENV = "TRTCONV_CRASH_NOTE"
+
+
 class TrtconvError(Exception):
     """A failure the user can act on: printed as one line plus a hint, no traceback."""
 

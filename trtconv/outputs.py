@@ -17,11 +17,11 @@ import shlex
 import shutil
 import socket
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from trtconv.errors import OutputError, UsageError
+from trtconv.errors import CRASH_NOTE_ENV, OutputError, UsageError
 
 TMP_PREFIX = ".trtconv-tmp-"
 # Temp names carry host and pid, so a later write can tell a temp left by a killed
@@ -266,3 +266,56 @@ def dumps_json(obj: Any) -> str:
 
 def write_json(path: Path, obj: Any, *, force: bool = False) -> None:
     write_text(path, dumps_json(obj), force=force)
+
+
+# The `trtconv` command runs its work in a child process and stands by it (trtconv/launcher.py): if the
+# child dies of a signal (a crash inside TensorRT or ONNX Runtime), the launcher removes what the run had
+# written, as a failure would have. The child keeps the list, per stage, in the file CRASH_NOTE_ENV names.
+
+
+def file_identity(path: Path) -> tuple[int, ...] | None:
+    """Device, inode, size and mtime: an atomic write (a temp renamed into place) changes the inode."""
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def note_for_crash(stage: str, outputs: Iterable[tuple[Path, tuple[int, ...] | None]] = ()) -> None:
+    """Record the stage starting now and the files a failure would remove if this run wrote them: each with
+    its identity before the run (None: absent), so that one it has not replaced yet is left alone."""
+    where = os.environ.get(CRASH_NOTE_ENV)
+    if not where:
+        return
+    with contextlib.suppress(OSError):
+        tmp = where + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump({"stage": stage, "outputs": [[os.fspath(p), ident] for p, ident in outputs],
+                       "temp_folders": sorted(_TEMP_FOLDERS)}, fh)
+        os.replace(tmp, where)
+
+
+def remove_crashed_outputs(note: dict[str, Any]) -> list[str]:
+    """Remove the files a crashed run wrote (their identity is not the one noted before the run), and its
+    temps; the paths removed."""
+    removed = []
+    for path, before in note.get("outputs") or []:
+        now = file_identity(Path(path))
+        if now is not None and now != (tuple(before) if before is not None else None):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                removed.append(path)
+    for folder in note.get("temp_folders") or []:
+        sweep_stale_temps(Path(folder))  # the crashed process's: its pid no longer runs
+    return removed
+
+
+def read_crash_note(where: str) -> dict[str, Any]:
+    """What :func:`note_for_crash` last recorded ({} when nothing was)."""
+    try:
+        with open(where, encoding="utf-8") as fh:
+            note = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return note if isinstance(note, dict) else {}

@@ -318,9 +318,17 @@ def _silence_stdout() -> None:
         pass
 
 
+_TERMINATING: list[int] = []
+
+
 def _terminate(signum: int, _frame: Any) -> None:
     """SIGTERM (CI cancelling a job, `timeout`, docker stop) ends like Ctrl-C: temp files
-    are removed on the way out and the exit code is 130, instead of dying mid-write."""
+    are removed on the way out and the exit code is 130, instead of dying mid-write. Once: a
+    second SIGTERM (a process group's, and the `trtconv` launcher passing its own on) must not
+    interrupt that cleanup."""
+    if _TERMINATING:
+        return
+    _TERMINATING.append(signum)
     raise KeyboardInterrupt
 
 

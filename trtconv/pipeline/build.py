@@ -32,6 +32,7 @@ from trtconv.errors import (
 )
 from trtconv.load import LAZY_WEIGHTS_BYTES, LoadedModel, files_sha256, load_model, model_sha256
 from trtconv.onnxutil import iter_graphs, shape_value_inputs
+from trtconv.outputs import note_for_crash
 from trtconv.pipeline.build_identity import request_identity
 from trtconv.pipeline.build_record import BuildOutcome, ProgressPhases, StageFn, StageRunner, Step
 from trtconv.pipeline.build_settings import BuildSettings
@@ -98,7 +99,7 @@ def build(model: Path, output: Path, settings: BuildSettings, target: str, *, fo
     outcome = outcome if outcome is not None else BuildOutcome(prepared=prepared)
     outcome.prepared = prepared
     outcome.snapshot(_written_paths(output, prepared, req))
-    stages = StageRunner(outcome, say)
+    stages = StageRunner(outcome, say, on_start=lambda stage: _note_for_crash(stage, output, req, outcome))
     command = command or replace(req, trt=target).command_line(model, output)
 
     # Large weights stay on disk through rewrite, FP16, INT8 and the save (streamed into the
@@ -185,12 +186,18 @@ def _remove_new_caches(outcome: BuildOutcome) -> None:
     outcome.new_caches = []
 
 
-def _remove_failed_outputs(output: Path, req: BuildSettings, outcome: BuildOutcome, exc: BaseException) -> None:
-    """A failed build leaves nothing it wrote: engine, manifest, prepared ONNX (and its .data).
-    Kept: everything when the engine's verification failed (exit 7: kept for inspection), and
-    the prepared ONNX with ``keep_prepared`` (debugging, or building it elsewhere)."""
-    if isinstance(exc, AccuracyError) and outcome.manifest is not None:
-        return
+def _note_for_crash(stage: str, output: Path, req: BuildSettings, outcome: BuildOutcome) -> None:
+    """For the `trtconv` launcher, should this process crash in ``stage``: what a failed build removes, each
+    file with its identity before the run (removed only if this run replaced it, as outcome.changed tells)."""
+    files = _written_paths(output, outcome.prepared, req)
+    if req.keep_prepared:
+        files = files[:2]  # engine and manifest: the prepared ONNX (and a tail with it) is kept
+    note_for_crash(stage, [*((p, outcome.before.get(p)) for p in files), *((p, None) for p in outcome.new_caches)])
+
+
+def _failed_outputs(output: Path, req: BuildSettings, outcome: BuildOutcome) -> list[Path]:
+    """What a build failing now must remove: engine and manifest once written, the prepared ONNX (and its
+    .data, and a split tail that goes with it) unless ``keep_prepared``."""
     # A flag not yet set when a signal landed right after a rename: the file's changed identity tells.
     engine = outcome.engine is not None or any(outcome.changed(p) for p in (output, manifest_path(output)))
     doomed = [manifest_path(output), output] if engine else []
@@ -199,6 +206,17 @@ def _remove_failed_outputs(output: Path, req: BuildSettings, outcome: BuildOutco
         tail = outcome.tail or (req.tail_path(output) if req.split_tail else None)
         if tail is not None and (outcome.tail is not None or outcome.changed(tail)):  # it goes with its head
             doomed += [tail, tail.with_name(tail.name + ".data")]
+    return doomed
+
+
+def _remove_failed_outputs(output: Path, req: BuildSettings, outcome: BuildOutcome, exc: BaseException) -> None:
+    """A failed build leaves nothing it wrote: engine, manifest, prepared ONNX (and its .data).
+    Kept: everything when the engine's verification failed (exit 7: kept for inspection), and
+    the prepared ONNX with ``keep_prepared`` (debugging, or building it elsewhere)."""
+    if isinstance(exc, AccuracyError) and outcome.manifest is not None:
+        return
+    doomed = _failed_outputs(output, req, outcome)
+    if outcome.prepared in doomed:
         outcome.tail = None
         outcome.written = False
     outcome.engine = None

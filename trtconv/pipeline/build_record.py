@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from trtconv.outputs import file_identity
 from trtconv.pipeline.quantize import (
     QuantizeResult,
 )
@@ -74,15 +75,6 @@ class BuildOutcome:
             "stages": [s.to_json() for s in self.stages],
             "verification": verification(self.stages, self.stopped),
         }
-
-
-def file_identity(path: Path) -> tuple[int, ...] | None:
-    """Device, inode, size and mtime: an atomic write (a temp renamed into place) changes the inode."""
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _engine_line(by: Mapping[str, StageRecord], stopped: str | None) -> tuple[bool, str]:
@@ -196,11 +188,14 @@ class ProgressPhases:
 
 
 class StageRunner:
-    def __init__(self, outcome: BuildOutcome, say: StageFn | None) -> None:
+    def __init__(self, outcome: BuildOutcome, say: StageFn | None,
+                 on_start: Callable[[str], None] | None = None) -> None:
         self.outcome = outcome
         self.say = say or (lambda stage, msg: None)
+        self.on_start = on_start or (lambda stage: None)  # before each stage (the crash note: outputs.note_for_crash)
 
     def run(self, name: str, fn: Callable[[], Step[T]]) -> T:
+        self.on_start(name)
         self.say(name, "running")
         start = time.monotonic()
         try:
