@@ -47,6 +47,7 @@ from trtconv.reference import (
     one_value_cosines,
     ort,
     violations,
+    violations_line,
     worse_stats,
 )
 from trtconv.samples import sample_count
@@ -234,7 +235,7 @@ def convert_fp16(
     if problems:
         floor = _cosine_floor(stats, settings.thresholds)
         raise Fp16AccuracyError(
-            "FP16 model fails the accuracy check: " + "; ".join(problems),
+            "FP16 model fails the accuracy check: " + violations_line(problems),
             result,
             hint=("if this error is acceptable; or " if floor else "")
             + "keep the offending nodes in FP32 (--exclude NAME / --exclude-op OP), lower --max-activation"

@@ -17,6 +17,7 @@ from trtconv.reference.compare import (
     pooled_cosine,
     thresholds_with,
     violations,
+    violations_line,
     worse_stats,
 )
 from trtconv.reference.ort import (
@@ -45,5 +46,6 @@ __all__ = [
     "session",
     "thresholds_with",
     "violations",
+    "violations_line",
     "worse_stats",
 ]

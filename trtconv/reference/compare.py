@@ -354,6 +354,13 @@ def _one_sample(name: str, ref: np.ndarray, got: np.ndarray, top1: bool) -> Outp
     return pooled.stats()
 
 
+def violations_line(problems: Sequence[str], shown: int = 3) -> str:
+    """The first ``shown`` violations for an error's one line, and how many more there are (a detector's dozen
+    outputs made that line 600 characters long; the report's table lists every output)."""
+    more = len(problems) - shown
+    return "; ".join(problems[:shown]) + (f"; and {more} more output(s) (the table lists each)" if more > 0 else "")
+
+
 def violations(stats: list[OutputStats], limits: Thresholds) -> list[str]:
     """Human-readable reasons the stats fail ``limits``; empty means pass."""
     out = []
