@@ -6,8 +6,8 @@ address-space limit (docs/reliability.md). A crashed process can say nothing: th
 "Segmentation fault" and exit 139, and the prepared ONNX the build had written stayed behind.
 The parent here turns that into what every other failure is: one line saying what happened, a
 documented exit code, and nothing left behind (the child records, as each stage starts, which files
-a failure then would remove: ``trtconv.outputs.note_for_crash``). It imports little (about 0.1 s more a
-command: one more Python start); ``python -m trtconv`` runs the CLI without it.
+a failure then would remove: ``trtconv.outputs.note_for_crash``). It imports little (one more Python start:
+about 0.13 s a command, docs/benchmarks.md); ``python -m trtconv`` runs the CLI without it.
 
 Signals: Ctrl-C at a terminal reaches both processes (one process group); the parent ignores it and
 the child handles it as it always has. SIGTERM and SIGHUP sent to the parent alone (``docker stop``,
