@@ -31,9 +31,10 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def test_a_crash_mid_build_says_so_in_one_line_and_leaves_nothing(tmp_path):
-    engine = tmp_path / "det.engine"
-    prepared = tmp_path / "det.prepared.onnx"
+def _build_until_prepared(folder: Path) -> tuple[subprocess.Popen, Path, Path]:
+    """A real RTX build of PP-OCR's detector through the launcher, returned once its prepared ONNX is on disk
+    (the builder then runs for seconds: a dynamic profile up to 4x3x1280x1280)."""
+    engine, prepared = folder / "det.engine", folder / "det.prepared.onnx"
     proc = subprocess.Popen([*LAUNCH, "build", str(rapidocr_model("det")), "-o", str(engine),
                              "--min-shapes", "x:1x3x32x32", "--opt-shapes", "x:1x3x640x640",
                              "--max-shapes", "x:4x3x1280x1280"],
@@ -41,6 +42,11 @@ def test_a_crash_mid_build_says_so_in_one_line_and_leaves_nothing(tmp_path):
     deadline = time.monotonic() + 120
     while not prepared.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.005)
+    return proc, engine, prepared
+
+
+def test_a_crash_mid_build_says_so_in_one_line_and_leaves_nothing(tmp_path):
+    proc, engine, prepared = _build_until_prepared(tmp_path)
     (child,) = _children(proc.pid)
     os.kill(child, signal.SIGSEGV)  # the builder runs for seconds after the prepared ONNX is saved
     out, err = proc.communicate(timeout=120)
@@ -67,14 +73,7 @@ def test_every_other_exit_passes_through_unchanged(tmp_path):
 
 
 def test_sigterm_to_the_command_reaches_the_work_and_ends_it_as_ctrl_c_does(tmp_path):
-    engine = tmp_path / "det.engine"
-    proc = subprocess.Popen([*LAUNCH, "build", str(rapidocr_model("det")), "-o", str(engine),
-                             "--min-shapes", "x:1x3x32x32", "--opt-shapes", "x:1x3x640x640",
-                             "--max-shapes", "x:4x3x1280x1280"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not (tmp_path / "det.prepared.onnx").exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.005)
+    proc, _, _ = _build_until_prepared(tmp_path)
     proc.send_signal(signal.SIGTERM)  # to the command alone, as `docker stop` sends it
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == ExitCode.INTERRUPTED, err
