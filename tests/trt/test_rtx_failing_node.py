@@ -26,7 +26,7 @@ from trtconv.trt.flavour import RTX, active
 
 pytest.importorskip("tensorrt_rtx", reason="tensorrt-rtx is in the test extra: run `make install`")
 
-H, I, T = 4, 8, 5
+HID, FEAT, STEPS = 4, 8, 5  # LSTM hidden size, input features, time steps
 
 
 def _vi(name: str, shape: list[int]) -> onnx.ValueInfoProto:
@@ -42,12 +42,12 @@ def lstm_in_if(path: Path) -> Path:
     def i64(name: str, value: int) -> onnx.TensorProto:
         return numpy_helper.from_array(np.array([value], np.int64), name)
 
-    then = helper.make_graph([helper.make_node("LSTM", ["seq", "W", "R", "B"], ["Y", "Yh"], hidden_size=H, name="lstm"),
+    then = helper.make_graph([helper.make_node("LSTM", ["seq", "W", "R", "B"], ["Y", "Yh"], hidden_size=HID, name="lstm"),
                               helper.make_node("Squeeze", ["Yh", "ax0"], ["yb"], name="squeeze")],
-                             "then", [], [_vi("yb", [1, H])])
+                             "then", [], [_vi("yb", [1, HID])])
     other = helper.make_graph([helper.make_node("ReduceMean", ["seq"], ["m2"], axes=[0], keepdims=0, name="mean"),
                                helper.make_node("Slice", ["m2", "s0", "sH", "ax1"], ["yb2"], name="first")],
-                              "else", [], [_vi("yb2", [1, H])])
+                              "else", [], [_vi("yb2", [1, HID])])
     nodes, prev = [], "x"
     for i in range(12):
         nodes.append(helper.make_node("Relu" if i % 2 else "Mul", [prev] + ([] if i % 2 else ["half"]), [f"a{i}"],
@@ -62,11 +62,11 @@ def lstm_in_if(path: Path) -> Path:
         nodes.append(helper.make_node("Relu", [prev], [f"b{i}"], name=f"post{i}"))
         prev = f"b{i}"
     nodes.append(helper.make_node("Identity", [prev], ["y"], name="out"))
-    inits = [weight("W", 1, 4 * H, I), weight("R", 1, 4 * H, H), weight("B", 1, 8 * H),
+    inits = [weight("W", 1, 4 * HID, FEAT), weight("R", 1, 4 * HID, HID), weight("B", 1, 8 * HID),
              numpy_helper.from_array(np.array(0.5, np.float32), "half"),
              numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
-             i64("ax0", 0), i64("s0", 0), i64("sH", H), i64("ax1", 1)]
-    g = helper.make_graph(nodes, "lstm_in_if", [_vi("x", [1, T, I])], [_vi("y", [1, H])], inits)
+             i64("ax0", 0), i64("s0", 0), i64("sH", HID), i64("ax1", 1)]
+    g = helper.make_graph(nodes, "lstm_in_if", [_vi("x", [1, STEPS, FEAT])], [_vi("y", [1, HID])], inits)
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
     return path
 
@@ -132,3 +132,11 @@ def test_a_layer_myelin_names_is_read_back_to_its_onnx_node():
     assert found == FailingNode("/m/decoder/layers.4/block.0/Elu", "Elu", 0, "named by the builder")
     assert found.describe() == "the builder names node /m/decoder/layers.4/block.0/Elu (Elu)"
     assert named_node(["Error Code 2: Internal Error (Assertion failed.)"], model) is None
+
+
+def test_a_search_cut_short_says_the_range_it_narrowed_to():
+    cut = FailingNode("lstm", "LSTM", 40, "prefix builds", builds_before=20, narrowed_to=20, builds=3)
+    assert cut.describe() == ("the graph builds through node #20 and fails by node lstm (LSTM) (#40); the search "
+                              "stopped there (3 prefix builds in the time allowed)")
+    first = FailingNode("lstm", "LSTM", 40, "prefix builds", builds_before=-1, narrowed_to=-1, builds=2)
+    assert first.describe().startswith("it fails by node lstm (LSTM) (#40); ")  # no prefix built at all

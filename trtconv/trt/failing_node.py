@@ -13,7 +13,6 @@ a time budget bounds the search (it narrows a range when it runs out).
 
 from __future__ import annotations
 
-import logging
 import pickle
 import re
 import subprocess
@@ -30,8 +29,6 @@ from onnx import helper
 
 from trtconv.plan import BuildPlan
 from trtconv.trt.flavour import Flavour
-
-log = logging.getLogger(__name__)
 
 LOCATE_BUDGET_S = 120.0  # wall time for the prefix builds after a failed build
 PHASE = "locating the node the builder fails on (prefix builds, at most {budget:.0f} s)"
@@ -55,8 +52,9 @@ class FailingNode:
         if self.how == "named by the builder":
             return f"the builder names {node}"
         if self.narrowed_to is not None:
-            return (f"the graph builds through node #{self.narrowed_to} and fails by {node} (#{self.index}); "
-                    f"the search stopped there ({self.builds} prefix builds in the time allowed)")
+            since = f"the graph builds through node #{self.narrowed_to} and " if self.narrowed_to >= 0 else "it "
+            return (f"{since}fails by {node} (#{self.index}); the search stopped there ({self.builds} prefix "
+                    f"builds in the time allowed)")
         return (f"it fails once {node} joins the graph: the nodes before it build "
                 f"({self.builds} prefix builds, each in its own builder)")
 
