@@ -21,7 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 from trtconv.errors import BuildError, ExitCode
 from trtconv.plan.build_plan import BuildPlan
 from trtconv.trt.builder import build_engine, builder_error
-from trtconv.trt.failing_node import FailingNode, locate, named_node, prefix_model
+from trtconv.trt.failing_node import FailingNode, locate, named_node, plan_builds, prefix_model
 from trtconv.trt.flavour import RTX, active
 
 pytest.importorskip("tensorrt_rtx", reason="tensorrt-rtx is in the test extra: run `make install`")
@@ -91,7 +91,7 @@ def test_a_failure_the_builder_names_no_node_for_is_located_by_prefix_builds(tmp
 
     # the claim, from two builds of its own: the graph through the node before the If builds, through it not
     names = [n.name for n in onnx.load(str(model)).graph.node]
-    found = locate(BuildPlan(onnx_path=model, engine_path=engine, target="rtx"), RTX, [])
+    found = locate(model, [], plan_builds(BuildPlan(onnx_path=model, engine_path=engine, target="rtx"), RTX))
     assert isinstance(found, FailingNode) and found.how == "prefix builds" and found.narrowed_to is None
     assert found.index == names.index("branch") and found.builds_before == found.index - 1
     assert 1 < found.builds <= len(names).bit_length()  # a bisection, not a walk
@@ -109,7 +109,7 @@ def test_prefixes_mark_what_later_nodes_read_and_nothing_else(tmp_path):
 def test_with_no_time_to_search_the_builders_words_stand_alone(tmp_path):
     model = lstm_in_if(tmp_path / "m.onnx")
     plan = BuildPlan(onnx_path=model, engine_path=tmp_path / "m.engine", target="rtx")
-    assert locate(plan, RTX, [], budget_s=0) is None
+    assert locate(model, [], plan_builds(plan, RTX), budget_s=0) is None
     with active(RTX):
         err = builder_error(["[graphScope.cpp::analyze::471] Error Code 2: Internal Error\n(Assertion failed.)"], RTX)
     assert err.message == ("TensorRT-RTX's builder failed: [graphScope.cpp::analyze::471] Error Code 2: Internal "
@@ -140,3 +140,19 @@ def test_a_search_cut_short_says_the_range_it_narrowed_to():
                               "stopped there (3 prefix builds in the time allowed)")
     first = FailingNode("lstm", "LSTM", 40, "prefix builds", builds_before=-1, narrowed_to=-1, builds=2)
     assert first.describe().startswith("it fails by node lstm (LSTM) (#40); ")  # no prefix built at all
+
+
+def test_check_live_says_where_the_real_build_fails(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from trtconv.cli.main import cli
+
+    model = lstm_in_if(tmp_path / "m.onnx")
+    res = CliRunner().invoke(cli, ["check", "--trt", "rtx", "--live", str(model)])
+    assert res.exit_code == ExitCode.UNSUPPORTED, res.output
+    assert "live build: it fails once node branch (If) joins the graph: the nodes before it build (" in res.stdout
+    res = CliRunner().invoke(cli, ["check", "--trt", "rtx", "--live", "--json", str(model)])
+    live = json.loads(res.stdout)["live"]
+    assert live["build"] == "fail" and live["failing_node"].startswith("it fails once node branch (If)")

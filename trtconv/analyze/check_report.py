@@ -104,6 +104,7 @@ class LiveCheck:
     # Inputs whose dynamic dims the build took as 1 (no --shapes for them). A build that fails there says
     # nothing of the model (a convolution over 1 sample), so it is reported and not counted.
     placeholder_inputs: tuple[str, ...] = ()
+    failing_node: str | None = None  # where a failed build starts (trtconv.trt.failing_node), as said
 
     @property
     def build_judged(self) -> str | None:
@@ -124,7 +125,7 @@ class LiveCheck:
                 "placeholder_inputs": list(self.placeholder_inputs),
                 "predicted": {"parse": self.predicted_parse, "build": self.predicted_build},
                 "agrees": self.agrees, "nodes": [n.to_json() for n in self.nodes],
-                "build_errors": list(self.build_errors)}
+                "build_errors": list(self.build_errors), "failing_node": self.failing_node}
 
 
 @dataclass(frozen=True)

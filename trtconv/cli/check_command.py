@@ -115,6 +115,8 @@ def _print_live(console, report: CheckReport) -> None:
         console.print(table)
     for err in live.build_errors[-2:]:
         console.print(f"live build error: {err}", markup=False)
+    if live.failing_node:
+        console.print(f"live build: {live.failing_node}", markup=False)
     if live.build == "fail" and live.build_judged is None:
         console.print(f"note: the live build failed at placeholder shapes (the dynamic dims of "
                       f"{', '.join(live.placeholder_inputs)} taken as 1, as no --shapes gave them), which says nothing "

@@ -13,7 +13,7 @@ from trtconv.analyze import UNSUPPORTED, CheckReport, analyze, compare_live
 from trtconv.load import LAZY_WEIGHTS_BYTES, load_model
 from trtconv.pipeline.build_stages import folded_verdict
 from trtconv.rewrites import RewriteSettings
-from trtconv.trt import RTX_MODULE, run_isolated
+from trtconv.trt import RTX_MODULE, locate, run_isolated
 
 
 def check(model: Path, target: str, shapes: Mapping[str, Sequence[int]], *, live: bool = False,
@@ -35,5 +35,15 @@ def _with_live(report: CheckReport, path: Path, trt: str, shapes: Mapping[str, S
     if importlib.util.find_spec(module) is None:
         note = f"--live: {module} is not installed, so this is the prediction only"
         return replace(report, warnings=(*report.warnings, note))
-    return compare_live(report, run_isolated(path, module, build=module == RTX_MODULE, shapes=shapes,
-                                             values=values))
+    real = run_isolated(path, module, build=module == RTX_MODULE, shapes=shapes, values=values)
+    report = compare_live(report, real)
+    live = report.live
+    if live is None or live.build != "fail" or live.placeholder_inputs:  # a build at placeholder dims says nothing
+        return report
+
+    def builds(prefix: Path, left: float) -> bool | None:
+        built = run_isolated(prefix, module, build=True, shapes=shapes, values=values, timeout=left).get("built")
+        return None if built is None else bool(built)
+
+    where = locate(path, list(real.get("build_errors") or ()), builds)
+    return replace(report, live=replace(live, failing_node=where.describe())) if where is not None else report

@@ -31,6 +31,9 @@ from trtconv.trt.environment import (
     probe_tensorrt,
     problems,
 )
+from trtconv.trt.failing_node import (
+    locate,
+)
 from trtconv.trt.flavour import (
     Flavour,
     for_target,
@@ -45,6 +48,7 @@ from trtconv.trt.realparse import (
 )
 
 __all__ = [
+    "locate",
     "RTX_MODULE",
     "EngineRunner",
     "Environment",

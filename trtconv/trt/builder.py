@@ -39,7 +39,7 @@ from trtconv.trt import compat
 from trtconv.trt.cancel import Cancel, deferred_signals
 from trtconv.trt.describe import engine_bindings, network_bindings
 from trtconv.trt.engine import deserialize, inspector_json
-from trtconv.trt.failing_node import FailingNode, locate
+from trtconv.trt.failing_node import FailingNode, locate, plan_builds
 from trtconv.trt.flavour import TENSORRT, Flavour, active, for_target
 from trtconv.trt.loader import tensorrt_version
 from trtconv.trt.plugins import dcnv2
@@ -443,7 +443,7 @@ def _build(plan: BuildPlan, flavour: Flavour, timing_cache: Path | None, progres
         raise profile_error(faults, plan.profiles, flavour)
     cancel.raise_if_requested()  # the build was cancelled cleanly; nothing was written
     if serialized is None:
-        raise builder_error(errors, flavour, locate(plan, flavour, errors, progress=progress))
+        raise builder_error(errors, flavour, locate(plan.onnx_path, errors, plan_builds(plan, flavour), progress=progress))
     _report_errors(errors)
     if timing_cache is not None:
         save_timing_cache(config, timing_cache)

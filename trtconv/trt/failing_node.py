@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -101,13 +101,21 @@ def _reads(node: onnx.NodeProto) -> list[str]:
     return names
 
 
-def locate(plan: BuildPlan, flavour: Flavour, messages: Sequence[str], *,
+Builds = Callable[[Path, float], "bool | None"]  # (a prefix's ONNX, seconds left) -> built? None: cannot tell
+
+
+def plan_builds(plan: BuildPlan, flavour: Flavour) -> Builds:
+    """Prefix builds as ``plan`` configures its build (profiles, compute capabilities, plugins), each in a child."""
+    return lambda path, left: _builds_in_child(replace(plan, onnx_path=path), flavour, left)
+
+
+def locate(onnx_path: Path, messages: Sequence[str], builds: Builds, *,
            budget_s: float = LOCATE_BUDGET_S, progress: Any = None) -> FailingNode | None:
-    """The node a failed build of ``plan`` starts at: named in ``messages``, else by prefix builds
-    (shown as a phase of ``progress``, the build's ProgressSink, if given). None where it cannot be
-    told (a model with external data, nothing learned within the budget)."""
+    """The node a failed build of ``onnx_path`` starts at: named in ``messages``, else by prefix builds
+    (``builds``; shown as a phase of ``progress``, the build's ProgressSink, if given). None where it cannot
+    be told (a model with external data, nothing learned within the budget)."""
     try:
-        model = onnx.load(str(plan.onnx_path), load_external_data=False)
+        model = onnx.load(str(onnx_path), load_external_data=False)
     except Exception:  # noqa: BLE001 - whatever the file is, the build's own error stands
         return None
     named = named_node(messages, model)
@@ -124,7 +132,7 @@ def locate(plan: BuildPlan, flavour: Flavour, messages: Sequence[str], *,
     if progress is not None:
         progress.phase_start(phase, None, max(1, len(nodes)).bit_length())
     deadline = time.monotonic() + budget_s
-    good, bad, builds = 0, len(nodes), 0  # the first `good` nodes build (none: trivially); all `bad` fail
+    good, bad, tried = 0, len(nodes), 0  # the first `good` nodes build (none: trivially); all `bad` fail
     with tempfile.TemporaryDirectory(prefix="trtconv-prefix-") as tmp:
         while bad - good > 1 and (left := deadline - time.monotonic()) > 0:
             mid = (good + bad) // 2
@@ -134,20 +142,20 @@ def locate(plan: BuildPlan, flavour: Flavour, messages: Sequence[str], *,
                 continue
             path = Path(tmp) / f"prefix{mid}.onnx"
             onnx.save(sub, str(path))
-            built = _builds_in_child(replace(plan, onnx_path=path), flavour, left)
+            built = builds(path, left)
             if built is None:
                 break  # out of time, or a prefix that tells nothing: what is known so far stands
-            builds += 1
+            tried += 1
             good, bad = (mid, bad) if built else (good, mid)
             if progress is not None:
-                progress.step(phase, builds)
+                progress.step(phase, tried)
     if progress is not None:
         progress.phase_finish(phase)
-    if builds == 0 or (good == 0 and bad == len(nodes)):
+    if tried == 0 or (good == 0 and bad == len(nodes)):
         return None
     node = nodes[bad - 1]
     return FailingNode(node.name, node.op_type, bad - 1, "prefix builds", builds_before=good - 1,
-                       narrowed_to=None if bad - good == 1 else good - 1, builds=builds)
+                       narrowed_to=None if bad - good == 1 else good - 1, builds=tried)
 
 
 BUILT, NOT_BUILT, NOT_PARSED, NOT_SET_UP = 0, 1, 3, 4  # the child's exit codes
