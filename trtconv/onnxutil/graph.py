@@ -95,12 +95,15 @@ class GraphView:
 
     def producer_op(self, name: str, *, through: tuple[str, ...] = ()) -> str | None:
         """The op that computes ``name``, looking back through ``through`` ops (e.g. reshapes)."""
+        site = self.producer_through(name, through=through)
+        return site.node.op_type if site is not None else None
+
+    def producer_through(self, name: str, *, through: tuple[str, ...] = ()) -> Site | None:
+        """The node that computes ``name``, looking back (by first input) through ``through`` ops."""
         for _ in range(32):
             site = self._producer.get(name)
-            if site is None:
-                return None
-            if site.node.op_type not in through or not site.node.input:
-                return site.node.op_type
+            if site is None or site.node.op_type not in through or not site.node.input:
+                return site
             name = site.node.input[0]
         return None
 

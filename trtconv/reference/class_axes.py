@@ -13,7 +13,8 @@ import onnx
 from trtconv.onnxutil import GraphView
 
 SOFTMAXES = ("Softmax", "LogSoftmax")
-# ops between a softmax and the output that keep its last axis where it was (a Transpose could move it)
+# ops between a softmax and the output through which its last axis is taken to stay the last (a Transpose
+# moves it; a Reshape that regroups the last axis is not told apart)
 KEEPS_LAST_AXIS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
 
 
@@ -40,24 +41,18 @@ def _rank(shapes: dict[str, onnx.ValueInfoProto], name: str) -> int | None:
 
 
 def _softmax_axis(view: GraphView, name: str, opset: int, shapes: dict[str, onnx.ValueInfoProto]) -> int | None:
-    """The class axis of output ``name`` if a softmax computes it (directly: its axis; through ops that keep the
-    last axis in place: -1 when the softmax's axis was its last); None otherwise or when that cannot be told."""
-    direct = True
-    for _ in range(32):
-        site = view.producer(name)
-        if site is None:
-            return None
-        node = site.node
-        if node.op_type in SOFTMAXES:
-            axis = next((a.i for a in node.attribute if a.name == "axis"), -1 if opset >= 13 else 1)
-            rank = _rank(shapes, node.output[0]) or _rank(shapes, node.input[0])
-            last = axis == -1 or (rank is not None and axis == rank - 1)
-            if opset < 13 and not last:
-                return None  # before opset 13 the classes are every axis from ``axis`` on, flattened
-            if direct:
-                return -1 if last else (axis if axis >= 0 else None if rank is None else axis + rank)
-            return -1 if last else None
-        if node.op_type not in KEEPS_LAST_AXIS or not node.input:
-            return None
-        direct, name = False, node.input[0]
-    return None
+    """The class axis of output ``name`` if a softmax computes it (directly: its axis; through KEEPS_LAST_AXIS ops:
+    -1 when the softmax's axis was its last); None otherwise or when that cannot be told."""
+    site = view.producer_through(name, through=KEEPS_LAST_AXIS)
+    if site is None or site.node.op_type not in SOFTMAXES:
+        return None
+    node = site.node
+    axis = next((a.i for a in node.attribute if a.name == "axis"), -1 if opset >= 13 else 1)
+    rank = _rank(shapes, node.output[0]) or _rank(shapes, node.input[0])
+    if axis == -1 or (rank is not None and axis == rank - 1):
+        return -1
+    if opset < 13 or name not in node.output:
+        return None  # before opset 13 the classes are every axis from ``axis`` on, flattened; behind a reshape, unknown
+    if axis >= 0:
+        return axis
+    return None if rank is None else axis + rank

@@ -399,15 +399,10 @@ def build_engine(
         return _build(plan, flavour, timing_cache if flavour.timing_cache else None, progress, cancelled)
 
 
-def _build(plan: BuildPlan, flavour: Flavour, timing_cache: Path | None, progress: ProgressSink | None,
-           cancelled: Callable[[], bool]) -> BuildResult:
-    version = tensorrt_version()
-    errors: list[str] = []
-    faults: list[str] = []  # profile corners the graph cannot take: the build stops at the first
-    cancel = Cancel(lambda: cancelled() or bool(faults))
-    repeats = LogRepeats()
-    logger = LogBridge.make(errors, cancel, repeats, faults)
-    creators: dict[str, list[str]] = {}
+def open_network(logger: trt.ILogger, plan: BuildPlan, flavour: Flavour, creators: dict[str, list[str]] | None = None
+                 ) -> tuple[trt.Builder, trt.INetworkDefinition, trt.OnnxParser, list[str]]:
+    """Builder, network and parser for ``plan``, with the plugins its flavour loads (the names loaded; ``creators``
+    receives each library's plugin creators): what a build and a prefix build of it (failing_node) start from."""
     plugins = load_plugins(logger, plan.plugin_libraries, creators) if flavour.plugins else []
     builder = trt.Builder(logger)
     if builder is None:
@@ -417,7 +412,19 @@ def _build(plan: BuildPlan, flavour: Flavour, timing_cache: Path | None, progres
     # engine runs without Python (a JIT plugin would need trtconv at deserialization).
     prefer_aot = flavour.plugins and bool(register_trtconv_plugins())
     network = builder.create_network(compat.network_flags(prefer_aot=prefer_aot))
-    parser = trt.OnnxParser(network, logger)
+    return builder, network, trt.OnnxParser(network, logger), plugins
+
+
+def _build(plan: BuildPlan, flavour: Flavour, timing_cache: Path | None, progress: ProgressSink | None,
+           cancelled: Callable[[], bool]) -> BuildResult:
+    version = tensorrt_version()
+    errors: list[str] = []
+    faults: list[str] = []  # profile corners the graph cannot take: the build stops at the first
+    cancel = Cancel(lambda: cancelled() or bool(faults))
+    repeats = LogRepeats()
+    logger = LogBridge.make(errors, cancel, repeats, faults)
+    creators: dict[str, list[str]] = {}
+    builder, network, parser, plugins = open_network(logger, plan, flavour, creators)
     with deferred_signals(cancel):  # Ctrl-C in TensorRT's callbacks: recorded, then the build is cancelled
         parsed = parser.parse_from_file(str(plan.onnx_path))
     repeats.report()

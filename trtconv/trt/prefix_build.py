@@ -14,11 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trtconv.plan import BuildPlan
-from trtconv.trt import compat
-from trtconv.trt.builder import configure
+from trtconv.trt.builder import configure, open_network
 from trtconv.trt.failing_node import BUILT, NOT_BUILT, NOT_PARSED, NOT_SET_UP
 from trtconv.trt.flavour import Flavour, active
-from trtconv.trt.session import load_plugins, register_trtconv_plugins
 
 if TYPE_CHECKING:
     import tensorrt as trt
@@ -30,12 +28,7 @@ def build_prefix(plan: BuildPlan, flavour: Flavour) -> int:
     """BUILT when the builder returns an engine of ``plan``, NOT_BUILT when it returns none."""
     with active(flavour):
         logger: Any = trt.Logger(trt.Logger.INTERNAL_ERROR)
-        if flavour.plugins:
-            load_plugins(logger, plan.plugin_libraries)
-        prefer_aot = flavour.plugins and bool(register_trtconv_plugins())
-        builder = trt.Builder(logger)
-        network = builder.create_network(compat.network_flags(prefer_aot=prefer_aot))
-        parser = trt.OnnxParser(network, logger)
+        builder, network, parser, _ = open_network(logger, plan, flavour)
         if not parser.parse_from_file(str(plan.onnx_path)):
             return NOT_PARSED
         try:

@@ -42,7 +42,7 @@ class Int8Settings:
     use_cache: bool = True
     trt_version: str = DEFAULT_TRT_VERSION
     thresholds: Thresholds = field(default_factory=lambda: DEFAULT_THRESHOLDS["int8"])
-    top1: bool | None = None  # None: for classifier-like outputs (softmax or [N, C]: precision.class_axes)
+    top1: bool | None = None  # None: for classifier-like outputs (softmax or [N, C]: reference.class_axes)
     max_samples: int = 0  # 0 = every calibration sample
     remainder: Remainder = "fp16"
     fp16: Fp16Settings = REMAINDER_FP16  # the rules for the FP16 remainder
