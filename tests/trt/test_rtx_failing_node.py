@@ -156,3 +156,16 @@ def test_check_live_says_where_the_real_build_fails(tmp_path):
     res = CliRunner().invoke(cli, ["check", "--trt", "rtx", "--live", "--json", str(model)])
     live = json.loads(res.stdout)["live"]
     assert live["build"] == "fail" and live["failing_node"].startswith("it fails once node branch (If)")
+
+
+def test_a_child_that_fails_for_its_own_reasons_tells_nothing(tmp_path):
+    # a child whose TensorRT does not import ends in a traceback (exit 1): no verdict on the prefix, where it
+    # used to read as "the builder refused it" and steer the bisection
+    from dataclasses import replace
+
+    from trtconv.trt.failing_node import _builds_in_child
+
+    model = lstm_in_if(tmp_path / "m.onnx")
+    plan = BuildPlan(onnx_path=model, engine_path=tmp_path / "m.engine", target="rtx")
+    assert _builds_in_child(plan, replace(RTX, module="no_such_tensorrt"), 60) is None
+    assert _builds_in_child(plan, RTX, 60) is False  # the real builder on the whole graph: refused

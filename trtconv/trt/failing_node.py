@@ -158,7 +158,9 @@ def locate(onnx_path: Path, messages: Sequence[str], builds: Builds, *,
                        narrowed_to=None if bad - good == 1 else good - 1, builds=tried)
 
 
-BUILT, NOT_BUILT, NOT_PARSED, NOT_SET_UP = 0, 1, 3, 4  # the child's exit codes
+# the child's exit codes; none is 1, Python's own for an uncaught exception: a child that failed for a reason of
+# its own (an import, a bad ticket) tells nothing about the prefix and must not read as "the builder refused it"
+BUILT, NOT_PARSED, NOT_SET_UP, NOT_BUILT = 0, 3, 4, 5
 CHILD = "trtconv.trt.prefix_build"  # the module a child runs (it imports the builder, which imports this)
 
 
