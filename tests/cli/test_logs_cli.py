@@ -133,6 +133,27 @@ def test_piped_progress_prints_a_line_per_phase_and_while_it_runs():
                      "trtconv: checking accuracy with ONNX Runtime: 8/10 (12 s)"]
 
 
+def test_heartbeat_keeps_quiet_while_a_phase_says_its_own_progress(capsys):
+    """A stage whose phase prints its count (``12/88 (5 s)``) is not silent: the stage's
+    ``running (N s)`` line would be a second line every interval saying less (rapid_layout's
+    FP16 check printed both, every 5 s). The beat speaks only after ``interval`` seconds of
+    quiet, and then again every ``interval``."""
+    from trtconv.cli.output import Heartbeat
+
+    bar = LineProgress(interval=0.2)
+    with Heartbeat("quantize", interval=1.0):
+        task = bar.add_task("checking accuracy with ONNX Runtime", total=20)
+        for i in range(20):  # 2 s of progress, a count every 0.2 s
+            time.sleep(0.1)
+            bar.update(task, completed=i + 1)
+        counting = capsys.readouterr().err.splitlines()
+        time.sleep(2.5)  # then 2.5 s of silence: beats ~1 s and ~2 s after the last count
+    quiet = capsys.readouterr().err.splitlines()
+    assert len([line for line in counting if "/20 (" in line]) >= 5, counting
+    assert not [line for line in counting if ": running (" in line], counting
+    assert [re.sub(r"\(\d+ s\)", "", line) for line in quiet] == ["trtconv: quantize: running "] * 2, quiet
+
+
 def test_piped_quantize_names_each_long_phase(ocr_cls, tmp_path):
     calib = cls_calibration(tmp_path / "calib", n=3)
     res = piped("quantize", ocr_cls, "--precision", "fp16", "--calib-data", calib, "-o", tmp_path / "q.onnx")

@@ -187,7 +187,7 @@ trt_option = option("trt")
 engine_trt_option = option("trt", help="The TensorRT the engine was built with, or rtx for TensorRT-RTX (default: "
                            "from ENGINE.json, else the engine's header, else TensorRT).")
 sample_options = options_for("quantize", "calib_data", "preprocess", "calib_loader", "random_data", "max_samples",
-                             "held_out", "split_seed")
+                             "held_out", "sources", "split_seed")
 exclude_options = options_for("quantize", "exclude", "exclude_op")
 fp16_options = options_for("quantize", "keep_io_types", "max_activation", "max_initializer", "no_fold_batchnorm")
 int8_options = options_for("quantize", *INT8_ONLY)

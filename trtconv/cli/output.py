@@ -192,7 +192,9 @@ class Heartbeat:
     from a daemon thread, so a CI log never goes silent for long even where the stage itself
     reports no progress (a rewrite's proofs, ONNX Runtime on one large input). Nothing on a
     terminal (bars show the elapsed time there) or under -q. ``lock``: held while printing, so a
-    line never lands inside another writer's."""
+    line never lands inside another writer's. A stage that says its own progress (``3/44 (5 s)``)
+    is not silent: the beat waits until nothing was said for ``interval`` seconds, so such a log
+    does not get two lines every five seconds."""
 
     def __init__(self, label: str, *, interval: float = 5.0, lock: Any = None) -> None:
         self.label = label
@@ -224,16 +226,30 @@ class Heartbeat:
             self._thread = None
         return time.monotonic() - self.started
 
+    def _quiet_for(self) -> float:
+        return time.monotonic() - max(_said.at, self.started)
+
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
+        while not self._stop.wait(max(self.interval - self._quiet_for(), 0.05)):
             with self.lock if self.lock is not None else contextlib.nullcontext():
-                if not self._stop.is_set():
+                if not self._stop.is_set() and self._quiet_for() >= self.interval:
                     _say(f"trtconv: {self.label}: running ({time.monotonic() - self.started:.0f} s)")
+
+
+@dataclass
+class _Said:
+    """When a progress line was last printed (the heartbeat keeps quiet until it is old)."""
+
+    at: float = float("-inf")
+
+
+_said = _Said()
 
 
 def _say(line: str) -> None:
     if logging.getLogger("trtconv").isEnabledFor(logging.WARNING):  # not -q
         click.echo(line, err=True)
+        _said.at = time.monotonic()
 
 
 def finish(code: ExitCode | int) -> NoReturn:

@@ -76,6 +76,7 @@ class BuildSettings:
     no_smoothing: bool = _d("no_smoothing")
     int8_unverified: bool = _d("int8_unverified")
     split_seed: int = _d("split_seed")
+    sources: Literal["folders", "files"] = _d("sources")
     max_abs: tuple[str | float, ...] = ()  # each "X" or "OUTPUT=X"
     max_rel: tuple[str | float, ...] = ()
     min_cosine: tuple[str | float, ...] = ()

@@ -103,6 +103,7 @@ class QuantizeSettings:
     no_smoothing: bool = _d("no_smoothing")  # int8 auto: do not try SmoothQuant-style migration
     int8_unverified: bool = _d("int8_unverified")  # int8: build although the judged samples cannot support the claim
     split_seed: int = _d("split_seed")  # int8: the seed of the calibration / selection / judging draw
+    sources: Literal["folders", "files"] = _d("sources")  # what a subfolder of calib_data is: one source, or a folder
     max_abs: tuple[str | float, ...] = ()  # gate limits, each X or "OUTPUT=X"; none: the precision's defaults
     max_rel: tuple[str | float, ...] = ()
     min_cosine: tuple[str | float, ...] = ()  # default: int8 0.99, fp16 0.999
@@ -222,7 +223,7 @@ def sample_set(proto: onnx.ModelProto, settings: QuantizeSettings) -> SampleSet 
 
     if settings.calib_data:
         pp = ImagePreprocess.parse(settings.preprocess) if settings.preprocess else None
-        source = SampleSource.detect(settings.calib_data, pp, limit=settings.max_samples)
+        source = SampleSource.detect(settings.calib_data, pp, limit=settings.max_samples, sources=settings.sources)
         inputs = model_inputs(proto)
         if source.kind == "images" and len(inputs) == 1:  # what the images become, where the user did not say
             for warning in preprocess_warnings(pp, next(iter(inputs.values())).dims, str(settings.calib_data)):

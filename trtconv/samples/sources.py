@@ -61,6 +61,9 @@ class SampleSource:
       of input name → array. Runs user code, so only on an explicit flag.
     - ``random``: seeded normal noise; only on an explicit flag, with a loud warning.
 
+    ``sources``: what a folder of files is (:func:`sample_groups`): ``folders``, one source (a page's lines, a
+    speaker's clips: alike, so they count as one where they agree), or ``files``, independent draws that only
+    share a folder (class folders of unrelated images).
     ``limit`` caps the number of samples (0 = all); ``shapes`` gives concrete dims of dynamic
     inputs for ``random``, ``limits`` and ``lengths`` what its integers may be (the rows of the table an input
     indexes; the sequences an input gives lengths of: :func:`~trtconv.onnxutil.integer_values`).
@@ -74,9 +77,11 @@ class SampleSource:
     shapes: tuple[tuple[str, Shape], ...] = ()
     limits: tuple[tuple[str, int], ...] = ()
     lengths: tuple[tuple[str, str], ...] = ()
+    sources: Literal["folders", "files"] = "folders"
 
     @classmethod
-    def detect(cls, path: str | Path, preprocess: ImagePreprocess | None = None, *, limit: int = 0) -> SampleSource:
+    def detect(cls, path: str | Path, preprocess: ImagePreprocess | None = None, *, limit: int = 0,
+               sources: Literal["folders", "files"] = "folders") -> SampleSource:
         """``npy`` or ``images`` from what the folder holds (loader/random need explicit construction)."""
         p = Path(path)
         if not p.exists():
@@ -100,9 +105,9 @@ class SampleSource:
                 hint="put the images and the arrays in separate folders and pass the one you mean",
             )
         if suffixes & set(ARRAY_SUFFIXES):
-            return cls("npy", p, limit=limit)
+            return cls("npy", p, limit=limit, sources=sources)
         if suffixes & set(IMAGE_SUFFIXES):
-            return cls("images", p, preprocess or ImagePreprocess(), limit=limit)
+            return cls("images", p, preprocess or ImagePreprocess(), limit=limit, sources=sources)
         raise DataError(
             f"{p}: no samples found (no .npy/.npz files and no images)",
             hint="put one .npy/.npz per sample, or images, in the folder",
@@ -125,6 +130,7 @@ class SampleSource:
             "preprocess": self.preprocess.to_json() if self.preprocess else None,
             "limit": self.limit,
             "seed": self.seed,
+            "sources": self.sources,
         }
 
 
@@ -293,8 +299,9 @@ def _iter_refs(source: SampleSource, inputs: Mapping[str, InputSpec], refs: list
 def sample_groups(source: SampleSource) -> list[str]:
     """Which source each sample comes from, in sample order: samples of one group stay in one part of a split.
 
-    Files in more than one folder: the folder (relative to the data set) is the group; all in one folder: each
-    file is its own group. An ``.npz`` key ``trtconv_group`` (``NNN/trtconv_group`` in a many-sample .npz; any
+    Files in more than one folder: the folder (relative to the data set) is the group, unless the source says its
+    files are independent draws (``sources="files"``: class folders); all in one folder: each file is its own
+    group. An ``.npz`` key ``trtconv_group`` (``NNN/trtconv_group`` in a many-sample .npz; any
     scalar) names the group instead. A loader's or random samples: each its own.
     """
     if source.kind not in ("npy", "images"):
@@ -302,10 +309,10 @@ def sample_groups(source: SampleSource) -> list[str]:
     refs = _refs(source)
     assert source.path is not None
     base = source.path if source.path.is_dir() else source.path.parent
-    folders = {f.parent for f, _ in refs}
+    by_folder = source.sources == "folders" and len({f.parent for f, _ in refs}) > 1
     out = []
     for f, group in refs:
-        label = str(f.parent.relative_to(base)) if len(folders) > 1 else _origin((f, group))
+        label = str(f.parent.relative_to(base)) if by_folder else _origin((f, group))
         if group is not None:
             label = _origin((f, group))
         if source.kind == "npy" and f.suffix.lower() == ".npz":

@@ -72,6 +72,10 @@ _SAMPLES = (
     _s("held_out", "str", "int8: judge the result on N samples (or this fraction), drawn at random a source (folder, "
        "npz trtconv_group) at a time and never used to calibrate or choose [default: 40%, at least the 45 a pass "
        "needs, at most half].", PRECISION, metavar="N|FRACTION"),
+    _s("sources", "choice", "int8: what the files of one subfolder of --calib-data are: folders (one source each: a "
+       "page's lines, a speaker's clips; they stay in one part of the split and count as one sample where they "
+       "agree) or files (independent draws that only share a folder, e.g. class folders of unrelated images).",
+       PRECISION, default="folders", choices=("folders", "files")),
     _s("split_seed", "int", "int8: the seed of the random draw of samples into calibration, selection and judging "
        "parts.", PRECISION, default=0, range=(0, None)),
 )

@@ -206,7 +206,8 @@ def too_few_samples(judged: int, needed: int, total: int | None = None, total_ne
     independent ones, and then more sources, not more variants of the same ones, are what helps)."""
     more = f"; give at least {total_needed} samples (now {total})" if total is not None and total_needed else ""
     if counted != "judged sample(s)":
-        more += "; give samples from more sources (a folder of files is a source each; subfolders are sources)"
+        more += ("; give samples from more sources (the files of one subfolder are one source: a page's lines, a "
+                 "speaker's clips), or, where subfolders are classes of independent files, --sources files")
     missed = f", {misses} of them below the limit," if misses else ""
     return Int8EvidenceError(
         f"INT8 not verified: {judged} {counted}{missed} cannot support the claim a pass makes "
