@@ -154,6 +154,7 @@ def test_print_config_toml_round_trips(work: Path):
         ('precision = "fp16"\n[verify]\nmax-abs = 1', "verify must be a value, not a table", None),
         ('max-abs = 1\nmax_abs = 2', "set the same flag --max-abs", None),
         ('config = "other.toml"', "unknown key 'config'", None),
+        ('[build]\nprecision = "fp16"', "[build] is a section; a spec file is flat", "delete the line [build]"),
     ],
 )
 def test_bad_spec_is_usage_error_naming_the_key(work: Path, spec: str, message: str, hint: str | None):

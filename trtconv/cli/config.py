@@ -161,6 +161,9 @@ def spec_defaults(path: Path, data: Mapping[str, Any], command: click.Command, c
     seen: dict[str, str] = {}
     for raw_key, value in data.items():
         key = raw_key.replace("_", "-")
+        if key not in keys and isinstance(value, dict):  # [build], as pyproject.toml would have it
+            raise UsageError(f"spec file {path}: [{raw_key}] is a section; a spec file is flat, its keys at the top "
+                             f"level, one file per command", hint=f"delete the line [{raw_key}] (docs/config.md)")
         if key not in keys:
             raise _unknown_key(path, raw_key, keys, name)
         if key in seen:
