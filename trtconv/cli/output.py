@@ -134,15 +134,16 @@ class LineTask:
 
 
 class LineProgress:
-    """rich's Progress API for a pipe: a ``trtconv: <phase>`` line when a phase starts, and one
-    with the count every ``interval`` seconds while it runs, so a CI log never goes silent
-    for long. Nothing under -q."""
+    """rich's Progress API for a pipe: a ``trtconv: <phase>`` line when a phase starts (not again when
+    it starts again right after itself), and one with the count every ``interval`` seconds while it
+    runs, so a CI log never goes silent for long. Nothing under -q."""
 
     def __init__(self, *, interval: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.interval = interval
         self.clock = clock
         self.tasks: dict[int, LineTask] = {}
         self._next = 0
+        self._last = ""  # the last line said: a phase started again right after itself is not said twice
 
     def __enter__(self) -> LineProgress:
         return self
@@ -160,7 +161,10 @@ class LineProgress:
         now = self.clock()
         task_id, self._next = self._next, self._next + 1
         self.tasks[task_id] = LineTask(description.strip(), total, 0, now, now)
-        _say(f"trtconv: {description.strip()}")
+        line = f"trtconv: {description.strip()}"
+        if line != self._last:  # TensorRT starts one phase per subgraph: "Computing reformatting costs" x 9
+            _say(line)
+            self._last = line
         return task_id
 
     def update(self, task_id: int, *, completed: float | None = None, advance: float | None = None,
@@ -178,7 +182,8 @@ class LineProgress:
         if now - task.said >= self.interval:
             task.said = now
             count = f"{task.completed:g}" + (f"/{task.total:g}" if task.total else "")
-            _say(f"trtconv: {task.description}: {count} ({now - task.started:.0f} s)")
+            self._last = f"trtconv: {task.description}: {count} ({now - task.started:.0f} s)"
+            _say(self._last)
 
     def advance(self, task_id: int, advance: float = 1) -> None:
         self.update(task_id, advance=advance)
