@@ -26,5 +26,5 @@ def test_a_refusal_names_three_violations_and_counts_the_others():
         convert_fp16(model, Fp16Settings(thresholds=Thresholds(min_cosine=0.999)), samples=samples)
     msg = err.value.message
     assert msg.startswith("FP16 model fails the accuracy check: y0: cosine ")
-    assert msg.count(": cosine ") == 3 and msg.endswith("; and 2 more output(s) (the table lists each)"), msg
+    assert msg.count(": cosine ") == 3 and "; and 2 more output(s) (the table lists each)" in msg, msg
     assert len(err.value.result.report.accuracy) == 5  # the report keeps every output's numbers

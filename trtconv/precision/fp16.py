@@ -13,6 +13,8 @@ written. ``trtconv quantize`` and ``trtconv build --precision fp16`` both call i
 
 from __future__ import annotations
 
+import glob
+import itertools
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -21,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto
 
 from trtconv.errors import AccuracyError, InternalError, InvalidModelError, WithResult
 from trtconv.load import (
@@ -35,20 +36,24 @@ from trtconv.load import (
 from trtconv.onnxutil import GraphView, iter_graphs, sort_nodes
 from trtconv.precision import fp16_rules as rules
 from trtconv.precision.bn_fold import FoldedBatchNorm, fold_batchnorms
-from trtconv.precision.fp16_graph import Decision, Rewriter, emulate_half
+from trtconv.precision.fp16_check import ProgressFn, fp16_accuracy, fp16_inputs
+from trtconv.precision.fp16_graph import Decision, Rewriter
+from trtconv.precision.fp16_locate import (
+    LOCATE_SAMPLES,
+    MAX_SAMPLES,
+    ErrorStart,
+    error_starts,
+    kept_in_fp32,
+    refusal_hint,
+    threshold_for,
+)
 from trtconv.precision.peaks import activation_peaks
 from trtconv.reference import (
-    ONE_VALUE_MEASURE,
     OutputStats,
     Thresholds,
-    class_axes,
-    compare_arrays,
-    one_value,
-    one_value_cosines,
     ort,
     violations,
     violations_line,
-    worse_stats,
 )
 from trtconv.samples import sample_count
 
@@ -59,8 +64,6 @@ DEFAULT_MAX_ACTIVATION = 4096.0
 REFERENCE_KEEP_BYTES = 256 << 20
 # the lowest cosine a failed check offers as the retry's --min-cosine (a near miss, not a broken conversion)
 NEAR_MISS = 0.99
-# progress(stage, done, total), as in trtconv.precision.int8.compose: stages "fold", "peaks", "convert", "accuracy"
-ProgressFn = Callable[[str, int, "int | None"], None]
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,8 @@ class Fp16Report:
     accuracy: tuple[OutputStats, ...]
     violations: tuple[str, ...]
     settings: Fp16Settings
+    error_starts: tuple[ErrorStart, ...] = ()  # after a failed check: where the error starts
+    keep_fp32: tuple[str, ...] = ()  # nodes whose keeping in FP32 met the thresholds on the samples searched
 
     def kept_by_rule(self) -> dict[str, list[KeptNode]]:
         out: dict[str, list[KeptNode]] = {}
@@ -153,6 +158,8 @@ class Fp16Report:
             "accuracy": [s.to_json() for s in self.accuracy],
             "violations": list(self.violations),
             "passed": self.passed,
+            "error_starts": [asdict(e) for e in self.error_starts],
+            "keep_fp32": list(self.keep_fp32),
             "settings": self.settings.to_json(),
         }
 
@@ -178,6 +185,7 @@ def convert_fp16(
     progress: ProgressFn | None = None,
     peaks: Mapping[str, float] | None = None,
     check_loads: bool = True,
+    locate: bool = True,
 ) -> Fp16Result:
     """FP16 copy of ``model`` (weights loaded) and the report of what was kept in FP32 and why.
 
@@ -187,7 +195,9 @@ def convert_fp16(
     ``settings.thresholds``. ``peaks``: activation peaks already measured (tensor name →
     max |x|), used by the activation-range rule instead of measuring on ``samples`` (the INT8
     stage measures once and converts several candidate models). ``check_loads=False`` skips
-    opening the result in ONNX Runtime when the caller runs it next anyway.
+    opening the result in ONNX Runtime when the caller runs it next anyway. ``locate``: after a failed
+    check, find where the error starts on a few samples and which nodes kept in FP32 meet the thresholds
+    there (:func:`_refusal`; only then, and a few model runs).
     """
     settings = settings or Fp16Settings()
     total = sample_count(samples) if samples is not None else None
@@ -205,7 +215,8 @@ def convert_fp16(
     sort_nodes(work)  # the rules read each node's producers first; some exporters write unsorted graphs
     # Peaks before the folds: the model as given, so the pass's outputs are the accuracy check's reference too
     # (a folded Conv writes its BatchNormalization's output name: every tensor the rules ask about is measured).
-    peak_of, n_samples, measured, reference = _activation_peaks(work, samples, settings, peaks, say)
+    peak_map, n_samples, measured, reference = _activation_peaks(work, samples, settings, peaks, say)
+    peak_of = peak_map.get if peak_map is not None else (lambda _n: None)
     folded: tuple[FoldedBatchNorm, ...] = ()
     if settings.fold_batchnorm:
         work, folded = fold_batchnorms(work, copy=False)  # ``work`` is our own copy already
@@ -233,16 +244,39 @@ def convert_fp16(
     report = _report(rw.decisions, rw, folded, n_samples, measured, stats, problems, settings)
     result = Fp16Result(out, report, frozenset(rw.half_tensors))
     if problems:
-        floor = _cosine_floor(stats, settings.thresholds)
-        raise Fp16AccuracyError(
-            "FP16 model fails the accuracy check: " + violations_line(problems),
-            result,
-            hint=("if this error is acceptable; or " if floor else "")
-            + "keep the offending nodes in FP32 (--exclude NAME / --exclude-op OP), lower --max-activation"
-            + ("" if floor else ", or relax the thresholds"),
-            retry=("--min-cosine", floor) if floor else None,
-        )
+        raise _refusal(model, result, stats, problems, samples if locate else None, settings, peak_map, say)
     return result
+
+
+def _refusal(model: onnx.ModelProto, result: Fp16Result, stats: tuple[OutputStats, ...], problems: tuple[str, ...],
+             samples: Iterable[Mapping[str, np.ndarray]] | None, settings: Fp16Settings,
+             peaks: Mapping[str, float] | None, say: Callable[..., None]) -> Fp16AccuracyError:
+    """The failed check's error: its violations, where the error starts, and the nodes to keep in FP32 as the
+    hint (:mod:`~trtconv.precision.fp16_locate`; ``samples`` None: not searched)."""
+    starts: tuple[ErrorStart, ...] = ()
+    keep: tuple[str, ...] = ()
+    checked: list[Mapping[str, np.ndarray]] = []
+    if samples is not None:
+        say("locate")
+        checked = list(itertools.islice(samples, MAX_SAMPLES))
+        few = checked[:LOCATE_SAMPLES]
+        starts = error_starts(model, result.model, result.half_tensors, few,
+                              threshold_for(settings.thresholds.min_cosine), fp16_inputs(result.model))
+
+        def meets(nodes: tuple[str, ...], on: Sequence[Mapping[str, np.ndarray]]) -> bool:
+            trial = replace(settings, exclude_nodes=settings.exclude_nodes + tuple(glob.escape(n) for n in nodes))
+            try:
+                convert_fp16(model, trial, on, peaks=peaks, check_loads=False, locate=False)
+            except Fp16AccuracyError:
+                return False
+            return True
+
+        keep = kept_in_fp32(starts, meets, few, checked)
+        result = replace(result, report=replace(result.report, error_starts=starts, keep_fp32=keep))
+    where = f"; the error starts at {'; '.join(s.describe() for s in starts)}" if starts else ""
+    hint, retry = refusal_hint(keep, len(checked), _cosine_floor(stats, settings.thresholds))
+    return Fp16AccuracyError("FP16 model fails the accuracy check: " + violations_line(problems) + where, result,
+                             hint=hint, retry=retry)
 
 
 def _cosine_floor(stats: Sequence[OutputStats], thresholds: Thresholds) -> str | None:
@@ -263,16 +297,16 @@ def _cosine_floor(stats: Sequence[OutputStats], thresholds: Thresholds) -> str |
 def _activation_peaks(
     work: onnx.ModelProto, samples: Iterable[Mapping[str, np.ndarray]] | None, settings: Fp16Settings,
     peaks: Mapping[str, float] | None, say: Callable[..., None],
-) -> tuple[Callable[[str], float | None], int, bool, list[dict[str, np.ndarray]] | None]:
+) -> tuple[Mapping[str, float] | None, int, bool, list[dict[str, np.ndarray]] | None]:
     """(peak of a tensor, samples run, measured?, the FP32 outputs kept for the accuracy check).
 
     ``work`` is the input model (nodes sorted, nothing folded): the pass runs it on every sample, so its
     outputs are the accuracy check's reference as well. The types it needs are added for the pass and taken
     out again (the folds after it remove tensors those would describe)."""
     if peaks is not None and settings.max_activation is not None:
-        return peaks.get, 0, True, None
+        return peaks, 0, True, None
     if samples is None or settings.max_activation is None:
-        return (lambda _n: None), 0, False, None
+        return None, 0, False, None
     reference: list[dict[str, np.ndarray]] = []
     say("peaks")
     given = [len(g.value_info) for g in iter_graphs(work.graph)]
@@ -283,107 +317,8 @@ def _activation_peaks(
         for g, n in zip(iter_graphs(work.graph), given):
             del g.value_info[n:]
     if sum(v.nbytes for r in reference for v in r.values()) > REFERENCE_KEEP_BYTES:
-        return measured_peaks.get, n_samples, True, None  # cheaper to run the FP32 model again than to hold them
-    return measured_peaks.get, n_samples, True, reference
-
-
-def fp16_accuracy(
-    reference: onnx.ModelProto,
-    fp16_model: onnx.ModelProto,
-    half_tensors: set[str],
-    samples: Iterable[Mapping[str, np.ndarray]],
-    *,
-    progress: ProgressFn | None = None,
-    total: int | None = None,
-    top1: bool = False,
-    reference_outputs: list[dict[str, np.ndarray]] | None = None,
-) -> tuple[tuple[OutputStats, ...], int]:
-    """Per output, the worse of: the FP16 model as ONNX Runtime runs it, and its exact-rounding twin.
-
-    The first proves the model loads, runs and stays finite; the second measures the
-    rounding ONNX Runtime's CPU provider skips (see :func:`emulate_half`). Statistics
-    are the worst over samples (max errors, min cosine, summed NaN/Inf). ``reference_outputs``:
-    the FP32 outputs per sample, when the caller already has them (no FP32 pass then).
-    """
-    half_inputs = {vi.name for vi in fp16_model.graph.input if vi.type.tensor_type.elem_type == TensorProto.FLOAT16}
-    # progress counts model runs, as INT8's accuracy report does: a pass is one run per sample
-    steps = None if total is None else total * (2 if reference_outputs is not None else 3)
-    done = 0
-    if progress is not None:
-        progress("accuracy", 0, steps)
-
-    def ran() -> None:
-        nonlocal done
-        done += 1
-        if progress is not None:
-            progress("accuracy", done, steps)
-
-    if reference_outputs is None:  # one FP32 pass per sample, unless the caller kept them
-        ref_sess = ort.session(reference)
-        reference_outputs = []
-        for sample in samples:
-            reference_outputs.append(ort.run(ref_sess, sample))
-            ran()
-        del ref_sess
-    try:
-        cand_sess = ort.session(fp16_model)
-    except InvalidModelError as exc:
-        raise InternalError(f"ONNX Runtime refuses the FP16 model although it runs the FP32 one: {exc}") from exc
-    # One session at a time: each holds a copy of the weights.
-    axes = class_axes(reference) if top1 else {}  # top-1 along each output's classes where known, else the last axis
-    got = _compare_all(cand_sess, samples, reference_outputs, half_inputs, np.float16, top1, axes, ran)
-    del cand_sess
-    ensure_room(3 * approx_size(fp16_model), "making the FP16 model's FP32 twin")  # a copy, then FP32 weights
-    emu_sess = ort.session(emulate_half(fp16_model, half_tensors))
-    emu = _compare_all(emu_sess, samples, reference_outputs, half_inputs, np.float32, top1, axes, ran)
-    del emu_sess
-    per_output: dict[str, list[OutputStats]] = {}
-    for a_sample, b_sample in zip(got, emu):
-        for name, a in a_sample.items():
-            per_output.setdefault(name, []).append(worse_stats(a, b_sample[name]))
-    return tuple(_worst(v, [r[name] for r in reference_outputs[:len(got)]]) for name, v in per_output.items()), len(got)
-
-
-def _compare_all(sess, samples: Iterable[Mapping[str, np.ndarray]], reference_outputs: list[dict[str, np.ndarray]],
-                 half_inputs: set[str], half_dtype: Any, top1: bool, axes: Mapping[str, int],
-                 ran: Callable[[], None]) -> list[dict[str, OutputStats]]:
-    """Per sample, per float output: ``sess`` (half inputs cast to ``half_dtype`` after FP16
-    rounding) against the FP32 reference outputs; ``ran()`` after each sample."""
-    out = []
-    for sample, ref in zip(samples, reference_outputs):
-        half = {k: np.asarray(v).astype(np.float16).astype(half_dtype) for k, v in sample.items() if k in half_inputs}
-        got = ort.run(sess, {**sample, **half})
-        out.append({name: compare_arrays(name, r, got[name], top1=top1, axis=axes.get(name, -1)) for name, r in ref.items()
-                    if r.dtype.kind == "f"})
-        ran()
-    return out
-
-
-def _worst(stats: list[OutputStats], refs: Sequence[np.ndarray]) -> OutputStats:
-    """The worst over samples; an output of one value per sample measured by each sample's error against the
-    RMS of ``refs`` (the reference's values), as INT8's gate measures it (:func:`one_value_cosines`)."""
-    per, measure = tuple(s.cosine for s in stats), "cosine"
-    if one_value(r.size for r in refs):  # one value: its max abs error is its error
-        _, per = one_value_cosines([s.max_abs for s in stats],
-                                   [float(r.ravel()[0]) if np.isfinite(r).all() else float("nan") for r in refs if r.size])
-        measure = ONE_VALUE_MEASURE
-    return OutputStats(
-        name=stats[0].name,
-        shape=stats[0].shape,
-        max_abs=max(s.max_abs for s in stats),
-        mean_abs=float(np.mean([s.mean_abs for s in stats])),
-        max_rel=max(s.max_rel for s in stats),
-        cosine=min(per),
-        nonfinite=sum(s.nonfinite for s in stats),
-        top1_agreement=_mean_or_none([s.top1_agreement for s in stats]),
-        per_sample_cosine=per,
-        measure=measure,
-    )
-
-
-def _mean_or_none(values: list[float | None]) -> float | None:
-    vals = [v for v in values if v is not None]
-    return float(np.mean(vals)) if vals else None
+        return measured_peaks, n_samples, True, None  # cheaper to run the FP32 model again than to hold them
+    return measured_peaks, n_samples, True, reference
 
 
 def _count_by_graph(decisions: Iterable[Decision]) -> dict[str, int]:

@@ -12,6 +12,7 @@ PHASES: dict[str, str] = {
     "convert": "converting to FP16",
     "calibrate": "calibrating",
     "accuracy": "checking accuracy with ONNX Runtime",
+    "locate": "finding where the FP16 error starts",
     "choose-calibration": "choosing the calibration on the selection samples",
     "smoothing": "trying smoothing on the selection samples",
     "bias-correction": "trying bias correction on the selection samples",
