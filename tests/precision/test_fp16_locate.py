@@ -81,3 +81,18 @@ def test_the_hint_is_a_command_that_runs_as_printed_and_passes(tmp_path, monkeyp
     again = CliRunner().invoke(cli, words[1:])
     assert again.exit_code == 0, again.output
     assert (tmp_path / "c16.onnx").exists()
+
+
+def test_the_hint_keeps_the_exclusions_the_command_already_had(tmp_path, monkeypatch):
+    """The retry sets --exclude, which replaces the command's own: the nodes already excluded stay in it."""
+    monkeypatch.chdir(tmp_path)
+    onnx.save(cancelling_model(), "cancel.onnx")
+    (tmp_path / "data").mkdir()
+    for i, s in enumerate(_samples(10)):
+        np.save(tmp_path / "data" / f"{i}.npy", s["x"])
+    res = CliRunner().invoke(cli, ["quantize", "cancel.onnx", "--precision", "fp16", "--calib-data", "data",
+                                   "-o", "c16.onnx", "--exclude", "conv2"])
+    assert res.exit_code == ExitCode.ACCURACY, res.output
+    hint = next(line for line in res.stderr.splitlines() if line.strip().startswith("hint: "))
+    words = shlex.split(hint.split("hint: ", 1)[1], comments=True)
+    assert words.count("--exclude") == 1 and words[-1] == "conv2,shift_down,shift_up", words

@@ -18,6 +18,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from trtconv.cli.command_line import retry_command
 from trtconv.errors import BuildError, ExitCode
 from trtconv.plan.build_plan import BuildPlan
 from trtconv.trt.builder import build_engine, builder_error
@@ -75,9 +76,12 @@ def _prefix_dirs() -> set[str]:
     return {p.name for p in Path(tempfile.gettempdir()).glob("trtconv-prefix-*")}
 
 
-def test_a_failure_the_builder_names_no_node_for_is_located_by_prefix_builds(tmp_path):
+def test_a_failure_the_builder_names_no_node_for_is_located_by_prefix_builds(tmp_path, monkeypatch):
     model = lstm_in_if(tmp_path / "m.onnx")
     engine = tmp_path / "m.engine"
+    # a temporary folder of this test's own: another worker's search (Silero VAD's build) makes its own at once
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     before = _prefix_dirs()
     with pytest.raises(BuildError) as err:
         build_engine(BuildPlan(onnx_path=model, engine_path=engine, target="rtx"), timing_cache=None)
@@ -115,6 +119,9 @@ def test_with_no_time_to_search_the_builders_words_stand_alone(tmp_path):
     assert err.message == ("TensorRT-RTX's builder failed: [graphScope.cpp::analyze::471] Error Code 2: Internal "
                            "Error (Assertion failed.)")  # every line of it, joined
     assert "`trtconv check` lists nodes it may reject" in err.hint
+    # the hint is the command as typed with -v, which runs as printed
+    assert retry_command(["build", "m.onnx", "-o", "m.engine"], err) == (
+        "trtconv build m.onnx -o m.engine -v  # for TensorRT's full log; `trtconv check` lists nodes it may reject")
 
 
 def test_a_layer_myelin_names_is_read_back_to_its_onnx_node():

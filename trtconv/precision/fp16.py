@@ -274,7 +274,7 @@ def _refusal(model: onnx.ModelProto, result: Fp16Result, stats: tuple[OutputStat
         keep = kept_in_fp32(starts, meets, few, checked)
         result = replace(result, report=replace(result.report, error_starts=starts, keep_fp32=keep))
     where = f"; the error starts at {'; '.join(s.describe() for s in starts)}" if starts else ""
-    hint, retry = refusal_hint(keep, len(checked), _cosine_floor(stats, settings.thresholds))
+    hint, retry = refusal_hint(keep, len(checked), _cosine_floor(stats, settings.thresholds), settings.exclude_nodes)
     return Fp16AccuracyError("FP16 model fails the accuracy check: " + violations_line(problems) + where, result,
                              hint=hint, retry=retry)
 

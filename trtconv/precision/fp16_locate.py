@@ -107,12 +107,15 @@ def kept_in_fp32(starts: Sequence[ErrorStart], meets: Callable[[tuple[str, ...],
     return ()
 
 
-def refusal_hint(keep: tuple[str, ...], checked: int, floor: str | None) -> tuple[str, tuple[str, str] | None]:
-    """(hint, retry flag and value) of a failed check: the nodes found to keep in FP32 where there are, else
-    the near miss's ``--min-cosine floor`` with the other ways out."""
+def refusal_hint(keep: tuple[str, ...], checked: int, floor: str | None, excluded: Sequence[str] = (),
+                 ) -> tuple[str, tuple[str, str] | None]:
+    """(hint, retry flag and value) of a failed check: the nodes found to keep in FP32 where there are (with the
+    ``excluded`` patterns already given: the retry's ``--exclude`` replaces the command's), else the near miss's
+    ``--min-cosine floor`` with the other ways out."""
     if keep:
+        patterns = ",".join([*excluded, *(glob.escape(n) for n in keep)])
         return (f"keeps {', '.join(keep)} in FP32: that met the thresholds on the {checked} sample(s) searched "
-                "(the rerun checks them all)", ("--exclude", ",".join(glob.escape(n) for n in keep)))
+                "(the rerun checks them all)", ("--exclude", patterns))
     hint = (("if this error is acceptable; or " if floor else "")
             + "keep the offending nodes in FP32 (--exclude NAME / --exclude-op OP), lower --max-activation"
             + ("" if floor else ", or relax the thresholds"))

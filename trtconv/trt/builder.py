@@ -369,10 +369,9 @@ def builder_error(messages: list[str], flavour: Flavour = TENSORRT, where: Faili
     place = f": {where.describe()}" if where is not None else ""
     words = (f"; its error: {said}" if place else f": {said}") if said else \
         " (it reported no error; rerun with -v for its full log)"
-    hint = ("the builder, not its parser, refuses this graph (`trtconv check` reads the parser): rerun with -v "
-            "for TensorRT's full log") if where is not None else \
-        "rerun with -v for TensorRT's full log; `trtconv check` lists nodes it may reject"
-    return BuildError(f"{flavour.name}'s builder failed{place}{words}", hint=hint)
+    hint = ("-v, for TensorRT's full log (the builder, not its parser, refuses this graph: `trtconv check` reads "
+            "the parser)") if where is not None else "-v, for TensorRT's full log; `trtconv check` lists nodes it may reject"
+    return BuildError(f"{flavour.name}'s builder failed{place}{words}", hint=hint, retry=("-v", ""))
 
 
 def _report_errors(errors: list[str]) -> None:
