@@ -63,20 +63,25 @@ def test_the_error_starts_at_the_cancellation_and_the_fix_is_checked_before_it_i
     assert convert_fp16(cancelling_model(), both, _samples(20, seed=7)).report.passed
 
 
+def _refused(folder, *extra: str) -> tuple[object, list[str]]:
+    """``trtconv quantize`` of the cancelling model to FP16 in ``folder``: the result and its hint's words."""
+    onnx.save(cancelling_model(), folder / "cancel.onnx")
+    (folder / "data").mkdir()
+    for i, s in enumerate(_samples(10)):
+        np.save(folder / "data" / f"{i}.npy", s["x"])
+    res = CliRunner().invoke(cli, ["quantize", "cancel.onnx", "--precision", "fp16", "--calib-data", "data",
+                                   "-o", "c16.onnx", *extra])
+    assert res.exit_code == ExitCode.ACCURACY, res.output
+    hint = next(line for line in res.stderr.splitlines() if line.strip().startswith("hint: "))
+    return res, shlex.split(hint.split("hint: ", 1)[1], comments=True)
+
+
 def test_the_hint_is_a_command_that_runs_as_printed_and_passes(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    onnx.save(cancelling_model(), "cancel.onnx")
-    (tmp_path / "data").mkdir()
-    for i, s in enumerate(_samples(10)):
-        np.save(tmp_path / "data" / f"{i}.npy", s["x"])
-    res = CliRunner().invoke(cli, ["quantize", "cancel.onnx", "--precision", "fp16", "--calib-data", "data",
-                                   "-o", "c16.onnx", "--json"])
-    assert res.exit_code == ExitCode.ACCURACY, res.output
+    res, words = _refused(tmp_path, "--json")
     doc = json.loads(res.stdout)
     assert doc["fp16"]["keep_fp32"] == ["shift_down", "shift_up"]
     assert doc["fp16"]["error_starts"][0]["node"] == "shift_down"
-    hint = next(line for line in res.stderr.splitlines() if line.strip().startswith("hint: "))
-    words = shlex.split(hint.split("hint: ", 1)[1], comments=True)
     assert words[:2] == ["trtconv", "quantize"] and words[-2:] == ["--exclude", "shift_down,shift_up"], words
     again = CliRunner().invoke(cli, words[1:])
     assert again.exit_code == 0, again.output
@@ -86,13 +91,5 @@ def test_the_hint_is_a_command_that_runs_as_printed_and_passes(tmp_path, monkeyp
 def test_the_hint_keeps_the_exclusions_the_command_already_had(tmp_path, monkeypatch):
     """The retry sets --exclude, which replaces the command's own: the nodes already excluded stay in it."""
     monkeypatch.chdir(tmp_path)
-    onnx.save(cancelling_model(), "cancel.onnx")
-    (tmp_path / "data").mkdir()
-    for i, s in enumerate(_samples(10)):
-        np.save(tmp_path / "data" / f"{i}.npy", s["x"])
-    res = CliRunner().invoke(cli, ["quantize", "cancel.onnx", "--precision", "fp16", "--calib-data", "data",
-                                   "-o", "c16.onnx", "--exclude", "conv2"])
-    assert res.exit_code == ExitCode.ACCURACY, res.output
-    hint = next(line for line in res.stderr.splitlines() if line.strip().startswith("hint: "))
-    words = shlex.split(hint.split("hint: ", 1)[1], comments=True)
+    _, words = _refused(tmp_path, "--exclude", "conv2")
     assert words.count("--exclude") == 1 and words[-1] == "conv2,shift_down,shift_up", words
