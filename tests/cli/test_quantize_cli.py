@@ -102,6 +102,10 @@ def test_fp16_says_which_int8_only_flags_it_was_given(ocr_cls, tmp_path):
                     "--no-auto-exclude")
     assert built.exit_code == 0, built.output
     assert "--auto-exclude has no effect with --precision fp16 (int8 only)" in built.stderr, built.stderr
+    split = _invoke("quantize", ocr_cls, "-o", tmp_path / "d.onnx", "--precision", "fp16", "--held-out", "3",
+                    "--sources", "files", "--split-seed", "2")  # the split into parts is int8's too
+    assert split.exit_code == 0, split.output
+    assert "--held-out, --sources, --split-seed have no effect with --precision fp16 (int8 only)" in split.stderr
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from trtconv.cli.main import JSON_PRINTED_KEY
 from trtconv.errors import ExitCode, OutputError
 from trtconv.outputs import dumps_json
-from trtconv.settings import INT8_ONLY, given_flags
+from trtconv.settings import INT8_ONLY, INT8_SPLIT, given_flags
 
 
 class _Console(Console):
@@ -104,7 +104,7 @@ def warn(message: str) -> None:
 def warn_int8_only(values: Mapping[str, Any]) -> None:
     """Say which INT8-only flags an fp16 run was given (it reads none of them; a spec file shared with int8 runs
     may set them, so a warning, not a refusal)."""
-    flags = given_flags(values, INT8_ONLY)
+    flags = given_flags(values, INT8_ONLY + INT8_SPLIT)
     if flags:
         warn(f"{', '.join(flags)} {'has' if len(flags) == 1 else 'have'} no effect with --precision fp16 "
              "(int8 only)")

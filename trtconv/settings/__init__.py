@@ -14,6 +14,7 @@ from trtconv.settings.declare import (
     COMMANDS,
     DEFAULT_TARGET,
     INT8_ONLY,
+    INT8_SPLIT,
     NEWEST_TENSORRT,
     RTX_TARGET,
     SETTINGS,
@@ -24,5 +25,5 @@ from trtconv.settings.declare import (
     given_flags,
 )
 
-__all__ = ["COMMANDS", "DEFAULT_TARGET", "INT8_ONLY", "NEWEST_TENSORRT", "RTX_TARGET", "SETTINGS", "TRT_TARGETS",
+__all__ = ["COMMANDS", "DEFAULT_TARGET", "INT8_ONLY", "INT8_SPLIT", "NEWEST_TENSORRT", "RTX_TARGET", "SETTINGS", "TRT_TARGETS",
            "Setting", "declared", "for_command", "given_flags"]

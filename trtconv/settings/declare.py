@@ -230,6 +230,7 @@ def for_command(command: str) -> tuple[Setting, ...]:
 
 
 INT8_ONLY = tuple(s.name for s in _INT8)  # what only an int8 run reads (calibration, auto-exclusion, the claim)
+INT8_SPLIT = ("held_out", "sources", "split_seed")  # sample settings only int8 reads: its split into parts
 
 
 def given_flags(values: Mapping[str, Any], names: Iterable[str]) -> list[str]:
