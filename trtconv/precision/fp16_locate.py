@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 
 from trtconv.load import structure_only
-from trtconv.onnxutil import GraphView
+from trtconv.onnxutil import GraphView, Site
 from trtconv.precision.expose import session_exposing
 from trtconv.precision.fp16_graph import emulate_half
 from trtconv.reference import ort
@@ -77,20 +77,51 @@ def error_starts(reference: onnx.ModelProto, fp16_model: onnx.ModelProto, half_t
         for out, tensor in ref_map.items():
             if out in a and tensor in got:
                 errors[tensor] = max(errors.get(tensor, 0.0), _relative(a[out], got[tensor]))
-    starts: list[ErrorStart] = []
+    half_view = GraphView(fp16_model)
+
+    def error_at(tensor: str, depth: int = 0) -> float:
+        """A tensor's error; one the FP16 model no longer has (a Conv's output before the BatchNormalization
+        folded into it) takes the error of what its producer read."""
+        if tensor in errors or depth > 4:
+            return errors.get(tensor, 0.0)
+        site = view.producer(tensor)
+        return max((error_at(i, depth + 1) for i in site.node.input if i in floats), default=0.0) if site else 0.0
+
+    starts: dict[str, ErrorStart] = {}
     for node in reference.graph.node:
-        outs = [errors[o] for o in node.output if o in errors]
-        if not outs or max(outs) < threshold:
+        outs = [o for o in node.output if o in errors]
+        if not outs or max(errors[o] for o in outs) < threshold:
             continue
-        computed = [i for i in node.input if i in floats]  # float inputs some node computes
-        ins = [errors.get(i, 0.0) for i in computed]
+        ins = [error_at(i) for i in node.input if i in floats]  # the float inputs some node computes
         if ins and max(ins) >= threshold:
             continue  # the error came in with its inputs
-        feeds = tuple(dict.fromkeys(site.node.name for i in computed if (site := view.producer(i)) is not None))
-        starts.append(ErrorStart(node.name, node.op_type, max(ins, default=0.0), max(outs), feeds))
+        # named as the FP16 model names the node that computes it (a folded BatchNormalization's output: its Conv)
+        site = half_view.producer(outs[0])
+        if node.op_type != "Cast":  # past the Cast back to FP32 the conversion put after it (a graph output)
+            site = _past_casts(half_view, site)
+        doer = site.node if site is not None else node
+        if doer.name not in starts:
+            starts[doer.name] = ErrorStart(doer.name, doer.op_type, max(ins, default=0.0),
+                                           max(errors[o] for o in outs), _feeding(half_view, doer))
         if len(starts) == MAX_STARTS:
             break
-    return tuple(starts)
+    return tuple(starts.values())
+
+
+def _feeding(view: GraphView, node: onnx.NodeProto) -> tuple[str, ...]:
+    """The nodes whose outputs ``node`` reads, looking back through the Casts the conversion put between them."""
+    out: dict[str, None] = {}
+    for name in node.input:
+        site = _past_casts(view, view.producer(name) if name else None)
+        if site is not None:
+            out[site.node.name] = None
+    return tuple(out)
+
+
+def _past_casts(view: GraphView, site: Site | None) -> Site | None:
+    while site is not None and site.node.op_type == "Cast" and site.node.input:
+        site = view.producer(site.node.input[0])
+    return site
 
 
 def kept_in_fp32(starts: Sequence[ErrorStart], meets: Callable[[tuple[str, ...], Sequence[Sample]], bool],
