@@ -31,13 +31,12 @@ from trtconv.load import (
     ensure_room,
     has_lazy_weights,
     spill,
-    structure_only,
 )
 from trtconv.onnxutil import GraphView, iter_graphs, sort_nodes
 from trtconv.precision import fp16_rules as rules
 from trtconv.precision.bn_fold import FoldedBatchNorm, fold_batchnorms
 from trtconv.precision.fp16_check import ProgressFn, fp16_accuracy, fp16_inputs
-from trtconv.precision.fp16_graph import Decision, Rewriter
+from trtconv.precision.fp16_graph import Decision, Rewriter, inferred_structure
 from trtconv.precision.fp16_locate import (
     LOCATE_SAMPLES,
     MAX_SAMPLES,
@@ -360,15 +359,10 @@ def _report(decisions: list[Decision], rw: Rewriter, folded, n_samples, measured
 
 
 def _with_types(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Types for every tensor we can know, subgraphs included (ONNX's inference; never fails).
-
-    Inference runs on the structure alone and its value infos are added to ``model`` in
-    place, graph by graph: inferring on the whole model would copy every weight three times.
-    """
-    try:
-        inferred = onnx.shape_inference.infer_shapes(structure_only(model), check_type=False, strict_mode=False)
-    except Exception as exc:  # custom ops or inconsistent exports: keep what the file declares
-        log.debug("shape inference failed: %s", exc)
+    """Types for every tensor we can know, subgraphs included (ONNX's inference; never fails): the inferred
+    value infos (:func:`inferred_structure`) added to ``model`` in place, graph by graph."""
+    inferred = inferred_structure(model)
+    if inferred is None:
         return model
     for g, ig in zip(iter_graphs(model.graph), iter_graphs(inferred.graph)):
         known = {vi.name for vi in g.value_info}

@@ -19,6 +19,7 @@ decided in :mod:`trtconv.precision.fp16_rules`.
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections import defaultdict
 from collections.abc import Callable
@@ -28,7 +29,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, defs, helper, numpy_helper
 
-from trtconv.load import graph_dtypes, lazy_as
+from trtconv.load import graph_dtypes, lazy_as, structure_only
 from trtconv.onnxutil import (
     GraphView,
     cleanup,
@@ -75,6 +76,17 @@ class Decision:
 class RewriteStats:
     casts: int = 0
     constants_converted: int = 0
+
+
+def inferred_structure(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """``model``'s structure (no weights: inferring on the whole model would copy every weight three times) with
+    ONNX's inferred value infos, subgraphs included; None where inference fails (custom ops, inconsistent
+    exports: what the file declares is all there is)."""
+    try:
+        return onnx.shape_inference.infer_shapes(structure_only(model), check_type=False, strict_mode=False)
+    except Exception as exc:
+        logging.getLogger(__name__).debug("shape inference failed: %s", exc)
+        return None
 
 
 def graph_types(graph: onnx.GraphProto) -> dict[str, int]:

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from trtconv.load import structure_only
 from trtconv.onnxutil import GraphView, Site
 from trtconv.precision.expose import session_exposing
-from trtconv.precision.fp16_graph import emulate_half
+from trtconv.precision.fp16_graph import emulate_half, inferred_structure
+from trtconv.precision.peaks import float_tensors
 from trtconv.reference import ort
 
 Sample = Mapping[str, np.ndarray]
@@ -62,7 +62,9 @@ def error_starts(reference: onnx.ModelProto, fp16_model: onnx.ModelProto, half_t
     ``half_inputs``: the inputs the FP16 model takes in FP16 (rounded so before the twin reads them)."""
     twin = emulate_half(fp16_model, set(half_tensors))
     view = GraphView(reference)
-    floats = _float_tensors(reference, view)
+    # float32 node outputs of the main graph (subgraph values reach it through their If/Loop)
+    floats = {t for t in float_tensors(inferred_structure(reference) or reference)
+              if (site := view.producer(t)) is not None and site.path == "main"}
     shared = sorted(floats & set(GraphView(twin).produced()))
     if not shared or not samples:
         return ()
@@ -165,11 +167,3 @@ def _relative(a: np.ndarray, b: np.ndarray) -> float:
     diff = float(np.linalg.norm(a64[ok] - b64[ok]))
     return diff / norm if norm > 0 else (0.0 if diff == 0 else math.inf)
 
-
-def _float_tensors(model: onnx.ModelProto, view: GraphView) -> set[str]:
-    """Main-graph node outputs that are float32 (the types shape inference gives)."""
-    inferred = onnx.shape_inference.infer_shapes(structure_only(model), check_type=False, strict_mode=False)
-    types = {v.name: v.type.tensor_type.elem_type for v in (*inferred.graph.value_info, *inferred.graph.output,
-                                                              *inferred.graph.input)}
-    return {t for t in view.produced() if types.get(t) == onnx.TensorProto.FLOAT
-            and (site := view.producer(t)) is not None and site.path == "main"}
